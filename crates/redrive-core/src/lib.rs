@@ -1,0 +1,30 @@
+//! redrive's domain model: names, queue policies, identifiers, time, and the message state
+//! machine.
+//!
+//! This crate does no I/O and knows nothing of storage or HTTP. Every rule about what happens
+//! to a message — when it is visible, when its lock is lost, when it is dead-lettered or
+//! expired — is a pure function in [`machine`], so that every backend applies the same rules
+//! and the rules can be property-tested on their own.
+//!
+//! # Layout
+//! - [`clock`]: [`Timestamp`], the [`Clock`] trait and the [`ManualClock`] used in tests.
+//! - [`name`]: validated entity names.
+//! - [`policy`]: the versioned queue policy and redelivery backoff.
+//! - [`machine`]: message states and the transitions between them.
+//! - [`dead_letter`]: reasons, evidence quality, route kind and areas of dead-letter records.
+//! - [`id`]: generated identifiers, lock tokens and the replay-count suffix of message ids.
+//! - [`digest`]: the SHA-256 digest kept with every dead letter.
+
+pub mod clock;
+pub mod dead_letter;
+pub mod digest;
+pub mod id;
+pub mod machine;
+pub mod name;
+pub mod policy;
+
+pub use clock::{Clock, ManualClock, Timestamp};
+pub use dead_letter::{Area, DeadLetterReason, EvidenceQuality, RouteKind};
+pub use machine::{MessageMeta, MessageState};
+pub use name::EntityName;
+pub use policy::{Backoff, DeadLetterTarget, PolicyError, QueuePolicy};
