@@ -1,1 +1,18 @@
-//! placeholder
+//! Wire types of redrive's native HTTP/JSON API and its stable error codes.
+//!
+//! Shared by the server and by every client (the `redrive` CLI, the load tool), so the two
+//! sides cannot drift. Times are RFC 3339 strings in UTC; durations are milliseconds.
+//! Bodies travel as `body` plus `body_encoding` (`utf8`, the default, or `base64`).
+//!
+//! # Layout
+//! - [`problem`]: the RFC 9457 problem document and the table of error codes.
+//! - [`queue`]: queue create / update / show / list.
+//! - [`message`]: send, receive, peek, settle, sessions.
+//! - [`dead_letter`]: the dead-letter store.
+
+pub mod dead_letter;
+pub mod message;
+pub mod problem;
+pub mod queue;
+
+pub use problem::{ErrorCode, Problem};

@@ -12,6 +12,7 @@
 //! - [`policy`]: the versioned queue policy and redelivery backoff.
 //! - [`machine`]: message states and the transitions between them.
 //! - [`dead_letter`]: reasons, evidence quality, route kind and areas of dead-letter records.
+//! - [`message`]: application properties and the property names the broker sets.
 //! - [`id`]: generated identifiers, lock tokens and the replay-count suffix of message ids.
 //! - [`digest`]: the SHA-256 digest kept with every dead letter.
 
@@ -20,11 +21,13 @@ pub mod dead_letter;
 pub mod digest;
 pub mod id;
 pub mod machine;
+pub mod message;
 pub mod name;
 pub mod policy;
 
 pub use clock::{Clock, ManualClock, Timestamp};
 pub use dead_letter::{Area, DeadLetterReason, EvidenceQuality, RouteKind};
 pub use machine::{MessageMeta, MessageState};
+pub use message::{Properties, PropertyValue};
 pub use name::EntityName;
 pub use policy::{Backoff, DeadLetterTarget, PolicyError, QueuePolicy};

@@ -1,1 +1,206 @@
-//! placeholder
+//! The storage seam of redrive: the [`Store`] trait, its parameter and row types, and
+//! [`StoreError`].
+//!
+//! Each method is one broker operation that the backend makes atomic (one transaction),
+//! not a row primitive: race handling lives in one place per backend. Backends decide
+//! every state change with the pure functions of `redrive_core::machine`, so no backend
+//! re-implements a rule. Time is always a parameter (`now`), read by the caller from the
+//! injected clock; no backend reads a clock of its own.
+//!
+//! This trait is an internal seam, not a public extension point: it changes whenever the
+//! broker needs it to, and every change is exercised by `redrive-store-conformance`.
+//!
+//! Writes that the backend acknowledges are durable (committed and synced). Backends are
+//! free to share one commit among concurrent calls (group commit); a later issue adds
+//! multi-operation transactions on top of the same mechanism.
+
+mod error;
+mod types;
+
+pub use error::{StoreError, StoreErrorKind, StoreResult};
+pub use types::*;
+
+use async_trait::async_trait;
+use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
+
+/// The storage backend. Object-safe: the broker holds an `Arc<dyn Store>`.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// What this backend can and cannot do, for the conformance suite and the server.
+    fn capabilities(&self) -> Capabilities;
+
+    // ---- queues -------------------------------------------------------------------
+
+    /// Creates a queue at policy version 1. `QueueExists` if the name is taken.
+    async fn create_queue(
+        &self,
+        name: &EntityName,
+        policy: &QueuePolicy,
+        now: Timestamp,
+    ) -> StoreResult<QueueRecord>;
+
+    /// Replaces a queue's policy and bumps its version. With `expected_version`, refuses
+    /// with `VersionConflict` if the stored version differs.
+    async fn update_queue(
+        &self,
+        name: &EntityName,
+        policy: &QueuePolicy,
+        expected_version: Option<u64>,
+        now: Timestamp,
+    ) -> StoreResult<QueueRecord>;
+
+    /// One queue.
+    async fn get_queue(&self, name: &EntityName) -> StoreResult<QueueRecord>;
+
+    /// Every queue, by name.
+    async fn list_queues(&self) -> StoreResult<Vec<QueueRecord>>;
+
+    /// Deletes a queue with its messages, sessions and dead letters. Without `force`,
+    /// refuses with `QueueNotEmpty` when it holds messages or live dead letters.
+    async fn delete_queue(&self, name: &EntityName, force: bool) -> StoreResult<()>;
+
+    /// Live counts of one queue at `now`.
+    async fn queue_counts(&self, name: &EntityName, now: Timestamp) -> StoreResult<QueueCounts>;
+
+    // ---- messages -----------------------------------------------------------------
+
+    /// Stores a batch atomically (all or none), assigning sequence numbers in order. A
+    /// message id already seen inside the queue's duplicate-detection window is accepted
+    /// but not stored again; its result carries the original sequence number. Refuses with
+    /// `SessionRequired` / `SessionNotAllowed` per the queue's policy.
+    async fn enqueue(
+        &self,
+        queue: &EntityName,
+        messages: Vec<NewMessage>,
+        now: Timestamp,
+    ) -> StoreResult<Vec<Enqueued>>;
+
+    /// Removes a message that is still scheduled (Available, never delivered, visible
+    /// later than `now`). `MessageNotFound` otherwise.
+    async fn cancel_scheduled(
+        &self,
+        queue: &EntityName,
+        sequence: i64,
+        now: Timestamp,
+    ) -> StoreResult<()>;
+
+    /// Peek-lock receive of up to `max` visible messages, oldest first. Expired locks and
+    /// expired messages of the queue met on the way are settled first (see `Effects`).
+    /// With a session, takes only that session's messages, in sequence order, and none
+    /// while an earlier one of the session is locked.
+    async fn receive(&self, params: ReceiveParams) -> StoreResult<ReceiveOutcome>;
+
+    /// Receives deferred messages by sequence number (locking them). Unknown or
+    /// non-deferred sequence numbers give `MessageNotFound`.
+    async fn receive_deferred(
+        &self,
+        queue: &EntityName,
+        sequences: &[i64],
+        lock_ms: u64,
+        now: Timestamp,
+    ) -> StoreResult<ReceiveOutcome>;
+
+    /// Messages from `from_sequence` on, in sequence order, without locking or counting.
+    async fn peek(
+        &self,
+        queue: &EntityName,
+        from_sequence: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<StoredMessage>>;
+
+    /// Settles each lock token independently; a lost lock fails its own item only (and
+    /// changes nothing for it). The whole call is one commit.
+    async fn settle(
+        &self,
+        queue: &EntityName,
+        items: Vec<Settlement>,
+        now: Timestamp,
+    ) -> StoreResult<SettleOutcome>;
+
+    /// The earliest time after `now` at which something may become receivable on the
+    /// queue (a scheduled or backed-off message, or a lock running out); long polls sleep
+    /// until then at most.
+    async fn next_wake(&self, queue: &EntityName, now: Timestamp)
+    -> StoreResult<Option<Timestamp>>;
+
+    // ---- sessions -----------------------------------------------------------------
+
+    /// Locks a session: the named one, or the next one that has a visible message and no
+    /// live lock. `Ok(None)` when no session is available; `SessionLocked` when the named
+    /// one is held by another receiver.
+    async fn accept_session(
+        &self,
+        queue: &EntityName,
+        session_id: Option<&str>,
+        lock_ms: u64,
+        now: Timestamp,
+    ) -> StoreResult<Option<SessionLock>>;
+
+    /// Extends a session lock. `SessionLockLost` if it expired or is not held.
+    async fn renew_session(
+        &self,
+        queue: &EntityName,
+        session_id: &str,
+        lock_token: &str,
+        lock_ms: u64,
+        now: Timestamp,
+    ) -> StoreResult<SessionLock>;
+
+    /// Gives a session lock up.
+    async fn release_session(
+        &self,
+        queue: &EntityName,
+        session_id: &str,
+        lock_token: &str,
+        now: Timestamp,
+    ) -> StoreResult<()>;
+
+    // ---- background work ----------------------------------------------------------
+
+    /// Applies due lock expiries and message expiries across all queues (at most `limit`
+    /// messages), and forgets duplicate-detection entries whose window has passed.
+    async fn sweep(&self, now: Timestamp, limit: u32) -> StoreResult<SweepOutcome>;
+
+    // ---- dead letters -------------------------------------------------------------
+
+    /// A page of one queue's dead-letter records, oldest first, after the cursor.
+    async fn list_dead_letters(
+        &self,
+        query: &DeadLetterQuery,
+    ) -> StoreResult<Vec<DeadLetterRecord>>;
+
+    /// One record.
+    async fn get_dead_letter(&self, queue: &EntityName, id: &str) -> StoreResult<DeadLetterRecord>;
+
+    /// Peek-lock receive from the live area of a queue's dead-letter store.
+    async fn receive_dead_letters(
+        &self,
+        queue: &EntityName,
+        max: u32,
+        lock_ms: u64,
+        now: Timestamp,
+    ) -> StoreResult<Vec<DeadLetterDelivery>>;
+
+    /// Completes (removes) or abandons (unlocks) a locked dead letter. `LockLost` if the
+    /// lock expired or the record is gone.
+    async fn settle_dead_letter(
+        &self,
+        queue: &EntityName,
+        lock_token: &str,
+        complete: bool,
+        now: Timestamp,
+    ) -> StoreResult<()>;
+
+    /// Sends a live dead letter back to its source queue as a new message (new sequence
+    /// number, original id and properties, plus a property naming the record) and moves
+    /// the record to the archived area, atomically. Duplicate detection does not apply.
+    async fn resubmit_dead_letter(
+        &self,
+        queue: &EntityName,
+        id: &str,
+        now: Timestamp,
+    ) -> StoreResult<Enqueued>;
+
+    /// Moves a record to another area, atomically.
+    async fn move_dead_letter(&self, queue: &EntityName, id: &str, to: Area) -> StoreResult<()>;
+}

@@ -1,0 +1,157 @@
+//! RFC 9457 problem details and redrive's error codes.
+//!
+//! The codes are a contract: a code is never renamed or reused. A retired code stays in
+//! [`ErrorCode`] marked as retired.
+
+use serde::{Deserialize, Serialize};
+
+/// Media type of error responses.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An RFC 9457 problem document. `code` is redrive's stable machine-readable code;
+/// `type` is a URI built from it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Problem {
+    /// `https://redrive.dev/problems/<code>`.
+    #[serde(rename = "type")]
+    pub type_uri: String,
+    /// Short summary of the problem type.
+    pub title: String,
+    /// HTTP status.
+    pub status: u16,
+    /// What exactly was wrong with this request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// The stable code.
+    pub code: String,
+    /// Extra machine-readable facts (the limit that was exceeded, the field at fault…).
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+macro_rules! codes {
+    ($( $(#[$m:meta])* $v:ident = ($code:literal, $status:literal, $title:literal) ),+ $(,)?) => {
+        /// Every error code redrive answers with.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum ErrorCode { $( $(#[$m])* $v ),+ }
+
+        impl ErrorCode {
+            /// Every code, for documentation and tests.
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$v),+];
+
+            /// The stable code string.
+            pub fn as_str(self) -> &'static str { match self { $(ErrorCode::$v => $code),+ } }
+
+            /// The HTTP status it is sent with.
+            pub fn status(self) -> u16 { match self { $(ErrorCode::$v => $status),+ } }
+
+            /// The problem type's title.
+            pub fn title(self) -> &'static str { match self { $(ErrorCode::$v => $title),+ } }
+
+            /// The code for a code string.
+            pub fn from_code(s: &str) -> Option<ErrorCode> {
+                match s { $($code => Some(ErrorCode::$v),)+ _ => None }
+            }
+        }
+    };
+}
+
+codes! {
+    /// The request body is not valid JSON, or not the expected shape.
+    MalformedBody = ("malformed_body", 400, "Malformed request body"),
+    /// A field has a value outside its rules.
+    InvalidRequest = ("invalid_request", 400, "Invalid request"),
+    /// An entity name breaks the naming rule.
+    InvalidName = ("invalid_name", 400, "Invalid name"),
+    /// A queue policy breaks a rule.
+    InvalidPolicy = ("invalid_policy", 400, "Invalid queue policy"),
+    /// A message body is larger than the queue allows.
+    MessageTooLarge = ("message_too_large", 413, "Message too large"),
+    /// The queue requires a session id.
+    SessionRequired = ("session_required", 400, "Session required"),
+    /// The queue does not use sessions.
+    SessionNotAllowed = ("session_not_allowed", 400, "Sessions not enabled"),
+    /// No such queue.
+    QueueNotFound = ("queue_not_found", 404, "Queue not found"),
+    /// No such message (in the state the operation needs).
+    MessageNotFound = ("message_not_found", 404, "Message not found"),
+    /// No such dead-letter record.
+    DeadLetterNotFound = ("dead_letter_not_found", 404, "Dead letter not found"),
+    /// No such route.
+    NotFound = ("not_found", 404, "Not found"),
+    /// The method is not allowed on this route.
+    MethodNotAllowed = ("method_not_allowed", 405, "Method not allowed"),
+    /// A queue of that name exists already.
+    QueueExists = ("queue_exists", 409, "Queue already exists"),
+    /// Delete of a non-empty queue without force.
+    QueueNotEmpty = ("queue_not_empty", 409, "Queue not empty"),
+    /// The policy version is not the expected one.
+    VersionConflict = ("version_conflict", 409, "Policy version conflict"),
+    /// The lock expired or the message was already settled.
+    LockLost = ("lock_lost", 409, "Lock lost"),
+    /// Another receiver holds the session.
+    SessionLocked = ("session_locked", 409, "Session locked"),
+    /// The session lock expired or was released.
+    SessionLockLost = ("session_lock_lost", 409, "Session lock lost"),
+    /// The queue's dead-letter queue does not exist.
+    DeadLetterTargetMissing = ("dead_letter_target_missing", 409, "Dead-letter target missing"),
+    /// The request's media type is not accepted.
+    UnsupportedMediaType = ("unsupported_media_type", 415, "Unsupported media type"),
+    /// Storage is busy or unreachable; retry after the `Retry-After` delay.
+    Unavailable = ("unavailable", 503, "Service unavailable"),
+    /// The server is shutting down.
+    ShuttingDown = ("shutting_down", 503, "Shutting down"),
+    /// Anything unexpected; details are in the server's log, not in the response.
+    Internal = ("internal", 500, "Internal error"),
+}
+
+impl Problem {
+    /// A problem with `code` and a detail.
+    pub fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
+        Problem {
+            type_uri: format!("https://redrive.dev/problems/{}", code.as_str()),
+            title: code.title().to_owned(),
+            status: code.status(),
+            detail: Some(detail.into()),
+            code: code.as_str().to_owned(),
+            extra: serde_json::Map::new(),
+        }
+    }
+
+    /// Adds a machine-readable fact.
+    pub fn with(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
+        self.extra.insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// The code, if it is one this version knows.
+    pub fn error_code(&self) -> Option<ErrorCode> {
+        ErrorCode::from_code(&self.code)
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.title, self.code)?;
+        if let Some(d) = &self.detail {
+            write!(f, ": {d}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_and_round_trip() {
+        let mut seen = std::collections::HashSet::new();
+        for c in ErrorCode::ALL {
+            assert!(seen.insert(c.as_str()), "duplicate code {}", c.as_str());
+            assert_eq!(ErrorCode::from_code(c.as_str()), Some(*c));
+            assert!((400..600).contains(&c.status()));
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! Storage errors, classified neutrally so that callers never look at SQLSTATEs or
+//! SQLite codes.
+
+use std::error::Error as StdError;
+
+/// Result of a store operation.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A storage operation that did not happen. Every variant but `Unavailable`,
+/// `Poisoned` and `Backend` is a refusal that changed nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No queue of that name.
+    #[error("queue {queue:?} does not exist")]
+    QueueNotFound {
+        /// The name asked for.
+        queue: String,
+    },
+    /// A queue of that name exists already.
+    #[error("queue {queue:?} already exists")]
+    QueueExists {
+        /// The name asked for.
+        queue: String,
+    },
+    /// Delete without force of a queue that holds messages or live dead letters.
+    #[error("queue {queue:?} is not empty ({messages} messages, {dead_letters} live dead letters)")]
+    QueueNotEmpty {
+        /// The queue.
+        queue: String,
+        /// Messages on it.
+        messages: u64,
+        /// Live dead letters in its store.
+        dead_letters: u64,
+    },
+    /// The stored policy version is not the one the caller expected.
+    #[error("policy version conflict: expected {expected}, found {actual}")]
+    VersionConflict {
+        /// What the caller expected.
+        expected: u64,
+        /// What is stored.
+        actual: u64,
+    },
+    /// No message with that sequence number in the state the operation needs.
+    #[error("no matching message with sequence number {sequence} on queue {queue:?}")]
+    MessageNotFound {
+        /// The queue.
+        queue: String,
+        /// The sequence number asked for.
+        sequence: i64,
+    },
+    /// The lock expired, the message was settled already, or the token is unknown.
+    #[error("the lock was lost: it expired, or the message was already settled")]
+    LockLost,
+    /// The queue requires sessions and the message or receive names none.
+    #[error("queue {queue:?} requires a session id")]
+    SessionRequired {
+        /// The queue.
+        queue: String,
+    },
+    /// The queue does not use sessions but a session was named.
+    #[error("queue {queue:?} does not use sessions")]
+    SessionNotAllowed {
+        /// The queue.
+        queue: String,
+    },
+    /// Another receiver holds the session.
+    #[error("session {session_id:?} on queue {queue:?} is locked by another receiver")]
+    SessionLocked {
+        /// The queue.
+        queue: String,
+        /// The session.
+        session_id: String,
+    },
+    /// The session lock expired or is not held with that token.
+    #[error("the session lock was lost: it expired, or was released")]
+    SessionLockLost,
+    /// No dead-letter record with that id on that queue (in the area the operation needs).
+    #[error("dead letter {id:?} not found on queue {queue:?}")]
+    DeadLetterNotFound {
+        /// The queue.
+        queue: String,
+        /// The record id.
+        id: String,
+    },
+    /// The queue's dead-letter target queue does not exist, so an explicit dead-letter
+    /// cannot be carried out (nothing changed).
+    #[error("dead-letter queue {target:?} of queue {queue:?} does not exist")]
+    DeadLetterTargetMissing {
+        /// The queue.
+        queue: String,
+        /// Its configured target.
+        target: String,
+    },
+    /// Transient: the backend is busy or unreachable. Retrying may succeed; nothing was
+    /// acknowledged.
+    #[error("storage unavailable: {source}")]
+    Unavailable {
+        /// The cause.
+        #[source]
+        source: Box<dyn StdError + Send + Sync>,
+    },
+    /// A commit or sync failed in a way that leaves the state unknown; the backend
+    /// refuses all further writes until restarted.
+    #[error("storage poisoned after a failed commit; restart required")]
+    Poisoned,
+    /// Anything else the backend reports.
+    #[error("storage error: {source}")]
+    Backend {
+        /// The cause.
+        #[source]
+        source: Box<dyn StdError + Send + Sync>,
+    },
+}
+
+/// The neutral class of a [`StoreError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreErrorKind {
+    /// Something named does not exist.
+    NotFound,
+    /// The operation conflicts with the current state.
+    Conflict,
+    /// A lock (message or session) is not held.
+    LockLost,
+    /// The request does not fit the entity's policy.
+    Invalid,
+    /// Transient; retry later.
+    Unavailable,
+    /// Fail-stopped; restart.
+    Poisoned,
+    /// Anything else.
+    Other,
+}
+
+impl StoreError {
+    /// The neutral class of this error.
+    pub fn kind(&self) -> StoreErrorKind {
+        match self {
+            StoreError::QueueNotFound { .. }
+            | StoreError::MessageNotFound { .. }
+            | StoreError::DeadLetterNotFound { .. } => StoreErrorKind::NotFound,
+            StoreError::QueueExists { .. }
+            | StoreError::QueueNotEmpty { .. }
+            | StoreError::VersionConflict { .. }
+            | StoreError::SessionLocked { .. }
+            | StoreError::DeadLetterTargetMissing { .. } => StoreErrorKind::Conflict,
+            StoreError::LockLost | StoreError::SessionLockLost => StoreErrorKind::LockLost,
+            StoreError::SessionRequired { .. } | StoreError::SessionNotAllowed { .. } => {
+                StoreErrorKind::Invalid
+            }
+            StoreError::Unavailable { .. } => StoreErrorKind::Unavailable,
+            StoreError::Poisoned => StoreErrorKind::Poisoned,
+            StoreError::Backend { .. } => StoreErrorKind::Other,
+        }
+    }
+
+    /// Wraps a backend error.
+    pub fn backend(e: impl StdError + Send + Sync + 'static) -> Self {
+        StoreError::Backend {
+            source: Box::new(e),
+        }
+    }
+
+    /// Wraps a transient backend error.
+    pub fn unavailable(e: impl StdError + Send + Sync + 'static) -> Self {
+        StoreError::Unavailable {
+            source: Box::new(e),
+        }
+    }
+}

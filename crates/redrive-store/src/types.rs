@@ -1,0 +1,400 @@
+//! Parameter and row types of the [`Store`](crate::Store) trait.
+
+use redrive_core::{
+    Area, DeadLetterReason, EntityName, EvidenceQuality, MessageState, Properties, QueuePolicy,
+    RouteKind, Timestamp,
+};
+
+/// What a backend can and cannot do. The conformance suite skips, with a logged reason,
+/// the cases a backend declares it cannot support.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Capabilities {
+    /// Whether a reopened store sees the previous instance's data (false for a purely
+    /// in-memory backend).
+    pub durable: bool,
+    /// Whether several processes may share the store (PostgreSQL).
+    pub multi_node: bool,
+}
+
+/// A queue and its policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueRecord {
+    /// Name.
+    pub name: EntityName,
+    /// Policy in force.
+    pub policy: QueuePolicy,
+    /// Version of the policy; 1 at creation, +1 on every update.
+    pub policy_version: u64,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// When its policy last changed.
+    pub updated_at: Timestamp,
+}
+
+/// Live counts of one queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    /// Available and visible now.
+    pub active: u64,
+    /// Available but visible only later (scheduled enqueue or redelivery backoff).
+    pub scheduled: u64,
+    /// Locked by a receiver.
+    pub locked: u64,
+    /// Deferred.
+    pub deferred: u64,
+    /// Records in the live area of the queue's dead-letter store.
+    pub dead_lettered: u64,
+    /// Enqueue time of the oldest message on the queue (any state), if any.
+    pub oldest_enqueued_at: Option<Timestamp>,
+}
+
+impl QueueCounts {
+    /// Messages on the queue, dead letters excluded.
+    pub fn messages(&self) -> u64 {
+        self.active + self.scheduled + self.locked + self.deferred
+    }
+}
+
+/// A message to enqueue; the broker has filled in defaults (id, expiry).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMessage {
+    /// Client-chosen or generated id; the key of duplicate detection.
+    pub message_id: String,
+    /// Body bytes.
+    pub body: Vec<u8>,
+    /// MIME type of the body.
+    pub content_type: Option<String>,
+    /// Application properties.
+    pub properties: Properties,
+    /// Correlation id.
+    pub correlation_id: Option<String>,
+    /// Session (ordered group) id.
+    pub session_id: Option<String>,
+    /// Message type (CloudEvents `type` for events); keys the replay idempotency register.
+    pub message_type: Option<String>,
+    /// Stable id of the semantic operation; defaults to the message id where read.
+    pub intent: Option<String>,
+    /// After this time completing the message no longer helps.
+    pub valid_until: Option<Timestamp>,
+    /// Scheduled enqueue time: not visible before.
+    pub scheduled_at: Option<Timestamp>,
+    /// Absolute expiry (from the message TTL or the queue's default).
+    pub expires_at: Option<Timestamp>,
+}
+
+/// The answer to one enqueued message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enqueued {
+    /// The message id.
+    pub message_id: String,
+    /// Its sequence number (the original one for a duplicate).
+    pub sequence: i64,
+    /// True when the id was seen inside the detection window and nothing was stored.
+    pub duplicate: bool,
+}
+
+/// A message as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredMessage {
+    /// Queue it is on.
+    pub queue: EntityName,
+    /// Per-queue sequence number, assigned at enqueue.
+    pub sequence: i64,
+    /// Message id.
+    pub message_id: String,
+    /// Body bytes.
+    pub body: Vec<u8>,
+    /// MIME type.
+    pub content_type: Option<String>,
+    /// Application properties.
+    pub properties: Properties,
+    /// Correlation id.
+    pub correlation_id: Option<String>,
+    /// Session id.
+    pub session_id: Option<String>,
+    /// Message type.
+    pub message_type: Option<String>,
+    /// Intent.
+    pub intent: Option<String>,
+    /// Valid-until time.
+    pub valid_until: Option<Timestamp>,
+    /// When it was stored.
+    pub enqueued_at: Timestamp,
+    /// Scheduled enqueue time, if it was scheduled.
+    pub scheduled_at: Option<Timestamp>,
+    /// State.
+    pub state: MessageState,
+    /// When an Available message is visible.
+    pub visible_at: Timestamp,
+    /// Expiry.
+    pub expires_at: Option<Timestamp>,
+    /// Deliveries so far.
+    pub delivery_count: u32,
+    /// Lock expiry while Locked.
+    pub locked_until: Option<Timestamp>,
+    /// First delivery.
+    pub first_delivered_at: Option<Timestamp>,
+    /// Latest delivery.
+    pub last_delivered_at: Option<Timestamp>,
+}
+
+/// A locked delivery: the message and the token that settles it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delivery {
+    /// The message (state Locked, count already incremented).
+    pub message: StoredMessage,
+    /// Settles this delivery, and only this one.
+    pub lock_token: String,
+    /// When the lock runs out.
+    pub locked_until: Timestamp,
+}
+
+/// Which session a receive is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRef {
+    /// The session id.
+    pub session_id: String,
+    /// The session lock token from `accept_session`.
+    pub lock_token: String,
+}
+
+/// A peek-lock receive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceiveParams {
+    /// The queue.
+    pub queue: EntityName,
+    /// At most this many messages.
+    pub max: u32,
+    /// Lock duration.
+    pub lock_ms: u64,
+    /// Time of the receive.
+    pub now: Timestamp,
+    /// For session queues: the session held by the receiver.
+    pub session: Option<SessionRef>,
+}
+
+/// What a receive delivered, and what it settled on the way.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReceiveOutcome {
+    /// Locked deliveries, oldest first.
+    pub deliveries: Vec<Delivery>,
+    /// Side effects (expiries, dead letters) applied in the same commit.
+    pub effects: Effects,
+}
+
+/// Side effects of an operation that the broker turns into metrics and logs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Effects {
+    /// Messages moved to a dead-letter store or queue.
+    pub dead_lettered: Vec<DeadLettered>,
+    /// Messages removed because they expired on a queue that does not dead-letter on expiry.
+    pub expired: Vec<MessageRef>,
+    /// Locks that ran out unsettled (each counts as an abandon).
+    pub lock_expired: Vec<MessageRef>,
+    /// Queues on which something became receivable (long polls there should look again).
+    pub woken: Vec<EntityName>,
+}
+
+impl Effects {
+    /// Adds `other` to `self`.
+    pub fn extend(&mut self, other: Effects) {
+        self.dead_lettered.extend(other.dead_lettered);
+        self.expired.extend(other.expired);
+        self.lock_expired.extend(other.lock_expired);
+        self.woken.extend(other.woken);
+    }
+}
+
+/// A message named in logs and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageRef {
+    /// Queue.
+    pub queue: EntityName,
+    /// Message id.
+    pub message_id: String,
+    /// Sequence number.
+    pub sequence: i64,
+    /// Deliveries so far.
+    pub delivery_count: u32,
+}
+
+/// A message that was dead-lettered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLettered {
+    /// The message.
+    pub message: MessageRef,
+    /// The record id.
+    pub dead_letter_id: String,
+    /// Why.
+    pub reason: DeadLetterReason,
+    /// If forwarded to a dead-letter queue, that queue and the new sequence number.
+    pub forwarded_to: Option<(EntityName, i64)>,
+}
+
+/// One settlement in a (batch) settle call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settlement {
+    /// The lock token of the delivery.
+    pub lock_token: String,
+    /// What to do.
+    pub action: SettleAction,
+}
+
+/// A settlement action.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SettleAction {
+    /// Remove the message.
+    Complete,
+    /// Release the lock; visible again after the delay or the queue's backoff.
+    Abandon {
+        /// Delay overriding the backoff.
+        delay_ms: Option<u64>,
+    },
+    /// Set aside; receivable by sequence number only.
+    Defer,
+    /// Move to the dead-letter target.
+    DeadLetter {
+        /// Reason code.
+        reason: String,
+        /// Description.
+        description: Option<String>,
+    },
+    /// Extend the lock.
+    Renew {
+        /// New lock duration from now.
+        lock_ms: u64,
+    },
+}
+
+/// Result of one settlement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    /// Sequence number of the message.
+    pub sequence: i64,
+    /// Its id.
+    pub message_id: String,
+    /// Deliveries so far.
+    pub delivery_count: u32,
+    /// New lock expiry (renew).
+    pub locked_until: Option<Timestamp>,
+    /// Record id (dead-letter, or abandon at max count).
+    pub dead_letter_id: Option<String>,
+}
+
+/// Results of a settle call, one per item in order, plus side effects.
+#[derive(Debug, Default)]
+pub struct SettleOutcome {
+    /// Per item.
+    pub results: Vec<Result<Settled, crate::StoreError>>,
+    /// Side effects.
+    pub effects: Effects,
+}
+
+/// A held session lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionLock {
+    /// The session.
+    pub session_id: String,
+    /// The token that proves it is held.
+    pub lock_token: String,
+    /// When it runs out.
+    pub locked_until: Timestamp,
+}
+
+/// What a sweep did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SweepOutcome {
+    /// Side effects.
+    pub effects: Effects,
+    /// True when `limit` was reached and more is due.
+    pub more: bool,
+}
+
+/// A dead-letter record with its evidence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetterRecord {
+    /// Stable, time-sortable id (`dl_…`).
+    pub id: String,
+    /// The queue whose dead-letter store holds it.
+    pub queue: EntityName,
+    /// The area it is in.
+    pub area: Area,
+    /// Original message id.
+    pub message_id: String,
+    /// Original sequence number on the source queue.
+    pub sequence: i64,
+    /// Session it belonged to (the ordering scope it left).
+    pub session_id: Option<String>,
+    /// The exact bytes.
+    pub body: Vec<u8>,
+    /// Lower-case hex SHA-256 of `body`.
+    pub body_sha256: String,
+    /// MIME type.
+    pub content_type: Option<String>,
+    /// Application properties.
+    pub properties: Properties,
+    /// Correlation id.
+    pub correlation_id: Option<String>,
+    /// Message type.
+    pub message_type: Option<String>,
+    /// Intent.
+    pub intent: Option<String>,
+    /// Valid-until.
+    pub valid_until: Option<Timestamp>,
+    /// Reason code.
+    pub reason: String,
+    /// Description.
+    pub description: Option<String>,
+    /// Deliveries before it was dead-lettered.
+    pub delivery_count: u32,
+    /// Whether that count is exact.
+    pub count_quality: EvidenceQuality,
+    /// First delivery.
+    pub first_delivered_at: Option<Timestamp>,
+    /// Last delivery.
+    pub last_delivered_at: Option<Timestamp>,
+    /// Original enqueue time.
+    pub enqueued_at: Timestamp,
+    /// When it was dead-lettered.
+    pub dead_lettered_at: Timestamp,
+    /// Policy version in force at that moment.
+    pub policy_version: u64,
+    /// Broker (policy) or application.
+    pub route: RouteKind,
+    /// If the message went on to a dead-letter queue: that queue and its sequence there.
+    pub forwarded_to: Option<(EntityName, i64)>,
+    /// Deliveries from the dead-letter store (peek-lock receives of the record).
+    pub dlq_delivery_count: u32,
+    /// Lock expiry while a dead-letter receiver holds it.
+    pub locked_until: Option<Timestamp>,
+}
+
+/// A page request over a dead-letter store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterQuery {
+    /// The queue.
+    pub queue: EntityName,
+    /// The area.
+    pub area: Area,
+    /// Only this reason code.
+    pub reason: Option<String>,
+    /// Dead-lettered at or after.
+    pub from: Option<Timestamp>,
+    /// Dead-lettered before.
+    pub to: Option<Timestamp>,
+    /// Records after this id (the cursor).
+    pub after: Option<String>,
+    /// Page size.
+    pub limit: u32,
+}
+
+/// A locked dead-letter record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetterDelivery {
+    /// The record.
+    pub record: DeadLetterRecord,
+    /// Settles this delivery.
+    pub lock_token: String,
+    /// When the lock runs out.
+    pub locked_until: Timestamp,
+}
