@@ -1,1 +1,130 @@
-//! placeholder
+//! redrive's service layer. Every interface (the native HTTP API, the CLI through it, and
+//! later the SQS endpoint and push delivery) calls these operations; none talks to the
+//! store directly, so the queue rules cannot drift between interfaces.
+//!
+//! The broker validates input into core types, fills defaults (ids, expiry), calls one
+//! store operation, wakes long polls, and turns the store's reported effects into metrics
+//! and logs. It holds no business state of its own: the store is the state.
+//!
+//! # Layout
+//! - [`queues`](Broker::create_queue): queue management.
+//! - `messages`: send, receive with long polling, peek, settle.
+//! - `sessions`: session locks.
+//! - `dead_letters`: the dead-letter store; operations take an [`Actor`].
+//! - `sweeper`: the background sweep of lock expiries and TTLs.
+//! - `metrics`: counters and the Prometheus rendering.
+
+mod clock;
+mod dead_letters;
+mod error;
+mod messages;
+mod metrics;
+mod queues;
+mod sessions;
+mod sweeper;
+mod waiters;
+
+use std::sync::Arc;
+
+pub use clock::SystemClock;
+pub use dead_letters::DeadLetterFilter;
+pub use error::{BrokerError, BrokerResult};
+pub use messages::{MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_WAIT_MS, Outgoing, ReceiveOptions};
+pub use queues::QueueView;
+pub use sweeper::Sweeper;
+
+use redrive_core::Clock;
+use redrive_store::Store;
+use tokio_util::sync::CancellationToken;
+
+/// Who performs an operator action; recorded in logs now and in the audit trail later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor(pub String);
+
+impl Actor {
+    /// An unauthenticated caller of the API.
+    pub fn anonymous() -> Self {
+        Actor("anonymous".to_owned())
+    }
+}
+
+/// The broker: a cheap `Clone` handle.
+#[derive(Clone)]
+pub struct Broker {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    waiters: waiters::Waiters,
+    metrics: metrics::Metrics,
+    shutdown: CancellationToken,
+}
+
+impl Broker {
+    /// A broker over `store`, reading time from `clock`.
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
+        Broker {
+            inner: Arc::new(Inner {
+                store,
+                clock,
+                waiters: waiters::Waiters::default(),
+                metrics: metrics::Metrics::default(),
+                shutdown: CancellationToken::new(),
+            }),
+        }
+    }
+
+    /// The clock the broker reads.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
+    /// The store (for health checks).
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// Ends every long poll now and refuses new ones; used at shutdown.
+    pub fn begin_shutdown(&self) {
+        self.inner.shutdown.cancel();
+    }
+
+    fn now(&self) -> redrive_core::Timestamp {
+        self.inner.clock.now()
+    }
+
+    fn apply_effects(&self, effects: &redrive_store::Effects) {
+        self.inner.metrics.effects(effects);
+        for d in &effects.dead_lettered {
+            tracing::info!(
+                queue = %d.message.queue,
+                message_id = %d.message.message_id,
+                sequence = d.message.sequence,
+                delivery_count = d.message.delivery_count,
+                reason = %d.reason,
+                dead_letter_id = %d.dead_letter_id,
+                "message dead-lettered"
+            );
+            if let Some((q, _)) = &d.forwarded_to {
+                self.inner.waiters.wake(q.as_str());
+            }
+        }
+        for e in &effects.expired {
+            tracing::info!(
+                queue = %e.queue, message_id = %e.message_id, sequence = e.sequence,
+                delivery_count = e.delivery_count, "message expired and removed"
+            );
+        }
+        for e in &effects.lock_expired {
+            tracing::debug!(
+                queue = %e.queue, message_id = %e.message_id, sequence = e.sequence,
+                delivery_count = e.delivery_count, "lock expired"
+            );
+        }
+        for q in &effects.woken {
+            self.inner.waiters.wake(q.as_str());
+        }
+    }
+}

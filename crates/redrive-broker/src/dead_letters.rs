@@ -1,0 +1,170 @@
+//! The dead-letter store of a queue. Operator actions take an [`Actor`]: they are logged
+//! with it now and audited later.
+
+use redrive_core::{Area, EntityName, Timestamp};
+use redrive_store::{DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Enqueued};
+
+use crate::messages::check_lock_ms;
+use crate::metrics::Counter;
+use crate::{Actor, Broker, BrokerError, BrokerResult, MAX_RECEIVE_BATCH};
+
+/// Filters of a dead-letter listing.
+#[derive(Debug, Clone, Default)]
+pub struct DeadLetterFilter {
+    /// Area (default live).
+    pub area: Option<Area>,
+    /// Reason code.
+    pub reason: Option<String>,
+    /// Dead-lettered at or after.
+    pub from: Option<Timestamp>,
+    /// Dead-lettered before.
+    pub to: Option<Timestamp>,
+    /// Cursor from the previous page.
+    pub cursor: Option<String>,
+    /// Page size (1 to 1000, default 100).
+    pub limit: Option<u32>,
+}
+
+impl Broker {
+    /// A page of dead letters and the cursor of the next page.
+    pub async fn list_dead_letters(
+        &self,
+        queue: &str,
+        filter: DeadLetterFilter,
+    ) -> BrokerResult<(Vec<DeadLetterRecord>, Option<String>)> {
+        let name: EntityName = queue.parse()?;
+        let limit = filter.limit.unwrap_or(100);
+        if limit == 0 || limit > MAX_RECEIVE_BATCH {
+            return Err(BrokerError::invalid("limit", "must be between 1 and 1000"));
+        }
+        if let Some(c) = &filter.cursor {
+            if !c.starts_with("dl_") {
+                return Err(BrokerError::invalid(
+                    "cursor",
+                    "not a cursor from a previous page",
+                ));
+            }
+        }
+        // Fails with queue_not_found for an unknown queue rather than an empty page.
+        self.inner.store.get_queue(&name).await?;
+        let records = self
+            .inner
+            .store
+            .list_dead_letters(&DeadLetterQuery {
+                queue: name,
+                area: filter.area.unwrap_or(Area::Live),
+                reason: filter.reason,
+                from: filter.from,
+                to: filter.to,
+                after: filter.cursor,
+                limit,
+            })
+            .await?;
+        let next = (records.len() == limit as usize)
+            .then(|| records.last().map(|r| r.id.clone()))
+            .flatten();
+        Ok((records, next))
+    }
+
+    /// One dead letter, with its payload. A read of a payload is an operator action.
+    pub async fn get_dead_letter(
+        &self,
+        queue: &str,
+        id: &str,
+        actor: &Actor,
+    ) -> BrokerResult<DeadLetterRecord> {
+        let name: EntityName = queue.parse()?;
+        let rec = self.inner.store.get_dead_letter(&name, id).await?;
+        tracing::info!(queue = %name, dead_letter_id = id, actor = %actor.0, "dead letter read");
+        Ok(rec)
+    }
+
+    /// Peek-lock receive from the dead-letter store (Service Bus `$deadletterqueue`).
+    pub async fn receive_dead_letters(
+        &self,
+        queue: &str,
+        max: u32,
+        lock_ms: Option<u64>,
+        actor: &Actor,
+    ) -> BrokerResult<Vec<DeadLetterDelivery>> {
+        let name: EntityName = queue.parse()?;
+        if max == 0 || max > MAX_RECEIVE_BATCH {
+            return Err(BrokerError::invalid(
+                "max_messages",
+                "must be between 1 and 1000",
+            ));
+        }
+        let lock_ms = match lock_ms {
+            Some(l) => check_lock_ms(l)?,
+            None => {
+                self.inner
+                    .store
+                    .get_queue(&name)
+                    .await?
+                    .policy
+                    .lock_duration_ms
+            }
+        };
+        let got = self
+            .inner
+            .store
+            .receive_dead_letters(&name, max, lock_ms, self.now())
+            .await?;
+        tracing::info!(queue = %name, count = got.len(), actor = %actor.0, "dead letters received");
+        Ok(got)
+    }
+
+    /// Completes (removes) or abandons a dead-letter delivery.
+    pub async fn settle_dead_letter(
+        &self,
+        queue: &str,
+        lock_token: &str,
+        complete: bool,
+        actor: &Actor,
+    ) -> BrokerResult<()> {
+        let name: EntityName = queue.parse()?;
+        self.inner
+            .store
+            .settle_dead_letter(&name, lock_token, complete, self.now())
+            .await?;
+        tracing::info!(queue = %name, complete, actor = %actor.0, "dead letter settled");
+        Ok(())
+    }
+
+    /// Sends a live dead letter back to its queue and archives the record.
+    pub async fn resubmit_dead_letter(
+        &self,
+        queue: &str,
+        id: &str,
+        actor: &Actor,
+    ) -> BrokerResult<Enqueued> {
+        let name: EntityName = queue.parse()?;
+        let e = self
+            .inner
+            .store
+            .resubmit_dead_letter(&name, id, self.now())
+            .await?;
+        self.inner
+            .metrics
+            .add(Counter::Resubmitted, name.as_str(), 1);
+        tracing::info!(queue = %name, dead_letter_id = id, message_id = %e.message_id,
+            sequence = e.sequence, actor = %actor.0, "dead letter resubmitted");
+        self.inner.waiters.wake(name.as_str());
+        Ok(e)
+    }
+
+    /// Moves a record to another area.
+    pub async fn move_dead_letter(
+        &self,
+        queue: &str,
+        id: &str,
+        to: Area,
+        actor: &Actor,
+    ) -> BrokerResult<()> {
+        let name: EntityName = queue.parse()?;
+        self.inner.store.move_dead_letter(&name, id, to).await?;
+        tracing::info!(queue = %name, dead_letter_id = id, area = %to, actor = %actor.0,
+            "dead letter moved");
+        Ok(())
+    }
+}

@@ -1,0 +1,54 @@
+//! Errors of broker operations: input the broker refused, or a store error passed on.
+
+use redrive_core::PolicyError;
+use redrive_core::name::NameError;
+use redrive_store::StoreError;
+
+/// A broker operation that did not happen. Refusals change nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BrokerError {
+    /// An entity name breaks the naming rule.
+    #[error(transparent)]
+    InvalidName(#[from] NameError),
+    /// A policy breaks a rule.
+    #[error(transparent)]
+    InvalidPolicy(#[from] PolicyError),
+    /// A request field is out of its range.
+    #[error("invalid `{field}`: {why}")]
+    InvalidRequest {
+        /// The field.
+        field: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A body is larger than the queue's limit.
+    #[error("message body is {size} bytes; queue {queue:?} accepts at most {limit}")]
+    MessageTooLarge {
+        /// The queue.
+        queue: String,
+        /// Body size.
+        size: usize,
+        /// The limit.
+        limit: u32,
+    },
+    /// The broker is shutting down.
+    #[error("the broker is shutting down")]
+    ShuttingDown,
+    /// The store refused or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl BrokerError {
+    /// An out-of-range request field.
+    pub fn invalid(field: impl Into<String>, why: impl Into<String>) -> Self {
+        BrokerError::InvalidRequest {
+            field: field.into(),
+            why: why.into(),
+        }
+    }
+}
+
+/// Result of a broker operation.
+pub type BrokerResult<T> = Result<T, BrokerError>;

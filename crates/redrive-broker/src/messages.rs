@@ -1,0 +1,375 @@
+//! Messages: send, receive with long polling, receive of deferred messages, peek, cancel
+//! of scheduled messages, and settlement.
+
+use std::pin::pin;
+
+use redrive_core::{EntityName, Properties, Timestamp, id, policy};
+use redrive_store::{
+    Delivery, Enqueued, NewMessage, ReceiveParams, SessionRef, SettleAction, SettleOutcome,
+    Settlement, StoredMessage,
+};
+
+use crate::metrics::Counter;
+use crate::{Broker, BrokerError, BrokerResult};
+
+/// Longest long poll, in milliseconds (as SQS and the issue: 20 s).
+pub const MAX_WAIT_MS: u64 = 20_000;
+/// Most messages per receive.
+pub const MAX_RECEIVE_BATCH: u32 = 1_000;
+/// Most messages per send batch.
+pub const MAX_SEND_BATCH: usize = 10_000;
+/// Longest message id, correlation id, session id, type or intent.
+const MAX_ID_LEN: usize = 128;
+
+/// A message to send, as an interface hands it to the broker.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outgoing {
+    /// Client-chosen id; generated when absent.
+    pub message_id: Option<String>,
+    /// Body bytes.
+    pub body: Vec<u8>,
+    /// MIME type.
+    pub content_type: Option<String>,
+    /// Application properties.
+    pub properties: Properties,
+    /// Correlation id.
+    pub correlation_id: Option<String>,
+    /// Session id.
+    pub session_id: Option<String>,
+    /// Message type.
+    pub message_type: Option<String>,
+    /// Intent.
+    pub intent: Option<String>,
+    /// Valid-until.
+    pub valid_until: Option<Timestamp>,
+    /// Scheduled enqueue time.
+    pub scheduled_at: Option<Timestamp>,
+    /// Time to live; the queue's default when absent.
+    pub ttl_ms: Option<u64>,
+}
+
+/// A receive request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReceiveOptions {
+    /// At most this many (1 to [`MAX_RECEIVE_BATCH`]).
+    pub max: u32,
+    /// Lock duration; the queue's when absent.
+    pub lock_ms: Option<u64>,
+    /// Long-poll wait (at most [`MAX_WAIT_MS`]); 0 answers at once.
+    pub wait_ms: u64,
+    /// The session held, on session queues.
+    pub session: Option<SessionRef>,
+}
+
+fn check_id(field: &str, v: &Option<String>) -> BrokerResult<()> {
+    if let Some(s) = v {
+        if s.is_empty() || s.len() > MAX_ID_LEN {
+            return Err(BrokerError::invalid(
+                field,
+                format!("must be 1 to {MAX_ID_LEN} characters"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn check_lock_ms(lock_ms: u64) -> BrokerResult<u64> {
+    if !(policy::MIN_LOCK_MS..=policy::MAX_LOCK_MS).contains(&lock_ms) {
+        return Err(BrokerError::invalid(
+            "lock_duration_ms",
+            "must be between 1000 and 300000 (5 minutes)",
+        ));
+    }
+    Ok(lock_ms)
+}
+
+impl Broker {
+    /// Sends one message or an atomic batch. Each result says whether the message was a
+    /// duplicate inside the queue's detection window.
+    pub async fn send(&self, queue: &str, messages: Vec<Outgoing>) -> BrokerResult<Vec<Enqueued>> {
+        let name: EntityName = queue.parse()?;
+        if messages.is_empty() {
+            return Err(BrokerError::invalid(
+                "messages",
+                "a batch needs at least one message",
+            ));
+        }
+        if messages.len() > MAX_SEND_BATCH {
+            return Err(BrokerError::invalid(
+                "messages",
+                format!("a batch holds at most {MAX_SEND_BATCH} messages"),
+            ));
+        }
+        let record = self.inner.store.get_queue(&name).await?;
+        let policy = &record.policy;
+        let now = self.now();
+        let mut batch = Vec::with_capacity(messages.len());
+        for m in messages {
+            if m.body.len() > policy.max_message_size as usize {
+                return Err(BrokerError::MessageTooLarge {
+                    queue: name.to_string(),
+                    size: m.body.len(),
+                    limit: policy.max_message_size,
+                });
+            }
+            check_id("message_id", &m.message_id)?;
+            check_id("correlation_id", &m.correlation_id)?;
+            check_id("session_id", &m.session_id)?;
+            check_id("type", &m.message_type)?;
+            check_id("intent", &m.intent)?;
+            if policy.requires_session && m.session_id.is_none() {
+                return Err(redrive_store::StoreError::SessionRequired {
+                    queue: name.to_string(),
+                }
+                .into());
+            }
+            if m.ttl_ms == Some(0) {
+                return Err(BrokerError::invalid("time_to_live_ms", "must be positive"));
+            }
+            let ttl = m.ttl_ms.or(policy.default_ttl_ms);
+            let start = m.scheduled_at.map_or(now, |s| s.max(now));
+            batch.push(NewMessage {
+                message_id: m.message_id.unwrap_or_else(id::new_message_id),
+                body: m.body,
+                content_type: m.content_type,
+                properties: m.properties,
+                correlation_id: m.correlation_id,
+                session_id: m.session_id,
+                message_type: m.message_type,
+                intent: m.intent,
+                valid_until: m.valid_until,
+                scheduled_at: m.scheduled_at.filter(|s| *s > now),
+                expires_at: ttl.map(|t| start.plus_millis(i64::try_from(t).unwrap_or(i64::MAX))),
+            });
+        }
+        let results = self.inner.store.enqueue(&name, batch, now).await?;
+        let dups = results.iter().filter(|r| r.duplicate).count() as u64;
+        self.inner
+            .metrics
+            .add(Counter::Sent, name.as_str(), results.len() as u64 - dups);
+        self.inner
+            .metrics
+            .add(Counter::Duplicates, name.as_str(), dups);
+        for r in &results {
+            tracing::debug!(queue = %name, message_id = %r.message_id, sequence = r.sequence,
+                duplicate = r.duplicate, "message sent");
+        }
+        if dups < results.len() as u64 {
+            self.inner.waiters.wake(name.as_str());
+        }
+        Ok(results)
+    }
+
+    /// Peek-lock receive, long-polling up to `wait_ms` for a first message. The wait is
+    /// woken by sends, abandons and sweeps on the queue, and by the clock when a scheduled
+    /// or backed-off message or an expiring lock comes due; it never re-queries in a loop.
+    pub async fn receive(&self, queue: &str, opts: ReceiveOptions) -> BrokerResult<Vec<Delivery>> {
+        let name: EntityName = queue.parse()?;
+        if opts.max == 0 || opts.max > MAX_RECEIVE_BATCH {
+            return Err(BrokerError::invalid(
+                "max_messages",
+                format!("must be between 1 and {MAX_RECEIVE_BATCH}"),
+            ));
+        }
+        if opts.wait_ms > MAX_WAIT_MS {
+            return Err(BrokerError::invalid("wait_ms", "must be at most 20000"));
+        }
+        let lock_ms = match opts.lock_ms {
+            Some(l) => check_lock_ms(l)?,
+            None => {
+                self.inner
+                    .store
+                    .get_queue(&name)
+                    .await?
+                    .policy
+                    .lock_duration_ms
+            }
+        };
+        let deadline = self
+            .now()
+            .plus_millis(i64::try_from(opts.wait_ms).unwrap_or(0));
+        let notify = self.inner.waiters.get(name.as_str());
+        loop {
+            if self.inner.shutdown.is_cancelled() {
+                return Ok(Vec::new());
+            }
+            // Register for wake-ups before looking, so a send between the look and the
+            // wait is not missed.
+            let mut notified = pin!(notify.notified());
+            notified.as_mut().enable();
+            let now = self.now();
+            let outcome = self
+                .inner
+                .store
+                .receive(ReceiveParams {
+                    queue: name.clone(),
+                    max: opts.max,
+                    lock_ms,
+                    now,
+                    session: opts.session.clone(),
+                })
+                .await?;
+            self.apply_effects(&outcome.effects);
+            if !outcome.deliveries.is_empty() {
+                self.delivered(&name, &outcome.deliveries);
+                return Ok(outcome.deliveries);
+            }
+            if now >= deadline {
+                return Ok(Vec::new());
+            }
+            let wake = match self.inner.store.next_wake(&name, now).await? {
+                Some(t) => t.min(deadline),
+                None => deadline,
+            };
+            tokio::select! {
+                () = &mut notified => {}
+                () = self.inner.clock.sleep_until(wake) => {}
+                () = self.inner.shutdown.cancelled() => return Ok(Vec::new()),
+            }
+        }
+    }
+
+    fn delivered(&self, name: &EntityName, deliveries: &[Delivery]) {
+        self.inner
+            .metrics
+            .add(Counter::Received, name.as_str(), deliveries.len() as u64);
+        for d in deliveries {
+            tracing::debug!(queue = %name, message_id = %d.message.message_id,
+                sequence = d.message.sequence, delivery_count = d.message.delivery_count,
+                "message delivered");
+        }
+    }
+
+    /// Receives deferred messages by sequence number.
+    pub async fn receive_deferred(
+        &self,
+        queue: &str,
+        sequences: &[i64],
+        lock_ms: Option<u64>,
+    ) -> BrokerResult<Vec<Delivery>> {
+        let name: EntityName = queue.parse()?;
+        if sequences.is_empty() || sequences.len() > MAX_RECEIVE_BATCH as usize {
+            return Err(BrokerError::invalid(
+                "sequence_numbers",
+                format!("give 1 to {MAX_RECEIVE_BATCH} sequence numbers"),
+            ));
+        }
+        let lock_ms = match lock_ms {
+            Some(l) => check_lock_ms(l)?,
+            None => {
+                self.inner
+                    .store
+                    .get_queue(&name)
+                    .await?
+                    .policy
+                    .lock_duration_ms
+            }
+        };
+        let outcome = self
+            .inner
+            .store
+            .receive_deferred(&name, sequences, lock_ms, self.now())
+            .await?;
+        self.apply_effects(&outcome.effects);
+        self.delivered(&name, &outcome.deliveries);
+        Ok(outcome.deliveries)
+    }
+
+    /// Browses messages from a sequence number without locking them.
+    pub async fn peek(
+        &self,
+        queue: &str,
+        from_sequence: i64,
+        limit: u32,
+    ) -> BrokerResult<Vec<StoredMessage>> {
+        let name: EntityName = queue.parse()?;
+        if limit == 0 || limit > MAX_RECEIVE_BATCH {
+            return Err(BrokerError::invalid(
+                "limit",
+                format!("must be between 1 and {MAX_RECEIVE_BATCH}"),
+            ));
+        }
+        Ok(self.inner.store.peek(&name, from_sequence, limit).await?)
+    }
+
+    /// Cancels a scheduled message.
+    pub async fn cancel_scheduled(&self, queue: &str, sequence: i64) -> BrokerResult<()> {
+        let name: EntityName = queue.parse()?;
+        self.inner
+            .store
+            .cancel_scheduled(&name, sequence, self.now())
+            .await?;
+        tracing::info!(queue = %name, sequence, "scheduled message cancelled");
+        Ok(())
+    }
+
+    /// Settles deliveries, each on its own: a lost lock fails only its item.
+    pub async fn settle(&self, queue: &str, items: Vec<Settlement>) -> BrokerResult<SettleOutcome> {
+        let name: EntityName = queue.parse()?;
+        if items.is_empty() || items.len() > MAX_SEND_BATCH {
+            return Err(BrokerError::invalid(
+                "settlements",
+                format!("give 1 to {MAX_SEND_BATCH} settlements"),
+            ));
+        }
+        for it in &items {
+            match &it.action {
+                SettleAction::Renew { lock_ms } => {
+                    check_lock_ms(*lock_ms)?;
+                }
+                SettleAction::DeadLetter {
+                    reason,
+                    description,
+                } => {
+                    if reason.is_empty() || reason.len() > 256 {
+                        return Err(BrokerError::invalid(
+                            "reason",
+                            "must be 1 to 256 characters",
+                        ));
+                    }
+                    if description.as_ref().is_some_and(|d| d.len() > 4096) {
+                        return Err(BrokerError::invalid(
+                            "description",
+                            "must be at most 4096 characters",
+                        ));
+                    }
+                }
+                SettleAction::Abandon { delay_ms: Some(d) } if *d > policy::MAX_DEDUP_WINDOW_MS => {
+                    return Err(BrokerError::invalid("delay_ms", "must be at most 7 days"));
+                }
+                _ => {}
+            }
+        }
+        let actions: Vec<Counter> = items
+            .iter()
+            .map(|i| match i.action {
+                SettleAction::Complete => Counter::Completed,
+                SettleAction::Abandon { .. } => Counter::Abandoned,
+                SettleAction::Defer => Counter::Deferred,
+                SettleAction::DeadLetter { .. } | SettleAction::Renew { .. } => Counter::Received,
+            })
+            .collect();
+        let outcome = self.inner.store.settle(&name, items, self.now()).await?;
+        let mut wake = false;
+        for (counter, result) in actions.iter().zip(&outcome.results) {
+            if let Ok(s) = result {
+                match counter {
+                    Counter::Completed | Counter::Abandoned | Counter::Deferred => {
+                        self.inner.metrics.add(*counter, name.as_str(), 1);
+                    }
+                    _ => {}
+                }
+                if *counter == Counter::Abandoned {
+                    wake = true;
+                }
+                tracing::debug!(queue = %name, message_id = %s.message_id, sequence = s.sequence,
+                    delivery_count = s.delivery_count, action = ?counter, "message settled");
+            }
+        }
+        self.apply_effects(&outcome.effects);
+        if wake {
+            self.inner.waiters.wake(name.as_str());
+        }
+        Ok(outcome)
+    }
+}

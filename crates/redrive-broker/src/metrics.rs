@@ -1,0 +1,195 @@
+//! Counters behind `/metrics`, kept per queue (and per reason for dead letters). Gauges
+//! (live counts) are read from the store at scrape time, so nothing here grows with the
+//! number of messages.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+
+use redrive_store::{Effects, QueueCounts};
+
+/// A counter name and its help text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Counter {
+    Sent,
+    Duplicates,
+    Received,
+    Completed,
+    Abandoned,
+    Deferred,
+    DeadLettered,
+    Expired,
+    LockExpired,
+    Resubmitted,
+}
+
+impl Counter {
+    fn name(self) -> &'static str {
+        match self {
+            Counter::Sent => "redrive_messages_sent_total",
+            Counter::Duplicates => "redrive_messages_duplicate_total",
+            Counter::Received => "redrive_messages_received_total",
+            Counter::Completed => "redrive_messages_completed_total",
+            Counter::Abandoned => "redrive_messages_abandoned_total",
+            Counter::Deferred => "redrive_messages_deferred_total",
+            Counter::DeadLettered => "redrive_messages_dead_lettered_total",
+            Counter::Expired => "redrive_messages_expired_total",
+            Counter::LockExpired => "redrive_locks_expired_total",
+            Counter::Resubmitted => "redrive_dead_letters_resubmitted_total",
+        }
+    }
+
+    fn help(self) -> &'static str {
+        match self {
+            Counter::Sent => "Messages stored by send.",
+            Counter::Duplicates => "Sends accepted but not stored: duplicate id inside the window.",
+            Counter::Received => "Deliveries (peek-lock receives) of messages.",
+            Counter::Completed => "Messages completed.",
+            Counter::Abandoned => "Deliveries abandoned by receivers.",
+            Counter::Deferred => "Messages deferred.",
+            Counter::DeadLettered => "Messages dead-lettered, by reason.",
+            Counter::Expired => "Messages removed on expiry without dead-lettering.",
+            Counter::LockExpired => "Locks that ran out unsettled (counted as abandons).",
+            Counter::Resubmitted => "Dead letters resubmitted to their queue.",
+        }
+    }
+
+    const ALL: [Counter; 10] = [
+        Counter::Sent,
+        Counter::Duplicates,
+        Counter::Received,
+        Counter::Completed,
+        Counter::Abandoned,
+        Counter::Deferred,
+        Counter::DeadLettered,
+        Counter::Expired,
+        Counter::LockExpired,
+        Counter::Resubmitted,
+    ];
+}
+
+/// Counters keyed by (counter, queue, reason).
+#[derive(Default)]
+pub(crate) struct Metrics {
+    counters: Mutex<BTreeMap<(Counter, String, String), u64>>,
+}
+
+impl Metrics {
+    pub(crate) fn add(&self, counter: Counter, queue: &str, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let mut c = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        *c.entry((counter, queue.to_owned(), String::new()))
+            .or_insert(0) += n;
+    }
+
+    pub(crate) fn effects(&self, effects: &Effects) {
+        if effects.dead_lettered.is_empty()
+            && effects.expired.is_empty()
+            && effects.lock_expired.is_empty()
+        {
+            return;
+        }
+        let mut c = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        for d in &effects.dead_lettered {
+            let key = (
+                Counter::DeadLettered,
+                d.message.queue.to_string(),
+                d.reason.as_str().to_owned(),
+            );
+            *c.entry(key).or_insert(0) += 1;
+        }
+        for e in &effects.expired {
+            *c.entry((Counter::Expired, e.queue.to_string(), String::new()))
+                .or_insert(0) += 1;
+        }
+        for e in &effects.lock_expired {
+            *c.entry((Counter::LockExpired, e.queue.to_string(), String::new()))
+                .or_insert(0) += 1;
+        }
+    }
+
+    pub(crate) fn forget_queue(&self, queue: &str) {
+        let mut c = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        c.retain(|(_, q, _), _| q != queue);
+    }
+
+    /// Prometheus text exposition of the counters and the given gauges.
+    pub(crate) fn render(&self, gauges: &[(String, QueueCounts, Option<u64>)]) -> String {
+        let mut out = String::with_capacity(4096);
+        let counters = self
+            .counters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for counter in Counter::ALL {
+            let _ = writeln!(out, "# HELP {} {}", counter.name(), counter.help());
+            let _ = writeln!(out, "# TYPE {} counter", counter.name());
+            for ((c, q, r), v) in &counters {
+                if *c != counter {
+                    continue;
+                }
+                if r.is_empty() {
+                    let _ = writeln!(out, "{}{{queue=\"{}\"}} {v}", c.name(), escape(q));
+                } else {
+                    let _ = writeln!(
+                        out,
+                        "{}{{queue=\"{}\",reason=\"{}\"}} {v}",
+                        c.name(),
+                        escape(q),
+                        escape(r)
+                    );
+                }
+            }
+        }
+        let gauge_defs: [(&str, &str, fn(&QueueCounts) -> u64); 5] = [
+            (
+                "redrive_queue_active_messages",
+                "Messages visible now.",
+                |c| c.active,
+            ),
+            (
+                "redrive_queue_scheduled_messages",
+                "Messages visible later (scheduled or in backoff).",
+                |c| c.scheduled,
+            ),
+            (
+                "redrive_queue_locked_messages",
+                "Messages locked by receivers.",
+                |c| c.locked,
+            ),
+            (
+                "redrive_queue_deferred_messages",
+                "Deferred messages.",
+                |c| c.deferred,
+            ),
+            (
+                "redrive_queue_dead_lettered_messages",
+                "Live records in the dead-letter store.",
+                |c| c.dead_lettered,
+            ),
+        ];
+        for (name, help, f) in gauge_defs {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} gauge");
+            for (q, counts, _) in gauges {
+                let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", escape(q), f(counts));
+            }
+        }
+        let name = "redrive_queue_oldest_message_age_seconds";
+        let _ = writeln!(out, "# HELP {name} Age of the oldest message on the queue.");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        for (q, _, age_ms) in gauges {
+            let secs = age_ms.unwrap_or(0) / 1000;
+            let _ = writeln!(out, "{name}{{queue=\"{}\"}} {secs}", escape(q));
+        }
+        out
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}

@@ -1,0 +1,133 @@
+//! Queue management.
+
+use redrive_core::{EntityName, QueuePolicy};
+use redrive_store::{QueueCounts, QueueRecord};
+
+use crate::{Broker, BrokerError, BrokerResult};
+
+/// A queue with its live counts.
+#[derive(Debug, Clone)]
+pub struct QueueView {
+    /// The stored queue.
+    pub record: QueueRecord,
+    /// Counts at the time of the read.
+    pub counts: QueueCounts,
+    /// Age of the oldest message in milliseconds.
+    pub oldest_age_ms: Option<u64>,
+}
+
+impl Broker {
+    /// Creates a queue. The policy is validated; a dead-letter queue must exist and not be
+    /// the queue itself.
+    pub async fn create_queue(&self, name: &str, policy: QueuePolicy) -> BrokerResult<QueueRecord> {
+        let name: EntityName = name.parse()?;
+        self.check_policy(&name, &policy).await?;
+        let rec = self
+            .inner
+            .store
+            .create_queue(&name, &policy, self.now())
+            .await?;
+        tracing::info!(queue = %name, "queue created");
+        Ok(rec)
+    }
+
+    /// Replaces a queue's policy (bumping its version).
+    pub async fn update_queue(
+        &self,
+        name: &str,
+        policy: QueuePolicy,
+        expected_version: Option<u64>,
+    ) -> BrokerResult<QueueRecord> {
+        let name: EntityName = name.parse()?;
+        self.check_policy(&name, &policy).await?;
+        let rec = self
+            .inner
+            .store
+            .update_queue(&name, &policy, expected_version, self.now())
+            .await?;
+        tracing::info!(queue = %name, policy_version = rec.policy_version, "queue policy updated");
+        // A shorter backoff or a new policy may make messages receivable sooner.
+        self.inner.waiters.wake(name.as_str());
+        Ok(rec)
+    }
+
+    async fn check_policy(&self, name: &EntityName, policy: &QueuePolicy) -> BrokerResult<()> {
+        policy.validate()?;
+        if let Some(target) = &policy.dead_letter_queue {
+            if target == name {
+                return Err(BrokerError::invalid(
+                    "dead_letter_queue",
+                    "a queue cannot be its own dead-letter queue",
+                ));
+            }
+            match self.inner.store.get_queue(target).await {
+                Ok(_) => {}
+                Err(redrive_store::StoreError::QueueNotFound { .. }) => {
+                    return Err(BrokerError::invalid(
+                        "dead_letter_queue",
+                        format!("queue {target:?} does not exist"),
+                    ));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// One queue with its counts.
+    pub async fn get_queue(&self, name: &str) -> BrokerResult<QueueView> {
+        let name: EntityName = name.parse()?;
+        let record = self.inner.store.get_queue(&name).await?;
+        self.view(record).await
+    }
+
+    /// The stored policy of a queue.
+    pub async fn queue_record(&self, name: &str) -> BrokerResult<QueueRecord> {
+        let name: EntityName = name.parse()?;
+        Ok(self.inner.store.get_queue(&name).await?)
+    }
+
+    async fn view(&self, record: QueueRecord) -> BrokerResult<QueueView> {
+        let now = self.now();
+        let counts = self.inner.store.queue_counts(&record.name, now).await?;
+        let oldest_age_ms = counts
+            .oldest_enqueued_at
+            .map(|t| u64::try_from(now.since(t).as_millis()).unwrap_or(u64::MAX));
+        Ok(QueueView {
+            record,
+            counts,
+            oldest_age_ms,
+        })
+    }
+
+    /// Every queue with its counts.
+    pub async fn list_queues(&self) -> BrokerResult<Vec<QueueView>> {
+        let records = self.inner.store.list_queues().await?;
+        let mut out = Vec::with_capacity(records.len());
+        for r in records {
+            out.push(self.view(r).await?);
+        }
+        Ok(out)
+    }
+
+    /// Deletes a queue; without `force` only when it holds no messages or live dead
+    /// letters.
+    pub async fn delete_queue(&self, name: &str, force: bool) -> BrokerResult<()> {
+        let name: EntityName = name.parse()?;
+        self.inner.store.delete_queue(&name, force).await?;
+        self.inner.waiters.forget(name.as_str());
+        self.inner.metrics.forget_queue(name.as_str());
+        tracing::info!(queue = %name, force, "queue deleted");
+        Ok(())
+    }
+
+    /// Prometheus text for `/metrics`.
+    pub async fn render_metrics(&self) -> BrokerResult<String> {
+        let views = self.list_queues().await?;
+        let gauges: Vec<_> = views
+            .into_iter()
+            .map(|v| (v.record.name.to_string(), v.counts, v.oldest_age_ms))
+            .collect();
+        Ok(self.inner.metrics.render(&gauges))
+    }
+}

@@ -1,0 +1,108 @@
+//! Session locks: one receiver holds a session at a time.
+
+use std::pin::pin;
+
+use redrive_core::EntityName;
+use redrive_store::SessionLock;
+
+use crate::messages::check_lock_ms;
+use crate::{Broker, BrokerError, BrokerResult, MAX_WAIT_MS};
+
+impl Broker {
+    /// Locks a session: the named one, or the next with a visible message. Waits up to
+    /// `wait_ms` for one to become available; `None` when none did.
+    pub async fn accept_session(
+        &self,
+        queue: &str,
+        session_id: Option<&str>,
+        lock_ms: Option<u64>,
+        wait_ms: u64,
+    ) -> BrokerResult<Option<SessionLock>> {
+        let name: EntityName = queue.parse()?;
+        if wait_ms > MAX_WAIT_MS {
+            return Err(BrokerError::invalid("wait_ms", "must be at most 20000"));
+        }
+        let record = self.inner.store.get_queue(&name).await?;
+        if !record.policy.requires_session {
+            return Err(redrive_store::StoreError::SessionNotAllowed {
+                queue: name.to_string(),
+            }
+            .into());
+        }
+        let lock_ms = match lock_ms {
+            Some(l) => check_lock_ms(l)?,
+            None => record.policy.lock_duration_ms,
+        };
+        let deadline = self.now().plus_millis(i64::try_from(wait_ms).unwrap_or(0));
+        let notify = self.inner.waiters.get(name.as_str());
+        loop {
+            let mut notified = pin!(notify.notified());
+            notified.as_mut().enable();
+            let now = self.now();
+            if let Some(lock) = self
+                .inner
+                .store
+                .accept_session(&name, session_id, lock_ms, now)
+                .await?
+            {
+                tracing::debug!(queue = %name, session_id = %lock.session_id, "session accepted");
+                return Ok(Some(lock));
+            }
+            if now >= deadline || self.inner.shutdown.is_cancelled() {
+                return Ok(None);
+            }
+            let wake = match self.inner.store.next_wake(&name, now).await? {
+                Some(t) => t.min(deadline),
+                None => deadline,
+            };
+            tokio::select! {
+                () = &mut notified => {}
+                () = self.inner.clock.sleep_until(wake) => {}
+                () = self.inner.shutdown.cancelled() => return Ok(None),
+            }
+        }
+    }
+
+    /// Extends a session lock.
+    pub async fn renew_session(
+        &self,
+        queue: &str,
+        session_id: &str,
+        lock_token: &str,
+        lock_ms: Option<u64>,
+    ) -> BrokerResult<SessionLock> {
+        let name: EntityName = queue.parse()?;
+        let lock_ms = match lock_ms {
+            Some(l) => check_lock_ms(l)?,
+            None => {
+                self.inner
+                    .store
+                    .get_queue(&name)
+                    .await?
+                    .policy
+                    .lock_duration_ms
+            }
+        };
+        Ok(self
+            .inner
+            .store
+            .renew_session(&name, session_id, lock_token, lock_ms, self.now())
+            .await?)
+    }
+
+    /// Releases a session lock so another receiver can take the session.
+    pub async fn release_session(
+        &self,
+        queue: &str,
+        session_id: &str,
+        lock_token: &str,
+    ) -> BrokerResult<()> {
+        let name: EntityName = queue.parse()?;
+        self.inner
+            .store
+            .release_session(&name, session_id, lock_token, self.now())
+            .await?;
+        self.inner.waiters.wake(name.as_str());
+        Ok(())
+    }
+}

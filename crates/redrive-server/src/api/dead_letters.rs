@@ -1,0 +1,150 @@
+//! `/v1/queues/{name}/dead-letters`: list (filters, cursor), show, peek-lock receive and
+//! settle, resubmit, move between areas.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use redrive_api::ErrorCode;
+use redrive_api::dead_letter::{
+    DeadLetter, DeadLetterAction, DeadLetterPage, MoveDeadLetter, ReceiveDeadLetters,
+    SettleDeadLetter,
+};
+use redrive_api::message::SendResult;
+use redrive_broker::{Actor, DeadLetterFilter};
+use redrive_core::Area;
+use serde::Deserialize;
+
+use crate::AppState;
+use crate::error::{ApiError, ApiJson, ApiQuery};
+use crate::wire::{dead_letter_out, time_in};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    area: Option<String>,
+    reason: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    cursor: Option<String>,
+    limit: Option<u32>,
+}
+
+fn area(s: &str) -> Result<Area, ApiError> {
+    s.parse().map_err(|_| {
+        ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("area {s:?} is not one of live, archived, quarantine"),
+        )
+    })
+}
+
+async fn list(
+    State(s): State<AppState>,
+    Path(queue): Path<String>,
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> Result<Json<DeadLetterPage>, ApiError> {
+    let filter = DeadLetterFilter {
+        area: q.area.as_deref().map(area).transpose()?,
+        reason: q.reason,
+        from: time_in("from", q.from)?,
+        to: time_in("to", q.to)?,
+        cursor: q.cursor,
+        limit: q.limit,
+    };
+    let (records, next) = s.broker.list_dead_letters(&queue, filter).await?;
+    Ok(Json(DeadLetterPage {
+        dead_letters: records.iter().map(|r| dead_letter_out(r, None)).collect(),
+        next_cursor: next,
+    }))
+}
+
+async fn show(
+    State(s): State<AppState>,
+    Path((queue, id)): Path<(String, String)>,
+) -> Result<Json<DeadLetter>, ApiError> {
+    let r = s
+        .broker
+        .get_dead_letter(&queue, &id, &Actor::anonymous())
+        .await?;
+    Ok(Json(dead_letter_out(&r, None)))
+}
+
+async fn receive(
+    State(s): State<AppState>,
+    Path(queue): Path<String>,
+    ApiJson(req): ApiJson<ReceiveDeadLetters>,
+) -> Result<Json<DeadLetterPage>, ApiError> {
+    let got = s
+        .broker
+        .receive_dead_letters(
+            &queue,
+            req.max_messages.unwrap_or(1),
+            req.lock_duration_ms,
+            &Actor::anonymous(),
+        )
+        .await?;
+    Ok(Json(DeadLetterPage {
+        dead_letters: got
+            .iter()
+            .map(|d| dead_letter_out(&d.record, Some((&d.lock_token, d.locked_until))))
+            .collect(),
+        next_cursor: None,
+    }))
+}
+
+async fn settle(
+    State(s): State<AppState>,
+    Path(queue): Path<String>,
+    ApiJson(req): ApiJson<SettleDeadLetter>,
+) -> Result<StatusCode, ApiError> {
+    let complete = req.action == DeadLetterAction::Complete;
+    s.broker
+        .settle_dead_letter(&queue, &req.lock_token, complete, &Actor::anonymous())
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn resubmit(
+    State(s): State<AppState>,
+    Path((queue, id)): Path<(String, String)>,
+) -> Result<impl IntoResponse, ApiError> {
+    let e = s
+        .broker
+        .resubmit_dead_letter(&queue, &id, &Actor::anonymous())
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(SendResult {
+            message_id: e.message_id,
+            sequence_number: e.sequence,
+            duplicate: e.duplicate,
+        }),
+    ))
+}
+
+async fn move_to(
+    State(s): State<AppState>,
+    Path((queue, id)): Path<(String, String)>,
+    ApiJson(req): ApiJson<MoveDeadLetter>,
+) -> Result<StatusCode, ApiError> {
+    let to = area(&req.area)?;
+    s.broker
+        .move_dead_letter(&queue, &id, to, &Actor::anonymous())
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/queues/{name}/dead-letters", get(list))
+        .route("/v1/queues/{name}/dead-letters/receive", post(receive))
+        .route("/v1/queues/{name}/dead-letters/settle", post(settle))
+        .route("/v1/queues/{name}/dead-letters/{id}", get(show))
+        .route(
+            "/v1/queues/{name}/dead-letters/{id}/resubmit",
+            post(resubmit),
+        )
+        .route("/v1/queues/{name}/dead-letters/{id}/move", post(move_to))
+}

@@ -1,0 +1,234 @@
+//! `/v1/queues/{name}/messages`, `/receive`, `/settle`: send, peek, receive (peek-lock with
+//! long polling), receive of deferred messages, cancel of scheduled messages, settlement.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use redrive_api::ErrorCode;
+use redrive_api::message::{
+    MessageList, ReceiveDeferred, ReceiveRequest, SendRequest, SendResponse, SendResult, Settle,
+    SettleKind, SettleRequest, SettleResponse, SettleResult,
+};
+use redrive_broker::{BrokerError, ReceiveOptions};
+use redrive_store::{SessionRef, SettleAction, Settlement};
+use serde::Deserialize;
+
+use crate::AppState;
+use crate::error::{ApiError, ApiJson, ApiQuery, problem_for};
+use crate::wire::{message_out, outgoing};
+
+async fn send(
+    State(s): State<AppState>,
+    Path(queue): Path<String>,
+    ApiJson(req): ApiJson<SendRequest>,
+) -> Result<impl IntoResponse, ApiError> {
+    let msgs = match req {
+        SendRequest::Batch { messages } => messages,
+        SendRequest::One(m) => vec![*m],
+    };
+    let mut out = Vec::with_capacity(msgs.len());
+    for m in msgs {
+        out.push(outgoing(m)?);
+    }
+    let results = s.broker.send(&queue, out).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(SendResponse {
+            results: results
+                .into_iter()
+                .map(|r| SendResult {
+                    message_id: r.message_id,
+                    sequence_number: r.sequence,
+                    duplicate: r.duplicate,
+                })
+                .collect(),
+        }),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PeekQuery {
+    #[serde(default)]
+    from_sequence: Option<i64>,
+    #[serde(default)]
+    limit: Option<u32>,
+}
+
+async fn peek(
+    State(s): State<AppState>,
+    Path(queue): Path<String>,
+    ApiQuery(q): ApiQuery<PeekQuery>,
+) -> Result<Json<MessageList>, ApiError> {
+    let msgs = s
+        .broker
+        .peek(&queue, q.from_sequence.unwrap_or(1), q.limit.unwrap_or(10))
+        .await?;
+    Ok(Json(MessageList {
+        messages: msgs.iter().map(|m| message_out(m, None)).collect(),
+    }))
+}
+
+async fn receive(
+    State(s): State<AppState>,
+    Path(queue): Path<String>,
+    ApiJson(req): ApiJson<ReceiveRequest>,
+) -> Result<Json<MessageList>, ApiError> {
+    let session = match (req.session_id, req.session_lock_token) {
+        (Some(session_id), Some(lock_token)) => Some(SessionRef {
+            session_id,
+            lock_token,
+        }),
+        (None, None) => None,
+        _ => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                "`session_id` and `session_lock_token` go together (accept the session first)",
+            ));
+        }
+    };
+    let deliveries = s
+        .broker
+        .receive(
+            &queue,
+            ReceiveOptions {
+                max: req.max_messages.unwrap_or(1),
+                lock_ms: req.lock_duration_ms,
+                wait_ms: req.wait_ms.unwrap_or(0),
+                session,
+            },
+        )
+        .await?;
+    Ok(Json(MessageList {
+        messages: deliveries
+            .iter()
+            .map(|d| message_out(&d.message, Some((&d.lock_token, d.locked_until))))
+            .collect(),
+    }))
+}
+
+async fn receive_deferred(
+    State(s): State<AppState>,
+    Path(queue): Path<String>,
+    ApiJson(req): ApiJson<ReceiveDeferred>,
+) -> Result<Json<MessageList>, ApiError> {
+    let deliveries = s
+        .broker
+        .receive_deferred(&queue, &req.sequence_numbers, req.lock_duration_ms)
+        .await?;
+    Ok(Json(MessageList {
+        messages: deliveries
+            .iter()
+            .map(|d| message_out(&d.message, Some((&d.lock_token, d.locked_until))))
+            .collect(),
+    }))
+}
+
+async fn cancel_scheduled(
+    State(s): State<AppState>,
+    Path((queue, seq)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let seq: i64 = seq.parse().map_err(|_| {
+        ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("sequence number {seq:?} is not a number"),
+        )
+    })?;
+    s.broker.cancel_scheduled(&queue, seq).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+fn settlement(s: Settle, default_lock_ms: u64) -> Result<Settlement, ApiError> {
+    let action = match s.action {
+        SettleKind::Complete => SettleAction::Complete,
+        SettleKind::Abandon => SettleAction::Abandon {
+            delay_ms: s.delay_ms,
+        },
+        SettleKind::Defer => SettleAction::Defer,
+        SettleKind::DeadLetter => SettleAction::DeadLetter {
+            reason: s.reason.ok_or_else(|| {
+                ApiError::new(ErrorCode::InvalidRequest, "dead_letter needs a `reason`")
+            })?,
+            description: s.description,
+        },
+        SettleKind::Renew => SettleAction::Renew {
+            lock_ms: s.lock_duration_ms.unwrap_or(default_lock_ms),
+        },
+    };
+    Ok(Settlement {
+        lock_token: s.lock_token,
+        action,
+    })
+}
+
+async fn settle(
+    State(s): State<AppState>,
+    Path(queue): Path<String>,
+    ApiJson(req): ApiJson<SettleRequest>,
+) -> Result<Response, ApiError> {
+    let (items, batch) = match req {
+        SettleRequest::Batch { settlements } => (settlements, true),
+        SettleRequest::One(one) => (vec![one], false),
+    };
+    let needs_default = items
+        .iter()
+        .any(|i| i.action == SettleKind::Renew && i.lock_duration_ms.is_none());
+    let default_lock_ms = if needs_default {
+        s.broker.queue_record(&queue).await?.policy.lock_duration_ms
+    } else {
+        0
+    };
+    let mut settlements = Vec::with_capacity(items.len());
+    for i in items {
+        settlements.push(settlement(i, default_lock_ms)?);
+    }
+    let tokens: Vec<String> = settlements.iter().map(|s| s.lock_token.clone()).collect();
+    let outcome = s.broker.settle(&queue, settlements).await?;
+    let mut results = Vec::with_capacity(tokens.len());
+    for (token, r) in tokens.into_iter().zip(outcome.results) {
+        results.push(match r {
+            Ok(st) => SettleResult {
+                lock_token: token,
+                sequence_number: Some(st.sequence),
+                locked_until: st.locked_until.map(|t| t.to_rfc3339()),
+                dead_letter_id: st.dead_letter_id,
+                error: None,
+            },
+            Err(e) => {
+                let p = problem_for(&BrokerError::Store(e));
+                if !batch {
+                    return Err(ApiError(p));
+                }
+                SettleResult {
+                    lock_token: token,
+                    sequence_number: None,
+                    locked_until: None,
+                    dead_letter_id: None,
+                    error: Some(p),
+                }
+            }
+        });
+    }
+    if batch {
+        Ok(Json(SettleResponse { results }).into_response())
+    } else {
+        Ok(Json(results.remove(0)).into_response())
+    }
+}
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/queues/{name}/messages", get(peek).post(send))
+        .route(
+            "/v1/queues/{name}/messages/scheduled/{seq}",
+            delete(cancel_scheduled),
+        )
+        .route(
+            "/v1/queues/{name}/messages/deferred/receive",
+            post(receive_deferred),
+        )
+        .route("/v1/queues/{name}/receive", post(receive))
+        .route("/v1/queues/{name}/settle", post(settle))
+}

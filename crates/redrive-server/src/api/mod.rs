@@ -1,0 +1,7 @@
+//! The native API, one file per resource; each ends with its `router()`.
+
+pub(crate) mod dead_letters;
+pub(crate) mod messages;
+pub(crate) mod ops;
+pub(crate) mod queues;
+pub(crate) mod sessions;

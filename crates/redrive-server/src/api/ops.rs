@@ -1,0 +1,27 @@
+//! Operations endpoints: `/metrics` (Prometheus text) and `/healthz`.
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+
+use crate::AppState;
+use crate::error::ApiError;
+
+async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, ApiError> {
+    let text = s.broker.render_metrics().await?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text))
+}
+
+async fn healthz(State(s): State<AppState>) -> Result<impl IntoResponse, ApiError> {
+    // A read through the store proves it answers.
+    s.broker.list_queues().await?;
+    Ok(Json(serde_json::json!({"status": "ok"})))
+}
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+}

@@ -1,0 +1,138 @@
+//! `/v1/queues`: create, list, show, update (JSON merge patch of the policy), delete.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use redrive_api::ErrorCode;
+use redrive_api::queue::{CreateQueue, QueueList, QueuePolicy};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::AppState;
+use crate::error::{ApiError, ApiJson, ApiQuery};
+use crate::wire::queue_out;
+
+async fn create(
+    State(s): State<AppState>,
+    ApiJson(req): ApiJson<CreateQueue>,
+) -> Result<impl IntoResponse, ApiError> {
+    let rec = s.broker.create_queue(&req.name, req.policy).await?;
+    let view = s.broker.get_queue(rec.name.as_str()).await?;
+    Ok((StatusCode::CREATED, Json(queue_out(&view))))
+}
+
+async fn list(State(s): State<AppState>) -> Result<Json<QueueList>, ApiError> {
+    let views = s.broker.list_queues().await?;
+    Ok(Json(QueueList {
+        queues: views.iter().map(queue_out).collect(),
+    }))
+}
+
+async fn show(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let view = s.broker.get_queue(&name).await?;
+    Ok(Json(queue_out(&view)))
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge(target: &mut Value, patch: Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = Value::Object(serde_json::Map::new());
+            }
+            if let Value::Object(t) = target {
+                for (k, v) in p {
+                    if v.is_null() {
+                        t.remove(&k);
+                    } else {
+                        merge(t.entry(k).or_insert(Value::Null), v);
+                    }
+                }
+            }
+        }
+        other => *target = other,
+    }
+}
+
+async fn update(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<impl IntoResponse, ApiError> {
+    let Value::Object(mut obj) = body else {
+        return Err(ApiError::new(
+            ErrorCode::MalformedBody,
+            "expected a JSON object (a merge patch of the policy)",
+        ));
+    };
+    let (patch, expected) = if obj.contains_key("policy") {
+        let expected = match obj.remove("expected_version") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.as_u64().ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    "`expected_version` must be a whole number",
+                )
+            })?),
+        };
+        let patch = obj.remove("policy").unwrap_or(Value::Null);
+        if let Some(k) = obj.keys().next() {
+            return Err(ApiError::new(
+                ErrorCode::MalformedBody,
+                format!("unknown field `{k}`"),
+            ));
+        }
+        (patch, expected)
+    } else {
+        (Value::Object(obj), None)
+    };
+    let current = s.broker.queue_record(&name).await?;
+    let mut doc = serde_json::to_value(&current.policy)
+        .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
+    merge(&mut doc, patch);
+    let policy: QueuePolicy = serde_json::from_value(doc)
+        .map_err(|e| ApiError::new(ErrorCode::InvalidPolicy, format!("invalid policy: {e}")))?;
+    s.broker.update_queue(&name, policy, expected).await?;
+    let view = s.broker.get_queue(&name).await?;
+    Ok(Json(queue_out(&view)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteQuery {
+    #[serde(default)]
+    force: bool,
+}
+
+async fn delete(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    ApiQuery(q): ApiQuery<DeleteQuery>,
+) -> Result<StatusCode, ApiError> {
+    s.broker.delete_queue(&name, q.force).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/queues", get(list).post(create))
+        .route("/v1/queues/{name}", get(show).patch(update).delete(delete))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge;
+    use serde_json::json;
+
+    #[test]
+    fn merge_patch_follows_rfc_7386() {
+        let mut doc = json!({"a": 1, "b": {"c": 2, "d": 3}});
+        merge(&mut doc, json!({"a": null, "b": {"c": 5}, "e": [1]}));
+        assert_eq!(doc, json!({"b": {"c": 5, "d": 3}, "e": [1]}));
+    }
+}

@@ -1,0 +1,194 @@
+//! The one API error type at the HTTP edge: every failure becomes an RFC 9457
+//! `application/problem+json` response with a stable code. Client faults say exactly what
+//! was wrong; server faults are logged in full and answered with a generic body.
+//!
+//! Also holds the request extractors whose rejections use the same format, so malformed
+//! input gets a problem document too.
+
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use redrive_api::problem::PROBLEM_JSON;
+use redrive_api::{ErrorCode, Problem};
+use redrive_broker::BrokerError;
+use redrive_store::StoreError;
+use serde::de::DeserializeOwned;
+
+/// An error response.
+#[derive(Debug)]
+pub struct ApiError(pub Problem);
+
+impl ApiError {
+    /// A problem with `code` and a detail.
+    pub fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
+        ApiError(Problem::new(code, detail))
+    }
+}
+
+impl From<Problem> for ApiError {
+    fn from(p: Problem) -> Self {
+        ApiError(p)
+    }
+}
+
+/// The problem document for a broker error. Shared by single and batch responses.
+pub fn problem_for(e: &BrokerError) -> Problem {
+    use ErrorCode as C;
+    match e {
+        BrokerError::InvalidName(n) => Problem::new(C::InvalidName, n.to_string()),
+        BrokerError::InvalidPolicy(p) => {
+            Problem::new(C::InvalidPolicy, p.to_string()).with("field", p.field)
+        }
+        BrokerError::InvalidRequest { field, why } => {
+            Problem::new(C::InvalidRequest, format!("invalid `{field}`: {why}"))
+                .with("field", field.as_str())
+        }
+        BrokerError::MessageTooLarge { size, limit, .. } => {
+            Problem::new(C::MessageTooLarge, e.to_string())
+                .with("size", *size)
+                .with("limit", *limit)
+        }
+        BrokerError::ShuttingDown => Problem::new(C::ShuttingDown, e.to_string()),
+        BrokerError::Store(s) => problem_for_store(s),
+        _ => internal(e),
+    }
+}
+
+fn problem_for_store(e: &StoreError) -> Problem {
+    use ErrorCode as C;
+    let code = match e {
+        StoreError::QueueNotFound { .. } => C::QueueNotFound,
+        StoreError::QueueExists { .. } => C::QueueExists,
+        StoreError::QueueNotEmpty {
+            messages,
+            dead_letters,
+            ..
+        } => {
+            return Problem::new(
+                C::QueueNotEmpty,
+                format!("{e}; delete with force=true to remove them"),
+            )
+            .with("messages", *messages)
+            .with("dead_letters", *dead_letters);
+        }
+        StoreError::VersionConflict { expected, actual } => {
+            return Problem::new(C::VersionConflict, e.to_string())
+                .with("expected_version", *expected)
+                .with("actual_version", *actual);
+        }
+        StoreError::MessageNotFound { .. } => C::MessageNotFound,
+        StoreError::LockLost => C::LockLost,
+        StoreError::SessionRequired { .. } => C::SessionRequired,
+        StoreError::SessionNotAllowed { .. } => C::SessionNotAllowed,
+        StoreError::SessionLocked { .. } => C::SessionLocked,
+        StoreError::SessionLockLost => C::SessionLockLost,
+        StoreError::DeadLetterNotFound { .. } => C::DeadLetterNotFound,
+        StoreError::DeadLetterTargetMissing { .. } => C::DeadLetterTargetMissing,
+        StoreError::Unavailable { .. } => {
+            tracing::warn!(error = %e, "storage unavailable");
+            return Problem::new(C::Unavailable, "storage is temporarily unavailable; retry");
+        }
+        StoreError::Poisoned => {
+            tracing::error!(error = %e, "storage poisoned");
+            return Problem::new(
+                C::Unavailable,
+                "storage stopped accepting writes after a failed commit; the server needs a restart",
+            );
+        }
+        _ => return internal(e),
+    };
+    Problem::new(code, e.to_string())
+}
+
+fn internal(e: &dyn std::error::Error) -> Problem {
+    let mut chain = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        chain.push_str(": ");
+        chain.push_str(&s.to_string());
+        src = s.source();
+    }
+    tracing::error!(error = %chain, "internal error");
+    Problem::new(
+        ErrorCode::Internal,
+        "an internal error occurred; see the server log",
+    )
+}
+
+impl From<BrokerError> for ApiError {
+    fn from(e: BrokerError) -> Self {
+        ApiError(problem_for(&e))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        problem_response(&self.0)
+    }
+}
+
+/// Renders a problem as a response (with `Retry-After` on 503).
+pub fn problem_response(p: &Problem) -> Response {
+    let status = StatusCode::from_u16(p.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = serde_json::to_vec(p).unwrap_or_else(|_| b"{}".to_vec());
+    let mut resp = (status, body).into_response();
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    resp
+}
+
+/// A JSON body whose every rejection is a problem document. The content type is not
+/// checked: a JSON body is read as JSON whatever the client labelled it.
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| {
+                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::new(ErrorCode::MessageTooLarge, "the request body is too large")
+                } else {
+                    ApiError::new(
+                        ErrorCode::MalformedBody,
+                        format!("could not read the body: {e}"),
+                    )
+                }
+            })?;
+        if bytes.is_empty() {
+            return Err(ApiError::new(
+                ErrorCode::MalformedBody,
+                "the request body is empty; a JSON document is expected",
+            ));
+        }
+        serde_json::from_slice(&bytes)
+            .map(ApiJson)
+            .map_err(|e| ApiError::new(ErrorCode::MalformedBody, format!("invalid JSON body: {e}")))
+    }
+}
+
+/// Query parameters whose rejection is a problem document.
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| ApiQuery(q.0))
+            .map_err(|e| {
+                ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    format!("invalid query: {}", e.body_text()),
+                )
+            })
+    }
+}

@@ -1,0 +1,187 @@
+//! Conversions between the API's wire types and the broker's and store's types.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use redrive_api::ErrorCode;
+use redrive_api::dead_letter::DeadLetter;
+use redrive_api::message::{BodyEncoding, Message, SendMessage};
+use redrive_api::queue::{QueueCounts, QueueInfo};
+use redrive_broker::{Outgoing, QueueView};
+use redrive_core::{Properties, PropertyValue, Timestamp};
+use redrive_store::{DeadLetterRecord, StoredMessage};
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// Body bytes from the wire.
+pub fn body_in(body: String, enc: BodyEncoding) -> Result<Vec<u8>, ApiError> {
+    match enc {
+        BodyEncoding::Utf8 => Ok(body.into_bytes()),
+        BodyEncoding::Base64 => B64.decode(body.as_bytes()).map_err(|e| {
+            ApiError::new(
+                ErrorCode::MalformedBody,
+                format!("body is not valid base64: {e}"),
+            )
+        }),
+    }
+}
+
+/// Body bytes to the wire: text when valid UTF-8, else base64.
+pub fn body_out(bytes: &[u8]) -> (String, BodyEncoding) {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => (s.to_owned(), BodyEncoding::Utf8),
+        Err(_) => (B64.encode(bytes), BodyEncoding::Base64),
+    }
+}
+
+/// Properties from the wire: string, number or boolean values.
+pub fn props_in(map: Map<String, Value>) -> Result<Properties, ApiError> {
+    let mut out = Properties::new();
+    for (k, v) in map {
+        let pv = match v {
+            Value::Bool(b) => PropertyValue::Bool(b),
+            Value::String(s) => PropertyValue::String(s),
+            Value::Number(n) => match n.as_i64() {
+                Some(i) => PropertyValue::Int(i),
+                None => PropertyValue::Float(n.as_f64().unwrap_or(0.0)),
+            },
+            _ => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    format!("property {k:?} must be a string, number or boolean"),
+                ));
+            }
+        };
+        out.insert(k, pv);
+    }
+    Ok(out)
+}
+
+/// Properties to the wire.
+pub fn props_out(p: &Properties) -> Map<String, Value> {
+    p.iter()
+        .map(|(k, v)| {
+            let v = match v {
+                PropertyValue::Bool(b) => Value::Bool(*b),
+                PropertyValue::Int(i) => Value::from(*i),
+                PropertyValue::Float(f) => Value::from(*f),
+                PropertyValue::String(s) => Value::String(s.clone()),
+            };
+            (k.clone(), v)
+        })
+        .collect()
+}
+
+/// An RFC 3339 time from the wire.
+pub fn time_in(field: &str, s: Option<String>) -> Result<Option<Timestamp>, ApiError> {
+    match s {
+        None => Ok(None),
+        Some(s) => Timestamp::parse_rfc3339(&s).map(Some).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("`{field}` is not an RFC 3339 time: {s:?}"),
+            )
+        }),
+    }
+}
+
+fn t(ts: Timestamp) -> String {
+    ts.to_rfc3339()
+}
+
+/// A send request message to the broker's input.
+pub fn outgoing(m: SendMessage) -> Result<Outgoing, ApiError> {
+    Ok(Outgoing {
+        body: body_in(m.body, m.body_encoding)?,
+        properties: props_in(m.properties)?,
+        valid_until: time_in("valid_until", m.valid_until)?,
+        scheduled_at: time_in("scheduled_enqueue_time", m.scheduled_enqueue_time)?,
+        message_id: m.message_id,
+        content_type: m.content_type,
+        correlation_id: m.correlation_id,
+        session_id: m.session_id,
+        message_type: m.message_type,
+        intent: m.intent,
+        ttl_ms: m.time_to_live_ms,
+    })
+}
+
+/// A stored message to the wire; with a lock for deliveries.
+pub fn message_out(m: &StoredMessage, lock: Option<(&str, Timestamp)>) -> Message {
+    let (body, body_encoding) = body_out(&m.body);
+    Message {
+        message_id: m.message_id.clone(),
+        sequence_number: m.sequence,
+        body,
+        body_encoding,
+        content_type: m.content_type.clone(),
+        properties: props_out(&m.properties),
+        correlation_id: m.correlation_id.clone(),
+        session_id: m.session_id.clone(),
+        message_type: m.message_type.clone(),
+        intent: m.intent.clone(),
+        valid_until: m.valid_until.map(t),
+        enqueued_time: t(m.enqueued_at),
+        scheduled_enqueue_time: m.scheduled_at.map(t),
+        expires_at: m.expires_at.map(t),
+        state: m.state.as_str().to_owned(),
+        delivery_count: m.delivery_count,
+        lock_token: lock.map(|(tok, _)| tok.to_owned()),
+        locked_until: lock.map(|(_, u)| t(u)).or(m.locked_until.map(t)),
+    }
+}
+
+/// A queue view to the wire.
+pub fn queue_out(v: &QueueView) -> QueueInfo {
+    QueueInfo {
+        name: v.record.name.to_string(),
+        policy: v.record.policy.clone(),
+        policy_version: v.record.policy_version,
+        created_at: t(v.record.created_at),
+        updated_at: t(v.record.updated_at),
+        counts: QueueCounts {
+            active: v.counts.active,
+            scheduled: v.counts.scheduled,
+            locked: v.counts.locked,
+            deferred: v.counts.deferred,
+            dead_lettered: v.counts.dead_lettered,
+            oldest_message_age_ms: v.oldest_age_ms,
+        },
+    }
+}
+
+/// A dead-letter record to the wire; with a lock for dead-letter deliveries.
+pub fn dead_letter_out(r: &DeadLetterRecord, lock: Option<(&str, Timestamp)>) -> DeadLetter {
+    let (body, body_encoding) = body_out(&r.body);
+    DeadLetter {
+        id: r.id.clone(),
+        queue: r.queue.to_string(),
+        area: r.area.as_str().to_owned(),
+        message_id: r.message_id.clone(),
+        sequence_number: r.sequence,
+        session_id: r.session_id.clone(),
+        body,
+        body_encoding,
+        body_sha256: r.body_sha256.clone(),
+        body_size: r.body.len(),
+        content_type: r.content_type.clone(),
+        properties: props_out(&r.properties),
+        correlation_id: r.correlation_id.clone(),
+        message_type: r.message_type.clone(),
+        reason: r.reason.clone(),
+        description: r.description.clone(),
+        delivery_count: r.delivery_count,
+        delivery_count_quality: r.count_quality.as_str().to_owned(),
+        first_delivered_at: r.first_delivered_at.map(t),
+        last_delivered_at: r.last_delivered_at.map(t),
+        enqueued_time: t(r.enqueued_at),
+        dead_lettered_at: t(r.dead_lettered_at),
+        policy_version: r.policy_version,
+        routed_by: r.route.as_str().to_owned(),
+        forwarded_to_queue: r.forwarded_to.as_ref().map(|(q, _)| q.to_string()),
+        forwarded_sequence_number: r.forwarded_to.as_ref().map(|(_, s)| *s),
+        dead_letter_delivery_count: r.dlq_delivery_count,
+        lock_token: lock.map(|(tok, _)| tok.to_owned()),
+        locked_until: lock.map(|(_, u)| t(u)).or(r.locked_until.map(t)),
+    }
+}
