@@ -1,0 +1,10 @@
+//! HTTP-level tests of the native API: a real server on 127.0.0.1 over a real SQLite file,
+//! driven by a real HTTP client, with time moved by a manual clock (no test sleeps).
+
+mod dead_letters;
+mod messages;
+mod ops;
+mod queues;
+mod seed_003;
+mod sessions;
+mod support;

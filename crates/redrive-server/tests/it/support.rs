@@ -1,0 +1,193 @@
+//! The test server and a small JSON client.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redrive_core::{ManualClock, Timestamp};
+use redrive_server::Settings;
+use redrive_store_sqlite::{SqliteOptions, SqliteStore};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// A running server with its own SQLite file and manual clock.
+pub struct TestServer {
+    pub url: String,
+    pub clock: ManualClock,
+    pub http: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+/// A fixed, realistic start time.
+pub const T0: Timestamp = Timestamp(1_800_000_000_000);
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            SqliteStore::open(&dir.path().join("redrive.db"), SqliteOptions::default()).unwrap();
+        let store: Arc<SqliteStore> = Arc::new(store);
+        let clock = ManualClock::new(T0);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let settings = Settings {
+            sweep_interval_ms: 1_000,
+            shutdown_timeout_ms: 5_000,
+        };
+        let clock_dyn: Arc<dyn redrive_core::Clock> = Arc::new(clock.clone());
+        let store_dyn: Arc<dyn redrive_store::Store> = store.clone();
+        let task = tokio::spawn(async move {
+            redrive_server::run(settings, store_dyn, clock_dyn, listener, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+            store.close();
+        });
+        TestServer {
+            url,
+            clock,
+            http: reqwest::Client::new(),
+            stop: Some(tx),
+            task: Some(task),
+            _dir: dir,
+        }
+    }
+
+    /// Stops the server gracefully and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.await.unwrap();
+        }
+    }
+
+    pub fn advance(&self, ms: u64) {
+        self.clock.advance(Duration::from_millis(ms));
+    }
+
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self.http.request(method, format!("{}{path}", self.url));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        let bytes = resp.bytes().await.unwrap();
+        let v = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        };
+        (status, v)
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    pub async fn patch(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call(reqwest::Method::PATCH, path, Some(body)).await
+    }
+
+    pub async fn delete(&self, path: &str) -> (StatusCode, Value) {
+        self.call(reqwest::Method::DELETE, path, None).await
+    }
+
+    /// Creates a queue with a policy, asserting success.
+    pub async fn queue(&self, name: &str, policy: Value) {
+        let (s, v) = self
+            .post("/v1/queues", json!({"name": name, "policy": policy}))
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+
+    /// Sends text bodies in one batch; returns sequence numbers.
+    pub async fn send(&self, queue: &str, bodies: &[&str]) -> Vec<i64> {
+        let msgs: Vec<Value> = bodies.iter().map(|b| json!({"body": b})).collect();
+        let (s, v) = self
+            .post(
+                &format!("/v1/queues/{queue}/messages"),
+                json!({"messages": msgs}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["sequence_number"].as_i64().unwrap())
+            .collect()
+    }
+
+    /// Receives up to `max` without waiting.
+    pub async fn receive(&self, queue: &str, max: u32) -> Vec<Value> {
+        let (s, v) = self
+            .post(
+                &format!("/v1/queues/{queue}/receive"),
+                json!({"max_messages": max}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        v["messages"].as_array().unwrap().clone()
+    }
+
+    /// Settles one delivery; returns status and body.
+    pub async fn settle(
+        &self,
+        queue: &str,
+        token: &str,
+        action: &str,
+        extra: Value,
+    ) -> (StatusCode, Value) {
+        let mut body = json!({"lock_token": token, "action": action});
+        if let Value::Object(m) = extra {
+            for (k, v) in m {
+                body[k] = v;
+            }
+        }
+        self.post(&format!("/v1/queues/{queue}/settle"), body).await
+    }
+
+    pub async fn counts(&self, queue: &str) -> Value {
+        let (s, v) = self.get(&format!("/v1/queues/{queue}")).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        v["counts"].clone()
+    }
+
+    /// Waits (by yielding, bounded) until `n` more tasks sleep on the manual clock than
+    /// `before`: a long poll has parked. This waits for a signal, not for time.
+    pub async fn until_parked(&self, before: usize) {
+        for _ in 0..10_000 {
+            if self.clock.sleepers() > before {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("the long poll never parked on the clock");
+    }
+}
+
+/// Asserts a problem+json response with this status and code.
+#[track_caller]
+pub fn assert_problem(resp: &(StatusCode, Value), status: u16, code: &str) {
+    assert_eq!(resp.0.as_u16(), status, "{}", resp.1);
+    assert_eq!(resp.1["code"], code, "{}", resp.1);
+    assert_eq!(resp.1["status"], status);
+    assert!(resp.1["type"].as_str().unwrap().ends_with(code));
+    assert!(resp.1["title"].is_string());
+}
