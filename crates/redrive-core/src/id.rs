@@ -42,12 +42,13 @@ pub fn new_dead_letter_id(now: Timestamp) -> String {
 /// Splits a message id into the original id and its replay count. An id without a
 /// suffix (or with a suffix that is not a number) has count 0.
 pub fn split_replay_count(id: &str) -> (&str, u32) {
-    if let Some((base, n)) = id.rsplit_once(REPLAY_SEPARATOR) {
-        if let Ok(n) = n.parse::<u32>() {
-            return (base, n);
-        }
+    match id.rsplit_once(REPLAY_SEPARATOR) {
+        Some((base, n)) => match n.parse::<u32>() {
+            Ok(n) => (base, n),
+            Err(_) => (id, 0),
+        },
+        None => (id, 0),
     }
-    (id, 0)
 }
 
 /// The id for replay number `n` of `id`: the suffix is rewritten, never appended.

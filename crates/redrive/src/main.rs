@@ -1,1 +1,123 @@
-fn main() {}
+//! The `redrive` binary: `serve` runs the broker; the other commands operate a running
+//! server over its HTTP API; `bench` is the load tool. This file only parses arguments
+//! and dispatches.
+
+mod bench;
+mod client;
+mod cmd;
+mod config;
+mod failure;
+mod output;
+mod serve;
+mod units;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use crate::cmd::Ctx;
+
+/// redrive: a message broker in which a dead letter is the start of a recovery.
+#[derive(Debug, Parser)]
+#[command(name = "redrive", version, after_help = failure::EXIT_CODES_HELP)]
+struct Cli {
+    /// Server URL for operator commands and bench.
+    #[arg(
+        long,
+        global = true,
+        env = "REDRIVE_URL",
+        default_value = "http://127.0.0.1:7474"
+    )]
+    url: String,
+    /// Print the API's JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the broker.
+    Serve(serve::ServeArgs),
+    /// Manage queues.
+    #[command(subcommand)]
+    Queue(cmd::queue::QueueCommand),
+    /// Send one message (body from the argument, --file, or stdin).
+    Send(cmd::message::SendArgs),
+    /// Receive messages with a lock, then settle them or print their lock tokens.
+    ///
+    /// Without an action the messages stay locked and their lock tokens are printed (use
+    /// `redrive settle`). With --json the output is {"messages": [...]} plus "settled" (the
+    /// settle results) when an action was given, or "session" when a session was accepted.
+    Receive(cmd::message::ReceiveArgs),
+    /// Settle one delivery by its lock token.
+    Settle(cmd::message::SettleArgs),
+    /// Cancel a scheduled message by its sequence number.
+    Unschedule(cmd::message::UnscheduleArgs),
+    /// Browse messages without locking them.
+    Peek(cmd::message::PeekArgs),
+    /// Inspect and recover dead letters.
+    #[command(subcommand)]
+    Dlq(cmd::dlq::DlqCommand),
+    /// Show live counts of one queue or of all.
+    Stats(cmd::stats::StatsArgs),
+    /// Load tests against a running server.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(failure::exit_code(&e))
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let ctx = || -> anyhow::Result<Ctx> {
+        let client = client::Client::new(&cli.url, Duration::from_secs(60))
+            .map_err(|e| failure::input_error(format!("{e:#}")))?;
+        Ok(Ctx {
+            client,
+            json: cli.json,
+        })
+    };
+    match cli.command {
+        Command::Serve(args) => serve::run(args).await,
+        Command::Queue(c) => cmd::queue::run(&ctx()?, c).await,
+        Command::Send(a) => cmd::message::send(&ctx()?, a).await,
+        Command::Receive(a) => cmd::message::receive(&ctx()?, a).await,
+        Command::Settle(a) => cmd::message::settle(&ctx()?, a).await,
+        Command::Unschedule(a) => cmd::message::unschedule(&ctx()?, a).await,
+        Command::Peek(a) => cmd::message::peek(&ctx()?, a).await,
+        Command::Dlq(c) => cmd::dlq::run(&ctx()?, c).await,
+        Command::Stats(a) => cmd::stats::run(&ctx()?, a).await,
+        Command::Bench(a) => bench::run(&ctx()?, a).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

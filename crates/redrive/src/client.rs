@@ -1,0 +1,522 @@
+//! A small HTTP client for redrive's native API (`/v1/...`), typed with `redrive-api`.
+//! Error responses are decoded from RFC 9457 problem documents into [`ClientError`].
+
+use std::fmt;
+use std::time::Duration;
+
+use redrive_api::Problem;
+use redrive_api::dead_letter::{DeadLetter, DeadLetterPage, MoveDeadLetter};
+use redrive_api::message::{
+    AcceptSession, MessageList, ReceiveDeferred, ReceiveRequest, SendRequest, SendResponse,
+    SendResult, SessionLock, SessionTokenRequest, Settle, SettleRequest, SettleResponse,
+    SettleResult,
+};
+use redrive_api::queue::{CreateQueue, QueueInfo, QueueList, UpdateQueue};
+use reqwest::{Method, StatusCode, Url};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// A request that did not succeed.
+#[derive(Debug)]
+pub enum ClientError {
+    /// The server refused or failed the request and said why.
+    Problem(Box<Problem>),
+    /// The server answered an error status without a problem document.
+    Status {
+        /// HTTP status.
+        status: u16,
+        /// The start of the body.
+        body: String,
+    },
+    /// The server could not be reached (connection refused, reset, timed out).
+    Unreachable {
+        /// The URL asked for.
+        url: String,
+        /// The cause.
+        source: reqwest::Error,
+    },
+    /// Any other transport failure.
+    Transport(reqwest::Error),
+    /// The answer was not the expected shape.
+    Decode {
+        /// What was being read.
+        what: String,
+        /// The cause.
+        source: serde_json::Error,
+    },
+}
+
+impl ClientError {
+    /// Whether the server could not be reached at all.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, ClientError::Unreachable { .. })
+    }
+
+    /// The HTTP status, when the server answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Problem(p) => Some(p.status),
+            ClientError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::Problem(p) => {
+                write!(f, "{}", p.title)?;
+                if let Some(d) = &p.detail {
+                    write!(f, ": {d}")?;
+                }
+                write!(f, " ({}", p.code)?;
+                if let Some(field) = p.extra.get("field").and_then(|v| v.as_str()) {
+                    write!(f, ", field {field}")?;
+                }
+                write!(f, ")")
+            }
+            ClientError::Status { status, body } if body.is_empty() => {
+                write!(f, "server answered HTTP {status}")
+            }
+            ClientError::Status { status, body } => {
+                write!(f, "server answered HTTP {status}: {body}")
+            }
+            ClientError::Unreachable { url, source } => {
+                write!(
+                    f,
+                    "cannot reach the server at {url}: {}",
+                    root_cause(source)
+                )
+            }
+            ClientError::Transport(e) => write!(f, "request failed: {}", root_cause(e)),
+            ClientError::Decode { what, source } => {
+                write!(f, "unexpected answer from the server ({what}): {source}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+/// Query of `GET /v1/queues/{name}/dead-letters`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DeadLetterQuery {
+    /// `live`, `archived` or `quarantine`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub area: Option<String>,
+    /// Reason code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// RFC 3339 lower bound of `dead_lettered_at`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// RFC 3339 upper bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Page cursor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// Page size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// Cheap to clone; clones share one connection pool.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: Url,
+}
+
+impl Client {
+    /// A client for the server at `base` (`http://127.0.0.1:7474`), with a request
+    /// timeout (long-polls wait up to 20 s, so keep it above that).
+    pub fn new(base: &str, timeout: Duration) -> anyhow::Result<Client> {
+        let base: Url = base
+            .parse()
+            .map_err(|e| anyhow::anyhow!("invalid server URL {base:?}: {e}"))?;
+        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
+            anyhow::bail!("invalid server URL {base}: expected http://HOST:PORT");
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(timeout)
+            .pool_max_idle_per_host(512)
+            .build()
+            .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))?;
+        Ok(Client { http, base })
+    }
+
+    /// The server's base URL.
+    pub fn base(&self) -> &Url {
+        &self.base
+    }
+
+    /// The URL of `segments` under the base, each segment percent-encoded.
+    pub fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        // `new` refused cannot-be-a-base URLs, so path_segments_mut succeeds.
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty();
+            path.extend(segments);
+        }
+        url
+    }
+
+    // ---- queues ---------------------------------------------------------------------
+
+    /// `POST /v1/queues`.
+    pub async fn create_queue(&self, req: &CreateQueue) -> Result<QueueInfo, ClientError> {
+        self.must(Method::POST, self.url(&["v1", "queues"]), Some(req))
+            .await
+    }
+
+    /// `GET /v1/queues`.
+    pub async fn list_queues(&self) -> Result<QueueList, ClientError> {
+        self.must(Method::GET, self.url(&["v1", "queues"]), None::<&()>)
+            .await
+    }
+
+    /// `GET /v1/queues/{name}`.
+    pub async fn get_queue(&self, name: &str) -> Result<QueueInfo, ClientError> {
+        self.must(Method::GET, self.url(&["v1", "queues", name]), None::<&()>)
+            .await
+    }
+
+    /// `PATCH /v1/queues/{name}`.
+    pub async fn update_queue(
+        &self,
+        name: &str,
+        req: &UpdateQueue,
+    ) -> Result<QueueInfo, ClientError> {
+        self.must(Method::PATCH, self.url(&["v1", "queues", name]), Some(req))
+            .await
+    }
+
+    /// `DELETE /v1/queues/{name}[?force=true]`.
+    pub async fn delete_queue(&self, name: &str, force: bool) -> Result<(), ClientError> {
+        let mut url = self.url(&["v1", "queues", name]);
+        if force {
+            url.query_pairs_mut().append_pair("force", "true");
+        }
+        self.call::<serde_json::Value>(Method::DELETE, url, None::<&()>)
+            .await?;
+        Ok(())
+    }
+
+    // ---- messages -------------------------------------------------------------------
+
+    /// `POST /v1/queues/{name}/messages`.
+    pub async fn send(&self, queue: &str, req: &SendRequest) -> Result<SendResponse, ClientError> {
+        let url = self.url(&["v1", "queues", queue, "messages"]);
+        self.must(Method::POST, url, Some(req)).await
+    }
+
+    /// `DELETE /v1/queues/{name}/messages/scheduled/{seq}`.
+    pub async fn cancel_scheduled(&self, queue: &str, seq: i64) -> Result<(), ClientError> {
+        let seq = seq.to_string();
+        let url = self.url(&["v1", "queues", queue, "messages", "scheduled", &seq]);
+        self.call::<serde_json::Value>(Method::DELETE, url, None::<&()>)
+            .await?;
+        Ok(())
+    }
+
+    /// `GET /v1/queues/{name}/messages?from_sequence=&limit=` (browse without locking).
+    pub async fn peek(
+        &self,
+        queue: &str,
+        from_sequence: Option<i64>,
+        limit: Option<u32>,
+    ) -> Result<MessageList, ClientError> {
+        let mut url = self.url(&["v1", "queues", queue, "messages"]);
+        {
+            let mut q = url.query_pairs_mut();
+            if let Some(f) = from_sequence {
+                q.append_pair("from_sequence", &f.to_string());
+            }
+            if let Some(l) = limit {
+                q.append_pair("limit", &l.to_string());
+            }
+        }
+        strip_empty_query(&mut url);
+        self.must(Method::GET, url, None::<&()>).await
+    }
+
+    /// `POST /v1/queues/{name}/receive`.
+    pub async fn receive(
+        &self,
+        queue: &str,
+        req: &ReceiveRequest,
+    ) -> Result<MessageList, ClientError> {
+        let url = self.url(&["v1", "queues", queue, "receive"]);
+        self.must(Method::POST, url, Some(req)).await
+    }
+
+    /// `POST /v1/queues/{name}/messages/deferred/receive`.
+    pub async fn receive_deferred(
+        &self,
+        queue: &str,
+        req: &ReceiveDeferred,
+    ) -> Result<MessageList, ClientError> {
+        let url = self.url(&["v1", "queues", queue, "messages", "deferred", "receive"]);
+        self.must(Method::POST, url, Some(req)).await
+    }
+
+    /// `POST /v1/queues/{name}/settle` with one settlement.
+    pub async fn settle(&self, queue: &str, settle: Settle) -> Result<SettleResult, ClientError> {
+        let url = self.url(&["v1", "queues", queue, "settle"]);
+        self.must(Method::POST, url, Some(&SettleRequest::One(settle)))
+            .await
+    }
+
+    /// `POST /v1/queues/{name}/settle` with many; each item succeeds or fails on its own.
+    pub async fn settle_batch(
+        &self,
+        queue: &str,
+        settlements: Vec<Settle>,
+    ) -> Result<SettleResponse, ClientError> {
+        let url = self.url(&["v1", "queues", queue, "settle"]);
+        let req = SettleRequest::Batch { settlements };
+        self.must(Method::POST, url, Some(&req)).await
+    }
+
+    /// `POST /v1/queues/{name}/sessions/accept`; `None` when no session is available.
+    pub async fn accept_session(
+        &self,
+        queue: &str,
+        req: &AcceptSession,
+    ) -> Result<Option<SessionLock>, ClientError> {
+        let url = self.url(&["v1", "queues", queue, "sessions", "accept"]);
+        self.call(Method::POST, url, Some(req)).await
+    }
+
+    /// `POST /v1/queues/{name}/sessions/{id}/release`.
+    pub async fn release_session(
+        &self,
+        queue: &str,
+        session: &str,
+        lock_token: &str,
+    ) -> Result<(), ClientError> {
+        let url = self.url(&["v1", "queues", queue, "sessions", session, "release"]);
+        let req = SessionTokenRequest {
+            lock_token: lock_token.to_owned(),
+            lock_duration_ms: None,
+        };
+        self.call::<serde_json::Value>(Method::POST, url, Some(&req))
+            .await?;
+        Ok(())
+    }
+
+    // ---- dead letters ---------------------------------------------------------------
+
+    /// `GET /v1/queues/{name}/dead-letters?...`.
+    pub async fn dead_letters(
+        &self,
+        queue: &str,
+        query: &DeadLetterQuery,
+    ) -> Result<DeadLetterPage, ClientError> {
+        let mut url = self.url(&["v1", "queues", queue, "dead-letters"]);
+        {
+            let mut q = url.query_pairs_mut();
+            let pairs = [
+                ("area", query.area.clone()),
+                ("reason", query.reason.clone()),
+                ("from", query.from.clone()),
+                ("to", query.to.clone()),
+                ("cursor", query.cursor.clone()),
+                ("limit", query.limit.map(|l| l.to_string())),
+            ];
+            for (k, v) in pairs {
+                if let Some(v) = v {
+                    q.append_pair(k, &v);
+                }
+            }
+        }
+        strip_empty_query(&mut url);
+        self.must(Method::GET, url, None::<&()>).await
+    }
+
+    /// `GET /v1/queues/{name}/dead-letters/{id}`.
+    pub async fn dead_letter(&self, queue: &str, id: &str) -> Result<DeadLetter, ClientError> {
+        let url = self.url(&["v1", "queues", queue, "dead-letters", id]);
+        self.must(Method::GET, url, None::<&()>).await
+    }
+
+    /// `POST /v1/queues/{name}/dead-letters/{id}/resubmit`.
+    pub async fn resubmit(&self, queue: &str, id: &str) -> Result<SendResult, ClientError> {
+        let url = self.url(&["v1", "queues", queue, "dead-letters", id, "resubmit"]);
+        self.must(Method::POST, url, None::<&()>).await
+    }
+
+    /// `POST /v1/queues/{name}/dead-letters/{id}/move`.
+    pub async fn move_dead_letter(
+        &self,
+        queue: &str,
+        id: &str,
+        area: &str,
+    ) -> Result<(), ClientError> {
+        let url = self.url(&["v1", "queues", queue, "dead-letters", id, "move"]);
+        let req = MoveDeadLetter {
+            area: area.to_owned(),
+        };
+        self.call::<serde_json::Value>(Method::POST, url, Some(&req))
+            .await?;
+        Ok(())
+    }
+
+    // ---- operations -----------------------------------------------------------------
+
+    /// `GET /healthz`: Ok when the server answers 2xx.
+    pub async fn healthz(&self) -> Result<(), ClientError> {
+        let url = self.url(&["healthz"]);
+        let resp = self
+            .http
+            .get(url.clone())
+            .send()
+            .await
+            .map_err(|e| transport(&url, e))?;
+        check_status(resp).await.map(|_| ())
+    }
+
+    // ---- plumbing -------------------------------------------------------------------
+
+    /// A call whose success must carry a body of type `T`.
+    async fn must<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&impl Serialize>,
+    ) -> Result<T, ClientError> {
+        let what = format!("{method} {}", url.path());
+        match self.call(method, url, body).await? {
+            Some(v) => Ok(v),
+            None => Err(ClientError::Decode {
+                what,
+                source: <serde_json::Error as serde::de::Error>::custom("empty response body"),
+            }),
+        }
+    }
+
+    /// Sends `body` as JSON; `None` for an empty success (204).
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&impl Serialize>,
+    ) -> Result<Option<T>, ClientError> {
+        let what = format!("{method} {}", url.path());
+        let mut req = self.http.request(method, url.clone());
+        if let Some(b) = body {
+            let bytes = serde_json::to_vec(b).map_err(|source| ClientError::Decode {
+                what: what.clone(),
+                source,
+            })?;
+            req = req
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(bytes);
+        }
+        let resp = req.send().await.map_err(|e| transport(&url, e))?;
+        let resp = check_status(resp).await?;
+        if resp.status() == StatusCode::NO_CONTENT {
+            return Ok(None);
+        }
+        let bytes = resp.bytes().await.map_err(|e| transport(&url, e))?;
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| ClientError::Decode { what, source })
+    }
+}
+
+fn strip_empty_query(url: &mut Url) {
+    if url.query() == Some("") {
+        url.set_query(None);
+    }
+}
+
+fn transport(url: &Url, e: reqwest::Error) -> ClientError {
+    if e.is_connect() || e.is_timeout() {
+        ClientError::Unreachable {
+            url: url.to_string(),
+            source: e,
+        }
+    } else if e.is_request() && e.status().is_none() && !e.is_body() && !e.is_decode() {
+        // Resets and closed connections surface as request errors.
+        ClientError::Unreachable {
+            url: url.to_string(),
+            source: e,
+        }
+    } else {
+        ClientError::Transport(e)
+    }
+}
+
+/// Turns an error status into [`ClientError`], decoding a problem document when present.
+async fn check_status(resp: reqwest::Response) -> Result<reqwest::Response, ClientError> {
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let url = resp.url().clone();
+    let bytes = resp.bytes().await.map_err(|e| transport(&url, e))?;
+    if let Ok(problem) = serde_json::from_slice::<Problem>(&bytes) {
+        return Err(ClientError::Problem(Box::new(problem)));
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let body: String = text.trim().chars().take(200).collect();
+    Err(ClientError::Status {
+        status: status.as_u16(),
+        body,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redrive_api::ErrorCode;
+
+    #[test]
+    fn urls_encode_segments_and_keep_a_base_path() {
+        let c = Client::new("http://127.0.0.1:7474", Duration::from_secs(1)).unwrap();
+        assert_eq!(
+            c.url(&["v1", "queues", "a b/c"]).as_str(),
+            "http://127.0.0.1:7474/v1/queues/a%20b%2Fc"
+        );
+        let c = Client::new("http://h:1/prefix/", Duration::from_secs(1)).unwrap();
+        assert_eq!(c.url(&["healthz"]).as_str(), "http://h:1/prefix/healthz");
+    }
+
+    #[test]
+    fn bad_urls_are_refused() {
+        assert!(Client::new("not a url", Duration::from_secs(1)).is_err());
+        assert!(Client::new("ftp://x", Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn problems_read_as_one_line() {
+        let p = Problem::new(ErrorCode::QueueNotFound, "queue \"nope\" does not exist");
+        let e = ClientError::Problem(Box::new(p));
+        assert_eq!(
+            e.to_string(),
+            "Queue not found: queue \"nope\" does not exist (queue_not_found)"
+        );
+        assert_eq!(e.status(), Some(404));
+        let p = Problem::new(ErrorCode::InvalidPolicy, "must be between 1 and 10000")
+            .with("field", "max_delivery_count");
+        assert_eq!(
+            ClientError::Problem(Box::new(p)).to_string(),
+            "Invalid queue policy: must be between 1 and 10000 (invalid_policy, field max_delivery_count)"
+        );
+    }
+}

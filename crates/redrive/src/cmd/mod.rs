@@ -1,0 +1,37 @@
+//! Operator commands against a running server, one file per command family; each prints
+//! tables by default and the API's JSON with `--json`.
+
+pub mod dlq;
+pub mod message;
+pub mod queue;
+pub mod stats;
+
+use redrive_core::EntityName;
+
+use crate::client::Client;
+
+/// What every operator command gets.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// The server's client.
+    pub client: Client,
+    /// Print the API's JSON instead of tables.
+    pub json: bool,
+}
+
+/// A clap value parser that checks the queue naming rule before anything is sent.
+pub fn queue_name(s: &str) -> Result<String, String> {
+    s.parse::<EntityName>()
+        .map(|n| n.as_str().to_owned())
+        .map_err(|e| e.to_string())
+}
+
+/// A clap value parser for dead-letter areas.
+pub fn area(s: &str) -> Result<String, String> {
+    match s {
+        "live" | "archived" | "quarantine" => Ok(s.to_owned()),
+        _ => Err(format!(
+            "invalid area {s:?} (expected live, archived or quarantine)"
+        )),
+    }
+}

@@ -1,0 +1,491 @@
+//! The server's configuration: one `Config` tree, layered from built-in defaults, an
+//! optional TOML file, `REDRIVE_*` environment variables and command-line flags (in
+//! increasing precedence), validated once at load. Nothing else reads the environment.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+use crate::failure::input_error;
+use crate::units::parse_duration_ms;
+
+/// The built-in defaults, commented; `redrive serve --print-default-config` prints it.
+pub const DEFAULT_TOML: &str = include_str!("config.default.toml");
+
+/// Everything `redrive serve` is configured by.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Directory of the embedded database.
+    pub data_dir: PathBuf,
+    /// Storage URL; absent means SQLite in `data_dir`.
+    pub store: Option<String>,
+    /// Logging.
+    pub log: LogConfig,
+    /// The server's own settings (`[server]`).
+    pub server: redrive_server::Settings,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7474)),
+            data_dir: PathBuf::from("./redrive-data"),
+            store: None,
+            log: LogConfig::default(),
+            server: redrive_server::Settings::default(),
+        }
+    }
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// A tracing env-filter directive (`info`, `redrive_server=debug,info`).
+    pub level: String,
+    /// Line format.
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".to_owned(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            _ => Err(format!("invalid log format {s:?} (expected text or json)")),
+        }
+    }
+}
+
+/// Values that replace the file's: one layer of environment variables or of flags.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `listen`.
+    pub listen: Option<SocketAddr>,
+    /// `data_dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `store`.
+    pub store: Option<String>,
+    /// `log.level`.
+    pub log_level: Option<String>,
+    /// `log.format`.
+    pub log_format: Option<LogFormat>,
+    /// `server.sweep_interval_ms`.
+    pub sweep_interval_ms: Option<u64>,
+    /// `server.shutdown_timeout_ms`.
+    pub shutdown_timeout_ms: Option<u64>,
+}
+
+impl Overrides {
+    /// Reads the `REDRIVE_*` variables through `env` (empty values are ignored); a bad
+    /// value is an error naming the variable.
+    pub fn from_env(env: impl Fn(&str) -> Option<String>) -> anyhow::Result<Overrides> {
+        let get = |k: &str| env(k).filter(|v| !v.trim().is_empty());
+        let bad = |k: &str, why: String| input_error(format!("environment variable {k}: {why}"));
+        let mut o = Overrides::default();
+        if let Some(v) = get("REDRIVE_LISTEN") {
+            o.listen = Some(parse_listen(&v).map_err(|e| bad("REDRIVE_LISTEN", e))?);
+        }
+        o.data_dir = get("REDRIVE_DATA_DIR").map(PathBuf::from);
+        o.store = get("REDRIVE_STORE");
+        o.log_level = get("REDRIVE_LOG");
+        if let Some(v) = get("REDRIVE_LOG_FORMAT") {
+            o.log_format = Some(v.parse().map_err(|e| bad("REDRIVE_LOG_FORMAT", e))?);
+        }
+        for (key, slot) in [
+            ("REDRIVE_SERVER_SWEEP_INTERVAL_MS", &mut o.sweep_interval_ms),
+            (
+                "REDRIVE_SERVER_SHUTDOWN_TIMEOUT_MS",
+                &mut o.shutdown_timeout_ms,
+            ),
+        ] {
+            if let Some(v) = get(key) {
+                *slot = Some(parse_millis(&v).map_err(|e| bad(key, e))?);
+            }
+        }
+        Ok(o)
+    }
+
+    fn apply(&self, c: &mut Config) {
+        if let Some(v) = self.listen {
+            c.listen = v;
+        }
+        if let Some(v) = &self.data_dir {
+            c.data_dir.clone_from(v);
+        }
+        if let Some(v) = &self.store {
+            c.store = Some(v.clone());
+        }
+        if let Some(v) = &self.log_level {
+            c.log.level.clone_from(v);
+        }
+        if let Some(v) = self.log_format {
+            c.log.format = v;
+        }
+        if let Some(v) = self.sweep_interval_ms {
+            c.server.sweep_interval_ms = v;
+        }
+        if let Some(v) = self.shutdown_timeout_ms {
+            c.server.shutdown_timeout_ms = v;
+        }
+    }
+}
+
+/// Where the data lives, resolved from `store` and `data_dir`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// An SQLite database file.
+    Sqlite(PathBuf),
+}
+
+impl Config {
+    /// Defaults, then `file` (its path and text), then `env`, then `flags`; validated.
+    pub fn layered(
+        file: Option<(&Path, &str)>,
+        env: &Overrides,
+        flags: &Overrides,
+    ) -> anyhow::Result<Config> {
+        let mut config = match file {
+            Some((path, text)) => toml::from_str::<Config>(text).map_err(|e| {
+                input_error(format!(
+                    "invalid config file {}: {}",
+                    path.display(),
+                    e.to_string().trim()
+                ))
+            })?,
+            None => Config::default(),
+        };
+        env.apply(&mut config);
+        flags.apply(&mut config);
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// [`Config::layered`] reading the file from disk and the process environment.
+    pub fn load(file: Option<&Path>, flags: &Overrides) -> anyhow::Result<Config> {
+        let text = match file {
+            Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
+                input_error(format!("cannot read config file {}: {e}", path.display()))
+            })?),
+            None => None,
+        };
+        let env = Overrides::from_env(|k| std::env::var(k).ok())?;
+        let file = file.zip(text.as_deref());
+        Config::layered(file, &env, flags)
+    }
+
+    /// Checks what serde cannot.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.server.sweep_interval_ms == 0 {
+            return Err(input_error("server.sweep_interval_ms must be positive"));
+        }
+        if self.log.level.trim().is_empty() {
+            return Err(input_error("log.level must not be empty"));
+        }
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(input_error("data_dir must not be empty"));
+        }
+        self.store_location().map(|_| ())
+    }
+
+    /// Resolves the storage URL: `sqlite://PATH` (a file, or a directory to hold
+    /// `redrive.db`), or absent for `data_dir/redrive.db`.
+    pub fn store_location(&self) -> anyhow::Result<StoreLocation> {
+        let Some(url) = self.store.as_deref().map(str::trim) else {
+            return Ok(StoreLocation::Sqlite(self.data_dir.join("redrive.db")));
+        };
+        let scheme = url.split_once(':').map_or("", |(s, _)| s);
+        if !scheme.eq_ignore_ascii_case("sqlite") {
+            return Err(input_error(format!(
+                "unsupported store {}: only SQLite is supported in this build \
+                 (use sqlite://PATH, or leave `store` unset to use the data directory)",
+                redact_url(url)
+            )));
+        }
+        let rest = &url[scheme.len() + 1..];
+        let path = rest.strip_prefix("//").unwrap_or(rest);
+        let path = path.split_once('?').map_or(path, |(p, _)| p);
+        if path.is_empty() {
+            return Err(input_error(format!(
+                "store {url}: missing database path (use sqlite://PATH)"
+            )));
+        }
+        let path = PathBuf::from(path);
+        if path.is_dir() {
+            return Ok(StoreLocation::Sqlite(path.join("redrive.db")));
+        }
+        Ok(StoreLocation::Sqlite(path))
+    }
+
+    /// The effective configuration as one line of `key=value` pairs, secrets redacted.
+    pub fn summary(&self) -> String {
+        format!(
+            "listen={} data_dir={} store={} log.level={} log.format={} \
+             server.sweep_interval_ms={} server.shutdown_timeout_ms={}",
+            self.listen,
+            self.data_dir.display(),
+            self.store
+                .as_deref()
+                .map_or_else(|| "(data_dir)".to_owned(), redact_url),
+            self.log.level,
+            match self.log.format {
+                LogFormat::Text => "text",
+                LogFormat::Json => "json",
+            },
+            self.server.sweep_interval_ms,
+            self.server.shutdown_timeout_ms,
+        )
+    }
+}
+
+/// A listen address: `IP:PORT`, or `localhost:PORT`.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    let s = s.trim();
+    if let Some(port) = s.strip_prefix("localhost:") {
+        let port: u16 = port.parse().map_err(|_| format!("invalid port in {s:?}"))?;
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse().map_err(|_| {
+        format!("invalid listen address {s:?} (expected IP:PORT, e.g. 127.0.0.1:7474)")
+    })
+}
+
+/// Milliseconds as a plain integer, or a duration with unit (`1s`).
+pub fn parse_millis(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    match s.parse::<u64>() {
+        Ok(v) => Ok(v),
+        Err(_) => parse_duration_ms(s),
+    }
+}
+
+/// Hides secrets in a URL: the password of its user info and the values of query
+/// parameters that look secret (`password`, `secret`, `token`, `key`).
+pub fn redact_url(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (Some(s), r),
+        None => (None, url),
+    };
+    let (before_query, query) = match rest.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (rest, None),
+    };
+    let (authority, path) = match before_query.find('/') {
+        Some(i) => before_query.split_at(i),
+        None => (before_query, ""),
+    };
+    let authority = match (scheme, authority.rsplit_once('@')) {
+        (Some(_), Some((userinfo, host))) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => authority.to_owned(),
+        },
+        _ => authority.to_owned(),
+    };
+    let mut out = String::new();
+    if let Some(s) = scheme {
+        out.push_str(s);
+        out.push_str("://");
+    }
+    out.push_str(&authority);
+    out.push_str(path);
+    if let Some(q) = query {
+        out.push('?');
+        let parts: Vec<String> = q
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((k, _)) if looks_secret(k) => format!("{k}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out.push_str(&parts.join("&"));
+    }
+    out
+}
+
+fn looks_secret(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    ["pass", "secret", "token", "key", "credential"]
+        .iter()
+        .any(|s| k.contains(s))
+}
+
+/// Creates the directory that will hold `db`.
+pub fn ensure_parent_dir(db: &Path) -> anyhow::Result<()> {
+    if let Some(parent) = db.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create directory {}", parent.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::failure::exit_code;
+
+    fn env_of(pairs: &[(&str, &str)]) -> Overrides {
+        let map: std::collections::HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Overrides::from_env(|k| map.get(k).cloned()).unwrap()
+    }
+
+    #[test]
+    fn embedded_defaults_file_matches_the_built_in_defaults() {
+        let parsed: Config = toml::from_str(DEFAULT_TOML).unwrap();
+        let d = Config::default();
+        assert_eq!(parsed.listen, d.listen);
+        assert_eq!(parsed.data_dir, d.data_dir);
+        assert_eq!(parsed.store, d.store);
+        assert_eq!(parsed.log, d.log);
+        assert_eq!(parsed.server.sweep_interval_ms, d.server.sweep_interval_ms);
+        assert_eq!(
+            parsed.server.shutdown_timeout_ms,
+            d.server.shutdown_timeout_ms
+        );
+    }
+
+    #[test]
+    fn flags_beat_env_beat_file_beat_defaults() {
+        let file = "listen = \"127.0.0.1:1001\"\ndata_dir = \"/file\"\n\
+                    [server]\nsweep_interval_ms = 5\nshutdown_timeout_ms = 6\n\
+                    [log]\nlevel = \"warn\"\n";
+        let env = env_of(&[
+            ("REDRIVE_LISTEN", "127.0.0.1:1002"),
+            ("REDRIVE_DATA_DIR", "/env"),
+            ("REDRIVE_SERVER_SWEEP_INTERVAL_MS", "2s"),
+            ("REDRIVE_LOG_FORMAT", "json"),
+        ]);
+        let flags = Overrides {
+            listen: Some("127.0.0.1:1003".parse().unwrap()),
+            ..Overrides::default()
+        };
+        let path = Path::new("redrive.toml");
+        let c = Config::layered(Some((path, file)), &env, &flags).unwrap();
+        assert_eq!(c.listen.port(), 1003, "flag wins");
+        assert_eq!(c.data_dir, PathBuf::from("/env"), "env beats file");
+        assert_eq!(c.server.sweep_interval_ms, 2_000, "env beats file");
+        assert_eq!(c.server.shutdown_timeout_ms, 6, "file beats default");
+        assert_eq!(c.log.level, "warn");
+        assert_eq!(c.log.format, LogFormat::Json);
+        let c = Config::layered(Some((path, file)), &env, &Overrides::default()).unwrap();
+        assert_eq!(c.listen.port(), 1002, "env beats file");
+        let c = Config::layered(
+            Some((path, file)),
+            &Overrides::default(),
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(c.listen.port(), 1001, "file beats default");
+        let c = Config::layered(None, &Overrides::default(), &Overrides::default()).unwrap();
+        assert_eq!(c.listen.port(), 7474);
+        assert_eq!(
+            c.store_location().unwrap(),
+            StoreLocation::Sqlite(PathBuf::from("./redrive-data/redrive.db"))
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_naming_the_key() {
+        let path = Path::new("f.toml");
+        for (text, key) in [
+            ("lisen = \"127.0.0.1:1\"", "lisen"),
+            ("[server]\nbogus_knob = 1", "bogus_knob"),
+            ("[log]\ncolour = true", "colour"),
+        ] {
+            let e = Config::layered(
+                Some((path, text)),
+                &Overrides::default(),
+                &Overrides::default(),
+            )
+            .unwrap_err();
+            assert!(format!("{e:#}").contains(key), "{e:#}");
+            assert_eq!(exit_code(&e), 2);
+        }
+    }
+
+    #[test]
+    fn bad_env_values_name_the_variable() {
+        let e = Overrides::from_env(|k| (k == "REDRIVE_LISTEN").then(|| "nope".to_owned()))
+            .unwrap_err();
+        assert!(e.to_string().contains("REDRIVE_LISTEN"), "{e}");
+        let e = Overrides::from_env(|k| (k == "REDRIVE_LOG_FORMAT").then(|| "xml".to_owned()))
+            .unwrap_err();
+        assert!(e.to_string().contains("REDRIVE_LOG_FORMAT"), "{e}");
+    }
+
+    #[test]
+    fn store_urls_resolve_to_sqlite_or_a_clear_error() {
+        let with = |s: &str| Config {
+            store: Some(s.to_owned()),
+            ..Config::default()
+        };
+        assert_eq!(
+            with("sqlite:///var/lib/r.db").store_location().unwrap(),
+            StoreLocation::Sqlite(PathBuf::from("/var/lib/r.db"))
+        );
+        assert_eq!(
+            with("sqlite://rel/r.db").store_location().unwrap(),
+            StoreLocation::Sqlite(PathBuf::from("rel/r.db"))
+        );
+        let e = with("postgres://u:hunter2@db/redrive")
+            .store_location()
+            .unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("only SQLite is supported"), "{msg}");
+        assert!(!msg.contains("hunter2"), "{msg}");
+        assert!(with("sqlite://").store_location().is_err());
+    }
+
+    #[test]
+    fn secrets_are_redacted() {
+        assert_eq!(
+            redact_url("postgres://app:hunter2@db:5432/redrive?sslmode=require&password=x"),
+            "postgres://app:***@db:5432/redrive?sslmode=require&password=***"
+        );
+        assert_eq!(redact_url("sqlite:///a/b.db"), "sqlite:///a/b.db");
+        assert_eq!(redact_url("postgres://app@db/x"), "postgres://app@db/x");
+        let c = Config {
+            store: Some("postgres://a:b@h/d".to_owned()),
+            ..Config::default()
+        };
+        assert!(
+            c.summary().contains("store=postgres://a:***@h/d"),
+            "{}",
+            c.summary()
+        );
+    }
+
+    #[test]
+    fn listen_addresses_parse() {
+        assert_eq!(parse_listen("localhost:80").unwrap().port(), 80);
+        assert_eq!(parse_listen("0.0.0.0:7474").unwrap().port(), 7474);
+        assert!(parse_listen("7474").is_err());
+    }
+}

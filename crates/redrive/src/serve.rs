@@ -1,0 +1,154 @@
+//! `redrive serve`: loads the configuration, sets up logging, opens the store, and runs
+//! the HTTP server until SIGINT or SIGTERM, then closes the store.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use redrive_store_sqlite::{SqliteOptions, SqliteStore};
+use tracing::{error, info};
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{self, Config, LogConfig, LogFormat, Overrides, StoreLocation};
+use crate::failure::input_error;
+use crate::units::parse_duration_ms;
+
+/// `redrive serve`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Environment: REDRIVE_CONFIG, REDRIVE_LISTEN, REDRIVE_DATA_DIR, REDRIVE_STORE, REDRIVE_LOG,
+REDRIVE_LOG_FORMAT, REDRIVE_SERVER_SWEEP_INTERVAL_MS, REDRIVE_SERVER_SHUTDOWN_TIMEOUT_MS.
+Precedence: flags > environment > config file > built-in defaults.")]
+pub struct ServeArgs {
+    /// TOML configuration file.
+    #[arg(long, env = "REDRIVE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:7474].
+    #[arg(long, value_name = "ADDR", value_parser = config::parse_listen)]
+    pub listen: Option<SocketAddr>,
+    /// Directory of the embedded database [default: ./redrive-data].
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Storage URL: sqlite://PATH [default: SQLite in the data directory].
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+    /// Log filter: info, debug, redrive_server=debug,info … [default: info].
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+    /// Log line format [default: text].
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
+    /// Background sweep interval (e.g. 1s, 250ms).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_ms)]
+    pub sweep_interval: Option<u64>,
+    /// How long shutdown waits for in-flight work (e.g. 30s).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_ms)]
+    pub shutdown_timeout: Option<u64>,
+    /// Print the built-in default configuration file and exit.
+    #[arg(long)]
+    pub print_default_config: bool,
+}
+
+impl ServeArgs {
+    fn overrides(&self) -> Overrides {
+        Overrides {
+            listen: self.listen,
+            data_dir: self.data_dir.clone(),
+            store: self.store.clone(),
+            log_level: self.log_level.clone(),
+            log_format: self.log_format,
+            sweep_interval_ms: self.sweep_interval,
+            shutdown_timeout_ms: self.shutdown_timeout,
+        }
+    }
+}
+
+/// Runs the server until a shutdown signal.
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    if args.print_default_config {
+        print!("{}", config::DEFAULT_TOML);
+        return Ok(());
+    }
+    let config = Config::load(args.config.as_deref(), &args.overrides())?;
+    init_logging(&config.log)?;
+    info!(
+        config_file = %args.config.as_deref().map_or_else(|| "(none)".into(), |p| p.display().to_string()),
+        "effective configuration: {}",
+        config.summary()
+    );
+    let StoreLocation::Sqlite(db_path) = config.store_location()?;
+    // Register the handlers before anything can take long, so that an early SIGTERM is a
+    // graceful shutdown rather than the default kill.
+    let shutdown = shutdown_signal().context("cannot install signal handlers")?;
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let local = listener
+        .local_addr()
+        .context("cannot read the listening address")?;
+
+    config::ensure_parent_dir(&db_path)?;
+    let store = SqliteStore::open(&db_path, SqliteOptions::default())
+        .with_context(|| format!("cannot open the SQLite store at {}", db_path.display()))?;
+    let store = Arc::new(store);
+    info!(store = %db_path.display(), listen = %local, "store opened");
+
+    let result = redrive_server::run(
+        config.server.clone(),
+        store.clone(),
+        Arc::new(redrive_server::SystemClock),
+        listener,
+        shutdown,
+    )
+    .await;
+    if let Err(e) = &result {
+        error!(error = format!("{e:#}"), "server stopped with an error");
+    }
+    info!("closing the store");
+    store.close();
+    info!("stopped");
+    result
+}
+
+fn init_logging(log: &LogConfig) -> anyhow::Result<()> {
+    let filter = EnvFilter::try_new(&log.level)
+        .map_err(|e| input_error(format!("invalid log level {:?}: {e}", log.level)))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let installed = match log.format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+    };
+    installed.map_err(|e| anyhow::anyhow!("cannot install the log subscriber: {e}"))
+}
+
+/// A future that completes on SIGINT or SIGTERM. The handlers are installed now.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut term = signal(SignalKind::terminate())?;
+        Ok(async move {
+            tokio::select! {
+                _ = int.recv() => info!("SIGINT received: shutting down"),
+                _ = term.recv() => info!("SIGTERM received: shutting down"),
+            }
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                info!("Ctrl-C received: shutting down");
+            } else {
+                std::future::pending::<()>().await;
+            }
+        })
+    }
+}

@@ -1,0 +1,16 @@
+//! End-to-end tests of the `redrive` binary: they spawn the real compiled binary as a
+//! server on a temporary data directory and drive it with the CLI and over HTTP.
+//!
+//! # Layout
+//! - `support`: start/stop a server process, run CLI commands, tiny HTTP probes.
+//! - `cli`: the operator commands end to end.
+//! - `config`: configuration layering and refusal of unknown keys.
+//! - `crash`: SIGKILL under concurrent load, restart, and the durability check.
+
+// Helpers outside `#[test]` functions are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod cli;
+mod config;
+mod crash;
+mod support;
