@@ -149,7 +149,7 @@ pub struct Message {
     /// RFC 3339, if it expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
-    /// `available`, `locked` or `deferred` (peek), `locked` (receive).
+    /// `available`, `scheduled` (visible later), `locked` or `deferred` (peek); `locked` (receive).
     pub state: String,
     /// Deliveries so far, this one included.
     pub delivery_count: u32,

@@ -7,7 +7,7 @@ use redrive_api::dead_letter::DeadLetter;
 use redrive_api::message::{BodyEncoding, Message, SendMessage};
 use redrive_api::queue::{QueueCounts, QueueInfo};
 use redrive_broker::{Outgoing, QueueView};
-use redrive_core::{Properties, PropertyValue, Timestamp};
+use redrive_core::{MessageState, Properties, PropertyValue, Timestamp};
 use redrive_store::{DeadLetterRecord, StoredMessage};
 use serde_json::{Map, Value};
 
@@ -106,8 +106,14 @@ pub fn outgoing(m: SendMessage) -> Result<Outgoing, ApiError> {
     })
 }
 
-/// A stored message to the wire; with a lock for deliveries.
-pub fn message_out(m: &StoredMessage, lock: Option<(&str, Timestamp)>) -> Message {
+/// A stored message to the wire; with a lock for deliveries. An available message that
+/// is visible only after `now` is shown as `scheduled`, as the queue counts it.
+pub fn message_out(m: &StoredMessage, lock: Option<(&str, Timestamp)>, now: Timestamp) -> Message {
+    let state = if m.state == MessageState::Available && m.visible_at > now {
+        "scheduled"
+    } else {
+        m.state.as_str()
+    };
     let (body, body_encoding) = body_out(&m.body);
     Message {
         message_id: m.message_id.clone(),
@@ -124,7 +130,7 @@ pub fn message_out(m: &StoredMessage, lock: Option<(&str, Timestamp)>) -> Messag
         enqueued_time: t(m.enqueued_at),
         scheduled_enqueue_time: m.scheduled_at.map(t),
         expires_at: m.expires_at.map(t),
-        state: m.state.as_str().to_owned(),
+        state: state.to_owned(),
         delivery_count: m.delivery_count,
         lock_token: lock.map(|(tok, _)| tok.to_owned()),
         locked_until: lock.map(|(_, u)| t(u)).or(m.locked_until.map(t)),

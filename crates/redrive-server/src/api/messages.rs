@@ -62,12 +62,13 @@ async fn peek(
     Path(queue): Path<String>,
     ApiQuery(q): ApiQuery<PeekQuery>,
 ) -> Result<Json<MessageList>, ApiError> {
+    let now = s.broker.clock().now();
     let msgs = s
         .broker
         .peek(&queue, q.from_sequence.unwrap_or(1), q.limit.unwrap_or(10))
         .await?;
     Ok(Json(MessageList {
-        messages: msgs.iter().map(|m| message_out(m, None)).collect(),
+        messages: msgs.iter().map(|m| message_out(m, None, now)).collect(),
     }))
 }
 
@@ -101,10 +102,11 @@ async fn receive(
             },
         )
         .await?;
+    let now = s.broker.clock().now();
     Ok(Json(MessageList {
         messages: deliveries
             .iter()
-            .map(|d| message_out(&d.message, Some((&d.lock_token, d.locked_until))))
+            .map(|d| message_out(&d.message, Some((&d.lock_token, d.locked_until)), now))
             .collect(),
     }))
 }
@@ -118,10 +120,11 @@ async fn receive_deferred(
         .broker
         .receive_deferred(&queue, &req.sequence_numbers, req.lock_duration_ms)
         .await?;
+    let now = s.broker.clock().now();
     Ok(Json(MessageList {
         messages: deliveries
             .iter()
-            .map(|d| message_out(&d.message, Some((&d.lock_token, d.locked_until))))
+            .map(|d| message_out(&d.message, Some((&d.lock_token, d.locked_until)), now))
             .collect(),
     }))
 }
