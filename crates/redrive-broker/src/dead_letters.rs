@@ -37,13 +37,13 @@ impl Broker {
         if limit == 0 || limit > MAX_RECEIVE_BATCH {
             return Err(BrokerError::invalid("limit", "must be between 1 and 1000"));
         }
-        if let Some(c) = &filter.cursor {
-            if !c.starts_with("dl_") {
-                return Err(BrokerError::invalid(
-                    "cursor",
-                    "not a cursor from a previous page",
-                ));
-            }
+        if let Some(c) = &filter.cursor
+            && !c.starts_with("dl_")
+        {
+            return Err(BrokerError::invalid(
+                "cursor",
+                "not a cursor from a previous page",
+            ));
         }
         // Fails with queue_not_found for an unknown queue rather than an empty page.
         self.inner.store.get_queue(&name).await?;

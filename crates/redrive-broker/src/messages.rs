@@ -62,13 +62,13 @@ pub struct ReceiveOptions {
 }
 
 fn check_id(field: &str, v: &Option<String>) -> BrokerResult<()> {
-    if let Some(s) = v {
-        if s.is_empty() || s.len() > MAX_ID_LEN {
-            return Err(BrokerError::invalid(
-                field,
-                format!("must be 1 to {MAX_ID_LEN} characters"),
-            ));
-        }
+    if let Some(s) = v
+        && (s.is_empty() || s.len() > MAX_ID_LEN)
+    {
+        return Err(BrokerError::invalid(
+            field,
+            format!("must be 1 to {MAX_ID_LEN} characters"),
+        ));
     }
     Ok(())
 }

@@ -143,7 +143,7 @@ impl Metrics {
                 }
             }
         }
-        let gauge_defs: [(&str, &str, fn(&QueueCounts) -> u64); 5] = [
+        let gauge_defs: [Gauge; 5] = [
             (
                 "redrive_queue_active_messages",
                 "Messages visible now.",
@@ -187,6 +187,9 @@ impl Metrics {
         out
     }
 }
+
+/// A gauge: name, help, and how to read it from the counts.
+type Gauge = (&'static str, &'static str, fn(&QueueCounts) -> u64);
 
 fn escape(s: &str) -> String {
     s.replace('\\', "\\\\")

@@ -4,6 +4,8 @@
 //! Generated ids are random, not secret: lock tokens are capabilities to settle one
 //! delivery, unguessable in practice (128 random bits) but not meant as credentials.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use crate::clock::Timestamp;
 
 /// Separates a message id from its replay count: `<original id>|<n>`.
@@ -31,12 +33,15 @@ pub fn new_lock_token() -> String {
     format!("lk_{:032x}", fastrand::u128(..))
 }
 
-/// A new dead-letter record id, time-sortable: `dl_`, 12 hex digits of milliseconds, then
-/// 16 random hex digits. Ids made later sort later, which makes cursors and bounded
-/// replay windows simple.
+/// A new dead-letter record id, time-sortable: `dl_`, 12 hex digits of milliseconds, 8 hex
+/// digits of a counter, then 8 random hex digits. Ids made later sort later (within one
+/// millisecond, by the counter), which makes cursors and bounded replay windows simple.
 pub fn new_dead_letter_id(now: Timestamp) -> String {
+    // Only an ordering aid among ids made in one millisecond; it holds no broker state.
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
     let ms = u64::try_from(now.as_millis()).unwrap_or(0);
-    format!("dl_{ms:012x}{:016x}", fastrand::u64(..))
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("dl_{ms:012x}{n:08x}{:08x}", fastrand::u32(..))
 }
 
 /// Splits a message id into the original id and its replay count. An id without a
@@ -76,6 +81,13 @@ mod tests {
         let b = new_dead_letter_id(Timestamp(2_000));
         assert!(a < b);
         assert!(a.starts_with("dl_"));
+        let same: Vec<String> = (0..100).map(|_| new_dead_letter_id(Timestamp(5))).collect();
+        let mut sorted = same.clone();
+        sorted.sort();
+        assert_eq!(
+            same, sorted,
+            "ids of one millisecond sort in creation order"
+        );
     }
 
     #[test]

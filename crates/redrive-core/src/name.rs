@@ -67,6 +67,19 @@ impl AsRef<str> for EntityName {
     }
 }
 
+impl serde::Serialize for EntityName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for EntityName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,18 +98,5 @@ mod tests {
         for bad in ["", "-x", ".x", "a b", "a/b", "ä", &"x".repeat(81), "a$"] {
             assert!(bad.parse::<EntityName>().is_err(), "{bad}");
         }
-    }
-}
-
-impl serde::Serialize for EntityName {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for EntityName {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
     }
 }

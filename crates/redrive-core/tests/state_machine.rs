@@ -2,6 +2,9 @@
 //! settle and clock steps, applied through the core's transition functions to a tiny
 //! in-memory queue, keep every invariant the broker promises.
 
+// Simulation code of a test: an impossible state should panic the test.
+#![allow(clippy::unwrap_used)]
+
 use proptest::prelude::*;
 use redrive_core::machine::{self, MessageMeta, MessageState, Refusal, Step};
 use redrive_core::policy::{Backoff, QueuePolicy};
@@ -203,11 +206,12 @@ fn run(max_delivery: u32, dlq_on_expiry: bool, backoff_ms: u64, ops: Vec<Op>) {
                     if got == max {
                         break;
                     }
-                    if let Some(m) = &sim.live[i] {
-                        if m.state == MessageState::Available && m.visible_at <= sim.now {
-                            sim.deliver(i, false);
-                            got += 1;
-                        }
+                    if let Some(m) = &sim.live[i]
+                        && m.state == MessageState::Available
+                        && m.visible_at <= sim.now
+                    {
+                        sim.deliver(i, false);
+                        got += 1;
                     }
                 }
             }
@@ -231,10 +235,10 @@ fn run(max_delivery: u32, dlq_on_expiry: bool, backoff_ms: u64, ops: Vec<Op>) {
             Op::Advance { ms } => sim.now = sim.now.plus_millis(ms as i64),
             Op::Sweep => {
                 for i in 0..sim.live.len() {
-                    if let Some(m) = sim.live[i].clone() {
-                        if let Some(step) = machine::sweep(&m, &sim.policy, sim.now, i as u64) {
-                            sim.apply_step(i, step);
-                        }
+                    if let Some(m) = sim.live[i].clone()
+                        && let Some(step) = machine::sweep(&m, &sim.policy, sim.now, i as u64)
+                    {
+                        sim.apply_step(i, step);
                     }
                 }
             }

@@ -17,18 +17,18 @@ use serde::de::DeserializeOwned;
 
 /// An error response.
 #[derive(Debug)]
-pub struct ApiError(pub Problem);
+pub struct ApiError(pub Box<Problem>);
 
 impl ApiError {
     /// A problem with `code` and a detail.
     pub fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
-        ApiError(Problem::new(code, detail))
+        ApiError(Box::new(Problem::new(code, detail)))
     }
 }
 
 impl From<Problem> for ApiError {
     fn from(p: Problem) -> Self {
-        ApiError(p)
+        ApiError(Box::new(p))
     }
 }
 
@@ -118,7 +118,7 @@ fn internal(e: &dyn std::error::Error) -> Problem {
 
 impl From<BrokerError> for ApiError {
     fn from(e: BrokerError) -> Self {
-        ApiError(problem_for(&e))
+        ApiError(Box::new(problem_for(&e)))
     }
 }
 

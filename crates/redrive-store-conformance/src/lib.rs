@@ -1,1 +1,149 @@
-//! placeholder
+//! The behaviour suite every redrive `Store` backend passes.
+//!
+//! A backend's `tests/conformance.rs` provides an async factory that returns a fresh,
+//! isolated [`TestStore`] and invokes [`store_conformance_tests!`] with it; the macro
+//! expands one `#[tokio::test]` per case, named after the case, so that every case is a
+//! separately named, filterable, parallel test of that backend:
+//!
+//! ```ignore
+//! async fn fresh() -> redrive_store_conformance::TestStore { /* new store in a tempdir */ }
+//! redrive_store_conformance::store_conformance_tests!(fresh);
+//! ```
+//!
+//! Cases are plain `pub async fn case(t: &TestStore)` functions in [`cases`], grouped by
+//! area. Time moves only through the `now` values the cases pass; nothing sleeps. Cases
+//! assert on error variants, never on message text. A case that needs a capability the
+//! backend declares it lacks (see `Store::capabilities`) logs why and passes.
+//!
+//! Adding a case: write the function in the right file, then add its name once to the
+//! list in [`store_conformance_tests!`]; every backend runs it from then on.
+
+// This crate is test code: a failed unwrap is a failed case, with its location.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use redrive_store::Store;
+
+pub mod cases;
+mod support;
+
+pub use support::{T0, at, msg, name, params, policy, secs, seqs, session_msg};
+
+/// Reopens the same storage (for durability cases): what a restarted process would see.
+pub type Reopen = Box<dyn Fn() -> Arc<dyn Store> + Send + Sync>;
+
+/// One fresh, isolated store for one case.
+pub struct TestStore {
+    /// The store under test.
+    pub store: Arc<dyn Store>,
+    /// Reopens the same storage as a new store, as after a restart; `None` if the backend
+    /// cannot (the durability cases are then skipped, with a logged reason). The store in
+    /// `store` may be closed by it.
+    pub reopen: Option<Reopen>,
+}
+
+/// Expands one `#[tokio::test]` per conformance case. `$factory` is an async fn (path)
+/// returning a fresh [`TestStore`]. The invoking crate needs `tokio` (with `macros` and
+/// `rt-multi-thread`) as a dev-dependency.
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($factory:path) => {
+        $crate::__conformance_cases! { $factory;
+            // queues
+            create_queue_starts_at_version_one_and_is_listed,
+            create_existing_queue_is_queue_exists,
+            unknown_queue_is_queue_not_found,
+            update_with_stale_expected_version_is_version_conflict,
+            policy_update_bumps_version_and_dead_letters_record_it,
+            delete_non_empty_queue_needs_force,
+            delete_empty_queue_without_force,
+            counts_add_up,
+            // enqueue
+            enqueue_assigns_increasing_sequences_from_one,
+            enqueued_message_round_trips_every_field,
+            batch_enqueue_is_atomic,
+            session_id_on_plain_queue_is_an_attribute,
+            scheduled_message_invisible_until_time,
+            cancel_scheduled_removes_it,
+            cancel_scheduled_refuses_messages_that_are_not_scheduled,
+            peek_browses_without_locking_or_counting,
+            // receive
+            receive_hides_message_until_lock_expires,
+            receive_returns_oldest_first_up_to_max,
+            receive_counts_deliveries_and_records_delivery_times,
+            lock_expiry_counts_as_abandon,
+            receive_on_session_queue_without_session_is_session_required,
+            receive_with_session_on_plain_queue_is_session_not_allowed,
+            next_wake_reports_schedule_and_lock_expiry,
+            lowered_max_delivery_count_dead_letters_on_receive,
+            // settle
+            complete_removes_message,
+            settle_with_stale_lock_token_is_lock_lost,
+            settle_items_fail_independently,
+            abandon_makes_message_visible_again,
+            abandon_with_delay_and_backoff,
+            abandon_at_max_delivery_count_dead_letters_with_evidence,
+            application_dead_letter_keeps_reason_and_description,
+            defer_then_receive_by_sequence,
+            receive_deferred_of_unknown_or_not_deferred_is_message_not_found,
+            renew_extends_lock,
+            // sessions
+            session_messages_come_in_order_and_one_receiver_holds_session,
+            next_session_message_not_delivered_while_earlier_locked,
+            deferred_session_message_is_skipped,
+            accept_unnamed_session_picks_oldest_free_session,
+            session_lock_expires_and_can_be_taken_over,
+            receive_with_lost_session_lock_is_session_lock_lost,
+            renew_and_release_session,
+            accept_session_on_plain_queue_is_session_not_allowed,
+            // dead letters
+            dead_letter_to_another_queue_forwards_copy_and_keeps_evidence,
+            application_dead_letter_to_missing_queue_is_refused_and_changes_nothing,
+            broker_dead_letter_to_missing_queue_falls_back_to_own_store,
+            resubmit_creates_new_sequence_and_archives_record,
+            dlq_peek_lock_receive_and_complete,
+            dead_letter_list_filters_and_pages,
+            move_dead_letter_between_areas,
+            unknown_dead_letter_is_not_found,
+            // expiry
+            expired_message_is_never_delivered,
+            ttl_expiry_dead_letters_with_real_count_when_enabled,
+            ttl_expiry_without_dlq_is_removed_and_reported,
+            expired_deferred_message_is_expired_not_delivered,
+            abandon_after_ttl_removes_message,
+            // dedup
+            duplicate_id_within_window_is_not_enqueued_again,
+            duplicate_after_window_is_enqueued,
+            duplicate_inside_one_batch_counts_once,
+            without_window_same_id_is_enqueued_twice,
+            // sweep
+            sweep_releases_expired_locks_across_queues,
+            sweep_respects_limit_and_reports_more,
+            sweep_dead_letters_at_max_count_on_lock_expiry,
+            sweep_forgets_expired_duplicate_entries,
+            // concurrency
+            two_receivers_never_get_same_message,
+            concurrent_enqueues_get_distinct_sequences,
+            concurrent_settlements_of_one_lock_succeed_once,
+            // durability
+            acknowledged_enqueue_survives_reopen,
+            locks_and_dead_letters_survive_reopen,
+        }
+    };
+}
+
+/// Implementation detail of [`store_conformance_tests!`].
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_cases {
+    ($factory:path; $($case:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let t: $crate::TestStore = $factory().await;
+                $crate::cases::$case(&t).await;
+            }
+        )*
+    };
+}

@@ -202,7 +202,7 @@ async fn settle(
             Err(e) => {
                 let p = problem_for(&BrokerError::Store(e));
                 if !batch {
-                    return Err(ApiError(p));
+                    return Err(ApiError(Box::new(p)));
                 }
                 SettleResult {
                     lock_token: token,

@@ -1,6 +1,9 @@
 //! HTTP-level tests of the native API: a real server on 127.0.0.1 over a real SQLite file,
 //! driven by a real HTTP client, with time moved by a manual clock (no test sleeps).
 
+// Test support code: a failed setup step should panic the test.
+#![allow(clippy::unwrap_used)]
+
 mod dead_letters;
 mod messages;
 mod ops;

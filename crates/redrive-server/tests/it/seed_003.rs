@@ -31,7 +31,11 @@ async fn odd_numbers_are_dead_lettered_after_exactly_three_deliveries() {
                 m["delivery_count"], seen[&n],
                 "delivery count matches what the handler saw"
             );
-            let action = if n % 2 == 0 { "complete" } else { "abandon" };
+            let action = if n.is_multiple_of(2) {
+                "complete"
+            } else {
+                "abandon"
+            };
             let (st, v) = s
                 .settle(
                     "numbers",
@@ -41,7 +45,7 @@ async fn odd_numbers_are_dead_lettered_after_exactly_three_deliveries() {
                 )
                 .await;
             assert_eq!(st, 200, "{v}");
-            if n % 2 == 0 {
+            if n.is_multiple_of(2) {
                 processed.push(n);
             }
         }

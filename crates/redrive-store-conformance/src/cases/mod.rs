@@ -1,0 +1,40 @@
+//! The cases, one `pub async fn` each, grouped by area and re-exported here so that the
+//! macro can name them as `cases::<name>`.
+
+mod concurrency;
+mod dead_letters;
+mod dedup;
+mod durability;
+mod enqueue;
+mod expiry;
+mod queues;
+mod receive;
+mod sessions;
+mod settle;
+mod sweep;
+
+pub use concurrency::*;
+pub use dead_letters::*;
+pub use dedup::*;
+pub use durability::*;
+pub use enqueue::*;
+pub use expiry::*;
+pub use queues::*;
+pub use receive::*;
+pub use sessions::*;
+pub use settle::*;
+pub use sweep::*;
+
+/// Imports every case file uses.
+mod prelude {
+    pub(crate) use crate::TestStore;
+    pub(crate) use crate::assert_err;
+    pub(crate) use crate::support::*;
+    pub(crate) use redrive_core::{
+        Area, Backoff, DeadLetterReason, EvidenceQuality, MessageState, Properties, PropertyValue,
+        QueuePolicy, RouteKind, Timestamp,
+    };
+    pub(crate) use redrive_store::{
+        DeadLetterQuery, NewMessage, QueueCounts, SessionRef, SettleAction, Settlement, StoreError,
+    };
+}

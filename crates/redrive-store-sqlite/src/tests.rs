@@ -1,0 +1,476 @@
+//! SQLite-specific behaviour: group commit, savepoint isolation, poisoning, busy handling,
+//! migrations, close.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use redrive_core::{EntityName, QueuePolicy, Timestamp};
+use redrive_store::{NewMessage, Store, StoreError, StoreErrorKind};
+
+use super::*;
+
+const T0: Timestamp = Timestamp(1_700_000_000_000);
+
+fn name(s: &str) -> EntityName {
+    s.parse().unwrap()
+}
+
+fn msg(id: &str) -> NewMessage {
+    NewMessage {
+        message_id: id.to_owned(),
+        body: id.as_bytes().to_vec(),
+        content_type: None,
+        properties: Default::default(),
+        correlation_id: None,
+        session_id: None,
+        message_type: None,
+        intent: None,
+        valid_until: None,
+        scheduled_at: None,
+        expires_at: None,
+    }
+}
+
+fn open(options: SqliteOptions) -> (tempfile::TempDir, PathBuf, Arc<SqliteStore>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("redrive.db");
+    let store = Arc::new(SqliteStore::open(&path, options).unwrap());
+    (dir, path, store)
+}
+
+async fn queue(store: &SqliteStore, q: &str, policy: QueuePolicy) -> EntityName {
+    let n = name(q);
+    store.create_queue(&n, &policy, T0).await.unwrap();
+    n
+}
+
+/// Parks the writer thread between groups until the returned sender is dropped, so that
+/// jobs pile up and are committed as one group.
+fn hold_writer(store: &SqliteStore) -> std::sync::mpsc::Sender<()> {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    store.writer.raw(move |_| {
+        let _ = rx.recv();
+    });
+    tx
+}
+
+/// Waits (by yielding, not sleeping) until `n` jobs in total have been submitted.
+async fn submitted(store: &SqliteStore, n: usize) {
+    while store.writer.counters().0 < n {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_enqueues_are_acknowledged_by_one_group_commit() {
+    let (_dir, _path, store) = open(SqliteOptions::default());
+    let q = queue(&store, "q", QueuePolicy::default()).await;
+    let (jobs, commits) = store.writer.counters();
+    let release = hold_writer(&store);
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let (s, q) = (Arc::clone(&store), q.clone());
+        tasks.push(tokio::spawn(async move {
+            s.enqueue(&q, vec![msg(&format!("m{i}"))], T0).await
+        }));
+    }
+    submitted(&store, jobs + 200).await;
+    drop(release);
+    let mut seqs = Vec::new();
+    for t in tasks {
+        seqs.push(t.await.unwrap().unwrap()[0].sequence);
+    }
+    seqs.sort_unstable();
+    assert_eq!(seqs, (1..=200).collect::<Vec<i64>>());
+    assert_eq!(
+        store.writer.counters().1,
+        commits + 1,
+        "one commit for all 200"
+    );
+    assert_eq!(store.peek(&q, 1, 1_000).await.unwrap().len(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_batch_bounds_a_group() {
+    let (_dir, _path, store) = open(SqliteOptions {
+        max_batch: 10,
+        readers: 1,
+    });
+    let q = queue(&store, "q", QueuePolicy::default()).await;
+    let (jobs, commits) = store.writer.counters();
+    let release = hold_writer(&store);
+    let mut tasks = Vec::new();
+    for i in 0..35 {
+        let (s, q) = (Arc::clone(&store), q.clone());
+        tasks.push(tokio::spawn(async move {
+            s.enqueue(&q, vec![msg(&format!("m{i}"))], T0).await
+        }));
+    }
+    submitted(&store, jobs + 35).await;
+    drop(release);
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(store.writer.counters().1, commits + 4, "10 + 10 + 10 + 5");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_job_rolls_back_only_itself() {
+    let (_dir, _path, store) = open(SqliteOptions::default());
+    let q = queue(&store, "q", QueuePolicy::default()).await;
+    let sq = queue(
+        &store,
+        "sessions",
+        QueuePolicy {
+            requires_session: true,
+            ..QueuePolicy::default()
+        },
+    )
+    .await;
+    let (jobs, commits) = store.writer.counters();
+    let release = hold_writer(&store);
+
+    let s = Arc::clone(&store);
+    let (q1, sq1) = (q.clone(), sq.clone());
+    let group = tokio::spawn(async move {
+        let ok1 = s.enqueue(&q1, vec![msg("a")], T0);
+        let refused = s.enqueue(&sq1, vec![msg("no-session")], T0);
+        // Writes, then fails: its writes must not survive.
+        let half_done = s.writer.write({
+            let q = q1.clone();
+            move |tx| {
+                queues::create(tx, &name("ghost"), &QueuePolicy::default(), T0)?;
+                queues::update(
+                    tx,
+                    &q,
+                    &QueuePolicy {
+                        max_delivery_count: 1,
+                        ..QueuePolicy::default()
+                    },
+                    None,
+                    T0,
+                )?;
+                messages::enqueue(tx, &q, vec![msg("ghost-msg")], T0)?;
+                Err::<(), _>(StoreError::LockLost)
+            }
+        });
+        let panics = s.writer.write(|_tx| -> StoreResult<()> {
+            panic!("a bug inside a job (expected in this test)")
+        });
+        let ok2 = s.enqueue(&q1, vec![msg("b")], T0);
+        tokio::join!(ok1, refused, half_done, panics, ok2)
+    });
+    submitted(&store, jobs + 5).await;
+    drop(release);
+    let (ok1, refused, half_done, panics, ok2) = group.await.unwrap();
+
+    assert_eq!(ok1.unwrap()[0].sequence, 1);
+    assert!(matches!(refused, Err(StoreError::SessionRequired { .. })));
+    assert!(matches!(half_done, Err(StoreError::LockLost)));
+    match panics {
+        Err(StoreError::Backend { source }) => assert!(matches!(
+            source.downcast_ref::<SqliteError>(),
+            Some(SqliteError::Panicked)
+        )),
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    assert_eq!(
+        ok2.unwrap()[0].sequence,
+        2,
+        "the failed job's sequence was rolled back"
+    );
+    assert_eq!(store.writer.counters().1, commits + 1, "still one group");
+    assert!(!store.is_poisoned());
+
+    let ids: Vec<String> = store
+        .peek(&q, 1, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.message_id)
+        .collect();
+    assert_eq!(ids, ["a", "b"]);
+    assert!(matches!(
+        store.get_queue(&name("ghost")).await,
+        Err(StoreError::QueueNotFound { .. })
+    ));
+    let rec = store.get_queue(&q).await.unwrap();
+    assert_eq!(rec.policy_version, 1);
+    // The writer's policy cache forgot the rolled-back update too.
+    let cached = store
+        .writer
+        .write(move |tx| Ok(tx.queue(&q)?.version))
+        .await
+        .unwrap();
+    assert_eq!(cached, 1);
+}
+
+/// Makes the next COMMIT on the writer fail: a deferred foreign key (on TEMP tables of
+/// the write connection only) that every message insert violates. SQLite checks deferred
+/// constraints at COMMIT, so the commit itself is refused, as a failing disk would.
+fn fail_next_commits(store: &SqliteStore) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    store.writer.raw(move |conn| {
+        let r = conn.execute_batch(
+            "PRAGMA foreign_keys = ON;
+             CREATE TEMP TABLE trap_parent (id INTEGER PRIMARY KEY);
+             CREATE TEMP TABLE trap_child (pid INTEGER
+                 REFERENCES trap_parent (id) DEFERRABLE INITIALLY DEFERRED);
+             CREATE TEMP TRIGGER trap AFTER INSERT ON main.messages
+                 BEGIN INSERT INTO trap_child VALUES (1); END;",
+        );
+        let _ = tx.send(r);
+    });
+    rx.recv().unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_commit_fails_the_group_and_poisons_the_store() {
+    let (_dir, path, store) = open(SqliteOptions::default());
+    let q = queue(&store, "q", QueuePolicy::default()).await;
+    store.enqueue(&q, vec![msg("before")], T0).await.unwrap();
+    fail_next_commits(&store);
+
+    let (jobs, _) = store.writer.counters();
+    let release = hold_writer(&store);
+    let s = Arc::clone(&store);
+    let q1 = q.clone();
+    let group = tokio::spawn(async move {
+        let p = QueuePolicy::default();
+        tokio::join!(
+            s.enqueue(&q1, vec![msg("lost-1")], T0),
+            s.update_queue(&q1, &p, None, T0),
+        )
+    });
+    submitted(&store, jobs + 2).await;
+    drop(release);
+    let (a, b) = group.await.unwrap();
+    assert_eq!(a.unwrap_err().kind(), StoreErrorKind::Poisoned);
+    assert_eq!(
+        b.unwrap_err().kind(),
+        StoreErrorKind::Poisoned,
+        "a job that succeeded on its own is not acknowledged either"
+    );
+    assert!(store.is_poisoned());
+
+    // Fail-stop: every later write is refused, even ones that would not hit the trap.
+    assert!(matches!(
+        store
+            .create_queue(&name("other"), &QueuePolicy::default(), T0)
+            .await,
+        Err(StoreError::Poisoned)
+    ));
+    assert!(matches!(
+        store.enqueue(&q, vec![msg("later")], T0).await,
+        Err(StoreError::Poisoned)
+    ));
+    // Reads still answer, and show that nothing of the failed group was committed.
+    let ids: Vec<String> = store
+        .peek(&q, 1, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.message_id)
+        .collect();
+    assert_eq!(ids, ["before"]);
+    assert_eq!(store.get_queue(&q).await.unwrap().policy_version, 1);
+
+    // A restart clears the poison.
+    store.close();
+    drop(store);
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    assert!(!store.is_poisoned());
+    assert_eq!(
+        store.enqueue(&q, vec![msg("after")], T0).await.unwrap()[0].sequence,
+        2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_database_is_unavailable_not_poisoned() {
+    let (_dir, path, store) = open(SqliteOptions::default());
+    let q = queue(&store, "q", QueuePolicy::default()).await;
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+
+    let e = store.enqueue(&q, vec![msg("a")], T0).await.unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Unavailable);
+    assert!(!store.is_poisoned());
+    // Reads are not blocked by a writer (WAL).
+    assert!(store.peek(&q, 1, 10).await.unwrap().is_empty());
+
+    other.execute_batch("COMMIT").unwrap();
+    assert_eq!(
+        store.enqueue(&q, vec![msg("a")], T0).await.unwrap()[0].sequence,
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused() {
+    let (_dir, path, store) = open(SqliteOptions::default());
+    store.close();
+    drop(store);
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let v: i64 = conn
+            .query_row("SELECT max(version) FROM schema_migrations", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+        conn.execute(
+            "INSERT INTO schema_migrations (version) VALUES (?1)",
+            [SCHEMA_VERSION + 1],
+        )
+        .unwrap();
+    }
+    match SqliteStore::open(&path, SqliteOptions::default()) {
+        Err(StoreError::Backend { source }) => match source.downcast_ref::<SqliteError>() {
+            Some(SqliteError::SchemaTooNew { found, known }) => {
+                assert_eq!((*found, *known), (SCHEMA_VERSION + 1, SCHEMA_VERSION));
+            }
+            other => panic!("expected SchemaTooNew, got {other:?}"),
+        },
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn reopening_keeps_the_schema_and_data() {
+    let (_dir, path, store) = open(SqliteOptions::default());
+    let q = queue(&store, "q", QueuePolicy::default()).await;
+    store.enqueue(&q, vec![msg("a")], T0).await.unwrap();
+    store.close();
+    drop(store);
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    assert_eq!(store.peek(&q, 1, 10).await.unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_are_visible_to_a_new_instance_without_checkpoint() {
+    // The first instance is never closed (no checkpoint), as if the process had died: the
+    // acknowledged commits are in the WAL and a new instance sees them.
+    let (_dir, path, first) = open(SqliteOptions::default());
+    let q = queue(&first, "q", QueuePolicy::default()).await;
+    first
+        .enqueue(&q, vec![msg("a"), msg("b")], T0)
+        .await
+        .unwrap();
+    let second = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    assert_eq!(second.peek(&q, 1, 10).await.unwrap().len(), 2);
+    assert_eq!(
+        second.enqueue(&q, vec![msg("c")], T0).await.unwrap()[0].sequence,
+        3
+    );
+    drop(first);
+}
+
+#[tokio::test]
+async fn a_closed_store_refuses_work_and_close_is_idempotent() {
+    let (_dir, _path, store) = open(SqliteOptions::default());
+    let q = queue(&store, "q", QueuePolicy::default()).await;
+    store.close();
+    store.close();
+    let e = store.enqueue(&q, vec![msg("a")], T0).await.unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Unavailable);
+    let e = store.peek(&q, 1, 10).await.unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Unavailable);
+}
+
+#[tokio::test]
+async fn open_creates_missing_parent_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a").join("b").join("redrive.db");
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    assert!(path.exists());
+    assert!(store.list_queues().await.unwrap().is_empty());
+}
+
+/// The hot queries use an index (no full scan of `messages`).
+#[test]
+fn hot_queries_use_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = schema::open_writer(&dir.path().join("plan.db")).unwrap();
+    schema::migrate(&conn).unwrap();
+    let plan = |sql: &str| -> String {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let unbound = rusqlite::params_from_iter(std::iter::repeat_n(
+            rusqlite::types::Null,
+            stmt.parameter_count(),
+        ));
+        let rows = stmt
+            .query_map(unbound, |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect::<Vec<_>>();
+        rows.join(" | ")
+    };
+    let cases = [
+        (
+            "SELECT rowid FROM messages WHERE queue_id = ?1 AND state = 'available' \
+             AND due_at <= ?2 ORDER BY due_at, sequence LIMIT ?3",
+            "messages_due",
+        ),
+        (
+            "SELECT rowid FROM messages WHERE queue_id = ?1 AND state = 'locked' \
+             AND due_at <= ?2 ORDER BY due_at LIMIT ?3",
+            "messages_due",
+        ),
+        (
+            "SELECT rowid FROM messages WHERE queue_id = ?1 AND expires_at <= ?2 \
+             AND state <> 'locked' ORDER BY expires_at LIMIT ?3",
+            "messages_expiry",
+        ),
+        (
+            "SELECT min(due_at) FROM messages WHERE queue_id = 1 AND state = 'locked'",
+            "messages_due",
+        ),
+        (
+            "SELECT rowid FROM messages WHERE queue_id = 1 AND session_id = 's' \
+             AND sequence > 0 AND state <> 'deferred' ORDER BY sequence LIMIT 10",
+            "messages_session",
+        ),
+        (
+            "SELECT rowid FROM messages WHERE rowid = 7 AND queue_id = 1",
+            "INTEGER PRIMARY KEY",
+        ),
+        (
+            "SELECT rowid FROM messages WHERE queue_id = 1 AND sequence >= 3 \
+             ORDER BY sequence LIMIT 10",
+            "sqlite_autoindex_messages_1",
+        ),
+    ];
+    for (sql, index) in cases {
+        let p = plan(sql);
+        assert!(p.contains(index), "{sql}\n  plan: {p}");
+        assert!(!p.contains("SCAN messages"), "{sql}\n  plan: {p}");
+    }
+}
+
+#[tokio::test]
+async fn a_non_finite_float_property_is_refused_rather_than_stored_unreadable() {
+    let (_dir, _path, store) = open(SqliteOptions::default());
+    let q = queue(&store, "q", QueuePolicy::default()).await;
+    let mut m = msg("nan");
+    m.properties
+        .insert("x".into(), redrive_core::PropertyValue::Float(f64::NAN));
+    match store.enqueue(&q, vec![msg("ok"), m], T0).await {
+        Err(StoreError::Backend { source }) => assert!(matches!(
+            source.downcast_ref::<SqliteError>(),
+            Some(SqliteError::NonFiniteProperty { .. })
+        )),
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    assert!(
+        store.peek(&q, 1, 10).await.unwrap().is_empty(),
+        "the batch stored nothing"
+    );
+    // Finite floats round-trip as floats.
+    let mut m = msg("two");
+    m.properties
+        .insert("x".into(), redrive_core::PropertyValue::Float(2.0));
+    store.enqueue(&q, vec![m.clone()], T0).await.unwrap();
+    let got = store.peek(&q, 1, 10).await.unwrap();
+    assert_eq!(got[0].properties, m.properties);
+}

@@ -1,0 +1,383 @@
+//! The writer thread: one connection, group commit, fail-stop.
+//!
+//! Every write operation is a job sent over a channel. The thread blocks for the first job,
+//! drains whatever else is queued (up to `max_batch`), and runs the group in one
+//! `BEGIN IMMEDIATE` transaction, each job inside its own savepoint. A job that fails is
+//! rolled back to its savepoint and only its caller sees the error. After one `COMMIT`
+//! (one WAL sync under `synchronous=FULL`) every caller gets its result. If the commit
+//! fails, nobody's result is acknowledged and the store poisons itself: the state on disk
+//! is unknown, so every later write is refused with `Poisoned` until a restart.
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use redrive_core::EntityName;
+use redrive_store::{StoreError, StoreResult};
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+use crate::error::{SqliteError, backend, is_busy};
+use crate::rows::{QueueInfo, load_queue, queue_not_found};
+
+/// Queue policies cached by the writer, so that hot paths do not parse policy JSON per
+/// call. Cleared whenever a job or a group is rolled back, so it never outlives the data
+/// it was read from.
+const QUEUE_CACHE_LIMIT: usize = 10_000;
+
+/// What a job sees: the write connection inside the group's transaction and the queue
+/// cache.
+pub(crate) struct Tx<'c> {
+    pub conn: &'c Connection,
+    queues: &'c mut HashMap<String, Arc<QueueInfo>>,
+}
+
+impl Tx<'_> {
+    /// The queue, or `QueueNotFound`.
+    pub(crate) fn queue(&mut self, name: &EntityName) -> StoreResult<Arc<QueueInfo>> {
+        self.queue_opt(name.as_str())?
+            .ok_or_else(|| queue_not_found(name))
+    }
+
+    /// The queue, if it exists.
+    pub(crate) fn queue_opt(&mut self, name: &str) -> StoreResult<Option<Arc<QueueInfo>>> {
+        if let Some(q) = self.queues.get(name) {
+            return Ok(Some(Arc::clone(q)));
+        }
+        let Some(q) = load_queue(self.conn, name)? else {
+            return Ok(None);
+        };
+        let q = Arc::new(q);
+        if self.queues.len() >= QUEUE_CACHE_LIMIT {
+            self.queues.clear();
+        }
+        self.queues.insert(name.to_owned(), Arc::clone(&q));
+        Ok(Some(q))
+    }
+
+    /// Forgets a cached queue (after it changed or was deleted).
+    pub(crate) fn forget_queue(&mut self, name: &str) {
+        self.queues.remove(name);
+    }
+}
+
+/// A unit of work for the writer, type-erased.
+trait Job: Send {
+    /// Runs the work inside the job's savepoint; false if it failed (roll it back).
+    fn run(&mut self, tx: &mut Tx<'_>) -> bool;
+    /// Delivers the result once the group's fate is known; `failure` overrides it.
+    fn finish(self: Box<Self>, failure: Option<GroupFailure>);
+}
+
+struct TypedJob<F, T> {
+    work: Option<F>,
+    result: Option<StoreResult<T>>,
+    reply: oneshot::Sender<StoreResult<T>>,
+}
+
+impl<F, T> Job for TypedJob<F, T>
+where
+    F: FnOnce(&mut Tx<'_>) -> StoreResult<T> + Send,
+    T: Send,
+{
+    fn run(&mut self, tx: &mut Tx<'_>) -> bool {
+        let Some(work) = self.work.take() else {
+            return false;
+        };
+        let result = catch_unwind(AssertUnwindSafe(|| work(tx)))
+            .unwrap_or_else(|_| Err(backend(SqliteError::Panicked)));
+        let ok = result.is_ok();
+        self.result = Some(result);
+        ok
+    }
+
+    fn finish(self: Box<Self>, failure: Option<GroupFailure>) {
+        let result = match failure {
+            Some(f) => Err(f.error()),
+            None => self
+                .result
+                .unwrap_or_else(|| Err(backend(SqliteError::Panicked))),
+        };
+        // The caller may have given up waiting (its future was dropped); nothing to do.
+        let _ = self.reply.send(result);
+    }
+}
+
+/// Why a whole group failed.
+#[derive(Debug, Clone)]
+enum GroupFailure {
+    /// The state is unknown or the store was poisoned earlier.
+    Poisoned,
+    /// The transaction could not start (locked by another process); nothing happened.
+    Busy(String),
+}
+
+impl GroupFailure {
+    fn error(&self) -> StoreError {
+        match self {
+            GroupFailure::Poisoned => StoreError::Poisoned,
+            GroupFailure::Busy(m) => StoreError::unavailable(SqliteError::Busy(m.clone())),
+        }
+    }
+}
+
+enum Msg {
+    Job(Box<dyn Job>),
+    Close,
+    /// Runs a closure on the write connection outside any transaction (tests only: fault
+    /// injection).
+    #[cfg(test)]
+    Raw(Box<dyn FnOnce(&Connection) + Send>),
+}
+
+/// The handle the store keeps.
+pub(crate) struct Writer {
+    sender: Sender<Msg>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    poisoned: Arc<AtomicBool>,
+    #[cfg(test)]
+    test: Arc<TestCounters>,
+}
+
+impl Writer {
+    /// Starts the writer thread on `conn`.
+    pub(crate) fn start(conn: Connection, max_batch: usize) -> StoreResult<Writer> {
+        let (sender, receiver) = channel();
+        let poisoned = Arc::new(AtomicBool::new(false));
+        #[cfg(test)]
+        let test = Arc::new(TestCounters::default());
+        let mut state = WriterThread {
+            conn,
+            receiver,
+            max_batch: max_batch.max(1),
+            poisoned: Arc::clone(&poisoned),
+            queues: HashMap::new(),
+            #[cfg(test)]
+            test: Arc::clone(&test),
+        };
+        let thread = std::thread::Builder::new()
+            .name("redrive-sqlite-writer".into())
+            .spawn(move || state.run())
+            .map_err(StoreError::backend)?;
+        Ok(Writer {
+            sender,
+            thread: Mutex::new(Some(thread)),
+            poisoned,
+            #[cfg(test)]
+            test,
+        })
+    }
+
+    /// Runs `work` in the next group commit and returns its result once committed.
+    pub(crate) async fn write<T, F>(&self, work: F) -> StoreResult<T>
+    where
+        F: FnOnce(&mut Tx<'_>) -> StoreResult<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(StoreError::Poisoned);
+        }
+        let (reply, rx) = oneshot::channel();
+        let job = Box::new(TypedJob {
+            work: Some(work),
+            result: None,
+            reply,
+        });
+        self.sender
+            .send(Msg::Job(job))
+            .map_err(|_| StoreError::unavailable(SqliteError::Closed))?;
+        #[cfg(test)]
+        self.test.submitted.fetch_add(1, Ordering::SeqCst);
+        // A dropped reply means the writer stopped before running the job (closed).
+        rx.await
+            .unwrap_or_else(|_| Err(StoreError::unavailable(SqliteError::Closed)))
+    }
+
+    /// Whether a failed commit has poisoned the store.
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    /// Asks the thread to stop after the queued work and waits for it. Idempotent.
+    pub(crate) fn close(&self) {
+        let handle = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(handle) = handle {
+            let _ = self.sender.send(Msg::Close);
+            if handle.join().is_err() {
+                tracing::error!("the SQLite writer thread panicked");
+            }
+        }
+    }
+
+    /// Queues `f` to run on the write connection between groups, without waiting
+    /// (tests: fault injection, holding the writer while jobs pile up).
+    #[cfg(test)]
+    pub(crate) fn raw(&self, f: impl FnOnce(&Connection) + Send + 'static) {
+        let _ = self.sender.send(Msg::Raw(Box::new(f)));
+    }
+
+    /// Counters for tests: (jobs submitted, groups committed).
+    #[cfg(test)]
+    pub(crate) fn counters(&self) -> (usize, usize) {
+        (
+            self.test.submitted.load(Ordering::SeqCst),
+            self.test.commits.load(Ordering::SeqCst),
+        )
+    }
+}
+
+/// Counters that let tests observe grouping without timing.
+#[cfg(test)]
+#[derive(Default)]
+struct TestCounters {
+    submitted: std::sync::atomic::AtomicUsize,
+    commits: std::sync::atomic::AtomicUsize,
+}
+
+struct WriterThread {
+    conn: Connection,
+    receiver: Receiver<Msg>,
+    max_batch: usize,
+    poisoned: Arc<AtomicBool>,
+    queues: HashMap<String, Arc<QueueInfo>>,
+    #[cfg(test)]
+    test: Arc<TestCounters>,
+}
+
+impl WriterThread {
+    fn run(&mut self) {
+        let mut group: Vec<Box<dyn Job>> = Vec::with_capacity(self.max_batch);
+        let mut closing = false;
+        while !closing {
+            match self.receiver.recv() {
+                Ok(Msg::Job(job)) => group.push(job),
+                Ok(Msg::Close) | Err(_) => break,
+                #[cfg(test)]
+                Ok(Msg::Raw(f)) => {
+                    f(&self.conn);
+                    continue;
+                }
+            }
+            while group.len() < self.max_batch {
+                match self.receiver.try_recv() {
+                    Ok(Msg::Job(job)) => group.push(job),
+                    Ok(Msg::Close) => {
+                        closing = true;
+                        break;
+                    }
+                    #[cfg(test)]
+                    Ok(Msg::Raw(f)) => {
+                        // Run the group so far first, then the closure, in arrival order.
+                        self.commit_group(&mut group);
+                        f(&self.conn);
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.commit_group(&mut group);
+        }
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if self.poisoned.load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(e) = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        {
+            tracing::warn!(error = %e, "WAL checkpoint at close failed");
+        }
+    }
+
+    fn poison(&mut self, what: &str, e: &rusqlite::Error) {
+        tracing::error!(
+            error = %e,
+            "SQLite {what} failed; the store is poisoned and refuses writes until restarted"
+        );
+        self.poisoned.store(true, Ordering::Release);
+        self.queues.clear();
+        if !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
+
+    fn fail_all(group: &mut Vec<Box<dyn Job>>, failure: &GroupFailure) {
+        for job in group.drain(..) {
+            job.finish(Some(failure.clone()));
+        }
+    }
+
+    fn exec(&self, sql: &str) -> rusqlite::Result<()> {
+        self.conn.prepare_cached(sql)?.execute([])?;
+        Ok(())
+    }
+
+    fn commit_group(&mut self, group: &mut Vec<Box<dyn Job>>) {
+        if group.is_empty() {
+            return;
+        }
+        if self.poisoned.load(Ordering::Acquire) {
+            Self::fail_all(group, &GroupFailure::Poisoned);
+            return;
+        }
+        if let Err(e) = self.exec("BEGIN IMMEDIATE") {
+            // Nothing was written, so the state is known: a lock held by another process
+            // is transient; anything else is not understood and stops the store.
+            let failure = if is_busy(&e) {
+                GroupFailure::Busy(e.to_string())
+            } else {
+                self.poison("BEGIN", &e);
+                GroupFailure::Poisoned
+            };
+            Self::fail_all(group, &failure);
+            return;
+        }
+        for i in 0..group.len() {
+            if let Err(e) = self.exec("SAVEPOINT job") {
+                self.poison("SAVEPOINT", &e);
+                Self::fail_all(group, &GroupFailure::Poisoned);
+                return;
+            }
+            let ok = {
+                let mut tx = Tx {
+                    conn: &self.conn,
+                    queues: &mut self.queues,
+                };
+                group[i].run(&mut tx)
+            };
+            let end = if ok {
+                self.exec("RELEASE job")
+            } else {
+                self.queues.clear();
+                self.exec("ROLLBACK TO job")
+                    .and_then(|()| self.exec("RELEASE job"))
+            };
+            if let Err(e) = end {
+                // SQLite may have rolled the whole transaction back on its own (for
+                // example after SQLITE_FULL): no job of the group can be acknowledged.
+                self.poison("savepoint release", &e);
+                Self::fail_all(group, &GroupFailure::Poisoned);
+                return;
+            }
+        }
+        if let Err(e) = self.exec("COMMIT") {
+            self.poison("COMMIT", &e);
+            Self::fail_all(group, &GroupFailure::Poisoned);
+            return;
+        }
+        #[cfg(test)]
+        self.test.commits.fetch_add(1, Ordering::SeqCst);
+        for job in group.drain(..) {
+            job.finish(None);
+        }
+    }
+}
