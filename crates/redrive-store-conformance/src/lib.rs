@@ -5,7 +5,7 @@
 //! expands one `#[tokio::test]` per case, named after the case, so that every case is a
 //! separately named, filterable, parallel test of that backend:
 //!
-//! ```ignore
+//! ```text
 //! async fn fresh() -> redrive_store_conformance::TestStore { /* new store in a tempdir */ }
 //! redrive_store_conformance::store_conformance_tests!(fresh);
 //! ```
