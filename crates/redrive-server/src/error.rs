@@ -174,6 +174,12 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// Reads a JSON value as `T`, with the problem document naming what did not fit.
+pub fn from_json<T: DeserializeOwned>(v: serde_json::Value) -> Result<T, ApiError> {
+    serde_json::from_value(v)
+        .map_err(|e| ApiError::new(ErrorCode::MalformedBody, format!("invalid JSON body: {e}")))
+}
+
 /// Query parameters whose rejection is a problem document.
 pub struct ApiQuery<T>(pub T);
 

@@ -8,25 +8,32 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use redrive_api::ErrorCode;
 use redrive_api::message::{
-    MessageList, ReceiveDeferred, ReceiveRequest, SendRequest, SendResponse, SendResult, Settle,
-    SettleKind, SettleRequest, SettleResponse, SettleResult,
+    MessageList, ReceiveDeferred, ReceiveRequest, SendMessage, SendRequest, SendResponse,
+    SendResult, Settle, SettleKind, SettleRequest, SettleResponse, SettleResult,
 };
 use redrive_broker::{BrokerError, ReceiveOptions};
 use redrive_store::{SessionRef, SettleAction, Settlement};
 use serde::Deserialize;
+use serde_json::Value;
 
 use crate::AppState;
-use crate::error::{ApiError, ApiJson, ApiQuery, problem_for};
+use crate::error::{ApiError, ApiJson, ApiQuery, from_json, problem_for};
 use crate::wire::{message_out, outgoing};
 
 async fn send(
     State(s): State<AppState>,
     Path(queue): Path<String>,
-    ApiJson(req): ApiJson<SendRequest>,
+    ApiJson(body): ApiJson<Value>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let msgs = match req {
-        SendRequest::Batch { messages } => messages,
-        SendRequest::One(m) => vec![*m],
+    // Decided by shape first, so that a bad field gets serde's precise message rather
+    // than "matched no variant".
+    let msgs = if body.get("messages").is_some() {
+        match from_json::<SendRequest>(body)? {
+            SendRequest::Batch { messages } => messages,
+            SendRequest::One(m) => vec![*m],
+        }
+    } else {
+        vec![from_json::<SendMessage>(body)?]
     };
     let mut out = Vec::with_capacity(msgs.len());
     for m in msgs {
@@ -169,11 +176,15 @@ fn settlement(s: Settle, default_lock_ms: u64) -> Result<Settlement, ApiError> {
 async fn settle(
     State(s): State<AppState>,
     Path(queue): Path<String>,
-    ApiJson(req): ApiJson<SettleRequest>,
+    ApiJson(body): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
-    let (items, batch) = match req {
-        SettleRequest::Batch { settlements } => (settlements, true),
-        SettleRequest::One(one) => (vec![one], false),
+    let (items, batch) = if body.get("settlements").is_some() {
+        match from_json::<SettleRequest>(body)? {
+            SettleRequest::Batch { settlements } => (settlements, true),
+            SettleRequest::One(one) => (vec![one], false),
+        }
+    } else {
+        (vec![from_json::<Settle>(body)?], false)
     };
     let needs_default = items
         .iter()

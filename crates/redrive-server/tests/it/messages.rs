@@ -109,6 +109,9 @@ async fn bad_sends_are_refused_whole_and_store_nothing() {
     assert_eq!(resp.status(), 400);
     let v: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(v["code"], "malformed_body");
+    let r = s.post("/v1/queues/q/messages", json!({"body": 5})).await;
+    assert_problem(&r, 400, "malformed_body");
+    assert!(r.1["detail"].as_str().unwrap().contains("expected a string"), "{}", r.1);
     assert_problem(
         &s.post("/v1/queues/q/messages", json!({"messages": []}))
             .await,
