@@ -4,7 +4,6 @@
 use redrive_core::{Area, EntityName, Timestamp};
 use redrive_store::{DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Enqueued};
 
-use crate::messages::check_lock_ms;
 use crate::metrics::Counter;
 use crate::{Actor, Broker, BrokerError, BrokerResult, MAX_RECEIVE_BATCH};
 
@@ -94,17 +93,7 @@ impl Broker {
                 "must be between 1 and 1000",
             ));
         }
-        let lock_ms = match lock_ms {
-            Some(l) => check_lock_ms(l)?,
-            None => {
-                self.inner
-                    .store
-                    .get_queue(&name)
-                    .await?
-                    .policy
-                    .lock_duration_ms
-            }
-        };
+        let lock_ms = self.lock_ms_for(&name, lock_ms).await?;
         let got = self
             .inner
             .store

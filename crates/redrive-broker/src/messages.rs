@@ -84,6 +84,24 @@ pub(crate) fn check_lock_ms(lock_ms: u64) -> BrokerResult<u64> {
 }
 
 impl Broker {
+    /// The lock duration a receive asked for (checked), else the queue's.
+    pub(crate) async fn lock_ms_for(
+        &self,
+        name: &EntityName,
+        asked: Option<u64>,
+    ) -> BrokerResult<u64> {
+        match asked {
+            Some(l) => check_lock_ms(l),
+            None => Ok(self
+                .inner
+                .store
+                .get_queue(name)
+                .await?
+                .policy
+                .lock_duration_ms),
+        }
+    }
+
     /// Sends one message or an atomic batch. Each result says whether the message was a
     /// duplicate inside the queue's detection window.
     pub async fn send(&self, queue: &str, messages: Vec<Outgoing>) -> BrokerResult<Vec<Enqueued>> {
@@ -174,17 +192,7 @@ impl Broker {
         if opts.wait_ms > MAX_WAIT_MS {
             return Err(BrokerError::invalid("wait_ms", "must be at most 20000"));
         }
-        let lock_ms = match opts.lock_ms {
-            Some(l) => check_lock_ms(l)?,
-            None => {
-                self.inner
-                    .store
-                    .get_queue(&name)
-                    .await?
-                    .policy
-                    .lock_duration_ms
-            }
-        };
+        let lock_ms = self.lock_ms_for(&name, opts.lock_ms).await?;
         let deadline = self
             .now()
             .plus_millis(i64::try_from(opts.wait_ms).unwrap_or(0));
@@ -254,17 +262,7 @@ impl Broker {
                 format!("give 1 to {MAX_RECEIVE_BATCH} sequence numbers"),
             ));
         }
-        let lock_ms = match lock_ms {
-            Some(l) => check_lock_ms(l)?,
-            None => {
-                self.inner
-                    .store
-                    .get_queue(&name)
-                    .await?
-                    .policy
-                    .lock_duration_ms
-            }
-        };
+        let lock_ms = self.lock_ms_for(&name, lock_ms).await?;
         let outcome = self
             .inner
             .store

@@ -72,17 +72,7 @@ impl Broker {
         lock_ms: Option<u64>,
     ) -> BrokerResult<SessionLock> {
         let name: EntityName = queue.parse()?;
-        let lock_ms = match lock_ms {
-            Some(l) => check_lock_ms(l)?,
-            None => {
-                self.inner
-                    .store
-                    .get_queue(&name)
-                    .await?
-                    .policy
-                    .lock_duration_ms
-            }
-        };
+        let lock_ms = self.lock_ms_for(&name, lock_ms).await?;
         Ok(self
             .inner
             .store

@@ -111,7 +111,14 @@ async fn bad_sends_are_refused_whole_and_store_nothing() {
     assert_eq!(v["code"], "malformed_body");
     let r = s.post("/v1/queues/q/messages", json!({"body": 5})).await;
     assert_problem(&r, 400, "malformed_body");
-    assert!(r.1["detail"].as_str().unwrap().contains("expected a string"), "{}", r.1);
+    assert!(
+        r.1["detail"]
+            .as_str()
+            .unwrap()
+            .contains("expected a string"),
+        "{}",
+        r.1
+    );
     assert_problem(
         &s.post("/v1/queues/q/messages", json!({"messages": []}))
             .await,
@@ -478,17 +485,7 @@ async fn long_poll_is_woken_by_a_send() {
     let s = TestServer::start().await;
     s.queue("q", json!({})).await;
     let before = s.clock.sleepers();
-    let url = format!("{}/v1/queues/q/receive", s.url);
-    let http = s.http.clone();
-    let poll = tokio::spawn(async move {
-        let r = http
-            .post(url)
-            .json(&json!({"wait_ms": 20_000}))
-            .send()
-            .await
-            .unwrap();
-        r.json::<serde_json::Value>().await.unwrap()
-    });
+    let poll = s.spawn_receive("q", json!({"wait_ms": 20_000}));
     s.until_parked(before).await;
     s.send("q", &["wake"]).await;
     let v = poll.await.unwrap();
@@ -501,17 +498,7 @@ async fn long_poll_ends_empty_at_its_wait_time() {
     let s = TestServer::start().await;
     s.queue("q", json!({})).await;
     let before = s.clock.sleepers();
-    let url = format!("{}/v1/queues/q/receive", s.url);
-    let http = s.http.clone();
-    let poll = tokio::spawn(async move {
-        let r = http
-            .post(url)
-            .json(&json!({"wait_ms": 5_000}))
-            .send()
-            .await
-            .unwrap();
-        r.json::<serde_json::Value>().await.unwrap()
-    });
+    let poll = s.spawn_receive("q", json!({"wait_ms": 5_000}));
     s.until_parked(before).await;
     s.advance(5_000);
     let v = poll.await.unwrap();
@@ -529,17 +516,7 @@ async fn long_poll_wakes_when_a_scheduled_message_comes_due() {
     )
     .await;
     let before = s.clock.sleepers();
-    let url = format!("{}/v1/queues/q/receive", s.url);
-    let http = s.http.clone();
-    let poll = tokio::spawn(async move {
-        let r = http
-            .post(url)
-            .json(&json!({"wait_ms": 20_000}))
-            .send()
-            .await
-            .unwrap();
-        r.json::<serde_json::Value>().await.unwrap()
-    });
+    let poll = s.spawn_receive("q", json!({"wait_ms": 20_000}));
     s.until_parked(before).await;
     s.advance(3_000);
     let v = poll.await.unwrap();

@@ -169,6 +169,16 @@ impl TestServer {
         v["counts"].clone()
     }
 
+    /// Starts a (long-polling) receive in the background; its answer comes from the handle.
+    pub fn spawn_receive(&self, queue: &str, body: Value) -> tokio::task::JoinHandle<Value> {
+        let url = format!("{}/v1/queues/{queue}/receive", self.url);
+        let http = self.http.clone();
+        tokio::spawn(async move {
+            let r = http.post(url).json(&body).send().await.unwrap();
+            r.json::<Value>().await.unwrap()
+        })
+    }
+
     /// Waits (by yielding, bounded) until `n` more tasks sleep on the manual clock than
     /// `before`: a long poll has parked. This waits for a signal, not for time.
     pub async fn until_parked(&self, before: usize) {
