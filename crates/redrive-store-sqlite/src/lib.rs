@@ -7,7 +7,10 @@
 //! the reads listed below) is a job sent to it over a channel. The thread blocks for the
 //! first job, drains whatever else is queued (up to [`SqliteOptions::max_batch`]) and runs
 //! the group in one `BEGIN IMMEDIATE` transaction, each job inside its own `SAVEPOINT`: a
-//! job that fails is rolled back to its savepoint and only its caller gets the error.
+//! job that fails is rolled back to its savepoint and only its caller gets the error. (The
+//! first job of a transaction needs no savepoint: if it fails, the transaction holds
+//! nothing else and is rolled back whole, and the next job begins a new one. A savepoint
+//! copies every page its job touches, so this matters for the common small group.)
 //! Then one `COMMIT` — with WAL and `synchronous=FULL`, one sync for the whole group — and
 //! only then does each caller get its result. There is no per-message sync anywhere.
 //!

@@ -11,13 +11,13 @@ use redrive_store::{
     SettleAction, SettleOutcome, Settled, Settlement, StoreError, StoreResult, StoredMessage,
     SweepOutcome,
 };
-use rusqlite::{CachedStatement, Connection, OptionalExtension, Statement, params};
+use rusqlite::{CachedStatement, Connection, OptionalExtension, params};
 
 use crate::dead_letters;
 use crate::error::{Db, SqliteError, backend};
 use crate::rows::{
-    DELETE_ROW, Head, MsgRow, NewRow, QueueInfo, WRITE_META, allocate_sequences, delete_row,
-    head_cols, insert_message, msg_cols, props_to_json, queue_id, write_meta, write_meta_with,
+    DELETE_ROW, Head, MetaWriter, MsgRow, NewRow, QueueInfo, allocate_sequences, delete_row,
+    head_cols, insert_message, msg_cols, props_to_json, queue_id, write_meta,
 };
 use crate::sessions;
 use crate::writer::Tx;
@@ -332,9 +332,9 @@ pub(crate) fn cancel_scheduled(
 
 // ---- receive ----------------------------------------------------------------------------
 
-fn deliver(q: &QueueInfo, row: MsgRow, meta: MessageMeta) -> StoreResult<Delivery> {
-    let (Some(lock_token), Some(locked_until)) = (meta.lock_token.clone(), meta.locked_until)
-    else {
+fn deliver(q: &QueueInfo, row: MsgRow, mut meta: MessageMeta) -> StoreResult<Delivery> {
+    // The stored message does not show the token: move it out rather than copy it.
+    let (Some(lock_token), Some(locked_until)) = (meta.lock_token.take(), meta.locked_until) else {
         return Err(backend(SqliteError::Invariant(
             "machine::receive returned a lock without token or expiry",
         )));
@@ -352,7 +352,11 @@ fn deliver(q: &QueueInfo, row: MsgRow, meta: MessageMeta) -> StoreResult<Deliver
 /// row's rowid appended, so that settlement finds the row by its key without an index on
 /// tokens. The random part is what makes it unguessable; the whole token must match.
 fn lock_token_for(rowid: i64) -> String {
-    format!("{}.{rowid:x}", redrive_core::id::new_lock_token())
+    use std::fmt::Write as _;
+    let mut token = redrive_core::id::new_lock_token();
+    token.reserve(17);
+    let _ = write!(token, ".{rowid:x}"); // writing to a String cannot fail
+    token
 }
 
 /// The rowid a lock token names, if it has the shape of one of ours.
@@ -370,7 +374,7 @@ fn receive_one(
     lock_ms: u64,
     now: Timestamp,
     by_sequence: bool,
-    update: &mut Statement<'_>,
+    update: &mut MetaWriter<'_>,
     effects: &mut Effects,
 ) -> StoreResult<Result<Option<Delivery>, Refusal>> {
     let token = lock_token_for(row.head.rowid);
@@ -380,7 +384,7 @@ fn receive_one(
     };
     match step {
         Step::Keep(meta) => {
-            write_meta_with(update, row.head.rowid, &meta)?;
+            update.write(row.head.rowid, &row.head.meta, &meta)?;
             Ok(Ok(Some(deliver(q, row, meta)?)))
         }
         other => {
@@ -439,7 +443,7 @@ fn receive_plain(
              ORDER BY due_at, sequence LIMIT ?3"
         ))
         .db()?;
-    let mut update = conn.prepare_cached(WRITE_META).db()?;
+    let mut update = MetaWriter::new(conn);
     while out.deliveries.len() < max {
         let want = max - out.deliveries.len();
         let candidates: Vec<MsgRow> = select
@@ -528,7 +532,7 @@ fn receive_session(
             if row.head.meta.state != MessageState::Available || row.head.meta.visible_at > now {
                 return Ok(());
             }
-            let mut update = tx.conn.prepare_cached(WRITE_META).db()?;
+            let mut update = MetaWriter::new(tx.conn);
             let got = receive_one(
                 tx,
                 q,
@@ -579,7 +583,7 @@ pub(crate) fn receive_deferred(
         )?
         .pop()
         .ok_or_else(not_found)?;
-        let mut update = tx.conn.prepare_cached(WRITE_META).db()?;
+        let mut update = MetaWriter::new(tx.conn);
         match receive_one(
             tx,
             &q,
@@ -620,7 +624,7 @@ pub(crate) fn settle(
                 " FROM messages WHERE rowid = ?1 AND queue_id = ?2"
             ))
             .db()?,
-        update: conn.prepare_cached(WRITE_META).db()?,
+        update: MetaWriter::new(conn),
         delete: conn.prepare_cached(DELETE_ROW).db()?,
     };
     for item in items {
@@ -633,7 +637,7 @@ pub(crate) fn settle(
 /// The statements of the settle hot path, held across the items of one call.
 struct SettleStatements<'c> {
     lookup: CachedStatement<'c>,
-    update: CachedStatement<'c>,
+    update: MetaWriter<'c>,
     delete: CachedStatement<'c>,
 }
 
@@ -703,7 +707,7 @@ fn settle_one(
     };
     match step {
         Step::Keep(meta) => {
-            write_meta_with(&mut stmts.update, head.rowid, &meta)?;
+            stmts.update.write(head.rowid, &head.meta, &meta)?;
             if meta.state == MessageState::Available {
                 wake(effects, &q.name);
             }

@@ -4,6 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use redrive_store::StoreResult;
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
 use crate::error::{Db, SqliteError, backend};
@@ -26,6 +27,22 @@ const BUSY_TIMEOUT: Duration = Duration::from_millis(100);
 /// Statements kept prepared per connection.
 const STATEMENT_CACHE: usize = 128;
 
+/// Settings every connection gets.
+///
+/// The query planner stability guarantee (QPSG) keeps a statement's plan independent of
+/// the values bound to it. Without it, SQLite marks a cached statement as depending on a
+/// parameter whenever the planner looks at that parameter's value — a `LIMIT ?`, or a term
+/// compared with a partial index's condition — and then prepares the statement again (parse
+/// and plan) every time a new value is bound, which made every receive re-prepare its
+/// queries. No query here relies on value-dependent plans (`hot_queries_use_indexes`).
+fn configure(conn: &Connection) -> StoreResult<()> {
+    conn.busy_timeout(BUSY_TIMEOUT).db()?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+        .db()?;
+    Ok(())
+}
+
 /// Opens the write connection: creates the file, WAL mode, synchronous=FULL.
 pub(crate) fn open_writer(path: &Path) -> StoreResult<Connection> {
     let conn = Connection::open_with_flags(
@@ -35,8 +52,7 @@ pub(crate) fn open_writer(path: &Path) -> StoreResult<Connection> {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .db()?;
-    conn.busy_timeout(BUSY_TIMEOUT).db()?;
-    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    configure(&conn)?;
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
         .db()?;
@@ -59,8 +75,7 @@ pub(crate) fn open_reader(path: &Path) -> StoreResult<Connection> {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .db()?;
-    conn.busy_timeout(BUSY_TIMEOUT).db()?;
-    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    configure(&conn)?;
     conn.pragma_update(None, "query_only", "ON").db()?;
     Ok(conn)
 }

@@ -205,6 +205,72 @@ async fn a_failing_job_rolls_back_only_itself() {
     assert_eq!(cached, 1);
 }
 
+/// The first job of a transaction runs without a savepoint: when it fails, the whole
+/// transaction is rolled back and the next job of the group begins a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_first_job_rolls_back_only_itself() {
+    let (_dir, _path, store) = open(SqliteOptions::default());
+    let q = queue(&store, "q", QueuePolicy::default()).await;
+
+    // Alone in its group.
+    let lone = store
+        .writer
+        .write({
+            let q = q.clone();
+            move |tx| {
+                messages::enqueue(tx, &q, vec![msg("lone-ghost")], T0)?;
+                Err::<(), _>(StoreError::LockLost)
+            }
+        })
+        .await;
+    assert!(matches!(lone, Err(StoreError::LockLost)));
+
+    // First of a group, followed by a failing job and a good one.
+    let (jobs, commits) = store.writer.counters();
+    let release = hold_writer(&store);
+    let s = Arc::clone(&store);
+    let q1 = q.clone();
+    let group = tokio::spawn(async move {
+        let first = s.writer.write({
+            let q = q1.clone();
+            move |tx| {
+                queues::create(tx, &name("ghost"), &QueuePolicy::default(), T0)?;
+                messages::enqueue(tx, &q, vec![msg("ghost-msg")], T0)?;
+                Err::<(), _>(StoreError::LockLost)
+            }
+        });
+        let second = s.writer.write(|_tx| -> StoreResult<()> {
+            panic!("a bug inside a job (expected in this test)")
+        });
+        let ok = s.enqueue(&q1, vec![msg("a")], T0);
+        tokio::join!(first, second, ok)
+    });
+    submitted(&store, jobs + 3).await;
+    drop(release);
+    let (first, second, ok) = group.await.unwrap();
+    assert!(matches!(first, Err(StoreError::LockLost)));
+    assert!(matches!(second, Err(StoreError::Backend { .. })));
+    assert_eq!(
+        ok.unwrap()[0].sequence,
+        1,
+        "both failed enqueues were rolled back"
+    );
+    assert_eq!(store.writer.counters().1, commits + 1);
+    assert!(!store.is_poisoned());
+    let ids: Vec<String> = store
+        .peek(&q, 1, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.message_id)
+        .collect();
+    assert_eq!(ids, ["a"]);
+    assert!(matches!(
+        store.get_queue(&name("ghost")).await,
+        Err(StoreError::QueueNotFound { .. })
+    ));
+}
+
 /// Makes the next COMMIT on the writer fail: a deferred foreign key (on TEMP tables of
 /// the write connection only) that every message insert violates. SQLite checks deferred
 /// constraints at COMMIT, so the commit itself is refused, as a failing disk would.

@@ -2,8 +2,10 @@
 //!
 //! Every write operation is a job sent over a channel. The thread blocks for the first job,
 //! drains whatever else is queued (up to `max_batch`), and runs the group in one
-//! `BEGIN IMMEDIATE` transaction, each job inside its own savepoint. A job that fails is
-//! rolled back to its savepoint and only its caller sees the error. After one `COMMIT`
+//! `BEGIN IMMEDIATE` transaction, each job but the transaction's first inside its own
+//! savepoint. A job that fails is rolled back to its savepoint (the first job: the whole
+//! transaction, which holds nothing else; the next job begins a new one) and only its
+//! caller sees the error. After one `COMMIT`
 //! (one WAL sync under `synchronous=FULL`) every caller gets its result. If the commit
 //! fails, nobody's result is acknowledged and the store poisons itself: the state on disk
 //! is unknown, so every later write is refused with `Poisoned` until a restart.
@@ -321,6 +323,31 @@ impl WriterThread {
         Ok(())
     }
 
+    /// Starts the group's transaction; on failure finishes every job from `from` on with
+    /// the group failure (jobs before `from` failed on their own and rolled back, so their
+    /// own errors stand) and returns false.
+    fn begin(&mut self, group: &mut Vec<Box<dyn Job>>, from: usize) -> bool {
+        let Err(e) = self.exec("BEGIN IMMEDIATE") else {
+            return true;
+        };
+        // Nothing was written, so the state is known: a lock held by another process is
+        // transient; anything else is not understood and stops the store.
+        let failure = if is_busy(&e) {
+            GroupFailure::Busy(e.to_string())
+        } else {
+            self.poison("BEGIN", &e);
+            GroupFailure::Poisoned
+        };
+        for (i, job) in group.drain(..).enumerate() {
+            job.finish((i >= from).then(|| failure.clone()));
+        }
+        false
+    }
+
+    /// Runs the group. The first job of a transaction runs without a savepoint: if it
+    /// fails, the whole transaction holds nothing else, so it is rolled back instead (and
+    /// the next job begins a new one). Every later job runs in its own savepoint. This
+    /// saves the savepoint's page copies for the common group of one or two jobs.
     fn commit_group(&mut self, group: &mut Vec<Box<dyn Job>>) {
         if group.is_empty() {
             return;
@@ -329,19 +356,41 @@ impl WriterThread {
             Self::fail_all(group, &GroupFailure::Poisoned);
             return;
         }
-        if let Err(e) = self.exec("BEGIN IMMEDIATE") {
-            // Nothing was written, so the state is known: a lock held by another process
-            // is transient; anything else is not understood and stops the store.
-            let failure = if is_busy(&e) {
-                GroupFailure::Busy(e.to_string())
-            } else {
-                self.poison("BEGIN", &e);
-                GroupFailure::Poisoned
-            };
-            Self::fail_all(group, &failure);
-            return;
-        }
+        // Whether a transaction is open and holds at least one job that succeeded.
+        let mut in_tx = false;
+        let mut holds_work = false;
         for i in 0..group.len() {
+            if !in_tx {
+                if !self.begin(group, i) {
+                    return;
+                }
+                in_tx = true;
+            }
+            if !holds_work {
+                let ok = {
+                    let mut tx = Tx {
+                        conn: &self.conn,
+                        queues: &mut self.queues,
+                    };
+                    group[i].run(&mut tx)
+                };
+                if ok {
+                    holds_work = true;
+                    continue;
+                }
+                self.queues.clear();
+                // SQLite may already have rolled the transaction back on its own (for
+                // example after SQLITE_FULL); it held only this job either way.
+                if !self.conn.is_autocommit()
+                    && let Err(e) = self.exec("ROLLBACK")
+                {
+                    self.poison("ROLLBACK", &e);
+                    Self::fail_all(group, &GroupFailure::Poisoned);
+                    return;
+                }
+                in_tx = false;
+                continue;
+            }
             if let Err(e) = self.exec("SAVEPOINT job") {
                 self.poison("SAVEPOINT", &e);
                 Self::fail_all(group, &GroupFailure::Poisoned);
@@ -369,13 +418,16 @@ impl WriterThread {
                 return;
             }
         }
-        if let Err(e) = self.exec("COMMIT") {
-            self.poison("COMMIT", &e);
-            Self::fail_all(group, &GroupFailure::Poisoned);
-            return;
+        if in_tx {
+            let committed = self.exec("COMMIT");
+            if let Err(e) = committed {
+                self.poison("COMMIT", &e);
+                Self::fail_all(group, &GroupFailure::Poisoned);
+                return;
+            }
+            #[cfg(test)]
+            self.test.commits.fetch_add(1, Ordering::SeqCst);
         }
-        #[cfg(test)]
-        self.test.commits.fetch_add(1, Ordering::SeqCst);
         for job in group.drain(..) {
             job.finish(None);
         }
