@@ -20,6 +20,7 @@ mod error;
 mod messages;
 mod metrics;
 mod queues;
+mod relay;
 mod sessions;
 mod sweeper;
 mod waiters;
@@ -31,7 +32,8 @@ pub use dead_letters::DeadLetterFilter;
 pub use error::{BrokerError, BrokerResult};
 pub use messages::{MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_WAIT_MS, Outgoing, ReceiveOptions};
 pub use queues::QueueView;
-pub use sweeper::Sweeper;
+pub use relay::WakeupRelay;
+pub use sweeper::{DEFAULT_LEASE_TTL, SWEEP_LEASE, Sweeper};
 
 use redrive_core::Clock;
 use redrive_store::Store;
@@ -60,6 +62,8 @@ struct Inner {
     waiters: waiters::Waiters,
     metrics: metrics::Metrics,
     shutdown: CancellationToken,
+    /// Identifies this process among those sharing the store (lease holder name).
+    node_id: String,
 }
 
 impl Broker {
@@ -72,6 +76,7 @@ impl Broker {
                 waiters: waiters::Waiters::default(),
                 metrics: metrics::Metrics::default(),
                 shutdown: CancellationToken::new(),
+                node_id: format!("node-{:016x}", fastrand::u64(..)),
             }),
         }
     }
@@ -84,6 +89,11 @@ impl Broker {
     /// The store (for health checks).
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
+    }
+
+    /// This process's id among those sharing the store.
+    pub fn node_id(&self) -> &str {
+        &self.inner.node_id
     }
 
     /// Ends every long poll now and refuses new ones; used at shutdown.

@@ -2,6 +2,11 @@
 //! the injected clock, so counts and metrics stay true even for queues nobody receives
 //! from. (Each queue's receive path applies its own due expiries first as well, so
 //! correctness of delivery does not wait for the sweep.)
+//!
+//! When several processes share one store, the sweep runs on one of them at a time: each
+//! tick first takes or renews the store lease [`SWEEP_LEASE`]; a process that does not
+//! hold it skips the tick. A holder that dies stops renewing, and another process takes
+//! the lease over once it runs out (at most the lease time-to-live later).
 
 use std::time::Duration;
 
@@ -12,23 +17,42 @@ use crate::Broker;
 /// Rows handled per sweep pass.
 const SWEEP_BATCH: u32 = 1_000;
 
+/// Name of the store lease that elects the sweeping process.
+pub const SWEEP_LEASE: &str = "sweeper";
+
+/// Default lease time-to-live: how long after a holder dies another process takes over.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
+
 /// The sweep worker.
 pub struct Sweeper {
     broker: Broker,
     interval: Duration,
+    lease_ttl: Duration,
 }
 
 impl Sweeper {
-    /// A sweeper running every `interval` of the broker's clock.
+    /// A sweeper running every `interval` of the broker's clock, under a lease of
+    /// [`DEFAULT_LEASE_TTL`].
     pub fn new(broker: Broker, interval: Duration) -> Self {
-        Sweeper { broker, interval }
+        Sweeper {
+            broker,
+            interval,
+            lease_ttl: DEFAULT_LEASE_TTL,
+        }
+    }
+
+    /// Sets the lease time-to-live (kept above the interval, so a live holder renews in
+    /// time).
+    pub fn with_lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl.max(self.interval * 2);
+        self
     }
 
     /// Sweeps until `cancel` fires. A storage error is logged and retried at the next tick;
     /// it never ends the loop.
     pub async fn run(self, cancel: CancellationToken) {
         loop {
-            if let Err(e) = self.broker.sweep_once().await {
+            if let Err(e) = self.tick().await {
                 tracing::warn!(error = %e, "sweep failed; retrying at the next tick");
             }
             let next = self.broker.now().plus(self.interval);
@@ -37,6 +61,28 @@ impl Sweeper {
                 () = cancel.cancelled() => return,
             }
         }
+    }
+}
+
+impl Sweeper {
+    /// One tick: sweeps if this process holds (or takes) the lease; says whether it did.
+    async fn tick(&self) -> crate::BrokerResult<bool> {
+        let ttl_ms = u64::try_from(self.lease_ttl.as_millis()).unwrap_or(u64::MAX);
+        let held = self
+            .broker
+            .inner
+            .store
+            .try_lease(
+                SWEEP_LEASE,
+                &self.broker.inner.node_id,
+                ttl_ms,
+                self.broker.now(),
+            )
+            .await?;
+        if held {
+            self.broker.sweep_once().await?;
+        }
+        Ok(held)
     }
 }
 
@@ -50,5 +96,79 @@ impl Broker {
                 return Ok(());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use redrive_core::{ManualClock, QueuePolicy, Timestamp};
+    use redrive_store_sqlite::{SqliteOptions, SqliteStore};
+
+    use super::*;
+    use crate::{Outgoing, ReceiveOptions};
+
+    #[tokio::test]
+    async fn one_node_sweeps_at_a_time_and_another_takes_over_when_it_stops() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn redrive_store::Store> = Arc::new(
+            SqliteStore::open(&dir.path().join("r.db"), SqliteOptions::default()).unwrap(),
+        );
+        let clock = ManualClock::new(Timestamp(1_800_000_000_000));
+        let a = Broker::new(store.clone(), Arc::new(clock.clone()));
+        let b = Broker::new(store.clone(), Arc::new(clock.clone()));
+        let sweep_a =
+            Sweeper::new(a.clone(), Duration::from_secs(1)).with_lease_ttl(Duration::from_secs(5));
+        let sweep_b =
+            Sweeper::new(b.clone(), Duration::from_secs(1)).with_lease_ttl(Duration::from_secs(5));
+
+        a.create_queue("q", QueuePolicy::default()).await.unwrap();
+        let msg = Outgoing {
+            body: b"x".to_vec(),
+            ..Outgoing::default()
+        };
+        a.send("q", vec![msg]).await.unwrap();
+        let opts = ReceiveOptions {
+            max: 1,
+            lock_ms: Some(1_000),
+            ..ReceiveOptions::default()
+        };
+        assert_eq!(a.receive("q", opts).await.unwrap().len(), 1);
+
+        assert!(
+            sweep_a.tick().await.unwrap(),
+            "the first node takes the lease"
+        );
+        clock.advance(Duration::from_secs(1));
+        assert!(
+            !sweep_b.tick().await.unwrap(),
+            "the other node does not sweep"
+        );
+        assert_eq!(
+            b.get_queue("q").await.unwrap().counts.locked,
+            1,
+            "nothing was swept by b"
+        );
+        assert!(sweep_a.tick().await.unwrap());
+        assert_eq!(
+            a.get_queue("q").await.unwrap().counts.active,
+            1,
+            "a swept the expired lock"
+        );
+
+        // a dies: it renews no more. b takes over once the lease has run out.
+        clock.advance(Duration::from_millis(4_999));
+        assert!(!sweep_b.tick().await.unwrap());
+        clock.advance(Duration::from_millis(1));
+        assert!(
+            sweep_b.tick().await.unwrap(),
+            "b takes over after the lease time-to-live"
+        );
+        assert!(
+            !sweep_a.tick().await.unwrap(),
+            "and a, back, does not sweep beside it"
+        );
     }
 }

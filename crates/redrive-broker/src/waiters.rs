@@ -30,6 +30,16 @@ impl Waiters {
         }
     }
 
+    pub(crate) fn wake_all(&self) {
+        let all: Vec<Arc<Notify>> = {
+            let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+            map.values().cloned().collect()
+        };
+        for n in all {
+            n.notify_waiters();
+        }
+    }
+
     pub(crate) fn forget(&self, queue: &str) {
         let removed = {
             let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());

@@ -59,6 +59,8 @@ macro_rules! store_conformance_tests {
             delete_non_empty_queue_needs_force,
             delete_empty_queue_without_force,
             counts_add_up,
+            // leases
+            lease_is_held_by_one_holder_until_it_runs_out,
             // enqueue
             enqueue_assigns_increasing_sequences_from_one,
             enqueued_message_round_trips_every_field,

@@ -61,6 +61,7 @@
 
 mod dead_letters;
 mod error;
+mod leases;
 mod messages;
 mod queues;
 mod readers;
@@ -398,6 +399,20 @@ impl Store for SqliteStore {
         let (queue, id) = (queue.clone(), id.to_owned());
         self.writer
             .write(move |tx| dead_letters::move_to(tx, &queue, &id, to))
+            .await
+    }
+
+    async fn try_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl_ms: u64,
+        now: Timestamp,
+    ) -> StoreResult<bool> {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        let until = now.plus_millis(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+        self.writer
+            .write(move |tx| leases::try_take(tx, &name, &holder, until, now))
             .await
     }
 }

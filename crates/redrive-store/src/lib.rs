@@ -203,4 +203,29 @@ pub trait Store: Send + Sync + 'static {
 
     /// Moves a record to another area, atomically.
     async fn move_dead_letter(&self, queue: &EntityName, id: &str, to: Area) -> StoreResult<()>;
+
+    // ---- several processes on one store -------------------------------------------
+
+    /// Names of queues on which another process sharing this store made something
+    /// receivable (a send, an abandon, a release), so that long polls here wake at once.
+    /// `None` for a backend that only one process writes: the broker's own wake-ups then
+    /// cover everything.
+    fn remote_wakeups(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        None
+    }
+
+    /// Takes or renews the lease `name` for `holder` until `now + ttl_ms`, if it is free,
+    /// expired, or already held by `holder`. Work that must run on one process at a time
+    /// (sweeps) runs only while its lease is held; when the holder dies its lease runs out
+    /// and another process takes over. A backend that only one process uses always grants.
+    async fn try_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl_ms: u64,
+        now: Timestamp,
+    ) -> StoreResult<bool> {
+        let _ = (name, holder, ttl_ms, now);
+        Ok(true)
+    }
 }
