@@ -1,0 +1,583 @@
+//! The PostgreSQL backend of the redrive [`Store`]: any number of stateless redrive nodes
+//! share one database; each operation is one PostgreSQL transaction.
+//!
+//! # Transactions
+//!
+//! Every write operation of the trait runs in one `READ COMMITTED` transaction on a pooled
+//! connection and is acknowledged only after its `COMMIT` returned. Consistency comes from
+//! row locks taken by the statements that find the rows, never from a process-local lock,
+//! so it holds across nodes:
+//!
+//! - **Queue rows.** An operation loads its queue `FOR KEY SHARE`: operations on one queue
+//!   run side by side, while `delete_queue` and `update_queue` (which take `FOR UPDATE`)
+//!   wait for them and make later ones wait, so no operation writes into a queue that is
+//!   being deleted, and a dead-letter record carries the policy version that decided it.
+//! - **Senders.** `enqueue` locks its queue's row `FOR NO KEY UPDATE` before anything
+//!   else and then advances `next_sequence` in the same transaction. Senders of one queue
+//!   are therefore serialised (an accepted cost), which makes duplicate detection exact
+//!   and sequence order equal to commit order: a receiver never sees sequence 6 committed
+//!   while 5 is still in flight. Forwarding to a dead-letter queue and resubmission
+//!   allocate their sequence numbers the same way.
+//! - **Receivers.** A receive selects its candidates with `FOR UPDATE SKIP LOCKED`: rows
+//!   another receiver (on any node) is taking are skipped rather than waited for, so
+//!   concurrent receivers never get the same message and never block each other. A
+//!   receive of a session first locks the session's row, so receives within one session
+//!   run one at a time, and takes the session's messages in sequence order with plain
+//!   `FOR UPDATE`.
+//! - **Settlements** lock their messages (`FOR UPDATE`, in sequence order) and wait: of
+//!   two settlements of one lock, the second sees what the first left and is refused by
+//!   the state machine. Session locks are taken with one
+//!   `INSERT ... ON CONFLICT DO UPDATE ... WHERE the old lock ran out`, so one node wins.
+//!
+//! A transaction that loses a deadlock (`40P01`) or a serialization conflict (`40001`)
+//! was rolled back by the server; it is run again from the start, up to
+//! [`TRANSACTION_ATTEMPTS`] times in all, and then reported as
+//! [`StoreError::Unavailable`]. Nothing else is retried: in particular a failed `COMMIT`
+//! is never repeated, since its outcome may be unknown.
+//!
+//! Reads (`get_queue`, `list_queues`, `queue_counts`, `peek`, `next_wake`,
+//! `list_dead_letters`, `get_dead_letter`) are each one statement outside an explicit
+//! transaction, so one snapshot; only an empty answer takes a second look, to tell it
+//! apart from a missing queue.
+//!
+//! # Rules
+//!
+//! Every state decision is a call into `redrive_core::machine` with the queue's stored
+//! policy, exactly as in the SQLite backend: SQL finds and locks candidate rows, Rust
+//! decides, SQL stores the outcome. The choices documented by the SQLite backend hold
+//! here too: a receive first settles up to 256 due rows of its queue (expired locks, then
+//! expired messages) and the background sweep takes any rest; an expired message is never
+//! delivered; a broker-routed dead letter whose dead-letter queue is unusable falls back
+//! to the queue's own store (live area, with the reason in its description), while an
+//! application's dead-letter to a missing queue is refused and changes nothing.
+//!
+//! A message lock token is `redrive_core::id::new_lock_token()` followed by `.` and the
+//! message's sequence number in hex: the random part makes it unguessable, the suffix lets
+//! settlement (which names the queue) find the row by its primary key, so tokens need no
+//! index. The state machine still compares the whole token, so a forged suffix, a token of
+//! another queue or of an earlier delivery is a lost lock.
+//!
+//! # Batching
+//!
+//! The hot paths use one statement per step, whatever the batch size: an enqueue batch is
+//! one `INSERT ... SELECT FROM unnest($1::bigint[], ...)` (plus one lookup and one upsert
+//! of duplicate-detection entries when the queue has a window); a receive locks its
+//! candidates with one `SELECT` and stores every new lock with one
+//! `UPDATE ... FROM unnest(...)`; a settle call locks its rows with one `SELECT` and
+//! stores them with one `UPDATE` and one `DELETE ... WHERE sequence = ANY($2)`. Dead
+//! letters are written one by one (they are rare and carry a copy of the body).
+//! Statements are prepared once per connection and cached with it.
+//!
+//! # Several nodes: leases and wake-ups
+//!
+//! `try_lease` is one `INSERT ... ON CONFLICT DO UPDATE ... WHERE the holder is the same
+//! or the lease ran out` on the `leases` table, so one node at a time runs the sweep.
+//! (Sweeps on several nodes would still be safe — they skip rows another transaction
+//! holds — only wasteful.)
+//!
+//! After a write that made something receivable commits (a send, an abandon, a released
+//! lock, a forwarded dead letter, a resubmission, a policy change, a released session),
+//! the same connection runs `pg_notify` with the queue's names on a channel per schema,
+//! as a separate statement with `synchronous_commit` off for it alone. Not inside the
+//! write's transaction: a transaction that notifies holds a database-wide lock from
+//! pre-commit to the end of its commit, which would serialise every sender's commit
+//! (flush included) across the cluster. A wake-up is only a hint, so one lost to a crash
+//! between the commit and the notification costs latency, never a message.
+//!
+//! `remote_wakeups` starts, on first use, a task with one dedicated connection that
+//! `LISTEN`s and passes the names on; once listening (again, after a lost connection) it
+//! announces every queue once, so nothing that became receivable while it was not
+//! listening is missed.
+//!
+//! # Time
+//!
+//! Every method takes `now` from the caller, as the trait says; no statement reads the
+//! database clock, so a manual clock drives this backend as it drives SQLite. Across
+//! nodes this means the nodes' clocks decide lock expiry and visibility: they must be
+//! synchronised (NTP) to well below the shortest lock duration (1 s). A node whose clock
+//! runs ahead expires other nodes' locks early, which at-least-once delivery tolerates
+//! (a duplicate delivery, never a lost message).
+//!
+//! # Errors
+//!
+//! Pool timeouts, connection failures and lost connections, server shutdown, too many
+//! connections, lock timeouts, and conflicts that exhausted their retries are
+//! [`StoreError::Unavailable`]; every other database error is [`StoreError::Backend`]
+//! (see [`PostgresError`] for this backend's own causes). Refusals (`QueueNotFound`,
+//! `LockLost`, ...) are decided before anything is written and roll the transaction back.
+//!
+//! # Durability
+//!
+//! A write is acknowledged only after PostgreSQL's `COMMIT` returned. Each connection
+//! raises an explicit `synchronous_commit = off` to `on` (stronger settings, such as
+//! `remote_apply` for synchronous replicas, are kept), so an acknowledged write survives a
+//! crash of the database server. There is no poisoning as in SQLite: a failed commit
+//! leaves that one operation unacknowledged (`Unavailable`), and the database stays the
+//! single source of truth for every node.
+//!
+//! # Schema
+//!
+//! Tables live in [`PostgresOptions::schema`] (created if missing) or, without one, in the
+//! first schema of the connection's `search_path` (normally `public`; a dedicated schema
+//! is recommended, since the table names are plain: `queues`, `messages`, `dedup`,
+//! `sessions`, `dead_letters`, `leases`). Versioned migrations (embedded SQL, recorded in
+//! `redrive_schema_migrations`) are applied at [`PostgresStore::connect`] in one
+//! transaction under a transaction-level advisory lock keyed by the schema, so several
+//! nodes starting at once migrate one after the other; a schema whose version is newer
+//! than this build knows is refused with [`PostgresError::SchemaTooNew`].
+//! [`PostgresStore::migrate`] does the same without opening a store (`redrive migrate`).
+//!
+//! The conformance suite isolates its cases by schema: each case creates a fresh
+//! `rd_test_<random>` schema in the database named by `REDRIVE_TEST_POSTGRES_URL`,
+//! connects with it, reconnects to it for the durability cases, and drops it afterwards.
+//!
+//! # Layout
+//!
+//! - `pool`: the connection pool, the per-connection statement cache, and `Db`, the
+//!   handle every operation queries through.
+//! - `schema` and `migrations/`: versioned migrations.
+//! - `rows`: row types, queue loading with its row lock, batched message writes, inserts.
+//! - `queues`, `messages`, `sessions`, `dead_letters`, `leases`: the operations.
+//! - `wakeups`: LISTEN/NOTIFY between nodes.
+//! - `error`: [`PostgresError`] and the mapping into [`StoreError`].
+
+mod dead_letters;
+mod error;
+mod leases;
+mod messages;
+mod pool;
+mod queues;
+mod rows;
+mod schema;
+mod sessions;
+mod wakeups;
+
+use async_trait::async_trait;
+use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
+use redrive_store::{
+    Capabilities, DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Effects, Enqueued,
+    NewMessage, QueueCounts, QueueRecord, ReceiveOutcome, ReceiveParams, SessionLock,
+    SettleOutcome, Settlement, Store, StoreError, StoreResult, StoredMessage, SweepOutcome,
+};
+
+pub use error::PostgresError;
+pub use schema::LATEST_VERSION as SCHEMA_VERSION;
+
+use error::{DbExt, backend, is_retryable};
+use pool::{Db, Pool};
+use wakeups::{Wakeups, notify};
+
+/// How many times a write transaction is run at most when it loses a deadlock or a
+/// serialization conflict.
+pub const TRANSACTION_ATTEMPTS: u32 = 3;
+
+/// Settings of a [`PostgresStore`].
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// Most connections the store opens for its operations (default 16); listening for
+    /// remote wake-ups, once asked for, takes one more. Each node needs its own share of
+    /// the server's `max_connections`.
+    pub pool_size: usize,
+    /// The schema that holds redrive's tables, created if missing; `None` uses the first
+    /// schema of the connection's `search_path` (normally `public`).
+    pub schema: Option<String>,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            pool_size: 16,
+            schema: None,
+        }
+    }
+}
+
+/// The PostgreSQL store. Cheap to share behind an `Arc`; many stores (on many nodes) may
+/// use one database at once.
+pub struct PostgresStore {
+    pool: Pool,
+    wakeups: Wakeups,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("closed", &self.pool.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+fn parse_url(url: &str) -> Result<tokio_postgres::Config, StoreError> {
+    url.parse::<tokio_postgres::Config>()
+        .map_err(|e| backend(PostgresError::InvalidUrl(e)))
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (a `postgres://` URL or a `key=value` string),
+    /// applies pending migrations, and returns a store with a pool of
+    /// [`PostgresOptions::pool_size`] connections (opened as needed).
+    pub async fn connect(url: &str, options: PostgresOptions) -> Result<PostgresStore, StoreError> {
+        if options.pool_size == 0 {
+            return Err(backend(PostgresError::EmptyPool));
+        }
+        let config = parse_url(url)?;
+        let schema = options.schema.as_deref();
+        let mut client = pool::connect_one(&config, schema).await?;
+        schema::migrate(&mut client, schema).await?;
+        // The schema the tables are in names the wake-up channel.
+        let in_schema: Option<String> = client
+            .query_one("SELECT current_schema()", &[])
+            .await
+            .db()?
+            .try_get(0usize)
+            .db()?;
+        drop(client);
+        let wakeups = Wakeups::new(
+            config.clone(),
+            pool::on_connect_sql(schema),
+            wakeups::channel_for(in_schema.as_deref().unwrap_or("public")),
+        );
+        Ok(PostgresStore {
+            pool: Pool::new(config, schema, options.pool_size),
+            wakeups,
+        })
+    }
+
+    /// Applies pending migrations to the database at `url` without opening a store, and
+    /// returns the schema version now in force (for `redrive migrate`).
+    pub async fn migrate(url: &str, options: PostgresOptions) -> Result<u32, StoreError> {
+        let config = parse_url(url)?;
+        let schema = options.schema.as_deref();
+        let mut client = pool::connect_one(&config, schema).await?;
+        schema::migrate(&mut client, schema).await
+    }
+
+    /// Refuses new operations (they fail with `Unavailable`, [`PostgresError::Closed`]) and
+    /// closes idle connections; operations in flight finish and their connections close
+    /// after them. Idempotent.
+    pub fn close(&self) {
+        self.pool.close();
+        self.wakeups.stop();
+    }
+}
+
+/// The queues an operation's effects made something receivable on.
+fn woken(effects: &Effects) -> Vec<&str> {
+    effects.woken.iter().map(EntityName::as_str).collect()
+}
+
+impl PostgresStore {
+    /// Tells other nodes (after the commit) that something became receivable on
+    /// `queues`. A wake-up is a hint: if it cannot be sent, the write stands (it is
+    /// committed) and their long polls find the messages at their next look.
+    async fn announce(&self, conn: &pool::PooledConn, queues: &[&str]) {
+        if queues.is_empty() {
+            return;
+        }
+        if let Err(e) = notify(&conn.autocommit(), self.wakeups.channel(), queues).await {
+            tracing::warn!(error = %e, ?queues, "could not notify other nodes of a wake-up");
+        }
+    }
+}
+
+/// Runs `$body` (an expression of `$db: &Db` returning a future of `StoreResult`) in one
+/// transaction on a pooled connection, commits, and runs it again from the start if the
+/// server rolled it back for a deadlock or serialization conflict. After the commit,
+/// `$wakes` (an expression of `$v`, the committed value) names the queues on which other
+/// nodes' long polls should look again; they are notified on the same connection.
+macro_rules! write_tx {
+    ($store:expr, |$db:ident| $body:expr) => {
+        write_tx!($store, |$db| $body, |_committed| Vec::<&str>::new())
+    };
+    ($store:expr, |$db:ident| $body:expr, |$v:ident| $wakes:expr) => {{
+        let mut attempt: u32 = 1;
+        loop {
+            let mut conn = $store.pool.get().await?;
+            let (client, statements) = conn.parts();
+            let tx = client.transaction().await.db()?;
+            let result = {
+                let $db = Db::new(tx.client(), statements);
+                let $db = &$db;
+                $body.await
+            };
+            let result = match result {
+                Ok(value) => tx.commit().await.db().map(|()| value),
+                Err(e) => {
+                    if tx.rollback().await.is_err() {
+                        conn.discard();
+                    }
+                    Err(e)
+                }
+            };
+            match result {
+                Ok(value) => {
+                    let queues: Vec<&str> = {
+                        let $v = &value;
+                        $wakes
+                    };
+                    $store.announce(&conn, &queues).await;
+                    break Ok(value);
+                }
+                Err(e) if is_retryable(&e) && attempt < TRANSACTION_ATTEMPTS => {
+                    tracing::debug!(error = %e, attempt, "transaction conflict; running it again");
+                    attempt += 1;
+                }
+                Err(e) => break Err(e),
+            }
+        }
+    }};
+}
+
+/// Runs `$body` (an expression of `$db: &Db`) as single statements outside an explicit
+/// transaction.
+macro_rules! read {
+    ($store:expr, |$db:ident| $body:expr) => {{
+        let conn = $store.pool.get().await?;
+        let $db = conn.autocommit();
+        let $db = &$db;
+        $body.await
+    }};
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            durable: true,
+            multi_node: true,
+        }
+    }
+
+    async fn create_queue(
+        &self,
+        name: &EntityName,
+        policy: &QueuePolicy,
+        now: Timestamp,
+    ) -> StoreResult<QueueRecord> {
+        write_tx!(self, |db| queues::create(db, name, policy, now))
+    }
+
+    async fn update_queue(
+        &self,
+        name: &EntityName,
+        policy: &QueuePolicy,
+        expected_version: Option<u64>,
+        now: Timestamp,
+    ) -> StoreResult<QueueRecord> {
+        // A new policy (a shorter backoff, say) may make messages receivable sooner.
+        write_tx!(
+            self,
+            |db| queues::update(db, name, policy, expected_version, now),
+            |_updated| vec![name.as_str()]
+        )
+    }
+
+    async fn get_queue(&self, name: &EntityName) -> StoreResult<QueueRecord> {
+        read!(self, |db| queues::get_one(db, name))
+    }
+
+    async fn list_queues(&self) -> StoreResult<Vec<QueueRecord>> {
+        read!(self, |db| queues::list(db))
+    }
+
+    async fn delete_queue(&self, name: &EntityName, force: bool) -> StoreResult<()> {
+        write_tx!(self, |db| queues::delete(db, name, force))
+    }
+
+    async fn queue_counts(&self, name: &EntityName, now: Timestamp) -> StoreResult<QueueCounts> {
+        read!(self, |db| queues::counts(db, name, now))
+    }
+
+    async fn enqueue(
+        &self,
+        queue: &EntityName,
+        messages: Vec<NewMessage>,
+        now: Timestamp,
+    ) -> StoreResult<Vec<Enqueued>> {
+        write_tx!(
+            self,
+            |db| messages::enqueue(db, queue, &messages, now),
+            |sent| {
+                if sent.iter().any(|e| !e.duplicate) {
+                    vec![queue.as_str()]
+                } else {
+                    Vec::new()
+                }
+            }
+        )
+    }
+
+    async fn cancel_scheduled(
+        &self,
+        queue: &EntityName,
+        sequence: i64,
+        now: Timestamp,
+    ) -> StoreResult<()> {
+        write_tx!(self, |db| messages::cancel_scheduled(
+            db, queue, sequence, now
+        ))
+    }
+
+    async fn receive(&self, params: ReceiveParams) -> StoreResult<ReceiveOutcome> {
+        write_tx!(self, |db| messages::receive(db, &params), |out| woken(
+            &out.effects
+        ))
+    }
+
+    async fn receive_deferred(
+        &self,
+        queue: &EntityName,
+        sequences: &[i64],
+        lock_ms: u64,
+        now: Timestamp,
+    ) -> StoreResult<ReceiveOutcome> {
+        write_tx!(
+            self,
+            |db| messages::receive_deferred(db, queue, sequences, lock_ms, now),
+            |out| woken(&out.effects)
+        )
+    }
+
+    async fn peek(
+        &self,
+        queue: &EntityName,
+        from_sequence: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<StoredMessage>> {
+        read!(self, |db| messages::peek(db, queue, from_sequence, limit))
+    }
+
+    async fn settle(
+        &self,
+        queue: &EntityName,
+        items: Vec<Settlement>,
+        now: Timestamp,
+    ) -> StoreResult<SettleOutcome> {
+        write_tx!(self, |db| messages::settle(db, queue, &items, now), |out| {
+            woken(&out.effects)
+        })
+    }
+
+    async fn next_wake(
+        &self,
+        queue: &EntityName,
+        now: Timestamp,
+    ) -> StoreResult<Option<Timestamp>> {
+        read!(self, |db| messages::next_wake(db, queue, now))
+    }
+
+    async fn accept_session(
+        &self,
+        queue: &EntityName,
+        session_id: Option<&str>,
+        lock_ms: u64,
+        now: Timestamp,
+    ) -> StoreResult<Option<SessionLock>> {
+        write_tx!(self, |db| sessions::accept(
+            db, queue, session_id, lock_ms, now
+        ))
+    }
+
+    async fn renew_session(
+        &self,
+        queue: &EntityName,
+        session_id: &str,
+        lock_token: &str,
+        lock_ms: u64,
+        now: Timestamp,
+    ) -> StoreResult<SessionLock> {
+        write_tx!(self, |db| sessions::renew(
+            db, queue, session_id, lock_token, lock_ms, now
+        ))
+    }
+
+    async fn release_session(
+        &self,
+        queue: &EntityName,
+        session_id: &str,
+        lock_token: &str,
+        _now: Timestamp,
+    ) -> StoreResult<()> {
+        write_tx!(
+            self,
+            |db| sessions::release(db, queue, session_id, lock_token),
+            |_released| vec![queue.as_str()]
+        )
+    }
+
+    async fn sweep(&self, now: Timestamp, limit: u32) -> StoreResult<SweepOutcome> {
+        write_tx!(self, |db| messages::sweep(db, now, limit), |out| woken(
+            &out.effects
+        ))
+    }
+
+    async fn list_dead_letters(
+        &self,
+        query: &DeadLetterQuery,
+    ) -> StoreResult<Vec<DeadLetterRecord>> {
+        read!(self, |db| dead_letters::list(db, query))
+    }
+
+    async fn get_dead_letter(&self, queue: &EntityName, id: &str) -> StoreResult<DeadLetterRecord> {
+        read!(self, |db| dead_letters::get_one(db, queue, id))
+    }
+
+    async fn receive_dead_letters(
+        &self,
+        queue: &EntityName,
+        max: u32,
+        lock_ms: u64,
+        now: Timestamp,
+    ) -> StoreResult<Vec<DeadLetterDelivery>> {
+        write_tx!(self, |db| dead_letters::receive(
+            db, queue, max, lock_ms, now
+        ))
+    }
+
+    async fn settle_dead_letter(
+        &self,
+        queue: &EntityName,
+        lock_token: &str,
+        complete: bool,
+        now: Timestamp,
+    ) -> StoreResult<()> {
+        write_tx!(self, |db| dead_letters::settle(
+            db, queue, lock_token, complete, now
+        ))
+    }
+
+    async fn resubmit_dead_letter(
+        &self,
+        queue: &EntityName,
+        id: &str,
+        now: Timestamp,
+    ) -> StoreResult<Enqueued> {
+        write_tx!(
+            self,
+            |db| dead_letters::resubmit(db, queue, id, now),
+            |_resubmitted| vec![queue.as_str()]
+        )
+    }
+
+    async fn move_dead_letter(&self, queue: &EntityName, id: &str, to: Area) -> StoreResult<()> {
+        write_tx!(self, |db| dead_letters::move_to(db, queue, id, to))
+    }
+
+    fn remote_wakeups(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        if self.pool.is_closed() {
+            return None;
+        }
+        self.wakeups.subscribe()
+    }
+
+    async fn try_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl_ms: u64,
+        now: Timestamp,
+    ) -> StoreResult<bool> {
+        let until = now.plus_millis(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+        write_tx!(self, |db| leases::try_take(db, name, holder, until, now))
+    }
+}

@@ -1,0 +1,868 @@
+//! Message operations: enqueue, receive, settle, sweep, and the reads peek and
+//! next_wake. Every state decision is a call into `redrive_core::machine`; the SQL only
+//! finds (and row-locks) candidate rows and stores the outcome, batched per statement.
+
+use std::collections::HashMap;
+
+use redrive_core::machine::{self, Refusal, Step};
+use redrive_core::{EntityName, MessageMeta, MessageState, Timestamp};
+use redrive_store::{
+    Delivery, Effects, Enqueued, MessageRef, NewMessage, ReceiveOutcome, ReceiveParams, SessionRef,
+    SettleAction, SettleOutcome, Settled, Settlement, StoreError, StoreResult, StoredMessage,
+    SweepOutcome,
+};
+
+use crate::dead_letters;
+use crate::error::{PostgresError, backend};
+use crate::pool::Db;
+use crate::rows::{
+    Head, MsgRow, NewRow, QueueInfo, Writes, allocate_sequences, decode, delete_rows, get,
+    head_cols, insert_messages, limit, msg_cols, props_to_json, queue, queue_cols, queue_from_row,
+    queue_id, queue_not_found, queue_opt,
+};
+use crate::sessions;
+
+/// How many due rows (expired locks, then expired messages) a receive settles on its own
+/// queue before delivering; the background sweep takes care of any rest.
+const RECEIVE_SWEEP_LIMIT: usize = 256;
+
+/// Adds `queue` to the woken queues once.
+pub(crate) fn wake(effects: &mut Effects, queue: &EntityName) {
+    if !effects.woken.contains(queue) {
+        effects.woken.push(queue.clone());
+    }
+}
+
+pub(crate) fn message_ref(q: &QueueInfo, head: &Head) -> MessageRef {
+    MessageRef {
+        queue: q.name.clone(),
+        message_id: head.message_id.clone(),
+        sequence: head.sequence,
+        delivery_count: head.meta.delivery_count,
+    }
+}
+
+/// What applying a step did.
+enum Applied {
+    Kept,
+    Removed,
+    DeadLettered(String),
+}
+
+/// Records the outcome of a state-machine step for message `head` of queue `q`: new metas
+/// and removals go to `writes` (applied at its next flush); a dead letter is written at
+/// once.
+#[allow(clippy::too_many_arguments)]
+async fn apply(
+    db: &Db<'_>,
+    q: &QueueInfo,
+    head: &Head,
+    step: Step,
+    description: Option<String>,
+    now: Timestamp,
+    effects: &mut Effects,
+    writes: &mut Writes,
+) -> StoreResult<Applied> {
+    match step {
+        Step::Keep(meta) => {
+            if meta.state == MessageState::Available {
+                wake(effects, &q.name);
+            }
+            writes.update(head.sequence, meta);
+            Ok(Applied::Kept)
+        }
+        Step::Complete => {
+            writes.delete(head.sequence);
+            Ok(Applied::Removed)
+        }
+        Step::Drop => {
+            writes.delete(head.sequence);
+            effects.expired.push(message_ref(q, head));
+            Ok(Applied::Removed)
+        }
+        Step::DeadLetter { reason, by_broker } => {
+            let id = dead_letters::dead_letter(
+                db,
+                q,
+                head,
+                reason,
+                by_broker,
+                description,
+                now,
+                effects,
+                writes,
+            )
+            .await?;
+            Ok(Applied::DeadLettered(id))
+        }
+    }
+}
+
+/// Applies `machine::sweep` to one message if anything is due; true if it was.
+async fn sweep_one(
+    db: &Db<'_>,
+    q: &QueueInfo,
+    head: &Head,
+    now: Timestamp,
+    effects: &mut Effects,
+    writes: &mut Writes,
+) -> StoreResult<bool> {
+    let Some(step) = machine::sweep(
+        &head.meta,
+        &q.policy,
+        now,
+        machine::jitter_seed(head.sequence),
+    ) else {
+        return Ok(false);
+    };
+    if head.meta.state == MessageState::Locked {
+        effects.lock_expired.push(message_ref(q, head));
+    }
+    apply(db, q, head, step, None, now, effects, writes).await?;
+    Ok(true)
+}
+
+/// Settles up to `budget` due rows of one queue: expired locks first, then expired
+/// messages. Rows another transaction holds are skipped (it is settling or delivering
+/// them). Returns how many were settled and whether more are due.
+async fn sweep_queue(
+    db: &Db<'_>,
+    q: &QueueInfo,
+    now: Timestamp,
+    budget: usize,
+    effects: &mut Effects,
+) -> StoreResult<(usize, bool)> {
+    let mut writes = Writes::default();
+    let rows = db
+        .query(
+            concat!(
+                "SELECT ",
+                head_cols!(),
+                " FROM messages WHERE queue_id = $1 AND state = 'locked' AND due_at <= $2 \
+                 ORDER BY due_at LIMIT $3 FOR UPDATE SKIP LOCKED"
+            ),
+            &[&q.id, &now.0, &limit(budget.saturating_add(1))],
+        )
+        .await?;
+    let locks = decode(&rows, Head::from_row)?;
+    let mut done = 0;
+    if locks.len() > budget {
+        for head in locks.iter().take(budget) {
+            done += usize::from(sweep_one(db, q, head, now, effects, &mut writes).await?);
+        }
+        writes.flush(db, q.id).await?;
+        return Ok((done, true));
+    }
+    for head in &locks {
+        done += usize::from(sweep_one(db, q, head, now, effects, &mut writes).await?);
+    }
+    writes.flush(db, q.id).await?;
+    let rest = budget - locks.len();
+    let rows = db
+        .query(
+            concat!(
+                "SELECT ",
+                head_cols!(),
+                " FROM messages WHERE queue_id = $1 AND expires_at <= $2 \
+                 AND state <> 'locked' ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED"
+            ),
+            &[&q.id, &now.0, &limit(rest.saturating_add(1))],
+        )
+        .await?;
+    let expired = decode(&rows, Head::from_row)?;
+    let more = expired.len() > rest;
+    for head in expired.iter().take(rest) {
+        done += usize::from(sweep_one(db, q, head, now, effects, &mut writes).await?);
+    }
+    writes.flush(db, q.id).await?;
+    Ok((done, more))
+}
+
+// ---- enqueue ----------------------------------------------------------------------------
+
+enum Slot {
+    New,
+    /// Seen inside the window: the original sequence.
+    Duplicate(i64),
+    /// Repeats an earlier message of the same batch (by index).
+    RepeatOf(usize),
+}
+
+/// The queue with its counter row locked (`FOR NO KEY UPDATE`): senders of one queue run
+/// one after the other from here on, so a duplicate-detection lookup sees every earlier
+/// sender's entries, and sequence numbers are committed in order.
+async fn queue_for_send(db: &Db<'_>, name: &EntityName) -> StoreResult<QueueInfo> {
+    let row = db
+        .query_opt(
+            concat!(
+                "SELECT ",
+                queue_cols!(),
+                " FROM queues WHERE name = $1 FOR NO KEY UPDATE"
+            ),
+            &[&name.as_str()],
+        )
+        .await?
+        .ok_or_else(|| queue_not_found(name))?;
+    queue_from_row(&row)
+}
+
+pub(crate) async fn enqueue(
+    db: &Db<'_>,
+    name: &EntityName,
+    messages: &[NewMessage],
+    now: Timestamp,
+) -> StoreResult<Vec<Enqueued>> {
+    let q = queue_for_send(db, name).await?;
+    if q.policy.requires_session && messages.iter().any(|m| m.session_id.is_none()) {
+        return Err(StoreError::SessionRequired {
+            queue: name.to_string(),
+        });
+    }
+    if messages.is_empty() {
+        return Ok(Vec::new());
+    }
+    let window = i64::try_from(q.policy.duplicate_detection_window_ms).unwrap_or(i64::MAX);
+    let mut slots = Vec::with_capacity(messages.len());
+    if window > 0 {
+        let ids: Vec<&str> = messages.iter().map(|m| m.message_id.as_str()).collect();
+        let rows = db
+            .query(
+                "SELECT message_id, sequence FROM dedup \
+                 WHERE queue_id = $1 AND message_id = ANY($2::text[]) AND expires_at > $3",
+                &[&q.id, &ids, &now.0],
+            )
+            .await?;
+        let mut seen: HashMap<String, i64> = HashMap::with_capacity(rows.len());
+        for r in &rows {
+            seen.insert(get(r, 0)?, get(r, 1)?);
+        }
+        let mut first_in_batch: HashMap<&str, usize> = HashMap::new();
+        for (i, m) in messages.iter().enumerate() {
+            if let Some(&j) = first_in_batch.get(m.message_id.as_str()) {
+                slots.push(Slot::RepeatOf(j));
+            } else if let Some(&seq) = seen.get(&m.message_id) {
+                slots.push(Slot::Duplicate(seq));
+            } else {
+                first_in_batch.insert(m.message_id.as_str(), i);
+                slots.push(Slot::New);
+            }
+        }
+    } else {
+        slots.extend(messages.iter().map(|_| Slot::New));
+    }
+    let fresh = slots.iter().filter(|s| matches!(s, Slot::New)).count();
+    let mut next = if fresh > 0 {
+        allocate_sequences(db, q.id, fresh).await?
+    } else {
+        0
+    };
+    let mut out: Vec<Enqueued> = Vec::with_capacity(messages.len());
+    let mut rows: Vec<NewRow<'_>> = Vec::with_capacity(fresh);
+    for (m, slot) in messages.iter().zip(&slots) {
+        let (sequence, duplicate) = match *slot {
+            Slot::Duplicate(seq) => (seq, true),
+            Slot::RepeatOf(j) => (out[j].sequence, true),
+            Slot::New => {
+                let sequence = next;
+                next += 1;
+                rows.push(NewRow {
+                    sequence,
+                    message_id: &m.message_id,
+                    body: &m.body,
+                    content_type: m.content_type.as_deref(),
+                    properties: props_to_json(&m.properties)?,
+                    correlation_id: m.correlation_id.as_deref(),
+                    session_id: m.session_id.as_deref(),
+                    message_type: m.message_type.as_deref(),
+                    intent: m.intent.as_deref(),
+                    valid_until: m.valid_until,
+                    scheduled_at: m.scheduled_at,
+                    visible_at: m.scheduled_at.map_or(now, |s| s.max(now)),
+                    expires_at: m.expires_at,
+                });
+                (sequence, false)
+            }
+        };
+        out.push(Enqueued {
+            message_id: m.message_id.clone(),
+            sequence,
+            duplicate,
+        });
+    }
+    insert_messages(db, q.id, now, &rows).await?;
+    if window > 0 && !rows.is_empty() {
+        let ids: Vec<&str> = rows.iter().map(|r| r.message_id).collect();
+        let seqs: Vec<i64> = rows.iter().map(|r| r.sequence).collect();
+        db.execute(
+            "INSERT INTO dedup (queue_id, message_id, sequence, expires_at) \
+             SELECT $1, u.message_id, u.sequence, $4 \
+             FROM unnest($2::text[], $3::bigint[]) AS u(message_id, sequence) \
+             ON CONFLICT (queue_id, message_id) DO UPDATE \
+             SET sequence = excluded.sequence, expires_at = excluded.expires_at",
+            &[&q.id, &ids, &seqs, &now.plus_millis(window).0],
+        )
+        .await?;
+    }
+    Ok(out)
+}
+
+pub(crate) async fn cancel_scheduled(
+    db: &Db<'_>,
+    name: &EntityName,
+    sequence: i64,
+    now: Timestamp,
+) -> StoreResult<()> {
+    let q = queue(db, name).await?;
+    let found = db
+        .query_opt(
+            concat!(
+                "SELECT ",
+                head_cols!(),
+                ", scheduled_at FROM messages WHERE queue_id = $1 AND sequence = $2 FOR UPDATE"
+            ),
+            &[&q.id, &sequence],
+        )
+        .await?;
+    let cancellable = match found {
+        Some(r) => {
+            let h = Head::from_row(&r)?;
+            let scheduled: Option<i64> = get(&r, 12)?;
+            h.meta.state == MessageState::Available
+                && h.meta.delivery_count == 0
+                && scheduled.is_some()
+                && h.meta.visible_at > now
+        }
+        None => false,
+    };
+    if !cancellable {
+        return Err(StoreError::MessageNotFound {
+            queue: name.to_string(),
+            sequence,
+        });
+    }
+    delete_rows(db, q.id, &[sequence]).await
+}
+
+// ---- receive ----------------------------------------------------------------------------
+
+fn deliver(q: &QueueInfo, row: MsgRow, meta: MessageMeta) -> StoreResult<Delivery> {
+    let (Some(lock_token), Some(locked_until)) = (meta.lock_token.clone(), meta.locked_until)
+    else {
+        return Err(backend(PostgresError::Invariant(
+            "machine::receive returned a lock without token or expiry",
+        )));
+    };
+    let mut row = row;
+    row.head.meta = meta;
+    Ok(Delivery {
+        message: row.into_stored(&q.name),
+        lock_token,
+        locked_until,
+    })
+}
+
+/// A message lock token: a fresh random token (`redrive_core::id::new_lock_token`) with the
+/// message's sequence number appended, so that settlement (which names the queue) finds
+/// the row by its primary key without an index on tokens. The random part is what makes
+/// it unguessable; the whole token must match.
+fn lock_token_for(sequence: i64) -> String {
+    format!("{}.{sequence:x}", redrive_core::id::new_lock_token())
+}
+
+/// The sequence number a lock token names, if it has the shape of one of ours.
+fn token_sequence(token: &str) -> Option<i64> {
+    let (_, hex) = token.rsplit_once('.')?;
+    i64::from_str_radix(hex, 16).ok().filter(|s| *s > 0)
+}
+
+/// Receives one candidate (row locked by the caller); returns the delivery if it was
+/// locked. The new meta is written at the next flush of `writes`.
+#[allow(clippy::too_many_arguments)]
+async fn receive_one(
+    db: &Db<'_>,
+    q: &QueueInfo,
+    row: MsgRow,
+    lock_ms: u64,
+    now: Timestamp,
+    by_sequence: bool,
+    effects: &mut Effects,
+    writes: &mut Writes,
+) -> StoreResult<Result<Option<Delivery>, Refusal>> {
+    let token = lock_token_for(row.head.sequence);
+    let step = match machine::receive(&row.head.meta, &q.policy, now, lock_ms, token, by_sequence) {
+        Ok(step) => step,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
+    match step {
+        Step::Keep(meta) => {
+            writes.update(row.head.sequence, meta.clone());
+            Ok(Ok(Some(deliver(q, row, meta)?)))
+        }
+        other => {
+            apply(db, q, &row.head, other, None, now, effects, writes).await?;
+            Ok(Ok(None))
+        }
+    }
+}
+
+pub(crate) async fn receive(db: &Db<'_>, p: &ReceiveParams) -> StoreResult<ReceiveOutcome> {
+    let q = queue(db, &p.queue).await?;
+    match (&p.session, q.policy.requires_session) {
+        (None, true) => {
+            return Err(StoreError::SessionRequired {
+                queue: p.queue.to_string(),
+            });
+        }
+        (Some(_), false) => {
+            return Err(StoreError::SessionNotAllowed {
+                queue: p.queue.to_string(),
+            });
+        }
+        _ => {}
+    }
+    if let Some(s) = &p.session {
+        sessions::check_lock(db, q.id, s, p.now).await?;
+    }
+    let mut out = ReceiveOutcome::default();
+    sweep_queue(db, &q, p.now, RECEIVE_SWEEP_LIMIT, &mut out.effects).await?;
+    let max = usize::try_from(p.max).unwrap_or(usize::MAX);
+    if max == 0 {
+        return Ok(out);
+    }
+    let mut writes = Writes::default();
+    let result = match &p.session {
+        None => receive_plain(db, &q, max, p.lock_ms, p.now, &mut out, &mut writes).await,
+        Some(s) => receive_session(db, &q, s, max, p.lock_ms, p.now, &mut out, &mut writes).await,
+    };
+    result?;
+    writes.flush(db, q.id).await?;
+    Ok(out)
+}
+
+async fn receive_plain(
+    db: &Db<'_>,
+    q: &QueueInfo,
+    max: usize,
+    lock_ms: u64,
+    now: Timestamp,
+    out: &mut ReceiveOutcome,
+    writes: &mut Writes,
+) -> StoreResult<()> {
+    while out.deliveries.len() < max {
+        let want = max - out.deliveries.len();
+        // SKIP LOCKED: rows another receiver (or node) is taking are left to it, so
+        // concurrent receivers never get the same message and never wait on each other.
+        let rows = db
+            .query(
+                concat!(
+                    "SELECT ",
+                    msg_cols!(),
+                    " FROM messages WHERE queue_id = $1 AND state = 'available' \
+                     AND due_at <= $2 ORDER BY due_at, sequence LIMIT $3 FOR UPDATE SKIP LOCKED"
+                ),
+                &[&q.id, &now.0, &limit(want)],
+            )
+            .await?;
+        let found = rows.len();
+        for row in decode(&rows, MsgRow::from_row)? {
+            let got =
+                receive_one(db, q, row, lock_ms, now, false, &mut out.effects, writes).await?;
+            if let Ok(Some(d)) = got {
+                out.deliveries.push(d);
+            }
+        }
+        if found < want {
+            break;
+        }
+        // The next round must not find this round's rows (locked by us, so not skipped).
+        writes.flush(db, q.id).await?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn receive_session(
+    db: &Db<'_>,
+    q: &QueueInfo,
+    session: &SessionRef,
+    max: usize,
+    lock_ms: u64,
+    now: Timestamp,
+    out: &mut ReceiveOutcome,
+    writes: &mut Writes,
+) -> StoreResult<()> {
+    let qid = q.id;
+    let sid = session.session_id.as_str();
+    // Nothing is delivered while any message of the session is locked; locks that ran out
+    // are released first. (The session lock, held by this receive, keeps other receivers
+    // of the session out; the rows are locked against the sweep.)
+    let rows = db
+        .query(
+            concat!(
+                "SELECT ",
+                head_cols!(),
+                " FROM messages WHERE queue_id = $1 AND session_id = $2 AND state = 'locked' \
+                 ORDER BY sequence FOR UPDATE"
+            ),
+            &[&qid, &sid],
+        )
+        .await?;
+    let mut held = false;
+    for head in decode(&rows, Head::from_row)? {
+        if !sweep_one(db, q, &head, now, &mut out.effects, writes).await? {
+            held = true;
+        }
+    }
+    writes.flush(db, qid).await?;
+    if held {
+        return Ok(());
+    }
+    // Then the session's messages in sequence order, skipping deferred ones, as long as
+    // they are consecutive visible Available messages.
+    let mut after = i64::MIN;
+    loop {
+        let want = max - out.deliveries.len();
+        let rows = db
+            .query(
+                concat!(
+                    "SELECT ",
+                    msg_cols!(),
+                    " FROM messages WHERE queue_id = $1 AND session_id = $2 AND sequence > $3 \
+                     AND state <> 'deferred' ORDER BY sequence LIMIT $4 FOR UPDATE"
+                ),
+                &[&qid, &sid, &after, &limit(want.saturating_add(8))],
+            )
+            .await?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        for row in decode(&rows, MsgRow::from_row)? {
+            after = row.head.sequence;
+            if sweep_one(db, q, &row.head, now, &mut out.effects, writes).await? {
+                continue;
+            }
+            if row.head.meta.state != MessageState::Available || row.head.meta.visible_at > now {
+                return Ok(());
+            }
+            let got =
+                receive_one(db, q, row, lock_ms, now, false, &mut out.effects, writes).await?;
+            if let Ok(Some(d)) = got {
+                out.deliveries.push(d);
+                if out.deliveries.len() >= max {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+pub(crate) async fn receive_deferred(
+    db: &Db<'_>,
+    name: &EntityName,
+    sequences: &[i64],
+    lock_ms: u64,
+    now: Timestamp,
+) -> StoreResult<ReceiveOutcome> {
+    let q = queue(db, name).await?;
+    let mut out = ReceiveOutcome::default();
+    let mut seen: Vec<i64> = Vec::with_capacity(sequences.len());
+    for &s in sequences {
+        if !seen.contains(&s) {
+            seen.push(s);
+        }
+    }
+    let rows = db
+        .query(
+            concat!(
+                "SELECT ",
+                msg_cols!(),
+                " FROM messages WHERE queue_id = $1 AND sequence = ANY($2::bigint[]) \
+                 ORDER BY sequence FOR UPDATE"
+            ),
+            &[&q.id, &seen],
+        )
+        .await?;
+    let mut found: HashMap<i64, MsgRow> = decode(&rows, MsgRow::from_row)?
+        .into_iter()
+        .map(|r| (r.head.sequence, r))
+        .collect();
+    let mut writes = Writes::default();
+    for sequence in seen {
+        let not_found = || StoreError::MessageNotFound {
+            queue: name.to_string(),
+            sequence,
+        };
+        let row = found.remove(&sequence).ok_or_else(not_found)?;
+        match receive_one(
+            db,
+            &q,
+            row,
+            lock_ms,
+            now,
+            true,
+            &mut out.effects,
+            &mut writes,
+        )
+        .await?
+        {
+            Ok(Some(d)) => out.deliveries.push(d),
+            Ok(None) => {} // expired or at the max count on the way: see effects
+            Err(_) => return Err(not_found()),
+        }
+    }
+    writes.flush(db, q.id).await?;
+    Ok(out)
+}
+
+// ---- settle -----------------------------------------------------------------------------
+
+pub(crate) async fn settle(
+    db: &Db<'_>,
+    name: &EntityName,
+    items: &[Settlement],
+    now: Timestamp,
+) -> StoreResult<SettleOutcome> {
+    let q = queue(db, name).await?;
+    let mut out = SettleOutcome {
+        results: Vec::with_capacity(items.len()),
+        effects: Effects::default(),
+    };
+    let mut wanted: Vec<i64> = items
+        .iter()
+        .filter_map(|i| token_sequence(&i.lock_token))
+        .collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    // Locked in sequence order (so concurrent batches cannot deadlock on each other) and
+    // waited for: a concurrent settlement of the same lock finishes first, and this one
+    // then sees what it left.
+    let mut heads: HashMap<i64, Head> = if wanted.is_empty() {
+        HashMap::new()
+    } else {
+        let rows = db
+            .query(
+                concat!(
+                    "SELECT ",
+                    head_cols!(),
+                    " FROM messages WHERE queue_id = $1 AND sequence = ANY($2::bigint[]) \
+                     ORDER BY sequence FOR UPDATE"
+                ),
+                &[&q.id, &wanted],
+            )
+            .await?;
+        decode(&rows, Head::from_row)?
+            .into_iter()
+            .map(|h| (h.sequence, h))
+            .collect()
+    };
+    let mut writes = Writes::default();
+    for item in items {
+        let r = settle_one(db, &q, item, now, &mut heads, &mut out.effects, &mut writes).await?;
+        out.results.push(r);
+    }
+    writes.flush(db, q.id).await?;
+    Ok(out)
+}
+
+/// One settlement. The outer error aborts the whole call (a storage failure); the inner
+/// one is this item's refusal, decided before anything is written. `heads` holds the
+/// batch's rows as the earlier items left them.
+async fn settle_one(
+    db: &Db<'_>,
+    q: &QueueInfo,
+    item: &Settlement,
+    now: Timestamp,
+    heads: &mut HashMap<i64, Head>,
+    effects: &mut Effects,
+    writes: &mut Writes,
+) -> StoreResult<StoreResult<Settled>> {
+    let Some(sequence) = token_sequence(&item.lock_token) else {
+        return Ok(Err(StoreError::LockLost));
+    };
+    // The machine compares the whole token: a forged suffix or another queue's token is
+    // refused.
+    let Some(head) = heads.get(&sequence).cloned() else {
+        return Ok(Err(StoreError::LockLost));
+    };
+    let token = item.lock_token.as_str();
+    let meta = &head.meta;
+    let seed = machine::jitter_seed(head.sequence);
+    let (step, description) = match &item.action {
+        SettleAction::Complete => (machine::complete(meta, token, now), None),
+        SettleAction::Abandon { delay_ms } => (
+            machine::abandon(meta, &q.policy, token, now, *delay_ms, seed),
+            None,
+        ),
+        SettleAction::Defer => (machine::defer(meta, token, now), None),
+        SettleAction::Renew { lock_ms } => (machine::renew(meta, token, now, *lock_ms), None),
+        SettleAction::DeadLetter {
+            reason,
+            description,
+        } => (
+            machine::dead_letter(meta, token, now, reason),
+            description.clone(),
+        ),
+    };
+    let step = match step {
+        Ok(step) => step,
+        Err(Refusal::LockLost | Refusal::NotReceivable) => return Ok(Err(StoreError::LockLost)),
+    };
+    let by_application = matches!(
+        step,
+        Step::DeadLetter {
+            by_broker: false,
+            ..
+        }
+    );
+    if by_application && let Some(refusal) = dead_letters::target_missing(db, q).await? {
+        return Ok(Err(refusal));
+    }
+    let mut settled = Settled {
+        sequence: head.sequence,
+        message_id: head.message_id.clone(),
+        delivery_count: head.meta.delivery_count,
+        locked_until: None,
+        dead_letter_id: None,
+    };
+    match step {
+        Step::Keep(meta) => {
+            settled.locked_until = meta.locked_until;
+            if let Some(h) = heads.get_mut(&sequence) {
+                h.meta = meta.clone();
+            }
+            apply(db, q, &head, Step::Keep(meta), None, now, effects, writes).await?;
+        }
+        other => {
+            heads.remove(&sequence);
+            if let Applied::DeadLettered(id) =
+                apply(db, q, &head, other, description, now, effects, writes).await?
+            {
+                settled.dead_letter_id = Some(id);
+            }
+        }
+    }
+    Ok(Ok(settled))
+}
+
+// ---- sweep ------------------------------------------------------------------------------
+
+pub(crate) async fn sweep(db: &Db<'_>, now: Timestamp, max: u32) -> StoreResult<SweepOutcome> {
+    let budget = usize::try_from(max).unwrap_or(usize::MAX);
+    // Only queues with something due: an expired lock, or an expired message.
+    let rows = db
+        .query(
+            "SELECT q.name FROM queues q WHERE \
+               EXISTS (SELECT 1 FROM messages m WHERE m.queue_id = q.id \
+                 AND m.state = 'locked' AND m.due_at <= $1) \
+               OR EXISTS (SELECT 1 FROM messages m WHERE m.queue_id = q.id \
+                 AND m.expires_at <= $1 AND m.state <> 'locked') \
+             ORDER BY q.name",
+            &[&now.0],
+        )
+        .await?;
+    let names = decode(&rows, |r| get::<String>(r, 0))?;
+    let mut out = SweepOutcome::default();
+    let mut left = budget;
+    for name in names {
+        let Some(q) = queue_opt(db, &name).await? else {
+            continue;
+        };
+        let (done, more) = sweep_queue(db, &q, now, left, &mut out.effects).await?;
+        left -= done.min(left);
+        if more {
+            out.more = true;
+            break;
+        }
+    }
+    let forgotten = db
+        .execute(
+            "DELETE FROM dedup d USING \
+               (SELECT queue_id, message_id FROM dedup WHERE expires_at <= $1 \
+                LIMIT $2 FOR UPDATE SKIP LOCKED) x \
+             WHERE d.queue_id = x.queue_id AND d.message_id = x.message_id",
+            &[&now.0, &limit(budget)],
+        )
+        .await?;
+    if usize::try_from(forgotten).unwrap_or(usize::MAX) >= budget {
+        let left = db
+            .query_opt(
+                "SELECT 1 FROM dedup WHERE expires_at <= $1 LIMIT 1",
+                &[&now.0],
+            )
+            .await?;
+        out.more |= left.is_some();
+    }
+    sessions::forget_expired(db, now).await?;
+    Ok(out)
+}
+
+// ---- reads ------------------------------------------------------------------------------
+
+/// One statement (one snapshot); an empty page is told apart from a missing queue by a
+/// second look.
+pub(crate) async fn peek(
+    db: &Db<'_>,
+    name: &EntityName,
+    from_sequence: i64,
+    max: u32,
+) -> StoreResult<Vec<StoredMessage>> {
+    let rows = db
+        .query(
+            concat!(
+                "SELECT ",
+                msg_cols!(),
+                " FROM messages WHERE queue_id = (SELECT id FROM queues WHERE name = $1) \
+                 AND sequence >= $2 ORDER BY sequence LIMIT $3"
+            ),
+            &[&name.as_str(), &from_sequence, &i64::from(max)],
+        )
+        .await?;
+    if rows.is_empty() {
+        queue_id(db, name).await?;
+        return Ok(Vec::new());
+    }
+    Ok(decode(&rows, MsgRow::from_row)?
+        .into_iter()
+        .map(|r| r.into_stored(name))
+        .collect())
+}
+
+pub(crate) async fn next_wake(
+    db: &Db<'_>,
+    name: &EntityName,
+    now: Timestamp,
+) -> StoreResult<Option<Timestamp>> {
+    let row = db
+        .query_opt(
+            "SELECT \
+               (SELECT min(due_at) FROM messages \
+                 WHERE queue_id = q.id AND state = 'available' AND due_at > $2), \
+               (SELECT min(due_at) FROM messages WHERE queue_id = q.id AND state = 'locked') \
+             FROM queues q WHERE q.name = $1",
+            &[&name.as_str(), &now.0],
+        )
+        .await?
+        .ok_or_else(|| queue_not_found(name))?;
+    let visible: Option<i64> = get(&row, 0)?;
+    let unlocked: Option<i64> = get(&row, 1)?;
+    Ok(match (visible, unlocked) {
+        (Some(a), Some(b)) => Some(Timestamp(a.min(b))),
+        (a, b) => a.or(b).map(Timestamp),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_tokens_carry_their_sequence() {
+        let t = lock_token_for(0x1234);
+        assert!(t.starts_with("lk_"));
+        assert_eq!(token_sequence(&t), Some(0x1234));
+        assert_eq!(token_sequence("lk_unknown"), None);
+        assert_eq!(token_sequence("lk_x.zz"), None);
+        assert_eq!(token_sequence("lk_x.0"), None);
+        assert_ne!(lock_token_for(1), lock_token_for(1));
+    }
+}

@@ -1,0 +1,664 @@
+//! Row types, their mapping to and from PostgreSQL, and the statements shared by several
+//! operations: loading queues (with their row lock), batched message writes, inserts.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, PoisonError};
+
+use redrive_core::{
+    Area, EntityName, EvidenceQuality, MessageMeta, MessageState, Properties, PropertyValue,
+    QueuePolicy, RouteKind, Timestamp,
+};
+use redrive_store::{DeadLetterRecord, QueueRecord, StoreError, StoreResult, StoredMessage};
+use tokio_postgres::Row;
+use tokio_postgres::types::FromSql;
+
+use crate::error::{DbExt, PostgresError, backend};
+use crate::pool::Db;
+
+/// The columns of a message head (what the state machine needs), in the order
+/// [`Head::from_row`] reads them.
+macro_rules! head_cols {
+    () => {
+        "sequence, message_id, session_id, state, visible_at, expires_at, delivery_count, \
+         lock_token, locked_until, deferred, first_delivered_at, last_delivered_at"
+    };
+}
+pub(crate) use head_cols;
+
+/// The columns of a full message row, in the order [`MsgRow::from_row`] reads them.
+macro_rules! msg_cols {
+    () => {
+        "sequence, message_id, session_id, state, visible_at, expires_at, delivery_count, \
+         lock_token, locked_until, deferred, first_delivered_at, last_delivered_at, body, \
+         content_type, properties, correlation_id, message_type, intent, valid_until, \
+         enqueued_at, scheduled_at"
+    };
+}
+pub(crate) use msg_cols;
+
+/// The columns of a dead-letter record, in the order [`record_from_row`] reads them.
+macro_rules! dl_cols {
+    () => {
+        "id, queue, area, message_id, sequence, session_id, body, body_sha256, content_type, \
+         properties, correlation_id, message_type, intent, valid_until, reason, description, \
+         delivery_count, count_quality, first_delivered_at, last_delivered_at, enqueued_at, \
+         dead_lettered_at, policy_version, route, forwarded_queue, forwarded_sequence, \
+         dlq_delivery_count, locked_until"
+    };
+}
+pub(crate) use dl_cols;
+
+/// The columns of a queue, in the order [`queue_from_row`] reads them.
+macro_rules! queue_cols {
+    () => {
+        "name, policy, policy_version, created_at, updated_at, id"
+    };
+}
+pub(crate) use queue_cols;
+
+// ---- reading values ---------------------------------------------------------------------
+
+pub(crate) fn get<'a, T: FromSql<'a>>(row: &'a Row, i: usize) -> StoreResult<T> {
+    row.try_get(i).db()
+}
+
+fn ts(row: &Row, i: usize) -> StoreResult<Timestamp> {
+    get::<i64>(row, i).map(Timestamp)
+}
+
+fn ts_opt(row: &Row, i: usize) -> StoreResult<Option<Timestamp>> {
+    get::<Option<i64>>(row, i).map(|v| v.map(Timestamp))
+}
+
+fn bad(column: &'static str, why: impl ToString) -> StoreError {
+    backend(PostgresError::BadValue {
+        column,
+        why: why.to_string(),
+    })
+}
+
+fn count(row: &Row, i: usize, column: &'static str) -> StoreResult<u32> {
+    let v: i64 = get(row, i)?;
+    u32::try_from(v).map_err(|e| bad(column, e))
+}
+
+/// A non-negative count read from a `count(*)`.
+pub(crate) fn count_u64(row: &Row, i: usize) -> StoreResult<u64> {
+    let v: i64 = get(row, i)?;
+    u64::try_from(v).map_err(|e| bad("count", e))
+}
+
+pub(crate) fn ms(v: Option<Timestamp>) -> Option<i64> {
+    v.map(|t| t.0)
+}
+
+/// A policy version as stored.
+pub(crate) fn version_sql(v: u64) -> StoreResult<i64> {
+    i64::try_from(v).map_err(|_| backend(PostgresError::OutOfRange("policy_version")))
+}
+
+/// A row limit as bound.
+pub(crate) fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+// ---- queues -------------------------------------------------------------------------------
+
+/// A queue as an operation sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct QueueInfo {
+    /// The integer key of the queue's rows in the hot tables.
+    pub id: i64,
+    pub name: EntityName,
+    pub policy: QueuePolicy,
+    pub version: u64,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+impl QueueInfo {
+    pub(crate) fn record(&self) -> QueueRecord {
+        QueueRecord {
+            name: self.name.clone(),
+            policy: self.policy.clone(),
+            policy_version: self.version,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+/// Maps [`queue_cols!`].
+pub(crate) fn queue_from_row(r: &Row) -> StoreResult<QueueInfo> {
+    let name: String = get(r, 0)?;
+    let policy: String = get(r, 1)?;
+    let version: i64 = get(r, 2)?;
+    Ok(QueueInfo {
+        name: name.parse().map_err(|e| bad("queues.name", e))?,
+        policy: serde_json::from_str(&policy).map_err(|e| bad("queues.policy", e))?,
+        version: u64::try_from(version).map_err(|e| bad("queues.policy_version", e))?,
+        created_at: ts(r, 3)?,
+        updated_at: ts(r, 4)?,
+        id: get(r, 5)?,
+    })
+}
+
+pub(crate) fn queue_not_found(name: &EntityName) -> StoreError {
+    StoreError::QueueNotFound {
+        queue: name.to_string(),
+    }
+}
+
+/// The queue, or `QueueNotFound`, key-share locked for the rest of the transaction (see
+/// [`queue_opt`]).
+pub(crate) async fn queue(db: &Db<'_>, name: &EntityName) -> StoreResult<Arc<QueueInfo>> {
+    queue_opt(db, name.as_str())
+        .await?
+        .ok_or_else(|| queue_not_found(name))
+}
+
+/// The queue, if it exists. The row is locked `FOR KEY SHARE` until the transaction ends:
+/// a concurrent delete of the queue waits for this operation (and an operation that starts
+/// after a delete committed finds no queue), while senders, receivers and sweeps of the
+/// same queue do not block each other. Cached per operation.
+pub(crate) async fn queue_opt(db: &Db<'_>, name: &str) -> StoreResult<Option<Arc<QueueInfo>>> {
+    let cached = db
+        .queues
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(name)
+        .cloned();
+    if let Some(q) = cached {
+        return Ok(q);
+    }
+    let row = db
+        .query_opt(
+            concat!(
+                "SELECT ",
+                queue_cols!(),
+                " FROM queues WHERE name = $1 FOR KEY SHARE"
+            ),
+            &[&name],
+        )
+        .await?;
+    let q = match row {
+        Some(r) => Some(Arc::new(queue_from_row(&r)?)),
+        None => None,
+    };
+    db.queues
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(name.to_owned(), q.clone());
+    Ok(q)
+}
+
+/// Forgets a cached queue (after it changed or was deleted in this operation).
+pub(crate) fn forget_queue(db: &Db<'_>, name: &str) {
+    db.queues
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(name);
+}
+
+/// The id of a queue, or `QueueNotFound` (read paths that do not need its policy).
+pub(crate) async fn queue_id(db: &Db<'_>, name: &EntityName) -> StoreResult<i64> {
+    let row = db
+        .query_opt("SELECT id FROM queues WHERE name = $1", &[&name.as_str()])
+        .await?
+        .ok_or_else(|| queue_not_found(name))?;
+    get(&row, 0)
+}
+
+// ---- properties -------------------------------------------------------------------------
+
+pub(crate) fn props_to_json(p: &Properties) -> StoreResult<Option<String>> {
+    if p.is_empty() {
+        return Ok(None);
+    }
+    // JSON has no NaN or infinity: serde_json would write `null`, which does not read
+    // back as a property, and the stored message could never be delivered.
+    if let Some((name, _)) = p
+        .iter()
+        .find(|(_, v)| matches!(v, PropertyValue::Float(f) if !f.is_finite()))
+    {
+        return Err(backend(PostgresError::NonFiniteProperty {
+            name: name.clone(),
+        }));
+    }
+    serde_json::to_string(p)
+        .map(Some)
+        .map_err(StoreError::backend)
+}
+
+fn props_from_json(column: &'static str, s: Option<String>) -> StoreResult<Properties> {
+    match s {
+        None => Ok(Properties::new()),
+        Some(s) => serde_json::from_str(&s).map_err(|e| bad(column, e)),
+    }
+}
+
+// ---- messages ---------------------------------------------------------------------------
+
+/// What the state machine needs of a message, plus its identity.
+#[derive(Debug, Clone)]
+pub(crate) struct Head {
+    pub sequence: i64,
+    pub message_id: String,
+    pub session_id: Option<String>,
+    pub meta: MessageMeta,
+}
+
+impl Head {
+    /// Reads [`head_cols!`] (also the first columns of [`msg_cols!`]).
+    pub(crate) fn from_row(r: &Row) -> StoreResult<Head> {
+        let state: String = get(r, 3)?;
+        Ok(Head {
+            sequence: get(r, 0)?,
+            message_id: get(r, 1)?,
+            session_id: get(r, 2)?,
+            meta: MessageMeta {
+                state: state
+                    .parse::<MessageState>()
+                    .map_err(|e| bad("messages.state", e))?,
+                visible_at: ts(r, 4)?,
+                expires_at: ts_opt(r, 5)?,
+                delivery_count: count(r, 6, "messages.delivery_count")?,
+                lock_token: get(r, 7)?,
+                locked_until: ts_opt(r, 8)?,
+                deferred: get(r, 9)?,
+                first_delivered_at: ts_opt(r, 10)?,
+                last_delivered_at: ts_opt(r, 11)?,
+            },
+        })
+    }
+}
+
+/// A full message row.
+#[derive(Debug, Clone)]
+pub(crate) struct MsgRow {
+    pub head: Head,
+    pub body: Vec<u8>,
+    pub content_type: Option<String>,
+    pub properties: Properties,
+    pub correlation_id: Option<String>,
+    pub message_type: Option<String>,
+    pub intent: Option<String>,
+    pub valid_until: Option<Timestamp>,
+    pub enqueued_at: Timestamp,
+    pub scheduled_at: Option<Timestamp>,
+}
+
+impl MsgRow {
+    /// Reads [`msg_cols!`].
+    pub(crate) fn from_row(r: &Row) -> StoreResult<MsgRow> {
+        Ok(MsgRow {
+            head: Head::from_row(r)?,
+            body: get(r, 12)?,
+            content_type: get(r, 13)?,
+            properties: props_from_json("messages.properties", get(r, 14)?)?,
+            correlation_id: get(r, 15)?,
+            message_type: get(r, 16)?,
+            intent: get(r, 17)?,
+            valid_until: ts_opt(r, 18)?,
+            enqueued_at: ts(r, 19)?,
+            scheduled_at: ts_opt(r, 20)?,
+        })
+    }
+
+    /// The row as the trait shows it.
+    pub(crate) fn into_stored(self, queue: &EntityName) -> StoredMessage {
+        let MsgRow {
+            head,
+            body,
+            content_type,
+            properties,
+            correlation_id,
+            message_type,
+            intent,
+            valid_until,
+            enqueued_at,
+            scheduled_at,
+        } = self;
+        StoredMessage {
+            queue: queue.clone(),
+            sequence: head.sequence,
+            message_id: head.message_id,
+            body,
+            content_type,
+            properties,
+            correlation_id,
+            session_id: head.session_id,
+            message_type,
+            intent,
+            valid_until,
+            enqueued_at,
+            scheduled_at,
+            state: head.meta.state,
+            visible_at: head.meta.visible_at,
+            expires_at: head.meta.expires_at,
+            delivery_count: head.meta.delivery_count,
+            locked_until: head.meta.locked_until,
+            first_delivered_at: head.meta.first_delivered_at,
+            last_delivered_at: head.meta.last_delivered_at,
+        }
+    }
+}
+
+/// Decodes every row with `f`.
+pub(crate) fn decode<T>(rows: &[Row], f: impl Fn(&Row) -> StoreResult<T>) -> StoreResult<Vec<T>> {
+    rows.iter().map(f).collect()
+}
+
+/// Loads a full row by its key.
+pub(crate) async fn load_row(db: &Db<'_>, queue_id: i64, sequence: i64) -> StoreResult<MsgRow> {
+    let row = db
+        .query_one(
+            concat!(
+                "SELECT ",
+                msg_cols!(),
+                " FROM messages WHERE queue_id = $1 AND sequence = $2"
+            ),
+            &[&queue_id, &sequence],
+        )
+        .await?;
+    MsgRow::from_row(&row)
+}
+
+/// Message writes of one queue decided by the state machine, applied together: one
+/// `UPDATE ... FROM unnest(...)` for every new meta and one `DELETE ... = ANY(...)` for
+/// every removal. The rows are already locked by the operation that decided them.
+#[derive(Debug, Default)]
+pub(crate) struct Writes {
+    /// New metas by sequence; a later decision for the same row replaces an earlier one.
+    updates: BTreeMap<i64, MessageMeta>,
+    deletes: Vec<i64>,
+}
+
+impl Writes {
+    /// Stores `meta` for the message at `flush`.
+    pub(crate) fn update(&mut self, sequence: i64, meta: MessageMeta) {
+        self.updates.insert(sequence, meta);
+    }
+
+    /// Removes the message at `flush`.
+    pub(crate) fn delete(&mut self, sequence: i64) {
+        self.updates.remove(&sequence);
+        self.deletes.push(sequence);
+    }
+
+    /// Drops any pending write of a message that was removed directly (dead-lettered).
+    pub(crate) fn forget(&mut self, sequence: i64) {
+        self.updates.remove(&sequence);
+        self.deletes.retain(|s| *s != sequence);
+    }
+
+    /// Applies and clears the pending writes.
+    pub(crate) async fn flush(&mut self, db: &Db<'_>, queue_id: i64) -> StoreResult<()> {
+        if !self.updates.is_empty() {
+            let updates = std::mem::take(&mut self.updates);
+            let n = updates.len();
+            let mut seq = Vec::with_capacity(n);
+            let mut state = Vec::with_capacity(n);
+            let mut visible_at = Vec::with_capacity(n);
+            let mut expires_at = Vec::with_capacity(n);
+            let mut delivery_count = Vec::with_capacity(n);
+            let mut lock_token = Vec::with_capacity(n);
+            let mut locked_until = Vec::with_capacity(n);
+            let mut deferred = Vec::with_capacity(n);
+            let mut first = Vec::with_capacity(n);
+            let mut last = Vec::with_capacity(n);
+            for (s, m) in &updates {
+                seq.push(*s);
+                state.push(m.state.as_str());
+                visible_at.push(m.visible_at.0);
+                expires_at.push(ms(m.expires_at));
+                delivery_count.push(i64::from(m.delivery_count));
+                lock_token.push(m.lock_token.as_deref());
+                locked_until.push(ms(m.locked_until));
+                deferred.push(m.deferred);
+                first.push(ms(m.first_delivered_at));
+                last.push(ms(m.last_delivered_at));
+            }
+            db.execute(
+                "UPDATE messages AS m SET state = u.state, visible_at = u.visible_at, \
+                 expires_at = u.expires_at, delivery_count = u.delivery_count, \
+                 lock_token = u.lock_token, locked_until = u.locked_until, \
+                 deferred = u.deferred, first_delivered_at = u.first_delivered_at, \
+                 last_delivered_at = u.last_delivered_at \
+                 FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::bigint[], \
+                   $6::bigint[], $7::text[], $8::bigint[], $9::boolean[], $10::bigint[], \
+                   $11::bigint[]) \
+                   AS u(sequence, state, visible_at, expires_at, delivery_count, lock_token, \
+                        locked_until, deferred, first_delivered_at, last_delivered_at) \
+                 WHERE m.queue_id = $1 AND m.sequence = u.sequence",
+                &[
+                    &queue_id,
+                    &seq,
+                    &state,
+                    &visible_at,
+                    &expires_at,
+                    &delivery_count,
+                    &lock_token,
+                    &locked_until,
+                    &deferred,
+                    &first,
+                    &last,
+                ],
+            )
+            .await?;
+        }
+        if !self.deletes.is_empty() {
+            let deletes = std::mem::take(&mut self.deletes);
+            delete_rows(db, queue_id, &deletes).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Removes message rows.
+pub(crate) async fn delete_rows(db: &Db<'_>, queue_id: i64, sequences: &[i64]) -> StoreResult<()> {
+    db.execute(
+        "DELETE FROM messages WHERE queue_id = $1 AND sequence = ANY($2::bigint[])",
+        &[&queue_id, &sequences],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Reserves `n` sequence numbers on a queue; returns the first. The counter row stays
+/// locked until the transaction ends, so senders of one queue commit in sequence order.
+pub(crate) async fn allocate_sequences(db: &Db<'_>, queue_id: i64, n: usize) -> StoreResult<i64> {
+    let n = i64::try_from(n).map_err(|_| backend(PostgresError::OutOfRange("batch size")))?;
+    let row = db
+        .query_opt(
+            "UPDATE queues SET next_sequence = next_sequence + $2 WHERE id = $1 \
+             RETURNING next_sequence",
+            &[&queue_id, &n],
+        )
+        .await?
+        .ok_or_else(|| backend(PostgresError::Invariant("a locked queue row vanished")))?;
+    let next: i64 = get(&row, 0)?;
+    Ok(next - n)
+}
+
+/// A message to insert (new, forwarded or resubmitted).
+pub(crate) struct NewRow<'a> {
+    pub sequence: i64,
+    pub message_id: &'a str,
+    pub body: &'a [u8],
+    pub content_type: Option<&'a str>,
+    pub properties: Option<String>,
+    pub correlation_id: Option<&'a str>,
+    pub session_id: Option<&'a str>,
+    pub message_type: Option<&'a str>,
+    pub intent: Option<&'a str>,
+    pub valid_until: Option<Timestamp>,
+    pub scheduled_at: Option<Timestamp>,
+    pub visible_at: Timestamp,
+    pub expires_at: Option<Timestamp>,
+}
+
+/// Inserts Available, never delivered messages, all enqueued at `now`, in one statement.
+pub(crate) async fn insert_messages(
+    db: &Db<'_>,
+    queue_id: i64,
+    now: Timestamp,
+    rows: &[NewRow<'_>],
+) -> StoreResult<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let sequence: Vec<i64> = rows.iter().map(|r| r.sequence).collect();
+    let message_id: Vec<&str> = rows.iter().map(|r| r.message_id).collect();
+    let body: Vec<&[u8]> = rows.iter().map(|r| r.body).collect();
+    let content_type: Vec<Option<&str>> = rows.iter().map(|r| r.content_type).collect();
+    let properties: Vec<Option<&str>> = rows.iter().map(|r| r.properties.as_deref()).collect();
+    let correlation_id: Vec<Option<&str>> = rows.iter().map(|r| r.correlation_id).collect();
+    let session_id: Vec<Option<&str>> = rows.iter().map(|r| r.session_id).collect();
+    let message_type: Vec<Option<&str>> = rows.iter().map(|r| r.message_type).collect();
+    let intent: Vec<Option<&str>> = rows.iter().map(|r| r.intent).collect();
+    let valid_until: Vec<Option<i64>> = rows.iter().map(|r| ms(r.valid_until)).collect();
+    let scheduled_at: Vec<Option<i64>> = rows.iter().map(|r| ms(r.scheduled_at)).collect();
+    let visible_at: Vec<i64> = rows.iter().map(|r| r.visible_at.0).collect();
+    let expires_at: Vec<Option<i64>> = rows.iter().map(|r| ms(r.expires_at)).collect();
+    db.execute(
+        "INSERT INTO messages (queue_id, sequence, message_id, body, content_type, properties, \
+         correlation_id, session_id, message_type, intent, valid_until, enqueued_at, \
+         scheduled_at, state, visible_at, expires_at, delivery_count, deferred) \
+         SELECT $1, u.sequence, u.message_id, u.body, u.content_type, u.properties, \
+           u.correlation_id, u.session_id, u.message_type, u.intent, u.valid_until, $2, \
+           u.scheduled_at, 'available', u.visible_at, u.expires_at, 0, false \
+         FROM unnest($3::bigint[], $4::text[], $5::bytea[], $6::text[], $7::text[], \
+           $8::text[], $9::text[], $10::text[], $11::text[], $12::bigint[], $13::bigint[], \
+           $14::bigint[], $15::bigint[]) \
+           AS u(sequence, message_id, body, content_type, properties, correlation_id, \
+                session_id, message_type, intent, valid_until, scheduled_at, visible_at, \
+                expires_at)",
+        &[
+            &queue_id,
+            &now.0,
+            &sequence,
+            &message_id,
+            &body,
+            &content_type,
+            &properties,
+            &correlation_id,
+            &session_id,
+            &message_type,
+            &intent,
+            &valid_until,
+            &scheduled_at,
+            &visible_at,
+            &expires_at,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+// ---- dead letters -------------------------------------------------------------------------
+
+/// Reads [`dl_cols!`].
+pub(crate) fn record_from_row(r: &Row) -> StoreResult<DeadLetterRecord> {
+    let queue: String = get(r, 1)?;
+    let area: String = get(r, 2)?;
+    let quality: String = get(r, 17)?;
+    let route: String = get(r, 23)?;
+    let fwd_queue: Option<String> = get(r, 24)?;
+    let fwd_seq: Option<i64> = get(r, 25)?;
+    let forwarded_to = match (fwd_queue, fwd_seq) {
+        (Some(q), Some(s)) => Some((
+            q.parse::<EntityName>()
+                .map_err(|e| bad("dead_letters.forwarded_queue", e))?,
+            s,
+        )),
+        _ => None,
+    };
+    let version: i64 = get(r, 22)?;
+    Ok(DeadLetterRecord {
+        id: get(r, 0)?,
+        queue: queue.parse().map_err(|e| bad("dead_letters.queue", e))?,
+        area: area
+            .parse::<Area>()
+            .map_err(|e| bad("dead_letters.area", e))?,
+        message_id: get(r, 3)?,
+        sequence: get(r, 4)?,
+        session_id: get(r, 5)?,
+        body: get(r, 6)?,
+        body_sha256: get(r, 7)?,
+        content_type: get(r, 8)?,
+        properties: props_from_json("dead_letters.properties", get(r, 9)?)?,
+        correlation_id: get(r, 10)?,
+        message_type: get(r, 11)?,
+        intent: get(r, 12)?,
+        valid_until: ts_opt(r, 13)?,
+        reason: get(r, 14)?,
+        description: get(r, 15)?,
+        delivery_count: count(r, 16, "dead_letters.delivery_count")?,
+        count_quality: quality
+            .parse::<EvidenceQuality>()
+            .map_err(|e| bad("dead_letters.count_quality", e))?,
+        first_delivered_at: ts_opt(r, 18)?,
+        last_delivered_at: ts_opt(r, 19)?,
+        enqueued_at: ts(r, 20)?,
+        dead_lettered_at: ts(r, 21)?,
+        policy_version: u64::try_from(version)
+            .map_err(|e| bad("dead_letters.policy_version", e))?,
+        route: route
+            .parse::<RouteKind>()
+            .map_err(|e| bad("dead_letters.route", e))?,
+        forwarded_to,
+        dlq_delivery_count: count(r, 26, "dead_letters.dlq_delivery_count")?,
+        locked_until: ts_opt(r, 27)?,
+    })
+}
+
+/// Inserts a dead-letter record (unlocked).
+pub(crate) async fn insert_record(db: &Db<'_>, d: &DeadLetterRecord) -> StoreResult<()> {
+    let properties = props_to_json(&d.properties)?;
+    let version = version_sql(d.policy_version)?;
+    let delivery_count = i64::from(d.delivery_count);
+    let dlq_delivery_count = i64::from(d.dlq_delivery_count);
+    let forwarded_queue = d.forwarded_to.as_ref().map(|(q, _)| q.as_str());
+    let forwarded_sequence = d.forwarded_to.as_ref().map(|(_, s)| *s);
+    db.execute(
+        "INSERT INTO dead_letters (id, queue, area, message_id, sequence, session_id, body, \
+         body_sha256, content_type, properties, correlation_id, message_type, intent, \
+         valid_until, reason, description, delivery_count, count_quality, first_delivered_at, \
+         last_delivered_at, enqueued_at, dead_lettered_at, policy_version, route, \
+         forwarded_queue, forwarded_sequence, dlq_delivery_count) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
+         $18, $19, $20, $21, $22, $23, $24, $25, $26, $27)",
+        &[
+            &d.id,
+            &d.queue.as_str(),
+            &d.area.as_str(),
+            &d.message_id,
+            &d.sequence,
+            &d.session_id,
+            &d.body,
+            &d.body_sha256,
+            &d.content_type,
+            &properties,
+            &d.correlation_id,
+            &d.message_type,
+            &d.intent,
+            &ms(d.valid_until),
+            &d.reason,
+            &d.description,
+            &delivery_count,
+            &d.count_quality.as_str(),
+            &ms(d.first_delivered_at),
+            &ms(d.last_delivered_at),
+            &d.enqueued_at.0,
+            &d.dead_lettered_at.0,
+            &version,
+            &d.route.as_str(),
+            &forwarded_queue,
+            &forwarded_sequence,
+            &dlq_delivery_count,
+        ],
+    )
+    .await?;
+    Ok(())
+}

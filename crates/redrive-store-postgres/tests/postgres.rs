@@ -1,0 +1,333 @@
+//! PostgreSQL-specific behaviour beyond the shared suite: migrations (concurrent nodes, a
+//! schema newer than the build), several stores ("nodes") on one schema, error
+//! classification, close. Same database rule as `conformance.rs`.
+
+// Test code: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use redrive_core::{EntityName, QueuePolicy, Timestamp};
+use redrive_store::{NewMessage, ReceiveParams, Store, StoreError, StoreErrorKind};
+use redrive_store_postgres::{PostgresError, PostgresOptions, PostgresStore, SCHEMA_VERSION};
+
+use support::SchemaGuard;
+
+const T0: Timestamp = Timestamp(1_700_000_000_000);
+
+fn name(s: &str) -> EntityName {
+    s.parse().unwrap()
+}
+
+fn msg(id: &str) -> NewMessage {
+    NewMessage {
+        message_id: id.to_owned(),
+        body: id.as_bytes().to_vec(),
+        content_type: None,
+        properties: Default::default(),
+        correlation_id: None,
+        session_id: None,
+        message_type: None,
+        intent: None,
+        valid_until: None,
+        scheduled_at: None,
+        expires_at: None,
+    }
+}
+
+/// Runs `sql` on the guard's schema through a connection of its own.
+async fn raw(g: &SchemaGuard, sql: &str) -> Vec<tokio_postgres::SimpleQueryMessage> {
+    let (client, connection) = tokio_postgres::connect(&g.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let io = tokio::spawn(connection);
+    client
+        .batch_execute(&format!("SET search_path TO \"{}\"", g.schema))
+        .await
+        .unwrap();
+    let out = client.simple_query(sql).await.unwrap();
+    drop(client);
+    let _ = io.await;
+    out
+}
+
+/// The first column of the first row of `sql`.
+async fn scalar(g: &SchemaGuard, sql: &str) -> String {
+    raw(g, sql)
+        .await
+        .into_iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .expect("a row")
+}
+
+fn schema_too_new(e: &StoreError) -> Option<(u32, u32)> {
+    match e {
+        StoreError::Backend { source } => match source.downcast_ref::<PostgresError>() {
+            Some(PostgresError::SchemaTooNew { found, known }) => Some((*found, *known)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_newer_than_the_build_is_refused() {
+    let g = SchemaGuard::fresh();
+    let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
+    store
+        .create_queue(&name("orders"), &QueuePolicy::default(), T0)
+        .await
+        .unwrap();
+    store.close();
+    let newer = SCHEMA_VERSION + 1;
+    raw(
+        &g,
+        &format!("INSERT INTO redrive_schema_migrations (version) VALUES ({newer})"),
+    )
+    .await;
+    let e = PostgresStore::connect(&g.url, g.options())
+        .await
+        .unwrap_err();
+    assert_eq!(schema_too_new(&e), Some((newer, SCHEMA_VERSION)), "{e}");
+    let e = PostgresStore::migrate(&g.url, g.options())
+        .await
+        .unwrap_err();
+    assert_eq!(schema_too_new(&e), Some((newer, SCHEMA_VERSION)), "{e}");
+    assert_eq!(
+        scalar(&g, "SELECT count(*) FROM queues").await,
+        "1",
+        "nothing was changed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_starting_at_once_migrate_once() {
+    let g = Arc::new(SchemaGuard::fresh());
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let g = Arc::clone(&g);
+        tasks.push(tokio::spawn(async move {
+            PostgresStore::connect(&g.url, g.options())
+                .await
+                .map(|s| s.close())
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(
+        scalar(&g, "SELECT count(*) FROM redrive_schema_migrations").await,
+        SCHEMA_VERSION.to_string()
+    );
+    assert_eq!(
+        PostgresStore::migrate(&g.url, g.options()).await.unwrap(),
+        SCHEMA_VERSION
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_never_deliver_the_same_message() {
+    const MESSAGES: usize = 200;
+    let g = SchemaGuard::fresh();
+    let small = PostgresOptions {
+        pool_size: 4,
+        ..g.options()
+    };
+    let a: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, small.clone()).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, small).await.unwrap());
+    let q = name("orders");
+    a.create_queue(&q, &QueuePolicy::default(), T0)
+        .await
+        .unwrap();
+    let batch: Vec<NewMessage> = (0..MESSAGES).map(|i| msg(&format!("m{i}"))).collect();
+    for chunk in batch.chunks(50) {
+        b.enqueue(&q, chunk.to_vec(), T0).await.unwrap();
+    }
+    let mut tasks = Vec::new();
+    for r in 0..8u32 {
+        let store = Arc::clone(if r % 2 == 0 { &a } else { &b });
+        let q = q.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let out = store
+                    .receive(ReceiveParams {
+                        queue: q.clone(),
+                        max: 1 + r % 5,
+                        lock_ms: 300_000,
+                        now: T0,
+                        session: None,
+                    })
+                    .await
+                    .unwrap();
+                if out.deliveries.is_empty() {
+                    return got;
+                }
+                got.extend(out.deliveries.into_iter().map(|d| d.message.sequence));
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let distinct: BTreeSet<i64> = all.iter().copied().collect();
+    assert_eq!(all.len(), MESSAGES, "no message delivered twice");
+    assert_eq!(distinct.len(), MESSAGES);
+    assert_eq!(
+        a.queue_counts(&q, T0).await.unwrap().locked,
+        MESSAGES as u64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_wins_a_session() {
+    let g = SchemaGuard::fresh();
+    let a: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
+    let q = name("orders");
+    let policy = QueuePolicy {
+        requires_session: true,
+        ..QueuePolicy::default()
+    };
+    a.create_queue(&q, &policy, T0).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store = Arc::clone(if i % 2 == 0 { &a } else { &b });
+        let q = q.clone();
+        tasks.push(tokio::spawn(async move {
+            store.accept_session(&q, Some("s1"), 30_000, T0).await
+        }));
+    }
+    let mut won = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(Some(_)) => won += 1,
+            Err(StoreError::SessionLocked { .. }) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(won, 1, "exactly one receiver holds the session");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_store_is_unavailable() {
+    let g = SchemaGuard::fresh();
+    let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
+    store.list_queues().await.unwrap();
+    store.close();
+    store.close();
+    let e = store.list_queues().await.unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_failures_are_unavailable_and_bad_settings_are_not() {
+    // Nothing listens on port 1 of the loopback address: refused at once.
+    let e = PostgresStore::connect(
+        "postgres://postgres@127.0.0.1:1/test",
+        PostgresOptions::default(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}");
+    let e = PostgresStore::connect("postgres://[::1", PostgresOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Other, "{e}");
+    let e = PostgresStore::connect(
+        "postgres://postgres@127.0.0.1:1/test",
+        PostgresOptions {
+            pool_size: 0,
+            ..PostgresOptions::default()
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Other, "{e}");
+}
+
+/// The next queue name woken on `rx`, waiting at most a generous bound for real I/O.
+async fn next_woken(rx: &mut tokio::sync::broadcast::Receiver<String>) -> String {
+    tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv())
+        .await
+        .expect("a wake-up arrives")
+        .expect("the channel is open")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_on_one_node_wakes_long_polls_on_another() {
+    let g = SchemaGuard::fresh();
+    let a = PostgresStore::connect(&g.url, g.options()).await.unwrap();
+    let b = PostgresStore::connect(&g.url, g.options()).await.unwrap();
+    let q = name("orders");
+    a.create_queue(&q, &QueuePolicy::default(), T0)
+        .await
+        .unwrap();
+    let mut rx = b.remote_wakeups().expect("PostgreSQL wakes other nodes");
+    // Once listening, every queue is announced: nothing that happened before is missed.
+    assert_eq!(next_woken(&mut rx).await, "orders");
+
+    a.enqueue(&q, vec![msg("m1")], T0).await.unwrap();
+    assert_eq!(next_woken(&mut rx).await, "orders", "a send wakes");
+
+    let d = a
+        .receive(ReceiveParams {
+            queue: q.clone(),
+            max: 1,
+            lock_ms: 30_000,
+            now: T0,
+            session: None,
+        })
+        .await
+        .unwrap()
+        .deliveries;
+    let abandon = redrive_store::Settlement {
+        lock_token: d[0].lock_token.clone(),
+        action: redrive_store::SettleAction::Abandon { delay_ms: None },
+    };
+    a.settle(&q, vec![abandon], T0).await.unwrap();
+    assert_eq!(next_woken(&mut rx).await, "orders", "an abandon wakes");
+
+    // A refused send notifies nobody: the next wake-up is the following real one.
+    let missing = name("missing");
+    a.enqueue(&missing, vec![msg("x")], T0).await.unwrap_err();
+    let other = name("other");
+    a.create_queue(&other, &QueuePolicy::default(), T0)
+        .await
+        .unwrap();
+    a.enqueue(&other, vec![msg("y")], T0).await.unwrap();
+    assert_eq!(next_woken(&mut rx).await, "other");
+
+    b.close();
+    assert!(
+        b.remote_wakeups().is_none(),
+        "a closed store listens no more"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_holds_a_lease_at_a_time() {
+    let g = SchemaGuard::fresh();
+    let a = PostgresStore::connect(&g.url, g.options()).await.unwrap();
+    let b = PostgresStore::connect(&g.url, g.options()).await.unwrap();
+    assert!(a.try_lease("sweeper", "node-a", 5_000, T0).await.unwrap());
+    assert!(!b.try_lease("sweeper", "node-b", 5_000, T0).await.unwrap());
+    let later = T0.plus_millis(5_000);
+    assert!(
+        b.try_lease("sweeper", "node-b", 5_000, later)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !a.try_lease("sweeper", "node-a", 5_000, later)
+            .await
+            .unwrap()
+    );
+}
