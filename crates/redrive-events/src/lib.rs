@@ -1,0 +1,16 @@
+//! Events for topics and push delivery: CloudEvents 1.0 in its three HTTP forms, the
+//! filters a subscription applies, and the rules that decide what happens after a push
+//! attempt. Pure logic, no I/O, so that every rule is tested on its own.
+//!
+//! # Layout
+//! - [`cloudevent`]: the event, its validation, and structured / batch / binary mode.
+//! - [`filter`]: event-type, subject and advanced filters (Event Grid's operators).
+//! - [`retry`]: the outcome of a delivery attempt by HTTP status, and the backoff schedule.
+
+pub mod cloudevent;
+pub mod filter;
+pub mod retry;
+
+pub use cloudevent::{CloudEvent, Data, EventError, ExtensionValue};
+pub use filter::{AdvancedFilter, Filter, FilterError};
+pub use retry::{AttemptOutcome, GiveUp, RetryPolicy, Verdict};
