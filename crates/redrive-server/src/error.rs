@@ -198,3 +198,29 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
             })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unavailable_store_is_a_503_with_retry_after_and_no_internals() {
+        let e = BrokerError::Store(StoreError::unavailable(std::io::Error::other(
+            "connection to 10.0.0.1 refused",
+        )));
+        let resp = ApiError::from(e).into_response();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
+        assert_eq!(resp.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
+        let p = problem_for(&BrokerError::Store(StoreError::unavailable(
+            std::io::Error::other("connection to 10.0.0.1 refused"),
+        )));
+        assert_eq!(p.code, "unavailable");
+        assert!(!p.detail.unwrap_or_default().contains("10.0.0.1"));
+        let poisoned = problem_for(&BrokerError::Store(StoreError::Poisoned));
+        assert_eq!(
+            (poisoned.status, poisoned.code.as_str()),
+            (503, "unavailable")
+        );
+    }
+}

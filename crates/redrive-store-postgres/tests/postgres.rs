@@ -331,3 +331,66 @@ async fn one_node_holds_a_lease_at_a_time() {
             .unwrap()
     );
 }
+
+/// `url` with one more query parameter.
+fn with_param(url: &str, key: &str, value: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{key}={value}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_fails_fast_and_the_store_recovers_without_losing_acknowledged_work() {
+    let g = SchemaGuard::fresh();
+    // A name of its own, so that the outage ends this store's connections only.
+    let app = format!("rd_outage_{:08x}", fastrand::u32(..));
+    let store = PostgresStore::connect(&with_param(&g.url, "application_name", &app), g.options())
+        .await
+        .unwrap();
+    let q = name("q");
+    store
+        .create_queue(&q, &QueuePolicy::default(), T0)
+        .await
+        .unwrap();
+
+    let mut acked = Vec::new();
+    let mut refused = 0;
+    for i in 0..200 {
+        if i == 100 {
+            // The outage: every server process serving this store is terminated.
+            let killed = scalar(
+                &g,
+                &format!(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                     WHERE application_name = '{app}'"
+                ),
+            )
+            .await;
+            assert_ne!(killed, "0", "the store had connections to end");
+        }
+        match store.enqueue(&q, vec![msg(&format!("m{i}"))], T0).await {
+            Ok(_) => acked.push(format!("m{i}")),
+            Err(e) => {
+                assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}");
+                assert!(i >= 100, "nothing fails before the outage: {e}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused >= 1, "the outage was reported, not hidden");
+    assert!(
+        acked.len() >= 200 - 16,
+        "the store reconnected by itself: {} of 200 acknowledged",
+        acked.len()
+    );
+    let present: BTreeSet<String> = store
+        .peek(&q, 1, 1_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.message_id)
+        .collect();
+    for id in &acked {
+        assert!(present.contains(id), "acknowledged {id} was lost");
+    }
+    store.close();
+}
