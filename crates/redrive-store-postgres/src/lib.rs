@@ -92,11 +92,13 @@
 //! # Time
 //!
 //! Every method takes `now` from the caller, as the trait says; no statement reads the
-//! database clock, so a manual clock drives this backend as it drives SQLite. Across
-//! nodes this means the nodes' clocks decide lock expiry and visibility: they must be
-//! synchronised (NTP) to well below the shortest lock duration (1 s). A node whose clock
-//! runs ahead expires other nodes' locks early, which at-least-once delivery tolerates
-//! (a duplicate delivery, never a lost message).
+//! database clock, so a manual clock drives this backend as it drives SQLite. In
+//! production, nodes sharing a database read [`DatabaseClock`]: the node's clock plus an
+//! offset measured against the database's `clock_timestamp()` (and kept fresh), so every
+//! node decides lock expiry and visibility on the database's timeline whatever its own
+//! clock says. A node whose clock runs ahead therefore does not expire another node's
+//! lock early: the error is bounded by half a round trip to the database plus the local
+//! clock's drift between measurements, milliseconds against locks of at least a second.
 //!
 //! # Errors
 //!
@@ -141,6 +143,7 @@
 //! - `wakeups`: LISTEN/NOTIFY between nodes.
 //! - `error`: [`PostgresError`] and the mapping into [`StoreError`].
 
+mod clock;
 mod dead_letters;
 mod error;
 mod leases;
@@ -160,6 +163,7 @@ use redrive_store::{
     SettleOutcome, Settlement, Store, StoreError, StoreResult, StoredMessage, SweepOutcome,
 };
 
+pub use clock::{DatabaseClock, LocalTime};
 pub use error::PostgresError;
 pub use schema::LATEST_VERSION as SCHEMA_VERSION;
 
@@ -207,7 +211,7 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
-fn parse_url(url: &str) -> Result<tokio_postgres::Config, StoreError> {
+pub(crate) fn parse_url(url: &str) -> Result<tokio_postgres::Config, StoreError> {
     url.parse::<tokio_postgres::Config>()
         .map_err(|e| backend(PostgresError::InvalidUrl(e)))
 }
