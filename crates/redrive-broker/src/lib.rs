@@ -1,5 +1,5 @@
-//! redrive's service layer. Every interface (the native HTTP API, the CLI through it, and
-//! later the SQS endpoint and push delivery) calls these operations; none talks to the
+//! redrive's service layer. Every interface (the native HTTP API, the CLI through it, the
+//! SQS endpoint, and later push delivery) calls these operations; none talks to the
 //! store directly, so the queue rules cannot drift between interfaces.
 //!
 //! The broker validates input into core types, fills defaults (ids, expiry), calls one
@@ -30,7 +30,10 @@ use std::sync::Arc;
 pub use clock::SystemClock;
 pub use dead_letters::DeadLetterFilter;
 pub use error::{BrokerError, BrokerResult};
-pub use messages::{MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_WAIT_MS, Outgoing, ReceiveOptions};
+pub use messages::{
+    LockBounds, MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_SQS_LOCK_MS, MAX_WAIT_MS, Outgoing,
+    ReceiveOptions,
+};
 pub use queues::QueueView;
 pub use relay::WakeupRelay;
 pub use sweeper::{DEFAULT_LEASE_TTL, SWEEP_LEASE, Sweeper};

@@ -73,6 +73,35 @@ fn check_id(field: &str, v: &Option<String>) -> BrokerResult<()> {
     Ok(())
 }
 
+/// Longest lock an SQS receiver may take: the SQS visibility timeout limit (12 hours).
+pub const MAX_SQS_LOCK_MS: u64 = 43_200_000;
+
+/// Which range of lock durations an interface may ask for. The native API keeps its
+/// Service Bus range; the SQS endpoint passes visibility timeouts, which SQS allows from
+/// 0 (visible again at once) to 12 hours.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LockBounds {
+    /// 1 s to 5 min ([`policy::MIN_LOCK_MS`] to [`policy::MAX_LOCK_MS`]).
+    #[default]
+    Native,
+    /// 0 to 12 h ([`MAX_SQS_LOCK_MS`]).
+    Sqs,
+}
+
+impl LockBounds {
+    /// Checks a lock duration against these bounds.
+    pub fn check(self, lock_ms: u64) -> BrokerResult<u64> {
+        match self {
+            LockBounds::Native => check_lock_ms(lock_ms),
+            LockBounds::Sqs if lock_ms > MAX_SQS_LOCK_MS => Err(BrokerError::invalid(
+                "lock_duration_ms",
+                "must be between 0 and 43200000 (12 hours)",
+            )),
+            LockBounds::Sqs => Ok(lock_ms),
+        }
+    }
+}
+
 pub(crate) fn check_lock_ms(lock_ms: u64) -> BrokerResult<u64> {
     if !(policy::MIN_LOCK_MS..=policy::MAX_LOCK_MS).contains(&lock_ms) {
         return Err(BrokerError::invalid(
@@ -90,8 +119,18 @@ impl Broker {
         name: &EntityName,
         asked: Option<u64>,
     ) -> BrokerResult<u64> {
+        self.lock_ms_within(name, asked, LockBounds::Native).await
+    }
+
+    /// The lock duration a receive asked for (checked against `bounds`), else the queue's.
+    async fn lock_ms_within(
+        &self,
+        name: &EntityName,
+        asked: Option<u64>,
+        bounds: LockBounds,
+    ) -> BrokerResult<u64> {
         match asked {
-            Some(l) => check_lock_ms(l),
+            Some(l) => bounds.check(l),
             None => Ok(self
                 .inner
                 .store
@@ -182,6 +221,17 @@ impl Broker {
     /// woken by sends, abandons and sweeps on the queue, and by the clock when a scheduled
     /// or backed-off message or an expiring lock comes due; it never re-queries in a loop.
     pub async fn receive(&self, queue: &str, opts: ReceiveOptions) -> BrokerResult<Vec<Delivery>> {
+        self.receive_with(queue, opts, LockBounds::Native).await
+    }
+
+    /// [`Broker::receive`] with the lock duration checked against `bounds` (the SQS
+    /// endpoint passes its visibility timeout, 0 to 12 hours).
+    pub async fn receive_with(
+        &self,
+        queue: &str,
+        opts: ReceiveOptions,
+        bounds: LockBounds,
+    ) -> BrokerResult<Vec<Delivery>> {
         let name: EntityName = queue.parse()?;
         if opts.max == 0 || opts.max > MAX_RECEIVE_BATCH {
             return Err(BrokerError::invalid(
@@ -192,7 +242,7 @@ impl Broker {
         if opts.wait_ms > MAX_WAIT_MS {
             return Err(BrokerError::invalid("wait_ms", "must be at most 20000"));
         }
-        let lock_ms = self.lock_ms_for(&name, opts.lock_ms).await?;
+        let lock_ms = self.lock_ms_within(&name, opts.lock_ms, bounds).await?;
         let deadline = self
             .now()
             .plus_millis(i64::try_from(opts.wait_ms).unwrap_or(0));
@@ -290,6 +340,62 @@ impl Broker {
         Ok(self.inner.store.peek(&name, from_sequence, limit).await?)
     }
 
+    /// Removes the messages of a queue that no receiver holds: every visible message and
+    /// every scheduled one (SQS `PurgeQueue`). Visible messages are taken with a lock and
+    /// completed; scheduled ones are cancelled. Messages locked by a receiver stay (their
+    /// lock tokens are the receivers'), so do dead letters. Returns how many were removed.
+    pub async fn purge(&self, queue: &str) -> BrokerResult<u64> {
+        let name: EntityName = queue.parse()?;
+        let record = self.inner.store.get_queue(&name).await?;
+        let mut removed = 0u64;
+        if !record.policy.requires_session {
+            loop {
+                let got = self
+                    .receive_with(
+                        queue,
+                        ReceiveOptions {
+                            max: MAX_RECEIVE_BATCH,
+                            lock_ms: Some(policy::MAX_LOCK_MS),
+                            wait_ms: 0,
+                            session: None,
+                        },
+                        LockBounds::Native,
+                    )
+                    .await?;
+                if got.is_empty() {
+                    break;
+                }
+                let items = got
+                    .into_iter()
+                    .map(|d| Settlement {
+                        lock_token: d.lock_token,
+                        action: SettleAction::Complete,
+                    })
+                    .collect();
+                let out = self.settle(queue, items).await?;
+                removed += out.results.iter().filter(|r| r.is_ok()).count() as u64;
+            }
+        }
+        let now = self.now();
+        let mut from = 1;
+        loop {
+            let page = self.peek(queue, from, MAX_RECEIVE_BATCH).await?;
+            let Some(last) = page.last() else { break };
+            from = last.sequence + 1;
+            for m in &page {
+                let scheduled = m.state == redrive_core::MessageState::Available
+                    && m.visible_at > now
+                    && m.delivery_count == 0
+                    && m.scheduled_at.is_some();
+                if scheduled && self.cancel_scheduled(queue, m.sequence).await.is_ok() {
+                    removed += 1;
+                }
+            }
+        }
+        tracing::info!(queue = %name, removed, "queue purged");
+        Ok(removed)
+    }
+
     /// Cancels a scheduled message.
     pub async fn cancel_scheduled(&self, queue: &str, sequence: i64) -> BrokerResult<()> {
         let name: EntityName = queue.parse()?;
@@ -303,7 +409,28 @@ impl Broker {
 
     /// Settles deliveries, each on its own: a lost lock fails only its item.
     pub async fn settle(&self, queue: &str, items: Vec<Settlement>) -> BrokerResult<SettleOutcome> {
+        self.settle_with(queue, items, LockBounds::Native).await
+    }
+
+    /// [`Broker::settle`] with renewals checked against `bounds`. Under
+    /// [`LockBounds::Sqs`] a renewal of 0 (SQS `ChangeMessageVisibility` to 0) releases the
+    /// lock instead: the message is visible at once, its delivery count unchanged (the
+    /// delivery was counted when it was received), and at the max delivery count it is
+    /// dead-lettered as any released message.
+    pub async fn settle_with(
+        &self,
+        queue: &str,
+        mut items: Vec<Settlement>,
+        bounds: LockBounds,
+    ) -> BrokerResult<SettleOutcome> {
         let name: EntityName = queue.parse()?;
+        if bounds == LockBounds::Sqs {
+            for it in &mut items {
+                if it.action == (SettleAction::Renew { lock_ms: 0 }) {
+                    it.action = SettleAction::Abandon { delay_ms: Some(0) };
+                }
+            }
+        }
         if items.is_empty() || items.len() > MAX_SEND_BATCH {
             return Err(BrokerError::invalid(
                 "settlements",
@@ -313,7 +440,7 @@ impl Broker {
         for it in &items {
             match &it.action {
                 SettleAction::Renew { lock_ms } => {
-                    check_lock_ms(*lock_ms)?;
+                    bounds.check(*lock_ms)?;
                 }
                 SettleAction::DeadLetter {
                     reason,

@@ -15,6 +15,7 @@
 //! - [`message`]: application properties and the property names the broker sets.
 //! - [`id`]: generated identifiers, lock tokens and the replay-count suffix of message ids.
 //! - [`digest`]: the SHA-256 digest kept with every dead letter.
+//! - [`sqs`]: the SQS-only queue attributes kept in the policy's optional `sqs` section.
 
 pub mod clock;
 pub mod dead_letter;
@@ -24,6 +25,7 @@ pub mod machine;
 pub mod message;
 pub mod name;
 pub mod policy;
+pub mod sqs;
 
 pub use clock::{Clock, ManualClock, Timestamp};
 pub use dead_letter::{Area, DeadLetterReason, EvidenceQuality, RouteKind};
@@ -31,3 +33,4 @@ pub use machine::{MessageMeta, MessageState};
 pub use message::{Properties, PropertyValue};
 pub use name::EntityName;
 pub use policy::{Backoff, DeadLetterTarget, PolicyError, QueuePolicy};
+pub use sqs::SqsAttributes;

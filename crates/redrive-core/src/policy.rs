@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::name::EntityName;
+use crate::sqs::SqsAttributes;
 
 /// Shortest lock a receiver may take.
 pub const MIN_LOCK_MS: u64 = 1_000;
@@ -43,6 +44,10 @@ pub struct QueuePolicy {
     /// Where dead letters go: `None` is the queue's own dead-letter store; a name sends
     /// them to that queue (SQS style), keeping their evidence record here.
     pub dead_letter_queue: Option<EntityName>,
+    /// SQS-only attributes of a queue created or changed through the SQS endpoint; absent
+    /// on queues that SQS never touched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sqs: Option<SqsAttributes>,
 }
 
 impl Default for QueuePolicy {
@@ -57,6 +62,7 @@ impl Default for QueuePolicy {
             redelivery_backoff: Backoff::None,
             max_message_size: 1024 * 1024,
             dead_letter_queue: None,
+            sqs: None,
         }
     }
 }
@@ -162,6 +168,11 @@ impl QueuePolicy {
                     bad("redelivery_backoff.jitter", "must be between 0 and 1")?;
                 }
             }
+        }
+        if let Some(sqs) = &self.sqs
+            && let Err((field, why)) = sqs.check()
+        {
+            bad(field, why)?;
         }
         Ok(())
     }

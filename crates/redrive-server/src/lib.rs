@@ -90,7 +90,27 @@ pub async fn run(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let broker = Broker::new(store, clock);
+    run_with(
+        settings,
+        Broker::new(store, clock),
+        listener,
+        Vec::new(),
+        shutdown,
+    )
+    .await
+}
+
+/// [`run`] over a broker the caller made, also serving each extra router on its own
+/// listener (the SQS endpoint), all sharing that one broker. Shutdown is the same for
+/// every listener: stop accepting, end long polls, let in-flight requests finish within
+/// `shutdown_timeout_ms`.
+pub async fn run_with(
+    settings: Settings,
+    broker: Broker,
+    listener: tokio::net::TcpListener,
+    extra: Vec<(tokio::net::TcpListener, Router)>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
     tracker.spawn(
@@ -116,10 +136,35 @@ pub async fn run(
             cancel.cancel();
         }
     };
+    let mut others = tokio::task::JoinSet::new();
+    for (l, r) in extra {
+        if let Ok(addr) = l.local_addr() {
+            tracing::info!(%addr, "listening (extra endpoint)");
+        }
+        let stop = cancel.clone();
+        others.spawn(async move {
+            axum::serve(l, r)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await
+        });
+    }
     let grace = Duration::from_millis(settings.shutdown_timeout_ms);
     let server = axum::serve(listener, app).with_graceful_shutdown(signal);
+    let all = async move {
+        let main = server.await;
+        while let Some(r) = others.join_next().await {
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "an extra endpoint stopped with an error")
+                }
+                Err(e) => tracing::error!(error = %e, "an extra endpoint task failed"),
+            }
+        }
+        main
+    };
     tokio::select! {
-        r = server => r?,
+        r = all => r?,
         () = async { cancel.cancelled().await; tokio::time::sleep(grace).await } => {
             tracing::warn!("in-flight requests did not finish within the shutdown timeout");
         }

@@ -28,6 +28,12 @@ pub struct Config {
     pub log: LogConfig,
     /// The server's own settings (`[server]`).
     pub server: redrive_server::Settings,
+    /// Address of the SQS-compatible endpoint (`IP:PORT`), or `off`.
+    pub sqs_listen: String,
+    /// Account id in SQS queue URLs and ARNs.
+    pub sqs_account_id: String,
+    /// Region in SQS queue ARNs.
+    pub sqs_region: String,
 }
 
 impl Default for Config {
@@ -38,9 +44,15 @@ impl Default for Config {
             store: None,
             log: LogConfig::default(),
             server: redrive_server::Settings::default(),
+            sqs_listen: DEFAULT_SQS_LISTEN.to_owned(),
+            sqs_account_id: "000000000000".to_owned(),
+            sqs_region: "us-east-1".to_owned(),
         }
     }
 }
+
+/// Default address of the SQS-compatible endpoint (the port SQS emulators use).
+pub const DEFAULT_SQS_LISTEN: &str = "127.0.0.1:9324";
 
 /// `[log]`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -99,6 +111,12 @@ pub struct Overrides {
     pub sweep_interval_ms: Option<u64>,
     /// `server.shutdown_timeout_ms`.
     pub shutdown_timeout_ms: Option<u64>,
+    /// `sqs_listen` (`IP:PORT` or `off`).
+    pub sqs_listen: Option<String>,
+    /// `sqs_account_id`.
+    pub sqs_account_id: Option<String>,
+    /// `sqs_region`.
+    pub sqs_region: Option<String>,
 }
 
 impl Overrides {
@@ -113,6 +131,12 @@ impl Overrides {
         }
         o.data_dir = get("REDRIVE_DATA_DIR").map(PathBuf::from);
         o.store = get("REDRIVE_STORE");
+        if let Some(v) = get("REDRIVE_SQS_LISTEN") {
+            parse_sqs_listen(&v).map_err(|e| bad("REDRIVE_SQS_LISTEN", e))?;
+            o.sqs_listen = Some(v);
+        }
+        o.sqs_account_id = get("REDRIVE_SQS_ACCOUNT_ID");
+        o.sqs_region = get("REDRIVE_SQS_REGION");
         o.log_level = get("REDRIVE_LOG");
         if let Some(v) = get("REDRIVE_LOG_FORMAT") {
             o.log_format = Some(v.parse().map_err(|e| bad("REDRIVE_LOG_FORMAT", e))?);
@@ -152,6 +176,15 @@ impl Overrides {
         }
         if let Some(v) = self.shutdown_timeout_ms {
             c.server.shutdown_timeout_ms = v;
+        }
+        if let Some(v) = &self.sqs_listen {
+            c.sqs_listen.clone_from(v);
+        }
+        if let Some(v) = &self.sqs_account_id {
+            c.sqs_account_id.clone_from(v);
+        }
+        if let Some(v) = &self.sqs_region {
+            c.sqs_region.clone_from(v);
         }
     }
 }
@@ -210,6 +243,26 @@ impl Config {
         if self.data_dir.as_os_str().is_empty() {
             return Err(input_error("data_dir must not be empty"));
         }
+        parse_sqs_listen(&self.sqs_listen).map_err(|e| input_error(format!("sqs_listen: {e}")))?;
+        if self.sqs_account_id.len() != 12
+            || !self.sqs_account_id.bytes().all(|b| b.is_ascii_digit())
+        {
+            return Err(input_error(format!(
+                "sqs_account_id must be 12 digits, not {:?}",
+                self.sqs_account_id
+            )));
+        }
+        let region_ok = !self.sqs_region.is_empty()
+            && self
+                .sqs_region
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !region_ok {
+            return Err(input_error(format!(
+                "sqs_region must be a region name such as us-east-1, not {:?}",
+                self.sqs_region
+            )));
+        }
         self.store_location().map(|_| ())
     }
 
@@ -246,7 +299,8 @@ impl Config {
     pub fn summary(&self) -> String {
         format!(
             "listen={} data_dir={} store={} log.level={} log.format={} \
-             server.sweep_interval_ms={} server.shutdown_timeout_ms={}",
+             server.sweep_interval_ms={} server.shutdown_timeout_ms={} sqs_listen={} \
+             sqs_account_id={} sqs_region={}",
             self.listen,
             self.data_dir.display(),
             self.store
@@ -259,6 +313,9 @@ impl Config {
             },
             self.server.sweep_interval_ms,
             self.server.shutdown_timeout_ms,
+            self.sqs_listen,
+            self.sqs_account_id,
+            self.sqs_region,
         )
     }
 }
@@ -273,6 +330,14 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     s.parse().map_err(|_| {
         format!("invalid listen address {s:?} (expected IP:PORT, e.g. 127.0.0.1:7474)")
     })
+}
+
+/// The SQS endpoint's address: `IP:PORT`, `localhost:PORT`, or `off` (`None`).
+pub fn parse_sqs_listen(s: &str) -> Result<Option<SocketAddr>, String> {
+    if s.trim().eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    parse_listen(s).map(Some)
 }
 
 /// Milliseconds as a plain integer, or a duration with unit (`1s`).
@@ -480,6 +545,37 @@ mod tests {
             "{}",
             c.summary()
         );
+    }
+
+    #[test]
+    fn sqs_endpoint_settings_layer_and_turn_off() {
+        let c = Config::layered(None, &Overrides::default(), &Overrides::default()).unwrap();
+        assert_eq!(
+            parse_sqs_listen(&c.sqs_listen).unwrap(),
+            Some(SocketAddr::from(([127, 0, 0, 1], 9324)))
+        );
+        assert_eq!(c.sqs_account_id, "000000000000");
+        let env = env_of(&[
+            ("REDRIVE_SQS_LISTEN", "off"),
+            ("REDRIVE_SQS_REGION", "eu-west-1"),
+        ]);
+        let c = Config::layered(
+            Some((Path::new("f.toml"), "sqs_account_id = \"123456789012\"")),
+            &env,
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(parse_sqs_listen(&c.sqs_listen).unwrap(), None);
+        assert_eq!(c.sqs_region, "eu-west-1");
+        assert_eq!(c.sqs_account_id, "123456789012");
+        let e = Overrides::from_env(|k| (k == "REDRIVE_SQS_LISTEN").then(|| "nope".to_owned()))
+            .unwrap_err();
+        assert!(e.to_string().contains("REDRIVE_SQS_LISTEN"), "{e}");
+        let flags = Overrides {
+            sqs_account_id: Some("12".to_owned()),
+            ..Overrides::default()
+        };
+        assert!(Config::layered(None, &Overrides::default(), &flags).is_err());
     }
 
     #[test]

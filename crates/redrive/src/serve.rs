@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use redrive_store_sqlite::{SqliteOptions, SqliteStore};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{self, Config, LogConfig, LogFormat, Overrides, StoreLocation};
@@ -18,7 +18,8 @@ use crate::units::parse_duration_ms;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Environment: REDRIVE_CONFIG, REDRIVE_LISTEN, REDRIVE_DATA_DIR, REDRIVE_STORE, REDRIVE_LOG,
-REDRIVE_LOG_FORMAT, REDRIVE_SERVER_SWEEP_INTERVAL_MS, REDRIVE_SERVER_SHUTDOWN_TIMEOUT_MS.
+REDRIVE_LOG_FORMAT, REDRIVE_SERVER_SWEEP_INTERVAL_MS, REDRIVE_SERVER_SHUTDOWN_TIMEOUT_MS,
+REDRIVE_SQS_LISTEN, REDRIVE_SQS_ACCOUNT_ID, REDRIVE_SQS_REGION.
 Precedence: flags > environment > config file > built-in defaults.")]
 pub struct ServeArgs {
     /// TOML configuration file.
@@ -45,6 +46,15 @@ pub struct ServeArgs {
     /// How long shutdown waits for in-flight work (e.g. 30s).
     #[arg(long, value_name = "DUR", value_parser = parse_duration_ms)]
     pub shutdown_timeout: Option<u64>,
+    /// Address of the SQS-compatible endpoint, or `off` [default: 127.0.0.1:9324].
+    #[arg(long, value_name = "ADDR|off", value_parser = parse_sqs_listen_arg)]
+    pub sqs_listen: Option<String>,
+    /// Account id in SQS queue URLs and ARNs [default: 000000000000].
+    #[arg(long, value_name = "ID")]
+    pub sqs_account_id: Option<String>,
+    /// Region in SQS queue ARNs [default: us-east-1].
+    #[arg(long, value_name = "REGION")]
+    pub sqs_region: Option<String>,
     /// Print the built-in default configuration file and exit.
     #[arg(long)]
     pub print_default_config: bool,
@@ -60,7 +70,34 @@ impl ServeArgs {
             log_format: self.log_format,
             sweep_interval_ms: self.sweep_interval,
             shutdown_timeout_ms: self.shutdown_timeout,
+            sqs_listen: self.sqs_listen.clone(),
+            sqs_account_id: self.sqs_account_id.clone(),
+            sqs_region: self.sqs_region.clone(),
         }
+    }
+}
+
+fn parse_sqs_listen_arg(s: &str) -> Result<String, String> {
+    config::parse_sqs_listen(s).map(|_| s.trim().to_owned())
+}
+
+/// Binds the SQS endpoint's listener. The default address is best-effort: when it is
+/// taken (another redrive, an emulator) the server warns and runs without the endpoint;
+/// an address that was configured must bind.
+async fn bind_sqs(config: &Config) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    let Some(addr) = config::parse_sqs_listen(&config.sqs_listen).map_err(input_error)? else {
+        info!("SQS endpoint off");
+        return Ok(None);
+    };
+    match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => Ok(Some(l)),
+        Err(e) if config.sqs_listen == config::DEFAULT_SQS_LISTEN => {
+            warn!(%addr, error = %e,
+                "cannot listen on the default SQS address; running without the SQS endpoint \
+                 (set sqs_listen to another address, or to off)");
+            Ok(None)
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot listen on {addr} (sqs_listen)")),
     }
 }
 
@@ -88,6 +125,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let local = listener
         .local_addr()
         .context("cannot read the listening address")?;
+    let sqs_listener = bind_sqs(&config).await?;
 
     config::ensure_parent_dir(&db_path)?;
     let store = SqliteStore::open(&db_path, SqliteOptions::default())
@@ -95,14 +133,27 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let store = Arc::new(store);
     info!(store = %db_path.display(), listen = %local, "store opened");
 
-    let result = redrive_server::run(
-        config.server.clone(),
-        store.clone(),
-        Arc::new(redrive_server::SystemClock),
-        listener,
-        shutdown,
-    )
-    .await;
+    let store_dyn: Arc<dyn redrive_store::Store> = store.clone();
+    let broker = redrive_broker::Broker::new(store_dyn, Arc::new(redrive_server::SystemClock));
+    let mut extra = Vec::new();
+    if let Some(l) = sqs_listener {
+        if let Ok(addr) = l.local_addr() {
+            info!(sqs_listen = %addr, account_id = %config.sqs_account_id,
+                region = %config.sqs_region, "SQS endpoint enabled");
+        }
+        let sqs = redrive_sqs::router(
+            broker.clone(),
+            redrive_sqs::SqsConfig {
+                account_id: config.sqs_account_id.clone(),
+                region: config.sqs_region.clone(),
+                base_url: None,
+                access_keys: Vec::new(),
+            },
+        );
+        extra.push((l, sqs));
+    }
+    let result =
+        redrive_server::run_with(config.server.clone(), broker, listener, extra, shutdown).await;
     if let Err(e) = &result {
         error!(error = format!("{e:#}"), "server stopped with an error");
     }

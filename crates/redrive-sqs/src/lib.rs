@@ -1,0 +1,277 @@
+//! redrive's SQS-compatible endpoint: boto3, the AWS SDKs and the aws CLI talk to redrive by
+//! changing one URL. Both SQS protocols are served on `POST /` (and on the queue URLs):
+//! AWS JSON 1.0 (`X-Amz-Target: AmazonSQS.<Action>`) and the query protocol (form-encoded
+//! `Action=…`, XML answers). Errors carry the shape name (`__type`), the query code
+//! (`Error.Code` and `x-amzn-query-error`) and the HTTP status that clients map onto their
+//! typed exceptions.
+//!
+//! # One model underneath
+//!
+//! Every action calls [`redrive_broker::Broker`], the service layer the native API calls;
+//! nothing here touches the store or re-implements a queue rule.
+//!
+//! - **An SQS queue is a native queue**: same name, same object. A message sent with boto3
+//!   can be received with the native API and the other way round.
+//! - **Queue attributes.** The native policy carries what it can: `MaximumMessageSize` →
+//!   `max_message_size`; `MessageRetentionPeriod` → `default_ttl_ms` (expired messages are
+//!   removed and counted, not dead-lettered); `RedrivePolicy` → `max_delivery_count` +
+//!   `dead_letter_queue`; `VisibilityTimeout` → `lock_duration_ms` when it fits the native
+//!   1–300 s range (SQS receives always pass their own lock duration). Without a
+//!   `RedrivePolicy` SQS has no receive limit: the queue gets the largest native
+//!   `max_delivery_count` (10000). The rest (`VisibilityTimeout`, `DelaySeconds`,
+//!   `ReceiveMessageWaitTimeSeconds`, `MessageRetentionPeriod` in seconds,
+//!   `RedriveAllowPolicy`, tags, and accepted-but-inert attributes such as `Policy`) lives
+//!   in the policy's optional `sqs` section ([`redrive_core::SqsAttributes`]).
+//! - **Visibility timeouts are locks.** A receive passes its visibility timeout (0–43200 s)
+//!   as the lock duration under [`redrive_broker::LockBounds::Sqs`]; the receipt handle is
+//!   the broker's lock token. `ChangeMessageVisibility` renews the lock; 0 releases it.
+//!   `DeleteMessage` completes. A message received more than `maxReceiveCount` times is
+//!   dead-lettered by the broker: a copy goes to the dead-letter queue and the evidence
+//!   record stays in the source queue's dead-letter store (archived), visible through the
+//!   native dead-letter API.
+//! - **Message attributes** (with their exact data types and values, which the MD5s need)
+//!   are kept in one reserved native property, [`ATTRIBUTES_PROPERTY`]
+//!   (`redrive.sqs.attributes`), whose value is a JSON string
+//!   `[{"name", "type", "string" | "binary_b64"}]`; the sender's system attributes
+//!   (`AWSTraceHeader`, `MessageGroupId`, the sender id) in [`SYSTEM_PROPERTY`]
+//!   (`redrive.sqs.system`), a JSON object. The native API shows both as properties. Other
+//!   native properties are returned to SQS receivers as `String` (text, booleans) or
+//!   `Number` (numbers) message attributes; the broker's dead-letter properties become the
+//!   `DeadLetterQueueSourceArn` system attribute instead.
+//! - **DelaySeconds** is the native scheduled enqueue time (now + delay).
+//!
+//! # Layout
+//! - `protocol`: decoding both protocols into one JSON shape; JSON and XML answers.
+//! - `error`: AWS error kinds and the mapping of broker errors.
+//! - `md5`: `MD5OfMessageBody`, `MD5OfMessageAttributes`, `MD5OfMessageSystemAttributes`.
+//! - `auth`: SigV4 verification when access keys are configured.
+//! - `queues`, `attributes`, `tags`, `messages`, `batches`, `dead_letters`: the actions.
+
+mod attributes;
+mod auth;
+mod batches;
+mod dead_letters;
+pub mod error;
+pub mod md5;
+mod messages;
+pub mod protocol;
+mod queues;
+mod tags;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, Method, Uri};
+use axum::response::Response;
+use redrive_broker::Broker;
+use redrive_core::Timestamp;
+use serde_json::{Map, Value};
+
+use crate::error::{ErrorKind, SqsError, SqsResult};
+use crate::protocol::Protocol;
+
+pub use messages::{ATTRIBUTES_PROPERTY, SYSTEM_PROPERTY};
+
+/// Largest request body: ten messages of the largest size, base64 or form-encoded.
+const MAX_REQUEST_BYTES: usize = 64 * 1024 * 1024;
+
+/// Settings of the SQS endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqsConfig {
+    /// Account id in queue URLs and ARNs (default `000000000000`).
+    pub account_id: String,
+    /// Region in ARNs (default `us-east-1`).
+    pub region: String,
+    /// Base of queue URLs (`http://host:port`); by default taken from the request's `Host`.
+    pub base_url: Option<String>,
+    /// Access key id and secret pairs. Empty: any signature is accepted. Otherwise every
+    /// request must carry a SigV4 signature made with one of them.
+    pub access_keys: Vec<(String, String)>,
+}
+
+impl Default for SqsConfig {
+    fn default() -> Self {
+        SqsConfig {
+            account_id: "000000000000".to_owned(),
+            region: "us-east-1".to_owned(),
+            base_url: None,
+            access_keys: Vec::new(),
+        }
+    }
+}
+
+/// Shared state of the endpoint.
+pub(crate) struct Sqs {
+    pub(crate) broker: Broker,
+    pub(crate) config: SqsConfig,
+    /// Last purge per queue, on the broker's clock (SQS allows one per 60 s).
+    pub(crate) purges: Mutex<HashMap<String, Timestamp>>,
+}
+
+/// One request's context: the endpoint, the queue URL base and the caller.
+pub(crate) struct Ctx {
+    pub(crate) sqs: Arc<Sqs>,
+    pub(crate) base_url: String,
+    pub(crate) sender_id: String,
+}
+
+impl Ctx {
+    pub(crate) fn broker(&self) -> &Broker {
+        &self.sqs.broker
+    }
+
+    pub(crate) fn now(&self) -> Timestamp {
+        self.sqs.broker.clock().now()
+    }
+
+    /// The URL of queue `name`.
+    pub(crate) fn queue_url(&self, name: &str) -> String {
+        format!("{}/{}/{name}", self.base_url, self.sqs.config.account_id)
+    }
+
+    /// The ARN of queue `name`.
+    pub(crate) fn queue_arn(&self, name: &str) -> String {
+        format!(
+            "arn:aws:sqs:{}:{}:{name}",
+            self.sqs.config.region, self.sqs.config.account_id
+        )
+    }
+}
+
+/// Whether `name` follows the SQS queue name rule: 1 to 80 of `A-Za-z0-9-_`.
+pub(crate) fn valid_queue_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 80
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// The queue a request's `QueueUrl` names: its last path segment. A URL that cannot name
+/// a queue names none that exists.
+pub(crate) fn queue_from_input(input: &Map<String, Value>) -> SqsResult<String> {
+    let url = protocol::req_str(input, "QueueUrl")?;
+    queue_from_url(url)
+}
+
+pub(crate) fn queue_from_url(url: &str) -> SqsResult<String> {
+    let path = url.split(['?', '#']).next().unwrap_or_default();
+    let name = path
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or_default();
+    if name.ends_with(".fifo") {
+        return Err(fifo_unsupported());
+    }
+    if !valid_queue_name(name) {
+        return Err(SqsError::no_queue());
+    }
+    Ok(name.to_owned())
+}
+
+pub(crate) fn fifo_unsupported() -> SqsError {
+    SqsError::new(
+        ErrorKind::UnsupportedOperation,
+        "FIFO queues are not supported by this endpoint yet (standard queues only for now).",
+    )
+}
+
+/// The SQS endpoint as a router: every path, `POST` (and `GET` for query requests).
+pub fn router(broker: Broker, config: SqsConfig) -> Router {
+    let state = Arc::new(Sqs {
+        broker,
+        config,
+        purges: Mutex::new(HashMap::new()),
+    });
+    Router::new()
+        .fallback(handle)
+        .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
+        .with_state(state)
+}
+
+async fn handle(
+    State(sqs): State<Arc<Sqs>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let request_id = protocol::request_id();
+    let guess = if headers.contains_key("x-amz-target") {
+        Protocol::Json
+    } else {
+        Protocol::Query
+    };
+    if method != Method::POST && method != Method::GET {
+        let e = SqsError::new(
+            ErrorKind::UnsupportedOperation,
+            format!("Method {method} is not supported; SQS requests are POSTs."),
+        );
+        return protocol::failure(guess, &e, &request_id);
+    }
+    let mut req = match protocol::decode(&headers, uri.query(), &body) {
+        Ok(r) => r,
+        Err((p, e)) => return protocol::failure(p, &e, &request_id),
+    };
+    let sender_id = match auth::check(&sqs.config, &method, &uri, &headers, &body) {
+        Ok(id) => id.unwrap_or_else(|| sqs.config.account_id.clone()),
+        Err(e) => return protocol::failure(req.protocol, &e, &request_id),
+    };
+    // Old-style query clients post to the queue URL itself.
+    let path = uri.path().trim_matches('/');
+    if !path.is_empty() && !req.input.contains_key("QueueUrl") && path.contains('/') {
+        req.input
+            .insert("QueueUrl".to_owned(), Value::String(path.to_owned()));
+    }
+    let base_url = sqs.config.base_url.clone().unwrap_or_else(|| {
+        let host = headers
+            .get(axum::http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("localhost");
+        format!("http://{host}")
+    });
+    let ctx = Ctx {
+        sqs: sqs.clone(),
+        base_url: base_url.trim_end_matches('/').to_owned(),
+        sender_id,
+    };
+    match dispatch(&ctx, &req.action, &req.input).await {
+        Ok(out) => protocol::success(req.protocol, &req.action, out, &request_id),
+        Err(e) => {
+            tracing::debug!(action = %req.action, code = e.kind.code(), message = %e.message,
+                "SQS request refused");
+            protocol::failure(req.protocol, &e, &request_id)
+        }
+    }
+}
+
+async fn dispatch(ctx: &Ctx, action: &str, input: &Map<String, Value>) -> SqsResult<Value> {
+    match action {
+        "CreateQueue" => queues::create(ctx, input).await,
+        "GetQueueUrl" => queues::get_url(ctx, input).await,
+        "ListQueues" => queues::list(ctx, input).await,
+        "DeleteQueue" => queues::delete(ctx, input).await,
+        "PurgeQueue" => queues::purge(ctx, input).await,
+        "GetQueueAttributes" => attributes::get(ctx, input).await,
+        "SetQueueAttributes" => attributes::set(ctx, input).await,
+        "TagQueue" => tags::tag(ctx, input).await,
+        "UntagQueue" => tags::untag(ctx, input).await,
+        "ListQueueTags" => tags::list(ctx, input).await,
+        "SendMessage" => messages::send(ctx, input).await,
+        "ReceiveMessage" => messages::receive(ctx, input).await,
+        "DeleteMessage" => messages::delete(ctx, input).await,
+        "ChangeMessageVisibility" => messages::change_visibility(ctx, input).await,
+        "SendMessageBatch" => batches::send(ctx, input).await,
+        "DeleteMessageBatch" => batches::delete(ctx, input).await,
+        "ChangeMessageVisibilityBatch" => batches::change_visibility(ctx, input).await,
+        "ListDeadLetterSourceQueues" => dead_letters::list_sources(ctx, input).await,
+        other => Err(SqsError::new(
+            ErrorKind::UnsupportedOperation,
+            format!("The action {other} is not supported by this endpoint."),
+        )),
+    }
+}

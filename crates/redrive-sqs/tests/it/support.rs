@@ -1,0 +1,207 @@
+//! The test server (native API and SQS endpoint on one broker), an SDK client, and the MD5
+//! computations of the AWS documentation, written independently of the crate's own.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
+use md5::{Digest, Md5};
+use redrive_broker::Broker;
+use redrive_core::{ManualClock, Timestamp};
+use redrive_server::Settings;
+use redrive_sqs::SqsConfig;
+use redrive_store_sqlite::{SqliteOptions, SqliteStore};
+use serde_json::Value;
+
+/// A fixed, realistic start time.
+pub const T0: Timestamp = Timestamp(1_800_000_000_000);
+
+/// A running server with its own SQLite file and manual clock.
+pub struct TestServer {
+    pub native: String,
+    pub sqs_url: String,
+    pub clock: ManualClock,
+    pub sqs: Client,
+    pub http: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            SqliteStore::open(&dir.path().join("redrive.db"), SqliteOptions::default()).unwrap();
+        let store: Arc<SqliteStore> = Arc::new(store);
+        let clock = ManualClock::new(T0);
+        let native_l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let sqs_l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let native = format!("http://{}", native_l.local_addr().unwrap());
+        let sqs_url = format!("http://{}", sqs_l.local_addr().unwrap());
+        let store_dyn: Arc<dyn redrive_store::Store> = store.clone();
+        let broker = Broker::new(store_dyn, Arc::new(clock.clone()));
+        let router = redrive_sqs::router(broker.clone(), SqsConfig::default());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let settings = Settings {
+            sweep_interval_ms: 1_000,
+            shutdown_timeout_ms: 5_000,
+        };
+        let task = tokio::spawn(async move {
+            redrive_server::run_with(settings, broker, native_l, vec![(sqs_l, router)], async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+            store.close();
+        });
+        let conf = aws_sdk_sqs::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("AKIDTEST", "secret", None, None, "test"))
+            .endpoint_url(&sqs_url)
+            .http_client(aws_smithy_http_client::Builder::new().build_http())
+            .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
+            .build();
+        TestServer {
+            native,
+            sqs_url,
+            clock,
+            sqs: Client::from_conf(conf),
+            http: reqwest::Client::new(),
+            stop: Some(tx),
+            task: Some(task),
+            _dir: dir,
+        }
+    }
+
+    /// Stops the server gracefully and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.await.unwrap();
+        }
+    }
+
+    pub fn advance(&self, secs: u64) {
+        self.clock.advance(Duration::from_secs(secs));
+    }
+
+    /// Creates a queue with attributes; returns its URL.
+    pub async fn queue(&self, name: &str, attrs: &[(&str, &str)]) -> String {
+        let mut req = self.sqs.create_queue().queue_name(name);
+        for (k, v) in attrs {
+            req = req.attributes((*k).into(), *v);
+        }
+        req.send().await.unwrap().queue_url.unwrap()
+    }
+
+    /// One queue attribute.
+    pub async fn attr(&self, url: &str, name: &str) -> Option<String> {
+        let out = self
+            .sqs
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names("All".into())
+            .send()
+            .await
+            .unwrap();
+        out.attributes
+            .unwrap_or_default()
+            .into_iter()
+            .find(|(k, _)| k.as_str() == name)
+            .map(|(_, v)| v)
+    }
+
+    /// A native API GET.
+    pub async fn native_get(&self, path: &str) -> Value {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.native))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{path}: {}", r.status());
+        r.json().await.unwrap()
+    }
+
+    /// A query-protocol request: status, `x-amzn-query-error`, body.
+    pub async fn query(&self, params: &[(&str, &str)]) -> (u16, Option<String>, String) {
+        let r = self
+            .http
+            .post(format!("{}/", self.sqs_url))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(serde_urlencoded::to_string(params).unwrap())
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let qe = r
+            .headers()
+            .get("x-amzn-query-error")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (status, qe, r.text().await.unwrap())
+    }
+
+    /// Waits (by yielding, bounded) until more tasks sleep on the manual clock than
+    /// `before`: a long poll has parked. This waits for a signal, not for time.
+    pub async fn until_parked(&self, before: usize) {
+        for _ in 0..10_000 {
+            if self.clock.sleepers() > before {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("the long poll never parked on the clock");
+    }
+}
+
+/// Lower-case hex MD5.
+pub fn md5_hex(bytes: &[u8]) -> String {
+    Md5::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A message attribute for the independent MD5: name, data type, string or binary value.
+pub enum TestValue<'a> {
+    S(&'a str),
+    B(&'a [u8]),
+}
+
+/// `MD5OfMessageAttributes` as the AWS documentation defines it: for each attribute in
+/// name order, length-prefixed (4-byte big-endian) name and data type, a transport byte
+/// (1 string, 2 binary), then the length-prefixed value.
+pub fn aws_attributes_md5(attrs: &[(&str, &str, TestValue<'_>)]) -> String {
+    let mut sorted: Vec<&(&str, &str, TestValue<'_>)> = attrs.iter().collect();
+    sorted.sort_by_key(|a| a.0);
+    let mut buf: Vec<u8> = Vec::new();
+    let field = |buf: &mut Vec<u8>, b: &[u8]| {
+        buf.extend_from_slice(&(b.len() as u32).to_be_bytes());
+        buf.extend_from_slice(b);
+    };
+    for (name, ty, v) in sorted {
+        field(&mut buf, name.as_bytes());
+        field(&mut buf, ty.as_bytes());
+        match v {
+            TestValue::S(s) => {
+                buf.push(1);
+                field(&mut buf, s.as_bytes());
+            }
+            TestValue::B(b) => {
+                buf.push(2);
+                field(&mut buf, b);
+            }
+        }
+    }
+    md5_hex(&buf)
+}
+
+/// The code an SDK error carries (the query code, from `x-amzn-query-error`).
+pub fn code<E: aws_sdk_sqs::error::ProvideErrorMetadata>(e: &E) -> String {
+    e.code().unwrap_or_default().to_owned()
+}
