@@ -20,7 +20,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use redrive_api::ErrorCode;
-use redrive_broker::{Broker, Sweeper};
+use redrive_broker::{Broker, Sweeper, WakeupRelay};
 use redrive_core::Clock;
 use redrive_store::Store;
 use serde::Deserialize;
@@ -43,6 +43,9 @@ pub struct Settings {
     pub sweep_interval_ms: u64,
     /// How long shutdown waits for in-flight requests and workers (milliseconds).
     pub shutdown_timeout_ms: u64,
+    /// Time-to-live of the sweep lease (milliseconds): when the sweeping node dies,
+    /// another takes over at most this long after its last renewal.
+    pub lease_ttl_ms: u64,
 }
 
 impl Default for Settings {
@@ -50,6 +53,7 @@ impl Default for Settings {
         Settings {
             sweep_interval_ms: 1_000,
             shutdown_timeout_ms: 30_000,
+            lease_ttl_ms: 5_000,
         }
     }
 }
@@ -118,8 +122,12 @@ pub async fn run_with(
             broker.clone(),
             Duration::from_millis(settings.sweep_interval_ms.max(1)),
         )
+        .with_lease_ttl(Duration::from_millis(settings.lease_ttl_ms))
         .run(cancel.clone()),
     );
+    // Wake-ups from other nodes sharing the store (returns at once for a store that only
+    // this process writes).
+    tracker.spawn(WakeupRelay::new(broker.clone()).run(cancel.clone()));
     let app = router(AppState {
         broker: broker.clone(),
     });

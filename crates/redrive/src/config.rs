@@ -194,6 +194,46 @@ impl Overrides {
 pub enum StoreLocation {
     /// An SQLite database file.
     Sqlite(PathBuf),
+    /// A PostgreSQL database: the connection URL (without redrive's own `schema`
+    /// parameter) and the schema that holds redrive's tables.
+    Postgres {
+        /// `postgres://…` as the driver reads it.
+        url: String,
+        /// From the `schema=` query parameter; `None` uses the `search_path`.
+        schema: Option<String>,
+    },
+}
+
+/// Splits redrive's `schema=NAME` parameter off a PostgreSQL URL.
+fn split_schema(url: &str) -> anyhow::Result<(String, Option<String>)> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), None));
+    };
+    let mut schema = None;
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("schema", v)) => {
+                if v.is_empty()
+                    || v.len() > 63
+                    || !v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                {
+                    return Err(input_error(format!(
+                        "store {}: schema {v:?} must be 1 to 63 letters, digits or '_'",
+                        redact_url(url)
+                    )));
+                }
+                schema = Some(v.to_owned());
+            }
+            _ => rest.push(pair),
+        }
+    }
+    let url = if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    Ok((url, schema))
 }
 
 impl Config {
@@ -273,10 +313,14 @@ impl Config {
             return Ok(StoreLocation::Sqlite(self.data_dir.join("redrive.db")));
         };
         let scheme = url.split_once(':').map_or("", |(s, _)| s);
+        if scheme.eq_ignore_ascii_case("postgres") || scheme.eq_ignore_ascii_case("postgresql") {
+            let (url, schema) = split_schema(url)?;
+            return Ok(StoreLocation::Postgres { url, schema });
+        }
         if !scheme.eq_ignore_ascii_case("sqlite") {
             return Err(input_error(format!(
-                "unsupported store {}: only SQLite is supported in this build \
-                 (use sqlite://PATH, or leave `store` unset to use the data directory)",
+                "unsupported store {}: use sqlite://PATH, postgres://…, or leave `store` \
+                 unset to use the data directory",
                 redact_url(url)
             )));
         }
@@ -299,7 +343,8 @@ impl Config {
     pub fn summary(&self) -> String {
         format!(
             "listen={} data_dir={} store={} log.level={} log.format={} \
-             server.sweep_interval_ms={} server.shutdown_timeout_ms={} sqs_listen={} \
+             server.sweep_interval_ms={} server.shutdown_timeout_ms={} \
+             server.lease_ttl_ms={} sqs_listen={} \
              sqs_account_id={} sqs_region={}",
             self.listen,
             self.data_dir.display(),
@@ -313,6 +358,7 @@ impl Config {
             },
             self.server.sweep_interval_ms,
             self.server.shutdown_timeout_ms,
+            self.server.lease_ttl_ms,
             self.sqs_listen,
             self.sqs_account_id,
             self.sqs_region,
@@ -519,11 +565,31 @@ mod tests {
             with("sqlite://rel/r.db").store_location().unwrap(),
             StoreLocation::Sqlite(PathBuf::from("rel/r.db"))
         );
-        let e = with("postgres://u:hunter2@db/redrive")
+        assert_eq!(
+            with("postgres://u:p@db/redrive?schema=rd&sslmode=disable")
+                .store_location()
+                .unwrap(),
+            StoreLocation::Postgres {
+                url: "postgres://u:p@db/redrive?sslmode=disable".to_owned(),
+                schema: Some("rd".to_owned())
+            }
+        );
+        assert_eq!(
+            with("postgresql://db/redrive").store_location().unwrap(),
+            StoreLocation::Postgres {
+                url: "postgresql://db/redrive".to_owned(),
+                schema: None
+            }
+        );
+        let e = with("postgres://u:hunter2@db/redrive?schema=a-b")
+            .store_location()
+            .unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        let e = with("mysql://u:hunter2@db/redrive")
             .store_location()
             .unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains("only SQLite is supported"), "{msg}");
+        assert!(msg.contains("unsupported store"), "{msg}");
         assert!(!msg.contains("hunter2"), "{msg}");
         assert!(with("sqlite://").store_location().is_err());
     }

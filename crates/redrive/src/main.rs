@@ -7,6 +7,7 @@ mod client;
 mod cmd;
 mod config;
 mod failure;
+mod migrate;
 mod output;
 mod serve;
 mod units;
@@ -41,6 +42,8 @@ struct Cli {
 enum Command {
     /// Run the broker.
     Serve(serve::ServeArgs),
+    /// Apply the store's schema migrations and print its schema version.
+    Migrate(migrate::MigrateArgs),
     /// Manage queues.
     #[command(subcommand)]
     Queue(cmd::queue::QueueCommand),
@@ -99,6 +102,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     match cli.command {
         Command::Serve(args) => serve::run(args).await,
+        Command::Migrate(args) => migrate::run(args, cli.json).await,
         Command::Queue(c) => cmd::queue::run(&ctx()?, c).await,
         Command::Send(a) => cmd::message::send(&ctx()?, a).await,
         Command::Receive(a) => cmd::message::receive(&ctx()?, a).await,

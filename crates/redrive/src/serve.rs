@@ -6,6 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use redrive_core::Clock;
+use redrive_store::Store;
+use redrive_store_postgres::{DatabaseClock, PostgresOptions, PostgresStore};
 use redrive_store_sqlite::{SqliteOptions, SqliteStore};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
@@ -114,7 +117,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         "effective configuration: {}",
         config.summary()
     );
-    let StoreLocation::Sqlite(db_path) = config.store_location()?;
+    let location = config.store_location()?;
     // Register the handlers before anything can take long, so that an early SIGTERM is a
     // graceful shutdown rather than the default kill.
     let shutdown = shutdown_signal().context("cannot install signal handlers")?;
@@ -127,14 +130,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .context("cannot read the listening address")?;
     let sqs_listener = bind_sqs(&config).await?;
 
-    config::ensure_parent_dir(&db_path)?;
-    let store = SqliteStore::open(&db_path, SqliteOptions::default())
-        .with_context(|| format!("cannot open the SQLite store at {}", db_path.display()))?;
-    let store = Arc::new(store);
-    info!(store = %db_path.display(), listen = %local, "store opened");
+    let (store, clock) = open_store(&location).await?;
+    info!(store = %store.describe(), listen = %local, "store opened");
 
-    let store_dyn: Arc<dyn redrive_store::Store> = store.clone();
-    let broker = redrive_broker::Broker::new(store_dyn, Arc::new(redrive_server::SystemClock));
+    let broker = redrive_broker::Broker::new(store.as_dyn(), clock);
     let mut extra = Vec::new();
     if let Some(l) = sqs_listener {
         if let Ok(addr) = l.local_addr() {
@@ -161,6 +160,78 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     store.close();
     info!("stopped");
     result
+}
+
+/// How often a node sharing PostgreSQL re-measures its offset to the database's clock.
+const CLOCK_REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The opened store, kept concrete so that it can be closed at the end.
+pub(crate) enum OpenStore {
+    Sqlite(Arc<SqliteStore>, PathBuf),
+    Postgres(Arc<PostgresStore>, String),
+}
+
+impl OpenStore {
+    pub(crate) fn as_dyn(&self) -> Arc<dyn Store> {
+        match self {
+            OpenStore::Sqlite(s, _) => s.clone(),
+            OpenStore::Postgres(s, _) => s.clone(),
+        }
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            OpenStore::Sqlite(_, path) => path.display().to_string(),
+            OpenStore::Postgres(_, url) => config::redact_url(url),
+        }
+    }
+
+    pub(crate) fn close(&self) {
+        match self {
+            OpenStore::Sqlite(s, _) => s.close(),
+            OpenStore::Postgres(s, _) => s.close(),
+        }
+    }
+}
+
+/// Opens (and migrates) the store, with the clock its nodes decide time by: the system
+/// clock for SQLite (one process), the database-aligned clock for PostgreSQL (many nodes).
+pub(crate) async fn open_store(
+    location: &StoreLocation,
+) -> anyhow::Result<(OpenStore, Arc<dyn Clock>)> {
+    match location {
+        StoreLocation::Sqlite(db_path) => {
+            config::ensure_parent_dir(db_path)?;
+            let store =
+                SqliteStore::open(db_path, SqliteOptions::default()).with_context(|| {
+                    format!("cannot open the SQLite store at {}", db_path.display())
+                })?;
+            Ok((
+                OpenStore::Sqlite(Arc::new(store), db_path.clone()),
+                Arc::new(redrive_server::SystemClock),
+            ))
+        }
+        StoreLocation::Postgres { url, schema } => {
+            let shown = config::redact_url(url);
+            let options = PostgresOptions {
+                schema: schema.clone(),
+                ..PostgresOptions::default()
+            };
+            let store = PostgresStore::connect(url, options)
+                .await
+                .with_context(|| format!("cannot open the PostgreSQL store at {shown}"))?;
+            let clock = DatabaseClock::start(url, CLOCK_REFRESH)
+                .await
+                .with_context(|| {
+                    format!("cannot read the clock of the PostgreSQL store at {shown}")
+                })?;
+            info!(offset_ms = clock.offset_ms(), "using the database's clock");
+            Ok((
+                OpenStore::Postgres(Arc::new(store), url.clone()),
+                Arc::new(clock),
+            ))
+        }
+    }
 }
 
 fn init_logging(log: &LogConfig) -> anyhow::Result<()> {

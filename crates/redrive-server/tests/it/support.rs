@@ -35,6 +35,7 @@ impl TestServer {
         let settings = Settings {
             sweep_interval_ms: 1_000,
             shutdown_timeout_ms: 5_000,
+            ..Settings::default()
         };
         let clock_dyn: Arc<dyn redrive_core::Clock> = Arc::new(clock.clone());
         let store_dyn: Arc<dyn redrive_store::Store> = store.clone();

@@ -47,6 +47,7 @@ impl TestServer {
         let settings = Settings {
             sweep_interval_ms: 1_000,
             shutdown_timeout_ms: 5_000,
+            ..Settings::default()
         };
         let task = tokio::spawn(async move {
             redrive_server::run_with(settings, broker, native_l, vec![(sqs_l, router)], async {

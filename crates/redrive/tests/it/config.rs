@@ -113,10 +113,29 @@ fn unsupported_stores_are_refused_without_leaking_secrets() {
         "--data-dir",
         dir.path().to_str().unwrap(),
         "--store",
-        "postgres://app:hunter2@db.example/redrive",
+        "mysql://app:hunter2@db.example/redrive",
     ]);
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("only SQLite is supported"), "{stderr}");
+    assert!(stderr.contains("unsupported store"), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+}
+
+#[test]
+fn an_unreachable_postgres_store_fails_the_start_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stderr) = serve_expecting_exit(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--sqs-listen",
+        "off",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--store",
+        // Nothing listens on port 1.
+        "postgres://app:hunter2@127.0.0.1:1/redrive?connect_timeout=2",
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("PostgreSQL"), "{stderr}");
     assert!(!stderr.contains("hunter2"), "{stderr}");
 }
 

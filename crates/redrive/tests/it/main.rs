@@ -6,6 +6,7 @@
 //! - `cli`: the operator commands end to end.
 //! - `config`: configuration layering and refusal of unknown keys.
 //! - `crash`: SIGKILL under concurrent load, restart, and the durability check.
+//! - `multinode`: three nodes on one PostgreSQL database through a node crash.
 
 // Helpers outside `#[test]` functions are test code too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -13,4 +14,5 @@
 mod cli;
 mod config;
 mod crash;
+mod multinode;
 mod support;
