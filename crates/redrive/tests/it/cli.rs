@@ -343,3 +343,31 @@ fn an_unreachable_server_exits_3() {
     cli(&url, &["queue", "list"], None).fails(3, "cannot reach the server");
     cli("not a url", &["queue", "list"], None).fails(2, "invalid server URL");
 }
+
+#[test]
+fn migrate_brings_a_new_store_to_the_current_schema_and_is_idempotent() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for _ in 0..2 {
+        let out = crate::support::command()
+            .args(["--json", "migrate", "--data-dir"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["schema_version"], 2);
+        assert!(v["store"].as_str().unwrap().ends_with("redrive.db"));
+    }
+    assert!(data.join("redrive.db").exists());
+    let out = crate::support::command()
+        .args(["migrate", "--store", "mysql://x@y/z"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unsupported store"));
+}
