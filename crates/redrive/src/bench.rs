@@ -1,6 +1,7 @@
 //! `redrive bench`: load scenarios against a running server (w1 throughput, latency, w2
-//! dead-lettering, fill), with optional sampling of the server's resident memory. This is
-//! a tool for people, never a timed test.
+//! dead-lettering, fill), with optional sampling of the server's resident memory, and
+//! `pg-baseline`, a raw PostgreSQL queue to compare the PostgreSQL store with (see
+//! `bench_pg`). This is a tool for people, never a timed test.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -48,6 +49,8 @@ enum Scenario {
     W2(W2Args),
     /// Leave N messages waiting in a queue and report the server's memory after.
     Fill(FillArgs),
+    /// Raw pgmq-style baseline in SQL (no server): inserts, then receive + delete.
+    PgBaseline(crate::bench_pg::PgBaselineArgs),
 }
 
 #[derive(Debug, Args)]
@@ -79,6 +82,10 @@ struct W1Args {
     /// Settle requests in flight at most (pipelined behind the receives).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     settle_in_flight: u32,
+    /// Another node of the same cluster (repeatable): sends, receives and settles go
+    /// round-robin over --url and these.
+    #[arg(long, value_name = "URL")]
+    also: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -129,11 +136,19 @@ struct FillArgs {
 
 /// Runs a scenario and prints its report.
 pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
+    if let Scenario::PgBaseline(a) = args.scenario {
+        return run_pg_baseline(ctx, a, args.server_pid, args.queue.is_some(), args.keep).await;
+    }
     let client = Client::new(ctx.client.base().as_str(), Duration::from_secs(120))?;
-    client
-        .healthz()
-        .await
-        .with_context(|| format!("server at {}", client.base()))?;
+    let nodes = match &args.scenario {
+        Scenario::W1(a) => nodes(&client, &a.also)?,
+        _ => Nodes::one(client.clone()),
+    };
+    for node in nodes.clients.iter() {
+        node.healthz()
+            .await
+            .with_context(|| format!("server at {}", node.base()))?;
+    }
     let memory = match args.server_pid {
         Some(pid) => Some(MemorySampler::start(pid)?),
         None => None,
@@ -143,6 +158,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Latency(_) => "latency",
         Scenario::W2(_) => "w2",
         Scenario::Fill(_) => "fill",
+        Scenario::PgBaseline(_) => "pg-baseline",
     };
     let queue = args
         .queue
@@ -151,10 +167,11 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
     let mut report = Report::new(scenario_name, &queue);
     let keep = args.keep || matches!(args.scenario, Scenario::Fill(_));
     let outcome = match args.scenario {
-        Scenario::W1(a) => w1(&client, &queue, a, &mut report).await,
+        Scenario::W1(a) => w1(&nodes, &queue, a, &mut report).await,
         Scenario::Latency(a) => latency(&client, &queue, a, &mut report).await,
         Scenario::W2(a) => w2(&client, &queue, a, &mut report).await,
         Scenario::Fill(a) => fill(&client, &queue, a, &mut report).await,
+        Scenario::PgBaseline(_) => unreachable!("handled above"),
     };
     if let Some(m) = memory {
         m.finish(&mut report).await;
@@ -163,6 +180,10 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
         eprintln!("warning: could not delete bench queue {queue}: {e}");
     }
     outcome?;
+    print_report(ctx, &report)
+}
+
+fn print_report(ctx: &Ctx, report: &Report) -> anyhow::Result<()> {
     if ctx.json {
         print_json(&report.json())
     } else {
@@ -171,12 +192,90 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
     }
 }
 
+/// `pg-baseline`: no server involved; `--server-pid` may still sample a process (e.g. a
+/// PostgreSQL backend or the postmaster).
+async fn run_pg_baseline(
+    ctx: &Ctx,
+    a: crate::bench_pg::PgBaselineArgs,
+    server_pid: Option<u32>,
+    queue_given: bool,
+    keep: bool,
+) -> anyhow::Result<()> {
+    if queue_given {
+        return Err(input_error(
+            "--queue does not apply to pg-baseline (use --schema NAME)",
+        ));
+    }
+    let memory = match server_pid {
+        Some(pid) => Some(MemorySampler::start(pid)?),
+        None => None,
+    };
+    let mut report = Report::new("pg-baseline", "");
+    let outcome = crate::bench_pg::run(a, keep, &mut report).await;
+    if let Some(m) = memory {
+        m.finish(&mut report).await;
+    }
+    report.queue = outcome?;
+    print_report(ctx, &report)
+}
+
+/// The nodes a scenario spreads its requests over, round-robin.
+#[derive(Clone)]
+struct Nodes {
+    clients: Arc<Vec<Client>>,
+    next: Arc<AtomicU64>,
+}
+
+impl Nodes {
+    fn one(client: Client) -> Nodes {
+        Nodes {
+            clients: Arc::new(vec![client]),
+            next: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The next node in turn.
+    fn pick(&self) -> &Client {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        let n = self.clients.len() as u64;
+        // i % n < n = clients.len(), which fits a usize.
+        &self.clients[usize::try_from(i % n).unwrap_or(0)]
+    }
+
+    fn first(&self) -> &Client {
+        &self.clients[0]
+    }
+}
+
+/// `--url` plus every `--also` URL, each checked and given once.
+fn nodes(main: &Client, also: &[String]) -> anyhow::Result<Nodes> {
+    let mut clients = vec![main.clone()];
+    for url in also {
+        let client = Client::new(url, Duration::from_secs(120))
+            .map_err(|e| input_error(format!("--also {url:?}: {e:#}")))?;
+        if clients.iter().any(|c| c.base() == client.base()) {
+            return Err(input_error(format!(
+                "--also {url:?}: {} is already a node of this run",
+                client.base()
+            )));
+        }
+        clients.push(client);
+    }
+    Ok(Nodes {
+        clients: Arc::new(clients),
+        next: Arc::new(AtomicU64::new(0)),
+    })
+}
+
 // ---- scenarios ------------------------------------------------------------------------
 
-async fn w1(client: &Client, queue: &str, a: W1Args, report: &mut Report) -> anyhow::Result<()> {
-    create_queue(client, queue, QueuePolicy::default()).await?;
+async fn w1(nodes: &Nodes, queue: &str, a: W1Args, report: &mut Report) -> anyhow::Result<()> {
+    create_queue(nodes.first(), queue, QueuePolicy::default()).await?;
     let body = "x".repeat(usize::try_from(a.publish.size)?);
-    let published = publish(client, queue, a.messages, &a.publish, &|_| body.clone()).await?;
+    let published = publish_to(nodes, queue, a.messages, &a.publish, &|_| body.clone()).await?;
+    if nodes.clients.len() > 1 {
+        report.add("nodes", nodes.clients.len() as u64, "");
+    }
     report.add("messages", a.messages, "");
     report.add("body_size", a.publish.size, "bytes");
     report.add("send_batch", a.publish.batch, "messages/request");
@@ -187,7 +286,7 @@ async fn w1(client: &Client, queue: &str, a: W1Args, report: &mut Report) -> any
         round2(rate(a.messages * a.publish.size, published) as f64 / 1_048_576.0),
         "MiB/s",
     );
-    let consumed = receive_and_complete(client, queue, a.messages, &a).await?;
+    let consumed = receive_and_complete(nodes, queue, a.messages, &a).await?;
     report.add("receive_batch", a.receive_batch, "messages/request");
     report.add("consume_seconds", secs(consumed), "s");
     report.add(
@@ -494,6 +593,17 @@ async fn publish(
     args: &PublishArgs,
     body: &(dyn Fn(u64) -> String + Sync),
 ) -> anyhow::Result<Duration> {
+    publish_to(&Nodes::one(client.clone()), queue, total, args, body).await
+}
+
+/// [`publish`] with the requests spread round-robin over `nodes`.
+async fn publish_to(
+    nodes: &Nodes,
+    queue: &str,
+    total: u64,
+    args: &PublishArgs,
+    body: &(dyn Fn(u64) -> String + Sync),
+) -> anyhow::Result<Duration> {
     let window = Arc::new(Semaphore::new(usize::try_from(args.in_flight)?));
     let acked = Arc::new(AtomicU64::new(0));
     let progress = Progress::start("published", total, acked.clone());
@@ -506,7 +616,7 @@ async fn publish(
         let messages: Vec<SendMessage> = (next..next + n).map(|i| message(body(i))).collect();
         next += n;
         let permit = window.clone().acquire_owned().await?;
-        let (client, queue, acked) = (client.clone(), queue.to_owned(), acked.clone());
+        let (client, queue, acked) = (nodes.pick().clone(), queue.to_owned(), acked.clone());
         tasks.spawn(async move {
             let _permit = permit;
             let r = client
@@ -540,7 +650,7 @@ async fn publish(
 /// Receives in batches and completes each batch with one settle request, settles
 /// pipelined behind the receives; returns the time until the last completion.
 async fn receive_and_complete(
-    client: &Client,
+    nodes: &Nodes,
     queue: &str,
     total: u64,
     a: &W1Args,
@@ -552,7 +662,7 @@ async fn receive_and_complete(
     let start = Instant::now();
     let mut receivers: JoinSet<anyhow::Result<()>> = JoinSet::new();
     for _ in 0..a.receive_in_flight {
-        let (client, queue) = (client.clone(), queue.to_owned());
+        let (nodes, queue) = (nodes.clone(), queue.to_owned());
         let (completed, finished_at, window) = (
             completed.clone(),
             finished_at.clone(),
@@ -568,7 +678,11 @@ async fn receive_and_complete(
                     wait_ms: Some(200),
                     ..ReceiveRequest::default()
                 };
-                let list = client.receive(&queue, &req).await.context("receive")?;
+                let node = nodes.pick();
+                let list = node
+                    .receive(&queue, &req)
+                    .await
+                    .with_context(|| format!("receive from {}", node.base()))?;
                 if list.messages.is_empty() {
                     if last_progress.elapsed() > Duration::from_secs(60) {
                         anyhow::bail!("stalled: nothing to receive for 60 s");
@@ -582,7 +696,7 @@ async fn receive_and_complete(
                 }
                 let permit = window.clone().acquire_owned().await?;
                 let (client, queue, completed, finished_at) = (
-                    client.clone(),
+                    nodes.pick().clone(),
                     queue.clone(),
                     completed.clone(),
                     finished_at.clone(),
@@ -592,7 +706,7 @@ async fn receive_and_complete(
                     let r = client
                         .settle_batch(&queue, settlements)
                         .await
-                        .context("settle")?;
+                        .with_context(|| format!("settle on {}", client.base()))?;
                     let ok = r.results.iter().filter(|r| r.error.is_none()).count() as u64;
                     let before = completed.fetch_add(ok, Ordering::SeqCst);
                     if before < total
@@ -657,12 +771,12 @@ fn percentile(sorted: &[u64], q: f64) -> Option<u64> {
     Some(sorted[rank - 1])
 }
 
-fn secs(d: Duration) -> f64 {
+pub(crate) fn secs(d: Duration) -> f64 {
     round2(d.as_secs_f64())
 }
 
 /// Per second, rounded to a whole number.
-fn rate(count: u64, d: Duration) -> u64 {
+pub(crate) fn rate(count: u64, d: Duration) -> u64 {
     let s = d.as_secs_f64();
     if s <= 0.0 {
         return 0;
@@ -672,20 +786,20 @@ fn rate(count: u64, d: Duration) -> u64 {
     r
 }
 
-fn round2(x: f64) -> f64 {
+pub(crate) fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
 // ---- progress and memory ---------------------------------------------------------------
 
 /// Prints `label n/total` on stderr twice a second while stderr is a terminal.
-struct Progress {
+pub(crate) struct Progress {
     stop: Arc<AtomicBool>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Progress {
-    fn start(label: &'static str, total: u64, count: Arc<AtomicU64>) -> Progress {
+    pub(crate) fn start(label: &'static str, total: u64, count: Arc<AtomicU64>) -> Progress {
         let stop = Arc::new(AtomicBool::new(false));
         let task = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
             let stop = stop.clone();
@@ -700,7 +814,7 @@ impl Progress {
         Progress { stop, task }
     }
 
-    async fn finish(self) {
+    pub(crate) async fn finish(self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.task {
             let _ = t.await;
@@ -787,7 +901,7 @@ fn status_field_kib(status: &str, field: &str) -> Option<u64> {
 // ---- report -----------------------------------------------------------------------------
 
 /// Figures of one run, in the order they were added.
-struct Report {
+pub(crate) struct Report {
     scenario: String,
     queue: String,
     figures: Vec<(String, Value, &'static str)>,
@@ -802,7 +916,7 @@ impl Report {
         }
     }
 
-    fn add(&mut self, name: &str, value: impl Into<Value>, unit: &'static str) {
+    pub(crate) fn add(&mut self, name: &str, value: impl Into<Value>, unit: &'static str) {
         self.figures.push((name.to_owned(), value.into(), unit));
     }
 

@@ -3,6 +3,7 @@
 //! and dispatches.
 
 mod bench;
+mod bench_pg;
 mod client;
 mod cmd;
 mod config;
