@@ -16,3 +16,6 @@ pub mod problem;
 pub mod queue;
 
 pub use problem::{ErrorCode, Problem};
+
+/// The OpenAPI 3.1 document of the native API (served at `GET /openapi.json`).
+pub const OPENAPI_JSON: &str = include_str!("../openapi.json");

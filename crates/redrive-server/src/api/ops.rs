@@ -1,4 +1,5 @@
-//! Operations endpoints: `/metrics` (Prometheus text) and `/healthz`.
+//! Operations endpoints: `/metrics` (Prometheus text), `/healthz`, and the OpenAPI
+//! document at `/openapi.json`.
 
 use axum::extract::State;
 use axum::http::header;
@@ -20,8 +21,16 @@ async fn healthz(State(s): State<AppState>) -> Result<impl IntoResponse, ApiErro
     Ok(Json(serde_json::json!({"status": "ok"})))
 }
 
+async fn openapi() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        redrive_api::OPENAPI_JSON,
+    )
+}
+
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
+        .route("/openapi.json", get(openapi))
 }

@@ -79,3 +79,32 @@ async fn health_answers_and_unknown_routes_are_problems() {
     assert_eq!(resp.headers()["content-type"], "application/problem+json");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn every_operation_of_the_openapi_document_is_routed() {
+    let s = TestServer::start().await;
+    let (st, doc) = s.get("/openapi.json").await;
+    assert_eq!(st, 200);
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths = doc["paths"].as_object().unwrap();
+    assert!(paths.len() >= 18);
+    for (path, ops) in paths {
+        let concrete = path
+            .replace("{name}", "q")
+            .replace("{seq}", "1")
+            .replace("{session}", "s")
+            .replace("{id}", "dl_x");
+        for method in ops.as_object().unwrap().keys() {
+            let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let body =
+                (m == reqwest::Method::POST || m == reqwest::Method::PATCH).then(|| json!({}));
+            let (status, v) = s.call(m, &concrete, body).await;
+            let code = v["code"].as_str().unwrap_or("");
+            assert!(
+                code != "not_found" && code != "method_not_allowed",
+                "{method} {path} is documented but not routed ({status} {v})"
+            );
+        }
+    }
+    s.stop().await;
+}
