@@ -6,13 +6,17 @@ Usage: sqs-smoke.py http://127.0.0.1:9324
 Creates a queue with a RedrivePolicy to a dead-letter queue, sends, receives (checking
 MD5OfBody and MD5OfMessageAttributes), deletes; then sends a poison message and receives
 it maxReceiveCount+1 times with VisibilityTimeout=0 until it moves, and checks that it is
-in the dead-letter queue with its DeadLetterQueueSourceArn. Exits non-zero on failure.
+in the dead-letter queue with its DeadLetterQueueSourceArn, and moves it back with a
+message move task. Then a FIFO queue: two
+messages of one group come in order, and a repeated deduplication id is not enqueued
+again. Exits non-zero on failure.
 """
 
 import hashlib
 import json
 import struct
 import sys
+import time
 import uuid
 
 import boto3
@@ -34,6 +38,37 @@ def md5_of_attributes(attrs):
             data = value["StringValue"].encode()
             buf += b"\x01" + struct.pack(">I", len(data)) + data
     return hashlib.md5(buf).hexdigest()
+
+
+def fifo_check(sqs, run):
+    """Order within a message group, and deduplication, on a FIFO queue."""
+    url = sqs.create_queue(
+        QueueName=f"smoke-{run}.fifo", Attributes={"FifoQueue": "true"}
+    )["QueueUrl"]
+    first = sqs.send_message(
+        QueueUrl=url, MessageBody="one", MessageGroupId="g", MessageDeduplicationId="d1"
+    )
+    second = sqs.send_message(
+        QueueUrl=url, MessageBody="two", MessageGroupId="g", MessageDeduplicationId="d2"
+    )
+    assert int(first["SequenceNumber"]) < int(second["SequenceNumber"]), (first, second)
+    again = sqs.send_message(
+        QueueUrl=url, MessageBody="one again", MessageGroupId="g", MessageDeduplicationId="d1"
+    )
+    assert again["MessageId"] == first["MessageId"], again
+    got = sqs.receive_message(
+        QueueUrl=url,
+        MaxNumberOfMessages=10,
+        MessageSystemAttributeNames=["All"],
+    )["Messages"]
+    assert [m["Body"] for m in got] == ["one", "two"], got
+    assert got[0]["Attributes"]["MessageGroupId"] == "g", got[0]
+    assert got[0]["Attributes"]["SequenceNumber"] == first["SequenceNumber"], got[0]
+    for m in got:
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    assert not sqs.receive_message(QueueUrl=url).get("Messages"), "the duplicate was enqueued"
+    sqs.delete_queue(QueueUrl=url)
+    print("fifo: a group came in order and the duplicate was not enqueued")
 
 
 def main():
@@ -124,6 +159,27 @@ def main():
     sources = sqs.list_dead_letter_source_queues(QueueUrl=dlq_url)["queueUrls"]
     assert sources == [url], sources
     print(f"poison message moved to the dead-letter queue after {receives} receives")
+
+    # Redrive it back to its source with a message move task. The copy received above is
+    # released first (visibility 0), so the task finds it.
+    sqs.change_message_visibility(
+        QueueUrl=dlq_url, ReceiptHandle=moved[0]["ReceiptHandle"], VisibilityTimeout=0
+    )
+    handle = sqs.start_message_move_task(SourceArn=dlq_arn)["TaskHandle"]
+    assert handle, handle
+    for _ in range(100):
+        task = sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"][0]
+        if task["Status"] != "RUNNING":
+            break
+        time.sleep(0.05)
+    assert task["Status"] == "COMPLETED", task
+    assert task["ApproximateNumberOfMessagesMoved"] == 1, task
+    back = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"]
+    assert [m["Body"] for m in back] == ["poison"], back
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=back[0]["ReceiptHandle"])
+    print("message move task returned the poison message to its source queue")
+
+    fifo_check(sqs, run)
 
     sqs.delete_queue(QueueUrl=url)
     sqs.delete_queue(QueueUrl=dlq_url)

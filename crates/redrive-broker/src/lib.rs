@@ -12,6 +12,7 @@
 //! - `sessions`: session locks.
 //! - `dead_letters`: the dead-letter store; operations take an [`Actor`].
 //! - `sweeper`: the background sweep of lock expiries and TTLs.
+//! - `mover`: message move tasks (dead-letter queue redrive), kept per process.
 //! - `metrics`: counters and the Prometheus rendering.
 
 mod clock;
@@ -19,6 +20,7 @@ mod dead_letters;
 mod error;
 mod messages;
 mod metrics;
+mod mover;
 mod queues;
 mod relay;
 mod sessions;
@@ -34,6 +36,7 @@ pub use messages::{
     LockBounds, MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_SQS_LOCK_MS, MAX_WAIT_MS, Outgoing,
     ReceiveOptions,
 };
+pub use mover::{MAX_MOVE_RATE, MoveError, MoveSpec, MoveStatus, MoveTask};
 pub use queues::QueueView;
 pub use relay::WakeupRelay;
 pub use sweeper::{DEFAULT_LEASE_TTL, SWEEP_LEASE, Sweeper};
@@ -67,6 +70,8 @@ struct Inner {
     shutdown: CancellationToken,
     /// Identifies this process among those sharing the store (lease holder name).
     node_id: String,
+    /// Message move tasks of this process.
+    moves: mover::MoveTasks,
 }
 
 impl Broker {
@@ -80,6 +85,7 @@ impl Broker {
                 metrics: metrics::Metrics::default(),
                 shutdown: CancellationToken::new(),
                 node_id: format!("node-{:016x}", fastrand::u64(..)),
+                moves: mover::MoveTasks::default(),
             }),
         }
     }
@@ -99,7 +105,8 @@ impl Broker {
         &self.inner.node_id
     }
 
-    /// Ends every long poll now and refuses new ones; used at shutdown.
+    /// Ends every long poll now and refuses new ones, and stops message move tasks; used
+    /// at shutdown.
     pub fn begin_shutdown(&self) {
         self.inner.shutdown.cancel();
     }

@@ -37,6 +37,14 @@ pub struct QueuePolicy {
     pub duplicate_detection_window_ms: u64,
     /// Whether every message must carry a session id and is received through a session.
     pub requires_session: bool,
+    /// Group ordering without session locks (SQS FIFO message groups): messages that carry
+    /// a session id (their *group*) are delivered in sequence order within the group, and
+    /// no message of a group is delivered while an earlier one of it is locked. Other
+    /// groups are independent, messages without a session id are plain, and one receive
+    /// may return several groups and several consecutive messages of one group. Not
+    /// together with `requires_session`.
+    #[serde(default)]
+    pub group_ordering: bool,
     /// Delay before an abandoned or lock-expired message is visible again.
     pub redelivery_backoff: Backoff,
     /// Largest accepted body, in bytes (default 1 MiB).
@@ -59,6 +67,7 @@ impl Default for QueuePolicy {
             dead_letter_on_expiry: false,
             duplicate_detection_window_ms: 0,
             requires_session: false,
+            group_ordering: false,
             redelivery_backoff: Backoff::None,
             max_message_size: 1024 * 1024,
             dead_letter_queue: None,
@@ -138,6 +147,12 @@ impl QueuePolicy {
             bad(
                 "duplicate_detection_window_ms",
                 "must be at most 7 days (604800000)",
+            )?;
+        }
+        if self.group_ordering && self.requires_session {
+            bad(
+                "group_ordering",
+                "cannot be combined with requires_session (sessions already keep order)",
             )?;
         }
         if self.max_message_size == 0 || self.max_message_size > MAX_MESSAGE_SIZE_LIMIT {
@@ -273,6 +288,22 @@ mod tests {
             ..QueuePolicy::default()
         };
         assert_eq!(p.validate().unwrap_err().field, "redelivery_backoff.max_ms");
+    }
+
+    #[test]
+    fn group_ordering_is_off_by_default_and_excludes_sessions() {
+        assert!(!QueuePolicy::default().group_ordering);
+        let p = QueuePolicy {
+            group_ordering: true,
+            ..QueuePolicy::default()
+        };
+        p.validate().unwrap();
+        let p = QueuePolicy {
+            group_ordering: true,
+            requires_session: true,
+            ..QueuePolicy::default()
+        };
+        assert_eq!(p.validate().unwrap_err().field, "group_ordering");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::{ErrorKind, SqsError, SqsResult};
 use crate::protocol::{str_list, str_map};
-use crate::{Ctx, fifo_unsupported, queue_from_input};
+use crate::{Ctx, is_fifo, queue_from_input};
 
 /// SQS default `MaximumMessageSize` (1 MiB) and its bounds.
 const MIN_MESSAGE_SIZE: u32 = 1_024;
@@ -49,15 +49,50 @@ const INERT: &[&str] = &[
     "SqsManagedSseEnabled",
 ];
 
-/// The policy of a queue created through SQS with no attributes.
-pub(crate) fn default_policy() -> QueuePolicy {
+/// SQS's deduplication interval of FIFO queues (5 minutes).
+pub(crate) const FIFO_DEDUP_WINDOW_MS: u64 = 300_000;
+
+/// FIFO attributes kept in the `sqs` section's `other_attributes`, with their defaults.
+const FIFO_DEFAULTS: &[(&str, &str)] = &[
+    ("ContentBasedDeduplication", "false"),
+    ("DeduplicationScope", "queue"),
+    ("FifoThroughputLimit", "perQueue"),
+];
+
+/// The policy of a queue created through SQS with no attributes. A FIFO queue orders its
+/// message groups (`group_ordering`; the group is the native session id) and detects
+/// duplicates for 5 minutes.
+pub(crate) fn default_policy(name: &str) -> QueuePolicy {
+    let mut sqs = SqsAttributes::default();
+    let fifo = is_fifo(name);
+    if fifo {
+        for (k, v) in FIFO_DEFAULTS {
+            sqs.other_attributes
+                .insert((*k).to_owned(), (*v).to_owned());
+        }
+    }
     QueuePolicy {
         max_delivery_count: MAX_DELIVERY_COUNT_LIMIT,
         default_ttl_ms: Some(u64::from(SqsAttributes::default().retention_s) * 1_000),
         max_message_size: MAX_MESSAGE_SIZE,
-        sqs: Some(SqsAttributes::default()),
+        group_ordering: fifo,
+        duplicate_detection_window_ms: if fifo { FIFO_DEDUP_WINDOW_MS } else { 0 },
+        sqs: Some(sqs),
         ..QueuePolicy::default()
     }
+}
+
+/// A FIFO attribute of a queue (`ContentBasedDeduplication`, `DeduplicationScope`,
+/// `FifoThroughputLimit`), with its default when unset.
+pub(crate) fn fifo_attr(policy: &QueuePolicy, name: &str) -> String {
+    let s = effective(policy);
+    s.other_attributes.get(name).cloned().unwrap_or_else(|| {
+        FIFO_DEFAULTS
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| (*v).to_owned())
+            .unwrap_or_default()
+    })
 }
 
 /// The SQS attributes of a queue: its `sqs` section, or, for a queue SQS never touched,
@@ -149,6 +184,12 @@ pub(crate) fn apply(
                         "Dead letter target cannot be the queue itself.",
                     ));
                 }
+                if is_fifo(&target) != is_fifo(queue) {
+                    return Err(bad_redrive(
+                        value,
+                        "Dead-letter queue must be same type of queue as the source.",
+                    ));
+                }
                 let target: EntityName = target
                     .parse()
                     .map_err(|_| bad_redrive(value, "Invalid deadLetterTargetArn."))?;
@@ -165,12 +206,34 @@ pub(crate) fn apply(
             }
         }
         "FifoQueue" => {
-            if value.eq_ignore_ascii_case("true") {
-                return Err(fifo_unsupported());
-            }
-            if !value.eq_ignore_ascii_case("false") {
+            if !(value.eq_ignore_ascii_case("true") || value.eq_ignore_ascii_case("false")) {
                 return Err(SqsError::invalid_attr(name, "must be true or false"));
             }
+        }
+        "ContentBasedDeduplication" => {
+            if !(value.eq_ignore_ascii_case("true") || value.eq_ignore_ascii_case("false")) {
+                return Err(SqsError::invalid_attr(name, "must be true or false"));
+            }
+            s.other_attributes
+                .insert(name.to_owned(), value.to_ascii_lowercase());
+        }
+        "DeduplicationScope" => {
+            if !matches!(value, "queue" | "messageGroup") {
+                return Err(SqsError::invalid_attr(
+                    name,
+                    "must be queue or messageGroup",
+                ));
+            }
+            s.other_attributes.insert(name.to_owned(), value.to_owned());
+        }
+        "FifoThroughputLimit" => {
+            if !matches!(value, "perQueue" | "perMessageGroupId") {
+                return Err(SqsError::invalid_attr(
+                    name,
+                    "must be perQueue or perMessageGroupId",
+                ));
+            }
+            s.other_attributes.insert(name.to_owned(), value.to_owned());
         }
         "KmsDataKeyReusePeriodSeconds" => {
             int_attr(name, value, 60, 86_400)?;
@@ -343,6 +406,12 @@ pub(crate) fn all(ctx: &Ctx, view: &QueueView) -> Vec<(&'static str, String)> {
     if let Some(r) = redrive_text(ctx, p) {
         out.push(("RedrivePolicy", r));
     }
+    if is_fifo(rec.name.as_str()) {
+        out.push(("FifoQueue", "true".to_owned()));
+        for (k, _) in FIFO_DEFAULTS {
+            out.push((*k, fifo_attr(p, k)));
+        }
+    }
     if let Some(r) = &s.redrive_allow_policy {
         out.push(("RedriveAllowPolicy", r.clone()));
     }
@@ -385,17 +454,29 @@ pub(crate) fn apply_all(
     queue: &str,
     attrs: &[(String, String)],
 ) -> SqsResult<()> {
+    let fifo = is_fifo(queue);
     for (k, v) in attrs {
-        if matches!(
-            k.as_str(),
-            "ContentBasedDeduplication" | "DeduplicationScope" | "FifoThroughputLimit"
-        ) {
+        if !fifo
+            && matches!(
+                k.as_str(),
+                "ContentBasedDeduplication" | "DeduplicationScope" | "FifoThroughputLimit"
+            )
+        {
             return Err(SqsError::new(
                 ErrorKind::InvalidAttributeName,
-                format!("Unknown Attribute {k}: it applies to FIFO queues only."),
+                format!("Unknown Attribute {k}."),
             ));
         }
         apply(policy, queue, k, v)?;
+    }
+    if fifo
+        && fifo_attr(policy, "FifoThroughputLimit") == "perMessageGroupId"
+        && fifo_attr(policy, "DeduplicationScope") != "messageGroup"
+    {
+        return Err(SqsError::invalid_attr(
+            "FifoThroughputLimit",
+            "perMessageGroupId is allowed only when DeduplicationScope is messageGroup",
+        ));
     }
     Ok(())
 }
@@ -457,7 +538,7 @@ pub(crate) fn same_as(ctx: &Ctx, view: &QueueView, attrs: &[(String, String)]) -
         let same = match (k.as_str(), have) {
             ("RedrivePolicy", Some(h)) => parse_redrive(v).ok() == parse_redrive(h).ok(),
             ("RedrivePolicy", None) => v.trim().is_empty(),
-            ("FifoQueue", _) => v.eq_ignore_ascii_case("false"),
+            ("FifoQueue", h) => v.eq_ignore_ascii_case(h.unwrap_or("false")),
             (_, Some(h)) => {
                 h == v.trim() || (INERT.contains(&k.as_str()) && h.eq_ignore_ascii_case(v))
             }

@@ -85,7 +85,7 @@ pub(crate) async fn send(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Val
     let mut bad = Vec::new();
     let mut total = 0usize;
     for (id, e) in &list {
-        match prepare(ctx, &record.policy, e) {
+        match prepare(ctx, &queue, &record.policy, e) {
             Ok(p) => {
                 total += p.size;
                 ok.push((id.clone(), p));
@@ -109,7 +109,7 @@ pub(crate) async fn send(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Val
             .send(&queue, ok.iter().map(|(_, p)| p.outgoing.clone()).collect())
             .await?;
         for ((id, p), e) in ok.iter().zip(sent) {
-            let mut fields = sent_fields(p, &e.message_id);
+            let mut fields = sent_fields(p, &e);
             fields.insert("Id".to_owned(), Value::String(id.clone()));
             successful.push(Value::Object(fields));
         }

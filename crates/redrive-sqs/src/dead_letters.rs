@@ -1,11 +1,198 @@
 //! Dead-letter actions: `ListDeadLetterSourceQueues` (the queues whose redrive policy
-//! names this queue). Message move tasks come in a later phase.
+//! names this queue), and the message move tasks (`StartMessageMoveTask`,
+//! `ListMessageMoveTasks`, `CancelMessageMoveTask`) over the broker's mover. Tasks live in
+//! the broker process that started them: they are not stored and end at shutdown.
 
-use serde_json::{Map, Value};
+use redrive_broker::{BrokerError, MAX_MOVE_RATE, MoveError, MoveSpec, MoveTask};
+use redrive_store::StoreError;
+use serde_json::{Map, Value, json};
 
-use crate::error::SqsResult;
+use crate::attributes::name_from_arn;
+use crate::error::{ErrorKind, SqsError, SqsResult};
+use crate::protocol::{opt_int, opt_str, req_str};
 use crate::queues::{page, page_params};
 use crate::{Ctx, queue_from_input};
+
+/// Most tasks `ListMessageMoveTasks` returns.
+const MAX_LISTED_TASKS: i64 = 10;
+
+fn not_found(what: &str) -> SqsError {
+    SqsError::new(
+        ErrorKind::ResourceNotFound,
+        format!("The resource that you requested couldn't be found: {what}."),
+    )
+}
+
+/// The queue an ARN parameter names.
+fn arn_param(param: &str, arn: &str) -> SqsResult<String> {
+    name_from_arn(arn)
+        .map(str::to_owned)
+        .ok_or_else(|| SqsError::invalid_param(param, arn, "It must be an Amazon SQS queue ARN."))
+}
+
+/// Whether some queue's redrive policy names `queue` as its dead-letter queue.
+async fn is_dead_letter_queue(ctx: &Ctx, queue: &str) -> SqsResult<bool> {
+    Ok(ctx.broker().list_queues().await?.iter().any(|v| {
+        v.record
+            .policy
+            .dead_letter_queue
+            .as_ref()
+            .is_some_and(|d| d.as_str() == queue)
+    }))
+}
+
+fn move_error(e: MoveError) -> SqsError {
+    match e {
+        MoveError::NotFound(_) => SqsError::new(
+            ErrorKind::ResourceNotFound,
+            "The resource that you requested couldn't be found: no such message move task.",
+        ),
+        MoveError::NotRunning(_) => SqsError::new(
+            ErrorKind::ResourceNotFound,
+            "A message move task can be cancelled only while its status is RUNNING.",
+        ),
+        MoveError::AlreadyRunning(_) => SqsError::new(
+            ErrorKind::UnsupportedOperation,
+            "There is already a task running. Only one active message movement task is \
+             supported per queue at any given time.",
+        ),
+        MoveError::Broker(BrokerError::Store(StoreError::QueueNotFound { queue })) => {
+            not_found(&format!("queue {queue}"))
+        }
+        MoveError::Broker(other) => other.into(),
+    }
+}
+
+/// `StartMessageMoveTask`: the source must be a dead-letter queue of some queue.
+pub(crate) async fn start_move(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Value> {
+    let source_arn = req_str(input, "SourceArn")?;
+    let source = arn_param("SourceArn", source_arn)?;
+    let destination = match opt_str(input, "DestinationArn")? {
+        None | Some("") => None,
+        Some(arn) => Some(arn_param("DestinationArn", arn)?),
+    };
+    let rate = match opt_int(input, "MaxNumberOfMessagesPerSecond")? {
+        None => None,
+        Some(r) if (1..=i64::from(MAX_MOVE_RATE)).contains(&r) => u32::try_from(r).ok(),
+        Some(r) => {
+            return Err(SqsError::invalid_param(
+                "MaxNumberOfMessagesPerSecond",
+                r,
+                "MaxNumberOfMessagesPerSecond must be between 1 and 500.",
+            ));
+        }
+    };
+    match ctx.broker().queue_record(&source).await {
+        Ok(_) => {}
+        Err(BrokerError::Store(StoreError::QueueNotFound { .. })) => {
+            return Err(not_found(&format!("queue {source_arn}")));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    if !is_dead_letter_queue(ctx, &source).await? {
+        return Err(SqsError::new(
+            ErrorKind::InvalidParameterValue,
+            format!(
+                "Value {source_arn} for parameter SourceArn is invalid. Reason: Source queue \
+                 must be configured as a Dead Letter Queue."
+            ),
+        ));
+    }
+    if let Some(d) = &destination
+        && d == &source
+    {
+        return Err(SqsError::invalid_param(
+            "DestinationArn",
+            d,
+            "The destination must be another queue than the source.",
+        ));
+    }
+    let task = ctx
+        .broker()
+        .start_move_task(MoveSpec {
+            source,
+            destination,
+            max_per_second: rate,
+        })
+        .await
+        .map_err(move_error)?;
+    Ok(json!({ "TaskHandle": task.handle }))
+}
+
+fn task_out(ctx: &Ctx, t: &MoveTask) -> Value {
+    let mut out = Map::new();
+    if t.status == redrive_broker::MoveStatus::Running {
+        out.insert("TaskHandle".to_owned(), Value::String(t.handle.clone()));
+    }
+    out.insert(
+        "Status".to_owned(),
+        Value::String(t.status.as_str().to_owned()),
+    );
+    out.insert(
+        "SourceArn".to_owned(),
+        Value::String(ctx.queue_arn(&t.spec.source)),
+    );
+    if let Some(d) = &t.spec.destination {
+        out.insert("DestinationArn".to_owned(), Value::String(ctx.queue_arn(d)));
+    }
+    if let Some(r) = t.spec.max_per_second {
+        out.insert("MaxNumberOfMessagesPerSecond".to_owned(), json!(r));
+    }
+    out.insert(
+        "ApproximateNumberOfMessagesMoved".to_owned(),
+        json!(t.moved),
+    );
+    out.insert(
+        "ApproximateNumberOfMessagesToMove".to_owned(),
+        json!(t.to_move),
+    );
+    if let Some(f) = &t.failure {
+        out.insert("FailureReason".to_owned(), Value::String(f.clone()));
+    }
+    out.insert(
+        "StartedTimestamp".to_owned(),
+        json!(t.started_at.as_millis()),
+    );
+    Value::Object(out)
+}
+
+/// `ListMessageMoveTasks`: the most recent tasks of a source queue (default 1, up to 10).
+pub(crate) async fn list_moves(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Value> {
+    let source_arn = req_str(input, "SourceArn")?;
+    let source = arn_param("SourceArn", source_arn)?;
+    let max = match opt_int(input, "MaxResults")? {
+        None => 1,
+        Some(m) if (1..=MAX_LISTED_TASKS).contains(&m) => m,
+        Some(m) => {
+            return Err(SqsError::invalid_param(
+                "MaxResults",
+                m,
+                "MaxResults must be between 1 and 10.",
+            ));
+        }
+    };
+    match ctx.broker().queue_record(&source).await {
+        Ok(_) => {}
+        Err(BrokerError::Store(StoreError::QueueNotFound { .. })) => {
+            return Err(not_found(&format!("queue {source_arn}")));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let results: Vec<Value> = ctx
+        .broker()
+        .list_move_tasks(&source, usize::try_from(max).unwrap_or(1))
+        .iter()
+        .map(|t| task_out(ctx, t))
+        .collect();
+    Ok(json!({ "Results": results }))
+}
+
+/// `CancelMessageMoveTask`: stops a running task; answers how many it moved.
+pub(crate) async fn cancel_move(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Value> {
+    let handle = req_str(input, "TaskHandle")?;
+    let task = ctx.broker().cancel_move_task(handle).map_err(move_error)?;
+    Ok(json!({ "ApproximateNumberOfMessagesMoved": task.moved }))
+}
 
 /// `ListDeadLetterSourceQueues`.
 pub(crate) async fn list_sources(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Value> {

@@ -39,13 +39,36 @@
 //!   `Number` (numbers) message attributes; the broker's dead-letter properties become the
 //!   `DeadLetterQueueSourceArn` system attribute instead.
 //! - **DelaySeconds** is the native scheduled enqueue time (now + delay).
+//! - **FIFO queues** (`<name>.fifo` with `FifoQueue=true`, both required together) are
+//!   native queues with `group_ordering` (the `MessageGroupId` is the native session id:
+//!   in order within a group, nothing of a group while an earlier message of it is in
+//!   flight, other groups independent, no session locks) and a 5-minute
+//!   `duplicate_detection_window_ms`. The native message id is a UUID-shaped SHA-256 of
+//!   the queue and the deduplication key (the `MessageDeduplicationId`, or the body's
+//!   SHA-256 under `ContentBasedDeduplication`; with `DeduplicationScope=messageGroup`
+//!   the group too), so a duplicate inside the window is not enqueued and answers with
+//!   the original's `MessageId` and `SequenceNumber` (the native per-queue sequence, a
+//!   decimal string). Deviation: the same deduplication key sent again *after* the
+//!   window gets the same `MessageId` again (a new `SequenceNumber`). `FifoThroughputLimit`
+//!   is accepted and reported, never throttles. Per-message `DelaySeconds` is refused on
+//!   FIFO queues (the queue's `DelaySeconds` applies); a FIFO queue's dead-letter queue
+//!   must be FIFO, a standard queue's standard. `ReceiveRequestAttemptId` is accepted
+//!   and not used for retries.
+//! - **Message move tasks** (`StartMessageMoveTask`, `ListMessageMoveTasks`,
+//!   `CancelMessageMoveTask`) run in the broker (`redrive_broker::MoveSpec`): receive
+//!   with a lock from the dead-letter queue, send to the destination (or, without one,
+//!   to the queue named by the message's `DeadLetterSource`), complete — at least once,
+//!   at most `MaxNumberOfMessagesPerSecond` per second of the broker's clock. Tasks are
+//!   kept per process (not stored, not seen by other nodes, ended at shutdown); the
+//!   source must be the dead-letter queue of some queue.
 //!
 //! # Layout
 //! - `protocol`: decoding both protocols into one JSON shape; JSON and XML answers.
 //! - `error`: AWS error kinds and the mapping of broker errors.
 //! - `md5`: `MD5OfMessageBody`, `MD5OfMessageAttributes`, `MD5OfMessageSystemAttributes`.
 //! - `auth`: SigV4 verification when access keys are configured.
-//! - `queues`, `attributes`, `tags`, `messages`, `batches`, `dead_letters`: the actions.
+//! - `queues`, `attributes`, `tags`, `messages`, `batches`, `dead_letters` (with the
+//!   message move tasks): the actions.
 
 mod attributes;
 mod auth;
@@ -141,13 +164,20 @@ impl Ctx {
     }
 }
 
-/// Whether `name` follows the SQS queue name rule: 1 to 80 of `A-Za-z0-9-_`.
+/// Whether `name` follows the SQS queue name rule: 1 to 80 of `A-Za-z0-9-_`, of which a
+/// FIFO queue's name ends in `.fifo`.
 pub(crate) fn valid_queue_name(name: &str) -> bool {
-    !name.is_empty()
+    let base = name.strip_suffix(".fifo").unwrap_or(name);
+    !base.is_empty()
         && name.len() <= 80
-        && name
+        && base
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Whether `name` is a FIFO queue's name.
+pub(crate) fn is_fifo(name: &str) -> bool {
+    name.ends_with(".fifo")
 }
 
 /// The queue a request's `QueueUrl` names: its last path segment. A URL that cannot name
@@ -164,20 +194,10 @@ pub(crate) fn queue_from_url(url: &str) -> SqsResult<String> {
         .rsplit('/')
         .next()
         .unwrap_or_default();
-    if name.ends_with(".fifo") {
-        return Err(fifo_unsupported());
-    }
     if !valid_queue_name(name) {
         return Err(SqsError::no_queue());
     }
     Ok(name.to_owned())
-}
-
-pub(crate) fn fifo_unsupported() -> SqsError {
-    SqsError::new(
-        ErrorKind::UnsupportedOperation,
-        "FIFO queues are not supported by this endpoint yet (standard queues only for now).",
-    )
 }
 
 /// The SQS endpoint as a router: every path, `POST` (and `GET` for query requests).
@@ -269,6 +289,9 @@ async fn dispatch(ctx: &Ctx, action: &str, input: &Map<String, Value>) -> SqsRes
         "DeleteMessageBatch" => batches::delete(ctx, input).await,
         "ChangeMessageVisibilityBatch" => batches::change_visibility(ctx, input).await,
         "ListDeadLetterSourceQueues" => dead_letters::list_sources(ctx, input).await,
+        "StartMessageMoveTask" => dead_letters::start_move(ctx, input).await,
+        "ListMessageMoveTasks" => dead_letters::list_moves(ctx, input).await,
+        "CancelMessageMoveTask" => dead_letters::cancel_move(ctx, input).await,
         other => Err(SqsError::new(
             ErrorKind::UnsupportedOperation,
             format!("The action {other} is not supported by this endpoint."),

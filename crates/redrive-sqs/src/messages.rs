@@ -12,15 +12,15 @@ use redrive_core::message::{
     DEAD_LETTER_DESCRIPTION_PROPERTY, DEAD_LETTER_REASON_PROPERTY, DEAD_LETTER_SOURCE_PROPERTY,
 };
 use redrive_core::{Properties, PropertyValue, QueuePolicy};
-use redrive_store::{Delivery, SettleAction, Settlement, StoreError};
+use redrive_store::{Delivery, Enqueued, SettleAction, Settlement, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::attributes::effective;
+use crate::attributes::{effective, fifo_attr};
 use crate::error::{ErrorKind, SqsError, SqsResult};
 use crate::md5::{AttrValue, Attribute, attributes_md5, body_md5};
 use crate::protocol::{opt_int, opt_str, req_str, str_list};
-use crate::{Ctx, queue_from_input};
+use crate::{Ctx, is_fifo, queue_from_input};
 
 /// Reserved native property holding a message's SQS message attributes, as a JSON string
 /// `[{"name": …, "type": …, "string": …}` or `"binary_b64": …}]`, sorted by name.
@@ -53,6 +53,10 @@ struct SystemInfo {
     trace_header: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     group_id: Option<String>,
+    /// `MessageDeduplicationId` on FIFO queues (the body's SHA-256 under content-based
+    /// deduplication).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dedup_id: Option<String>,
 }
 
 /// Whether every character is one SQS allows in a message: `#x9 | #xA | #xD | #x20` to
@@ -249,12 +253,47 @@ pub(crate) struct Prepared {
     pub(crate) md5_system: Option<String>,
     /// Body plus attributes, as SQS counts a message's size.
     pub(crate) size: usize,
+    /// Whether it goes to a FIFO queue (the answer then carries a `SequenceNumber`).
+    pub(crate) fifo: bool,
+}
+
+/// Whether `id` is a valid `MessageDeduplicationId` or `MessageGroupId`: 1 to 128
+/// alphanumeric or punctuation characters.
+fn valid_fifo_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// The native message id of a FIFO message: a UUID-shaped digest of the queue and the
+/// deduplication key (the deduplication id, with the group under the `messageGroup`
+/// scope). The native duplicate detection keys on it, so a duplicate answers with the
+/// original's id.
+fn fifo_message_id(queue: &str, group: &str, dedup: &str, per_group: bool) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(queue.as_bytes());
+    h.update([0]);
+    if per_group {
+        h.update(group.as_bytes());
+    }
+    h.update([0]);
+    h.update(dedup.as_bytes());
+    let d = h.finalize();
+    let hex: String = d.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
 }
 
 /// Checks one message of a send (or a batch entry) against the queue's rules and builds
 /// its native form.
 pub(crate) fn prepare(
     ctx: &Ctx,
+    queue: &str,
     policy: &QueuePolicy,
     entry: &Map<String, Value>,
 ) -> SqsResult<Prepared> {
@@ -270,6 +309,14 @@ pub(crate) fn prepare(
         ));
     }
     let sqs = effective(policy);
+    let fifo = is_fifo(queue);
+    if fifo && let Some(d) = opt_int(entry, "DelaySeconds")?.filter(|d| *d != 0) {
+        return Err(SqsError::invalid_param(
+            "DelaySeconds",
+            d,
+            "The request include parameter that is not valid for this queue type.",
+        ));
+    }
     let delay = match opt_int(entry, "DelaySeconds")? {
         None => i64::from(sqs.delay_s),
         Some(d) if (0..=900).contains(&d) => d,
@@ -281,22 +328,61 @@ pub(crate) fn prepare(
             ));
         }
     };
-    if opt_str(entry, "MessageDeduplicationId")?.is_some() {
+    let dedup_given = opt_str(entry, "MessageDeduplicationId")?;
+    if !fifo && dedup_given.is_some() {
         return Err(SqsError::new(
             ErrorKind::InvalidParameterValue,
             "The request include parameter MessageDeduplicationId that is not valid for this \
-             queue type (FIFO queues are not supported yet).",
+             queue type",
         ));
     }
     let group_id = opt_str(entry, "MessageGroupId")?;
     if let Some(g) = group_id
-        && (g.is_empty() || g.len() > 128 || !g.bytes().all(|b| b.is_ascii_graphic()))
+        && !valid_fifo_id(g)
     {
         return Err(SqsError::invalid_param(
             "MessageGroupId",
             g,
-            "MessageGroupId must be 1 to 128 printable ASCII characters.",
+            "MessageGroupId can only include alphanumeric and punctuation characters. 1 to 128 \
+             in length.",
         ));
+    }
+    if let Some(d) = dedup_given
+        && !valid_fifo_id(d)
+    {
+        return Err(SqsError::invalid_param(
+            "MessageDeduplicationId",
+            d,
+            "MessageDeduplicationId can only include alphanumeric and punctuation characters. \
+             1 to 128 in length.",
+        ));
+    }
+    // FIFO: the group and the deduplication id.
+    let mut fifo_ids = None;
+    if fifo {
+        let Some(group) = group_id else {
+            return Err(SqsError::missing("MessageGroupId"));
+        };
+        let dedup = match dedup_given {
+            Some(d) => d.to_owned(),
+            None if fifo_attr(policy, "ContentBasedDeduplication") == "true" => {
+                use sha2::Digest;
+                sha2::Sha256::digest(body.as_bytes())
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect()
+            }
+            None => {
+                return Err(SqsError::new(
+                    ErrorKind::InvalidParameterValue,
+                    "The queue should either have ContentBasedDeduplication enabled or \
+                     MessageDeduplicationId provided explicitly",
+                ));
+            }
+        };
+        let per_group = fifo_attr(policy, "DeduplicationScope") == "messageGroup";
+        let native_id = fifo_message_id(queue, group, &dedup, per_group);
+        fifo_ids = Some((group.to_owned(), dedup, native_id));
     }
     let attrs = parse_attributes(entry)?;
     let system = parse_system_attributes(entry)?;
@@ -340,6 +426,7 @@ pub(crate) fn prepare(
             AttrValue::Binary(_) => None,
         }),
         group_id: group_id.map(str::to_owned),
+        dedup_id: fifo_ids.as_ref().map(|(_, d, _)| d.clone()),
     };
     let text = serde_json::to_string(&info).map_err(|e| crate::error::internal(&e))?;
     properties.insert(SYSTEM_PROPERTY.to_owned(), PropertyValue::String(text));
@@ -354,6 +441,8 @@ pub(crate) fn prepare(
     });
     Ok(Prepared {
         outgoing: Outgoing {
+            message_id: fifo_ids.as_ref().map(|(_, _, id)| id.clone()),
+            session_id: fifo_ids.map(|(g, _, _)| g),
             body: body.as_bytes().to_vec(),
             properties,
             scheduled_at: (delay > 0).then(|| now.plus_millis(delay_ms)),
@@ -364,13 +453,23 @@ pub(crate) fn prepare(
         md5_attributes: attributes_md5(&attrs),
         md5_system: attributes_md5(&system),
         size,
+        fifo,
     })
 }
 
 /// The answer fields of one sent message.
-pub(crate) fn sent_fields(p: &Prepared, message_id: &str) -> Map<String, Value> {
+pub(crate) fn sent_fields(p: &Prepared, sent: &Enqueued) -> Map<String, Value> {
     let mut out = Map::new();
-    out.insert("MessageId".to_owned(), Value::String(message_id.to_owned()));
+    out.insert(
+        "MessageId".to_owned(),
+        Value::String(sent.message_id.clone()),
+    );
+    if p.fifo {
+        out.insert(
+            "SequenceNumber".to_owned(),
+            Value::String(sent.sequence.to_string()),
+        );
+    }
     out.insert(
         "MD5OfMessageBody".to_owned(),
         Value::String(p.md5_body.clone()),
@@ -394,13 +493,15 @@ pub(crate) fn sent_fields(p: &Prepared, message_id: &str) -> Map<String, Value> 
 pub(crate) async fn send(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Value> {
     let queue = queue_from_input(input)?;
     let record = ctx.broker().queue_record(&queue).await?;
-    let p = prepare(ctx, &record.policy, input)?;
+    let p = prepare(ctx, &queue, &record.policy, input)?;
     let sent = ctx.broker().send(&queue, vec![p.outgoing.clone()]).await?;
-    let id = sent
-        .first()
-        .map(|e| e.message_id.clone())
-        .unwrap_or_default();
-    Ok(Value::Object(sent_fields(&p, &id)))
+    let Some(e) = sent.first() else {
+        return Err(SqsError::new(
+            ErrorKind::InternalFailure,
+            "The broker answered a send without a result.",
+        ));
+    };
+    Ok(Value::Object(sent_fields(&p, e)))
 }
 
 // ---- receive ----------------------------------------------------------------------------
@@ -582,6 +683,10 @@ pub(crate) fn message_out(ctx: &Ctx, d: &Delivery, sel: &Selection) -> Value {
         "MessageGroupId",
         info.group_id.clone().or_else(|| m.session_id.clone()),
     );
+    if is_fifo(m.queue.as_str()) {
+        put("SequenceNumber", Some(m.sequence.to_string()));
+        put("MessageDeduplicationId", info.dedup_id.clone());
+    }
     put("AWSTraceHeader", info.trace_header.clone());
     let source = match m.properties.get(DEAD_LETTER_SOURCE_PROPERTY) {
         Some(PropertyValue::String(q)) => Some(ctx.queue_arn(q)),

@@ -8,7 +8,7 @@ use crate::attributes::{apply_all, default_policy, redrive_error, same_as};
 use crate::error::{ErrorKind, SqsError, SqsResult};
 use crate::protocol::{opt_int, opt_str, req_str, str_map};
 use crate::tags::check_tags;
-use crate::{Ctx, fifo_unsupported, queue_from_input, valid_queue_name};
+use crate::{Ctx, is_fifo, queue_from_input, valid_queue_name};
 
 /// Shortest time between two purges of one queue (SQS: 60 seconds).
 const PURGE_INTERVAL_MS: i64 = 60_000;
@@ -16,19 +16,26 @@ const PURGE_INTERVAL_MS: i64 = 60_000;
 /// `CreateQueue`: idempotent with identical attributes, `QueueAlreadyExists` otherwise.
 pub(crate) async fn create(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Value> {
     let name = req_str(input, "QueueName")?;
-    if name.ends_with(".fifo") {
-        return Err(fifo_unsupported());
+    let attrs = str_map(input, "Attributes")?;
+    let fifo_asked = attrs
+        .iter()
+        .any(|(k, v)| k == "FifoQueue" && v.eq_ignore_ascii_case("true"));
+    if fifo_asked && !(is_fifo(name) && valid_queue_name(name)) {
+        return Err(SqsError::new(
+            ErrorKind::InvalidParameterValue,
+            "The name of a FIFO queue can only include alphanumeric characters, hyphens, or \
+             underscores, must end with .fifo suffix and be 1 to 80 in length.",
+        ));
     }
-    if !valid_queue_name(name) {
+    if !valid_queue_name(name) || (is_fifo(name) && !fifo_asked) {
         return Err(SqsError::new(
             ErrorKind::InvalidParameterValue,
             "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length",
         ));
     }
-    let attrs = str_map(input, "Attributes")?;
     let mut tags = str_map(input, "tags")?;
     tags.extend(str_map(input, "Tags")?);
-    let mut policy = default_policy();
+    let mut policy = default_policy(name);
     apply_all(&mut policy, name, &attrs)?;
     check_tags(&tags, 0)?;
     if let Some(s) = policy.sqs.as_mut() {

@@ -99,6 +99,11 @@ macro_rules! store_conformance_tests {
             receive_with_lost_session_lock_is_session_lock_lost,
             renew_and_release_session,
             accept_session_on_plain_queue_is_session_not_allowed,
+            // group ordering
+            group_ordering_delivers_each_group_in_order_one_in_flight,
+            group_ordering_lets_other_groups_pass_a_blocked_one,
+            group_ordering_after_abandon_redelivers_the_same_head_first,
+            group_ordering_concurrent_receivers_never_share_a_group,
             // dead letters
             dead_letter_to_another_queue_forwards_copy_and_keeps_evidence,
             application_dead_letter_to_missing_queue_is_refused_and_changes_nothing,

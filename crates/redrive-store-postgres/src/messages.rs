@@ -2,7 +2,7 @@
 //! next_wake. Every state decision is a call into `redrive_core::machine`; the SQL only
 //! finds (and row-locks) candidate rows and stores the outcome, batched per statement.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use redrive_core::machine::{self, Refusal, Step};
 use redrive_core::{EntityName, MessageMeta, MessageState, Timestamp};
@@ -431,6 +431,9 @@ pub(crate) async fn receive(db: &Db<'_>, p: &ReceiveParams) -> StoreResult<Recei
     }
     let mut writes = Writes::default();
     let result = match &p.session {
+        None if q.policy.group_ordering => {
+            receive_grouped(db, &q, max, p.lock_ms, p.now, &mut out, &mut writes).await
+        }
         None => receive_plain(db, &q, max, p.lock_ms, p.now, &mut out, &mut writes).await,
         Some(s) => receive_session(db, &q, s, max, p.lock_ms, p.now, &mut out, &mut writes).await,
     };
@@ -491,11 +494,126 @@ async fn receive_session(
     out: &mut ReceiveOutcome,
     writes: &mut Writes,
 ) -> StoreResult<()> {
-    let qid = q.id;
     let sid = session.session_id.as_str();
+    deliver_in_order(db, q, sid, max, lock_ms, now, out, writes).await
+}
+
+/// Candidates read per page by a group-ordered receive.
+const GROUP_PAGE: usize = 64;
+
+/// Receive on a `group_ordering` queue: visible messages oldest first, as a plain receive;
+/// a message with a session id (its group) is taken through its group instead: the group's
+/// messages in sequence order from its first one, none while one of it is locked. Each
+/// group is looked at once per receive.
+///
+/// Concurrent receivers: a group is walked only under a transaction-level advisory lock
+/// on (schema and queue, group) hashes, taken with `pg_try_advisory_xact_lock`, so a group another receiver
+/// is walking is skipped (the group analogue of SKIP LOCKED) and, once the lock is ours,
+/// that receiver has committed and its locks are seen (READ COMMITTED: every statement
+/// reads the latest commits). The group's rows are then locked `FOR UPDATE` and the head
+/// rule re-checked inside this transaction; plain messages are locked `FOR UPDATE SKIP
+/// LOCKED` one by one. No message reaches two receivers.
+async fn receive_grouped(
+    db: &Db<'_>,
+    q: &QueueInfo,
+    max: usize,
+    lock_ms: u64,
+    now: Timestamp,
+    out: &mut ReceiveOutcome,
+    writes: &mut Writes,
+) -> StoreResult<()> {
+    let mut seen: HashSet<String> = HashSet::new();
+    let (mut after_due, mut after_seq) = (i64::MIN, i64::MIN);
+    while out.deliveries.len() < max {
+        // Unlocked look at the candidates; each is locked (and re-checked) before use.
+        let rows = db
+            .query(
+                concat!(
+                    "SELECT ",
+                    head_cols!(),
+                    " FROM messages WHERE queue_id = $1 AND state = 'available' \
+                     AND due_at <= $2 AND (due_at, sequence) > ($3, $4) \
+                     ORDER BY due_at, sequence LIMIT $5"
+                ),
+                &[&q.id, &now.0, &after_due, &after_seq, &limit(GROUP_PAGE)],
+            )
+            .await?;
+        let found = rows.len();
+        for head in decode(&rows, Head::from_row)? {
+            if out.deliveries.len() >= max {
+                break;
+            }
+            // Available rows are due at their visibility time.
+            after_due = head.meta.visible_at.0;
+            after_seq = head.sequence;
+            match head.session_id {
+                None => {
+                    let locked = db
+                        .query_opt(
+                            concat!(
+                                "SELECT ",
+                                msg_cols!(),
+                                " FROM messages WHERE queue_id = $1 AND sequence = $2 \
+                                 AND state = 'available' AND due_at <= $3 \
+                                 FOR UPDATE SKIP LOCKED"
+                            ),
+                            &[&q.id, &head.sequence, &now.0],
+                        )
+                        .await?;
+                    let Some(row) = locked else { continue };
+                    let row = MsgRow::from_row(&row)?;
+                    let got =
+                        receive_one(db, q, row, lock_ms, now, false, &mut out.effects, writes)
+                            .await?;
+                    if let Ok(Some(d)) = got {
+                        out.deliveries.push(d);
+                    }
+                }
+                Some(group) => {
+                    if !seen.insert(group.clone()) {
+                        continue;
+                    }
+                    let row = db
+                        .query_one(
+                            "SELECT pg_try_advisory_xact_lock(\
+                             hashtext(current_schema() || '.' || $1::bigint::text), \
+                             hashtext($2::text))",
+                            &[&q.id, &group],
+                        )
+                        .await?;
+                    let mine: bool = get(&row, 0)?;
+                    if mine {
+                        deliver_in_order(db, q, &group, max, lock_ms, now, out, writes).await?;
+                    }
+                }
+            }
+        }
+        writes.flush(db, q.id).await?;
+        if found < GROUP_PAGE {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Delivers the messages of one session (or group) in sequence order, as long as they are
+/// consecutive visible Available messages, and nothing while one of them is locked.
+#[allow(clippy::too_many_arguments)]
+async fn deliver_in_order(
+    db: &Db<'_>,
+    q: &QueueInfo,
+    sid: &str,
+    max: usize,
+    lock_ms: u64,
+    now: Timestamp,
+    out: &mut ReceiveOutcome,
+    writes: &mut Writes,
+) -> StoreResult<()> {
+    let qid = q.id;
     // Nothing is delivered while any message of the session is locked; locks that ran out
-    // are released first. (The session lock, held by this receive, keeps other receivers
-    // of the session out; the rows are locked against the sweep.)
+    // are released first. (The session lock, or a group's advisory lock, held by this
+    // receive keeps other receivers of the session out; the rows are locked against the
+    // sweep.)
     let rows = db
         .query(
             concat!(
@@ -658,6 +776,13 @@ pub(crate) async fn settle(
     let mut writes = Writes::default();
     for item in items {
         let r = settle_one(db, &q, item, now, &mut heads, &mut out.effects, &mut writes).await?;
+        // On a group-ordered queue a settled message may unblock its group.
+        if q.policy.group_ordering
+            && !matches!(item.action, SettleAction::Renew { .. })
+            && r.is_ok()
+        {
+            wake(&mut out.effects, &q.name);
+        }
         out.results.push(r);
     }
     writes.flush(db, q.id).await?;

@@ -2,7 +2,7 @@
 //! (readers). Every state decision is a call into `redrive_core::machine`; the SQL only
 //! finds candidate rows and stores the outcome.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use redrive_core::machine::{self, Refusal, Step};
 use redrive_core::{EntityName, MessageMeta, MessageState, Timestamp};
@@ -419,6 +419,9 @@ pub(crate) fn receive(tx: &mut Tx<'_>, p: ReceiveParams) -> StoreResult<ReceiveO
         return Ok(out);
     }
     match &p.session {
+        None if q.policy.group_ordering => {
+            receive_grouped(tx, &q, max, p.lock_ms, p.now, &mut out)?;
+        }
         None => receive_plain(tx, &q, max, p.lock_ms, p.now, &mut out)?,
         Some(s) => receive_session(tx, &q, s, max, p.lock_ms, p.now, &mut out)?,
     }
@@ -484,8 +487,98 @@ fn receive_session(
     now: Timestamp,
     out: &mut ReceiveOutcome,
 ) -> StoreResult<()> {
+    deliver_in_order(tx, q, session.session_id.as_str(), max, lock_ms, now, out)
+}
+
+/// Candidates read per page by a group-ordered receive.
+const GROUP_PAGE: usize = 64;
+
+/// Receive on a `group_ordering` queue: visible messages oldest first, as a plain receive;
+/// a message with a session id (its group) is taken through its group instead: the group's
+/// messages in sequence order from its first one, none while one of it is locked. Each
+/// group is looked at once per receive.
+fn receive_grouped(
+    tx: &mut Tx<'_>,
+    q: &QueueInfo,
+    max: usize,
+    lock_ms: u64,
+    now: Timestamp,
+    out: &mut ReceiveOutcome,
+) -> StoreResult<()> {
+    let conn = tx.conn;
+    // Blocked groups keep their rows visible: page on (due_at, sequence) past them.
+    let mut select = conn
+        .prepare_cached(concat!(
+            "SELECT ",
+            msg_cols!(),
+            " FROM messages WHERE queue_id = ?1 AND state = 'available' AND due_at <= ?2 \
+             AND (due_at > ?3 OR (due_at = ?3 AND sequence > ?4)) \
+             ORDER BY due_at, sequence LIMIT ?5"
+        ))
+        .db()?;
+    let mut update = MetaWriter::new(conn);
+    let mut seen: HashSet<String> = HashSet::new();
+    let (mut after_due, mut after_seq) = (i64::MIN, i64::MIN);
+    while out.deliveries.len() < max {
+        let candidates: Vec<MsgRow> = select
+            .query_map(
+                params![q.id, now.0, after_due, after_seq, limit(GROUP_PAGE)],
+                MsgRow::from_row,
+            )
+            .db()?
+            .map(|r| r.db())
+            .collect::<StoreResult<_>>()?;
+        let found = candidates.len();
+        for row in candidates {
+            if out.deliveries.len() >= max {
+                return Ok(());
+            }
+            // Available rows are due at their visibility time.
+            after_due = row.head.meta.visible_at.0;
+            after_seq = row.head.sequence;
+            match row.head.session_id.clone() {
+                None => {
+                    let got = receive_one(
+                        tx,
+                        q,
+                        row,
+                        lock_ms,
+                        now,
+                        false,
+                        &mut update,
+                        &mut out.effects,
+                    )?;
+                    if let Ok(Some(d)) = got {
+                        out.deliveries.push(d);
+                    }
+                }
+                Some(group) => {
+                    if seen.insert(group.clone()) {
+                        deliver_in_order(tx, q, &group, max, lock_ms, now, out)?;
+                    }
+                }
+            }
+        }
+        if found < GROUP_PAGE {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Delivers the messages of one session (or group) in sequence order, as long as they are
+/// consecutive visible Available messages, and nothing while one of them is locked.
+#[allow(clippy::too_many_arguments)]
+fn deliver_in_order(
+    tx: &mut Tx<'_>,
+    q: &QueueInfo,
+    sid: &str,
+    max: usize,
+    lock_ms: u64,
+    now: Timestamp,
+    out: &mut ReceiveOutcome,
+) -> StoreResult<()> {
     let qid = q.id;
-    let sid = session.session_id.as_str();
     // Nothing is delivered while any message of the session is locked; locks that ran out
     // are released first.
     let locked = heads(
@@ -628,7 +721,13 @@ pub(crate) fn settle(
         delete: conn.prepare_cached(DELETE_ROW).db()?,
     };
     for item in items {
+        // On a group-ordered queue a settled message may unblock its group.
+        let unblocks =
+            q.policy.group_ordering && !matches!(item.action, SettleAction::Renew { .. });
         let r = settle_one(tx, &q, item, now, &mut stmts, &mut out.effects)?;
+        if unblocks && r.is_ok() {
+            wake(&mut out.effects, &q.name);
+        }
         out.results.push(r);
     }
     Ok(out)

@@ -124,8 +124,25 @@ async fn invalid_attribute_names_and_values_are_refused() {
         .await
         .unwrap_err()
         .into_service_error();
-    assert_eq!(code(&e), "AWS.SimpleQueueService.UnsupportedOperation");
-    assert!(e.to_string().contains("FIFO") || format!("{e:?}").contains("FIFO"));
+    assert_eq!(
+        code(&e),
+        "InvalidParameterValue",
+        "a .fifo name needs FifoQueue=true"
+    );
+    let e = s
+        .sqs
+        .create_queue()
+        .queue_name("jobs")
+        .attributes(A::FifoQueue, "true")
+        .send()
+        .await
+        .unwrap_err()
+        .into_service_error();
+    assert_eq!(
+        code(&e),
+        "InvalidParameterValue",
+        "FifoQueue=true needs a .fifo name"
+    );
     // Nothing was created.
     let list = s.sqs.list_queues().send().await.unwrap();
     assert!(list.queue_urls.unwrap_or_default().is_empty());

@@ -8,7 +8,9 @@
 mod batches;
 mod dead_letters;
 mod errors;
+mod fifo;
 mod messages;
+mod moves;
 mod query;
 mod queues;
 mod support;
