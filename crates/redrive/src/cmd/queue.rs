@@ -76,6 +76,11 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
     pub requires_session: Option<bool>,
+    /// Messages of one group (their session id) are delivered in order, one in flight,
+    /// without session locks (`=false` turns it off).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true")]
+    pub group_ordering: Option<bool>,
     /// Redelivery backoff: none, fixed:DUR, or exponential:INITIAL:MAX[:JITTER].
     #[arg(long, value_name = "SPEC", value_parser = parse_backoff)]
     pub backoff: Option<Backoff>,
@@ -110,6 +115,9 @@ impl PolicyArgs {
         if let Some(v) = self.duplicate_detection_window {
             p.duplicate_detection_window_ms = v;
         }
+        if let Some(v) = self.group_ordering {
+            p.group_ordering = v;
+        }
         if let Some(v) = self.requires_session {
             p.requires_session = v;
         }
@@ -143,6 +151,9 @@ impl PolicyArgs {
         }
         if let Some(v) = self.duplicate_detection_window {
             m.insert("duplicate_detection_window_ms".into(), json!(v));
+        }
+        if let Some(v) = self.group_ordering {
+            m.insert("group_ordering".into(), json!(v));
         }
         if let Some(v) = self.requires_session {
             m.insert("requires_session".into(), json!(v));
@@ -311,6 +322,7 @@ pub fn describe(q: &QueueInfo) -> KeyValues {
             },
         )
         .add("requires_session", p.requires_session.to_string())
+        .add("group_ordering", p.group_ordering.to_string())
         .add("redelivery_backoff", backoff_text(&p.redelivery_backoff))
         .add("max_message_size", p.max_message_size.to_string())
         .add(
