@@ -51,6 +51,9 @@ enum Scenario {
     Fill(FillArgs),
     /// Raw pgmq-style baseline in SQL (no server): inserts, then receive + delete.
     PgBaseline(crate::bench_pg::PgBaselineArgs),
+    /// SQS endpoint, end to end with the AWS SDK: SendMessageBatch 10, ReceiveMessage 10,
+    /// DeleteMessageBatch, producers and consumers at once.
+    Sqs(crate::bench_sqs::SqsBenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -139,6 +142,19 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
     if let Scenario::PgBaseline(a) = args.scenario {
         return run_pg_baseline(ctx, a, args.server_pid, args.queue.is_some(), args.keep).await;
     }
+    if let Scenario::Sqs(a) = args.scenario {
+        let memory = match args.server_pid {
+            Some(pid) => Some(MemorySampler::start(pid)?),
+            None => None,
+        };
+        let mut report = Report::new("sqs", "");
+        let outcome = crate::bench_sqs::run(a, args.keep, &mut report).await;
+        if let Some(m) = memory {
+            m.finish(&mut report).await;
+        }
+        report.queue = outcome?;
+        return print_report(ctx, &report);
+    }
     let client = Client::new(ctx.client.base().as_str(), Duration::from_secs(120))?;
     let nodes = match &args.scenario {
         Scenario::W1(a) => nodes(&client, &a.also)?,
@@ -159,6 +175,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
         Scenario::W2(_) => "w2",
         Scenario::Fill(_) => "fill",
         Scenario::PgBaseline(_) => "pg-baseline",
+        Scenario::Sqs(_) => "sqs",
     };
     let queue = args
         .queue
@@ -171,7 +188,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Latency(a) => latency(&client, &queue, a, &mut report).await,
         Scenario::W2(a) => w2(&client, &queue, a, &mut report).await,
         Scenario::Fill(a) => fill(&client, &queue, a, &mut report).await,
-        Scenario::PgBaseline(_) => unreachable!("handled above"),
+        Scenario::PgBaseline(_) | Scenario::Sqs(_) => unreachable!("handled above"),
     };
     if let Some(m) = memory {
         m.finish(&mut report).await;
