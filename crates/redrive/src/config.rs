@@ -34,6 +34,9 @@ pub struct Config {
     pub sqs_account_id: String,
     /// Region in SQS queue ARNs.
     pub sqs_region: String,
+    /// `ACCESS_KEY_ID:SECRET` pairs; when any is set, SQS requests must carry a valid
+    /// Signature Version 4 by one of them (empty: any signature is accepted). Secret.
+    pub sqs_access_keys: Vec<String>,
 }
 
 impl Default for Config {
@@ -47,6 +50,7 @@ impl Default for Config {
             sqs_listen: DEFAULT_SQS_LISTEN.to_owned(),
             sqs_account_id: "000000000000".to_owned(),
             sqs_region: "us-east-1".to_owned(),
+            sqs_access_keys: Vec::new(),
         }
     }
 }
@@ -117,6 +121,8 @@ pub struct Overrides {
     pub sqs_account_id: Option<String>,
     /// `sqs_region`.
     pub sqs_region: Option<String>,
+    /// `sqs_access_keys` (comma-separated in the environment).
+    pub sqs_access_keys: Option<Vec<String>>,
 }
 
 impl Overrides {
@@ -137,6 +143,12 @@ impl Overrides {
         }
         o.sqs_account_id = get("REDRIVE_SQS_ACCOUNT_ID");
         o.sqs_region = get("REDRIVE_SQS_REGION");
+        o.sqs_access_keys = get("REDRIVE_SQS_ACCESS_KEYS").map(|v| {
+            v.split(',')
+                .map(|p| p.trim().to_owned())
+                .filter(|p| !p.is_empty())
+                .collect()
+        });
         o.log_level = get("REDRIVE_LOG");
         if let Some(v) = get("REDRIVE_LOG_FORMAT") {
             o.log_format = Some(v.parse().map_err(|e| bad("REDRIVE_LOG_FORMAT", e))?);
@@ -182,6 +194,9 @@ impl Overrides {
         }
         if let Some(v) = &self.sqs_account_id {
             c.sqs_account_id.clone_from(v);
+        }
+        if let Some(v) = &self.sqs_access_keys {
+            c.sqs_access_keys.clone_from(v);
         }
         if let Some(v) = &self.sqs_region {
             c.sqs_region.clone_from(v);
@@ -303,7 +318,24 @@ impl Config {
                 self.sqs_region
             )));
         }
+        self.sqs_keys()?;
         self.store_location().map(|_| ())
+    }
+
+    /// The configured SQS access keys as (id, secret) pairs.
+    pub fn sqs_keys(&self) -> anyhow::Result<Vec<(String, String)>> {
+        self.sqs_access_keys
+            .iter()
+            .map(|p| match p.split_once(':') {
+                Some((id, secret)) if !id.is_empty() && !secret.is_empty() => {
+                    Ok((id.to_owned(), secret.to_owned()))
+                }
+                _ => Err(input_error(format!(
+                    "sqs_access_keys entries are ACCESS_KEY_ID:SECRET, not {:?}",
+                    p.split_once(':').map_or(p.as_str(), |(id, _)| id)
+                ))),
+            })
+            .collect()
     }
 
     /// Resolves the storage URL: `sqlite://PATH` (a file, or a directory to hold
@@ -345,7 +377,7 @@ impl Config {
             "listen={} data_dir={} store={} log.level={} log.format={} \
              server.sweep_interval_ms={} server.shutdown_timeout_ms={} \
              server.lease_ttl_ms={} sqs_listen={} \
-             sqs_account_id={} sqs_region={}",
+             sqs_account_id={} sqs_region={} sqs_access_keys={}",
             self.listen,
             self.data_dir.display(),
             self.store
@@ -362,6 +394,15 @@ impl Config {
             self.sqs_listen,
             self.sqs_account_id,
             self.sqs_region,
+            if self.sqs_access_keys.is_empty() {
+                "(none: any signature accepted)".to_owned()
+            } else {
+                self.sqs_access_keys
+                    .iter()
+                    .map(|p| format!("{}:***", p.split_once(':').map_or(p.as_str(), |(id, _)| id)))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
         )
     }
 }
@@ -633,6 +674,21 @@ mod tests {
         .unwrap();
         assert_eq!(parse_sqs_listen(&c.sqs_listen).unwrap(), None);
         assert_eq!(c.sqs_region, "eu-west-1");
+        let keyed = Config {
+            sqs_access_keys: vec!["AKID:hunter2".to_owned()],
+            ..Config::default()
+        };
+        assert_eq!(
+            keyed.sqs_keys().unwrap(),
+            [("AKID".to_owned(), "hunter2".to_owned())]
+        );
+        assert!(keyed.summary().contains("sqs_access_keys=AKID:***"));
+        assert!(!keyed.summary().contains("hunter2"));
+        let bad = Config {
+            sqs_access_keys: vec!["nosecret".to_owned()],
+            ..Config::default()
+        };
+        assert!(bad.validate().is_err());
         assert_eq!(c.sqs_account_id, "123456789012");
         let e = Overrides::from_env(|k| (k == "REDRIVE_SQS_LISTEN").then(|| "nope".to_owned()))
             .unwrap_err();

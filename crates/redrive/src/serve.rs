@@ -22,7 +22,7 @@ use crate::units::parse_duration_ms;
 #[command(after_help = "\
 Environment: REDRIVE_CONFIG, REDRIVE_LISTEN, REDRIVE_DATA_DIR, REDRIVE_STORE, REDRIVE_LOG,
 REDRIVE_LOG_FORMAT, REDRIVE_SERVER_SWEEP_INTERVAL_MS, REDRIVE_SERVER_SHUTDOWN_TIMEOUT_MS,
-REDRIVE_SQS_LISTEN, REDRIVE_SQS_ACCOUNT_ID, REDRIVE_SQS_REGION.
+REDRIVE_SQS_LISTEN, REDRIVE_SQS_ACCOUNT_ID, REDRIVE_SQS_REGION, REDRIVE_SQS_ACCESS_KEYS.
 Precedence: flags > environment > config file > built-in defaults.")]
 pub struct ServeArgs {
     /// TOML configuration file.
@@ -76,6 +76,8 @@ impl ServeArgs {
             sqs_listen: self.sqs_listen.clone(),
             sqs_account_id: self.sqs_account_id.clone(),
             sqs_region: self.sqs_region.clone(),
+            // Secrets come from the file or the environment, not from the command line.
+            sqs_access_keys: None,
         }
     }
 }
@@ -146,7 +148,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 account_id: config.sqs_account_id.clone(),
                 region: config.sqs_region.clone(),
                 base_url: None,
-                access_keys: Vec::new(),
+                access_keys: config.sqs_keys()?,
             },
         );
         extra.push((l, sqs));

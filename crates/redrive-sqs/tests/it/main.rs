@@ -5,6 +5,7 @@
 // Test support code: a failed setup step should panic the test.
 #![allow(clippy::unwrap_used)]
 
+mod auth;
 mod batches;
 mod dead_letters;
 mod errors;

@@ -29,8 +29,26 @@ pub struct TestServer {
     _dir: tempfile::TempDir,
 }
 
+/// An SDK client for `url` signing with this key pair; no retries.
+pub fn sdk_client(url: &str, key: &str, secret: &str) -> Client {
+    let conf = aws_sdk_sqs::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new(key, secret, None, None, "test"))
+        .endpoint_url(url)
+        .http_client(aws_smithy_http_client::Builder::new().build_http())
+        .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
+        .build();
+    Client::from_conf(conf)
+}
+
 impl TestServer {
     pub async fn start() -> TestServer {
+        TestServer::start_with(SqsConfig::default()).await
+    }
+
+    /// A server whose SQS endpoint uses `config` (e.g. with access keys to verify).
+    pub async fn start_with(config: SqsConfig) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
         let store =
             SqliteStore::open(&dir.path().join("redrive.db"), SqliteOptions::default()).unwrap();
@@ -42,7 +60,7 @@ impl TestServer {
         let sqs_url = format!("http://{}", sqs_l.local_addr().unwrap());
         let store_dyn: Arc<dyn redrive_store::Store> = store.clone();
         let broker = Broker::new(store_dyn, Arc::new(clock.clone()));
-        let router = redrive_sqs::router(broker.clone(), SqsConfig::default());
+        let router = redrive_sqs::router(broker.clone(), config);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let settings = Settings {
             sweep_interval_ms: 1_000,
@@ -57,19 +75,11 @@ impl TestServer {
             .unwrap();
             store.close();
         });
-        let conf = aws_sdk_sqs::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("AKIDTEST", "secret", None, None, "test"))
-            .endpoint_url(&sqs_url)
-            .http_client(aws_smithy_http_client::Builder::new().build_http())
-            .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
-            .build();
         TestServer {
             native,
+            sqs: sdk_client(&sqs_url, "AKIDTEST", "secret"),
             sqs_url,
             clock,
-            sqs: Client::from_conf(conf),
             http: reqwest::Client::new(),
             stop: Some(tx),
             task: Some(task),

@@ -26,6 +26,7 @@ const REDRIVE_VARS: &[&str] = &[
     "REDRIVE_LOG_FORMAT",
     "REDRIVE_SERVER_SWEEP_INTERVAL_MS",
     "REDRIVE_SERVER_SHUTDOWN_TIMEOUT_MS",
+    "REDRIVE_SQS_ACCESS_KEYS",
 ];
 
 /// A command for the binary with a clean `REDRIVE_*` environment.
