@@ -9,11 +9,13 @@
 //! - [`queue`]: queue create / update / show / list.
 //! - [`message`]: send, receive, peek, settle, sessions.
 //! - [`dead_letter`]: the dead-letter store.
+//! - [`topic`]: topics, subscriptions and publishing.
 
 pub mod dead_letter;
 pub mod message;
 pub mod problem;
 pub mod queue;
+pub mod topic;
 
 pub use problem::{ErrorCode, Problem};
 

@@ -102,6 +102,26 @@ codes! {
     Unavailable = ("unavailable", 503, "Service unavailable"),
     /// The server is shutting down.
     ShuttingDown = ("shutting_down", 503, "Shutting down"),
+    /// No such topic.
+    TopicNotFound = ("topic_not_found", 404, "Topic not found"),
+    /// A topic of that name exists already.
+    TopicExists = ("topic_exists", 409, "Topic already exists"),
+    /// Delete of a topic that has subscriptions, without force.
+    TopicHasSubscriptions = ("topic_has_subscriptions", 409, "Topic has subscriptions"),
+    /// No such subscription.
+    SubscriptionNotFound = ("subscription_not_found", 404, "Subscription not found"),
+    /// A subscription of that name exists already on the topic.
+    SubscriptionExists = ("subscription_exists", 409, "Subscription already exists"),
+    /// Delete of a subscription holding undelivered events, without force.
+    SubscriptionNotEmpty = ("subscription_not_empty", 409, "Subscription not empty"),
+    /// An event is not a valid CloudEvent; the whole request was refused.
+    InvalidEvent = ("invalid_event", 400, "Invalid event"),
+    /// An event is larger than the topic allows.
+    EventTooLarge = ("event_too_large", 413, "Event too large"),
+    /// A push endpoint did not pass the webhook validation handshake.
+    EndpointValidationFailed = ("endpoint_validation_failed", 400, "Endpoint validation failed"),
+    /// A push subscription needs a dead-letter destination or an explicit drop.
+    DeadLetterDestinationRequired = ("dead_letter_destination_required", 400, "Dead-letter destination required"),
     /// Anything unexpected; details are in the server's log, not in the response.
     Internal = ("internal", 500, "Internal error"),
 }

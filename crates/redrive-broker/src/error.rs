@@ -32,6 +32,40 @@ pub enum BrokerError {
         /// The limit.
         limit: u32,
     },
+    /// An event of a publish is not a valid CloudEvent; the whole request was refused.
+    #[error("event {index} is invalid: {why}")]
+    InvalidEvent {
+        /// Its index in the request (0 for a single event).
+        index: usize,
+        /// What is wrong.
+        why: String,
+    },
+    /// An event is larger than the topic allows; the whole request was refused.
+    #[error("event {index} is {size} bytes; topic {topic:?} accepts at most {limit}")]
+    EventTooLarge {
+        /// The topic.
+        topic: String,
+        /// Its index in the request.
+        index: usize,
+        /// Its structured-mode size.
+        size: usize,
+        /// The limit.
+        limit: u32,
+    },
+    /// A push endpoint did not pass the webhook validation handshake.
+    #[error("endpoint validation failed for {endpoint}: {why}")]
+    EndpointValidationFailed {
+        /// The endpoint.
+        endpoint: String,
+        /// What happened.
+        why: String,
+    },
+    /// A push subscription needs a dead-letter destination, or an explicit drop.
+    #[error(
+        "a push subscription needs a dead-letter destination: own_store, a queue, or \
+         {{\"type\": \"drop\", \"acknowledged\": true}} to accept dropping undeliverable events"
+    )]
+    DeadLetterDestinationRequired,
     /// The broker is shutting down.
     #[error("the broker is shutting down")]
     ShuttingDown,

@@ -13,10 +13,13 @@
 //! - `dead_letters`: the dead-letter store; operations take an [`Actor`].
 //! - `sweeper`: the background sweep of lock expiries and TTLs.
 //! - `mover`: message move tasks (dead-letter queue redrive), kept per process.
+//! - `topics`: topics, subscriptions (each owns a queue) and publishing.
+//! - `dispatcher`: push delivery of push subscriptions' events, with retries.
 //! - `metrics`: counters and the Prometheus rendering.
 
 mod clock;
 mod dead_letters;
+mod dispatcher;
 mod error;
 mod messages;
 mod metrics;
@@ -25,12 +28,14 @@ mod queues;
 mod relay;
 mod sessions;
 mod sweeper;
+mod topics;
 mod waiters;
 
 use std::sync::Arc;
 
 pub use clock::SystemClock;
 pub use dead_letters::DeadLetterFilter;
+pub use dispatcher::Dispatcher;
 pub use error::{BrokerError, BrokerResult};
 pub use messages::{
     LockBounds, MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_SQS_LOCK_MS, MAX_WAIT_MS, Outgoing,
@@ -40,6 +45,11 @@ pub use mover::{MAX_MOVE_RATE, MoveError, MoveSpec, MoveStatus, MoveTask};
 pub use queues::QueueView;
 pub use relay::WakeupRelay;
 pub use sweeper::{DEFAULT_LEASE_TTL, SWEEP_LEASE, Sweeper};
+pub use topics::{
+    EventInput, MAX_PUBLISH_BATCH, PUBLISH_MEDIA_TYPES, PUSH_MAX_DELIVERY_COUNT, PublishedEvent,
+    PushInput, SUBSCRIPTION_LOCK_MS, SubscriptionInput, SubscriptionView, VALIDATION_ORIGIN,
+    subscription_queue,
+};
 
 use redrive_core::Clock;
 use redrive_store::Store;
@@ -72,6 +82,8 @@ struct Inner {
     node_id: String,
     /// Message move tasks of this process.
     moves: mover::MoveTasks,
+    /// Topic counters and the endpoint-validation client.
+    topics: topics::TopicState,
 }
 
 impl Broker {
@@ -86,6 +98,7 @@ impl Broker {
                 shutdown: CancellationToken::new(),
                 node_id: format!("node-{:016x}", fastrand::u64(..)),
                 moves: mover::MoveTasks::default(),
+                topics: topics::TopicState::default(),
             }),
         }
     }

@@ -128,6 +128,8 @@ impl Broker {
             .into_iter()
             .map(|v| (v.record.name.to_string(), v.counts, v.oldest_age_ms))
             .collect();
-        Ok(self.inner.metrics.render(&gauges))
+        let mut out = self.inner.metrics.render(&gauges);
+        out.push_str(&self.render_topic_metrics());
+        Ok(out)
     }
 }

@@ -50,6 +50,25 @@ pub fn problem_for(e: &BrokerError) -> Problem {
                 .with("limit", *limit)
         }
         BrokerError::ShuttingDown => Problem::new(C::ShuttingDown, e.to_string()),
+        BrokerError::InvalidEvent { index, why } => {
+            Problem::new(C::InvalidEvent, format!("event {index} is invalid: {why}"))
+                .with("index", *index)
+                .with("reason", why.as_str())
+        }
+        BrokerError::EventTooLarge {
+            index, size, limit, ..
+        } => Problem::new(C::EventTooLarge, e.to_string())
+            .with("index", *index)
+            .with("size", *size)
+            .with("limit", *limit),
+        BrokerError::EndpointValidationFailed { endpoint, why } => {
+            Problem::new(C::EndpointValidationFailed, e.to_string())
+                .with("endpoint", endpoint.as_str())
+                .with("reason", why.as_str())
+        }
+        BrokerError::DeadLetterDestinationRequired => {
+            Problem::new(C::DeadLetterDestinationRequired, e.to_string())
+        }
         BrokerError::Store(s) => problem_for_store(s),
         _ => internal(e),
     }
@@ -78,6 +97,24 @@ fn problem_for_store(e: &StoreError) -> Problem {
                 .with("actual_version", *actual);
         }
         StoreError::MessageNotFound { .. } => C::MessageNotFound,
+        StoreError::TopicNotFound { .. } => C::TopicNotFound,
+        StoreError::TopicExists { .. } => C::TopicExists,
+        StoreError::TopicHasSubscriptions { subscriptions, .. } => {
+            return Problem::new(
+                C::TopicHasSubscriptions,
+                format!("{e}; delete with force=true to delete them and their events"),
+            )
+            .with("subscriptions", *subscriptions);
+        }
+        StoreError::SubscriptionNotFound { .. } => C::SubscriptionNotFound,
+        StoreError::SubscriptionExists { .. } => C::SubscriptionExists,
+        StoreError::SubscriptionNotEmpty { messages, .. } => {
+            return Problem::new(
+                C::SubscriptionNotEmpty,
+                format!("{e}; delete with force=true to discard them"),
+            )
+            .with("messages", *messages);
+        }
         StoreError::LockLost => C::LockLost,
         StoreError::SessionRequired { .. } => C::SessionRequired,
         StoreError::SessionNotAllowed { .. } => C::SessionNotAllowed,

@@ -20,7 +20,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use redrive_api::ErrorCode;
-use redrive_broker::{Broker, Sweeper, WakeupRelay};
+use redrive_broker::{Broker, Dispatcher, Sweeper, WakeupRelay};
 use redrive_core::Clock;
 use redrive_store::Store;
 use serde::Deserialize;
@@ -73,6 +73,7 @@ pub fn router(state: AppState) -> Router {
         .merge(api::sessions::router())
         .merge(api::dead_letters::router())
         .merge(api::ops::router())
+        .merge(api::topics::router())
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -128,6 +129,13 @@ pub async fn run_with(
     // Wake-ups from other nodes sharing the store (returns at once for a store that only
     // this process writes).
     tracker.spawn(WakeupRelay::new(broker.clone()).run(cancel.clone()));
+    // Push delivery of push subscriptions (retries come due on the sweep interval).
+    let dispatcher = Dispatcher::new(
+        broker.clone(),
+        Duration::from_millis(settings.sweep_interval_ms.max(1)),
+    )
+    .map_err(|e| anyhow::anyhow!("cannot build the push HTTP client: {e}"))?;
+    tracker.spawn(dispatcher.run(cancel.clone()));
     let app = router(AppState {
         broker: broker.clone(),
     });

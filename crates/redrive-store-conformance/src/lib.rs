@@ -136,6 +136,14 @@ macro_rules! store_conformance_tests {
             // durability
             acknowledged_enqueue_survives_reopen,
             locks_and_dead_letters_survive_reopen,
+            // topics
+            topic_crud_round_trips,
+            subscription_crud_with_its_queue,
+            pause_flag_and_filter_round_trip,
+            publish_fans_out_atomically,
+            duplicate_event_inside_window_is_not_fanned_out_again,
+            without_topic_window_duplicates_fan_out,
+            delete_topic_and_subscription_need_force,
         }
     };
 }

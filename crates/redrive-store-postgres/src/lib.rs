@@ -153,6 +153,7 @@ mod queues;
 mod rows;
 mod schema;
 mod sessions;
+mod topics;
 mod wakeups;
 
 use async_trait::async_trait;
@@ -161,6 +162,10 @@ use redrive_store::{
     Capabilities, DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Effects, Enqueued,
     NewMessage, QueueCounts, QueueRecord, ReceiveOutcome, ReceiveParams, SessionLock,
     SettleOutcome, Settlement, Store, StoreError, StoreResult, StoredMessage, SweepOutcome,
+};
+use redrive_store::{
+    NewSubscription, PublishEvent, Published, SubscriptionRecord, SubscriptionUpdate, TopicPolicy,
+    TopicRecord,
 };
 
 pub use clock::{DatabaseClock, LocalTime};
@@ -583,5 +588,95 @@ impl Store for PostgresStore {
     ) -> StoreResult<bool> {
         let until = now.plus_millis(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
         write_tx!(self, |db| leases::try_take(db, name, holder, until, now))
+    }
+
+    async fn create_topic(
+        &self,
+        name: &EntityName,
+        policy: &TopicPolicy,
+        now: Timestamp,
+    ) -> StoreResult<TopicRecord> {
+        write_tx!(self, |db| topics::create_topic(db, name, policy, now))
+    }
+
+    async fn get_topic(&self, name: &EntityName) -> StoreResult<TopicRecord> {
+        read!(self, |db| topics::get_topic(db, name))
+    }
+
+    async fn list_topics(&self) -> StoreResult<Vec<TopicRecord>> {
+        read!(self, |db| topics::list_topics(db))
+    }
+
+    async fn delete_topic(&self, name: &EntityName, force: bool) -> StoreResult<()> {
+        write_tx!(self, |db| topics::delete_topic(db, name, force))
+    }
+
+    async fn create_subscription(
+        &self,
+        sub: &NewSubscription,
+        now: Timestamp,
+    ) -> StoreResult<SubscriptionRecord> {
+        write_tx!(self, |db| topics::create_subscription(db, sub, now))
+    }
+
+    async fn get_subscription(
+        &self,
+        topic: &EntityName,
+        name: &EntityName,
+    ) -> StoreResult<SubscriptionRecord> {
+        read!(self, |db| topics::get_subscription(db, topic, name))
+    }
+
+    async fn list_subscriptions(&self, topic: &EntityName) -> StoreResult<Vec<SubscriptionRecord>> {
+        read!(self, |db| topics::list_subscriptions(db, topic))
+    }
+
+    async fn update_subscription(
+        &self,
+        topic: &EntityName,
+        name: &EntityName,
+        update: &SubscriptionUpdate,
+        now: Timestamp,
+    ) -> StoreResult<SubscriptionRecord> {
+        write_tx!(self, |db| topics::update_subscription(
+            db, topic, name, update, now
+        ))
+    }
+
+    async fn delete_subscription(
+        &self,
+        topic: &EntityName,
+        name: &EntityName,
+        force: bool,
+    ) -> StoreResult<u64> {
+        write_tx!(self, |db| topics::delete_subscription(
+            db, topic, name, force
+        ))
+    }
+
+    async fn publish(
+        &self,
+        topic: &EntityName,
+        events: Vec<PublishEvent>,
+        now: Timestamp,
+    ) -> StoreResult<Vec<Published>> {
+        // Other nodes' long polls on every queue an event may have gone to look again.
+        let mut queues: Vec<&str> = events
+            .iter()
+            .flat_map(|e| e.deliveries.iter().map(|(q, _)| q.as_str()))
+            .collect();
+        queues.sort_unstable();
+        queues.dedup();
+        write_tx!(
+            self,
+            |db| topics::publish(db, topic, &events, now),
+            |published| {
+                if published.iter().any(|p| !p.duplicate) {
+                    queues.clone()
+                } else {
+                    Vec::new()
+                }
+            }
+        )
     }
 }

@@ -68,6 +68,7 @@ mod readers;
 mod rows;
 mod schema;
 mod sessions;
+mod topics;
 mod writer;
 
 use std::path::Path;
@@ -78,6 +79,10 @@ use redrive_store::{
     Capabilities, DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Enqueued, NewMessage,
     QueueCounts, QueueRecord, ReceiveOutcome, ReceiveParams, SessionLock, SettleOutcome,
     Settlement, Store, StoreError, StoreResult, StoredMessage, SweepOutcome,
+};
+use redrive_store::{
+    NewSubscription, PublishEvent, Published, SubscriptionRecord, SubscriptionUpdate, TopicPolicy,
+    TopicRecord,
 };
 
 pub use error::SqliteError;
@@ -413,6 +418,102 @@ impl Store for SqliteStore {
         let until = now.plus_millis(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
         self.writer
             .write(move |tx| leases::try_take(tx, &name, &holder, until, now))
+            .await
+    }
+
+    async fn create_topic(
+        &self,
+        name: &EntityName,
+        policy: &TopicPolicy,
+        now: Timestamp,
+    ) -> StoreResult<TopicRecord> {
+        let (name, policy) = (name.clone(), policy.clone());
+        self.writer
+            .write(move |tx| topics::create_topic(tx, &name, &policy, now))
+            .await
+    }
+
+    async fn get_topic(&self, name: &EntityName) -> StoreResult<TopicRecord> {
+        let name = name.clone();
+        self.readers
+            .read(move |c| topics::get_topic(c, &name))
+            .await
+    }
+
+    async fn list_topics(&self) -> StoreResult<Vec<TopicRecord>> {
+        self.readers.read(topics::list_topics).await
+    }
+
+    async fn delete_topic(&self, name: &EntityName, force: bool) -> StoreResult<()> {
+        let name = name.clone();
+        self.writer
+            .write(move |tx| topics::delete_topic(tx, &name, force))
+            .await
+    }
+
+    async fn create_subscription(
+        &self,
+        sub: &NewSubscription,
+        now: Timestamp,
+    ) -> StoreResult<SubscriptionRecord> {
+        let sub = sub.clone();
+        self.writer
+            .write(move |tx| topics::create_subscription(tx, &sub, now))
+            .await
+    }
+
+    async fn get_subscription(
+        &self,
+        topic: &EntityName,
+        name: &EntityName,
+    ) -> StoreResult<SubscriptionRecord> {
+        let (topic, name) = (topic.clone(), name.clone());
+        self.readers
+            .read(move |c| topics::get_subscription(c, &topic, &name))
+            .await
+    }
+
+    async fn list_subscriptions(&self, topic: &EntityName) -> StoreResult<Vec<SubscriptionRecord>> {
+        let topic = topic.clone();
+        self.readers
+            .read(move |c| topics::list_subscriptions(c, &topic))
+            .await
+    }
+
+    async fn update_subscription(
+        &self,
+        topic: &EntityName,
+        name: &EntityName,
+        update: &SubscriptionUpdate,
+        now: Timestamp,
+    ) -> StoreResult<SubscriptionRecord> {
+        let (topic, name, update) = (topic.clone(), name.clone(), update.clone());
+        self.writer
+            .write(move |tx| topics::update_subscription(tx, &topic, &name, &update, now))
+            .await
+    }
+
+    async fn delete_subscription(
+        &self,
+        topic: &EntityName,
+        name: &EntityName,
+        force: bool,
+    ) -> StoreResult<u64> {
+        let (topic, name) = (topic.clone(), name.clone());
+        self.writer
+            .write(move |tx| topics::delete_subscription(tx, &topic, &name, force))
+            .await
+    }
+
+    async fn publish(
+        &self,
+        topic: &EntityName,
+        events: Vec<PublishEvent>,
+        now: Timestamp,
+    ) -> StoreResult<Vec<Published>> {
+        let topic = topic.clone();
+        self.writer
+            .write(move |tx| topics::publish(tx, &topic, events, now))
             .await
     }
 }

@@ -92,6 +92,52 @@ pub enum StoreError {
         /// Its configured target.
         target: String,
     },
+    /// No such topic.
+    #[error("topic {topic:?} does not exist")]
+    TopicNotFound {
+        /// The topic.
+        topic: String,
+    },
+    /// A topic of that name exists.
+    #[error("topic {topic:?} already exists")]
+    TopicExists {
+        /// The topic.
+        topic: String,
+    },
+    /// Delete of a topic that has subscriptions, without force.
+    #[error("topic {topic:?} has {subscriptions} subscriptions")]
+    TopicHasSubscriptions {
+        /// The topic.
+        topic: String,
+        /// How many.
+        subscriptions: u64,
+    },
+    /// No such subscription.
+    #[error("subscription {subscription:?} of topic {topic:?} does not exist")]
+    SubscriptionNotFound {
+        /// The topic.
+        topic: String,
+        /// The subscription.
+        subscription: String,
+    },
+    /// A subscription of that name exists on the topic.
+    #[error("subscription {subscription:?} of topic {topic:?} already exists")]
+    SubscriptionExists {
+        /// The topic.
+        topic: String,
+        /// The subscription.
+        subscription: String,
+    },
+    /// Delete of a subscription whose queue holds undelivered events, without force.
+    #[error("subscription {subscription:?} of topic {topic:?} holds {messages} undelivered events")]
+    SubscriptionNotEmpty {
+        /// The topic.
+        topic: String,
+        /// The subscription.
+        subscription: String,
+        /// Events on its queue.
+        messages: u64,
+    },
     /// Transient: the backend is busy or unreachable. Retrying may succeed; nothing was
     /// acknowledged.
     #[error("storage unavailable: {source}")]
@@ -138,7 +184,13 @@ impl StoreError {
         match self {
             StoreError::QueueNotFound { .. }
             | StoreError::MessageNotFound { .. }
-            | StoreError::DeadLetterNotFound { .. } => StoreErrorKind::NotFound,
+            | StoreError::DeadLetterNotFound { .. }
+            | StoreError::TopicNotFound { .. }
+            | StoreError::SubscriptionNotFound { .. } => StoreErrorKind::NotFound,
+            StoreError::TopicExists { .. }
+            | StoreError::TopicHasSubscriptions { .. }
+            | StoreError::SubscriptionExists { .. }
+            | StoreError::SubscriptionNotEmpty { .. } => StoreErrorKind::Conflict,
             StoreError::QueueExists { .. }
             | StoreError::QueueNotEmpty { .. }
             | StoreError::VersionConflict { .. }

@@ -228,4 +228,76 @@ pub trait Store: Send + Sync + 'static {
         let _ = (name, holder, ttl_ms, now);
         Ok(true)
     }
+
+    // ---- topics and subscriptions --------------------------------------------------
+
+    /// Creates a topic at version 1. `TopicExists` if the name is taken.
+    async fn create_topic(
+        &self,
+        name: &EntityName,
+        policy: &TopicPolicy,
+        now: Timestamp,
+    ) -> StoreResult<TopicRecord>;
+
+    /// One topic.
+    async fn get_topic(&self, name: &EntityName) -> StoreResult<TopicRecord>;
+
+    /// Every topic, by name.
+    async fn list_topics(&self) -> StoreResult<Vec<TopicRecord>>;
+
+    /// Deletes a topic and its duplicate-detection entries. Without `force`, refuses with
+    /// `TopicHasSubscriptions` while it has subscriptions; with `force`, deletes them and
+    /// their queues (messages and dead letters included) in the same transaction.
+    async fn delete_topic(&self, name: &EntityName, force: bool) -> StoreResult<()>;
+
+    /// Creates a subscription and its internal queue in one transaction.
+    /// `TopicNotFound`, `SubscriptionExists`, or `QueueExists` if the queue name is taken.
+    async fn create_subscription(
+        &self,
+        sub: &NewSubscription,
+        now: Timestamp,
+    ) -> StoreResult<SubscriptionRecord>;
+
+    /// One subscription.
+    async fn get_subscription(
+        &self,
+        topic: &EntityName,
+        name: &EntityName,
+    ) -> StoreResult<SubscriptionRecord>;
+
+    /// The subscriptions of a topic, by name. `TopicNotFound` if there is no such topic.
+    async fn list_subscriptions(&self, topic: &EntityName) -> StoreResult<Vec<SubscriptionRecord>>;
+
+    /// Pauses/resumes a subscription or replaces its filter; bumps its version.
+    async fn update_subscription(
+        &self,
+        topic: &EntityName,
+        name: &EntityName,
+        update: &SubscriptionUpdate,
+        now: Timestamp,
+    ) -> StoreResult<SubscriptionRecord>;
+
+    /// Deletes a subscription with its queue. Without `force`, refuses with
+    /// `SubscriptionNotEmpty` while its queue holds messages (undelivered events). With
+    /// `force`, those messages and the queue's dead letters are deleted with it and the
+    /// number of messages discarded is returned, for the caller to log and count: they are
+    /// reported, not moved (the subscription's own dead-letter store goes with it).
+    async fn delete_subscription(
+        &self,
+        topic: &EntityName,
+        name: &EntityName,
+        force: bool,
+    ) -> StoreResult<u64>;
+
+    /// Publishes a batch of events in one transaction: an event whose `dedup_key` was seen
+    /// inside the topic's window is answered `duplicate` and fans out nothing; every other
+    /// event's deliveries are enqueued (as `enqueue` would) and its key remembered for the
+    /// window. All or nothing; durable before the answer. `TopicNotFound`; `QueueNotFound`
+    /// if a delivery names a queue that is gone (nothing is stored then).
+    async fn publish(
+        &self,
+        topic: &EntityName,
+        events: Vec<PublishEvent>,
+        now: Timestamp,
+    ) -> StoreResult<Vec<Published>>;
 }

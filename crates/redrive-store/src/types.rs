@@ -398,3 +398,206 @@ pub struct DeadLetterDelivery {
     /// When the lock runs out.
     pub locked_until: Timestamp,
 }
+
+// ---- topics and subscriptions ---------------------------------------------------------
+
+/// Longest duplicate-detection window of a topic: 7 days.
+pub const MAX_TOPIC_DEDUP_WINDOW_MS: u64 = 7 * 24 * 3_600_000;
+
+/// A topic's policy.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TopicPolicy {
+    /// Window in which an event with the same `source` and `id` is accepted but not fanned
+    /// out again (default 10 min; 0 turns detection off; at most 7 days).
+    pub duplicate_detection_window_ms: u64,
+    /// Largest structured-mode event accepted, in bytes (default 1 MiB).
+    pub max_event_size: u32,
+}
+
+impl Default for TopicPolicy {
+    fn default() -> Self {
+        TopicPolicy {
+            duplicate_detection_window_ms: 600_000,
+            max_event_size: 1024 * 1024,
+        }
+    }
+}
+
+/// A topic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicRecord {
+    /// Name.
+    pub name: EntityName,
+    /// Policy.
+    pub policy: TopicPolicy,
+    /// 1 at creation.
+    pub version: u64,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// When it last changed.
+    pub updated_at: Timestamp,
+}
+
+/// How a push subscription sends one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PushMode {
+    /// `application/cloudevents+json`.
+    #[default]
+    Structured,
+    /// `ce-*` headers, the data as the body.
+    Binary,
+}
+
+/// Whether a push endpoint passed the webhook validation handshake at creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndpointValidation {
+    /// The endpoint agreed to receive events.
+    Validated,
+    /// The caller asked to skip the handshake (a trusted endpoint).
+    Skipped,
+}
+
+/// Pull (the subscription's queue is read directly) or push (an HTTP endpoint).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SubscriptionKind {
+    /// Receive, settle and dead-letter through the subscription's queue.
+    Pull,
+    /// Delivered to an endpoint.
+    Push {
+        /// The endpoint URL.
+        endpoint: String,
+        /// Structured or binary mode.
+        #[serde(default)]
+        mode: PushMode,
+        /// Whether the endpoint was validated or validation was skipped.
+        validation: EndpointValidation,
+    },
+}
+
+/// Delivery settings of a push subscription.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeliverySpec {
+    /// Per-attempt timeout (default 30 s).
+    pub timeout_ms: u64,
+    /// Attempts in flight at once (default 10).
+    pub max_concurrency: u32,
+    /// Events per request (default 1: no batching).
+    pub max_events_per_batch: u32,
+    /// Preferred request body size when batching (default 64 KiB).
+    pub preferred_batch_bytes: u32,
+}
+
+impl Default for DeliverySpec {
+    fn default() -> Self {
+        DeliverySpec {
+            timeout_ms: 30_000,
+            max_concurrency: 10,
+            max_events_per_batch: 1,
+            preferred_batch_bytes: 65_536,
+        }
+    }
+}
+
+/// Where events a subscription gives up on go.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum DeadLetterDestination {
+    /// The dead-letter store of the subscription's queue.
+    OwnStore,
+    /// A copy goes to this queue (the evidence record stays in the own store).
+    Queue {
+        /// The queue.
+        name: EntityName,
+    },
+    /// Events given up on are dropped (logged and counted); only with `acknowledged`.
+    Drop {
+        /// The caller accepted dropping explicitly.
+        acknowledged: bool,
+    },
+}
+
+/// What a subscription is.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubscriptionSpec {
+    /// Pull or push.
+    pub kind: SubscriptionKind,
+    /// Which events it takes.
+    #[serde(default)]
+    pub filter: redrive_events::Filter,
+    /// Retries of a push subscription.
+    #[serde(default)]
+    pub retry_policy: redrive_events::RetryPolicy,
+    /// Delivery settings of a push subscription.
+    #[serde(default)]
+    pub delivery: DeliverySpec,
+    /// Dead-letter destination.
+    pub dead_letter: DeadLetterDestination,
+    /// A paused subscription keeps receiving events; no delivery attempts are made.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+/// A subscription to create.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewSubscription {
+    /// The topic.
+    pub topic: EntityName,
+    /// The subscription's name (unique per topic).
+    pub name: EntityName,
+    /// Its internal queue (`<topic>.<subscription>`), created with it.
+    pub queue: EntityName,
+    /// The internal queue's policy.
+    pub queue_policy: QueuePolicy,
+    /// The spec.
+    pub spec: SubscriptionSpec,
+}
+
+/// A subscription as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubscriptionRecord {
+    /// The topic.
+    pub topic: EntityName,
+    /// Name.
+    pub name: EntityName,
+    /// Its internal queue.
+    pub queue: EntityName,
+    /// The spec.
+    pub spec: SubscriptionSpec,
+    /// 1 at creation, +1 on every update.
+    pub version: u64,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// When it last changed.
+    pub updated_at: Timestamp,
+}
+
+/// A change to a subscription; fields left `None` stay.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SubscriptionUpdate {
+    /// Pause or resume.
+    pub paused: Option<bool>,
+    /// A new filter.
+    pub filter: Option<redrive_events::Filter>,
+}
+
+/// One event of a publish: its duplicate-detection key and the messages it fans out to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PublishEvent {
+    /// `source` + `'\n'` + `id`.
+    pub dedup_key: String,
+    /// One message per matching subscription, on that subscription's queue.
+    pub deliveries: Vec<(EntityName, NewMessage)>,
+}
+
+/// The answer to one published event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    /// The key was seen inside the topic's window: accepted, not fanned out again.
+    pub duplicate: bool,
+}

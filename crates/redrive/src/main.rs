@@ -70,6 +70,8 @@ enum Command {
     Stats(cmd::stats::StatsArgs),
     /// Load tests against a running server.
     Bench(bench::BenchArgs),
+    #[command(flatten)]
+    Topics(cmd::topic::TopicCommands),
 }
 
 fn main() -> ExitCode {
@@ -114,6 +116,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dlq(c) => cmd::dlq::run(&ctx()?, c).await,
         Command::Stats(a) => cmd::stats::run(&ctx()?, a).await,
         Command::Bench(a) => bench::run(&ctx()?, a).await,
+        Command::Topics(c) => cmd::topic::run(&ctx()?, c).await,
     }
 }
 

@@ -5,3 +5,4 @@ pub(crate) mod messages;
 pub(crate) mod ops;
 pub(crate) mod queues;
 pub(crate) mod sessions;
+pub(crate) mod topics;

@@ -11,3 +11,4 @@ mod queues;
 mod seed_003;
 mod sessions;
 mod support;
+mod topics;

@@ -14,6 +14,7 @@ mod receive;
 mod sessions;
 mod settle;
 mod sweep;
+mod topics;
 
 pub use concurrency::*;
 pub use dead_letters::*;
@@ -28,6 +29,7 @@ pub use receive::*;
 pub use sessions::*;
 pub use settle::*;
 pub use sweep::*;
+pub use topics::*;
 
 /// Imports every case file uses.
 mod prelude {

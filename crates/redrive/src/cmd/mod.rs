@@ -5,6 +5,7 @@ pub mod dlq;
 pub mod message;
 pub mod queue;
 pub mod stats;
+pub mod topic;
 
 use redrive_core::EntityName;
 

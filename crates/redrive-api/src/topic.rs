@@ -1,0 +1,177 @@
+//! Topics, subscriptions and publishing: `/v1/topics`, `/v1/topics/{topic}`,
+//! `/v1/topics/{topic}/subscriptions[/{sub}]`, `POST /v1/topics/{topic}/events`.
+
+pub use redrive_events::{Filter, RetryPolicy};
+pub use redrive_store::{
+    DeadLetterDestination, DeliverySpec, EndpointValidation, PushMode, SubscriptionKind,
+    TopicPolicy,
+};
+use serde::{Deserialize, Serialize};
+
+/// `POST /v1/topics`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTopic {
+    /// The topic name.
+    pub name: String,
+    /// The policy; fields left out take their defaults.
+    #[serde(default)]
+    pub policy: TopicPolicy,
+}
+
+/// A topic.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TopicInfo {
+    /// Name.
+    pub name: String,
+    /// Policy.
+    pub policy: TopicPolicy,
+    /// Version.
+    pub version: u64,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339.
+    pub updated_at: String,
+}
+
+/// `GET /v1/topics`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TopicList {
+    /// Every topic, by name.
+    pub topics: Vec<TopicInfo>,
+}
+
+/// Pull or push, in a create request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubscriptionType {
+    /// Read through the subscription's queue.
+    Pull,
+    /// Delivered to `endpoint`.
+    Push,
+}
+
+/// `POST /v1/topics/{topic}/subscriptions`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSubscription {
+    /// Name, unique per topic; the subscription's queue is `<topic>.<name>`.
+    pub name: String,
+    /// `pull` or `push`.
+    #[serde(rename = "type")]
+    pub kind: SubscriptionType,
+    /// Push: the endpoint URL (http or https).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// Push: `structured` (default) or `binary`.
+    #[serde(default)]
+    pub mode: PushMode,
+    /// Push: skip the webhook validation handshake (trusted endpoints); the record says so.
+    #[serde(default)]
+    pub skip_validation: bool,
+    /// Which events it takes.
+    #[serde(default)]
+    pub filter: Filter,
+    /// Push: retries.
+    #[serde(default)]
+    pub retry_policy: RetryPolicy,
+    /// Push: delivery settings.
+    #[serde(default)]
+    pub delivery: DeliverySpec,
+    /// Required for push (`{"type":"own_store"}`, `{"type":"queue","name":…}`, or
+    /// `{"type":"drop","acknowledged":true}`); pull defaults to its own store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter: Option<DeadLetterDestination>,
+    /// Create paused.
+    #[serde(default)]
+    pub paused: bool,
+    /// Pull: max delivery count of the queue (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_delivery_count: Option<u32>,
+}
+
+/// `PATCH /v1/topics/{topic}/subscriptions/{sub}`: fields left out stay.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateSubscription {
+    /// Pause (`true`) or resume (`false`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+    /// A new filter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<Filter>,
+}
+
+/// Per-subscription stats (its queue's counts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubscriptionStats {
+    /// Events waiting, deliverable now.
+    pub pending: u64,
+    /// Events waiting for a later attempt (backoff).
+    pub in_backoff: u64,
+    /// Events being delivered (locked).
+    pub in_flight: u64,
+    /// Events in the dead-letter store.
+    pub dead_lettered: u64,
+}
+
+/// A subscription.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubscriptionInfo {
+    /// The topic.
+    pub topic: String,
+    /// Name.
+    pub name: String,
+    /// Its queue (a pull subscription is received from it).
+    pub queue: String,
+    /// Pull or push (with endpoint, mode, and whether it was validated).
+    pub kind: SubscriptionKind,
+    /// Filter.
+    pub filter: Filter,
+    /// Retry policy (push).
+    pub retry_policy: RetryPolicy,
+    /// Delivery settings (push).
+    pub delivery: DeliverySpec,
+    /// Dead-letter destination.
+    pub dead_letter: DeadLetterDestination,
+    /// Paused: events are kept, no attempts made.
+    pub paused: bool,
+    /// Version.
+    pub version: u64,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339.
+    pub updated_at: String,
+    /// Live stats.
+    pub stats: SubscriptionStats,
+}
+
+/// `GET /v1/topics/{topic}/subscriptions`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubscriptionList {
+    /// Every subscription of the topic, by name.
+    pub subscriptions: Vec<SubscriptionInfo>,
+}
+
+/// One published event's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishResult {
+    /// The event id.
+    pub id: String,
+    /// Same source and id seen inside the topic's window: accepted, not fanned out again.
+    pub duplicate: bool,
+}
+
+/// `POST /v1/topics/{topic}/events` answers 201 with this: every event is stored durably.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishResults {
+    /// In request order.
+    pub results: Vec<PublishResult>,
+}
+
+/// `DELETE /v1/topics/{topic}/subscriptions/{sub}?force=true` answers 200 with this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubscriptionDeleted {
+    /// Undelivered events discarded with the subscription (logged and counted).
+    pub discarded: u64,
+}

@@ -1,0 +1,264 @@
+//! The push dispatcher: for every push subscription that is not paused, receives events
+//! from its queue with a lock, POSTs each to the endpoint with [`redrive_push::Deliverer`],
+//! and settles by [`redrive_events::RetryPolicy::decide`]: delivered → complete; retry at
+//! `t` → abandon with delay `t − now` (the queue keeps the attempt count — the delivery
+//! count — and the time of the next attempt, so both survive a restart); give up →
+//! dead-letter with the reason code and the last outcome in the description, or, for a
+//! subscription that accepted dropping, complete with a warning and a count.
+//!
+//! The dispatcher wakes when a publish stores events for a push subscription, and on the
+//! injected clock every `interval` while push subscriptions exist (retries come due then).
+//! Events are sent one per request (batching is not used yet), at most the subscription's
+//! `max_concurrency` at once. Several nodes may run dispatchers: locks keep one delivery of
+//! an event in flight at a time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redrive_core::Timestamp;
+use redrive_events::{CloudEvent, Verdict};
+use redrive_push::{Deliverer, DeliveryMode, DeliverySettings, PushTarget};
+use redrive_store::{
+    DeadLetterDestination, Delivery, PushMode, SettleAction, Settlement, SubscriptionKind,
+    SubscriptionRecord,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{Broker, BrokerResult, ReceiveOptions};
+
+/// The push delivery worker.
+pub struct Dispatcher {
+    broker: Broker,
+    deliverer: Deliverer,
+    interval: Duration,
+}
+
+impl Dispatcher {
+    /// A dispatcher over `broker`, looking for due retries every `interval` of its clock.
+    pub fn new(broker: Broker, interval: Duration) -> Result<Self, reqwest::Error> {
+        let deliverer = Deliverer::new(DeliverySettings::default(), broker.clock().clone())?;
+        Ok(Dispatcher {
+            broker,
+            deliverer,
+            interval,
+        })
+    }
+
+    /// Dispatches until `cancel` fires. A storage error is logged and retried at the next
+    /// wake-up; it never ends the loop.
+    pub async fn run(self, cancel: CancellationToken) {
+        loop {
+            let (active, due) = match self.pass().await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(error = %e, "push dispatch failed; retrying at the next tick");
+                    (1, None)
+                }
+            };
+            let work = &self.broker.inner.topics.push_work;
+            // Nodes sharing a store also look on the clock when they have no push
+            // subscription yet: another node may create one (its notification is local).
+            if active > 0 || self.broker.inner.store.capabilities().multi_node {
+                let tick = self.broker.now().plus(self.interval);
+                let next = due.map_or(tick, |d| d.min(tick));
+                tokio::select! {
+                    () = self.broker.inner.clock.sleep_until(next) => {}
+                    () = work.notified() => {}
+                    () = cancel.cancelled() => return,
+                }
+            } else {
+                // No push subscription: nothing can come due until one is created here.
+                tokio::select! {
+                    () = work.notified() => {}
+                    () = cancel.cancelled() => return,
+                }
+            }
+        }
+    }
+
+    /// One pass over every active push subscription; returns how many there are and the
+    /// earliest time a retry (or a lock running out) comes due on one of their queues.
+    pub async fn pass(&self) -> BrokerResult<(usize, Option<Timestamp>)> {
+        let store = &self.broker.inner.store;
+        let mut active = 0;
+        let mut due: Option<Timestamp> = None;
+        for topic in store.list_topics().await? {
+            for sub in store.list_subscriptions(&topic.name).await? {
+                if sub.spec.paused || !matches!(sub.spec.kind, SubscriptionKind::Push { .. }) {
+                    continue;
+                }
+                active += 1;
+                let queue = sub.queue.clone();
+                // Asked as of before the receive: the clock may move during the pass, and
+                // what came due meanwhile must not be missed (at worst one extra pass).
+                let before = self.broker.now();
+                if let Err(e) = self.dispatch(Arc::new(sub)).await {
+                    tracing::warn!(error = %e, "push dispatch of a subscription failed");
+                }
+                if let Some(t) = store.next_wake(&queue, before).await? {
+                    due = Some(due.map_or(t, |d| d.min(t)));
+                }
+            }
+        }
+        Ok((active, due))
+    }
+
+    /// Delivers what is due on one subscription's queue, until nothing is.
+    async fn dispatch(&self, sub: Arc<SubscriptionRecord>) -> BrokerResult<()> {
+        let SubscriptionKind::Push { endpoint, mode, .. } = &sub.spec.kind else {
+            return Ok(());
+        };
+        let timeout = Duration::from_millis(sub.spec.delivery.timeout_ms);
+        let target = Arc::new(PushTarget::new(
+            endpoint.clone(),
+            format!("{}/{}", sub.topic, sub.name),
+            match mode {
+                PushMode::Structured => DeliveryMode::Structured,
+                PushMode::Binary => DeliveryMode::Binary,
+            },
+            timeout,
+        ));
+        // The lock outlasts the attempt's timeout, so a slow endpoint does not see the
+        // event again while the first attempt is still open.
+        let lock_ms = (sub.spec.delivery.timeout_ms + 10_000).clamp(60_000, 300_000);
+        let max = sub.spec.delivery.max_concurrency.clamp(1, 100);
+        loop {
+            let deliveries = self
+                .broker
+                .receive(
+                    sub.queue.as_str(),
+                    ReceiveOptions {
+                        max,
+                        lock_ms: Some(lock_ms),
+                        wait_ms: 0,
+                        session: None,
+                    },
+                )
+                .await?;
+            if deliveries.is_empty() {
+                return Ok(());
+            }
+            let full = deliveries.len() == max as usize;
+            let mut set = tokio::task::JoinSet::new();
+            for d in deliveries {
+                let (this, sub, target) = (self.clone_parts(), sub.clone(), target.clone());
+                set.spawn(async move { this.attempt(&sub, &target, d).await });
+            }
+            let mut settlements = Vec::new();
+            while let Some(r) = set.join_next().await {
+                match r {
+                    Ok(s) => settlements.push(s),
+                    Err(e) => tracing::error!(error = %e, "a push attempt task failed"),
+                }
+            }
+            if !settlements.is_empty() {
+                let out = self.broker.settle(sub.queue.as_str(), settlements).await?;
+                for r in out.results {
+                    if let Err(e) = r {
+                        tracing::warn!(queue = %sub.queue, error = %e, "push settlement failed");
+                    }
+                }
+            }
+            if !full {
+                return Ok(());
+            }
+        }
+    }
+
+    fn clone_parts(&self) -> Attempter {
+        Attempter {
+            broker: self.broker.clone(),
+            deliverer: self.deliverer.clone(),
+        }
+    }
+}
+
+/// What one attempt needs, owned so that attempts run concurrently.
+struct Attempter {
+    broker: Broker,
+    deliverer: Deliverer,
+}
+
+fn seed(id: &str) -> u64 {
+    // FNV-1a: a stable per-event seed for the jitter.
+    id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+impl Attempter {
+    async fn attempt(
+        &self,
+        sub: &SubscriptionRecord,
+        target: &PushTarget,
+        d: Delivery,
+    ) -> Settlement {
+        let m = &d.message;
+        let lock_token = d.lock_token.clone();
+        let event = serde_json::from_slice(&m.body)
+            .map_err(|e| e.to_string())
+            .and_then(|v| CloudEvent::from_json(v).map_err(|e| e.to_string()));
+        let event = match event {
+            Ok(e) => e,
+            Err(why) => {
+                tracing::error!(queue = %m.queue, sequence = m.sequence, %why, "stored event unreadable");
+                return Settlement {
+                    lock_token,
+                    action: SettleAction::DeadLetter {
+                        reason: "InvalidEvent".to_owned(),
+                        description: Some(why),
+                    },
+                };
+            }
+        };
+        let attempt = m.delivery_count.max(1);
+        let result = self
+            .deliverer
+            .deliver_detailed(target, std::slice::from_ref(&event), attempt)
+            .await;
+        let now = self.broker.now();
+        let verdict = sub.spec.retry_policy.decide(
+            &result.outcome,
+            attempt,
+            m.enqueued_at,
+            now,
+            seed(&format!("{}\n{}", event.source, event.id)),
+        );
+        let last = match &result.error {
+            Some(e) => format!("attempt {attempt}: {:?} ({e})", result.outcome),
+            None => format!("attempt {attempt}: {:?}", result.outcome),
+        };
+        let action = match verdict {
+            Verdict::Delivered => {
+                tracing::debug!(queue = %m.queue, id = %event.id, attempt, "event delivered");
+                SettleAction::Complete
+            }
+            Verdict::RetryAt(t) => {
+                let delay_ms = u64::try_from(t.0.saturating_sub(now.0)).unwrap_or(0);
+                tracing::debug!(queue = %m.queue, id = %event.id, attempt, delay_ms, %last, "push attempt failed; retrying");
+                SettleAction::Abandon {
+                    delay_ms: Some(delay_ms),
+                }
+            }
+            Verdict::DeadLetter(why) => match &sub.spec.dead_letter {
+                DeadLetterDestination::Drop { .. } => {
+                    tracing::warn!(
+                        topic = %sub.topic, subscription = %sub.name, id = %event.id,
+                        reason = why.reason(), %last,
+                        "event dropped: undeliverable and the subscription accepts dropping"
+                    );
+                    self.broker
+                        .inner
+                        .topics
+                        .dropped(sub.topic.as_str(), sub.name.as_str());
+                    SettleAction::Complete
+                }
+                _ => SettleAction::DeadLetter {
+                    reason: why.reason().to_owned(),
+                    description: Some(last),
+                },
+            },
+        };
+        Settlement { lock_token, action }
+    }
+}

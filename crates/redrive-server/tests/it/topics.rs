@@ -1,0 +1,611 @@
+//! Topics, subscriptions and publishing over HTTP: fan-out with filters into pull
+//! subscriptions' queues, duplicate detection on source + id with the manual clock, an
+//! all-or-nothing batch, binary mode, push endpoint validation against a real receiver,
+//! and the dead-letter destination rule.
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode as AxStatus};
+use axum::routing::options;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::support::{TestServer, assert_problem};
+
+fn event(id: &str, ty: &str, subject: &str) -> Value {
+    json!({
+        "specversion": "1.0",
+        "id": id,
+        "source": "/shop",
+        "type": ty,
+        "subject": subject,
+        "datacontenttype": "application/json",
+        "data": {"n": id},
+    })
+}
+
+impl TestServer {
+    async fn publish_raw(&self, topic: &str, ct: &str, body: Vec<u8>) -> (StatusCode, Value) {
+        let resp = self
+            .http
+            .post(format!("{}/v1/topics/{topic}/events", self.url))
+            .header("content-type", ct)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn publish(&self, topic: &str, events: &[Value]) -> (StatusCode, Value) {
+        self.publish_raw(
+            topic,
+            "application/cloudevents-batch+json",
+            serde_json::to_vec(&Value::Array(events.to_vec())).unwrap(),
+        )
+        .await
+    }
+
+    async fn topic(&self, name: &str, policy: Value) {
+        let (s, v) = self
+            .post("/v1/topics", json!({"name": name, "policy": policy}))
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+
+    async fn pull_sub(&self, topic: &str, name: &str, filter: Value) -> String {
+        let (s, v) = self
+            .post(
+                &format!("/v1/topics/{topic}/subscriptions"),
+                json!({"name": name, "type": "pull", "filter": filter}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        v["queue"].as_str().unwrap().to_owned()
+    }
+}
+
+fn ids(msgs: &[Value]) -> Vec<String> {
+    msgs.iter()
+        .map(|m| m["message_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn publish_fans_out_to_pull_subscriptions_by_filter() {
+    let s = TestServer::start().await;
+    s.topic("orders", json!({})).await;
+    let created = s
+        .pull_sub(
+            "orders",
+            "created",
+            json!({"included_event_types": ["order.created"]}),
+        )
+        .await;
+    let eu = s
+        .pull_sub("orders", "eu", json!({"subject_begins_with": "/eu/"}))
+        .await;
+    assert_eq!(
+        (created.as_str(), eu.as_str()),
+        ("orders.created", "orders.eu")
+    );
+
+    let (st, v) = s
+        .publish(
+            "orders",
+            &[
+                event("1", "order.created", "/eu/1"),
+                event("2", "order.shipped", "/eu/2"),
+                event("3", "order.created", "/us/3"),
+                event("4", "order.shipped", "/us/4"),
+            ],
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    assert_eq!(
+        v,
+        json!({"results": [
+            {"id": "1", "duplicate": false}, {"id": "2", "duplicate": false},
+            {"id": "3", "duplicate": false}, {"id": "4", "duplicate": false},
+        ]})
+    );
+    let got = s.receive(&created, 10).await;
+    assert_eq!(ids(&got), ["1", "3"]);
+    assert_eq!(got[0]["content_type"], "application/cloudevents+json");
+    assert_eq!(got[0]["type"], "order.created");
+    let body: Value = serde_json::from_str(got[0]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(body, event("1", "order.created", "/eu/1"));
+    assert_eq!(ids(&s.receive(&eu, 10).await), ["1", "2"]);
+
+    // Each subscription's state is its own: completing on one leaves the other alone.
+    let (st, _) = s
+        .settle(
+            &created,
+            got[0]["lock_token"].as_str().unwrap(),
+            "complete",
+            json!({}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    let (st, v) = s.get("/v1/topics/orders/subscriptions/eu").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["kind"], json!({"type": "pull"}));
+    assert_eq!(v["dead_letter"], json!({"type": "own_store"}));
+    assert_eq!(v["stats"]["in_flight"], 2);
+    let (_, list) = s.get("/v1/topics/orders/subscriptions").await;
+    assert_eq!(list["subscriptions"].as_array().unwrap().len(), 2);
+
+    let metrics = s
+        .http
+        .get(format!("{}/metrics", s.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("redrive_events_published_total{topic=\"orders\"} 4"),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .contains("redrive_subscription_events_total{topic=\"orders\",subscription=\"eu\"} 2"),
+        "{metrics}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn duplicate_event_is_accepted_but_not_fanned_out_until_the_window_passes() {
+    let s = TestServer::start().await;
+    s.topic("orders", json!({"duplicate_detection_window_ms": 60_000}))
+        .await;
+    let q = s.pull_sub("orders", "all", json!({})).await;
+    let ev = event("1", "order.created", "/eu/1");
+    let (st, _) = s
+        .publish_raw(
+            "orders",
+            "application/cloudevents+json",
+            serde_json::to_vec(&ev).unwrap(),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+    s.advance(59_000);
+    let (st, v) = s.publish("orders", std::slice::from_ref(&ev)).await;
+    assert_eq!(st, StatusCode::CREATED);
+    assert_eq!(v["results"][0]["duplicate"], true);
+    assert_eq!(s.counts(&q).await["active"], 1);
+    // Same id from another source is another event.
+    let mut other = ev.clone();
+    other["source"] = json!("/elsewhere");
+    let (_, v) = s.publish("orders", &[other]).await;
+    assert_eq!(v["results"][0]["duplicate"], false);
+    // After the window the same event is accepted and fanned out again.
+    s.advance(1_000);
+    let (_, v) = s.publish("orders", &[ev]).await;
+    assert_eq!(v["results"][0]["duplicate"], false);
+    assert_eq!(s.counts(&q).await["active"], 3);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_batch_with_one_bad_event_stores_nothing() {
+    let s = TestServer::start().await;
+    s.topic("orders", json!({"max_event_size": 1024})).await;
+    let q = s.pull_sub("orders", "all", json!({})).await;
+    let mut bad = event("2", "order.created", "/eu/2");
+    bad.as_object_mut().unwrap().remove("source");
+    let r = s
+        .publish(
+            "orders",
+            &[
+                event("1", "order.created", "/eu/1"),
+                bad,
+                event("3", "x", "/y"),
+            ],
+        )
+        .await;
+    assert_problem(&r, 400, "invalid_event");
+    assert_eq!(r.1["index"], 1);
+    assert!(
+        r.1["detail"].as_str().unwrap().contains("source"),
+        "{}",
+        r.1
+    );
+    let mut big = event("4", "order.created", "/eu/4");
+    big["data"] = json!("x".repeat(2_000));
+    let r = s
+        .publish("orders", &[event("5", "order.created", "/eu/5"), big])
+        .await;
+    assert_problem(&r, 413, "event_too_large");
+    assert_eq!(r.1["index"], 1);
+    let r = s
+        .publish_raw(
+            "orders",
+            "application/cloudevents+json",
+            b"{not json".to_vec(),
+        )
+        .await;
+    assert_problem(&r, 400, "invalid_event");
+    let r = s
+        .publish_raw("orders", "text/plain", b"hello".to_vec())
+        .await;
+    assert_problem(&r, 415, "unsupported_media_type");
+    assert_problem(
+        &s.publish("nope", &[event("1", "t", "/s")]).await,
+        404,
+        "topic_not_found",
+    );
+    assert_eq!(s.counts(&q).await["active"], 0, "nothing was stored");
+    // Nothing was remembered either: event 1 is new.
+    let (_, v) = s
+        .publish("orders", &[event("1", "order.created", "/eu/1")])
+        .await;
+    assert_eq!(v["results"][0]["duplicate"], false);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn binary_mode_publish_is_stored_as_structured_json() {
+    let s = TestServer::start().await;
+    s.topic("orders", json!({})).await;
+    let q = s
+        .pull_sub(
+            "orders",
+            "created",
+            json!({"included_event_types": ["order.created"]}),
+        )
+        .await;
+    let resp = s
+        .http
+        .post(format!("{}/v1/topics/orders/events", s.url))
+        .header("ce-specversion", "1.0")
+        .header("ce-id", "b-1")
+        .header("ce-source", "/shop")
+        .header("ce-type", "order.created")
+        .header("ce-subject", "/eu/9")
+        .header("content-type", "application/json")
+        .body(r#"{"total": 12}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["results"][0]["id"], "b-1");
+    let got = s.receive(&q, 10).await;
+    assert_eq!(ids(&got), ["b-1"]);
+    let body: Value = serde_json::from_str(got[0]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(body["data"], json!({"total": 12}));
+    assert_eq!(body["subject"], "/eu/9");
+    // A binary event missing a required attribute is refused.
+    let resp = s
+        .http
+        .post(format!("{}/v1/topics/orders/events", s.url))
+        .header("ce-specversion", "1.0")
+        .header("ce-id", "b-2")
+        .header("ce-source", "/shop")
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["code"], "invalid_event");
+    s.stop().await;
+}
+
+/// A webhook receiver on 127.0.0.1: `/ok` agrees to the validation handshake, `/no`
+/// answers without `WebHook-Allowed-Origin`.
+async fn receiver() -> String {
+    async fn ok(headers: HeaderMap) -> (AxStatus, HeaderMap) {
+        let mut h = HeaderMap::new();
+        let origin = headers
+            .get("webhook-request-origin")
+            .cloned()
+            .unwrap_or(HeaderValue::from_static("*"));
+        h.insert("webhook-allowed-origin", origin);
+        (AxStatus::OK, h)
+    }
+    async fn no() -> AxStatus {
+        AxStatus::OK
+    }
+    let app = axum::Router::new()
+        .route("/ok", options(ok))
+        .route("/no", options(no));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    url
+}
+
+#[tokio::test]
+async fn push_subscription_validates_its_endpoint_and_needs_a_dead_letter_destination() {
+    let s = TestServer::start().await;
+    let rx = receiver().await;
+    s.topic("orders", json!({})).await;
+    let path = "/v1/topics/orders/subscriptions";
+
+    let r = s
+        .post(
+            path,
+            json!({"name": "hook", "type": "push", "endpoint": format!("{rx}/ok")}),
+        )
+        .await;
+    assert_problem(&r, 400, "dead_letter_destination_required");
+    let r = s
+        .post(
+            path,
+            json!({"name": "hook", "type": "push", "endpoint": format!("{rx}/ok"),
+                   "dead_letter": {"type": "drop", "acknowledged": false}}),
+        )
+        .await;
+    assert_problem(&r, 400, "dead_letter_destination_required");
+
+    let (st, v) = s
+        .post(
+            path,
+            json!({"name": "hook", "type": "push", "endpoint": format!("{rx}/ok"),
+                   "dead_letter": {"type": "own_store"}}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    assert_eq!(v["kind"]["type"], "push");
+    assert_eq!(v["kind"]["validation"], "validated");
+    assert_eq!(v["kind"]["mode"], "structured");
+    let (_, q) = s.get("/v1/queues/orders.hook").await;
+    assert_eq!(q["policy"]["max_delivery_count"], 10_000);
+
+    let r = s
+        .post(
+            path,
+            json!({"name": "refused", "type": "push", "endpoint": format!("{rx}/no"),
+                   "dead_letter": {"type": "own_store"}}),
+        )
+        .await;
+    assert_problem(&r, 400, "endpoint_validation_failed");
+    assert!(
+        r.1["detail"]
+            .as_str()
+            .unwrap()
+            .contains("WebHook-Allowed-Origin"),
+        "{}",
+        r.1
+    );
+    assert_problem(
+        &s.get("/v1/topics/orders/subscriptions/refused").await,
+        404,
+        "subscription_not_found",
+    );
+
+    // Skipping validation is allowed, and the record says so; dropping is allowed when
+    // accepted explicitly.
+    let (st, v) = s
+        .post(
+            path,
+            json!({"name": "trusted", "type": "push", "endpoint": format!("{rx}/no"),
+                   "skip_validation": true,
+                   "dead_letter": {"type": "drop", "acknowledged": true}}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    assert_eq!(v["kind"]["validation"], "skipped");
+    let r = s
+        .post(
+            path,
+            json!({"name": "bad", "type": "push", "endpoint": "ftp://example.com/x",
+                   "dead_letter": {"type": "own_store"}}),
+        )
+        .await;
+    assert_problem(&r, 400, "invalid_request");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn pause_resume_and_deletes_with_force() {
+    let s = TestServer::start().await;
+    s.topic("orders", json!({})).await;
+    let q = s.pull_sub("orders", "all", json!({})).await;
+    let (st, v) = s
+        .patch(
+            "/v1/topics/orders/subscriptions/all",
+            json!({"paused": true}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["paused"], true);
+    // A paused subscription keeps receiving events.
+    s.publish("orders", &[event("1", "t", "/s")]).await;
+    assert_eq!(s.counts(&q).await["active"], 1);
+    let (_, v) = s
+        .patch(
+            "/v1/topics/orders/subscriptions/all",
+            json!({"paused": false}),
+        )
+        .await;
+    assert_eq!(v["paused"], false);
+
+    assert_problem(
+        &s.delete("/v1/topics/orders").await,
+        409,
+        "topic_has_subscriptions",
+    );
+    assert_problem(
+        &s.delete("/v1/topics/orders/subscriptions/all").await,
+        409,
+        "subscription_not_empty",
+    );
+    let (st, v) = s
+        .delete("/v1/topics/orders/subscriptions/all?force=true")
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["discarded"], 1);
+    assert_problem(
+        &s.get(&format!("/v1/queues/{q}")).await,
+        404,
+        "queue_not_found",
+    );
+    s.pull_sub("orders", "again", json!({})).await;
+    let (st, _) = s.delete("/v1/topics/orders?force=true").await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    assert_problem(&s.get("/v1/topics/orders").await, 404, "topic_not_found");
+    assert_problem(
+        &s.get("/v1/queues/orders.again").await,
+        404,
+        "queue_not_found",
+    );
+    s.stop().await;
+}
+
+/// A receiver that agrees to validation and answers POSTs with the statuses in `script`
+/// (then 200), recording each request's `redrive-delivery-attempt` header and body.
+async fn scripted_receiver(
+    script: Vec<u16>,
+) -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>,
+) {
+    use std::sync::{Arc, Mutex};
+    let seen: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
+    let app = {
+        let seen = seen.clone();
+        axum::Router::new().route(
+            "/hook",
+            options(|| async {
+                let mut h = HeaderMap::new();
+                h.insert("webhook-allowed-origin", HeaderValue::from_static("*"));
+                (AxStatus::OK, h)
+            })
+            .post(move |headers: HeaderMap, body: axum::body::Bytes| {
+                let seen = seen.clone();
+                let script = script.clone();
+                async move {
+                    let attempt = headers
+                        .get("redrive-delivery-attempt")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_owned();
+                    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    let mut seen = seen.lock().unwrap();
+                    let status = script.get(seen.len()).copied().unwrap_or(200);
+                    seen.push((attempt, body));
+                    AxStatus::from_u16(status).unwrap()
+                }
+            }),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, seen)
+}
+
+/// Waits (by yielding, bounded) until the receiver has seen `n` requests: a signal, not
+/// a timing rule.
+async fn until_seen(seen: &std::sync::Mutex<Vec<(String, Value)>>, n: usize) {
+    for _ in 0..5_000 {
+        if seen.lock().unwrap().len() >= n {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    panic!("the receiver never saw {n} requests");
+}
+
+/// Waits (bounded) until the subscription's stats match.
+async fn until_stats(s: &TestServer, sub: &str, want: Value) {
+    let mut last = Value::Null;
+    for _ in 0..5_000 {
+        let (_, v) = s
+            .get(&format!("/v1/topics/orders/subscriptions/{sub}"))
+            .await;
+        last = v["stats"].clone();
+        if last == want {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    panic!("stats of {sub} never became {want}: {last}");
+}
+
+#[tokio::test]
+async fn push_delivery_retries_on_the_schedule_then_succeeds() {
+    let s = TestServer::start().await;
+    let (url, seen) = scripted_receiver(vec![500, 503]).await;
+    s.topic("orders", json!({})).await;
+    let (st, v) = s
+        .post(
+            "/v1/topics/orders/subscriptions",
+            json!({"name": "hook", "type": "push", "endpoint": url,
+                   "dead_letter": {"type": "own_store"},
+                   "retry_policy": {"jitter": 0.0}}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let (st, _) = s
+        .publish("orders", &[event("1", "order.created", "/eu/1")])
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+
+    // Attempt 1 at once (500), then in backoff for 10 s.
+    until_seen(&seen, 1).await;
+    let idle = json!({"pending": 0, "in_backoff": 1, "in_flight": 0, "dead_lettered": 0});
+    until_stats(&s, "hook", idle.clone()).await;
+    s.advance(9_999);
+    until_stats(&s, "hook", idle.clone()).await;
+    assert_eq!(seen.lock().unwrap().len(), 1, "not before its time");
+    // Attempt 2 after 10 s (503), then 30 s.
+    s.advance(1);
+    until_seen(&seen, 2).await;
+    until_stats(&s, "hook", idle.clone()).await;
+    s.advance(29_000);
+    until_stats(&s, "hook", idle).await;
+    assert_eq!(seen.lock().unwrap().len(), 2);
+    // Attempt 3 after 30 more seconds succeeds: the event is complete.
+    s.advance(1_000);
+    until_seen(&seen, 3).await;
+    until_stats(
+        &s,
+        "hook",
+        json!({"pending": 0, "in_backoff": 0, "in_flight": 0, "dead_lettered": 0}),
+    )
+    .await;
+    let seen = seen.lock().unwrap().clone();
+    let attempts: Vec<&str> = seen.iter().map(|(a, _)| a.as_str()).collect();
+    assert_eq!(attempts, ["1", "2", "3"]);
+    assert_eq!(seen[2].1, event("1", "order.created", "/eu/1"));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn push_delivery_dead_letters_a_rejected_event_at_once() {
+    let s = TestServer::start().await;
+    let (url, seen) = scripted_receiver(vec![400]).await;
+    s.topic("orders", json!({})).await;
+    let (st, v) = s
+        .post(
+            "/v1/topics/orders/subscriptions",
+            json!({"name": "hook", "type": "push", "endpoint": url,
+                   "dead_letter": {"type": "own_store"}}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    s.publish("orders", &[event("1", "order.created", "/eu/1")])
+        .await;
+    until_seen(&seen, 1).await;
+    until_stats(
+        &s,
+        "hook",
+        json!({"pending": 0, "in_backoff": 0, "in_flight": 0, "dead_lettered": 1}),
+    )
+    .await;
+    let (st, v) = s.get("/v1/queues/orders.hook/dead-letters").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let rec = &v["dead_letters"][0];
+    assert_eq!(rec["reason"], "EndpointRejected", "{v}");
+    assert!(rec["description"].as_str().unwrap().contains("400"), "{v}");
+    s.stop().await;
+}
