@@ -113,6 +113,18 @@ impl Default for SqliteOptions {
 pub struct SqliteStore {
     writer: Writer,
     readers: ReadPool,
+    /// Queue records by name. Only this process writes the file, so the cache is exact:
+    /// every operation that can change or remove a queue record clears it after its
+    /// commit, and a read that raced such a change is not cached (the generation moved).
+    /// Bounded by the number of queues. It saves a read-pool round trip (a thread hop)
+    /// on every send and receive.
+    queue_cache: std::sync::Mutex<QueueCache>,
+}
+
+#[derive(Default)]
+struct QueueCache {
+    generation: u64,
+    records: std::collections::HashMap<String, QueueRecord>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -124,6 +136,19 @@ impl std::fmt::Debug for SqliteStore {
 }
 
 impl SqliteStore {
+    fn cache(&self) -> std::sync::MutexGuard<'_, QueueCache> {
+        // Every critical section leaves the cache consistent, so a poisoned lock is usable.
+        self.queue_cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forgets every cached queue record; called after a commit that may have changed or
+    /// removed one.
+    fn forget_queues(&self) {
+        let mut cache = self.cache();
+        cache.generation += 1;
+        cache.records.clear();
+    }
+
     /// Opens (creating if needed) the database file at `path` (parent directories
     /// created), in WAL mode with `synchronous=FULL`, and applies migrations.
     pub fn open(path: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
@@ -139,7 +164,11 @@ impl SqliteStore {
         schema::migrate(&conn)?;
         let readers = ReadPool::open(path.to_path_buf(), options.readers)?;
         let writer = Writer::start(conn, options.max_batch)?;
-        Ok(SqliteStore { writer, readers })
+        Ok(SqliteStore {
+            writer,
+            readers,
+            queue_cache: std::sync::Mutex::default(),
+        })
     }
 
     /// Stops the writer thread after it finishes the work already queued, and checkpoints
@@ -191,14 +220,29 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<QueueRecord> {
         let (name, policy) = (name.clone(), policy.clone());
-        self.writer
+        let result = self
+            .writer
             .write(move |tx| queues::update(tx, &name, &policy, expected_version, now))
-            .await
+            .await;
+        self.forget_queues();
+        result
     }
 
     async fn get_queue(&self, name: &EntityName) -> StoreResult<QueueRecord> {
-        let name = name.clone();
-        self.readers.read(move |c| queues::get(c, &name)).await
+        let generation = {
+            let cache = self.cache();
+            if let Some(r) = cache.records.get(name.as_str()) {
+                return Ok(r.clone());
+            }
+            cache.generation
+        };
+        let key = name.clone();
+        let record = self.readers.read(move |c| queues::get(c, &key)).await?;
+        let mut cache = self.cache();
+        if cache.generation == generation {
+            cache.records.insert(name.to_string(), record.clone());
+        }
+        Ok(record)
     }
 
     async fn list_queues(&self) -> StoreResult<Vec<QueueRecord>> {
@@ -207,9 +251,12 @@ impl Store for SqliteStore {
 
     async fn delete_queue(&self, name: &EntityName, force: bool) -> StoreResult<()> {
         let name = name.clone();
-        self.writer
+        let result = self
+            .writer
             .write(move |tx| queues::delete(tx, &name, force))
-            .await
+            .await;
+        self.forget_queues();
+        result
     }
 
     async fn queue_counts(&self, name: &EntityName, now: Timestamp) -> StoreResult<QueueCounts> {
@@ -446,9 +493,12 @@ impl Store for SqliteStore {
 
     async fn delete_topic(&self, name: &EntityName, force: bool) -> StoreResult<()> {
         let name = name.clone();
-        self.writer
+        let result = self
+            .writer
             .write(move |tx| topics::delete_topic(tx, &name, force))
-            .await
+            .await;
+        self.forget_queues();
+        result
     }
 
     async fn create_subscription(
@@ -457,9 +507,12 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<SubscriptionRecord> {
         let sub = sub.clone();
-        self.writer
+        let result = self
+            .writer
             .write(move |tx| topics::create_subscription(tx, &sub, now))
-            .await
+            .await;
+        self.forget_queues();
+        result
     }
 
     async fn get_subscription(
@@ -488,9 +541,12 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<SubscriptionRecord> {
         let (topic, name, update) = (topic.clone(), name.clone(), update.clone());
-        self.writer
+        let result = self
+            .writer
             .write(move |tx| topics::update_subscription(tx, &topic, &name, &update, now))
-            .await
+            .await;
+        self.forget_queues();
+        result
     }
 
     async fn delete_subscription(
@@ -500,9 +556,12 @@ impl Store for SqliteStore {
         force: bool,
     ) -> StoreResult<u64> {
         let (topic, name) = (topic.clone(), name.clone());
-        self.writer
+        let result = self
+            .writer
             .write(move |tx| topics::delete_subscription(tx, &topic, &name, force))
-            .await
+            .await;
+        self.forget_queues();
+        result
     }
 
     async fn publish(
