@@ -1,13 +1,12 @@
 //! Dead letters: the one dead-lettering path shared by receive, settle and sweep, and the
 //! operations on a queue's dead-letter store.
 
-use redrive_core::message::{
-    DEAD_LETTER_DESCRIPTION_PROPERTY, DEAD_LETTER_REASON_PROPERTY, DEAD_LETTER_SOURCE_PROPERTY,
-    RESUBMITTED_FROM_PROPERTY,
-};
+use redrive_core::message::RESUBMITTED_FROM_PROPERTY;
 use redrive_core::{
-    Area, DeadLetterReason, EntityName, EvidenceQuality, MessageMeta, PropertyValue, RouteKind,
-    Timestamp,
+    Area, DeadLetterReason, EntityName, EvidenceQuality, PropertyValue, RouteKind, Timestamp,
+};
+use redrive_store::dead_letter::{
+    TargetUnfit, broker_description, check_target, fallback_description, forwarded_properties,
 };
 use redrive_store::{
     DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, DeadLettered, Effects, Enqueued,
@@ -22,43 +21,6 @@ use crate::rows::{
     insert_record, load_row, props_to_json, queue_id, record_from_row,
 };
 use crate::writer::Tx;
-
-/// Why a configured dead-letter queue cannot take a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Unfit {
-    Missing,
-    Itself,
-    NeedsSession,
-}
-
-impl Unfit {
-    fn why(self) -> &'static str {
-        match self {
-            Unfit::Missing => "does not exist",
-            Unfit::Itself => "is the queue itself",
-            Unfit::NeedsSession => "requires a session id and the message has none",
-        }
-    }
-}
-
-/// The description the broker writes when it routes a message by policy.
-fn broker_description(
-    reason: &DeadLetterReason,
-    meta: &MessageMeta,
-    q: &QueueInfo,
-) -> Option<String> {
-    match reason {
-        DeadLetterReason::MaxDeliveryCountExceeded => Some(format!(
-            "delivered {} times; the queue's max delivery count is {} (policy version {})",
-            meta.delivery_count, q.policy.max_delivery_count, q.version
-        )),
-        DeadLetterReason::TtlExpired => Some(match meta.expires_at {
-            Some(t) => format!("time to live ran out at {}", t.to_rfc3339()),
-            None => "time to live ran out".to_owned(),
-        }),
-        DeadLetterReason::Application(_) => None,
-    }
-}
 
 /// Whether an application dead-letter on `q` would be refused because its dead-letter
 /// queue does not exist (checked before anything is changed).
@@ -90,40 +52,25 @@ pub(crate) fn dead_letter(
 ) -> StoreResult<String> {
     let row = load_row(tx.conn, head.rowid)?;
     let meta = &head.meta;
-    let mut description = description.or_else(|| broker_description(&reason, meta, q));
+    let mut description = description
+        .or_else(|| broker_description(&reason, meta, q.policy.max_delivery_count, q.version));
     let mut area = Area::Live;
     let mut forwarded_to: Option<(EntityName, i64)> = None;
 
     if let Some(target) = &q.policy.dead_letter_queue {
-        let fit = if target == &q.name {
-            Err(Unfit::Itself)
-        } else {
-            match tx.queue_opt(target.as_str())? {
-                None => Err(Unfit::Missing),
-                Some(t) if t.policy.requires_session && row.head.session_id.is_none() => {
-                    Err(Unfit::NeedsSession)
-                }
-                Some(t) => Ok(t),
-            }
-        };
+        let found = tx.queue_opt(target.as_str())?;
+        let fit = check_target(
+            &q.name,
+            target,
+            found.as_ref().map(|t| t.policy.requires_session),
+            row.head.session_id.is_some(),
+        )
+        .and_then(|()| found.ok_or(TargetUnfit::Missing));
         match fit {
             Ok(t) => {
                 let sequence = allocate_sequences(tx.conn, t.id, 1)?;
-                let mut props = row.properties.clone();
-                props.insert(
-                    DEAD_LETTER_REASON_PROPERTY.to_owned(),
-                    PropertyValue::String(reason.as_str().to_owned()),
-                );
-                if let Some(d) = &description {
-                    props.insert(
-                        DEAD_LETTER_DESCRIPTION_PROPERTY.to_owned(),
-                        PropertyValue::String(d.clone()),
-                    );
-                }
-                props.insert(
-                    DEAD_LETTER_SOURCE_PROPERTY.to_owned(),
-                    PropertyValue::String(q.name.to_string()),
-                );
+                let props =
+                    forwarded_properties(&row.properties, &reason, description.as_deref(), &q.name);
                 let props = props_to_json(&props)?;
                 insert_message(
                     tx.conn,
@@ -153,22 +100,14 @@ pub(crate) fn dead_letter(
                 area = Area::Archived;
             }
             Err(unfit) => {
-                if !by_broker && unfit == Unfit::Missing {
+                if !by_broker && unfit == TargetUnfit::Missing {
                     // Callers check `target_missing` first; this keeps the rule in one place.
                     return Err(StoreError::DeadLetterTargetMissing {
                         queue: q.name.to_string(),
                         target: target.to_string(),
                     });
                 }
-                let note = format!(
-                    "dead-letter queue {target} {}; kept in the dead-letter store of {}",
-                    unfit.why(),
-                    q.name
-                );
-                description = Some(match description {
-                    Some(d) => format!("{d} ({note})"),
-                    None => note,
-                });
+                description = Some(fallback_description(description, target, unfit, &q.name));
                 tracing::warn!(queue = %q.name, target = %target, why = unfit.why(),
                     "dead-letter queue unusable; record kept in the queue's own store");
             }

@@ -14,6 +14,7 @@
 //! free to share one commit among concurrent calls (group commit); a later issue adds
 //! multi-operation transactions on top of the same mechanism.
 
+pub mod dead_letter;
 mod error;
 mod types;
 
