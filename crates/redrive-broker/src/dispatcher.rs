@@ -3,8 +3,30 @@
 //! and settles by [`redrive_events::RetryPolicy::decide`]: delivered → complete; retry at
 //! `t` → abandon with delay `t − now` (the queue keeps the attempt count — the delivery
 //! count — and the time of the next attempt, so both survive a restart); give up →
-//! dead-letter with the reason code and the last outcome in the description, or, for a
-//! subscription that accepted dropping, complete with a warning and a count.
+//! dead-letter with the reason code and the evidence in the description (see below), or,
+//! for a subscription that accepted dropping, complete with a warning and a count.
+//!
+//! ## Dead-letter evidence
+//!
+//! The record's reason code is Event Grid's `deadLetterReason`:
+//! `MaxDeliveryAttemptsExceeded`, `TimeToLiveExceeded` or `EndpointRejected`. Event Grid's
+//! diagnostics travel with it, but a settlement cannot set properties on the record (the
+//! record keeps the message's own properties, and the store is not changed for this), so
+//! they are the record's **description**, a JSON object:
+//!
+//! ```json
+//! {"deadLetterReason": "MaxDeliveryAttemptsExceeded", "deliveryAttempts": 3,
+//!  "lastDeliveryOutcome": "500", "lastHttpStatusCode": 500,
+//!  "publishTime": "2027-01-15T08:00:00.000Z",
+//!  "lastDeliveryAttemptTime": "2027-01-15T08:00:40.000Z"}
+//! ```
+//!
+//! `lastDeliveryOutcome` is the status code as text, `"timeout"` or `"connection error"`;
+//! `lastHttpStatusCode` is present only when the endpoint answered; `lastDeliveryError`
+//! (the error chain of a timeout or connection error, shortened) only when there was one.
+//! `publishTime` is when the event was published (its enqueue time) and
+//! `lastDeliveryAttemptTime` when the last attempt started, both RFC 3339 on the broker's
+//! clock.
 //!
 //! The dispatcher wakes when a publish stores events for a push subscription, and on the
 //! injected clock every `interval` while push subscriptions exist (retries come due then).
@@ -16,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redrive_core::Timestamp;
-use redrive_events::{CloudEvent, Verdict};
+use redrive_events::{AttemptOutcome, CloudEvent, Verdict};
 use redrive_push::{Deliverer, DeliveryMode, DeliverySettings, PushTarget};
 use redrive_store::{
     DeadLetterDestination, Delivery, PushMode, SettleAction, Settlement, SubscriptionKind,
@@ -186,6 +208,43 @@ fn seed(id: &str) -> u64 {
     })
 }
 
+/// The longest error chain kept in the evidence; the broker refuses descriptions over
+/// 4096 bytes, and the rest of the object is far below the remainder.
+const MAX_ERROR_CHARS: usize = 1024;
+
+/// Event Grid's dead-letter diagnostics as the JSON object that is the record's
+/// description (see the module docs).
+fn evidence(
+    reason: &str,
+    attempts: u32,
+    result: &redrive_push::Delivery,
+    published_at: Timestamp,
+    attempted_at: Timestamp,
+) -> String {
+    let mut o = serde_json::Map::new();
+    o.insert("deadLetterReason".into(), reason.into());
+    o.insert("deliveryAttempts".into(), attempts.into());
+    let outcome = match result.outcome {
+        AttemptOutcome::Status { status, .. } => {
+            o.insert("lastHttpStatusCode".into(), status.into());
+            status.to_string()
+        }
+        AttemptOutcome::Timeout => "timeout".to_owned(),
+        AttemptOutcome::ConnectionError => "connection error".to_owned(),
+    };
+    o.insert("lastDeliveryOutcome".into(), outcome.into());
+    if let Some(e) = &result.error {
+        let short: String = e.chars().take(MAX_ERROR_CHARS).collect();
+        o.insert("lastDeliveryError".into(), short.into());
+    }
+    o.insert("publishTime".into(), published_at.to_rfc3339().into());
+    o.insert(
+        "lastDeliveryAttemptTime".into(),
+        attempted_at.to_rfc3339().into(),
+    );
+    serde_json::Value::Object(o).to_string()
+}
+
 impl Attempter {
     async fn attempt(
         &self,
@@ -212,6 +271,7 @@ impl Attempter {
             }
         };
         let attempt = m.delivery_count.max(1);
+        let started = self.broker.now();
         let result = self
             .deliverer
             .deliver_detailed(target, std::slice::from_ref(&event), attempt)
@@ -255,7 +315,13 @@ impl Attempter {
                 }
                 _ => SettleAction::DeadLetter {
                     reason: why.reason().to_owned(),
-                    description: Some(last),
+                    description: Some(evidence(
+                        why.reason(),
+                        attempt,
+                        &result,
+                        m.enqueued_at,
+                        started,
+                    )),
                 },
             },
         };

@@ -24,11 +24,14 @@ pub const T0: Timestamp = Timestamp(1_800_000_000_000);
 
 impl TestServer {
     pub async fn start() -> TestServer {
-        let dir = tempfile::tempdir().unwrap();
+        TestServer::start_in(tempfile::tempdir().unwrap(), ManualClock::new(T0)).await
+    }
+
+    /// A server over the SQLite file in `dir` (created if missing) on `clock`.
+    async fn start_in(dir: tempfile::TempDir, clock: ManualClock) -> TestServer {
         let store =
             SqliteStore::open(&dir.path().join("redrive.db"), SqliteOptions::default()).unwrap();
         let store: Arc<SqliteStore> = Arc::new(store);
-        let clock = ManualClock::new(T0);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -57,14 +60,26 @@ impl TestServer {
         }
     }
 
-    /// Stops the server gracefully and waits for it.
-    pub async fn stop(mut self) {
+    /// Stops the server gracefully, then starts a new one over the same SQLite file and
+    /// the same manual clock (on a new port: use the returned server's `url`).
+    pub async fn restart(mut self) -> TestServer {
+        self.shutdown().await;
+        let TestServer { clock, _dir, .. } = self;
+        TestServer::start_in(_dir, clock).await
+    }
+
+    async fn shutdown(&mut self) {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
         if let Some(t) = self.task.take() {
             t.await.unwrap();
         }
+    }
+
+    /// Stops the server gracefully and waits for it.
+    pub async fn stop(mut self) {
+        self.shutdown().await;
     }
 
     pub fn advance(&self, ms: u64) {

@@ -1,14 +1,15 @@
 //! Topics, subscriptions and publishing over HTTP: fan-out with filters into pull
 //! subscriptions' queues, duplicate detection on source + id with the manual clock, an
 //! all-or-nothing batch, binary mode, push endpoint validation against a real receiver,
-//! and the dead-letter destination rule.
+//! the dead-letter destination rule, and push delivery: the retry schedule, giving up with
+//! Event Grid's evidence (attempts, time to live), `Retry-After`, and a restart in backoff.
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode as AxStatus};
 use axum::routing::options;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{TestServer, assert_problem};
+use crate::support::{T0, TestServer, assert_problem};
 
 fn event(id: &str, ty: &str, subject: &str) -> Value {
     json!({
@@ -466,6 +467,18 @@ async fn scripted_receiver(
     String,
     std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>,
 ) {
+    receiver_with(script.into_iter().map(|s| (s, None)).collect(), 200).await
+}
+
+/// Like [`scripted_receiver`], but each scripted answer may carry a `Retry-After` value,
+/// and the answers after the script have the status `then`.
+async fn receiver_with(
+    script: Vec<(u16, Option<&'static str>)>,
+    then: u16,
+) -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>,
+) {
     use std::sync::{Arc, Mutex};
     let seen: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
     let app = {
@@ -488,9 +501,14 @@ async fn scripted_receiver(
                         .to_owned();
                     let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
                     let mut seen = seen.lock().unwrap();
-                    let status = script.get(seen.len()).copied().unwrap_or(200);
+                    let (status, retry_after) =
+                        script.get(seen.len()).copied().unwrap_or((then, None));
                     seen.push((attempt, body));
-                    AxStatus::from_u16(status).unwrap()
+                    let mut h = HeaderMap::new();
+                    if let Some(r) = retry_after {
+                        h.insert("retry-after", HeaderValue::from_static(r));
+                    }
+                    (AxStatus::from_u16(status).unwrap(), h)
                 }
             }),
         )
@@ -607,5 +625,205 @@ async fn push_delivery_dead_letters_a_rejected_event_at_once() {
     let rec = &v["dead_letters"][0];
     assert_eq!(rec["reason"], "EndpointRejected", "{v}");
     assert!(rec["description"].as_str().unwrap().contains("400"), "{v}");
+    s.stop().await;
+}
+
+/// Creates the push subscription `hook` on `orders` with this retry policy.
+async fn push_sub(s: &TestServer, url: &str, retry_policy: Value) {
+    let (st, v) = s
+        .post(
+            "/v1/topics/orders/subscriptions",
+            json!({"name": "hook", "type": "push", "endpoint": url,
+                   "dead_letter": {"type": "own_store"},
+                   "retry_policy": retry_policy}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+}
+
+/// The only dead-letter record of `orders.hook`, and its description parsed as the
+/// evidence object.
+async fn the_dead_letter(s: &TestServer) -> (Value, Value) {
+    let (st, v) = s.get("/v1/queues/orders.hook/dead-letters").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let recs = v["dead_letters"].as_array().unwrap();
+    assert_eq!(recs.len(), 1, "{v}");
+    let evidence = serde_json::from_str(recs[0]["description"].as_str().unwrap()).unwrap();
+    (recs[0].clone(), evidence)
+}
+
+fn attempts(seen: &std::sync::Mutex<Vec<(String, Value)>>) -> Vec<String> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .map(|(a, _)| a.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn push_delivery_gives_up_after_max_attempts_with_evidence() {
+    let s = TestServer::start().await;
+    let (url, seen) = receiver_with(vec![], 500).await;
+    s.topic("orders", json!({})).await;
+    push_sub(
+        &s,
+        &url,
+        json!({"max_delivery_attempts": 3, "event_time_to_live_minutes": 1440, "jitter": 0.0}),
+    )
+    .await;
+    s.publish("orders", &[event("1", "order.created", "/eu/1")])
+        .await;
+    let idle = json!({"pending": 0, "in_backoff": 1, "in_flight": 0, "dead_lettered": 0});
+
+    // Attempt 1 at once, attempt 2 10 s later, attempt 3 30 s after that: none early.
+    until_seen(&seen, 1).await;
+    until_stats(&s, "hook", idle.clone()).await;
+    s.advance(9_999);
+    until_stats(&s, "hook", idle.clone()).await;
+    assert_eq!(seen.lock().unwrap().len(), 1, "not before 10 s");
+    s.advance(1);
+    until_seen(&seen, 2).await;
+    until_stats(&s, "hook", idle.clone()).await;
+    s.advance(29_999);
+    until_stats(&s, "hook", idle).await;
+    assert_eq!(seen.lock().unwrap().len(), 2, "not before 30 s more");
+    s.advance(1);
+    until_seen(&seen, 3).await;
+    until_stats(
+        &s,
+        "hook",
+        json!({"pending": 0, "in_backoff": 0, "in_flight": 0, "dead_lettered": 1}),
+    )
+    .await;
+    // No fourth attempt, however long we wait.
+    s.advance(3_600_000);
+    until_stats(
+        &s,
+        "hook",
+        json!({"pending": 0, "in_backoff": 0, "in_flight": 0, "dead_lettered": 1}),
+    )
+    .await;
+    assert_eq!(attempts(&seen), ["1", "2", "3"]);
+
+    let (rec, evidence) = the_dead_letter(&s).await;
+    assert_eq!(rec["reason"], "MaxDeliveryAttemptsExceeded", "{rec}");
+    assert_eq!(rec["delivery_count"], 3, "{rec}");
+    assert_eq!(
+        evidence,
+        json!({
+            "deadLetterReason": "MaxDeliveryAttemptsExceeded",
+            "deliveryAttempts": 3,
+            "lastDeliveryOutcome": "500",
+            "lastHttpStatusCode": 500,
+            "publishTime": T0.to_rfc3339(),
+            "lastDeliveryAttemptTime": T0.plus_millis(40_000).to_rfc3339(),
+        })
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn push_delivery_stops_at_the_event_time_to_live() {
+    let s = TestServer::start().await;
+    let (url, seen) = receiver_with(vec![], 503).await;
+    s.topic("orders", json!({})).await;
+    // Ten attempts allowed, but only one minute to live.
+    push_sub(
+        &s,
+        &url,
+        json!({"event_time_to_live_minutes": 1, "jitter": 0.0}),
+    )
+    .await;
+    s.publish("orders", &[event("1", "order.created", "/eu/1")])
+        .await;
+    let idle = json!({"pending": 0, "in_backoff": 1, "in_flight": 0, "dead_lettered": 0});
+
+    until_seen(&seen, 1).await;
+    until_stats(&s, "hook", idle.clone()).await;
+    s.advance(10_000);
+    until_seen(&seen, 2).await;
+    until_stats(&s, "hook", idle).await;
+    s.advance(30_000);
+    // Attempt 3 at 40 s; the next would be at 100 s, past the minute: given up at once.
+    until_seen(&seen, 3).await;
+    until_stats(
+        &s,
+        "hook",
+        json!({"pending": 0, "in_backoff": 0, "in_flight": 0, "dead_lettered": 1}),
+    )
+    .await;
+    assert_eq!(attempts(&seen), ["1", "2", "3"]);
+
+    let (rec, evidence) = the_dead_letter(&s).await;
+    assert_eq!(rec["reason"], "TimeToLiveExceeded", "{rec}");
+    assert_eq!(evidence["deadLetterReason"], "TimeToLiveExceeded");
+    assert_eq!(evidence["deliveryAttempts"], 3);
+    assert_eq!(evidence["lastDeliveryOutcome"], "503");
+    assert_eq!(evidence["lastHttpStatusCode"], 503);
+    assert_eq!(evidence["publishTime"], T0.to_rfc3339());
+    assert_eq!(
+        evidence["lastDeliveryAttemptTime"],
+        T0.plus_millis(40_000).to_rfc3339()
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn push_delivery_honours_retry_after() {
+    let s = TestServer::start().await;
+    let (url, seen) = receiver_with(vec![(429, Some("120"))], 200).await;
+    s.topic("orders", json!({})).await;
+    push_sub(&s, &url, json!({"jitter": 0.0})).await;
+    s.publish("orders", &[event("1", "order.created", "/eu/1")])
+        .await;
+    let idle = json!({"pending": 0, "in_backoff": 1, "in_flight": 0, "dead_lettered": 0});
+
+    until_seen(&seen, 1).await;
+    until_stats(&s, "hook", idle.clone()).await;
+    // The schedule says 10 s; the endpoint asked for 120 s.
+    s.advance(10_000);
+    until_stats(&s, "hook", idle.clone()).await;
+    s.advance(109_999);
+    until_stats(&s, "hook", idle).await;
+    assert_eq!(seen.lock().unwrap().len(), 1, "not before 120 s");
+    s.advance(1);
+    until_seen(&seen, 2).await;
+    until_stats(
+        &s,
+        "hook",
+        json!({"pending": 0, "in_backoff": 0, "in_flight": 0, "dead_lettered": 0}),
+    )
+    .await;
+    assert_eq!(attempts(&seen), ["1", "2"]);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn push_state_survives_a_restart_in_backoff() {
+    let s = TestServer::start().await;
+    let (url, seen) = scripted_receiver(vec![500]).await;
+    s.topic("orders", json!({})).await;
+    push_sub(&s, &url, json!({"jitter": 0.0})).await;
+    s.publish("orders", &[event("1", "order.created", "/eu/1")])
+        .await;
+    let idle = json!({"pending": 0, "in_backoff": 1, "in_flight": 0, "dead_lettered": 0});
+    until_seen(&seen, 1).await;
+    until_stats(&s, "hook", idle.clone()).await;
+
+    // Same SQLite file, same clock, a new process-equivalent.
+    let s = s.restart().await;
+    until_stats(&s, "hook", idle.clone()).await;
+    s.advance(9_999);
+    until_stats(&s, "hook", idle).await;
+    assert_eq!(seen.lock().unwrap().len(), 1, "the schedule survived");
+    s.advance(1);
+    until_seen(&seen, 2).await;
+    until_stats(
+        &s,
+        "hook",
+        json!({"pending": 0, "in_backoff": 0, "in_flight": 0, "dead_lettered": 0}),
+    )
+    .await;
+    assert_eq!(attempts(&seen), ["1", "2"], "the attempt count survived");
     s.stop().await;
 }
