@@ -30,23 +30,29 @@
 //!
 //! The dispatcher wakes when a publish stores events for a push subscription, and on the
 //! injected clock every `interval` while push subscriptions exist (retries come due then).
-//! Events are sent one per request (batching is not used yet), at most the subscription's
-//! `max_concurrency` at once. Several nodes may run dispatchers: locks keep one delivery of
-//! an event in flight at a time.
+//! Events are sent one per request, at most the subscription's `max_concurrency` requests
+//! at once. A structured subscription with `delivery.max_events_per_batch` > 1 batches:
+//! the dispatcher receives up to `max_concurrency` × that many events, groups them with
+//! [`redrive_push::chunk`] (by count and `preferred_batch_bytes`, order kept), POSTs each
+//! chunk as one `application/cloudevents-batch+json` request, and settles every event of
+//! the chunk by that one outcome — [`redrive_events::RetryPolicy::decide`] per event, with
+//! its own delivery count and publish time (the request's `redrive-delivery-attempt` is the
+//! highest count in the chunk). Several nodes may run dispatchers: locks keep one delivery
+//! of an event in flight at a time.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use redrive_core::Timestamp;
 use redrive_events::{AttemptOutcome, CloudEvent, Verdict};
-use redrive_push::{Deliverer, DeliveryMode, DeliverySettings, PushTarget};
+use redrive_push::{Deliverer, DeliveryMode, DeliverySettings, PushTarget, chunk};
 use redrive_store::{
     DeadLetterDestination, Delivery, PushMode, SettleAction, Settlement, SubscriptionKind,
     SubscriptionRecord,
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{Broker, BrokerResult, ReceiveOptions};
+use crate::{Broker, BrokerResult, MAX_RECEIVE_BATCH, ReceiveOptions};
 
 /// The push delivery worker.
 pub struct Dispatcher {
@@ -131,7 +137,13 @@ impl Dispatcher {
             return Ok(());
         };
         let timeout = Duration::from_millis(sub.spec.delivery.timeout_ms);
-        let target = Arc::new(PushTarget::new(
+        // Batches are arrays of structured events; validation refuses binary batching, and
+        // a binary subscription that somehow has it still gets one event per request.
+        let per_batch = match mode {
+            PushMode::Structured => sub.spec.delivery.max_events_per_batch.max(1),
+            PushMode::Binary => 1,
+        };
+        let mut target = PushTarget::new(
             endpoint.clone(),
             format!("{}/{}", sub.topic, sub.name),
             match mode {
@@ -139,11 +151,18 @@ impl Dispatcher {
                 PushMode::Binary => DeliveryMode::Binary,
             },
             timeout,
-        ));
+        );
+        target.max_events_per_batch = per_batch as usize;
+        let target = Arc::new(target);
+        let batch_bytes = sub.spec.delivery.preferred_batch_bytes as usize;
         // The lock outlasts the attempt's timeout, so a slow endpoint does not see the
         // event again while the first attempt is still open.
         let lock_ms = (sub.spec.delivery.timeout_ms + 10_000).clamp(60_000, 300_000);
-        let max = sub.spec.delivery.max_concurrency.clamp(1, 100);
+        let concurrency = sub.spec.delivery.max_concurrency.clamp(1, 100) as usize;
+        let max = u32::try_from(concurrency)
+            .unwrap_or(1)
+            .saturating_mul(per_batch)
+            .clamp(1, MAX_RECEIVE_BATCH);
         loop {
             let deliveries = self
                 .broker
@@ -161,18 +180,30 @@ impl Dispatcher {
                 return Ok(());
             }
             let full = deliveries.len() == max as usize;
-            let mut set = tokio::task::JoinSet::new();
-            for d in deliveries {
-                let (this, sub, target) = (self.clone_parts(), sub.clone(), target.clone());
-                set.spawn(async move { this.attempt(&sub, &target, d).await });
-            }
             let mut settlements = Vec::new();
-            while let Some(r) = set.join_next().await {
-                match r {
-                    Ok(s) => settlements.push(s),
-                    Err(e) => tracing::error!(error = %e, "a push attempt task failed"),
+            let mut readable = Vec::with_capacity(deliveries.len());
+            let mut events = Vec::with_capacity(deliveries.len());
+            for d in deliveries {
+                match read_event(&d) {
+                    Ok(e) => {
+                        readable.push(d);
+                        events.push(e);
+                    }
+                    Err(s) => settlements.push(s),
                 }
             }
+            let mut set = tokio::task::JoinSet::new();
+            let mut deliveries = readable.into_iter();
+            for events in chunk(events, per_batch as usize, batch_bytes) {
+                let batch: Vec<(Delivery, CloudEvent)> =
+                    deliveries.by_ref().take(events.len()).zip(events).collect();
+                while set.len() >= concurrency {
+                    join_one(&mut set, &mut settlements).await;
+                }
+                let (this, sub, target) = (self.clone_parts(), sub.clone(), target.clone());
+                set.spawn(async move { this.attempt(&sub, &target, batch).await });
+            }
+            while join_one(&mut set, &mut settlements).await {}
             if !settlements.is_empty() {
                 let out = self.broker.settle(sub.queue.as_str(), settlements).await?;
                 for r in out.results {
@@ -245,38 +276,83 @@ fn evidence(
     serde_json::Value::Object(o).to_string()
 }
 
+/// Waits for one attempt task and collects its settlements; false when none was left.
+async fn join_one(
+    set: &mut tokio::task::JoinSet<Vec<Settlement>>,
+    settlements: &mut Vec<Settlement>,
+) -> bool {
+    match set.join_next().await {
+        Some(Ok(s)) => {
+            settlements.extend(s);
+            true
+        }
+        Some(Err(e)) => {
+            tracing::error!(error = %e, "a push attempt task failed");
+            true
+        }
+        None => false,
+    }
+}
+
+/// The stored event of a delivery, or the dead-letter settlement of an unreadable one.
+fn read_event(d: &Delivery) -> Result<CloudEvent, Settlement> {
+    let m = &d.message;
+    let event = serde_json::from_slice(&m.body)
+        .map_err(|e| e.to_string())
+        .and_then(|v| CloudEvent::from_json(v).map_err(|e| e.to_string()));
+    event.map_err(|why| {
+        tracing::error!(queue = %m.queue, sequence = m.sequence, %why, "stored event unreadable");
+        Settlement {
+            lock_token: d.lock_token.clone(),
+            action: SettleAction::DeadLetter {
+                reason: "InvalidEvent".to_owned(),
+                description: Some(why),
+            },
+        }
+    })
+}
+
 impl Attempter {
+    /// One request carrying `batch` (one event, or a chunk for a batching target), and a
+    /// settlement per event by that one outcome.
     async fn attempt(
         &self,
         sub: &SubscriptionRecord,
         target: &PushTarget,
-        d: Delivery,
-    ) -> Settlement {
-        let m = &d.message;
-        let lock_token = d.lock_token.clone();
-        let event = serde_json::from_slice(&m.body)
-            .map_err(|e| e.to_string())
-            .and_then(|v| CloudEvent::from_json(v).map_err(|e| e.to_string()));
-        let event = match event {
-            Ok(e) => e,
-            Err(why) => {
-                tracing::error!(queue = %m.queue, sequence = m.sequence, %why, "stored event unreadable");
-                return Settlement {
-                    lock_token,
-                    action: SettleAction::DeadLetter {
-                        reason: "InvalidEvent".to_owned(),
-                        description: Some(why),
-                    },
-                };
-            }
-        };
-        let attempt = m.delivery_count.max(1);
+        batch: Vec<(Delivery, CloudEvent)>,
+    ) -> Vec<Settlement> {
+        let attempt = batch
+            .iter()
+            .map(|(d, _)| d.message.delivery_count.max(1))
+            .max()
+            .unwrap_or(1);
+        let (deliveries, events): (Vec<Delivery>, Vec<CloudEvent>) = batch.into_iter().unzip();
         let started = self.broker.now();
         let result = self
             .deliverer
-            .deliver_detailed(target, std::slice::from_ref(&event), attempt)
+            .deliver_detailed(target, &events, attempt)
             .await;
         let now = self.broker.now();
+        deliveries
+            .into_iter()
+            .zip(&events)
+            .map(|(d, event)| self.settle_one(sub, d, event, &result, started, now))
+            .collect()
+    }
+
+    /// How one event of an attempt is settled, by the attempt's result.
+    fn settle_one(
+        &self,
+        sub: &SubscriptionRecord,
+        d: Delivery,
+        event: &CloudEvent,
+        result: &redrive_push::Delivery,
+        started: Timestamp,
+        now: Timestamp,
+    ) -> Settlement {
+        let m = &d.message;
+        let lock_token = d.lock_token.clone();
+        let attempt = m.delivery_count.max(1);
         let verdict = sub.spec.retry_policy.decide(
             &result.outcome,
             attempt,
@@ -318,7 +394,7 @@ impl Attempter {
                     description: Some(evidence(
                         why.reason(),
                         attempt,
-                        &result,
+                        result,
                         m.enqueued_at,
                         started,
                     )),

@@ -1,7 +1,7 @@
 //! `redrive bench`: load scenarios against a running server (w1 throughput, latency, w2
 //! dead-lettering, fill), with optional sampling of the server's resident memory, and
 //! `pg-baseline`, a raw PostgreSQL queue to compare the PostgreSQL store with (see
-//! `bench_pg`). This is a tool for people, never a timed test.
+//! `bench_pg`), plus `sqs` (`bench_sqs`) and `push` (`bench_push`). This is a tool for people, never a timed test.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -54,6 +54,9 @@ enum Scenario {
     /// SQS endpoint, end to end with the AWS SDK: SendMessageBatch 10, ReceiveMessage 10,
     /// DeleteMessageBatch, producers and consumers at once.
     Sqs(crate::bench_sqs::SqsBenchArgs),
+    /// Push delivery: a local receiver, a topic with one push subscription to it, N events
+    /// published; events per second from the first publish to the last event received.
+    Push(crate::bench_push::PushBenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -155,6 +158,29 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
         report.queue = outcome?;
         return print_report(ctx, &report);
     }
+    if let Scenario::Push(a) = args.scenario {
+        let base = ctx.client.base().as_str().to_owned();
+        let probe = Client::new(&base, Duration::from_secs(120))?;
+        probe
+            .healthz()
+            .await
+            .with_context(|| format!("server at {base}"))?;
+        let memory = match args.server_pid {
+            Some(pid) => Some(MemorySampler::start(pid)?),
+            None => None,
+        };
+        let topic = args
+            .queue
+            .clone()
+            .unwrap_or_else(|| format!("bench-push-{}", crate::units::now().0));
+        let mut report = Report::new("push", &topic);
+        let outcome = crate::bench_push::run(&base, a, topic, args.keep, &mut report).await;
+        if let Some(m) = memory {
+            m.finish(&mut report).await;
+        }
+        report.queue = outcome?;
+        return print_report(ctx, &report);
+    }
     let client = Client::new(ctx.client.base().as_str(), Duration::from_secs(120))?;
     let nodes = match &args.scenario {
         Scenario::W1(a) => nodes(&client, &a.also)?,
@@ -176,6 +202,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Fill(_) => "fill",
         Scenario::PgBaseline(_) => "pg-baseline",
         Scenario::Sqs(_) => "sqs",
+        Scenario::Push(_) => "push",
     };
     let queue = args
         .queue
@@ -188,7 +215,9 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Latency(a) => latency(&client, &queue, a, &mut report).await,
         Scenario::W2(a) => w2(&client, &queue, a, &mut report).await,
         Scenario::Fill(a) => fill(&client, &queue, a, &mut report).await,
-        Scenario::PgBaseline(_) | Scenario::Sqs(_) => unreachable!("handled above"),
+        Scenario::PgBaseline(_) | Scenario::Sqs(_) | Scenario::Push(_) => {
+            unreachable!("handled above")
+        }
     };
     if let Some(m) = memory {
         m.finish(&mut report).await;

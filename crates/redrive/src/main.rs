@@ -4,6 +4,7 @@
 
 mod bench;
 mod bench_pg;
+mod bench_push;
 mod bench_sqs;
 mod client;
 mod cmd;

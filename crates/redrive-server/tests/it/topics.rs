@@ -827,3 +827,133 @@ async fn push_state_survives_a_restart_in_backoff() {
     assert_eq!(attempts(&seen), ["1", "2"], "the attempt count survived");
     s.stop().await;
 }
+
+/// A receiver that agrees to validation and answers POSTs with the statuses in `script`
+/// (then 200), recording each request's attempt header, content type and body.
+async fn batch_receiver(
+    script: Vec<u16>,
+) -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<(String, String, Value)>>>,
+) {
+    use std::sync::{Arc, Mutex};
+    let seen: Arc<Mutex<Vec<(String, String, Value)>>> = Arc::default();
+    let app = {
+        let seen = seen.clone();
+        axum::Router::new().route(
+            "/hook",
+            options(|| async {
+                let mut h = HeaderMap::new();
+                h.insert("webhook-allowed-origin", HeaderValue::from_static("*"));
+                (AxStatus::OK, h)
+            })
+            .post(move |headers: HeaderMap, body: axum::body::Bytes| {
+                let seen = seen.clone();
+                let script = script.clone();
+                async move {
+                    let header = |name: &str| {
+                        headers
+                            .get(name)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("")
+                            .to_owned()
+                    };
+                    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    let mut seen = seen.lock().unwrap();
+                    let status = script.get(seen.len()).copied().unwrap_or(200);
+                    seen.push((
+                        header("redrive-delivery-attempt"),
+                        header("content-type"),
+                        body,
+                    ));
+                    AxStatus::from_u16(status).unwrap()
+                }
+            }),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, seen)
+}
+
+#[tokio::test]
+async fn push_delivery_batches_and_settles_a_batch_by_its_one_outcome() {
+    let s = TestServer::start().await;
+    // Two batches answered 200, then one answered 500, then 200 again.
+    let (url, seen) = batch_receiver(vec![200, 200, 500]).await;
+    let count = |n: usize| {
+        let seen = seen.clone();
+        async move {
+            for _ in 0..5_000 {
+                if seen.lock().unwrap().len() >= n {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+            panic!("the receiver never saw {n} requests");
+        }
+    };
+    s.topic("orders", json!({})).await;
+    let (st, v) = s
+        .post(
+            "/v1/topics/orders/subscriptions",
+            json!({"name": "hook", "type": "push", "endpoint": url,
+                   "dead_letter": {"type": "own_store"},
+                   "retry_policy": {"jitter": 0.0},
+                   "delivery": {"max_events_per_batch": 3}}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let five: Vec<Value> = (1..=5)
+        .map(|i| event(&i.to_string(), "order.created", "/eu/1"))
+        .collect();
+    let (st, _) = s.publish("orders", &five).await;
+    assert_eq!(st, StatusCode::CREATED);
+
+    // Five events with at most three per batch: two batch requests, 3 + 2, all completed.
+    count(2).await;
+    let done = json!({"pending": 0, "in_backoff": 0, "in_flight": 0, "dead_lettered": 0});
+    until_stats(&s, "hook", done.clone()).await;
+    let first: Vec<(String, String, Value)> = seen.lock().unwrap().clone();
+    assert_eq!(first.len(), 2);
+    let mut sizes = Vec::new();
+    let mut got = Vec::new();
+    for (attempt, ct, body) in &first {
+        assert_eq!(attempt, "1");
+        assert_eq!(ct, "application/cloudevents-batch+json");
+        let batch = body.as_array().expect("a batch is a JSON array");
+        sizes.push(batch.len());
+        got.extend(batch.iter().cloned());
+    }
+    sizes.sort_unstable();
+    assert_eq!(sizes, [2, 3]);
+    got.sort_by_key(|e| e["id"].as_str().unwrap().to_owned());
+    assert_eq!(got, five);
+
+    // A 500 on a batch retries all of its events, together, on the schedule.
+    let three: Vec<Value> = (6..=8)
+        .map(|i| event(&i.to_string(), "order.created", "/eu/1"))
+        .collect();
+    let (st, _) = s.publish("orders", &three).await;
+    assert_eq!(st, StatusCode::CREATED);
+    count(3).await;
+    let backoff = json!({"pending": 0, "in_backoff": 3, "in_flight": 0, "dead_lettered": 0});
+    until_stats(&s, "hook", backoff.clone()).await;
+    s.advance(9_999);
+    until_stats(&s, "hook", backoff).await;
+    assert_eq!(seen.lock().unwrap().len(), 3, "not before its time");
+    s.advance(1);
+    count(4).await;
+    until_stats(&s, "hook", done).await;
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 4);
+    for (_, ct, body) in &seen[2..] {
+        assert_eq!(ct, "application/cloudevents-batch+json");
+        assert_eq!(body, &Value::Array(three.clone()));
+    }
+    assert_eq!((seen[2].0.as_str(), seen[3].0.as_str()), ("1", "2"));
+    s.stop().await;
+}
