@@ -46,6 +46,13 @@ pub struct DeadLetter {
     /// Description.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// Push delivery's diagnostics, when a push subscription gave up on the event
+    /// (Event Grid's fields: `deadLetterReason`, `deliveryAttempts`, `lastDeliveryOutcome`,
+    /// `lastHttpStatusCode`, `publishTime`, `lastDeliveryAttemptTime`, and
+    /// `lastDeliveryError` after a timeout or connection error). Read from the record's
+    /// description, where the dispatcher writes them as a JSON object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<Map<String, Value>>,
     /// Deliveries before dead-lettering.
     pub delivery_count: u32,
     /// `exact` or `approximate`.

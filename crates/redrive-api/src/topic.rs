@@ -6,6 +6,8 @@ pub use redrive_store::{
     DeadLetterDestination, DeliverySpec, EndpointValidation, PushMode, SubscriptionKind,
     TopicPolicy,
 };
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// `POST /v1/topics`.
@@ -102,9 +104,13 @@ pub struct UpdateSubscription {
     pub filter: Option<Filter>,
 }
 
-/// Per-subscription stats (its queue's counts).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Per-subscription stats: the durable counts of its queue, and the delivery counters
+/// of the node that answers (since it started; Prometheus has the same per node).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SubscriptionStats {
+    /// Paused: events are kept, no delivery attempts are made.
+    #[serde(default)]
+    pub paused: bool,
     /// Events waiting, deliverable now.
     pub pending: u64,
     /// Events waiting for a later attempt (backoff).
@@ -113,6 +119,22 @@ pub struct SubscriptionStats {
     pub in_flight: u64,
     /// Events in the dead-letter store.
     pub dead_lettered: u64,
+    /// Age of the oldest event not yet delivered, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_pending_age_ms: Option<u64>,
+    /// Events delivered (push).
+    #[serde(default)]
+    pub delivered: u64,
+    /// Failed attempts by class: `408`, `429`, `4xx`, `5xx`, `other`, `timeout`,
+    /// `connection_error` (push; an attempt carrying a batch counts once per event).
+    #[serde(default)]
+    pub failed_attempts: BTreeMap<String, u64>,
+    /// Events given up on and dead-lettered, by reason (push).
+    #[serde(default)]
+    pub dead_lettered_by_reason: BTreeMap<String, u64>,
+    /// Events given up on and dropped (a subscription that accepts dropping).
+    #[serde(default)]
+    pub dropped: u64,
 }
 
 /// A subscription.

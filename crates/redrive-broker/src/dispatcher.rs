@@ -206,10 +206,19 @@ impl Dispatcher {
             while join_one(&mut set, &mut settlements).await {}
             if !settlements.is_empty() {
                 let out = self.broker.settle(sub.queue.as_str(), settlements).await?;
+                let mut dead_lettered = Vec::new();
                 for r in out.results {
-                    if let Err(e) = r {
-                        tracing::warn!(queue = %sub.queue, error = %e, "push settlement failed");
+                    match r {
+                        Ok(s) => dead_lettered.extend(s.dead_letter_id),
+                        Err(e) => {
+                            tracing::warn!(queue = %sub.queue, error = %e, "push settlement failed");
+                        }
                     }
+                }
+                if let DeadLetterDestination::Topic { name } = &sub.spec.dead_letter {
+                    self.broker
+                        .forward_dead_letters(&sub, name, &dead_lettered)
+                        .await;
                 }
             }
             if !full {
@@ -333,6 +342,18 @@ impl Attempter {
             .deliver_detailed(target, &events, attempt)
             .await;
         let now = self.broker.now();
+        let stats = &self.broker.inner.topics.push;
+        let (topic, name) = (sub.topic.as_str(), sub.name.as_str());
+        match crate::push_stats::failure_class(&result.outcome) {
+            Some(class) => stats.failed(topic, name, class, deliveries.len() as u64),
+            None => {
+                let latencies: Vec<f64> = deliveries
+                    .iter()
+                    .map(|d| now.0.saturating_sub(d.message.enqueued_at.0).max(0) as f64 / 1000.0)
+                    .collect();
+                stats.delivered(topic, name, &latencies);
+            }
+        }
         deliveries
             .into_iter()
             .zip(&events)
@@ -389,16 +410,23 @@ impl Attempter {
                         .dropped(sub.topic.as_str(), sub.name.as_str());
                     SettleAction::Complete
                 }
-                _ => SettleAction::DeadLetter {
-                    reason: why.reason().to_owned(),
-                    description: Some(evidence(
+                _ => {
+                    self.broker.inner.topics.push.dead_lettered(
+                        sub.topic.as_str(),
+                        sub.name.as_str(),
                         why.reason(),
-                        attempt,
-                        result,
-                        m.enqueued_at,
-                        started,
-                    )),
-                },
+                    );
+                    SettleAction::DeadLetter {
+                        reason: why.reason().to_owned(),
+                        description: Some(evidence(
+                            why.reason(),
+                            attempt,
+                            result,
+                            m.enqueued_at,
+                            started,
+                        )),
+                    }
+                }
             },
         };
         Settlement { lock_token, action }

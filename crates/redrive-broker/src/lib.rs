@@ -15,15 +15,19 @@
 //! - `mover`: message move tasks (dead-letter queue redrive), kept per process.
 //! - `topics`: topics, subscriptions (each owns a queue) and publishing.
 //! - `dispatcher`: push delivery of push subscriptions' events, with retries.
+//! - `forward`: copies of push dead letters into a dead-letter topic.
+//! - `push_stats`: per-subscription delivery counters and the latency histogram.
 //! - `metrics`: counters and the Prometheus rendering.
 
 mod clock;
 mod dead_letters;
 mod dispatcher;
 mod error;
+mod forward;
 mod messages;
 mod metrics;
 mod mover;
+mod push_stats;
 mod queues;
 mod relay;
 mod sessions;
@@ -42,6 +46,7 @@ pub use messages::{
     ReceiveOptions,
 };
 pub use mover::{MAX_MOVE_RATE, MoveError, MoveSpec, MoveStatus, MoveTask};
+pub use push_stats::{LATENCY_BUCKETS_S, PushCounters};
 pub use queues::QueueView;
 pub use relay::WakeupRelay;
 pub use sweeper::{DEFAULT_LEASE_TTL, SWEEP_LEASE, Sweeper};

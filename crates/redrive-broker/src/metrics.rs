@@ -131,14 +131,14 @@ impl Metrics {
                     continue;
                 }
                 if r.is_empty() {
-                    let _ = writeln!(out, "{}{{queue=\"{}\"}} {v}", c.name(), escape(q));
+                    let _ = writeln!(out, "{}{{queue=\"{}\"}} {v}", c.name(), escape_label(q));
                 } else {
                     let _ = writeln!(
                         out,
                         "{}{{queue=\"{}\",reason=\"{}\"}} {v}",
                         c.name(),
-                        escape(q),
-                        escape(r)
+                        escape_label(q),
+                        escape_label(r)
                     );
                 }
             }
@@ -174,7 +174,7 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} gauge");
             for (q, counts, _) in gauges {
-                let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", escape(q), f(counts));
+                let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", escape_label(q), f(counts));
             }
         }
         let name = "redrive_queue_oldest_message_age_seconds";
@@ -182,7 +182,7 @@ impl Metrics {
         let _ = writeln!(out, "# TYPE {name} gauge");
         for (q, _, age_ms) in gauges {
             let secs = age_ms.unwrap_or(0) / 1000;
-            let _ = writeln!(out, "{name}{{queue=\"{}\"}} {secs}", escape(q));
+            let _ = writeln!(out, "{name}{{queue=\"{}\"}} {secs}", escape_label(q));
         }
         out
     }
@@ -191,7 +191,8 @@ impl Metrics {
 /// A gauge: name, help, and how to read it from the counts.
 type Gauge = (&'static str, &'static str, fn(&QueueCounts) -> u64);
 
-fn escape(s: &str) -> String {
+/// A Prometheus label value with `\`, `"` and newlines escaped.
+pub(crate) fn escape_label(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")

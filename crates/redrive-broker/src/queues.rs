@@ -39,6 +39,7 @@ impl Broker {
         expected_version: Option<u64>,
     ) -> BrokerResult<QueueRecord> {
         let name: EntityName = name.parse()?;
+        self.refuse_subscription_queue(&name).await?;
         self.check_policy(&name, &policy).await?;
         let rec = self
             .inner
@@ -49,6 +50,39 @@ impl Broker {
         // A shorter backoff or a new policy may make messages receivable sooner.
         self.inner.waiters.wake(name.as_str());
         Ok(rec)
+    }
+
+    /// A subscription's queue (`<topic>.<subscription>`) is managed with its subscription:
+    /// deleting it or changing its policy through the queue API would leave the
+    /// subscription without its queue or with rules it did not set.
+    async fn refuse_subscription_queue(&self, name: &EntityName) -> BrokerResult<()> {
+        let s = name.as_str();
+        for (i, _) in s.match_indices('.') {
+            let (Ok(topic), Ok(sub)) = (
+                s[..i].parse::<EntityName>(),
+                s[i + 1..].parse::<EntityName>(),
+            ) else {
+                continue;
+            };
+            match self.inner.store.get_subscription(&topic, &sub).await {
+                Ok(rec) if rec.queue == *name => {
+                    return Err(BrokerError::invalid(
+                        "name",
+                        format!(
+                            "queue {name:?} belongs to subscription {sub:?} of topic {topic:?}; \
+                             manage it through the subscription"
+                        ),
+                    ));
+                }
+                Ok(_)
+                | Err(
+                    redrive_store::StoreError::TopicNotFound { .. }
+                    | redrive_store::StoreError::SubscriptionNotFound { .. },
+                ) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     async fn check_policy(&self, name: &EntityName, policy: &QueuePolicy) -> BrokerResult<()> {
@@ -114,6 +148,7 @@ impl Broker {
     /// letters.
     pub async fn delete_queue(&self, name: &str, force: bool) -> BrokerResult<()> {
         let name: EntityName = name.parse()?;
+        self.refuse_subscription_queue(&name).await?;
         self.inner.store.delete_queue(&name, force).await?;
         self.inner.waiters.forget(name.as_str());
         self.inner.metrics.forget_queue(name.as_str());

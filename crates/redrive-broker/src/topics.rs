@@ -28,6 +28,7 @@ use redrive_store::{
     SubscriptionSpec, SubscriptionUpdate, TopicPolicy, TopicRecord,
 };
 
+use crate::push_stats::PushCounters;
 use crate::{Broker, BrokerError, BrokerResult};
 
 /// The origin named in the webhook validation handshake.
@@ -99,13 +100,17 @@ pub struct SubscriptionInput {
     pub max_delivery_count: Option<u32>,
 }
 
-/// A subscription with its queue's counts.
+/// A subscription with its queue's counts and its delivery statistics.
 #[derive(Debug, Clone)]
 pub struct SubscriptionView {
     /// The stored subscription.
     pub record: SubscriptionRecord,
     /// Its queue's counts: pending = active, in backoff = scheduled, dead-lettered.
     pub counts: QueueCounts,
+    /// Age of the oldest event still waiting (any state), ms.
+    pub oldest_pending_age_ms: Option<u64>,
+    /// Push delivery counters of this process since it started.
+    pub delivery: PushCounters,
 }
 
 /// Topic metrics and the validation client; part of the broker.
@@ -117,6 +122,8 @@ pub(crate) struct TopicState {
     /// Wakes the push dispatcher: events for a push subscription were stored, or a push
     /// subscription was created or resumed.
     pub(crate) push_work: tokio::sync::Notify,
+    /// Push delivery statistics per subscription.
+    pub(crate) push: crate::push_stats::PushStats,
 }
 
 const PUBLISHED: &str = "redrive_events_published_total";
@@ -126,7 +133,7 @@ const DISCARDED: &str = "redrive_subscription_events_discarded_total";
 const DROPPED: &str = "redrive_subscription_events_dropped_total";
 
 impl TopicState {
-    fn add(&self, metric: &'static str, topic: &str, sub: &str, n: u64) {
+    pub(crate) fn add(&self, metric: &'static str, topic: &str, sub: &str, n: u64) {
         if n == 0 {
             return;
         }
@@ -138,9 +145,11 @@ impl TopicState {
     /// Counts an event a subscription gave up on and dropped (it accepted dropping).
     pub(crate) fn dropped(&self, topic: &str, sub: &str) {
         self.add(DROPPED, topic, sub, 1);
+        self.push.dropped(topic, sub);
     }
 
     fn forget(&self, topic: &str, sub: Option<&str>) {
+        self.push.forget(topic, sub);
         let mut c = self.counters.lock().unwrap_or_else(|e| e.into_inner());
         c.retain(|(m, t, s), _| *m == DISCARDED || t != topic || sub.is_some_and(|sub| s != sub));
     }
@@ -175,6 +184,11 @@ impl TopicState {
                 true,
             ),
             (
+                crate::forward::FORWARD_FAILURES,
+                "Dead letters of push subscriptions not forwarded to their dead-letter topic (kept in the own store), by target topic.",
+                false,
+            ),
+            (
                 DROPPED,
                 "Undeliverable events dropped by push subscriptions that accept dropping.",
                 true,
@@ -190,22 +204,21 @@ impl TopicState {
                     let _ = writeln!(
                         out,
                         "{metric}{{topic=\"{}\",subscription=\"{}\"}} {v}",
-                        escape(t),
-                        escape(s)
+                        crate::metrics::escape_label(t),
+                        crate::metrics::escape_label(s)
                     );
                 } else {
-                    let _ = writeln!(out, "{metric}{{topic=\"{}\"}} {v}", escape(t));
+                    let _ = writeln!(
+                        out,
+                        "{metric}{{topic=\"{}\"}} {v}",
+                        crate::metrics::escape_label(t)
+                    );
                 }
             }
         }
+        out.push_str(&self.push.render());
         out
     }
-}
-
-fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 /// The internal queue of a subscription.
@@ -285,11 +298,12 @@ fn parse_events(input: EventInput) -> BrokerResult<Vec<CloudEvent>> {
 fn fan_out(
     events: &[CloudEvent],
     bodies: &[Vec<u8>],
+    keys: &[String],
     subs: &[SubscriptionRecord],
 ) -> (Vec<PublishEvent>, Vec<Vec<usize>>) {
     let mut batch = Vec::with_capacity(events.len());
     let mut matched = Vec::with_capacity(events.len());
-    for (ev, body) in events.iter().zip(bodies) {
+    for ((ev, body), key) in events.iter().zip(bodies).zip(keys) {
         let to: Vec<usize> = (0..subs.len())
             .filter(|&i| subs[i].spec.filter.matches(ev))
             .collect();
@@ -316,7 +330,7 @@ fn fan_out(
             .collect();
         matched.push(to);
         batch.push(PublishEvent {
-            dedup_key: format!("{}\n{}", ev.source, ev.id),
+            dedup_key: key.clone(),
             deliveries,
         });
     }
@@ -435,6 +449,30 @@ impl Broker {
             }
             queue_policy.dead_letter_queue = Some(target.clone());
         }
+        if let DeadLetterDestination::Topic { name: target } = &dead_letter {
+            if input.push.is_none() {
+                return Err(BrokerError::invalid(
+                    "dead_letter",
+                    "a pull subscription dead-letters into its own store or a queue",
+                ));
+            }
+            if *target == topic {
+                return Err(BrokerError::invalid(
+                    "dead_letter.name",
+                    "a subscription cannot dead-letter into its own topic",
+                ));
+            }
+            match self.inner.store.get_topic(target).await {
+                Ok(_) => {}
+                Err(redrive_store::StoreError::TopicNotFound { .. }) => {
+                    return Err(BrokerError::invalid(
+                        "dead_letter.name",
+                        format!("topic {target:?} does not exist"),
+                    ));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
         let kind = match &input.push {
             None => {
                 queue_policy.max_delivery_count = input.max_delivery_count.unwrap_or(10);
@@ -520,12 +558,21 @@ impl Broker {
     }
 
     async fn sub_view(&self, record: SubscriptionRecord) -> BrokerResult<SubscriptionView> {
-        let counts = self
-            .inner
-            .store
-            .queue_counts(&record.queue, self.now())
-            .await?;
-        Ok(SubscriptionView { record, counts })
+        let now = self.now();
+        let counts = self.inner.store.queue_counts(&record.queue, now).await?;
+        let oldest_pending_age_ms = counts
+            .oldest_enqueued_at
+            .map(|t| u64::try_from(now.0.saturating_sub(t.0)).unwrap_or(0));
+        let delivery = self
+            .topic_state()
+            .push
+            .get(record.topic.as_str(), record.name.as_str());
+        Ok(SubscriptionView {
+            record,
+            counts,
+            oldest_pending_age_ms,
+            delivery,
+        })
     }
 
     /// One subscription with its stats.
@@ -645,10 +692,27 @@ impl Broker {
             }
             bodies.push(body);
         }
+        let keys: Vec<String> = events
+            .iter()
+            .map(|ev| format!("{}\n{}", ev.source, ev.id))
+            .collect();
+        self.store_events(&topic, &events, &bodies, &keys).await
+    }
+
+    /// Stores the fan-out of validated events (with their stored bodies and duplicate
+    /// detection keys) in one store transaction, counts them and wakes their consumers.
+    pub(crate) async fn store_events(
+        &self,
+        topic: &EntityName,
+        events: &[CloudEvent],
+        bodies: &[Vec<u8>],
+        keys: &[String],
+    ) -> BrokerResult<Vec<PublishedEvent>> {
+        let topic = topic.clone();
         let mut tries = 0;
         let (subs, matched, published) = loop {
             let subs = self.inner.store.list_subscriptions(&topic).await?;
-            let (batch, matched) = fan_out(&events, &bodies, &subs);
+            let (batch, matched) = fan_out(events, bodies, keys, &subs);
             match self.inner.store.publish(&topic, batch, self.now()).await {
                 Ok(p) => break (subs, matched, p),
                 // A subscription was deleted between the read and the write (nothing was

@@ -244,7 +244,6 @@ impl Deliverer {
         let mut request = self
             .client
             .post(&target.url)
-            .timeout(target.timeout)
             .header(SUBSCRIPTION_HEADER, &target.subscription)
             .header(ATTEMPT_HEADER, attempt.to_string());
         for (name, value) in &target.headers {
@@ -278,6 +277,23 @@ impl Deliverer {
                 request.body(body)
             }
         };
+        // The timeout covers the whole exchange (connect, request, answer, bounded body)
+        // and reads the injected clock, like every other timing rule.
+        let deadline = self.clock.now().plus(target.timeout);
+        tokio::select! {
+            d = self.exchange(request) => d,
+            () = self.clock.sleep_until(deadline) => Delivery {
+                outcome: AttemptOutcome::Timeout,
+                error: Some(format!(
+                    "no answer within the delivery timeout of {} ms",
+                    target.timeout.as_millis()
+                )),
+            },
+        }
+    }
+
+    /// Sends a built request and reads its answer.
+    async fn exchange(&self, request: reqwest::RequestBuilder) -> Delivery {
         match request.send().await {
             Ok(mut response) => {
                 let status = response.status().as_u16();

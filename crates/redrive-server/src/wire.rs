@@ -156,6 +156,23 @@ pub fn queue_out(v: &QueueView) -> QueueInfo {
     }
 }
 
+/// The diagnostics object of a record a push subscription gave up on: its description,
+/// when that is a JSON object whose `deadLetterReason` is the record's reason.
+fn push_diagnostics(r: &DeadLetterRecord) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let d = r.description.as_deref()?;
+    if !d.starts_with('{') {
+        return None;
+    }
+    match serde_json::from_str::<serde_json::Value>(d) {
+        Ok(serde_json::Value::Object(o))
+            if o.get("deadLetterReason").and_then(|v| v.as_str()) == Some(r.reason.as_str()) =>
+        {
+            Some(o)
+        }
+        _ => None,
+    }
+}
+
 /// A dead-letter record to the wire; with a lock for dead-letter deliveries.
 pub fn dead_letter_out(r: &DeadLetterRecord, lock: Option<(&str, Timestamp)>) -> DeadLetter {
     let (body, body_encoding) = body_out(&r.body);
@@ -176,6 +193,7 @@ pub fn dead_letter_out(r: &DeadLetterRecord, lock: Option<(&str, Timestamp)>) ->
         message_type: r.message_type.clone(),
         reason: r.reason.clone(),
         description: r.description.clone(),
+        diagnostics: push_diagnostics(r),
         delivery_count: r.delivery_count,
         delivery_count_quality: r.count_quality.as_str().to_owned(),
         first_delivered_at: r.first_delivered_at.map(t),

@@ -514,6 +514,12 @@ pub enum DeadLetterDestination {
         /// The queue.
         name: EntityName,
     },
+    /// A copy is published to this topic, with the diagnostics as extension attributes
+    /// (the evidence record stays in the own store, archived once the copy is stored).
+    Topic {
+        /// The topic.
+        name: EntityName,
+    },
     /// Events given up on are dropped (logged and counted); only with `acknowledged`.
     Drop {
         /// The caller accepted dropping explicitly.

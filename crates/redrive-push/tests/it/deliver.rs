@@ -279,29 +279,33 @@ async fn a_large_response_body_does_not_change_the_outcome() {
     assert_eq!(d.deliver(&t, &[event("e")], 2).await, status(200, None));
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_slow_endpoint_times_out_at_the_target_timeout() {
+#[tokio::test]
+async fn a_slow_endpoint_times_out_at_the_target_timeout_on_the_injected_clock() {
     let rx = Receiver::start(|_, _| Reply {
-        delay: Some(Duration::from_secs(60)),
+        delay: Some(Duration::from_secs(3_600)),
         ..Reply::status(200)
     })
     .await;
-    let started = tokio::time::Instant::now();
-    let delivery = deliverer()
-        .deliver_detailed(&target(&rx.url, DeliveryMode::Structured), &[event("e")], 1)
-        .await;
+    let clock = ManualClock::new(NOW);
+    let d = Deliverer::new(DeliverySettings::default(), Arc::new(clock.clone())).unwrap();
+    let t = target(&rx.url, DeliveryMode::Structured);
+    let attempt = tokio::spawn(async move { d.deliver_detailed(&t, &[event("e")], 1).await });
+    // The request arrives; the answer does not.
+    for _ in 0..5_000 {
+        if !rx.seen().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(rx.seen().len(), 1, "the request arrived");
+    clock.advance(Duration::from_millis(4_999));
+    // Room for a wrongly early timeout to land (a signal, not the rule under test).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!attempt.is_finished(), "not before the 5 s timeout");
+    clock.advance(Duration::from_millis(1));
+    let delivery = attempt.await.unwrap();
     assert_eq!(delivery.outcome, AttemptOutcome::Timeout);
-    assert!(delivery.error.is_some());
-    let waited = started.elapsed();
-    assert!(
-        waited >= Duration::from_secs(5) && waited < Duration::from_secs(6),
-        "{waited:?}"
-    );
-    assert_eq!(
-        rx.seen().len(),
-        1,
-        "the request arrived; the answer did not"
-    );
+    assert!(delivery.error.unwrap().contains("5000 ms"));
     assert!(matches!(verdict(&delivery.outcome), Verdict::RetryAt(_)));
 }
 

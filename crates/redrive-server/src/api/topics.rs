@@ -52,10 +52,16 @@ fn view_out(v: &SubscriptionView) -> SubscriptionInfo {
     sub_out(
         &v.record,
         SubscriptionStats {
+            paused: v.record.spec.paused,
             pending: v.counts.active,
             in_backoff: v.counts.scheduled,
             in_flight: v.counts.locked,
             dead_lettered: v.counts.dead_lettered,
+            oldest_pending_age_ms: v.oldest_pending_age_ms,
+            delivered: v.delivery.delivered,
+            failed_attempts: v.delivery.failed_attempts.clone(),
+            dead_lettered_by_reason: v.delivery.dead_lettered.clone(),
+            dropped: v.delivery.dropped,
         },
     )
 }
@@ -141,7 +147,13 @@ async fn create_sub(
         .await?;
     Ok((
         StatusCode::CREATED,
-        Json(sub_out(&rec, SubscriptionStats::default())),
+        Json(sub_out(
+            &rec,
+            SubscriptionStats {
+                paused: rec.spec.paused,
+                ..SubscriptionStats::default()
+            },
+        )),
     ))
 }
 

@@ -7,6 +7,7 @@
 mod dead_letters;
 mod messages;
 mod ops;
+mod push_outcomes;
 mod queues;
 mod seed_003;
 mod sessions;

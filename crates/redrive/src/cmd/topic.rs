@@ -98,7 +98,8 @@ pub enum SubCommand {
         /// The subject must end with this.
         #[arg(long, value_name = "SUFFIX")]
         subject_ends_with: Option<String>,
-        /// Dead-letter destination: own, queue:NAME, or drop (accepts dropping events).
+        /// Dead-letter destination: own, queue:NAME, topic:NAME (push), or drop (accepts
+        /// dropping events).
         #[arg(long, value_name = "DEST", value_parser = parse_dead_letter)]
         dead_letter: Option<DeadLetterDestination>,
         /// Pull: deliveries before an event is dead-lettered.
@@ -188,14 +189,21 @@ fn parse_dead_letter(s: &str) -> Result<DeadLetterDestination, String> {
     match s {
         "own" | "own_store" => Ok(DeadLetterDestination::OwnStore),
         "drop" => Ok(DeadLetterDestination::Drop { acknowledged: true }),
-        _ => match s.strip_prefix("queue:") {
-            Some(q) => Ok(DeadLetterDestination::Queue {
-                name: q.parse().map_err(|e| format!("{e}"))?,
-            }),
-            None => Err(format!(
-                "invalid dead-letter destination {s:?} (expected own, queue:NAME or drop)"
-            )),
-        },
+        _ => {
+            if let Some(q) = s.strip_prefix("queue:") {
+                Ok(DeadLetterDestination::Queue {
+                    name: q.parse().map_err(|e| format!("{e}"))?,
+                })
+            } else if let Some(t) = s.strip_prefix("topic:") {
+                Ok(DeadLetterDestination::Topic {
+                    name: t.parse().map_err(|e| format!("{e}"))?,
+                })
+            } else {
+                Err(format!(
+                    "invalid dead-letter destination {s:?} (expected own, queue:NAME, topic:NAME or drop)"
+                ))
+            }
+        }
     }
 }
 
@@ -375,6 +383,17 @@ fn kind_text(k: &SubscriptionKind) -> String {
     }
 }
 
+/// `a=1, b=2`, or `-` when empty.
+fn counts_text(m: &std::collections::BTreeMap<String, u64>) -> String {
+    if m.is_empty() {
+        return "-".to_owned();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn print_sub(s: &SubscriptionInfo) -> anyhow::Result<()> {
     let mut kv = KeyValues::new();
     kv.add("topic", &s.topic)
@@ -388,6 +407,19 @@ fn print_sub(s: &SubscriptionInfo) -> anyhow::Result<()> {
         .add("in backoff", s.stats.in_backoff.to_string())
         .add("in flight", s.stats.in_flight.to_string())
         .add("dead-lettered", s.stats.dead_lettered.to_string())
+        .add(
+            "oldest pending",
+            s.stats
+                .oldest_pending_age_ms
+                .map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms")),
+        )
+        .add("delivered", s.stats.delivered.to_string())
+        .add("failed attempts", counts_text(&s.stats.failed_attempts))
+        .add(
+            "dead-lettered by reason",
+            counts_text(&s.stats.dead_lettered_by_reason),
+        )
+        .add("dropped", s.stats.dropped.to_string())
         .add("version", s.version.to_string());
     print!("{}", kv.render());
     Ok(())

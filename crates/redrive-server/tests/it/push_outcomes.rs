@@ -1,0 +1,403 @@
+//! Push delivery against the answers the decision table names and the rest of the
+//! delivery surface: a refused connection, 413, an endpoint slower than the timeout (on
+//! the manual clock), a dead-letter topic, per-subscription statistics and Prometheus
+//! metrics, the pause shown in stats, and a subscription's queue managed only through
+//! its subscription.
+
+use std::sync::{Arc, Mutex};
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode as AxStatus};
+use axum::routing::options;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::support::{T0, TestServer, assert_problem};
+use crate::topics::{
+    event, push_sub, receiver_with, scripted_receiver, the_dead_letter, until_seen, until_stats,
+};
+
+/// A URL on 127.0.0.1 where nothing listens.
+async fn refused_url() -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    format!("http://{addr}/hook")
+}
+
+/// A receiver that never answers the first POST (it holds it open), and answers 200 to
+/// the others; records the attempt header of each.
+async fn stalling_receiver() -> (String, Arc<Mutex<Vec<(String, Value)>>>) {
+    let seen: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
+    let app = {
+        let seen = seen.clone();
+        axum::Router::new().route(
+            "/hook",
+            options(|| async {
+                let mut h = HeaderMap::new();
+                h.insert("webhook-allowed-origin", HeaderValue::from_static("*"));
+                (AxStatus::OK, h)
+            })
+            .post(move |headers: HeaderMap| {
+                let seen = seen.clone();
+                async move {
+                    let attempt = headers
+                        .get("redrive-delivery-attempt")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_owned();
+                    let first = {
+                        let mut seen = seen.lock().unwrap();
+                        seen.push((attempt, Value::Null));
+                        seen.len() == 1
+                    };
+                    if first {
+                        std::future::pending::<()>().await;
+                    }
+                    AxStatus::OK
+                }
+            }),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, seen)
+}
+
+async fn sub_stats(s: &TestServer, topic: &str, sub: &str) -> Value {
+    let (st, v) = s
+        .get(&format!("/v1/topics/{topic}/subscriptions/{sub}"))
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    v["stats"].clone()
+}
+
+async fn metrics(s: &TestServer) -> String {
+    s.http
+        .get(format!("{}/metrics", s.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_retried_then_dead_lettered_with_the_error() {
+    let s = TestServer::start().await;
+    let url = refused_url().await;
+    s.topic("orders", json!({})).await;
+    let (st, v) = s
+        .post(
+            "/v1/topics/orders/subscriptions",
+            json!({"name": "hook", "type": "push", "endpoint": url, "skip_validation": true,
+                   "dead_letter": {"type": "own_store"},
+                   "retry_policy": {"max_delivery_attempts": 2, "jitter": 0.0}}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    assert_eq!(v["kind"]["validation"], "skipped", "{v}");
+    s.publish("orders", &[event("1", "order.created", "/eu/1")])
+        .await;
+
+    // Attempt 1 fails to connect: in backoff for 10 s, counted as a connection error.
+    until_stats(
+        &s,
+        "hook",
+        json!({"in_backoff": 1, "failed_attempts": {"connection_error": 1}}),
+    )
+    .await;
+    s.advance(10_000);
+    until_stats(
+        &s,
+        "hook",
+        json!({"in_backoff": 0, "dead_lettered": 1,
+               "failed_attempts": {"connection_error": 2},
+               "dead_lettered_by_reason": {"MaxDeliveryAttemptsExceeded": 1}}),
+    )
+    .await;
+    let (rec, evidence) = the_dead_letter(&s).await;
+    assert_eq!(rec["reason"], "MaxDeliveryAttemptsExceeded");
+    assert_eq!(evidence["deliveryAttempts"], 2);
+    assert_eq!(evidence["lastDeliveryOutcome"], "connection error");
+    assert!(evidence.get("lastHttpStatusCode").is_none(), "{evidence}");
+    assert!(
+        !evidence["lastDeliveryError"].as_str().unwrap().is_empty(),
+        "{evidence}"
+    );
+    assert_eq!(
+        evidence["lastDeliveryAttemptTime"],
+        T0.plus_millis(10_000).to_rfc3339()
+    );
+    // The same diagnostics, as a first-class object of the record.
+    assert_eq!(rec["diagnostics"], evidence, "{rec}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn payload_too_large_is_rejected_at_once() {
+    let s = TestServer::start().await;
+    let (url, seen) = scripted_receiver(vec![413]).await;
+    s.topic("orders", json!({})).await;
+    push_sub(&s, &url, json!({"jitter": 0.0})).await;
+    s.publish("orders", &[event("1", "order.created", "/eu/1")])
+        .await;
+    until_stats(
+        &s,
+        "hook",
+        json!({"in_backoff": 0, "dead_lettered": 1, "failed_attempts": {"4xx": 1},
+               "dead_lettered_by_reason": {"EndpointRejected": 1}}),
+    )
+    .await;
+    assert_eq!(seen.lock().unwrap().len(), 1, "no second attempt");
+    let (rec, evidence) = the_dead_letter(&s).await;
+    assert_eq!(rec["reason"], "EndpointRejected");
+    assert_eq!(rec["diagnostics"]["deadLetterReason"], "EndpointRejected");
+    assert_eq!(evidence["lastHttpStatusCode"], 413);
+    assert_eq!(evidence["lastDeliveryOutcome"], "413");
+    assert_eq!(evidence["deliveryAttempts"], 1);
+    assert_eq!(evidence["publishTime"], T0.to_rfc3339());
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn an_endpoint_slower_than_the_timeout_is_retried_on_the_schedule() {
+    let s = TestServer::start().await;
+    let (url, seen) = stalling_receiver().await;
+    s.topic("orders", json!({})).await;
+    let (st, v) = s
+        .post(
+            "/v1/topics/orders/subscriptions",
+            json!({"name": "hook", "type": "push", "endpoint": url,
+                   "dead_letter": {"type": "own_store"},
+                   "delivery": {"timeout_ms": 5000},
+                   "retry_policy": {"jitter": 0.0}}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    s.publish("orders", &[event("1", "order.created", "/eu/1")])
+        .await;
+    // Attempt 1 is open: the event is in flight until the 5 s timeout runs out.
+    until_seen(&seen, 1).await;
+    until_stats(&s, "hook", json!({"in_flight": 1})).await;
+    s.advance(4_999);
+    until_stats(&s, "hook", json!({"in_flight": 1, "failed_attempts": {}})).await;
+    s.advance(1);
+    until_stats(
+        &s,
+        "hook",
+        json!({"in_flight": 0, "in_backoff": 1, "failed_attempts": {"timeout": 1}}),
+    )
+    .await;
+    // The schedule counts from the end of the attempt: 10 s after the timeout.
+    s.advance(9_999);
+    until_stats(&s, "hook", json!({"in_backoff": 1})).await;
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    s.advance(1);
+    until_stats(
+        &s,
+        "hook",
+        json!({"in_backoff": 0, "pending": 0, "delivered": 1}),
+    )
+    .await;
+    let attempts: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(a, _)| a.clone())
+        .collect();
+    assert_eq!(attempts, ["1", "2"]);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_dead_letter_topic_gets_the_event_with_its_diagnostics() {
+    let s = TestServer::start().await;
+    let (url, _seen) = scripted_receiver(vec![400]).await;
+    s.topic("orders", json!({})).await;
+    s.topic("undeliverable", json!({})).await;
+    let dlq = s.pull_sub("undeliverable", "all", json!({})).await;
+
+    // The destination is checked at creation.
+    for (dead_letter, field) in [
+        (json!({"type": "topic", "name": "nowhere"}), "nowhere"),
+        (json!({"type": "topic", "name": "orders"}), "own topic"),
+    ] {
+        let r = s
+            .post(
+                "/v1/topics/orders/subscriptions",
+                json!({"name": "hook", "type": "push", "endpoint": url,
+                       "dead_letter": dead_letter}),
+            )
+            .await;
+        assert_problem(&r, 400, "invalid_request");
+        assert!(r.1.to_string().contains(field), "{}", r.1);
+    }
+    let r = s
+        .post(
+            "/v1/topics/orders/subscriptions",
+            json!({"name": "pull", "type": "pull",
+                   "dead_letter": {"type": "topic", "name": "undeliverable"}}),
+        )
+        .await;
+    assert_problem(&r, 400, "invalid_request");
+
+    let (st, v) = s
+        .post(
+            "/v1/topics/orders/subscriptions",
+            json!({"name": "hook", "type": "push", "endpoint": url,
+                   "dead_letter": {"type": "topic", "name": "undeliverable"}}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let original = event("1", "order.created", "/eu/1");
+    s.publish("orders", std::slice::from_ref(&original)).await;
+
+    let mut copies = Vec::new();
+    for _ in 0..5_000 {
+        copies = s.receive(&dlq, 10).await;
+        if !copies.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    assert_eq!(copies.len(), 1);
+    let copy: Value = serde_json::from_str(copies[0]["body"].as_str().unwrap()).unwrap();
+    for key in ["id", "source", "type", "subject", "data", "specversion"] {
+        assert_eq!(copy[key], original[key], "{key}: {copy}");
+    }
+    assert_eq!(copy["deadletterreason"], "EndpointRejected", "{copy}");
+    assert_eq!(copy["deliveryattempts"], 1);
+    assert_eq!(copy["lasthttpstatuscode"], 400);
+    assert_eq!(copy["lastdeliveryoutcome"], "400");
+    assert_eq!(copy["publishtime"], T0.to_rfc3339());
+    assert_eq!(copy["deadlettersubscription"], "orders/hook");
+
+    // The evidence record stays in the subscription's own store, archived, byte-exact.
+    until_stats(&s, "hook", json!({"dead_lettered": 0})).await;
+    let (st, v) = s
+        .get("/v1/queues/orders.hook/dead-letters?area=archived")
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let recs = v["dead_letters"].as_array().unwrap();
+    assert_eq!(recs.len(), 1, "{v}");
+    assert_eq!(copy["deadletterid"], recs[0]["id"]);
+    let stored: Value = serde_json::from_str(recs[0]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(stored, original);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn stats_and_metrics_count_deliveries_by_outcome() {
+    let s = TestServer::start().await;
+    let (url, seen) = receiver_with(vec![(500, None), (429, Some("20"))], 200).await;
+    s.topic("orders", json!({})).await;
+    push_sub(&s, &url, json!({"jitter": 0.0})).await;
+    s.publish("orders", &[event("1", "order.created", "/eu/1")])
+        .await;
+    until_stats(
+        &s,
+        "hook",
+        json!({"in_backoff": 1, "failed_attempts": {"5xx": 1}}),
+    )
+    .await;
+    // Waiting since the publish.
+    s.advance(4_000);
+    until_stats(&s, "hook", json!({"oldest_pending_age_ms": 4_000})).await;
+    s.advance(6_000);
+    until_seen(&seen, 2).await;
+    until_stats(
+        &s,
+        "hook",
+        json!({"in_backoff": 1, "failed_attempts": {"5xx": 1, "429": 1}}),
+    )
+    .await;
+    // The later of the schedule's 30 s and Retry-After's 20 s.
+    s.advance(30_000);
+    until_stats(
+        &s,
+        "hook",
+        json!({"in_backoff": 0, "delivered": 1, "dead_lettered_by_reason": {}, "dropped": 0}),
+    )
+    .await;
+    assert!(
+        sub_stats(&s, "orders", "hook")
+            .await
+            .get("oldest_pending_age_ms")
+            .is_none()
+    );
+    let text = metrics(&s).await;
+    let labels = "topic=\"orders\",subscription=\"hook\"";
+    for line in [
+        format!("redrive_push_delivered_total{{{labels}}} 1"),
+        format!("redrive_push_failed_attempts_total{{{labels},class=\"5xx\"}} 1"),
+        format!("redrive_push_failed_attempts_total{{{labels},class=\"429\"}} 1"),
+        // Published at T0, delivered 40 s later.
+        format!("redrive_push_delivery_latency_seconds_bucket{{{labels},le=\"10\"}} 0"),
+        format!("redrive_push_delivery_latency_seconds_bucket{{{labels},le=\"60\"}} 1"),
+        format!("redrive_push_delivery_latency_seconds_sum{{{labels}}} 40"),
+        format!("redrive_push_delivery_latency_seconds_count{{{labels}}} 1"),
+    ] {
+        assert!(text.contains(&line), "missing {line:?} in\n{text}");
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn the_pause_shows_in_stats() {
+    let s = TestServer::start().await;
+    let (url, seen) = scripted_receiver(vec![]).await;
+    s.topic("orders", json!({})).await;
+    push_sub(&s, &url, json!({})).await;
+    assert_eq!(sub_stats(&s, "orders", "hook").await["paused"], false);
+    let (st, v) = s
+        .patch(
+            "/v1/topics/orders/subscriptions/hook",
+            json!({"paused": true}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    s.publish("orders", &[event("1", "order.created", "/eu/1")])
+        .await;
+    until_stats(&s, "hook", json!({"paused": true, "pending": 1})).await;
+    assert!(seen.lock().unwrap().is_empty());
+    s.patch(
+        "/v1/topics/orders/subscriptions/hook",
+        json!({"paused": false}),
+    )
+    .await;
+    until_stats(
+        &s,
+        "hook",
+        json!({"paused": false, "pending": 0, "delivered": 1}),
+    )
+    .await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_subscription_queue_is_managed_through_its_subscription() {
+    let s = TestServer::start().await;
+    s.topic("orders", json!({})).await;
+    let q = s.pull_sub("orders", "all", json!({})).await;
+    assert_eq!(q, "orders.all");
+    let r = s.delete("/v1/queues/orders.all?force=true").await;
+    assert_problem(&r, 400, "invalid_request");
+    assert!(r.1.to_string().contains("subscription"), "{}", r.1);
+    let r = s
+        .patch("/v1/queues/orders.all", json!({"max_delivery_count": 2}))
+        .await;
+    assert_problem(&r, 400, "invalid_request");
+    // Nothing changed: the queue is there, with the subscription's policy.
+    let (st, v) = s.get("/v1/queues/orders.all").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["policy"]["max_delivery_count"], 10, "{v}");
+    // A queue that merely looks like one (no such subscription) is an ordinary queue.
+    s.queue("orders.other", json!({})).await;
+    let (st, v) = s.delete("/v1/queues/orders.other").await;
+    assert!(st.is_success(), "{v}");
+    s.stop().await;
+}
