@@ -62,7 +62,7 @@ pub enum BrokerError {
     },
     /// A push subscription needs a dead-letter destination, or an explicit drop.
     #[error(
-        "a push subscription needs a dead-letter destination: own_store, a queue, or \
+        "a push subscription needs a dead-letter destination: own_store, a queue, a topic, or \
          {{\"type\": \"drop\", \"acknowledged\": true}} to accept dropping undeliverable events"
     )]
     DeadLetterDestinationRequired,

@@ -4,6 +4,7 @@
 //! # Layout
 //! - `support`: start/stop a server process, run CLI commands, tiny HTTP probes.
 //! - `cli`: the operator commands end to end.
+//! - `cli_topics`: the topic, subscription and publish commands end to end.
 //! - `config`: configuration layering and refusal of unknown keys.
 //! - `crash`: SIGKILL under concurrent load, restart, and the durability check.
 //! - `multinode`: three nodes on one PostgreSQL database through a node crash.
@@ -12,6 +13,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod cli;
+mod cli_topics;
 mod config;
 mod crash;
 mod multinode;
