@@ -28,10 +28,12 @@
 //! `lastDeliveryAttemptTime` when the last attempt started, both RFC 3339 on the broker's
 //! clock.
 //!
-//! The dispatcher wakes when a publish stores events for a push subscription, and on the
-//! injected clock every `interval` while push subscriptions exist (retries come due then).
-//! Events are sent one per request, at most the subscription's `max_concurrency` requests
-//! at once. A structured subscription with `delivery.max_events_per_batch` > 1 batches:
+//! Each push subscription drains in a task of its own (a slow endpoint holds up no other
+//! subscription). Drains start when a publish stores events for a push subscription, when
+//! a subscription's next retry comes due, and on the injected clock every `interval` while
+//! push subscriptions exist. Events are sent one per request, at most the subscription's
+//! `max_concurrency` requests at once and at most [`DEFAULT_ENDPOINT_CONCURRENCY`] to one
+//! endpoint (`host:port`) from this node over all subscriptions. A structured subscription with `delivery.max_events_per_batch` > 1 batches:
 //! the dispatcher receives up to `max_concurrency` × that many events, groups them with
 //! [`redrive_push::chunk`] (by count and `preferred_batch_bytes`, order kept), POSTs each
 //! chunk as one `application/cloudevents-batch+json` request, and settles every event of
@@ -40,12 +42,15 @@
 //! highest count in the chunk). Several nodes may run dispatchers: locks keep one delivery
 //! of an event in flight at a time.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redrive_core::Timestamp;
+use redrive_core::{EntityName, Timestamp};
 use redrive_events::{AttemptOutcome, CloudEvent, Verdict};
-use redrive_push::{Deliverer, DeliveryMode, DeliverySettings, PushTarget, chunk};
+use redrive_push::{
+    ConcurrencyLimits, Deliverer, DeliveryMode, DeliverySettings, PushTarget, chunk,
+};
 use redrive_store::{
     DeadLetterDestination, Delivery, PushMode, SettleAction, Settlement, SubscriptionKind,
     SubscriptionRecord,
@@ -54,11 +59,25 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{Broker, BrokerResult, MAX_RECEIVE_BATCH, ReceiveOptions};
 
-/// The push delivery worker.
+/// Requests in flight to one endpoint (`host:port`) from this node, over every
+/// subscription pointing at it.
+pub const DEFAULT_ENDPOINT_CONCURRENCY: usize = 256;
+
+/// The push delivery worker. Cheap to clone (shared handles).
+#[derive(Clone)]
 pub struct Dispatcher {
     broker: Broker,
     deliverer: Deliverer,
     interval: Duration,
+    limits: Arc<ConcurrencyLimits>,
+}
+
+/// Why the dispatcher loop woke.
+enum Wake {
+    /// New events or a new/resumed subscription; or the clock (a retry or tick is due).
+    Look,
+    /// One subscription's drain ended: when its queue next has something due.
+    Drained(EntityName, BrokerResult<Option<Timestamp>>),
 }
 
 impl Dispatcher {
@@ -69,66 +88,145 @@ impl Dispatcher {
             broker,
             deliverer,
             interval,
+            limits: Arc::new(ConcurrencyLimits::new(
+                tokio::sync::Semaphore::MAX_PERMITS,
+                DEFAULT_ENDPOINT_CONCURRENCY,
+            )),
         })
     }
 
-    /// Dispatches until `cancel` fires. A storage error is logged and retried at the next
-    /// wake-up; it never ends the loop.
+    /// At most `n` requests in flight to one endpoint from this node.
+    pub fn with_endpoint_concurrency(mut self, n: usize) -> Self {
+        self.limits = Arc::new(ConcurrencyLimits::new(
+            tokio::sync::Semaphore::MAX_PERMITS,
+            n,
+        ));
+        self
+    }
+
+    /// Dispatches until `cancel` fires. Each push subscription drains in a task of its
+    /// own, so a slow or failing endpoint never holds up another subscription. A drain is
+    /// started for every idle subscription when events arrive (or a subscription is
+    /// created or resumed), when one of their retries comes due, and every `interval` on
+    /// the clock (for nodes sharing a store: another node's publish is not notified
+    /// here). A storage error is logged and retried at the next wake-up; it never ends
+    /// the loop.
     pub async fn run(self, cancel: CancellationToken) {
+        let mut drains: tokio::task::JoinSet<(EntityName, BrokerResult<Option<Timestamp>>)> =
+            tokio::task::JoinSet::new();
+        // Subscriptions (by queue) draining now, and those that were asked to look again
+        // while draining (their last receive may have missed what woke us).
+        let mut running: HashSet<EntityName> = HashSet::new();
+        let mut again: HashSet<EntityName> = HashSet::new();
+        // When each idle subscription's queue next has something due.
+        let mut due: HashMap<EntityName, Timestamp> = HashMap::new();
+        let mut wake = Wake::Look;
         loop {
-            let (active, due) = match self.pass().await {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(error = %e, "push dispatch failed; retrying at the next tick");
-                    (1, None)
-                }
-            };
-            let work = &self.broker.inner.topics.push_work;
-            // Nodes sharing a store also look on the clock when they have no push
-            // subscription yet: another node may create one (its notification is local).
-            if active > 0 || self.broker.inner.store.capabilities().multi_node {
-                let tick = self.broker.now().plus(self.interval);
-                let next = due.map_or(tick, |d| d.min(tick));
-                tokio::select! {
-                    () = self.broker.inner.clock.sleep_until(next) => {}
-                    () = work.notified() => {}
-                    () = cancel.cancelled() => return,
-                }
-            } else {
-                // No push subscription: nothing can come due until one is created here.
-                tokio::select! {
-                    () = work.notified() => {}
-                    () = cancel.cancelled() => return,
+            let active;
+            match wake {
+                Wake::Look => match self.push_subscriptions().await {
+                    Ok(subs) => {
+                        active = subs.len();
+                        due.retain(|q, _| subs.iter().any(|s| s.queue == *q));
+                        again.extend(running.iter().cloned());
+                        for sub in subs {
+                            if running.insert(sub.queue.clone()) {
+                                due.remove(&sub.queue);
+                                let this = self.clone();
+                                drains.spawn(async move { this.drain(sub).await });
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "push dispatch failed; retrying at the next tick");
+                        active = 1;
+                    }
+                },
+                Wake::Drained(queue, result) => {
+                    running.remove(&queue);
+                    active = 1;
+                    match result {
+                        Ok(Some(t)) => {
+                            due.insert(queue.clone(), t);
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::warn!(queue = %queue, error = %e, "push dispatch of a subscription failed");
+                        }
+                    }
+                    if again.remove(&queue) {
+                        wake = Wake::Look;
+                        continue;
+                    }
                 }
             }
+            let work = &self.broker.inner.topics.push_work;
+            let first_due = due.values().min().copied();
+            // Nodes sharing a store also look on the clock when they have no push
+            // subscription yet: another node may create one (its notification is local).
+            let timer = if active > 0
+                || !running.is_empty()
+                || self.broker.inner.store.capabilities().multi_node
+            {
+                let tick = self.broker.now().plus(self.interval);
+                Some(first_due.map_or(tick, |d| d.min(tick)))
+            } else {
+                // No push subscription: nothing can come due until one is created here.
+                None
+            };
+            let sleep = async {
+                match timer {
+                    Some(t) => self.broker.inner.clock.sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            wake = tokio::select! {
+                () = sleep => Wake::Look,
+                () = work.notified() => Wake::Look,
+                Some(done) = drains.join_next(), if !drains.is_empty() => match done {
+                    Ok((queue, result)) => Wake::Drained(queue, result),
+                    Err(e) => {
+                        tracing::error!(error = %e, "a push drain task failed");
+                        running.clear();
+                        Wake::Look
+                    }
+                },
+                () = cancel.cancelled() => {
+                    drains.abort_all();
+                    return;
+                }
+            };
         }
     }
 
-    /// One pass over every active push subscription; returns how many there are and the
-    /// earliest time a retry (or a lock running out) comes due on one of their queues.
-    pub async fn pass(&self) -> BrokerResult<(usize, Option<Timestamp>)> {
+    /// Every push subscription that is not paused.
+    async fn push_subscriptions(&self) -> BrokerResult<Vec<SubscriptionRecord>> {
         let store = &self.broker.inner.store;
-        let mut active = 0;
-        let mut due: Option<Timestamp> = None;
+        let mut out = Vec::new();
         for topic in store.list_topics().await? {
             for sub in store.list_subscriptions(&topic.name).await? {
-                if sub.spec.paused || !matches!(sub.spec.kind, SubscriptionKind::Push { .. }) {
-                    continue;
-                }
-                active += 1;
-                let queue = sub.queue.clone();
-                // Asked as of before the receive: the clock may move during the pass, and
-                // what came due meanwhile must not be missed (at worst one extra pass).
-                let before = self.broker.now();
-                if let Err(e) = self.dispatch(Arc::new(sub)).await {
-                    tracing::warn!(error = %e, "push dispatch of a subscription failed");
-                }
-                if let Some(t) = store.next_wake(&queue, before).await? {
-                    due = Some(due.map_or(t, |d| d.min(t)));
+                if !sub.spec.paused && matches!(sub.spec.kind, SubscriptionKind::Push { .. }) {
+                    out.push(sub);
                 }
             }
         }
-        Ok((active, due))
+        Ok(out)
+    }
+
+    /// Drains one subscription, then says when its queue next has something due.
+    async fn drain(
+        &self,
+        sub: SubscriptionRecord,
+    ) -> (EntityName, BrokerResult<Option<Timestamp>>) {
+        let queue = sub.queue.clone();
+        // Asked as of before the receive: the clock may move during the drain, and what
+        // came due meanwhile must not be missed (at worst one extra drain).
+        let before = self.broker.now();
+        if let Err(e) = self.dispatch(Arc::new(sub)).await {
+            return (queue, Err(e));
+        }
+        let next = self.broker.inner.store.next_wake(&queue, before).await;
+        (queue, next.map_err(Into::into))
     }
 
     /// Delivers what is due on one subscription's queue, until nothing is.
@@ -154,6 +252,8 @@ impl Dispatcher {
         );
         target.max_events_per_batch = per_batch as usize;
         let target = Arc::new(target);
+        let endpoint_key =
+            redrive_push::endpoint_key(endpoint).unwrap_or_else(|_| endpoint.to_string());
         let batch_bytes = sub.spec.delivery.preferred_batch_bytes as usize;
         // The lock outlasts the attempt's timeout, so a slow endpoint does not see the
         // event again while the first attempt is still open.
@@ -201,7 +301,12 @@ impl Dispatcher {
                     join_one(&mut set, &mut settlements).await;
                 }
                 let (this, sub, target) = (self.clone_parts(), sub.clone(), target.clone());
-                set.spawn(async move { this.attempt(&sub, &target, batch).await });
+                let (limits, key) = (self.limits.clone(), endpoint_key.clone());
+                set.spawn(async move {
+                    // Bounded per endpoint across subscriptions; held until the request ends.
+                    let _permits = limits.acquire(sub.queue.as_str(), &key).await;
+                    this.attempt(&sub, &target, batch).await
+                });
             }
             while join_one(&mut set, &mut settlements).await {}
             if !settlements.is_empty() {

@@ -320,7 +320,8 @@ async fn stats_and_metrics_count_deliveries_by_outcome() {
     until_stats(
         &s,
         "hook",
-        json!({"in_backoff": 0, "delivered": 1, "dead_lettered_by_reason": {}, "dropped": 0}),
+        json!({"in_backoff": 0, "in_flight": 0, "pending": 0, "delivered": 1,
+               "dead_lettered_by_reason": {}, "dropped": 0}),
     )
     .await;
     assert!(
@@ -399,5 +400,36 @@ async fn a_subscription_queue_is_managed_through_its_subscription() {
     s.queue("orders.other", json!({})).await;
     let (st, v) = s.delete("/v1/queues/orders.other").await;
     assert!(st.is_success(), "{v}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_stalled_endpoint_holds_up_no_other_subscription() {
+    let s = TestServer::start().await;
+    let (slow_url, slow_seen) = stalling_receiver().await;
+    let (url, seen) = scripted_receiver(vec![]).await;
+    s.topic("orders", json!({})).await;
+    for (name, endpoint) in [("a-slow", &slow_url), ("b-fast", &url)] {
+        let (st, v) = s
+            .post(
+                "/v1/topics/orders/subscriptions",
+                json!({"name": name, "type": "push", "endpoint": endpoint,
+                       "dead_letter": {"type": "own_store"}}),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+    }
+    s.publish("orders", &[event("1", "order.created", "/eu/1")])
+        .await;
+    // The slow endpoint holds its request open (the clock does not move, so it never
+    // times out); the other subscription is delivered meanwhile.
+    until_seen(&slow_seen, 1).await;
+    until_seen(&seen, 1).await;
+    until_stats(&s, "b-fast", json!({"delivered": 1, "pending": 0})).await;
+    until_stats(&s, "a-slow", json!({"in_flight": 1, "delivered": 0})).await;
+    // A second event reaches the fast endpoint too while the first attempt is still open.
+    s.publish("orders", &[event("2", "order.created", "/eu/2")])
+        .await;
+    until_seen(&seen, 2).await;
     s.stop().await;
 }
