@@ -433,3 +433,56 @@ async fn a_stalled_endpoint_holds_up_no_other_subscription() {
     until_seen(&seen, 2).await;
     s.stop().await;
 }
+
+#[tokio::test]
+async fn the_whole_default_schedule_is_walked_to_max_attempts() {
+    let s = TestServer::start().await;
+    let (url, seen) = receiver_with(vec![], 503).await;
+    s.topic("orders", json!({})).await;
+    // Defaults: 10 attempts; a day to live so that the attempts run out first.
+    push_sub(
+        &s,
+        &url,
+        json!({"event_time_to_live_minutes": 1440, "jitter": 0.0}),
+    )
+    .await;
+    s.publish("orders", &[event("1", "order.created", "/eu/1")])
+        .await;
+    until_seen(&seen, 1).await;
+    // 10 s, 30 s, 1 min, 5 min, 10 min, 30 min, 1 h, then hourly.
+    let steps_s: [u64; 9] = [10, 30, 60, 300, 600, 1_800, 3_600, 3_600, 3_600];
+    let mut at_ms = 0;
+    for (i, step) in steps_s.iter().enumerate() {
+        until_stats(&s, "hook", json!({"in_backoff": 1, "in_flight": 0})).await;
+        s.advance(step * 1_000 - 1);
+        until_stats(&s, "hook", json!({"in_backoff": 1})).await;
+        assert_eq!(seen.lock().unwrap().len(), i + 1, "attempt {} early", i + 2);
+        s.advance(1);
+        at_ms += step * 1_000;
+        until_seen(&seen, i + 2).await;
+    }
+    until_stats(
+        &s,
+        "hook",
+        json!({"in_backoff": 0, "in_flight": 0, "dead_lettered": 1,
+               "failed_attempts": {"5xx": 10},
+               "dead_lettered_by_reason": {"MaxDeliveryAttemptsExceeded": 1}}),
+    )
+    .await;
+    let attempts: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(a, _)| a.clone())
+        .collect();
+    let want: Vec<String> = (1..=10).map(|n| n.to_string()).collect();
+    assert_eq!(attempts, want);
+    let (rec, evidence) = the_dead_letter(&s).await;
+    assert_eq!(rec["delivery_count"], 10);
+    assert_eq!(evidence["deliveryAttempts"], 10);
+    assert_eq!(
+        evidence["lastDeliveryAttemptTime"],
+        T0.plus_millis(i64::try_from(at_ms).unwrap()).to_rfc3339()
+    );
+    s.stop().await;
+}
