@@ -33,19 +33,25 @@
 //! Events are sent one per request, at most the subscription's `max_concurrency` requests
 //! at once. A structured subscription with `delivery.max_events_per_batch` > 1 batches:
 //! the dispatcher receives up to `max_concurrency` × that many events, groups them with
-//! [`redrive_push::chunk`] (by count and `preferred_batch_bytes`, order kept), POSTs each
+//! [`redrive_push::chunk_by`] (by count and `preferred_batch_bytes`, order kept), POSTs each
 //! chunk as one `application/cloudevents-batch+json` request, and settles every event of
 //! the chunk by that one outcome — [`redrive_events::RetryPolicy::decide`] per event, with
 //! its own delivery count and publish time (the request's `redrive-delivery-attempt` is the
 //! highest count in the chunk). Several nodes may run dispatchers: locks keep one delivery
 //! of an event in flight at a time.
+//!
+//! A stored event's body is its structured-mode JSON (the bytes the publisher sent, see
+//! `topics`), and structured delivery sends those bytes as they are: a single event's body
+//! is the stored body, a batch body is `[` + the stored bodies joined by `,` + `]`. Only
+//! the `id` and `source` are read from it (the jitter's seed, the evidence); binary mode
+//! parses the event to put its attributes in `ce-*` headers and its data in the body.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use redrive_core::Timestamp;
 use redrive_events::{AttemptOutcome, CloudEvent, Verdict};
-use redrive_push::{Deliverer, DeliveryMode, DeliverySettings, PushTarget, chunk};
+use redrive_push::{Deliverer, DeliveryMode, DeliverySettings, EncodedEvent, PushTarget, chunk_by};
 use redrive_store::{
     DeadLetterDestination, Delivery, PushMode, SettleAction, Settlement, SubscriptionKind,
     SubscriptionRecord,
@@ -182,21 +188,19 @@ impl Dispatcher {
             let full = deliveries.len() == max as usize;
             let mut settlements = Vec::new();
             let mut readable = Vec::with_capacity(deliveries.len());
-            let mut events = Vec::with_capacity(deliveries.len());
             for d in deliveries {
-                match read_event(&d) {
-                    Ok(e) => {
-                        readable.push(d);
-                        events.push(e);
-                    }
+                match read_event(&d, *mode) {
+                    Ok(e) => readable.push((d, e)),
                     Err(s) => settlements.push(s),
                 }
             }
             let mut set = tokio::task::JoinSet::new();
-            let mut deliveries = readable.into_iter();
-            for events in chunk(events, per_batch as usize, batch_bytes) {
-                let batch: Vec<(Delivery, CloudEvent)> =
-                    deliveries.by_ref().take(events.len()).zip(events).collect();
+            // A stored body is the event's structured JSON, so its length is its size in
+            // a batch body.
+            let chunks = chunk_by(readable, per_batch as usize, batch_bytes, |(d, _)| {
+                d.message.body.len()
+            });
+            for batch in chunks {
                 while set.len() >= concurrency {
                     join_one(&mut set, &mut settlements).await;
                 }
@@ -294,12 +298,37 @@ async fn join_one(
     }
 }
 
+/// What the dispatcher reads of a stored event. The stored body is the event's
+/// structured-mode JSON and is sent as it is; only binary mode needs the event parsed.
+struct Event {
+    /// `id`.
+    id: String,
+    /// `source` (with the id, the seed of the retry jitter).
+    source: String,
+    /// The parsed event, for binary mode (headers from its attributes, data as the body).
+    parsed: Option<CloudEvent>,
+}
+
 /// The stored event of a delivery, or the dead-letter settlement of an unreadable one.
-fn read_event(d: &Delivery) -> Result<CloudEvent, Settlement> {
+fn read_event(d: &Delivery, mode: PushMode) -> Result<Event, Settlement> {
     let m = &d.message;
-    let event = serde_json::from_slice(&m.body)
-        .map_err(|e| e.to_string())
-        .and_then(|v| CloudEvent::from_json(v).map_err(|e| e.to_string()));
+    let event = match mode {
+        PushMode::Structured => CloudEvent::id_and_source(&m.body)
+            .map_err(|e| e.to_string())
+            .map(|(id, source)| Event {
+                id,
+                source,
+                parsed: None,
+            }),
+        PushMode::Binary => serde_json::from_slice(&m.body)
+            .map_err(|e| e.to_string())
+            .and_then(|v| CloudEvent::from_json(v).map_err(|e| e.to_string()))
+            .map(|e| Event {
+                id: e.id.clone(),
+                source: e.source.clone(),
+                parsed: Some(e),
+            }),
+    };
     event.map_err(|why| {
         tracing::error!(queue = %m.queue, sequence = m.sequence, %why, "stored event unreadable");
         Settlement {
@@ -319,19 +348,38 @@ impl Attempter {
         &self,
         sub: &SubscriptionRecord,
         target: &PushTarget,
-        batch: Vec<(Delivery, CloudEvent)>,
+        batch: Vec<(Delivery, Event)>,
     ) -> Vec<Settlement> {
         let attempt = batch
             .iter()
             .map(|(d, _)| d.message.delivery_count.max(1))
             .max()
             .unwrap_or(1);
-        let (deliveries, events): (Vec<Delivery>, Vec<CloudEvent>) = batch.into_iter().unzip();
+        let (mut deliveries, mut events): (Vec<Delivery>, Vec<Event>) = batch.into_iter().unzip();
         let started = self.broker.now();
-        let result = self
-            .deliverer
-            .deliver_detailed(target, &events, attempt)
-            .await;
+        let result = match target.mode {
+            DeliveryMode::Binary => {
+                let parsed: Vec<CloudEvent> =
+                    events.iter_mut().filter_map(|e| e.parsed.take()).collect();
+                self.deliverer
+                    .deliver_detailed(target, &parsed, attempt)
+                    .await
+            }
+            // The stored bytes go out as they are; settlement needs none of them.
+            DeliveryMode::Structured => {
+                let encoded = deliveries
+                    .iter_mut()
+                    .zip(&events)
+                    .map(|(d, e)| EncodedEvent {
+                        id: e.id.clone(),
+                        json: std::mem::take(&mut d.message.body),
+                    })
+                    .collect();
+                self.deliverer
+                    .deliver_encoded(target, encoded, attempt)
+                    .await
+            }
+        };
         let now = self.broker.now();
         deliveries
             .into_iter()
@@ -345,7 +393,7 @@ impl Attempter {
         &self,
         sub: &SubscriptionRecord,
         d: Delivery,
-        event: &CloudEvent,
+        event: &Event,
         result: &redrive_push::Delivery,
         started: Timestamp,
         now: Timestamp,
