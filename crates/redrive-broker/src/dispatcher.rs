@@ -31,7 +31,10 @@
 //! The dispatcher wakes when a publish stores events for a push subscription, and on the
 //! injected clock every `interval` while push subscriptions exist (retries come due then).
 //! Events are sent one per request, at most the subscription's `max_concurrency` requests
-//! at once. A structured subscription with `delivery.max_events_per_batch` > 1 batches:
+//! at once. Delivery of a subscription is a pipeline: more events are received while
+//! attempts are in flight (once half the requests are free, or at once when a publish
+//! stores more), and finished attempts are settled while the rest run, one settle call at
+//! a time, so that one store commit carries a receive, a settlement and publishes. A structured subscription with `delivery.max_events_per_batch` > 1 batches:
 //! the dispatcher receives up to `max_concurrency` × that many events, groups them with
 //! [`redrive_push::chunk_by`] (by count and `preferred_batch_bytes`, order kept), POSTs each
 //! chunk as one `application/cloudevents-batch+json` request, and settles every event of
@@ -165,61 +168,93 @@ impl Dispatcher {
         // event again while the first attempt is still open.
         let lock_ms = (sub.spec.delivery.timeout_ms + 10_000).clamp(60_000, 300_000);
         let concurrency = sub.spec.delivery.max_concurrency.clamp(1, 100) as usize;
-        let max = u32::try_from(concurrency)
-            .unwrap_or(1)
-            .saturating_mul(per_batch)
-            .clamp(1, MAX_RECEIVE_BATCH);
+        // A pipeline: attempts run while the next events are received and the finished
+        // ones are settled, so that one store commit carries a receive, a settlement and
+        // concurrent publishes (the commit's sync, not the work, is what each store call
+        // waits for). More events are received once half the requests are free; one
+        // settle call is in flight at a time, carrying whatever finished meanwhile.
+        let published = &self.broker.inner.topics.push_published;
+        let mut set = tokio::task::JoinSet::new();
+        let mut settling = tokio::task::JoinSet::new();
+        let mut done: Vec<Settlement> = Vec::new();
+        let mut more = true;
+        let mut failure = None;
         loop {
-            let deliveries = self
-                .broker
-                .receive(
-                    sub.queue.as_str(),
-                    ReceiveOptions {
-                        max,
-                        lock_ms: Some(lock_ms),
-                        wait_ms: 0,
-                        session: None,
-                    },
-                )
-                .await?;
-            if deliveries.is_empty() {
-                return Ok(());
-            }
-            let full = deliveries.len() == max as usize;
-            let mut settlements = Vec::new();
-            let mut readable = Vec::with_capacity(deliveries.len());
-            for d in deliveries {
-                match read_event(&d, *mode) {
-                    Ok(e) => readable.push((d, e)),
-                    Err(s) => settlements.push(s),
-                }
-            }
-            let mut set = tokio::task::JoinSet::new();
-            // A stored body is the event's structured JSON, so its length is its size in
-            // a batch body.
-            let chunks = chunk_by(readable, per_batch as usize, batch_bytes, |(d, _)| {
-                d.message.body.len()
-            });
-            for batch in chunks {
-                while set.len() >= concurrency {
-                    join_one(&mut set, &mut settlements).await;
-                }
-                let (this, sub, target) = (self.clone_parts(), sub.clone(), target.clone());
-                set.spawn(async move { this.attempt(&sub, &target, batch).await });
-            }
-            while join_one(&mut set, &mut settlements).await {}
-            if !settlements.is_empty() {
-                let out = self.broker.settle(sub.queue.as_str(), settlements).await?;
-                for r in out.results {
-                    if let Err(e) = r {
-                        tracing::warn!(queue = %sub.queue, error = %e, "push settlement failed");
+            // Registered before the receive, so a publish during it is not missed.
+            let news = published.notified();
+            tokio::pin!(news);
+            news.as_mut().enable();
+            if more && set.len() * 2 <= concurrency {
+                let room = u32::try_from(concurrency - set.len())
+                    .unwrap_or(1)
+                    .saturating_mul(per_batch)
+                    .clamp(1, MAX_RECEIVE_BATCH);
+                let options = ReceiveOptions {
+                    max: room,
+                    lock_ms: Some(lock_ms),
+                    wait_ms: 0,
+                    session: None,
+                };
+                match self.broker.receive(sub.queue.as_str(), options).await {
+                    Ok(deliveries) => {
+                        more = deliveries.len() == room as usize;
+                        let mut readable = Vec::with_capacity(deliveries.len());
+                        for d in deliveries {
+                            match read_event(&d, *mode) {
+                                Ok(e) => readable.push((d, e)),
+                                Err(s) => done.push(s),
+                            }
+                        }
+                        // A stored body is the event's structured JSON, so its length is
+                        // its size in a batch body.
+                        let chunks =
+                            chunk_by(readable, per_batch as usize, batch_bytes, |(d, _)| {
+                                d.message.body.len()
+                            });
+                        for batch in chunks {
+                            while set.len() >= concurrency {
+                                join_one(&mut set, &mut done).await;
+                            }
+                            let (this, sub, target) =
+                                (self.clone_parts(), sub.clone(), target.clone());
+                            set.spawn(async move { this.attempt(&sub, &target, batch).await });
+                        }
+                    }
+                    Err(e) => {
+                        more = false;
+                        failure = Some(e);
                     }
                 }
             }
-            if !full {
-                return Ok(());
+            if !done.is_empty() && settling.is_empty() {
+                let (broker, queue) = (self.broker.clone(), sub.queue.clone());
+                let batch = std::mem::take(&mut done);
+                settling.spawn(async move { settle(&broker, queue.as_str(), batch).await });
+            }
+            if set.is_empty() {
+                if more && failure.is_none() {
+                    continue;
+                }
+                break;
+            }
+            tokio::select! {
+                r = set.join_next() => {
+                    collect(r, &mut done);
+                    while let Some(r) = set.try_join_next() {
+                        collect(Some(r), &mut done);
+                    }
+                }
+                Some(_) = settling.join_next(), if !settling.is_empty() => {}
+                // Events were published while attempts run: look for more of this
+                // subscription's at once rather than after the pass.
+                () = &mut news, if !more && failure.is_none() => more = true,
             }
         }
+        while settling.join_next().await.is_some() {}
+        if !done.is_empty() {
+            settle(&self.broker, sub.queue.as_str(), done).await;
+        }
+        failure.map_or(Ok(()), Err)
     }
 
     fn clone_parts(&self) -> Attempter {
@@ -285,7 +320,15 @@ async fn join_one(
     set: &mut tokio::task::JoinSet<Vec<Settlement>>,
     settlements: &mut Vec<Settlement>,
 ) -> bool {
-    match set.join_next().await {
+    collect(set.join_next().await, settlements)
+}
+
+/// Collects the settlements of a finished attempt task; false when there was none.
+fn collect(
+    joined: Option<Result<Vec<Settlement>, tokio::task::JoinError>>,
+    settlements: &mut Vec<Settlement>,
+) -> bool {
+    match joined {
         Some(Ok(s)) => {
             settlements.extend(s);
             true
@@ -295,6 +338,21 @@ async fn join_one(
             true
         }
         None => false,
+    }
+}
+
+/// Settles finished attempts in one store call; failures are logged (an event whose
+/// settlement failed stays locked and is attempted again when its lock runs out).
+async fn settle(broker: &Broker, queue: &str, settlements: Vec<Settlement>) {
+    match broker.settle(queue, settlements).await {
+        Ok(out) => {
+            for r in out.results {
+                if let Err(e) = r {
+                    tracing::warn!(%queue, error = %e, "push settlement failed");
+                }
+            }
+        }
+        Err(e) => tracing::warn!(%queue, error = %e, "push settlement failed"),
     }
 }
 

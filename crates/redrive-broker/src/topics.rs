@@ -117,6 +117,9 @@ pub(crate) struct TopicState {
     /// Wakes the push dispatcher: events for a push subscription were stored, or a push
     /// subscription was created or resumed.
     pub(crate) push_work: tokio::sync::Notify,
+    /// Wakes a dispatcher busy delivering (every waiter, no stored permit): events for a
+    /// push subscription were stored.
+    pub(crate) push_published: tokio::sync::Notify,
 }
 
 const PUBLISHED: &str = "redrive_events_published_total";
@@ -681,6 +684,7 @@ impl Broker {
         }
         if push {
             state.push_work.notify_one();
+            state.push_published.notify_waiters();
         }
         Ok(out)
     }
