@@ -33,14 +33,24 @@
 //! a subscription's next retry comes due, and on the injected clock every `interval` while
 //! push subscriptions exist. Events are sent one per request, at most the subscription's
 //! `max_concurrency` requests at once and at most [`DEFAULT_ENDPOINT_CONCURRENCY`] to one
-//! endpoint (`host:port`) from this node over all subscriptions. A structured subscription with `delivery.max_events_per_batch` > 1 batches:
+//! endpoint (`host:port`) from this node over all subscriptions. A drain is a pipeline:
+//! more events are received while attempts are in flight (once half the requests are
+//! free, or at once when a publish stores more), and finished attempts are settled while
+//! the rest run, one settle call at a time, so that one store commit carries a receive, a
+//! settlement and publishes. A structured subscription with `delivery.max_events_per_batch` > 1 batches:
 //! the dispatcher receives up to `max_concurrency` × that many events, groups them with
-//! [`redrive_push::chunk`] (by count and `preferred_batch_bytes`, order kept), POSTs each
+//! [`redrive_push::chunk_by`] (by count and `preferred_batch_bytes`, order kept), POSTs each
 //! chunk as one `application/cloudevents-batch+json` request, and settles every event of
 //! the chunk by that one outcome — [`redrive_events::RetryPolicy::decide`] per event, with
 //! its own delivery count and publish time (the request's `redrive-delivery-attempt` is the
 //! highest count in the chunk). Several nodes may run dispatchers: locks keep one delivery
 //! of an event in flight at a time.
+//!
+//! A stored event's body is its structured-mode JSON (the bytes the publisher sent, see
+//! `topics`), and structured delivery sends those bytes as they are: a single event's body
+//! is the stored body, a batch body is `[` + the stored bodies joined by `,` + `]`. Only
+//! the `id` and `source` are read from it (the jitter's seed, the evidence); binary mode
+//! parses the event to put its attributes in `ce-*` headers and its data in the body.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -49,7 +59,8 @@ use std::time::Duration;
 use redrive_core::{EntityName, Timestamp};
 use redrive_events::{AttemptOutcome, CloudEvent, Verdict};
 use redrive_push::{
-    ConcurrencyLimits, Deliverer, DeliveryMode, DeliverySettings, PushTarget, chunk,
+    ConcurrencyLimits, Deliverer, DeliveryMode, DeliverySettings, EncodedEvent, PushTarget,
+    chunk_by,
 };
 use redrive_store::{
     DeadLetterDestination, Delivery, PushMode, SettleAction, Settlement, SubscriptionKind,
@@ -259,77 +270,99 @@ impl Dispatcher {
         // event again while the first attempt is still open.
         let lock_ms = (sub.spec.delivery.timeout_ms + 10_000).clamp(60_000, 300_000);
         let concurrency = sub.spec.delivery.max_concurrency.clamp(1, 100) as usize;
-        let max = u32::try_from(concurrency)
-            .unwrap_or(1)
-            .saturating_mul(per_batch)
-            .clamp(1, MAX_RECEIVE_BATCH);
+        // A pipeline: attempts run while the next events are received and the finished
+        // ones are settled, so that one store commit carries a receive, a settlement and
+        // concurrent publishes (the commit's sync, not the work, is what each store call
+        // waits for). More events are received once half the requests are free; one
+        // settle call is in flight at a time, carrying whatever finished meanwhile.
+        let published = &self.broker.inner.topics.push_published;
+        let mut set = tokio::task::JoinSet::new();
+        let mut settling = tokio::task::JoinSet::new();
+        let mut done: Vec<Settlement> = Vec::new();
+        let mut more = true;
+        let mut failure = None;
         loop {
-            let deliveries = self
-                .broker
-                .receive(
-                    sub.queue.as_str(),
-                    ReceiveOptions {
-                        max,
-                        lock_ms: Some(lock_ms),
-                        wait_ms: 0,
-                        session: None,
-                    },
-                )
-                .await?;
-            if deliveries.is_empty() {
-                return Ok(());
-            }
-            let full = deliveries.len() == max as usize;
-            let mut settlements = Vec::new();
-            let mut readable = Vec::with_capacity(deliveries.len());
-            let mut events = Vec::with_capacity(deliveries.len());
-            for d in deliveries {
-                match read_event(&d) {
-                    Ok(e) => {
-                        readable.push(d);
-                        events.push(e);
-                    }
-                    Err(s) => settlements.push(s),
-                }
-            }
-            let mut set = tokio::task::JoinSet::new();
-            let mut deliveries = readable.into_iter();
-            for events in chunk(events, per_batch as usize, batch_bytes) {
-                let batch: Vec<(Delivery, CloudEvent)> =
-                    deliveries.by_ref().take(events.len()).zip(events).collect();
-                while set.len() >= concurrency {
-                    join_one(&mut set, &mut settlements).await;
-                }
-                let (this, sub, target) = (self.clone_parts(), sub.clone(), target.clone());
-                let (limits, key) = (self.limits.clone(), endpoint_key.clone());
-                set.spawn(async move {
-                    // Bounded per endpoint across subscriptions; held until the request ends.
-                    let _permits = limits.acquire(sub.queue.as_str(), &key).await;
-                    this.attempt(&sub, &target, batch).await
-                });
-            }
-            while join_one(&mut set, &mut settlements).await {}
-            if !settlements.is_empty() {
-                let out = self.broker.settle(sub.queue.as_str(), settlements).await?;
-                let mut dead_lettered = Vec::new();
-                for r in out.results {
-                    match r {
-                        Ok(s) => dead_lettered.extend(s.dead_letter_id),
-                        Err(e) => {
-                            tracing::warn!(queue = %sub.queue, error = %e, "push settlement failed");
+            // Registered before the receive, so a publish during it is not missed.
+            let news = published.notified();
+            tokio::pin!(news);
+            news.as_mut().enable();
+            if more && set.len() * 2 <= concurrency {
+                let room = u32::try_from(concurrency - set.len())
+                    .unwrap_or(1)
+                    .saturating_mul(per_batch)
+                    .clamp(1, MAX_RECEIVE_BATCH);
+                let options = ReceiveOptions {
+                    max: room,
+                    lock_ms: Some(lock_ms),
+                    wait_ms: 0,
+                    session: None,
+                };
+                match self.broker.receive(sub.queue.as_str(), options).await {
+                    Ok(deliveries) => {
+                        more = deliveries.len() == room as usize;
+                        let mut readable = Vec::with_capacity(deliveries.len());
+                        for d in deliveries {
+                            match read_event(&d, *mode) {
+                                Ok(e) => readable.push((d, e)),
+                                Err(s) => done.push(s),
+                            }
+                        }
+                        // A stored body is the event's structured JSON, so its length is
+                        // its size in a batch body.
+                        let chunks =
+                            chunk_by(readable, per_batch as usize, batch_bytes, |(d, _)| {
+                                d.message.body.len()
+                            });
+                        for batch in chunks {
+                            while set.len() >= concurrency {
+                                join_one(&mut set, &mut done).await;
+                            }
+                            let (this, sub, target) =
+                                (self.clone_parts(), sub.clone(), target.clone());
+                            let (limits, key) = (self.limits.clone(), endpoint_key.clone());
+                            set.spawn(async move {
+                                // Bounded per endpoint across subscriptions; held until the
+                                // request ends.
+                                let _permits = limits.acquire(sub.queue.as_str(), &key).await;
+                                this.attempt(&sub, &target, batch).await
+                            });
                         }
                     }
-                }
-                if let DeadLetterDestination::Topic { name } = &sub.spec.dead_letter {
-                    self.broker
-                        .forward_dead_letters(&sub, name, &dead_lettered)
-                        .await;
+                    Err(e) => {
+                        more = false;
+                        failure = Some(e);
+                    }
                 }
             }
-            if !full {
-                return Ok(());
+            if !done.is_empty() && settling.is_empty() {
+                let (broker, sub) = (self.broker.clone(), sub.clone());
+                let batch = std::mem::take(&mut done);
+                settling.spawn(async move { settle(&broker, &sub, batch).await });
+            }
+            if set.is_empty() {
+                if more && failure.is_none() {
+                    continue;
+                }
+                break;
+            }
+            tokio::select! {
+                r = set.join_next() => {
+                    collect(r, &mut done);
+                    while let Some(r) = set.try_join_next() {
+                        collect(Some(r), &mut done);
+                    }
+                }
+                Some(_) = settling.join_next(), if !settling.is_empty() => {}
+                // Events were published while attempts run: look for more of this
+                // subscription's at once rather than after the pass.
+                () = &mut news, if !more && failure.is_none() => more = true,
             }
         }
+        while settling.join_next().await.is_some() {}
+        if !done.is_empty() {
+            settle(&self.broker, &sub, done).await;
+        }
+        failure.map_or(Ok(()), Err)
     }
 
     fn clone_parts(&self) -> Attempter {
@@ -395,7 +428,15 @@ async fn join_one(
     set: &mut tokio::task::JoinSet<Vec<Settlement>>,
     settlements: &mut Vec<Settlement>,
 ) -> bool {
-    match set.join_next().await {
+    collect(set.join_next().await, settlements)
+}
+
+/// Collects the settlements of a finished attempt task; false when there was none.
+fn collect(
+    joined: Option<Result<Vec<Settlement>, tokio::task::JoinError>>,
+    settlements: &mut Vec<Settlement>,
+) -> bool {
+    match joined {
         Some(Ok(s)) => {
             settlements.extend(s);
             true
@@ -408,12 +449,59 @@ async fn join_one(
     }
 }
 
+/// Settles finished attempts in one store call; failures are logged (an event whose
+/// settlement failed stays locked and is attempted again when its lock runs out). Events
+/// dead-lettered for a subscription whose destination is a topic are then forwarded.
+async fn settle(broker: &Broker, sub: &SubscriptionRecord, settlements: Vec<Settlement>) {
+    let queue = sub.queue.as_str();
+    match broker.settle(queue, settlements).await {
+        Ok(out) => {
+            let mut dead_lettered = Vec::new();
+            for r in out.results {
+                match r {
+                    Ok(s) => dead_lettered.extend(s.dead_letter_id),
+                    Err(e) => tracing::warn!(%queue, error = %e, "push settlement failed"),
+                }
+            }
+            if let DeadLetterDestination::Topic { name } = &sub.spec.dead_letter {
+                broker.forward_dead_letters(sub, name, &dead_lettered).await;
+            }
+        }
+        Err(e) => tracing::warn!(%queue, error = %e, "push settlement failed"),
+    }
+}
+
+/// What the dispatcher reads of a stored event. The stored body is the event's
+/// structured-mode JSON and is sent as it is; only binary mode needs the event parsed.
+struct Event {
+    /// `id`.
+    id: String,
+    /// `source` (with the id, the seed of the retry jitter).
+    source: String,
+    /// The parsed event, for binary mode (headers from its attributes, data as the body).
+    parsed: Option<CloudEvent>,
+}
+
 /// The stored event of a delivery, or the dead-letter settlement of an unreadable one.
-fn read_event(d: &Delivery) -> Result<CloudEvent, Settlement> {
+fn read_event(d: &Delivery, mode: PushMode) -> Result<Event, Settlement> {
     let m = &d.message;
-    let event = serde_json::from_slice(&m.body)
-        .map_err(|e| e.to_string())
-        .and_then(|v| CloudEvent::from_json(v).map_err(|e| e.to_string()));
+    let event = match mode {
+        PushMode::Structured => CloudEvent::id_and_source(&m.body)
+            .map_err(|e| e.to_string())
+            .map(|(id, source)| Event {
+                id,
+                source,
+                parsed: None,
+            }),
+        PushMode::Binary => serde_json::from_slice(&m.body)
+            .map_err(|e| e.to_string())
+            .and_then(|v| CloudEvent::from_json(v).map_err(|e| e.to_string()))
+            .map(|e| Event {
+                id: e.id.clone(),
+                source: e.source.clone(),
+                parsed: Some(e),
+            }),
+    };
     event.map_err(|why| {
         tracing::error!(queue = %m.queue, sequence = m.sequence, %why, "stored event unreadable");
         Settlement {
@@ -433,19 +521,38 @@ impl Attempter {
         &self,
         sub: &SubscriptionRecord,
         target: &PushTarget,
-        batch: Vec<(Delivery, CloudEvent)>,
+        batch: Vec<(Delivery, Event)>,
     ) -> Vec<Settlement> {
         let attempt = batch
             .iter()
             .map(|(d, _)| d.message.delivery_count.max(1))
             .max()
             .unwrap_or(1);
-        let (deliveries, events): (Vec<Delivery>, Vec<CloudEvent>) = batch.into_iter().unzip();
+        let (mut deliveries, mut events): (Vec<Delivery>, Vec<Event>) = batch.into_iter().unzip();
         let started = self.broker.now();
-        let result = self
-            .deliverer
-            .deliver_detailed(target, &events, attempt)
-            .await;
+        let result = match target.mode {
+            DeliveryMode::Binary => {
+                let parsed: Vec<CloudEvent> =
+                    events.iter_mut().filter_map(|e| e.parsed.take()).collect();
+                self.deliverer
+                    .deliver_detailed(target, &parsed, attempt)
+                    .await
+            }
+            // The stored bytes go out as they are; settlement needs none of them.
+            DeliveryMode::Structured => {
+                let encoded = deliveries
+                    .iter_mut()
+                    .zip(&events)
+                    .map(|(d, e)| EncodedEvent {
+                        id: e.id.clone(),
+                        json: std::mem::take(&mut d.message.body),
+                    })
+                    .collect();
+                self.deliverer
+                    .deliver_encoded(target, encoded, attempt)
+                    .await
+            }
+        };
         let now = self.broker.now();
         let stats = &self.broker.inner.topics.push;
         let (topic, name) = (sub.topic.as_str(), sub.name.as_str());
@@ -471,7 +578,7 @@ impl Attempter {
         &self,
         sub: &SubscriptionRecord,
         d: Delivery,
-        event: &CloudEvent,
+        event: &Event,
         result: &redrive_push::Delivery,
         started: Timestamp,
         now: Timestamp,

@@ -124,6 +124,9 @@ pub(crate) struct TopicState {
     pub(crate) push_work: tokio::sync::Notify,
     /// Push delivery statistics per subscription.
     pub(crate) push: crate::push_stats::PushStats,
+    /// Wakes a dispatcher busy delivering (every waiter, no stored permit): events for a
+    /// push subscription were stored.
+    pub(crate) push_published: tokio::sync::Notify,
 }
 
 const PUBLISHED: &str = "redrive_events_published_total";
@@ -270,25 +273,30 @@ fn check_delivery(d: &DeliverySpec) -> BrokerResult<()> {
     Ok(())
 }
 
-fn parse_events(input: EventInput) -> BrokerResult<Vec<CloudEvent>> {
+/// Parses and validates every event, each with the body to store: its structured-mode
+/// JSON. A structured event is stored as the publisher sent it, and each event of a batch
+/// as its bytes in the array (the event byte-exact, never re-encoded); a binary-mode event
+/// is encoded in structured form.
+fn parse_events(input: EventInput) -> BrokerResult<(Vec<CloudEvent>, Vec<Vec<u8>>)> {
     let bad = |index: usize, why: String| BrokerError::InvalidEvent { index, why };
     match input {
         EventInput::Structured(body) => {
-            let v: serde_json::Value =
-                serde_json::from_slice(&body).map_err(|e| bad(0, format!("invalid JSON: {e}")))?;
-            CloudEvent::from_json(v)
-                .map(|e| vec![e])
-                .map_err(|e| bad(0, e.to_string()))
+            let e = CloudEvent::from_slice(&body).map_err(|e| bad(0, e.to_string()))?;
+            Ok((vec![e], vec![body]))
         }
-        EventInput::Batch(body) => {
-            let v: serde_json::Value =
-                serde_json::from_slice(&body).map_err(|e| bad(0, format!("invalid JSON: {e}")))?;
-            CloudEvent::batch_from_json(v).map_err(|(i, e)| bad(i, e.to_string()))
-        }
+        EventInput::Batch(body) => Ok(CloudEvent::batch_from_slice(&body)
+            .map_err(|(i, e)| bad(i, e.to_string()))?
+            .into_iter()
+            .unzip()),
         EventInput::Binary { headers, body } => {
-            CloudEvent::from_binary(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())), &body)
-                .map(|e| vec![e])
-                .map_err(|e| bad(0, e.to_string()))
+            let e = CloudEvent::from_binary(
+                headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                &body,
+            )
+            .map_err(|e| bad(0, e.to_string()))?;
+            let json = serde_json::to_vec(&e.to_json())
+                .map_err(|e| bad(0, format!("cannot be encoded: {e}")))?;
+            Ok((vec![e], vec![json]))
         }
     }
 }
@@ -667,7 +675,7 @@ impl Broker {
         input: EventInput,
     ) -> BrokerResult<Vec<PublishedEvent>> {
         let topic: EntityName = topic.parse()?;
-        let events = parse_events(input)?;
+        let (events, bodies) = parse_events(input)?;
         if events.len() > MAX_PUBLISH_BATCH {
             return Err(BrokerError::invalid(
                 "events",
@@ -675,13 +683,7 @@ impl Broker {
             ));
         }
         let t = self.inner.store.get_topic(&topic).await?;
-        let mut bodies = Vec::with_capacity(events.len());
-        for (index, ev) in events.iter().enumerate() {
-            let body =
-                serde_json::to_vec(&ev.to_json()).map_err(|e| BrokerError::InvalidEvent {
-                    index,
-                    why: format!("cannot be encoded: {e}"),
-                })?;
+        for (index, body) in bodies.iter().enumerate() {
             if body.len() > t.policy.max_event_size as usize {
                 return Err(BrokerError::EventTooLarge {
                     topic: topic.to_string(),
@@ -690,7 +692,6 @@ impl Broker {
                     limit: t.policy.max_event_size,
                 });
             }
-            bodies.push(body);
         }
         let keys: Vec<String> = events
             .iter()
@@ -747,6 +748,7 @@ impl Broker {
         }
         if push {
             state.push_work.notify_one();
+            state.push_published.notify_waiters();
         }
         Ok(out)
     }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use redrive_core::Timestamp;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// Media type of a structured-mode event.
@@ -15,6 +16,10 @@ pub const STRUCTURED: &str = "application/cloudevents+json";
 pub const BATCH: &str = "application/cloudevents-batch+json";
 /// The one spec version accepted.
 pub const SPEC_VERSION: &str = "1.0";
+
+/// Why a batch is refused: the index of the first bad event (0 when the batch itself is
+/// not an array of events) and what is wrong with it.
+pub type BatchError = (usize, EventError);
 
 /// A CloudEvent.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,6 +89,9 @@ pub enum EventError {
         /// What is wrong.
         why: String,
     },
+    /// The bytes are not JSON.
+    #[error("invalid JSON: {0}")]
+    Json(String),
     /// `specversion` is not 1.0.
     #[error("specversion {0:?} is not supported (only \"1.0\")")]
     SpecVersion(String),
@@ -240,6 +248,61 @@ impl CloudEvent {
             .enumerate()
             .map(|(i, e)| CloudEvent::from_json(e).map_err(|err| (i, err)))
             .collect()
+    }
+
+    /// Parses and validates one structured-mode event from its JSON bytes.
+    pub fn from_slice(json: &[u8]) -> Result<CloudEvent, EventError> {
+        let v: Value = serde_json::from_slice(json).map_err(|e| EventError::Json(e.to_string()))?;
+        CloudEvent::from_json(v)
+    }
+
+    /// Parses and validates a batch from its JSON bytes, and returns each event with its
+    /// own bytes exactly as they appear in the array (whitespace and key order kept), so
+    /// that the event can be stored and sent on as its publisher wrote it. Errors as
+    /// [`Self::batch_from_json`], with the index of the first bad event.
+    pub fn batch_from_slice(json: &[u8]) -> Result<Vec<(CloudEvent, Vec<u8>)>, BatchError> {
+        let items: Vec<&RawValue> = match serde_json::from_slice(json) {
+            Ok(items) => items,
+            // Valid JSON that is not an array, or not JSON at all.
+            Err(e) => {
+                return Err((
+                    0,
+                    match serde_json::from_slice::<serde::de::IgnoredAny>(json) {
+                        Ok(_) => EventError::NotABatch,
+                        Err(_) => EventError::Json(e.to_string()),
+                    },
+                ));
+            }
+        };
+        if items.is_empty() {
+            return Err((0, EventError::EmptyBatch));
+        }
+        items
+            .into_iter()
+            .enumerate()
+            .map(|(i, raw)| {
+                let bytes = raw.get().as_bytes();
+                CloudEvent::from_slice(bytes)
+                    .map(|e| (e, bytes.to_vec()))
+                    .map_err(|err| (i, err))
+            })
+            .collect()
+    }
+
+    /// The `id` and `source` of a structured-mode event, read from its JSON without
+    /// building the event (the rest is skipped). For stored events, which were validated
+    /// when they were published.
+    pub fn id_and_source(json: &[u8]) -> Result<(String, String), EventError> {
+        #[derive(serde::Deserialize)]
+        struct Key<'a> {
+            #[serde(borrow)]
+            id: std::borrow::Cow<'a, str>,
+            #[serde(borrow)]
+            source: std::borrow::Cow<'a, str>,
+        }
+        let k: Key<'_> =
+            serde_json::from_slice(json).map_err(|e| EventError::Json(e.to_string()))?;
+        Ok((k.id.into_owned(), k.source.into_owned()))
     }
 
     /// Parses a binary-mode event: `ce-*` headers (names case-insensitive) and the body as

@@ -59,6 +59,22 @@ pub fn batch_body(events: &[CloudEvent]) -> Vec<u8> {
     serde_json::to_vec(&array).unwrap_or_default()
 }
 
+/// The batch body of events already in structured form: `[` + their JSON joined by `,` +
+/// `]`, the bytes of each event as they are ([`chunk_by`]'s size formula holds exactly).
+pub fn encoded_batch_body(events: &[crate::EncodedEvent]) -> Vec<u8> {
+    let len = 2 + events.iter().map(|e| e.json.len() + 1).sum::<usize>();
+    let mut body = Vec::with_capacity(len);
+    body.push(b'[');
+    for (i, e) in events.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(&e.json);
+    }
+    body.push(b']');
+    body
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +140,29 @@ mod tests {
         let events = vec![event(0, 10), event(1, 5000), event(2, 10), event(3, 10)];
         let batches = chunk(events, 10, 1000);
         assert_eq!(ids(&batches), [vec!["0"], vec!["1"], vec!["2", "3"]]);
+    }
+
+    #[test]
+    fn an_encoded_batch_is_the_events_bytes_in_an_array() {
+        let events: Vec<_> = (0..3)
+            .map(|i| crate::EncodedEvent {
+                id: i.to_string(),
+                json: serde_json::to_vec(&event(i, i).to_json()).unwrap(),
+            })
+            .collect();
+        let body = encoded_batch_body(&events);
+        let sizes: usize = events.iter().map(|e| e.json.len()).sum();
+        assert_eq!(body.len(), 2 + sizes + events.len() - 1);
+        let parsed: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let expected: Vec<_> = (0..3).map(|i| event(i, i).to_json()).collect();
+        assert_eq!(parsed, serde_json::Value::Array(expected));
+        // Bytes are kept as they are (spacing included) and the array stays valid JSON.
+        let spaced = crate::EncodedEvent {
+            id: "s".into(),
+            json: b"{ \"id\" : \"s\" }".to_vec(),
+        };
+        assert_eq!(encoded_batch_body(&[spaced]), b"[{ \"id\" : \"s\" }]");
+        assert_eq!(encoded_batch_body(&[]), b"[]");
     }
 
     #[test]

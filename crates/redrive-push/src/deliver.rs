@@ -9,7 +9,7 @@ use redrive_events::cloudevent::{BATCH, STRUCTURED};
 use redrive_events::{AttemptOutcome, CloudEvent};
 use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 
-use crate::chunk::batch_body;
+use crate::chunk::{batch_body, encoded_batch_body};
 use crate::endpoint::{UrlError, check_url};
 use crate::retry_after::retry_after_ms;
 
@@ -164,6 +164,16 @@ pub struct Delivery {
     pub error: Option<String>,
 }
 
+/// An event already in structured form: its id and its JSON object as stored (what the
+/// publisher sent, or what the broker encoded), sent without being parsed again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedEvent {
+    /// The event's id (the `redrive-event-id` of a single-event request).
+    pub id: String,
+    /// The event's structured-mode JSON.
+    pub json: Vec<u8>,
+}
+
 /// Sends push requests. Cheap to clone (the HTTP client and clock are shared handles).
 #[derive(Clone)]
 pub struct Deliverer {
@@ -241,14 +251,7 @@ impl Deliverer {
         events: &[CloudEvent],
         attempt: u32,
     ) -> Delivery {
-        let mut request = self
-            .client
-            .post(&target.url)
-            .header(SUBSCRIPTION_HEADER, &target.subscription)
-            .header(ATTEMPT_HEADER, attempt.to_string());
-        for (name, value) in &target.headers {
-            request = request.header(name, value);
-        }
+        let mut request = self.request(target, attempt);
         if let [event] = events {
             request = request.header(EVENT_ID_HEADER, &event.id);
         }
@@ -256,15 +259,7 @@ impl Deliverer {
         // receiver sees one format.
         let batching = target.max_events_per_batch > 1 || events.len() > 1;
         request = match (events, target.mode) {
-            ([], _) => {
-                return Delivery {
-                    outcome: AttemptOutcome::Status {
-                        status: 204,
-                        retry_after_ms: None,
-                    },
-                    error: None,
-                };
-            }
+            ([], _) => return nothing_to_deliver(),
             (many, _) if batching => request.header(CONTENT_TYPE, BATCH).body(batch_body(many)),
             ([event, ..], DeliveryMode::Structured) => request
                 .header(CONTENT_TYPE, STRUCTURED)
@@ -277,16 +272,64 @@ impl Deliverer {
                 request.body(body)
             }
         };
-        // The timeout covers the whole exchange (connect, request, answer, bounded body)
-        // and reads the injected clock, like every other timing rule.
-        let deadline = self.clock.now().plus(target.timeout);
+        self.send(request, target.timeout).await
+    }
+
+    /// Delivers events already in structured form, as stored, to a structured `target`:
+    /// one event's JSON is the body as it is; a batching target (or several events) gets
+    /// `[` + the events' JSON joined by `,` + `]` (see [`encoded_batch_body`]). Nothing is
+    /// parsed or re-encoded. The headers and outcomes are those of
+    /// [`Self::deliver_detailed`]. A binary target needs the parsed event: use
+    /// [`Self::deliver_detailed`] for it (here, binary is treated as structured).
+    pub async fn deliver_encoded(
+        &self,
+        target: &PushTarget,
+        mut events: Vec<EncodedEvent>,
+        attempt: u32,
+    ) -> Delivery {
+        let mut request = self.request(target, attempt);
+        if let [event] = events.as_slice() {
+            request = request.header(EVENT_ID_HEADER, &event.id);
+        }
+        let batching = target.max_events_per_batch > 1 || events.len() > 1;
+        request = match events.len() {
+            0 => return nothing_to_deliver(),
+            _ if batching => request
+                .header(CONTENT_TYPE, BATCH)
+                .body(encoded_batch_body(&events)),
+            _ => {
+                let json = std::mem::take(&mut events[0].json);
+                request.header(CONTENT_TYPE, STRUCTURED).body(json)
+            }
+        };
+        self.send(request, target.timeout).await
+    }
+
+    /// The POST with the headers every push request carries.
+    fn request(&self, target: &PushTarget, attempt: u32) -> reqwest::RequestBuilder {
+        let mut request = self
+            .client
+            .post(&target.url)
+            .header(SUBSCRIPTION_HEADER, &target.subscription)
+            .header(ATTEMPT_HEADER, attempt.to_string());
+        for (name, value) in &target.headers {
+            request = request.header(name, value);
+        }
+        request
+    }
+
+    /// Sends `request` and classifies what happened. The timeout covers the whole
+    /// exchange (connect, request, answer, bounded body) and reads the injected clock, like
+    /// every other timing rule.
+    async fn send(&self, request: reqwest::RequestBuilder, timeout: Duration) -> Delivery {
+        let deadline = self.clock.now().plus(timeout);
         tokio::select! {
             d = self.exchange(request) => d,
             () = self.clock.sleep_until(deadline) => Delivery {
                 outcome: AttemptOutcome::Timeout,
                 error: Some(format!(
                     "no answer within the delivery timeout of {} ms",
-                    target.timeout.as_millis()
+                    timeout.as_millis()
                 )),
             },
         }
@@ -324,6 +367,17 @@ impl Deliverer {
                 error: Some(error_chain(&e)),
             },
         }
+    }
+}
+
+/// No events: nothing is sent, and the outcome is a 204 since nothing was left to deliver.
+fn nothing_to_deliver() -> Delivery {
+    Delivery {
+        outcome: AttemptOutcome::Status {
+            status: 204,
+            retry_after_ms: None,
+        },
+        error: None,
     }
 }
 

@@ -49,10 +49,10 @@ pub mod limits;
 pub mod retry_after;
 pub mod validate;
 
-pub use chunk::{chunk, chunk_by};
+pub use chunk::{chunk, chunk_by, encoded_batch_body};
 pub use deliver::{
     ATTEMPT_HEADER, Deliverer, Delivery, DeliveryMode, DeliverySettings, EVENT_ID_HEADER,
-    PushTarget, SUBSCRIPTION_HEADER, TargetError, http_client,
+    EncodedEvent, PushTarget, SUBSCRIPTION_HEADER, TargetError, http_client,
 };
 pub use endpoint::{UrlError, check_url, endpoint_key};
 pub use limits::ConcurrencyLimits;

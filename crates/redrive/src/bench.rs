@@ -55,8 +55,13 @@ enum Scenario {
     /// DeleteMessageBatch, producers and consumers at once.
     Sqs(crate::bench_sqs::SqsBenchArgs),
     /// Push delivery: a local receiver, a topic with one push subscription to it, N events
-    /// published; events per second from the first publish to the last event received.
+    /// published; events per second from the first publish to the last event received
+    /// (`--backlog`: the drain of a paused subscription's backlog after its resume;
+    /// `--rate`: publish → first delivery attempt latency at a fixed rate).
     Push(crate::bench_push::PushBenchArgs),
+    /// Push retries: many push subscriptions to a receiver that answers 500, every event
+    /// waiting in backoff after its first attempt; the server's memory then.
+    PushBackoff(crate::bench_push::PushBackoffArgs),
 }
 
 #[derive(Debug, Args)]
@@ -158,7 +163,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
         report.queue = outcome?;
         return print_report(ctx, &report);
     }
-    if let Scenario::Push(a) = args.scenario {
+    if let Scenario::Push(_) | Scenario::PushBackoff(_) = args.scenario {
         let base = ctx.client.base().as_str().to_owned();
         let probe = Client::new(&base, Duration::from_secs(120))?;
         probe
@@ -169,12 +174,25 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
             Some(pid) => Some(MemorySampler::start(pid)?),
             None => None,
         };
+        let name = match args.scenario {
+            Scenario::PushBackoff(_) => "push-backoff",
+            _ => "push",
+        };
         let topic = args
             .queue
             .clone()
-            .unwrap_or_else(|| format!("bench-push-{}", crate::units::now().0));
-        let mut report = Report::new("push", &topic);
-        let outcome = crate::bench_push::run(&base, a, topic, args.keep, &mut report).await;
+            .unwrap_or_else(|| format!("bench-{name}-{}", crate::units::now().0));
+        let mut report = Report::new(name, &topic);
+        let outcome = match args.scenario {
+            Scenario::PushBackoff(a) => {
+                let pid = args.server_pid;
+                crate::bench_push::run_backoff(&base, a, topic, args.keep, pid, &mut report).await
+            }
+            Scenario::Push(a) => {
+                crate::bench_push::run(&base, a, topic, args.keep, &mut report).await
+            }
+            _ => unreachable!("a push scenario"),
+        };
         if let Some(m) = memory {
             m.finish(&mut report).await;
         }
@@ -203,6 +221,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
         Scenario::PgBaseline(_) => "pg-baseline",
         Scenario::Sqs(_) => "sqs",
         Scenario::Push(_) => "push",
+        Scenario::PushBackoff(_) => "push-backoff",
     };
     let queue = args
         .queue
@@ -215,7 +234,10 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Latency(a) => latency(&client, &queue, a, &mut report).await,
         Scenario::W2(a) => w2(&client, &queue, a, &mut report).await,
         Scenario::Fill(a) => fill(&client, &queue, a, &mut report).await,
-        Scenario::PgBaseline(_) | Scenario::Sqs(_) | Scenario::Push(_) => {
+        Scenario::PgBaseline(_)
+        | Scenario::Sqs(_)
+        | Scenario::Push(_)
+        | Scenario::PushBackoff(_) => {
             unreachable!("handled above")
         }
     };
@@ -807,7 +829,7 @@ fn sent_micros(body: &str) -> Option<u128> {
 }
 
 /// Nearest-rank percentile of sorted samples (`q` in 0..=1).
-fn percentile(sorted: &[u64], q: f64) -> Option<u64> {
+pub(crate) fn percentile(sorted: &[u64], q: f64) -> Option<u64> {
     if sorted.is_empty() {
         return None;
     }
@@ -932,7 +954,7 @@ impl MemorySampler {
 }
 
 /// A `kB` field of `/proc/PID/status`.
-fn read_status_kib(pid: u32, field: &str) -> Option<u64> {
+pub(crate) fn read_status_kib(pid: u32, field: &str) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status_field_kib(&text, field)
 }

@@ -1,12 +1,24 @@
-//! `redrive bench push`: push delivery end to end. The bench runs its own fast HTTP
-//! receiver on 127.0.0.1 (it agrees to the validation handshake and answers 200 to every
-//! POST, counting events: one per structured request, N per batch array), creates a topic
-//! with one push subscription to it, publishes N events through the native API, and
-//! reports events per second from the first publish to the last event received. A tool
-//! for people, never a timed test.
+//! `redrive bench push` and `redrive bench push-backoff`: push delivery end to end. The
+//! bench runs its own HTTP receiver on 127.0.0.1 (it agrees to the validation handshake
+//! and answers every POST, counting events: one per structured request, N per batch
+//! array), creates a topic with push subscriptions to it, publishes through the native
+//! API, and reports what it measured. A tool for people, never a timed test.
+//!
+//! - `push` (throughput): N events, one push subscription; events per second from the
+//!   first publish to the last event received. With `--backlog` the subscription is
+//!   created paused, everything is published, and the figure is the drain: from the
+//!   resume to the last event received.
+//! - `push --rate R` (latency): one event per publish request at a fixed rate; for each
+//!   event, the time from the start of its publish request to its first delivery attempt
+//!   arriving at the receiver (the publish time travels in the event's data).
+//! - `push-backoff` (memory): S push subscriptions to a receiver that answers 500 to every
+//!   POST, N events in total (N / S matching each subscription by its event-type filter),
+//!   a retry schedule long enough that nothing is retried during the run; waits until
+//!   every event has had its first attempt and waits in backoff, then reads the server's
+//!   resident memory.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -17,14 +29,14 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::bench::{Report, rate, round2, secs};
+use crate::bench::{Report, percentile, rate, read_status_kib, round2, secs};
 use crate::failure::input_error;
 use crate::units::parse_size;
 
 /// `redrive bench push`.
 #[derive(Debug, Args)]
 pub struct PushBenchArgs {
-    /// Events to publish and have delivered.
+    /// Events to publish and have delivered (throughput; with --rate, --duration-s decides).
     #[arg(long, short = 'n', default_value_t = 100_000)]
     events: u64,
     /// Size of each event's data (e.g. 1KiB).
@@ -33,6 +45,10 @@ pub struct PushBenchArgs {
     /// The subscription's `delivery.max_events_per_batch` (1: no batching).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5_000))]
     batch: u32,
+    /// The subscription's `delivery.preferred_batch_bytes` (used when batching; the
+    /// broker's default is 64 KiB, which holds ≈ 59 events of 1 KiB).
+    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    batch_bytes: u64,
     /// The subscription's `delivery.max_concurrency` (the dispatcher uses at most 100).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     concurrency: u32,
@@ -42,22 +58,98 @@ pub struct PushBenchArgs {
     /// Publish requests in flight at most.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1_024))]
     publish_in_flight: u32,
+    /// Publish everything to a paused subscription first, then resume it and time the
+    /// drain of the backlog alone.
+    #[arg(long, conflicts_with = "rate")]
+    backlog: bool,
+    /// Latency instead of throughput: publish one event per request at this many events
+    /// per second and report publish → first delivery attempt percentiles.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    rate: Option<u64>,
+    /// How long to publish at --rate.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    duration_s: u64,
     /// Give up waiting for deliveries after this many seconds.
     #[arg(long, default_value_t = 600)]
     wait_secs: u64,
 }
 
+/// `redrive bench push-backoff`.
+#[derive(Debug, Args)]
+pub struct PushBackoffArgs {
+    /// Events in total (an equal share matches each subscription).
+    #[arg(long, short = 'n', default_value_t = 100_000)]
+    events: u64,
+    /// Push subscriptions.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    subscriptions: u32,
+    /// Size of each event's data (e.g. 1KiB).
+    #[arg(long, default_value = "1KiB", value_parser = parse_size)]
+    size: u64,
+    /// Each subscription's `delivery.max_concurrency`.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    concurrency: u32,
+    /// Events per publish request.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    publish_batch: u32,
+    /// Publish requests in flight at most.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1_024))]
+    publish_in_flight: u32,
+    /// Seconds to wait once everything is in backoff before reading the memory again.
+    #[arg(long, default_value_t = 5)]
+    settle_secs: u64,
+    /// Give up waiting for first attempts after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    wait_secs: u64,
+}
+
 /// What the receiver counted.
-#[derive(Default)]
 struct Received {
     events: AtomicU64,
     requests: AtomicU64,
     target: AtomicU64,
     done_at: OnceLock<Instant>,
     done: Notify,
+    /// The status every POST gets.
+    status: StatusCode,
+    /// The clock publish stamps are taken on (`data.t_us`, microseconds since it).
+    base: Instant,
+    /// Latency mode: publish → first attempt, in microseconds.
+    samples: Option<Mutex<Vec<u64>>>,
+}
+
+impl Received {
+    fn new(status: StatusCode, latency: bool) -> Received {
+        Received {
+            events: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+            target: AtomicU64::new(u64::MAX),
+            done_at: OnceLock::new(),
+            done: Notify::new(),
+            status,
+            base: Instant::now(),
+            samples: latency.then(|| Mutex::new(Vec::new())),
+        }
+    }
+
+    fn micros(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+}
+
+/// The publish stamp of a structured event.
+#[derive(serde::Deserialize)]
+struct Stamped {
+    data: Stamp,
+}
+
+#[derive(serde::Deserialize)]
+struct Stamp {
+    t_us: u64,
 }
 
 async fn on_post(rx: Arc<Received>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let now = rx.micros();
     let batch = headers
         .get("content-type")
         .and_then(|v| v.to_str().ok())
@@ -67,12 +159,24 @@ async fn on_post(rx: Arc<Received>, headers: HeaderMap, body: Bytes) -> StatusCo
     } else {
         1
     };
+    if let Some(samples) = &rx.samples {
+        let first = headers
+            .get("redrive-delivery-attempt")
+            .is_some_and(|v| v.as_bytes() == b"1");
+        if first
+            && !batch
+            && let Ok(s) = serde_json::from_slice::<Stamped>(&body)
+        {
+            let mut samples = samples.lock().unwrap_or_else(|e| e.into_inner());
+            samples.push(now.saturating_sub(s.data.t_us));
+        }
+    }
     rx.requests.fetch_add(1, Ordering::Relaxed);
     let total = rx.events.fetch_add(n, Ordering::AcqRel) + n;
     if total >= rx.target.load(Ordering::Acquire) && rx.done_at.set(Instant::now()).is_ok() {
         rx.done.notify_one();
     }
-    StatusCode::OK
+    rx.status
 }
 
 /// Starts the receiver; returns its URL.
@@ -109,27 +213,25 @@ async fn expect(resp: reqwest::Response, what: &str) -> anyhow::Result<()> {
     anyhow::bail!("{what}: HTTP {status}: {body}")
 }
 
-/// Runs the scenario against the server at `base` into `report`; returns the topic name.
-pub async fn run(
-    base: &str,
-    a: PushBenchArgs,
-    topic: String,
-    keep: bool,
-    report: &mut Report,
-) -> anyhow::Result<String> {
-    if a.events == 0 {
-        return Err(input_error("--events must be at least 1"));
-    }
-    let size = usize::try_from(a.size).context("--size is too large")?;
-    let base = base.trim_end_matches('/').to_owned();
-    let http = reqwest::Client::builder()
+fn http_client() -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(120))
-        .build()?;
-    let rx = Arc::new(Received::default());
-    rx.target.store(a.events, Ordering::Release);
-    let url = receiver(rx.clone()).await?;
+        .build()?)
+}
 
+/// Creates the topic, runs `body`, and deletes the topic (unless `keep`).
+async fn with_topic<F>(
+    http: &reqwest::Client,
+    base: &str,
+    topic: &str,
+    size: usize,
+    keep: bool,
+    body: F,
+) -> anyhow::Result<()>
+where
+    F: std::future::Future<Output = anyhow::Result<()>>,
+{
     let max_event_size = (size + 1_024).max(65_536);
     let resp = http
         .post(format!("{base}/v1/topics"))
@@ -137,7 +239,7 @@ pub async fn run(
         .send()
         .await?;
     expect(resp, "creating the topic").await?;
-    let outcome = run_on(&http, &base, &topic, &url, &a, size, &rx, report).await;
+    let outcome = body.await;
     if !keep {
         let deleted = http
             .delete(format!("{base}/v1/topics/{topic}?force=true"))
@@ -150,46 +252,69 @@ pub async fn run(
             eprintln!("warning: could not delete bench topic {topic}: {e}");
         }
     }
-    outcome.map(|()| topic)
+    outcome
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run_on(
+/// Runs the `push` scenario against the server at `base` into `report`; returns the
+/// topic name.
+pub async fn run(
+    base: &str,
+    a: PushBenchArgs,
+    topic: String,
+    keep: bool,
+    report: &mut Report,
+) -> anyhow::Result<String> {
+    if a.events == 0 {
+        return Err(input_error("--events must be at least 1"));
+    }
+    let size = usize::try_from(a.size).context("--size is too large")?;
+    let base = base.trim_end_matches('/').to_owned();
+    let http = http_client()?;
+    let rx = Arc::new(Received::new(StatusCode::OK, a.rate.is_some()));
+    let url = receiver(rx.clone()).await?;
+    let scenario = async {
+        match a.rate {
+            Some(r) => latency(&http, &base, &topic, &url, &a, r, size, &rx, report).await,
+            None => throughput(&http, &base, &topic, &url, &a, size, &rx, report).await,
+        }
+    };
+    with_topic(&http, &base, &topic, size, keep, scenario).await?;
+    Ok(topic)
+}
+
+async fn create_push(
     http: &reqwest::Client,
     base: &str,
     topic: &str,
-    url: &str,
-    a: &PushBenchArgs,
-    size: usize,
-    rx: &Arc<Received>,
-    report: &mut Report,
+    spec: Value,
 ) -> anyhow::Result<()> {
     let resp = http
         .post(format!("{base}/v1/topics/{topic}/subscriptions"))
-        .json(&json!({
-            "name": "push", "type": "push", "endpoint": url,
-            "dead_letter": {"type": "own_store"},
-            "delivery": {"max_events_per_batch": a.batch, "max_concurrency": a.concurrency},
-        }))
+        .json(&spec)
         .send()
         .await?;
-    expect(resp, "creating the push subscription").await?;
+    expect(resp, "creating a push subscription").await
+}
 
-    let data = "x".repeat(size);
-    let permits = Arc::new(Semaphore::new(a.publish_in_flight as usize));
+/// Publishes `events` in batches of `per_request`, `in_flight` requests at most;
+/// `event(i)` makes event `i`.
+async fn publish_all(
+    http: &reqwest::Client,
+    base: &str,
+    topic: &str,
+    events: u64,
+    per_request: u32,
+    in_flight: u32,
+    event: impl Fn(u64) -> Value,
+) -> anyhow::Result<()> {
+    let permits = Arc::new(Semaphore::new(in_flight as usize));
     let mut tasks = JoinSet::new();
-    let start = Instant::now();
     let mut next = 0u64;
-    while next < a.events {
-        let n = (a.events - next).min(u64::from(a.publish_batch));
-        let events: Vec<Value> = (next..next + n)
-            .map(|i| {
-                json!({"specversion": "1.0", "id": i.to_string(), "source": "/bench",
-                       "type": "bench.push", "data": data})
-            })
-            .collect();
+    while next < events {
+        let n = (events - next).min(u64::from(per_request));
+        let batch: Vec<Value> = (next..next + n).map(&event).collect();
         next += n;
-        let body = serde_json::to_vec(&events)?;
+        let body = serde_json::to_vec(&batch)?;
         let permit = permits.clone().acquire_owned().await?;
         let (http, endpoint) = (http.clone(), format!("{base}/v1/topics/{topic}/events"));
         tasks.spawn(async move {
@@ -209,33 +334,331 @@ async fn run_on(
     while let Some(r) = tasks.join_next().await {
         r??;
     }
-    let published = start.elapsed();
+    Ok(())
+}
 
-    let wait = Duration::from_secs(a.wait_secs);
+/// Waits until the receiver has counted its target; the instant it did.
+async fn delivered(rx: &Received, wait_secs: u64) -> anyhow::Result<Instant> {
+    let wait = Duration::from_secs(wait_secs);
     if tokio::time::timeout(wait, rx.done.notified())
         .await
         .is_err()
         && rx.done_at.get().is_none()
     {
         anyhow::bail!(
-            "only {} of {} events were delivered within {} s",
+            "only {} of {} events were delivered within {wait_secs} s",
             rx.events.load(Ordering::Relaxed),
-            a.events,
-            a.wait_secs
+            rx.target.load(Ordering::Relaxed),
         );
     }
-    let done = rx.done_at.get().copied().unwrap_or_else(Instant::now);
-    let elapsed = done.duration_since(start);
-    let events = rx.events.load(Ordering::Relaxed);
+    Ok(rx.done_at.get().copied().unwrap_or_else(Instant::now))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn throughput(
+    http: &reqwest::Client,
+    base: &str,
+    topic: &str,
+    url: &str,
+    a: &PushBenchArgs,
+    size: usize,
+    rx: &Arc<Received>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    rx.target.store(a.events, Ordering::Release);
+    create_push(
+        http,
+        base,
+        topic,
+        json!({
+            "name": "push", "type": "push", "endpoint": url,
+            "dead_letter": {"type": "own_store"},
+            "paused": a.backlog,
+            "delivery": {"max_events_per_batch": a.batch, "max_concurrency": a.concurrency,
+                         "preferred_batch_bytes": a.batch_bytes},
+        }),
+    )
+    .await?;
+
+    let data = "x".repeat(size);
+    let start = Instant::now();
+    publish_all(
+        http,
+        base,
+        topic,
+        a.events,
+        a.publish_batch,
+        a.publish_in_flight,
+        |i| {
+            json!({"specversion": "1.0", "id": i.to_string(), "source": "/bench",
+                   "type": "bench.push", "data": data})
+        },
+    )
+    .await?;
+    let published = start.elapsed();
+    let from = if a.backlog {
+        let resumed = Instant::now();
+        let resp = http
+            .patch(format!("{base}/v1/topics/{topic}/subscriptions/push"))
+            .json(&json!({"paused": false}))
+            .send()
+            .await?;
+        expect(resp, "resuming the subscription").await?;
+        resumed
+    } else {
+        start
+    };
+    let done = delivered(rx, a.wait_secs).await?;
+    let elapsed = done.duration_since(from);
     report.add("events", a.events, "");
     report.add("event_data_size", size as u64, "B");
     report.add("max_events_per_batch", a.batch, "");
+    if a.batch > 1 {
+        report.add("preferred_batch_bytes", a.batch_bytes, "B");
+    }
     report.add("max_concurrency", a.concurrency, "");
     report.add("publish_s", round2(secs(published)), "s");
     report.add("publish_rate", rate(a.events, published), "events/s");
-    report.add("delivered_s", round2(secs(elapsed)), "s");
-    report.add("delivered_rate", rate(a.events, elapsed), "events/s");
-    report.add("events_received", events, "");
+    if a.backlog {
+        report.add("drain_s", round2(secs(elapsed)), "s");
+        report.add("drain_rate", rate(a.events, elapsed), "events/s");
+    } else {
+        report.add("delivered_s", round2(secs(elapsed)), "s");
+        report.add("delivered_rate", rate(a.events, elapsed), "events/s");
+    }
+    report.add("events_received", rx.events.load(Ordering::Relaxed), "");
     report.add("requests_received", rx.requests.load(Ordering::Relaxed), "");
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn latency(
+    http: &reqwest::Client,
+    base: &str,
+    topic: &str,
+    url: &str,
+    a: &PushBenchArgs,
+    per_s: u64,
+    size: usize,
+    rx: &Arc<Received>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    create_push(
+        http,
+        base,
+        topic,
+        json!({
+            "name": "push", "type": "push", "endpoint": url,
+            "dead_letter": {"type": "own_store"},
+            "delivery": {"max_concurrency": a.concurrency},
+        }),
+    )
+    .await?;
+    let data = "x".repeat(size);
+    let endpoint = format!("{base}/v1/topics/{topic}/events");
+    let publish_us = Arc::new(Mutex::new(Vec::new()));
+    let failed = Arc::new(AtomicBool::new(false));
+    let window = Arc::new(Semaphore::new(256));
+    let mut tasks = JoinSet::new();
+    // Every millisecond, publish what is due by now at the fixed rate, each event in its
+    // own request, without waiting for earlier ones (bounded).
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let total_ms = a.duration_s * 1_000;
+    let start = Instant::now();
+    let mut issued = 0u64;
+    loop {
+        tick.tick().await;
+        let elapsed_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let due = per_s.saturating_mul(elapsed_ms.min(total_ms)) / 1_000;
+        while issued < due {
+            let id = issued;
+            issued += 1;
+            let permit = window.clone().acquire_owned().await?;
+            let (http, endpoint, rx, data) =
+                (http.clone(), endpoint.clone(), rx.clone(), data.clone());
+            let (publish_us, failed) = (publish_us.clone(), failed.clone());
+            tasks.spawn(async move {
+                let _permit = permit;
+                let t_us = rx.micros();
+                let body = json!({"specversion": "1.0", "id": id.to_string(), "source": "/bench",
+                                  "type": "bench.push", "data": {"t_us": t_us, "pad": data}});
+                let sent = http
+                    .post(endpoint)
+                    .header("content-type", "application/cloudevents+json")
+                    .body(body.to_string())
+                    .send()
+                    .await;
+                let took = rx.micros().saturating_sub(t_us);
+                match sent {
+                    Ok(r) if r.status().is_success() => publish_us
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(took),
+                    _ => failed.store(true, Ordering::Relaxed),
+                }
+            });
+        }
+        while tasks.try_join_next().is_some() {}
+        if elapsed_ms >= total_ms {
+            break;
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+    let published_in = start.elapsed();
+    if failed.load(Ordering::Relaxed) {
+        anyhow::bail!("some publish requests failed");
+    }
+    rx.target.store(issued, Ordering::Release);
+    if rx.events.load(Ordering::Acquire) >= issued {
+        let _ = rx.done_at.set(Instant::now());
+    }
+    delivered(rx, a.wait_secs).await?;
+    let mut samples = rx
+        .samples
+        .as_ref()
+        .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).clone())
+        .unwrap_or_default();
+    samples.sort_unstable();
+    let mut publish_us = publish_us.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    publish_us.sort_unstable();
+    let ms = |v: Option<u64>| v.map_or(Value::Null, |us| json!(round2(us as f64 / 1_000.0)));
+    report.add("target_rate", per_s, "events/s");
+    report.add("achieved_rate", rate(issued, published_in), "events/s");
+    report.add("event_data_size", size as u64, "B");
+    report.add("published", issued, "");
+    report.add("first_attempts", samples.len() as u64, "");
+    for (name, q) in [("p50", 0.50), ("p99", 0.99)] {
+        report.add(
+            &format!("publish_{name}"),
+            ms(percentile(&publish_us, q)),
+            "ms",
+        );
+    }
+    for (name, q) in [("p50", 0.50), ("p90", 0.90), ("p99", 0.99), ("max", 1.0)] {
+        report.add(
+            &format!("delivery_latency_{name}"),
+            ms(percentile(&samples, q)),
+            "ms",
+        );
+    }
+    Ok(())
+}
+
+/// Runs the `push-backoff` scenario; returns the topic name.
+pub async fn run_backoff(
+    base: &str,
+    a: PushBackoffArgs,
+    topic: String,
+    keep: bool,
+    server_pid: Option<u32>,
+    report: &mut Report,
+) -> anyhow::Result<String> {
+    if a.events == 0 {
+        return Err(input_error("--events must be at least 1"));
+    }
+    let size = usize::try_from(a.size).context("--size is too large")?;
+    let base = base.trim_end_matches('/').to_owned();
+    let http = http_client()?;
+    let rx = Arc::new(Received::new(StatusCode::INTERNAL_SERVER_ERROR, false));
+    let url = receiver(rx.clone()).await?;
+    let scenario = backoff(
+        &http, &base, &topic, &url, &a, size, server_pid, &rx, report,
+    );
+    with_topic(&http, &base, &topic, size, keep, scenario).await?;
+    Ok(topic)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn backoff(
+    http: &reqwest::Client,
+    base: &str,
+    topic: &str,
+    url: &str,
+    a: &PushBackoffArgs,
+    size: usize,
+    server_pid: Option<u32>,
+    rx: &Arc<Received>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let subs = u64::from(a.subscriptions);
+    for s in 0..subs {
+        create_push(
+            http,
+            base,
+            topic,
+            json!({
+                "name": format!("s{s}"), "type": "push", "endpoint": url,
+                "dead_letter": {"type": "own_store"},
+                "filter": {"included_event_types": [format!("bench.{s}")]},
+                // The second attempt comes 9–10 min after the first: nothing is retried
+                // while the run looks.
+                "retry_policy": {"schedule_ms": [600_000], "event_time_to_live_minutes": 1_440},
+                "delivery": {"max_concurrency": a.concurrency},
+            }),
+        )
+        .await?;
+    }
+    let data = "x".repeat(size);
+    let start = Instant::now();
+    publish_all(
+        http,
+        base,
+        topic,
+        a.events,
+        a.publish_batch,
+        a.publish_in_flight,
+        |i| {
+            json!({"specversion": "1.0", "id": i.to_string(), "source": "/bench",
+                   "type": format!("bench.{}", i % subs), "data": data})
+        },
+    )
+    .await?;
+    let published = start.elapsed();
+    // Wait until every event waits in backoff.
+    let deadline = start + Duration::from_secs(a.wait_secs);
+    let in_backoff = loop {
+        let list: redrive_api::topic::SubscriptionList = http
+            .get(format!("{base}/v1/topics/{topic}/subscriptions"))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        let waiting: u64 = list.subscriptions.iter().map(|s| s.stats.in_backoff).sum();
+        if waiting >= a.events {
+            break waiting;
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!(
+                "only {waiting} of {} events were in backoff after {} s",
+                a.events,
+                a.wait_secs
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let all_in_backoff = start.elapsed();
+    let mib = |kib: Option<u64>| kib.map_or(Value::Null, |k| json!(round2(k as f64 / 1_024.0)));
+    let rss_now = server_pid.and_then(|p| read_status_kib(p, "VmRSS"));
+    tokio::time::sleep(Duration::from_secs(a.settle_secs)).await;
+    let rss_later = server_pid.and_then(|p| read_status_kib(p, "VmRSS"));
+    report.add("subscriptions", subs, "");
+    report.add("events", a.events, "");
+    report.add("events_per_subscription", a.events / subs, "");
+    report.add("event_data_size", size as u64, "B");
+    report.add("publish_s", round2(secs(published)), "s");
+    report.add("publish_rate", rate(a.events, published), "events/s");
+    report.add("first_attempts", rx.requests.load(Ordering::Relaxed), "");
+    report.add("all_in_backoff_s", round2(secs(all_in_backoff)), "s");
+    report.add("in_backoff", in_backoff, "");
+    if server_pid.is_some() {
+        report.add("server_rss_all_in_backoff", mib(rss_now), "MiB");
+        report.add(
+            &format!("server_rss_{}s_later", a.settle_secs),
+            mib(rss_later),
+            "MiB",
+        );
+    }
     Ok(())
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 use redrive_core::{ManualClock, Timestamp};
 use redrive_events::cloudevent::{BATCH, STRUCTURED};
 use redrive_events::{AttemptOutcome, CloudEvent, GiveUp, RetryPolicy, Verdict};
-use redrive_push::{Deliverer, DeliveryMode, DeliverySettings, PushTarget, TargetError, chunk};
+use redrive_push::{
+    Deliverer, DeliveryMode, DeliverySettings, EncodedEvent, PushTarget, TargetError, chunk,
+};
 use serde_json::json;
 
 use crate::receiver::{Receiver, Reply, refused_url};
@@ -149,6 +151,75 @@ async fn several_events_go_as_one_batch_array_in_order() {
     // The last batch holds one event and is still an array: one format per subscription.
     assert_eq!(seen[1].header("redrive-event-id"), "b3");
     assert_eq!(received, events);
+}
+
+#[tokio::test]
+async fn encoded_events_are_sent_byte_for_byte() {
+    let rx = Receiver::always(200).await;
+    // As a publisher might send them: spacing and key order of its own.
+    let raw = |id: &str| {
+        EncodedEvent {
+        id: id.to_owned(),
+        json: format!(
+            "{{ \"type\": \"order.created\",\n  \"id\": \"{id}\", \"source\": \"/orders\", \"specversion\": \"1.0\", \"data\": {{\"k\": \"\\u00e4\"}} }}"
+        )
+        .into_bytes(),
+    }
+    };
+    let d = deliverer();
+    let single = target(&rx.url, DeliveryMode::Structured);
+    assert_eq!(
+        d.deliver_encoded(&single, vec![raw("r1")], 2).await.outcome,
+        status(200, None)
+    );
+    let mut batching = target(&rx.url, DeliveryMode::Structured);
+    batching.max_events_per_batch = 10;
+    let events = vec![raw("r2"), raw("r3")];
+    assert_eq!(
+        d.deliver_encoded(&batching, events.clone(), 1)
+            .await
+            .outcome,
+        status(200, None)
+    );
+    assert_eq!(
+        d.deliver_encoded(&batching, vec![raw("r4")], 1)
+            .await
+            .outcome,
+        status(200, None)
+    );
+    assert_eq!(
+        d.deliver_encoded(&single, Vec::new(), 1).await.outcome,
+        status(204, None),
+        "nothing to send"
+    );
+    let seen = rx.seen();
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen[0].header("content-type"), STRUCTURED);
+    assert_eq!(seen[0].header("redrive-event-id"), "r1");
+    assert_eq!(seen[0].header("redrive-delivery-attempt"), "2");
+    assert_eq!(seen[0].header("redrive-subscription"), "orders-push");
+    assert_eq!(seen[0].header("x-api-key"), "k1");
+    assert_eq!(
+        seen[0].body,
+        raw("r1").json,
+        "the stored bytes, as they are"
+    );
+    assert_eq!(seen[1].header("content-type"), BATCH);
+    assert!(seen[1].header("redrive-event-id").is_empty());
+    let mut expected = b"[".to_vec();
+    expected.extend_from_slice(&events[0].json);
+    expected.push(b',');
+    expected.extend_from_slice(&events[1].json);
+    expected.push(b']');
+    assert_eq!(seen[1].body, expected);
+    let parsed: serde_json::Value = serde_json::from_slice(&seen[1].body).unwrap();
+    let batch = CloudEvent::batch_from_json(parsed).unwrap();
+    assert_eq!(batch[1].id, "r3");
+    // One event for a batching target is still an array.
+    assert_eq!(seen[2].header("content-type"), BATCH);
+    assert_eq!(seen[2].header("redrive-event-id"), "r4");
+    let one: Vec<serde_json::Value> = serde_json::from_slice(&seen[2].body).unwrap();
+    assert_eq!(one.len(), 1);
 }
 
 #[tokio::test]

@@ -967,3 +967,141 @@ async fn push_delivery_batches_and_settles_a_batch_by_its_one_outcome() {
     assert_eq!((seen[2].0.as_str(), seen[3].0.as_str()), ("1", "2"));
     s.stop().await;
 }
+
+/// A receiver that agrees to validation, answers 200, and records each POST's
+/// subscription header, content type, event id header and raw body.
+async fn raw_receiver() -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<(String, String, String, Vec<u8>)>>>,
+) {
+    use std::sync::{Arc, Mutex};
+    type Seen = Arc<Mutex<Vec<(String, String, String, Vec<u8>)>>>;
+    let seen: Seen = Arc::default();
+    let app = {
+        let seen = seen.clone();
+        axum::Router::new().route(
+            "/hook",
+            options(|| async {
+                let mut h = HeaderMap::new();
+                h.insert("webhook-allowed-origin", HeaderValue::from_static("*"));
+                (AxStatus::OK, h)
+            })
+            .post(move |headers: HeaderMap, body: axum::body::Bytes| {
+                let seen = seen.clone();
+                async move {
+                    let header = |name: &str| {
+                        headers
+                            .get(name)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("")
+                            .to_owned()
+                    };
+                    seen.lock().unwrap().push((
+                        header("redrive-subscription"),
+                        header("content-type"),
+                        header("redrive-event-id"),
+                        body.to_vec(),
+                    ));
+                    AxStatus::OK
+                }
+            }),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, seen)
+}
+
+#[tokio::test]
+async fn push_delivery_sends_the_published_bytes_as_they_are() {
+    let s = TestServer::start().await;
+    let (url, seen) = raw_receiver().await;
+    s.topic("orders", json!({})).await;
+    for (name, batch) in [("single", 1), ("batched", 10)] {
+        let (st, v) = s
+            .post(
+                "/v1/topics/orders/subscriptions",
+                json!({"name": name, "type": "push", "endpoint": url,
+                       "dead_letter": {"type": "own_store"},
+                       "delivery": {"max_events_per_batch": batch}}),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+    }
+    let pull = s.pull_sub("orders", "pull", json!({})).await;
+    // The publisher's own spacing, key order and escapes.
+    let e1 = "{ \"type\":\"order.created\", \"id\": \"e1\",\n \"source\":\"/shop\", \
+              \"specversion\":\"1.0\", \"data\": {\"note\": \"caf\\u00e9 \\\"x\\\"\", \"n\": 1.50} }";
+    let e2 = "{\"specversion\":\"1.0\",\"id\":\"e2\",\"source\":\"/shop\",\"type\":\"t\",\
+              \"subject\":null,\"data_base64\":\"AP8=\"}";
+    let e3 = "{\n  \"id\" : \"e3\" ,\"specversion\":\"1.0\",\"source\":\"/shop\",\"type\":\"t\"\n}";
+    let (st, v) = s
+        .publish_raw(
+            "orders",
+            "application/cloudevents+json",
+            e1.as_bytes().to_vec(),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let batch = format!("[ {e2} ,\n{e3}\n]");
+    let (st, v) = s
+        .publish_raw(
+            "orders",
+            "application/cloudevents-batch+json",
+            batch.into_bytes(),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let raw = |id: &str| match id {
+        "e1" => e1,
+        "e2" => e2,
+        "e3" => e3,
+        other => panic!("unexpected event {other}"),
+    };
+
+    // A pull subscription's queue holds the same bytes.
+    let got = s.receive(&pull, 10).await;
+    let bodies: Vec<&str> = got.iter().map(|m| m["body"].as_str().unwrap()).collect();
+    assert_eq!(bodies, [e1, e2, e3]);
+
+    // Three single requests and one to three batch requests, all completed.
+    let done = json!({"pending": 0, "in_backoff": 0, "in_flight": 0, "dead_lettered": 0});
+    until_stats(&s, "single", done.clone()).await;
+    until_stats(&s, "batched", done).await;
+    let seen = seen.lock().unwrap().clone();
+    let mut singles = Vec::new();
+    let mut batched = Vec::new();
+    for (sub, ct, id, body) in &seen {
+        let body = String::from_utf8(body.clone()).unwrap();
+        if sub == "orders/single" {
+            assert_eq!(ct, "application/cloudevents+json");
+            assert_eq!(body, raw(id), "the stored bytes, byte for byte");
+            singles.push(id.clone());
+        } else {
+            assert_eq!(sub, "orders/batched");
+            assert_eq!(ct, "application/cloudevents-batch+json");
+            // A valid JSON array whose elements are the stored events, joined as they are.
+            let array: Value = serde_json::from_str(&body).expect("a batch is valid JSON");
+            let ids: Vec<&str> = array
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["id"].as_str().unwrap())
+                .collect();
+            let expected = format!(
+                "[{}]",
+                ids.iter().map(|id| raw(id)).collect::<Vec<_>>().join(",")
+            );
+            assert_eq!(body, expected);
+            batched.extend(ids.iter().map(|id| id.to_string()));
+        }
+    }
+    singles.sort();
+    batched.sort();
+    assert_eq!(singles, ["e1", "e2", "e3"]);
+    assert_eq!(batched, ["e1", "e2", "e3"]);
+    s.stop().await;
+}
