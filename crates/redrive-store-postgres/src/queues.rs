@@ -23,9 +23,8 @@ pub(crate) async fn create(
     // index and then does nothing.
     let row = db
         .query_opt(
-            "INSERT INTO queues (name, policy, policy_version, created_at, updated_at, \
-             next_sequence) VALUES ($1, $2, 1, $3, $3, 1) \
-             ON CONFLICT (name) DO NOTHING RETURNING id",
+            "INSERT INTO queues (name, policy, policy_version, created_at, updated_at) \
+             VALUES ($1, $2, 1, $3, $3) ON CONFLICT (name) DO NOTHING RETURNING id",
             &[&name.as_str(), &policy_json(policy)?, &now.0],
         )
         .await?;
