@@ -834,12 +834,34 @@ pub(crate) async fn receive_deferred(
 
 // ---- settle -----------------------------------------------------------------------------
 
+/// Completes the messages whose lock the given token (`$3`) still holds at `$4`, by
+/// sequence (`$2`), in one statement, and returns the rows as they were. The condition is
+/// the one `machine::complete` checks (only a receive sets a token, and only on a Locked
+/// message; `state` is left out so that the planner cannot prefer `messages_due`'s
+/// locked range to the primary key), and the caller asks the machine about every row
+/// returned; a row that is not returned (another token, a lock that ran out, a message
+/// gone) is left to the general path. The `DELETE` takes each row's lock itself and, when
+/// a concurrent settlement changed the row first, looks at it again.
+const COMPLETE_HELD: &str = concat!(
+    "DELETE FROM messages USING unnest($2::bigint[], $3::text[]) AS u(seq, token) \
+     WHERE queue_id = $1 AND sequence = u.seq \
+     AND lock_token = u.token AND locked_until > $4 RETURNING ",
+    head_cols!()
+);
+
 pub(crate) async fn settle(
     db: &Db<'_>,
     name: &EntityName,
     items: &[Settlement],
     now: Timestamp,
 ) -> StoreResult<SettleOutcome> {
+    if !items.is_empty()
+        && items
+            .iter()
+            .all(|i| matches!(i.action, SettleAction::Complete))
+    {
+        return complete_all(db, name, items, now).await;
+    }
     let mut out = SettleOutcome {
         results: Vec::with_capacity(items.len()),
         effects: Effects::default(),
@@ -857,15 +879,7 @@ pub(crate) async fn settle(
         if wanted.is_empty() {
             Vec::new()
         } else {
-            vec![(
-                concat!(
-                    "SELECT ",
-                    head_cols!(),
-                    " FROM messages WHERE queue_id = $1 AND sequence = ANY($2::bigint[]) \
-                     ORDER BY sequence FOR UPDATE"
-                ),
-                vec![Box::new(q.id), Box::new(wanted.clone())],
-            )]
+            vec![(SETTLE_ROWS, vec![Box::new(q.id), Box::new(wanted.clone())])]
         }
     })
     .await?;
@@ -884,6 +898,113 @@ pub(crate) async fn settle(
             && !matches!(item.action, SettleAction::Renew { .. })
             && r.is_ok()
         {
+            wake(&mut out.effects, &q.name);
+        }
+        out.results.push(r);
+    }
+    writes.flush(db, q.id).await?;
+    Ok(out)
+}
+
+/// Rows of the given sequences, locked `FOR UPDATE` in sequence order (so concurrent
+/// batches cannot deadlock on each other) and waited for.
+const SETTLE_ROWS: &str = concat!(
+    "SELECT ",
+    head_cols!(),
+    " FROM messages WHERE queue_id = $1 AND sequence = ANY($2::bigint[]) \
+     ORDER BY sequence FOR UPDATE"
+);
+
+/// A settle call of completions only (the common case): the first completion of each
+/// message is tried with [`COMPLETE_HELD`], in the queue's first flight; every item that
+/// statement did not complete (a lost lock, a repeated token) then takes the general path,
+/// which decides it from the row as it is now.
+async fn complete_all(
+    db: &Db<'_>,
+    name: &EntityName,
+    items: &[Settlement],
+    now: Timestamp,
+) -> StoreResult<SettleOutcome> {
+    let mut out = SettleOutcome {
+        results: Vec::with_capacity(items.len()),
+        effects: Effects::default(),
+    };
+    // The first token given for each message, in sequence order (the order the rows are
+    // locked in, as by the general path).
+    let mut firsts: Vec<(i64, &str)> = Vec::with_capacity(items.len());
+    let mut asked: HashSet<i64> = HashSet::with_capacity(items.len());
+    for item in items {
+        if let Some(s) = token_sequence(&item.lock_token)
+            && asked.insert(s)
+        {
+            firsts.push((s, item.lock_token.as_str()));
+        }
+    }
+    firsts.sort_unstable_by_key(|(s, _)| *s);
+    let seqs: Vec<i64> = firsts.iter().map(|(s, _)| *s).collect();
+    let tokens: Vec<String> = firsts.iter().map(|(_, t)| (*t).to_owned()).collect();
+    let (q, first) = queue_with(db, name, |q| {
+        if seqs.is_empty() {
+            Vec::new()
+        } else {
+            vec![(
+                COMPLETE_HELD,
+                vec![
+                    Box::new(q.id),
+                    Box::new(seqs.clone()),
+                    Box::new(tokens.clone()),
+                    Box::new(now.0),
+                ],
+            )]
+        }
+    })
+    .await?;
+    let mut completed: HashMap<i64, Head> = match first.first() {
+        Some(rows) => decode(rows, Head::from_row)?
+            .into_iter()
+            .map(|h| (h.sequence, h))
+            .collect(),
+        None => HashMap::new(),
+    };
+    let mut rest: Vec<i64> = seqs
+        .into_iter()
+        .filter(|s| !completed.contains_key(s))
+        .collect();
+    rest.sort_unstable();
+    let mut heads: HashMap<i64, Head> = if rest.is_empty() {
+        HashMap::new()
+    } else {
+        let rows = db.query(SETTLE_ROWS, &[&q.id, &rest]).await?;
+        decode(&rows, Head::from_row)?
+            .into_iter()
+            .map(|h| (h.sequence, h))
+            .collect()
+    };
+    let mut writes = Writes::default();
+    for item in items {
+        let done = token_sequence(&item.lock_token).and_then(|s| completed.remove(&s));
+        let r = match done {
+            Some(head) => match machine::complete(&head.meta, &item.lock_token, now) {
+                Ok(Step::Complete) => Ok(Settled {
+                    sequence: head.sequence,
+                    message_id: head.message_id,
+                    delivery_count: head.meta.delivery_count,
+                    locked_until: None,
+                    dead_letter_id: None,
+                }),
+                // The statement's condition is the machine's: a refusal here is a bug,
+                // and the error rolls the deletion back.
+                _ => {
+                    return Err(backend(PostgresError::Invariant(
+                        "the state machine refused a completion the statement made",
+                    )));
+                }
+            },
+            None => {
+                settle_one(db, &q, item, now, &mut heads, &mut out.effects, &mut writes).await?
+            }
+        };
+        if q.policy.group_ordering && r.is_ok() {
             wake(&mut out.effects, &q.name);
         }
         out.results.push(r);
