@@ -8,10 +8,14 @@
 //! row locks taken by the statements that find the rows, never from a process-local lock,
 //! so it holds across nodes:
 //!
-//! - **Queue rows.** An operation loads its queue `FOR KEY SHARE`: operations on one queue
-//!   run side by side, while `delete_queue` and `update_queue` (which take `FOR UPDATE`)
-//!   wait for them and make later ones wait, so no operation writes into a queue that is
-//!   being deleted, and a dead-letter record carries the policy version that decided it.
+//! - **Queue rows.** An operation loads its queue `FOR KEY SHARE`, or, when the node has
+//!   the queue cached (the hot paths), takes the queue's shared guard instead — a
+//!   transaction-level advisory lock keyed by schema and queue id, which unlike a row
+//!   lock writes no WAL and creates no MultiXact — and then checks the cached id and
+//!   policy version: operations on one queue run side by side, while `delete_queue` and
+//!   `update_queue` (which take `FOR UPDATE` and then the guard exclusively) wait for
+//!   them and make later ones wait, so no operation writes into a queue that is being
+//!   deleted, and a dead-letter record carries the policy version that decided it.
 //! - **Senders.** `enqueue` draws its sequence numbers from the queue's own PostgreSQL
 //!   sequence (`queue_seq_<id>`, created and dropped with the queue by triggers), which
 //!   neither waits nor is undone by a rollback: senders of one queue run side by side
@@ -70,7 +74,10 @@
 //! of duplicate-detection entries when the queue has a window); a receive locks its
 //! candidates with one `SELECT` and stores every new lock with one
 //! `UPDATE ... FROM unnest(...)`; a settle call locks its rows with one `SELECT` and
-//! stores them with one `UPDATE` and one `DELETE ... WHERE sequence = ANY($2)`. Dead
+//! stores them with one `UPDATE` and one `DELETE ... WHERE sequence = ANY($2)`, and a
+//! settle call of completions only (the common case) is one `DELETE ... RETURNING` of the
+//! rows whose lock the given tokens still hold, every returned row confirmed by
+//! `machine::complete` (the rest take the general path). Dead
 //! letters are written one by one (they are rare and carry a copy of the body).
 //! Statements are prepared once per connection and cached with it.
 //!
@@ -79,8 +86,8 @@
 //! (and the wake-up `NOTIFY` after it); and a node keeps the queues it has seen (id and
 //! policy), so a send, a plain receive or a settle sends its first statements (the
 //! sequence draw; the two sweep looks and the candidates; the rows to settle) in one
-//! flight with the check of its queue, which key-share locks the row and compares id
-//! and policy version. A check that finds the queue changed (on any node) drops the
+//! flight with the check of its queue, which takes the queue's shared guard and compares
+//! id and policy version. A check that finds the queue changed (on any node) drops the
 //! entry and runs the transaction again from the start. A send, a receive and a settle
 //! are thus two round trips each.
 //!

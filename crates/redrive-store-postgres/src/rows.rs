@@ -213,18 +213,33 @@ pub(crate) fn forget_queue(db: &Db<'_>, name: &str) {
     }
 }
 
-/// The check of a cached queue: its row, key-share locked as by [`queue_opt`], still has
-/// the cached id and policy version.
-const CHECK_QUEUE: &str = "SELECT id, policy_version FROM queues WHERE name = $1 FOR KEY SHARE";
+/// The shared form of a queue's guard: a transaction-level advisory lock keyed by the
+/// schema and the queue's id (`$1`). Operations that found their queue in the node's
+/// cache take it instead of locking the queue's row, which under concurrent operations
+/// would create a MultiXact and write WAL on that one row every time; an advisory lock
+/// writes nothing. `update_queue` and `delete_queue` take the exclusive form
+/// ([`LOCK_QUEUE_EXCLUSIVE`]) after locking the row, so they wait for every operation
+/// holding either, and make later ones wait.
+pub(crate) const LOCK_QUEUE_SHARED: &str = "SELECT pg_advisory_xact_lock_shared(hashtext(current_schema() || '.queue.' || $1::bigint::text))";
+
+/// The exclusive form of [`LOCK_QUEUE_SHARED`].
+pub(crate) const LOCK_QUEUE_EXCLUSIVE: &str =
+    "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.queue.' || $1::bigint::text))";
+
+/// The check of a cached queue, run after [`LOCK_QUEUE_SHARED`] (a statement of its own,
+/// so that its snapshot is taken once the lock is held): the row still has the cached id
+/// and policy version.
+const CHECK_QUEUE: &str = "SELECT id, policy_version FROM queues WHERE name = $1";
 
 /// The queue and the rows of `build(queue)`'s statements, which need its id (and
 /// policy). When this node has the queue cached, the statements go out in one flight
-/// right behind the check of the cached entry (and `BEGIN`): one round trip for all. If
-/// the check finds the queue changed (a new policy version, or deleted and created
-/// again on any node), the entry is dropped and the operation fails with a retryable
-/// error, so the transaction runs again from the start with a fresh look-up. The lock
-/// the check takes is the one [`queue_opt`] takes, so the outcome is the same as
-/// loading the queue first.
+/// right behind the queue's shared guard and the check of the cached entry (and
+/// `BEGIN`): one round trip for all. If the check finds the queue changed (a new policy
+/// version, or deleted and created again on any node), the entry is dropped and the
+/// operation fails with a retryable error, so the transaction runs again from the start
+/// with a fresh look-up. The guard excludes a concurrent change or delete of the queue
+/// as [`queue_opt`]'s row lock does (both wait for either), so the outcome is the same
+/// as loading the queue first.
 pub(crate) async fn queue_with(
     db: &Db<'_>,
     name: &EntityName,
@@ -243,10 +258,13 @@ pub(crate) async fn queue_with(
         let rows = results.into_iter().collect::<StoreResult<Vec<_>>>()?;
         return Ok((q, rows));
     };
-    let mut stmts: Vec<(&'static str, Owned)> =
-        vec![(CHECK_QUEUE, vec![Box::new(name.as_str().to_owned())])];
+    let mut stmts: Vec<(&'static str, Owned)> = vec![
+        (LOCK_QUEUE_SHARED, vec![Box::new(c.id)]),
+        (CHECK_QUEUE, vec![Box::new(name.as_str().to_owned())]),
+    ];
     stmts.extend(build(&c));
     let mut results = db.pipeline(stmts).await?.into_iter();
+    results.next().unwrap_or_else(|| Ok(Vec::new()))?;
     let check = results.next().unwrap_or_else(|| Ok(Vec::new()))?;
     let same = match check.first() {
         Some(r) => {
