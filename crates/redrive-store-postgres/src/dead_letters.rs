@@ -16,7 +16,7 @@ use redrive_store::{
 use crate::messages::{message_ref, wake};
 use crate::pool::Db;
 use crate::rows::{
-    Head, NewRow, QueueInfo, Writes, allocate_sequences, decode, delete_rows, dl_cols, get,
+    Head, NewRow, QueueInfo, Writes, allocate_one, decode, delete_rows, dl_cols, get,
     insert_messages, insert_record, load_row, props_to_json, queue, queue_id, queue_opt,
     record_from_row,
 };
@@ -70,7 +70,7 @@ pub(crate) async fn dead_letter(
         .and_then(|()| found.ok_or(TargetUnfit::Missing));
         match fit {
             Ok(t) => {
-                let sequence = allocate_sequences(db, t.id, 1).await?;
+                let sequence = allocate_one(db, t.id, row.head.session_id.as_deref()).await?;
                 let props =
                     forwarded_properties(&row.properties, &reason, description.as_deref(), &q.name);
                 let copy = NewRow {
@@ -350,7 +350,7 @@ pub(crate) async fn resubmit(
         RESUBMITTED_FROM_PROPERTY.to_owned(),
         PropertyValue::String(record.id.clone()),
     );
-    let sequence = allocate_sequences(db, q.id, 1).await?;
+    let sequence = allocate_one(db, q.id, record.session_id.as_deref()).await?;
     let row = NewRow {
         sequence,
         message_id: &record.message_id,

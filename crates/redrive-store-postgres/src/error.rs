@@ -64,6 +64,8 @@ pub enum PostgresError {
     #[error("value out of range for {0}")]
     OutOfRange(&'static str),
     /// A rule this backend relies on was broken (a bug); the operation was rolled back.
+    #[error("the queue changed since this node last looked it up; running the operation again")]
+    StaleQueue,
     #[error("internal invariant broken: {0}")]
     Invariant(&'static str),
 }
@@ -109,7 +111,7 @@ pub(crate) fn is_retryable(e: &StoreError) -> bool {
     match e {
         StoreError::Unavailable { source } => source
             .downcast_ref::<PostgresError>()
-            .is_some_and(|p| matches!(p, PostgresError::Conflict(_))),
+            .is_some_and(|p| matches!(p, PostgresError::Conflict(_) | PostgresError::StaleQueue)),
         _ => false,
     }
 }

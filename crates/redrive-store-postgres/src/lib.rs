@@ -8,16 +8,26 @@
 //! row locks taken by the statements that find the rows, never from a process-local lock,
 //! so it holds across nodes:
 //!
-//! - **Queue rows.** An operation loads its queue `FOR KEY SHARE`: operations on one queue
-//!   run side by side, while `delete_queue` and `update_queue` (which take `FOR UPDATE`)
-//!   wait for them and make later ones wait, so no operation writes into a queue that is
-//!   being deleted, and a dead-letter record carries the policy version that decided it.
-//! - **Senders.** `enqueue` locks its queue's row `FOR NO KEY UPDATE` before anything
-//!   else and then advances `next_sequence` in the same transaction. Senders of one queue
-//!   are therefore serialised (an accepted cost), which makes duplicate detection exact
-//!   and sequence order equal to commit order: a receiver never sees sequence 6 committed
-//!   while 5 is still in flight. Forwarding to a dead-letter queue and resubmission
-//!   allocate their sequence numbers the same way.
+//! - **Queue rows.** An operation loads its queue `FOR KEY SHARE`, or, when the node has
+//!   the queue cached (the hot paths), takes the queue's shared guard instead — a
+//!   transaction-level advisory lock keyed by schema and queue id, which unlike a row
+//!   lock writes no WAL and creates no MultiXact — and then checks the cached id and
+//!   policy version: operations on one queue run side by side, while `delete_queue` and
+//!   `update_queue` (which take `FOR UPDATE` and then the guard exclusively) wait for
+//!   them and make later ones wait, so no operation writes into a queue that is being
+//!   deleted, and a dead-letter record carries the policy version that decided it.
+//! - **Senders.** `enqueue` draws its sequence numbers from the queue's own PostgreSQL
+//!   sequence (`queue_seq_<id>`, created and dropped with the queue by triggers), which
+//!   neither waits nor is undone by a rollback: senders of one queue run side by side
+//!   and numbers are unique and increasing, with a gap where a send rolled back. Where
+//!   order is promised — the messages of one session or message group — senders first
+//!   take a transaction-level advisory lock per (queue, session), so the next sender of
+//!   that session draws only after this one committed: sequence order is commit order
+//!   within a session, and a receiver never sees a session's 6 while its 5 is in
+//!   flight. Duplicate detection claims its entries with `INSERT ... ON CONFLICT` on
+//!   (queue, message id): a concurrent sender of the same id waits on the unique key
+//!   and then reads the first one's sequence number. Forwarding to a dead-letter queue
+//!   and resubmission draw their numbers the same way.
 //! - **Receivers.** A receive selects its candidates with `FOR UPDATE SKIP LOCKED`: rows
 //!   another receiver (on any node) is taking are skipped rather than waited for, so
 //!   concurrent receivers never get the same message and never block each other. A
@@ -57,16 +67,29 @@
 //! index. The state machine still compares the whole token, so a forged suffix, a token of
 //! another queue or of an earlier delivery is a lost lock.
 //!
-//! # Batching
+//! # Batching and round trips
 //!
 //! The hot paths use one statement per step, whatever the batch size: an enqueue batch is
-//! one `INSERT ... SELECT FROM unnest($1::bigint[], ...)` (plus one lookup and one upsert
+//! one `INSERT ... SELECT FROM unnest($1::bigint[], ...)` (plus one claim and one update
 //! of duplicate-detection entries when the queue has a window); a receive locks its
 //! candidates with one `SELECT` and stores every new lock with one
 //! `UPDATE ... FROM unnest(...)`; a settle call locks its rows with one `SELECT` and
-//! stores them with one `UPDATE` and one `DELETE ... WHERE sequence = ANY($2)`. Dead
+//! stores them with one `UPDATE` and one `DELETE ... WHERE sequence = ANY($2)`, and a
+//! settle call of completions only (the common case) is one `DELETE ... RETURNING` of the
+//! rows whose lock the given tokens still hold, every returned row confirmed by
+//! `machine::complete` (the rest take the general path). Dead
 //! letters are written one by one (they are rare and carry a copy of the body).
 //! Statements are prepared once per connection and cached with it.
+//!
+//! Statements are pipelined (see `pool::Db`): `BEGIN` goes out with the first statement;
+//! writes whose results are not needed go out with the next statement or with `COMMIT`
+//! (and the wake-up `NOTIFY` after it); and a node keeps the queues it has seen (id and
+//! policy), so a send, a plain receive or a settle sends its first statements (the
+//! sequence draw; the two sweep looks and the candidates; the rows to settle) in one
+//! flight with the check of its queue, which takes the queue's shared guard and compares
+//! id and policy version. A check that finds the queue changed (on any node) drops the
+//! entry and runs the transaction again from the start. A send, a receive and a settle
+//! are thus two round trips each.
 //!
 //! # Several nodes: leases and wake-ups
 //!
@@ -78,11 +101,12 @@
 //! After a write that made something receivable commits (a send, an abandon, a released
 //! lock, a forwarded dead letter, a resubmission, a policy change, a released session),
 //! the same connection runs `pg_notify` with the queue's names on a channel per schema,
-//! as a separate statement with `synchronous_commit` off for it alone. Not inside the
-//! write's transaction: a transaction that notifies holds a database-wide lock from
-//! pre-commit to the end of its commit, which would serialise every sender's commit
-//! (flush included) across the cluster. A wake-up is only a hint, so one lost to a crash
-//! between the commit and the notification costs latency, never a message.
+//! as a separate statement right behind the `COMMIT` (same flight) with
+//! `synchronous_commit` off for it alone. Not inside the write's transaction: a
+//! transaction that notifies holds a database-wide lock from pre-commit to the end of its
+//! commit, which would serialise every sender's commit (flush included) across the
+//! cluster. A wake-up is only a hint, so one lost to a crash between the commit and the
+//! notification costs latency, never a message.
 //!
 //! `remote_wakeups` starts, on first use, a task with one dedicated connection that
 //! `LISTEN`s and passes the names on; once listening (again, after a lost connection) it
@@ -173,8 +197,8 @@ pub use error::PostgresError;
 pub use schema::LATEST_VERSION as SCHEMA_VERSION;
 
 use error::{DbExt, backend, is_retryable};
-use pool::{Db, Pool};
-use wakeups::{Wakeups, notify};
+use pool::{Pool, QueueCache};
+use wakeups::Wakeups;
 
 /// How many times a write transaction is run at most when it loses a deadlock or a
 /// serialization conflict.
@@ -206,6 +230,8 @@ impl Default for PostgresOptions {
 pub struct PostgresStore {
     pool: Pool,
     wakeups: Wakeups,
+    /// Queues as this node last saw them (checked by every operation that uses them).
+    queues: QueueCache,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -249,6 +275,7 @@ impl PostgresStore {
         Ok(PostgresStore {
             pool: Pool::new(config, schema, options.pool_size),
             wakeups,
+            queues: QueueCache::default(),
         })
     }
 
@@ -275,20 +302,6 @@ fn woken(effects: &Effects) -> Vec<&str> {
     effects.woken.iter().map(EntityName::as_str).collect()
 }
 
-impl PostgresStore {
-    /// Tells other nodes (after the commit) that something became receivable on
-    /// `queues`. A wake-up is a hint: if it cannot be sent, the write stands (it is
-    /// committed) and their long polls find the messages at their next look.
-    async fn announce(&self, conn: &pool::PooledConn, queues: &[&str]) {
-        if queues.is_empty() {
-            return;
-        }
-        if let Err(e) = notify(&conn.autocommit(), self.wakeups.channel(), queues).await {
-            tracing::warn!(error = %e, ?queues, "could not notify other nodes of a wake-up");
-        }
-    }
-}
-
 /// Runs `$body` (an expression of `$db: &Db` returning a future of `StoreResult`) in one
 /// transaction on a pooled connection, commits, and runs it again from the start if the
 /// server rolled it back for a deadlock or serialization conflict. After the commit,
@@ -301,32 +314,30 @@ macro_rules! write_tx {
     ($store:expr, |$db:ident| $body:expr, |$v:ident| $wakes:expr) => {{
         let mut attempt: u32 = 1;
         loop {
-            let mut conn = $store.pool.get().await?;
-            let (client, statements) = conn.parts();
-            let tx = client.transaction().await.db()?;
+            let conn = $store.pool.get().await?;
             let result = {
-                let $db = Db::new(tx.client(), statements);
+                let $db = conn.transaction(&$store.queues);
                 let $db = &$db;
-                $body.await
-            };
-            let result = match result {
-                Ok(value) => tx.commit().await.db().map(|()| value),
-                Err(e) => {
-                    if tx.rollback().await.is_err() {
-                        conn.discard();
+                match $body.await {
+                    Ok(value) => {
+                        let queues: Vec<&str> = {
+                            let $v = &value;
+                            $wakes
+                        };
+                        $db.commit($store.wakeups.channel(), &queues)
+                            .await
+                            .map(|()| value)
                     }
-                    Err(e)
+                    Err(e) => {
+                        // A connection whose rollback failed is closed, not reused (it
+                        // stays marked as inside a transaction).
+                        let _ = $db.rollback().await;
+                        Err(e)
+                    }
                 }
             };
             match result {
-                Ok(value) => {
-                    let queues: Vec<&str> = {
-                        let $v = &value;
-                        $wakes
-                    };
-                    $store.announce(&conn, &queues).await;
-                    break Ok(value);
-                }
+                Ok(value) => break Ok(value),
                 Err(e) if is_retryable(&e) && attempt < TRANSACTION_ATTEMPTS => {
                     tracing::debug!(error = %e, attempt, "transaction conflict; running it again");
                     attempt += 1;

@@ -16,9 +16,9 @@ use crate::dead_letters;
 use crate::error::{PostgresError, backend};
 use crate::pool::Db;
 use crate::rows::{
-    Head, MsgRow, NewRow, QueueInfo, Writes, allocate_sequences, decode, delete_rows, get,
-    head_cols, insert_messages, limit, msg_cols, props_to_json, queue, queue_cols, queue_from_row,
-    queue_id, queue_not_found, queue_opt,
+    Head, MsgRow, NewRow, QueueInfo, Writes, allocate_sequences, batch_size, decode, delete_rows,
+    drawn, get, head_cols, insert_messages, limit, msg_cols, props_to_json, queue, queue_id,
+    queue_not_found, queue_opt, queue_with, sequence_statements, session_keys,
 };
 use crate::sessions;
 
@@ -122,6 +122,32 @@ async fn sweep_one(
     Ok(true)
 }
 
+/// Expired locks of a queue (`$1`) at `$2`, at most `$3`, rows held by others skipped.
+const SWEEP_LOCKS: &str = concat!(
+    "SELECT ",
+    head_cols!(),
+    " FROM messages WHERE queue_id = $1 AND state = 'locked' AND due_at <= $2 \
+     ORDER BY due_at LIMIT $3 FOR UPDATE SKIP LOCKED"
+);
+
+/// Expired messages of a queue (`$1`) at `$2`, at most `$3`, rows held by others skipped.
+const SWEEP_EXPIRED: &str = concat!(
+    "SELECT ",
+    head_cols!(),
+    " FROM messages WHERE queue_id = $1 AND expires_at <= $2 \
+     AND state <> 'locked' ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED"
+);
+
+/// Receive candidates of a plain queue (`$1`) at `$2`, at most `$3`. SKIP LOCKED: rows
+/// another receiver (or node) is taking are left to it, so concurrent receivers never
+/// get the same message and never wait on each other.
+const RECEIVE_CANDIDATES: &str = concat!(
+    "SELECT ",
+    msg_cols!(),
+    " FROM messages WHERE queue_id = $1 AND state = 'available' \
+     AND due_at <= $2 ORDER BY due_at, sequence LIMIT $3 FOR UPDATE SKIP LOCKED"
+);
+
 /// Settles up to `budget` due rows of one queue: expired locks first, then expired
 /// messages. Rows another transaction holds are skipped (it is settling or delivering
 /// them). Returns how many were settled and whether more are due.
@@ -135,12 +161,7 @@ async fn sweep_queue(
     let mut writes = Writes::default();
     let rows = db
         .query(
-            concat!(
-                "SELECT ",
-                head_cols!(),
-                " FROM messages WHERE queue_id = $1 AND state = 'locked' AND due_at <= $2 \
-                 ORDER BY due_at LIMIT $3 FOR UPDATE SKIP LOCKED"
-            ),
+            SWEEP_LOCKS,
             &[&q.id, &now.0, &limit(budget.saturating_add(1))],
         )
         .await?;
@@ -160,12 +181,7 @@ async fn sweep_queue(
     let rest = budget - locks.len();
     let rows = db
         .query(
-            concat!(
-                "SELECT ",
-                head_cols!(),
-                " FROM messages WHERE queue_id = $1 AND expires_at <= $2 \
-                 AND state <> 'locked' ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED"
-            ),
+            SWEEP_EXPIRED,
             &[&q.id, &now.0, &limit(rest.saturating_add(1))],
         )
         .await?;
@@ -188,23 +204,16 @@ enum Slot {
     RepeatOf(usize),
 }
 
-/// The queue with its counter row locked (`FOR NO KEY UPDATE`): senders of one queue run
-/// one after the other from here on, so a duplicate-detection lookup sees every earlier
-/// sender's entries, and sequence numbers are committed in order.
-async fn queue_for_send(db: &Db<'_>, name: &EntityName) -> StoreResult<QueueInfo> {
-    let row = db
-        .query_opt(
-            concat!(
-                "SELECT ",
-                queue_cols!(),
-                " FROM queues WHERE name = $1 FOR NO KEY UPDATE"
-            ),
-            &[&name.as_str()],
-        )
-        .await?
-        .ok_or_else(|| queue_not_found(name))?;
-    queue_from_row(&row)
-}
+/// Claims duplicate-detection entries: inserts one (sequence not yet known, 0) for each
+/// message id, or takes over an entry whose window ended; returns the ids it claimed.
+/// An id another sender holds is not returned. A concurrent sender of the same id (on
+/// any node) is waited for on the unique key, and the entry stays locked by this
+/// transaction, so the sender's sequence number is read afterwards, committed.
+const CLAIM_DEDUP: &str = "INSERT INTO dedup (queue_id, message_id, sequence, expires_at) \
+     SELECT $1, m, 0, $3 FROM unnest($2::text[]) AS m \
+     ON CONFLICT (queue_id, message_id) DO UPDATE \
+     SET sequence = 0, expires_at = excluded.expires_at WHERE dedup.expires_at <= $4 \
+     RETURNING message_id";
 
 pub(crate) async fn enqueue(
     db: &Db<'_>,
@@ -212,8 +221,23 @@ pub(crate) async fn enqueue(
     messages: &[NewMessage],
     now: Timestamp,
 ) -> StoreResult<Vec<Enqueued>> {
-    let q = queue_for_send(db, name).await?;
-    if q.policy.requires_session && messages.iter().any(|m| m.session_id.is_none()) {
+    let n = batch_size(messages.len())?;
+    let sessions = session_keys(messages.iter().map(|m| m.session_id.as_deref()));
+    let missing_session = messages.iter().any(|m| m.session_id.is_none());
+    // Without duplicate detection, every message is new: the sequence numbers are drawn
+    // in the queue's first flight.
+    let (q, first) = queue_with(db, name, |q| {
+        if q.policy.duplicate_detection_window_ms == 0
+            && n > 0
+            && !(q.policy.requires_session && missing_session)
+        {
+            sequence_statements(q.id, sessions.clone(), n)
+        } else {
+            Vec::new()
+        }
+    })
+    .await?;
+    if q.policy.requires_session && missing_session {
         return Err(StoreError::SessionRequired {
             queue: name.to_string(),
         });
@@ -224,47 +248,77 @@ pub(crate) async fn enqueue(
     let window = i64::try_from(q.policy.duplicate_detection_window_ms).unwrap_or(i64::MAX);
     let mut slots = Vec::with_capacity(messages.len());
     if window > 0 {
-        let ids: Vec<&str> = messages.iter().map(|m| m.message_id.as_str()).collect();
-        let rows = db
-            .query(
-                "SELECT message_id, sequence FROM dedup \
-                 WHERE queue_id = $1 AND message_id = ANY($2::text[]) AND expires_at > $3",
-                &[&q.id, &ids, &now.0],
-            )
-            .await?;
-        let mut seen: HashMap<String, i64> = HashMap::with_capacity(rows.len());
-        for r in &rows {
-            seen.insert(get(r, 0)?, get(r, 1)?);
-        }
         let mut first_in_batch: HashMap<&str, usize> = HashMap::new();
         for (i, m) in messages.iter().enumerate() {
-            if let Some(&j) = first_in_batch.get(m.message_id.as_str()) {
-                slots.push(Slot::RepeatOf(j));
-            } else if let Some(&seq) = seen.get(&m.message_id) {
+            first_in_batch.entry(m.message_id.as_str()).or_insert(i);
+        }
+        // Sorted, so that two batches claim their entries in the same order.
+        let mut ids: Vec<String> = first_in_batch.keys().map(|s| (*s).to_owned()).collect();
+        ids.sort_unstable();
+        let rows = db
+            .query(
+                CLAIM_DEDUP,
+                &[&q.id, &ids, &now.plus_millis(window).0, &now.0],
+            )
+            .await?;
+        let claimed: HashSet<String> = decode(&rows, |r| get::<String>(r, 0))?
+            .into_iter()
+            .collect();
+        let held: Vec<&String> = ids.iter().filter(|id| !claimed.contains(*id)).collect();
+        let mut seen: HashMap<String, i64> = HashMap::with_capacity(held.len());
+        if !held.is_empty() {
+            let rows = db
+                .query(
+                    "SELECT message_id, sequence FROM dedup \
+                     WHERE queue_id = $1 AND message_id = ANY($2::text[])",
+                    &[&q.id, &held],
+                )
+                .await?;
+            for r in &rows {
+                seen.insert(get(r, 0)?, get(r, 1)?);
+            }
+        }
+        for (i, m) in messages.iter().enumerate() {
+            let id = m.message_id.as_str();
+            if first_in_batch.get(id) != Some(&i) {
+                slots.push(Slot::RepeatOf(first_in_batch[id]));
+            } else if let Some(&seq) = seen.get(id) {
                 slots.push(Slot::Duplicate(seq));
             } else {
-                first_in_batch.insert(m.message_id.as_str(), i);
                 slots.push(Slot::New);
             }
         }
     } else {
         slots.extend(messages.iter().map(|_| Slot::New));
     }
-    let fresh = slots.iter().filter(|s| matches!(s, Slot::New)).count();
-    let mut next = if fresh > 0 {
-        allocate_sequences(db, q.id, fresh).await?
-    } else {
-        0
+    let fresh: Vec<&NewMessage> = messages
+        .iter()
+        .zip(&slots)
+        .filter(|(_, s)| matches!(s, Slot::New))
+        .map(|(m, _)| m)
+        .collect();
+    let numbers = match first.last() {
+        Some(rows) if window == 0 => drawn(rows)?,
+        _ if fresh.is_empty() => Vec::new(),
+        _ => {
+            let sessions = session_keys(fresh.iter().map(|m| m.session_id.as_deref()));
+            allocate_sequences(db, q.id, sessions, fresh.len()).await?
+        }
     };
+    if numbers.len() != fresh.len() {
+        return Err(backend(PostgresError::Invariant(
+            "a sequence draw returned another count than asked",
+        )));
+    }
+    let mut next = numbers.into_iter();
     let mut out: Vec<Enqueued> = Vec::with_capacity(messages.len());
-    let mut rows: Vec<NewRow<'_>> = Vec::with_capacity(fresh);
+    let mut rows: Vec<NewRow<'_>> = Vec::with_capacity(fresh.len());
     for (m, slot) in messages.iter().zip(&slots) {
         let (sequence, duplicate) = match *slot {
             Slot::Duplicate(seq) => (seq, true),
             Slot::RepeatOf(j) => (out[j].sequence, true),
             Slot::New => {
-                let sequence = next;
-                next += 1;
+                let sequence = next.next().unwrap_or_default();
                 rows.push(NewRow {
                     sequence,
                     message_id: &m.message_id,
@@ -291,15 +345,13 @@ pub(crate) async fn enqueue(
     }
     insert_messages(db, q.id, now, &rows).await?;
     if window > 0 && !rows.is_empty() {
-        let ids: Vec<&str> = rows.iter().map(|r| r.message_id).collect();
+        let ids: Vec<String> = rows.iter().map(|r| r.message_id.to_owned()).collect();
         let seqs: Vec<i64> = rows.iter().map(|r| r.sequence).collect();
-        db.execute(
-            "INSERT INTO dedup (queue_id, message_id, sequence, expires_at) \
-             SELECT $1, u.message_id, u.sequence, $4 \
+        db.defer(
+            "UPDATE dedup d SET sequence = u.sequence \
              FROM unnest($2::text[], $3::bigint[]) AS u(message_id, sequence) \
-             ON CONFLICT (queue_id, message_id) DO UPDATE \
-             SET sequence = excluded.sequence, expires_at = excluded.expires_at",
-            &[&q.id, &ids, &seqs, &now.plus_millis(window).0],
+             WHERE d.queue_id = $1 AND d.message_id = u.message_id",
+            vec![Box::new(q.id), Box::new(ids), Box::new(seqs)],
         )
         .await?;
     }
@@ -406,7 +458,64 @@ async fn receive_one(
 }
 
 pub(crate) async fn receive(db: &Db<'_>, p: &ReceiveParams) -> StoreResult<ReceiveOutcome> {
-    let q = queue(db, &p.queue).await?;
+    let max = usize::try_from(p.max).unwrap_or(usize::MAX);
+    // A plain receive sends the two sweep looks and its candidates' look in the queue's
+    // first flight; when nothing is due (the usual case) the candidates are this
+    // receive's, otherwise the due rows are settled first and the candidates looked for
+    // again.
+    let (q, first) = queue_with(db, &p.queue, |q| {
+        if p.session.is_none() && !q.policy.requires_session && !q.policy.group_ordering && max > 0
+        {
+            let sweep = limit(RECEIVE_SWEEP_LIMIT + 1);
+            vec![
+                (
+                    SWEEP_LOCKS,
+                    vec![Box::new(q.id), Box::new(p.now.0), Box::new(sweep)],
+                ),
+                (
+                    SWEEP_EXPIRED,
+                    vec![Box::new(q.id), Box::new(p.now.0), Box::new(sweep)],
+                ),
+                (
+                    RECEIVE_CANDIDATES,
+                    vec![Box::new(q.id), Box::new(p.now.0), Box::new(limit(max))],
+                ),
+            ]
+        } else {
+            Vec::new()
+        }
+    })
+    .await?;
+    if let [locks, expired, candidates] = first.as_slice()
+        && locks.is_empty()
+        && expired.is_empty()
+    {
+        let mut out = ReceiveOutcome::default();
+        let mut writes = Writes::default();
+        let found = candidates.len();
+        for row in decode(candidates, MsgRow::from_row)? {
+            let got = receive_one(
+                db,
+                &q,
+                row,
+                p.lock_ms,
+                p.now,
+                false,
+                &mut out.effects,
+                &mut writes,
+            )
+            .await?;
+            if let Ok(Some(d)) = got {
+                out.deliveries.push(d);
+            }
+        }
+        writes.flush(db, q.id).await?;
+        if found == max && out.deliveries.len() < max {
+            receive_plain(db, &q, max, p.lock_ms, p.now, &mut out, &mut writes).await?;
+            writes.flush(db, q.id).await?;
+        }
+        return Ok(out);
+    }
     match (&p.session, q.policy.requires_session) {
         (None, true) => {
             return Err(StoreError::SessionRequired {
@@ -425,7 +534,6 @@ pub(crate) async fn receive(db: &Db<'_>, p: &ReceiveParams) -> StoreResult<Recei
     }
     let mut out = ReceiveOutcome::default();
     sweep_queue(db, &q, p.now, RECEIVE_SWEEP_LIMIT, &mut out.effects).await?;
-    let max = usize::try_from(p.max).unwrap_or(usize::MAX);
     if max == 0 {
         return Ok(out);
     }
@@ -456,15 +564,7 @@ async fn receive_plain(
         // SKIP LOCKED: rows another receiver (or node) is taking are left to it, so
         // concurrent receivers never get the same message and never wait on each other.
         let rows = db
-            .query(
-                concat!(
-                    "SELECT ",
-                    msg_cols!(),
-                    " FROM messages WHERE queue_id = $1 AND state = 'available' \
-                     AND due_at <= $2 ORDER BY due_at, sequence LIMIT $3 FOR UPDATE SKIP LOCKED"
-                ),
-                &[&q.id, &now.0, &limit(want)],
-            )
+            .query(RECEIVE_CANDIDATES, &[&q.id, &now.0, &limit(want)])
             .await?;
         let found = rows.len();
         for row in decode(&rows, MsgRow::from_row)? {
@@ -734,13 +834,34 @@ pub(crate) async fn receive_deferred(
 
 // ---- settle -----------------------------------------------------------------------------
 
+/// Completes the messages whose lock the given token (`$3`) still holds at `$4`, by
+/// sequence (`$2`), in one statement, and returns the rows as they were. The condition is
+/// the one `machine::complete` checks (only a receive sets a token, and only on a Locked
+/// message; `state` is left out so that the planner cannot prefer `messages_due`'s
+/// locked range to the primary key), and the caller asks the machine about every row
+/// returned; a row that is not returned (another token, a lock that ran out, a message
+/// gone) is left to the general path. The `DELETE` takes each row's lock itself and, when
+/// a concurrent settlement changed the row first, looks at it again.
+const COMPLETE_HELD: &str = concat!(
+    "DELETE FROM messages USING unnest($2::bigint[], $3::text[]) AS u(seq, token) \
+     WHERE queue_id = $1 AND sequence = u.seq \
+     AND lock_token = u.token AND locked_until > $4 RETURNING ",
+    head_cols!()
+);
+
 pub(crate) async fn settle(
     db: &Db<'_>,
     name: &EntityName,
     items: &[Settlement],
     now: Timestamp,
 ) -> StoreResult<SettleOutcome> {
-    let q = queue(db, name).await?;
+    if !items.is_empty()
+        && items
+            .iter()
+            .all(|i| matches!(i.action, SettleAction::Complete))
+    {
+        return complete_all(db, name, items, now).await;
+    }
     let mut out = SettleOutcome {
         results: Vec::with_capacity(items.len()),
         effects: Effects::default(),
@@ -753,25 +874,21 @@ pub(crate) async fn settle(
     wanted.dedup();
     // Locked in sequence order (so concurrent batches cannot deadlock on each other) and
     // waited for: a concurrent settlement of the same lock finishes first, and this one
-    // then sees what it left.
-    let mut heads: HashMap<i64, Head> = if wanted.is_empty() {
-        HashMap::new()
-    } else {
-        let rows = db
-            .query(
-                concat!(
-                    "SELECT ",
-                    head_cols!(),
-                    " FROM messages WHERE queue_id = $1 AND sequence = ANY($2::bigint[]) \
-                     ORDER BY sequence FOR UPDATE"
-                ),
-                &[&q.id, &wanted],
-            )
-            .await?;
-        decode(&rows, Head::from_row)?
+    // then sees what it left. Sent with the queue's look-up, in one flight.
+    let (q, first) = queue_with(db, name, |q| {
+        if wanted.is_empty() {
+            Vec::new()
+        } else {
+            vec![(SETTLE_ROWS, vec![Box::new(q.id), Box::new(wanted.clone())])]
+        }
+    })
+    .await?;
+    let mut heads: HashMap<i64, Head> = match first.first() {
+        Some(rows) => decode(rows, Head::from_row)?
             .into_iter()
             .map(|h| (h.sequence, h))
-            .collect()
+            .collect(),
+        None => HashMap::new(),
     };
     let mut writes = Writes::default();
     for item in items {
@@ -781,6 +898,113 @@ pub(crate) async fn settle(
             && !matches!(item.action, SettleAction::Renew { .. })
             && r.is_ok()
         {
+            wake(&mut out.effects, &q.name);
+        }
+        out.results.push(r);
+    }
+    writes.flush(db, q.id).await?;
+    Ok(out)
+}
+
+/// Rows of the given sequences, locked `FOR UPDATE` in sequence order (so concurrent
+/// batches cannot deadlock on each other) and waited for.
+const SETTLE_ROWS: &str = concat!(
+    "SELECT ",
+    head_cols!(),
+    " FROM messages WHERE queue_id = $1 AND sequence = ANY($2::bigint[]) \
+     ORDER BY sequence FOR UPDATE"
+);
+
+/// A settle call of completions only (the common case): the first completion of each
+/// message is tried with [`COMPLETE_HELD`], in the queue's first flight; every item that
+/// statement did not complete (a lost lock, a repeated token) then takes the general path,
+/// which decides it from the row as it is now.
+async fn complete_all(
+    db: &Db<'_>,
+    name: &EntityName,
+    items: &[Settlement],
+    now: Timestamp,
+) -> StoreResult<SettleOutcome> {
+    let mut out = SettleOutcome {
+        results: Vec::with_capacity(items.len()),
+        effects: Effects::default(),
+    };
+    // The first token given for each message, in sequence order (the order the rows are
+    // locked in, as by the general path).
+    let mut firsts: Vec<(i64, &str)> = Vec::with_capacity(items.len());
+    let mut asked: HashSet<i64> = HashSet::with_capacity(items.len());
+    for item in items {
+        if let Some(s) = token_sequence(&item.lock_token)
+            && asked.insert(s)
+        {
+            firsts.push((s, item.lock_token.as_str()));
+        }
+    }
+    firsts.sort_unstable_by_key(|(s, _)| *s);
+    let seqs: Vec<i64> = firsts.iter().map(|(s, _)| *s).collect();
+    let tokens: Vec<String> = firsts.iter().map(|(_, t)| (*t).to_owned()).collect();
+    let (q, first) = queue_with(db, name, |q| {
+        if seqs.is_empty() {
+            Vec::new()
+        } else {
+            vec![(
+                COMPLETE_HELD,
+                vec![
+                    Box::new(q.id),
+                    Box::new(seqs.clone()),
+                    Box::new(tokens.clone()),
+                    Box::new(now.0),
+                ],
+            )]
+        }
+    })
+    .await?;
+    let mut completed: HashMap<i64, Head> = match first.first() {
+        Some(rows) => decode(rows, Head::from_row)?
+            .into_iter()
+            .map(|h| (h.sequence, h))
+            .collect(),
+        None => HashMap::new(),
+    };
+    let mut rest: Vec<i64> = seqs
+        .into_iter()
+        .filter(|s| !completed.contains_key(s))
+        .collect();
+    rest.sort_unstable();
+    let mut heads: HashMap<i64, Head> = if rest.is_empty() {
+        HashMap::new()
+    } else {
+        let rows = db.query(SETTLE_ROWS, &[&q.id, &rest]).await?;
+        decode(&rows, Head::from_row)?
+            .into_iter()
+            .map(|h| (h.sequence, h))
+            .collect()
+    };
+    let mut writes = Writes::default();
+    for item in items {
+        let done = token_sequence(&item.lock_token).and_then(|s| completed.remove(&s));
+        let r = match done {
+            Some(head) => match machine::complete(&head.meta, &item.lock_token, now) {
+                Ok(Step::Complete) => Ok(Settled {
+                    sequence: head.sequence,
+                    message_id: head.message_id,
+                    delivery_count: head.meta.delivery_count,
+                    locked_until: None,
+                    dead_letter_id: None,
+                }),
+                // The statement's condition is the machine's: a refusal here is a bug,
+                // and the error rolls the deletion back.
+                _ => {
+                    return Err(backend(PostgresError::Invariant(
+                        "the state machine refused a completion the statement made",
+                    )));
+                }
+            },
+            None => {
+                settle_one(db, &q, item, now, &mut heads, &mut out.effects, &mut writes).await?
+            }
+        };
+        if q.policy.group_ordering && r.is_ok() {
             wake(&mut out.effects, &q.name);
         }
         out.results.push(r);

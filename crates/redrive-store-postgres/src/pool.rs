@@ -13,8 +13,11 @@
 //! connection.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Poll;
 use std::time::Duration;
 
 use redrive_store::{StoreError, StoreResult};
@@ -53,6 +56,9 @@ struct Inner {
 pub(crate) struct Conn {
     client: Client,
     statements: Statements,
+    /// Set while a transaction this crate began is open on the connection: a connection
+    /// whose operation was dropped half way is then closed rather than reused.
+    in_tx: AtomicBool,
 }
 
 /// A connection taken from the pool; it goes back when dropped.
@@ -169,6 +175,7 @@ impl Inner {
         Ok(Conn {
             client,
             statements: Mutex::new(HashMap::new()),
+            in_tx: AtomicBool::new(false),
         })
     }
 }
@@ -216,24 +223,20 @@ impl PooledConn {
             .unwrap_or_else(|| unreachable!("taken only on drop"))
     }
 
-    /// The client (for transactions) and the statement cache, borrowed together.
-    pub(crate) fn parts(&mut self) -> (&mut Client, &Statements) {
-        let conn = self
-            .conn
-            .as_mut()
-            .unwrap_or_else(|| unreachable!("taken only on drop"));
-        (&mut conn.client, &conn.statements)
+    /// A handle that runs the statements of one transaction (see [`Db::commit`]).
+    pub(crate) fn transaction<'a>(&'a self, queues: &'a QueueCache) -> Db<'a> {
+        let conn = self.conn();
+        let mut db = Db::new(&conn.client, &conn.statements);
+        db.tx = Some(&conn.in_tx);
+        db.shared = Some(queues);
+        db.state = AtomicU8::new(TX_PENDING);
+        db
     }
 
     /// A handle that runs each statement in its own implicit transaction.
     pub(crate) fn autocommit(&self) -> Db<'_> {
         let conn = self.conn();
         Db::new(&conn.client, &conn.statements)
-    }
-
-    /// Do not return this connection to the pool (its state is not known).
-    pub(crate) fn discard(&mut self) {
-        self.broken = true;
     }
 }
 
@@ -242,7 +245,11 @@ impl Drop for PooledConn {
         let Some(conn) = self.conn.take() else {
             return;
         };
-        if self.broken || conn.client.is_closed() || self.pool.closed.load(Ordering::Acquire) {
+        if self.broken
+            || conn.in_tx.load(Ordering::Acquire)
+            || conn.client.is_closed()
+            || self.pool.closed.load(Ordering::Acquire)
+        {
             return;
         }
         self.pool
@@ -253,17 +260,79 @@ impl Drop for PooledConn {
     }
 }
 
+/// Queues by name as this node last saw them: lets a hot operation send its first
+/// statements together with the check of its queue (see `rows::queue_with`).
+pub(crate) type QueueCache = Mutex<HashMap<String, Arc<QueueInfo>>>;
+
+/// Owned parameters of a statement sent later or in a pipeline.
+pub(crate) type Owned = Vec<Box<dyn ToSql + Sync + Send>>;
+
+type Flight<'f> =
+    Pin<Box<dyn Future<Output = Result<Vec<Row>, tokio_postgres::Error>> + Send + 'f>>;
+
+/// Outside a transaction (each statement on its own).
+const AUTOCOMMIT: u8 = 0;
+/// A transaction whose `BEGIN` is sent with its first statement.
+const TX_PENDING: u8 = 1;
+/// A transaction whose `BEGIN` was sent.
+const TX_OPEN: u8 = 2;
+
 /// The handle an operation queries through: a connection (inside a transaction or not),
 /// its statement cache, and the queues this operation has loaded.
+///
+/// Inside a transaction, round trips are saved by pipelining: `BEGIN` goes out with the
+/// first statement, writes whose results are not needed ([`Db::defer`]) go out with the
+/// next statement or with the `COMMIT`, and [`Db::pipeline`] sends several statements
+/// at once. PostgreSQL runs them one after the other, in the order sent, each seeing
+/// the effects of the ones before; a failed one aborts the transaction, so the ones after
+/// it fail too and the operation reports the first error.
 pub(crate) struct Db<'a> {
     client: &'a Client,
     statements: &'a Statements,
     /// Queues loaded (and row-locked) by this operation, by name; `None` caches absence.
     pub(crate) queues: Mutex<HashMap<String, Option<Arc<QueueInfo>>>>,
+    /// The node's queue cache (transactions only).
+    pub(crate) shared: Option<&'a QueueCache>,
+    tx: Option<&'a AtomicBool>,
+    state: AtomicU8,
+    deferred: Mutex<Vec<(Statement, Owned)>>,
 }
 
 /// Parameters of one statement.
 pub(crate) type Params<'p> = [&'p (dyn ToSql + Sync)];
+
+/// Polls every future in order until all are done (each sends its request on its first
+/// poll, so they go out in this order) and returns their outputs in the same order.
+async fn join_in_order<T>(futs: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>) -> Vec<T> {
+    let mut futs: Vec<Option<Pin<Box<dyn Future<Output = T> + Send + '_>>>> =
+        futs.into_iter().map(Some).collect();
+    let mut out: Vec<Option<T>> = futs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (slot, result) in futs.iter_mut().zip(out.iter_mut()) {
+            if let Some(f) = slot {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => {
+                        *result = Some(v);
+                        *slot = None;
+                    }
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
+}
+
+fn owned_refs(p: &Owned) -> Vec<&(dyn ToSql + Sync)> {
+    p.iter().map(|b| &**b as &(dyn ToSql + Sync)).collect()
+}
 
 impl<'a> Db<'a> {
     pub(crate) fn new(client: &'a Client, statements: &'a Statements) -> Self {
@@ -271,11 +340,15 @@ impl<'a> Db<'a> {
             client,
             statements,
             queues: Mutex::new(HashMap::new()),
+            shared: None,
+            tx: None,
+            state: AtomicU8::new(AUTOCOMMIT),
+            deferred: Mutex::new(Vec::new()),
         }
     }
 
     /// The prepared statement for `sql`, prepared on first use on this connection.
-    async fn statement(&self, sql: &'static str) -> StoreResult<Statement> {
+    pub(crate) async fn statement(&self, sql: &'static str) -> StoreResult<Statement> {
         let cached = self
             .statements
             .lock()
@@ -293,6 +366,51 @@ impl<'a> Db<'a> {
         Ok(s)
     }
 
+    /// What must go out before the next statement: `BEGIN` if not yet sent, then the
+    /// deferred writes.
+    fn preamble(&self) -> Vec<Flight<'a>> {
+        let mut out: Vec<Flight<'a>> = Vec::new();
+        let client = self.client;
+        if self
+            .state
+            .compare_exchange(TX_PENDING, TX_OPEN, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            if let Some(flag) = self.tx {
+                flag.store(true, Ordering::Release);
+            }
+            out.push(Box::pin(async move {
+                client.batch_execute("BEGIN").await.map(|()| Vec::new())
+            }));
+        }
+        let deferred =
+            std::mem::take(&mut *self.deferred.lock().unwrap_or_else(PoisonError::into_inner));
+        for (s, p) in deferred {
+            out.push(Box::pin(async move {
+                client
+                    .execute(&s, &owned_refs(&p))
+                    .await
+                    .map(|_| Vec::new())
+            }));
+        }
+        out
+    }
+
+    /// Runs `main` after the preamble, in the same flight.
+    async fn run(&self, main: Flight<'_>) -> StoreResult<Vec<Row>> {
+        let mut flights = self.preamble();
+        if flights.is_empty() {
+            return main.await.db();
+        }
+        flights.push(main);
+        let mut results = join_in_order(flights).await;
+        let last = results.pop();
+        for r in results {
+            r.db()?;
+        }
+        last.unwrap_or_else(|| Ok(Vec::new())).db()
+    }
+
     /// All rows of a query.
     pub(crate) async fn query(
         &self,
@@ -300,7 +418,9 @@ impl<'a> Db<'a> {
         params: &Params<'_>,
     ) -> StoreResult<Vec<Row>> {
         let s = self.statement(sql).await?;
-        self.client.query(&s, params).await.db()
+        let client = self.client;
+        self.run(Box::pin(async move { client.query(&s, params).await }))
+            .await
     }
 
     /// At most one row.
@@ -309,8 +429,13 @@ impl<'a> Db<'a> {
         sql: &'static str,
         params: &Params<'_>,
     ) -> StoreResult<Option<Row>> {
-        let s = self.statement(sql).await?;
-        self.client.query_opt(&s, params).await.db()
+        let mut rows = self.query(sql, params).await?;
+        if rows.len() > 1 {
+            return Err(crate::error::backend(PostgresError::Invariant(
+                "a query for at most one row returned more",
+            )));
+        }
+        Ok(rows.pop())
     }
 
     /// Exactly one row.
@@ -319,14 +444,131 @@ impl<'a> Db<'a> {
         sql: &'static str,
         params: &Params<'_>,
     ) -> StoreResult<Row> {
-        let s = self.statement(sql).await?;
-        self.client.query_one(&s, params).await.db()
+        self.query_opt(sql, params).await?.ok_or_else(|| {
+            crate::error::backend(PostgresError::Invariant(
+                "a query for exactly one row returned none",
+            ))
+        })
     }
 
     /// Rows changed.
     pub(crate) async fn execute(&self, sql: &'static str, params: &Params<'_>) -> StoreResult<u64> {
         let s = self.statement(sql).await?;
-        self.client.execute(&s, params).await.db()
+        let client = self.client;
+        let flights = self.preamble();
+        if flights.is_empty() {
+            return client.execute(&s, params).await.db();
+        }
+        for r in join_in_order(flights).await {
+            r.db()?;
+        }
+        client.execute(&s, params).await.db()
+    }
+
+    /// A write whose result is not needed: inside a transaction it goes out with the next
+    /// statement (or the `COMMIT`), and its failure fails that one; outside, it runs now.
+    pub(crate) async fn defer(&self, sql: &'static str, params: Owned) -> StoreResult<()> {
+        let s = self.statement(sql).await?;
+        if self.state.load(Ordering::Acquire) == AUTOCOMMIT {
+            self.client.execute(&s, &owned_refs(&params)).await.db()?;
+            return Ok(());
+        }
+        self.deferred
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((s, params));
+        Ok(())
+    }
+
+    /// Sends the statements at once (after the preamble) and returns each one's rows or
+    /// error, in order.
+    pub(crate) async fn pipeline(
+        &self,
+        stmts: Vec<(&'static str, Owned)>,
+    ) -> StoreResult<Vec<StoreResult<Vec<Row>>>> {
+        let mut prepared = Vec::with_capacity(stmts.len());
+        for (sql, p) in stmts {
+            prepared.push((self.statement(sql).await?, p));
+        }
+        let mut flights = self.preamble();
+        let pre = flights.len();
+        let client = self.client;
+        for (s, p) in prepared {
+            flights.push(Box::pin(
+                async move { client.query(&s, &owned_refs(&p)).await },
+            ));
+        }
+        let mut results = join_in_order(flights).await.into_iter();
+        for r in results.by_ref().take(pre) {
+            r.db()?;
+        }
+        Ok(results.map(|r| r.db()).collect())
+    }
+
+    /// Ends the transaction: the deferred writes, `COMMIT` and, when `wake` names
+    /// queues, the notification of other nodes (`wakeups::NOTIFY`, on its own after the
+    /// commit) go out in one flight. A failed notification is only logged: a wake-up is
+    /// a hint.
+    pub(crate) async fn commit(&self, channel: &str, wake: &[&str]) -> StoreResult<()> {
+        let mut flights = self.preamble();
+        let pre = flights.len();
+        let began = self.state.load(Ordering::Acquire) == TX_OPEN;
+        let client = self.client;
+        if began {
+            flights.push(Box::pin(async move {
+                client.batch_execute("COMMIT").await.map(|()| Vec::new())
+            }));
+        }
+        let notifying = !wake.is_empty();
+        if notifying {
+            let s = self.statement(crate::wakeups::NOTIFY).await?;
+            let channel = channel.to_owned();
+            let queues: Vec<String> = wake.iter().map(|q| (*q).to_owned()).collect();
+            flights.push(Box::pin(async move {
+                client
+                    .execute(&s, &[&channel, &queues])
+                    .await
+                    .map(|_| Vec::new())
+            }));
+        }
+        let mut results = join_in_order(flights).await.into_iter();
+        let mut first: Option<StoreError> = None;
+        for r in results.by_ref().take(pre + usize::from(began)) {
+            if let Err(e) = r.db()
+                && first.is_none()
+            {
+                first = Some(e);
+            }
+        }
+        if notifying && let Some(Err(e)) = results.next() {
+            tracing::warn!(error = %e, queues = ?wake, "could not notify other nodes of a wake-up");
+        }
+        // After a failed commit the connection's state is unknown: it stays marked, so
+        // it is closed rather than reused.
+        if let Some(flag) = self.tx {
+            flag.store(first.is_some(), Ordering::Release);
+        }
+        match first {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Ends the transaction without its writes. An error means the connection's state is
+    /// unknown.
+    pub(crate) async fn rollback(&self) -> StoreResult<()> {
+        self.deferred
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        if self.state.load(Ordering::Acquire) != TX_OPEN {
+            return Ok(());
+        }
+        self.client.batch_execute("ROLLBACK").await.db()?;
+        if let Some(flag) = self.tx {
+            flag.store(false, Ordering::Release);
+        }
+        Ok(())
     }
 }
 

@@ -5,8 +5,8 @@ use redrive_store::{QueueCounts, QueueRecord, StoreError, StoreResult};
 
 use crate::pool::Db;
 use crate::rows::{
-    QueueInfo, count_u64, decode, forget_queue, get, queue_cols, queue_from_row, queue_not_found,
-    version_sql,
+    LOCK_QUEUE_EXCLUSIVE, QueueInfo, count_u64, decode, forget_queue, get, queue_cols,
+    queue_from_row, queue_not_found, version_sql,
 };
 
 fn policy_json(policy: &QueuePolicy) -> StoreResult<String> {
@@ -23,9 +23,8 @@ pub(crate) async fn create(
     // index and then does nothing.
     let row = db
         .query_opt(
-            "INSERT INTO queues (name, policy, policy_version, created_at, updated_at, \
-             next_sequence) VALUES ($1, $2, 1, $3, $3, 1) \
-             ON CONFLICT (name) DO NOTHING RETURNING id",
+            "INSERT INTO queues (name, policy, policy_version, created_at, updated_at) \
+             VALUES ($1, $2, 1, $3, $3) ON CONFLICT (name) DO NOTHING RETURNING id",
             &[&name.as_str(), &policy_json(policy)?, &now.0],
         )
         .await?;
@@ -46,8 +45,10 @@ pub(crate) async fn create(
     .record())
 }
 
-/// The queue locked `FOR UPDATE` (policy change, delete): waits for every operation
-/// that holds the queue's row, and makes later ones wait.
+/// The queue locked `FOR UPDATE` and its guard taken exclusively (policy change,
+/// delete): waits for every operation that holds the queue's row or its shared guard
+/// (`rows::LOCK_QUEUE_SHARED`), and makes later ones wait. The statements after it see
+/// what those operations committed.
 async fn lock_exclusive(db: &Db<'_>, name: &EntityName) -> StoreResult<QueueInfo> {
     let row = db
         .query_opt(
@@ -60,7 +61,9 @@ async fn lock_exclusive(db: &Db<'_>, name: &EntityName) -> StoreResult<QueueInfo
         )
         .await?
         .ok_or_else(|| queue_not_found(name))?;
-    queue_from_row(&row)
+    let q = queue_from_row(&row)?;
+    db.query(LOCK_QUEUE_EXCLUSIVE, &[&q.id]).await?;
+    Ok(q)
 }
 
 pub(crate) async fn update(

@@ -13,7 +13,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 
 use crate::error::{DbExt, PostgresError, backend};
-use crate::pool::Db;
+use crate::pool::{Db, Owned};
 
 /// The columns of a message head (what the state machine needs), in the order
 /// [`Head::from_row`] reads them.
@@ -185,6 +185,13 @@ pub(crate) async fn queue_opt(db: &Db<'_>, name: &str) -> StoreResult<Option<Arc
         Some(r) => Some(Arc::new(queue_from_row(&r)?)),
         None => None,
     };
+    if let Some(shared) = db.shared {
+        let mut shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
+        match &q {
+            Some(q) => shared.insert(name.to_owned(), Arc::clone(q)),
+            None => shared.remove(name),
+        };
+    }
     db.queues
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -198,6 +205,85 @@ pub(crate) fn forget_queue(db: &Db<'_>, name: &str) {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .remove(name);
+    if let Some(shared) = db.shared {
+        shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
+    }
+}
+
+/// The shared form of a queue's guard: a transaction-level advisory lock keyed by the
+/// schema and the queue's id (`$1`). Operations that found their queue in the node's
+/// cache take it instead of locking the queue's row, which under concurrent operations
+/// would create a MultiXact and write WAL on that one row every time; an advisory lock
+/// writes nothing. `update_queue` and `delete_queue` take the exclusive form
+/// ([`LOCK_QUEUE_EXCLUSIVE`]) after locking the row, so they wait for every operation
+/// holding either, and make later ones wait.
+pub(crate) const LOCK_QUEUE_SHARED: &str = "SELECT pg_advisory_xact_lock_shared(hashtext(current_schema() || '.queue.' || $1::bigint::text))";
+
+/// The exclusive form of [`LOCK_QUEUE_SHARED`].
+pub(crate) const LOCK_QUEUE_EXCLUSIVE: &str =
+    "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.queue.' || $1::bigint::text))";
+
+/// The check of a cached queue, run after [`LOCK_QUEUE_SHARED`] (a statement of its own,
+/// so that its snapshot is taken once the lock is held): the row still has the cached id
+/// and policy version.
+const CHECK_QUEUE: &str = "SELECT id, policy_version FROM queues WHERE name = $1";
+
+/// The queue and the rows of `build(queue)`'s statements, which need its id (and
+/// policy). When this node has the queue cached, the statements go out in one flight
+/// right behind the queue's shared guard and the check of the cached entry (and
+/// `BEGIN`): one round trip for all. If the check finds the queue changed (a new policy
+/// version, or deleted and created again on any node), the entry is dropped and the
+/// operation fails with a retryable error, so the transaction runs again from the start
+/// with a fresh look-up. The guard excludes a concurrent change or delete of the queue
+/// as [`queue_opt`]'s row lock does (both wait for either), so the outcome is the same
+/// as loading the queue first.
+pub(crate) async fn queue_with(
+    db: &Db<'_>,
+    name: &EntityName,
+    build: impl Fn(&QueueInfo) -> Vec<(&'static str, Owned)>,
+) -> StoreResult<(Arc<QueueInfo>, Vec<Vec<Row>>)> {
+    let cached = db.shared.and_then(|shared| {
+        shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name.as_str())
+            .cloned()
+    });
+    let Some(c) = cached else {
+        let q = queue(db, name).await?;
+        let results = db.pipeline(build(&q)).await?;
+        let rows = results.into_iter().collect::<StoreResult<Vec<_>>>()?;
+        return Ok((q, rows));
+    };
+    let mut stmts: Vec<(&'static str, Owned)> = vec![
+        (LOCK_QUEUE_SHARED, vec![Box::new(c.id)]),
+        (CHECK_QUEUE, vec![Box::new(name.as_str().to_owned())]),
+    ];
+    stmts.extend(build(&c));
+    let mut results = db.pipeline(stmts).await?.into_iter();
+    results.next().unwrap_or_else(|| Ok(Vec::new()))?;
+    let check = results.next().unwrap_or_else(|| Ok(Vec::new()))?;
+    let same = match check.first() {
+        Some(r) => {
+            let id: i64 = get(r, 0)?;
+            let version: i64 = get(r, 1)?;
+            id == c.id && u64::try_from(version).ok() == Some(c.version)
+        }
+        None => false,
+    };
+    if !same {
+        forget_queue(db, name.as_str());
+        return Err(StoreError::unavailable(PostgresError::StaleQueue));
+    }
+    let rows = results.collect::<StoreResult<Vec<_>>>()?;
+    db.queues
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(name.as_str().to_owned(), Some(Arc::clone(&c)));
+    Ok((c, rows))
 }
 
 /// The id of a queue, or `QueueNotFound` (read paths that do not need its policy).
@@ -392,7 +478,8 @@ impl Writes {
         self.deletes.retain(|s| *s != sequence);
     }
 
-    /// Applies and clears the pending writes.
+    /// Applies and clears the pending writes: one `UPDATE` and one `DELETE`, sent with
+    /// the operation's next statement or its `COMMIT` ([`Db::defer`]).
     pub(crate) async fn flush(&mut self, db: &Db<'_>, queue_id: i64) -> StoreResult<()> {
         if !self.updates.is_empty() {
             let updates = std::mem::take(&mut self.updates);
@@ -407,19 +494,19 @@ impl Writes {
             let mut deferred = Vec::with_capacity(n);
             let mut first = Vec::with_capacity(n);
             let mut last = Vec::with_capacity(n);
-            for (s, m) in &updates {
-                seq.push(*s);
+            for (s, m) in updates {
+                seq.push(s);
                 state.push(m.state.as_str());
                 visible_at.push(m.visible_at.0);
                 expires_at.push(ms(m.expires_at));
                 delivery_count.push(i64::from(m.delivery_count));
-                lock_token.push(m.lock_token.as_deref());
+                lock_token.push(m.lock_token);
                 locked_until.push(ms(m.locked_until));
                 deferred.push(m.deferred);
                 first.push(ms(m.first_delivered_at));
                 last.push(ms(m.last_delivered_at));
             }
-            db.execute(
+            db.defer(
                 "UPDATE messages AS m SET state = u.state, visible_at = u.visible_at, \
                  expires_at = u.expires_at, delivery_count = u.delivery_count, \
                  lock_token = u.lock_token, locked_until = u.locked_until, \
@@ -431,54 +518,130 @@ impl Writes {
                    AS u(sequence, state, visible_at, expires_at, delivery_count, lock_token, \
                         locked_until, deferred, first_delivered_at, last_delivered_at) \
                  WHERE m.queue_id = $1 AND m.sequence = u.sequence",
-                &[
-                    &queue_id,
-                    &seq,
-                    &state,
-                    &visible_at,
-                    &expires_at,
-                    &delivery_count,
-                    &lock_token,
-                    &locked_until,
-                    &deferred,
-                    &first,
-                    &last,
+                vec![
+                    Box::new(queue_id),
+                    Box::new(seq),
+                    Box::new(state),
+                    Box::new(visible_at),
+                    Box::new(expires_at),
+                    Box::new(delivery_count),
+                    Box::new(lock_token),
+                    Box::new(locked_until),
+                    Box::new(deferred),
+                    Box::new(first),
+                    Box::new(last),
                 ],
             )
             .await?;
         }
         if !self.deletes.is_empty() {
             let deletes = std::mem::take(&mut self.deletes);
-            delete_rows(db, queue_id, &deletes).await?;
+            db.defer(DELETE_ROWS, vec![Box::new(queue_id), Box::new(deletes)])
+                .await?;
         }
         Ok(())
     }
 }
 
+const DELETE_ROWS: &str =
+    "DELETE FROM messages WHERE queue_id = $1 AND sequence = ANY($2::bigint[])";
+
 /// Removes message rows.
 pub(crate) async fn delete_rows(db: &Db<'_>, queue_id: i64, sequences: &[i64]) -> StoreResult<()> {
-    db.execute(
-        "DELETE FROM messages WHERE queue_id = $1 AND sequence = ANY($2::bigint[])",
-        &[&queue_id, &sequences],
-    )
-    .await?;
+    db.execute(DELETE_ROWS, &[&queue_id, &sequences]).await?;
     Ok(())
 }
 
-/// Reserves `n` sequence numbers on a queue; returns the first. The counter row stays
-/// locked until the transaction ends, so senders of one queue commit in sequence order.
-pub(crate) async fn allocate_sequences(db: &Db<'_>, queue_id: i64, n: usize) -> StoreResult<i64> {
-    let n = i64::try_from(n).map_err(|_| backend(PostgresError::OutOfRange("batch size")))?;
-    let row = db
-        .query_opt(
-            "UPDATE queues SET next_sequence = next_sequence + $2 WHERE id = $1 \
-             RETURNING next_sequence",
-            &[&queue_id, &n],
-        )
+/// Serialises the senders of the named sessions (or message groups) of a queue until
+/// the transaction ends: a transaction-level advisory lock per (schema and queue,
+/// session), taken in the order given (callers sort, so two batches cannot deadlock).
+/// Taken before the sequence numbers are drawn, it makes sequence order commit order
+/// within a session: the next sender of the session draws its numbers only after this
+/// one committed or rolled back. (The key space differs from the receive side's group
+/// locks, so senders and receivers do not wait on each other.)
+pub(crate) const LOCK_SESSION_SENDERS: &str = "SELECT count(pg_advisory_xact_lock(\
+     hashtext(current_schema() || '.send.' || $1::bigint::text), hashtext(s))) \
+     FROM unnest($2::text[]) AS s";
+
+/// Draws `$2` numbers from the queue's sequence (`queue_seq_<id>`, created with the
+/// queue). `nextval` neither waits nor is undone by a rollback, so senders of one queue
+/// run side by side; numbers are unique and increasing, and a rolled-back send leaves a
+/// gap.
+pub(crate) const NEXT_SEQUENCES: &str =
+    "SELECT nextval(('queue_seq_' || $1::bigint)::regclass) FROM generate_series(1, $2::int)";
+
+/// The statements that reserve `n` sequence numbers of a queue for messages of
+/// `sessions` (sorted, distinct): the session locks, if any, then the draw. Run them
+/// with [`Db::pipeline`]; [`drawn`] reads the numbers from the last one's rows.
+pub(crate) fn sequence_statements(
+    queue_id: i64,
+    sessions: Vec<String>,
+    n: i32,
+) -> Vec<(&'static str, Owned)> {
+    let mut out: Vec<(&'static str, Owned)> = Vec::with_capacity(2);
+    if !sessions.is_empty() {
+        out.push((
+            LOCK_SESSION_SENDERS,
+            vec![Box::new(queue_id), Box::new(sessions)],
+        ));
+    }
+    out.push((NEXT_SEQUENCES, vec![Box::new(queue_id), Box::new(n)]));
+    out
+}
+
+/// A batch size as bound.
+pub(crate) fn batch_size(n: usize) -> StoreResult<i32> {
+    i32::try_from(n).map_err(|_| backend(PostgresError::OutOfRange("batch size")))
+}
+
+/// The numbers drawn by [`NEXT_SEQUENCES`], ascending.
+pub(crate) fn drawn(rows: &[Row]) -> StoreResult<Vec<i64>> {
+    let mut v = decode(rows, |r| get::<i64>(r, 0))?;
+    v.sort_unstable();
+    Ok(v)
+}
+
+/// The distinct session ids among `sessions`, sorted.
+pub(crate) fn session_keys<'s>(sessions: impl Iterator<Item = Option<&'s str>>) -> Vec<String> {
+    let mut v: Vec<String> = sessions.flatten().map(str::to_owned).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Reserves `n` sequence numbers on a queue for messages of `sessions` (see
+/// [`sequence_statements`]); ascending.
+pub(crate) async fn allocate_sequences(
+    db: &Db<'_>,
+    queue_id: i64,
+    sessions: Vec<String>,
+    n: usize,
+) -> StoreResult<Vec<i64>> {
+    let results = db
+        .pipeline(sequence_statements(queue_id, sessions, batch_size(n)?))
+        .await?;
+    let mut last = Vec::new();
+    for r in results {
+        last = r?;
+    }
+    drawn(&last)
+}
+
+/// Reserves one sequence number on a queue for a message of `session`.
+pub(crate) async fn allocate_one(
+    db: &Db<'_>,
+    queue_id: i64,
+    session: Option<&str>,
+) -> StoreResult<i64> {
+    allocate_sequences(db, queue_id, session_keys(std::iter::once(session)), 1)
         .await?
-        .ok_or_else(|| backend(PostgresError::Invariant("a locked queue row vanished")))?;
-    let next: i64 = get(&row, 0)?;
-    Ok(next - n)
+        .first()
+        .copied()
+        .ok_or_else(|| {
+            backend(PostgresError::Invariant(
+                "a sequence draw returned no number",
+            ))
+        })
 }
 
 /// A message to insert (new, forwarded or resubmitted).
@@ -509,19 +672,21 @@ pub(crate) async fn insert_messages(
         return Ok(());
     }
     let sequence: Vec<i64> = rows.iter().map(|r| r.sequence).collect();
-    let message_id: Vec<&str> = rows.iter().map(|r| r.message_id).collect();
-    let body: Vec<&[u8]> = rows.iter().map(|r| r.body).collect();
-    let content_type: Vec<Option<&str>> = rows.iter().map(|r| r.content_type).collect();
-    let properties: Vec<Option<&str>> = rows.iter().map(|r| r.properties.as_deref()).collect();
-    let correlation_id: Vec<Option<&str>> = rows.iter().map(|r| r.correlation_id).collect();
-    let session_id: Vec<Option<&str>> = rows.iter().map(|r| r.session_id).collect();
-    let message_type: Vec<Option<&str>> = rows.iter().map(|r| r.message_type).collect();
-    let intent: Vec<Option<&str>> = rows.iter().map(|r| r.intent).collect();
+    let message_id: Vec<String> = rows.iter().map(|r| r.message_id.to_owned()).collect();
+    let body: Vec<Vec<u8>> = rows.iter().map(|r| r.body.to_vec()).collect();
+    let owned = |v: Option<&str>| v.map(str::to_owned);
+    let content_type: Vec<Option<String>> = rows.iter().map(|r| owned(r.content_type)).collect();
+    let properties: Vec<Option<String>> = rows.iter().map(|r| r.properties.clone()).collect();
+    let correlation_id: Vec<Option<String>> =
+        rows.iter().map(|r| owned(r.correlation_id)).collect();
+    let session_id: Vec<Option<String>> = rows.iter().map(|r| owned(r.session_id)).collect();
+    let message_type: Vec<Option<String>> = rows.iter().map(|r| owned(r.message_type)).collect();
+    let intent: Vec<Option<String>> = rows.iter().map(|r| owned(r.intent)).collect();
     let valid_until: Vec<Option<i64>> = rows.iter().map(|r| ms(r.valid_until)).collect();
     let scheduled_at: Vec<Option<i64>> = rows.iter().map(|r| ms(r.scheduled_at)).collect();
     let visible_at: Vec<i64> = rows.iter().map(|r| r.visible_at.0).collect();
     let expires_at: Vec<Option<i64>> = rows.iter().map(|r| ms(r.expires_at)).collect();
-    db.execute(
+    db.defer(
         "INSERT INTO messages (queue_id, sequence, message_id, body, content_type, properties, \
          correlation_id, session_id, message_type, intent, valid_until, enqueued_at, \
          scheduled_at, state, visible_at, expires_at, delivery_count, deferred) \
@@ -534,26 +699,25 @@ pub(crate) async fn insert_messages(
            AS u(sequence, message_id, body, content_type, properties, correlation_id, \
                 session_id, message_type, intent, valid_until, scheduled_at, visible_at, \
                 expires_at)",
-        &[
-            &queue_id,
-            &now.0,
-            &sequence,
-            &message_id,
-            &body,
-            &content_type,
-            &properties,
-            &correlation_id,
-            &session_id,
-            &message_type,
-            &intent,
-            &valid_until,
-            &scheduled_at,
-            &visible_at,
-            &expires_at,
+        vec![
+            Box::new(queue_id),
+            Box::new(now.0),
+            Box::new(sequence),
+            Box::new(message_id),
+            Box::new(body),
+            Box::new(content_type),
+            Box::new(properties),
+            Box::new(correlation_id),
+            Box::new(session_id),
+            Box::new(message_type),
+            Box::new(intent),
+            Box::new(valid_until),
+            Box::new(scheduled_at),
+            Box::new(visible_at),
+            Box::new(expires_at),
         ],
     )
-    .await?;
-    Ok(())
+    .await
 }
 
 // ---- dead letters -------------------------------------------------------------------------

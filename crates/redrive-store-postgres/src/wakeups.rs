@@ -18,12 +18,11 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use redrive_store::StoreResult;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, NoTls};
 
-use crate::pool::{Db, quote_ident};
+use crate::pool::quote_ident;
 
 /// Longest identifier PostgreSQL keeps (NAMEDATALEN - 1); a longer channel name would be
 /// truncated by `LISTEN` but refused by `pg_notify`.
@@ -52,18 +51,9 @@ pub(crate) fn channel_for(schema: &str) -> String {
 /// Notifies the other nodes that something became receivable on `queues`: one statement
 /// in its own implicit transaction, whose commit need not wait for a flush (a wake-up is
 /// a hint, and the global lock a notifying commit holds is then held only briefly).
-pub(crate) async fn notify(db: &Db<'_>, channel: &str, queues: &[&str]) -> StoreResult<()> {
-    if queues.is_empty() {
-        return Ok(());
-    }
-    db.execute(
-        "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, q) \
-         FROM unnest($2::text[]) AS q",
-        &[&channel, &queues],
-    )
-    .await?;
-    Ok(())
-}
+/// The notification statement: `$1` the channel, `$2` the queue names.
+pub(crate) const NOTIFY: &str = "SELECT set_config('synchronous_commit', 'off', true), \
+     pg_notify($1, q) FROM unnest($2::text[]) AS q";
 
 /// The listening side, shared by every subscriber of one store.
 pub(crate) struct Wakeups {

@@ -519,3 +519,160 @@ async fn nodes_with_skewed_clocks_share_the_database_timeline_and_do_not_double_
     a.close();
     b.close();
 }
+
+/// Senders of one session on two nodes run side by side with a receiver of that session:
+/// every message is delivered once, in increasing sequence order, because a session's
+/// sequence numbers are drawn in commit order (a later number never commits before an
+/// earlier one of the same session).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_senders_of_one_session_keep_sequence_order() {
+    const SENDERS: usize = 8;
+    const SENDS: usize = 25;
+    let g = SchemaGuard::fresh();
+    let small = PostgresOptions {
+        pool_size: 6,
+        ..g.options()
+    };
+    let a: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, small.clone()).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, small).await.unwrap());
+    let q = name("fifo");
+    let policy = QueuePolicy {
+        requires_session: true,
+        ..QueuePolicy::default()
+    };
+    a.create_queue(&q, &policy, T0).await.unwrap();
+    let mut senders = Vec::new();
+    for s in 0..SENDERS {
+        let store = Arc::clone(if s % 2 == 0 { &a } else { &b });
+        let q = q.clone();
+        senders.push(tokio::spawn(async move {
+            for i in 0..SENDS {
+                // Batches of one or two messages, some with a message of another session.
+                let mut batch = vec![NewMessage {
+                    session_id: Some("s".into()),
+                    ..msg(&format!("m{s}-{i}"))
+                }];
+                if i % 3 == 0 {
+                    batch.push(NewMessage {
+                        session_id: Some(format!("other-{s}")),
+                        ..msg(&format!("o{s}-{i}"))
+                    });
+                }
+                store.enqueue(&q, batch, T0).await.unwrap();
+            }
+        }));
+    }
+    let lock = a
+        .accept_session(&q, Some("s"), 300_000, T0)
+        .await
+        .unwrap()
+        .unwrap();
+    let session = redrive_store::SessionRef {
+        session_id: "s".into(),
+        lock_token: lock.lock_token,
+    };
+    let mut delivered: Vec<i64> = Vec::new();
+    let mut idle_after_senders = 0;
+    loop {
+        let store = if delivered.len().is_multiple_of(2) {
+            &a
+        } else {
+            &b
+        };
+        let out = store
+            .receive(ReceiveParams {
+                queue: q.clone(),
+                max: 7,
+                lock_ms: 300_000,
+                now: T0,
+                session: Some(session.clone()),
+            })
+            .await
+            .unwrap();
+        if out.deliveries.is_empty() {
+            if senders.iter().all(|t| t.is_finished()) {
+                idle_after_senders += 1;
+                if idle_after_senders > 1 {
+                    break;
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            continue;
+        }
+        let settlements = out
+            .deliveries
+            .iter()
+            .map(|d| redrive_store::Settlement {
+                lock_token: d.lock_token.clone(),
+                action: redrive_store::SettleAction::Complete,
+            })
+            .collect();
+        delivered.extend(out.deliveries.iter().map(|d| d.message.sequence));
+        let settled = store.settle(&q, settlements, T0).await.unwrap();
+        assert!(settled.results.iter().all(Result::is_ok));
+    }
+    for t in senders {
+        t.await.unwrap();
+    }
+    assert_eq!(delivered.len(), SENDERS * SENDS, "every message once");
+    assert!(
+        delivered.windows(2).all(|w| w[0] < w[1]),
+        "delivered in sequence order: {delivered:?}"
+    );
+}
+
+/// Senders of the same message ids on two nodes at once: duplicate detection sees every
+/// concurrent sender, so each id is stored once and every sender is told its sequence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_detection_sees_concurrent_senders_on_all_nodes() {
+    const IDS: usize = 60;
+    const SENDERS: usize = 8;
+    let g = SchemaGuard::fresh();
+    let small = PostgresOptions {
+        pool_size: 6,
+        ..g.options()
+    };
+    let a: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, small.clone()).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, small).await.unwrap());
+    let q = name("dedup");
+    let policy = QueuePolicy {
+        duplicate_detection_window_ms: 60_000,
+        ..QueuePolicy::default()
+    };
+    a.create_queue(&q, &policy, T0).await.unwrap();
+    let mut senders = Vec::new();
+    for s in 0..SENDERS {
+        let store = Arc::clone(if s % 2 == 0 { &a } else { &b });
+        let q = q.clone();
+        senders.push(tokio::spawn(async move {
+            // Each sender walks the ids from its own starting point, in batches of 7.
+            let ids: Vec<usize> = (0..IDS).map(|i| (i + s * 11) % IDS).collect();
+            let mut out = Vec::new();
+            for chunk in ids.chunks(7) {
+                let batch = chunk.iter().map(|i| msg(&format!("id{i}"))).collect();
+                out.extend(store.enqueue(&q, batch, T0).await.unwrap());
+            }
+            out
+        }));
+    }
+    let mut by_id: std::collections::HashMap<String, Vec<(i64, bool)>> = Default::default();
+    for t in senders {
+        for e in t.await.unwrap() {
+            by_id
+                .entry(e.message_id)
+                .or_default()
+                .push((e.sequence, e.duplicate));
+        }
+    }
+    assert_eq!(by_id.len(), IDS);
+    for (id, seen) in &by_id {
+        assert_eq!(seen.len(), SENDERS, "{id}");
+        assert_eq!(
+            seen.iter().filter(|(_, dup)| !dup).count(),
+            1,
+            "{id} stored once: {seen:?}"
+        );
+        assert!(seen.iter().all(|(s, _)| *s == seen[0].0), "{id}: {seen:?}");
+    }
+    assert_eq!(a.queue_counts(&q, T0).await.unwrap().active, IDS as u64);
+}
