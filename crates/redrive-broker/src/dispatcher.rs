@@ -269,7 +269,7 @@ impl Dispatcher {
         // The lock outlasts the attempt's timeout, so a slow endpoint does not see the
         // event again while the first attempt is still open.
         let lock_ms = (sub.spec.delivery.timeout_ms + 10_000).clamp(60_000, 300_000);
-        let concurrency = sub.spec.delivery.max_concurrency.clamp(1, 100) as usize;
+        let concurrency = sub.spec.delivery.max_concurrency.clamp(1, 1_000) as usize;
         // A pipeline: attempts run while the next events are received and the finished
         // ones are settled, so that one store commit carries a receive, a settlement and
         // concurrent publishes (the commit's sync, not the work, is what each store call

@@ -49,7 +49,7 @@ pub struct PushBenchArgs {
     /// broker's default is 64 KiB, which holds ≈ 59 events of 1 KiB).
     #[arg(long, default_value = "1MiB", value_parser = parse_size)]
     batch_bytes: u64,
-    /// The subscription's `delivery.max_concurrency` (the dispatcher uses at most 100).
+    /// The subscription's `delivery.max_concurrency`.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     concurrency: u32,
     /// Events per publish request.
