@@ -81,6 +81,8 @@ pub struct Dispatcher {
     deliverer: Deliverer,
     interval: Duration,
     limits: Arc<ConcurrencyLimits>,
+    /// Fires at shutdown: drains stop receiving and finish what they hold.
+    stopping: CancellationToken,
 }
 
 /// Why the dispatcher loop woke.
@@ -103,6 +105,7 @@ impl Dispatcher {
                 tokio::sync::Semaphore::MAX_PERMITS,
                 DEFAULT_ENDPOINT_CONCURRENCY,
             )),
+            stopping: CancellationToken::new(),
         })
     }
 
@@ -122,7 +125,8 @@ impl Dispatcher {
     /// the clock (for nodes sharing a store: another node's publish is not notified
     /// here). A storage error is logged and retried at the next wake-up; it never ends
     /// the loop.
-    pub async fn run(self, cancel: CancellationToken) {
+    pub async fn run(mut self, cancel: CancellationToken) {
+        self.stopping = cancel.clone();
         let mut drains: tokio::task::JoinSet<(EntityName, BrokerResult<Option<Timestamp>>)> =
             tokio::task::JoinSet::new();
         // Subscriptions (by queue) draining now, and those that were asked to look again
@@ -203,7 +207,10 @@ impl Dispatcher {
                     }
                 },
                 () = cancel.cancelled() => {
-                    drains.abort_all();
+                    // Drains stop receiving and settle the attempts they have in flight,
+                    // so that nothing delivered is attempted again after a restart (the
+                    // server bounds the wait by its shutdown timeout).
+                    while drains.join_next().await.is_some() {}
                     return;
                 }
             };
@@ -286,6 +293,9 @@ impl Dispatcher {
             let news = published.notified();
             tokio::pin!(news);
             news.as_mut().enable();
+            if self.stopping.is_cancelled() {
+                more = false;
+            }
             if more && set.len() * 2 <= concurrency {
                 let room = u32::try_from(concurrency - set.len())
                     .unwrap_or(1)
