@@ -457,28 +457,25 @@ pub(crate) struct NewRow<'a> {
 /// Inserts an Available, never delivered message: its row, then its contents under the
 /// row's key.
 pub(crate) fn insert_message(conn: &Connection, m: &NewRow<'_>) -> StoreResult<()> {
-    let id: i64 = conn
-        .prepare_cached(
-            "INSERT INTO messages (queue_id, sequence, message_id, session_id, valid_until, \
-             enqueued_at, scheduled_at, state, visible_at, expires_at, delivery_count, deferred) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'available', ?8, ?9, 0, 0) RETURNING id",
-        )
-        .db()?
-        .query_row(
-            params![
-                m.queue_id,
-                m.sequence,
-                m.message_id,
-                m.session_id,
-                ms(m.valid_until),
-                m.enqueued_at.0,
-                ms(m.scheduled_at),
-                m.visible_at.0,
-                ms(m.expires_at),
-            ],
-            |r| r.get(0),
-        )
-        .db()?;
+    conn.prepare_cached(
+        "INSERT INTO messages (queue_id, sequence, message_id, session_id, valid_until, \
+         enqueued_at, scheduled_at, state, visible_at, expires_at, delivery_count, deferred) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'available', ?8, ?9, 0, 0)",
+    )
+    .db()?
+    .execute(params![
+        m.queue_id,
+        m.sequence,
+        m.message_id,
+        m.session_id,
+        ms(m.valid_until),
+        m.enqueued_at.0,
+        ms(m.scheduled_at),
+        m.visible_at.0,
+        ms(m.expires_at),
+    ])
+    .db()?;
+    let id = conn.last_insert_rowid();
     conn.prepare_cached(
         "INSERT INTO message_bodies (id, body, content_type, properties, correlation_id, \
          message_type, intent) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
