@@ -55,11 +55,12 @@
 //! machine), so a forged suffix or a reused rowid is a lost lock.
 //!
 //! A message's contents (body, content type, properties, correlation id, type, intent)
-//! live in `message_bodies`, keyed by the message row's id (its rowid): written once at
-//! enqueue, read by a join when a message is delivered, peeked or dead-lettered, and
-//! deleted with the row by the `messages_delete_body` trigger. Receive and settlement
-//! update only the small `messages` rows, so the pages they write to the WAL hold tens of
-//! messages rather than the few that fit with their bodies.
+//! stay in its `messages` row when the body and properties together are at most 512 bytes
+//! (`rows::INLINE_CONTENT_MAX`); larger ones live in `message_bodies`, keyed by the row's
+//! id (its rowid): written once at enqueue, read by a join when a message is delivered,
+//! peeked or dead-lettered, and deleted with the row by the `messages_delete_body`
+//! trigger. Receive and settlement then update small rows, so the pages they write to the
+//! WAL hold tens of messages rather than the few that fit with large bodies.
 
 mod dead_letters;
 mod error;

@@ -669,6 +669,14 @@ async fn version_3_messages_keep_their_contents_through_the_migration() {
     }
 
     let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    let apart = |path: &std::path::Path| -> i64 {
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .query_row("SELECT count(*) FROM message_bodies", [], |r| r.get(0))
+            .unwrap()
+    };
+    // The two messages with more than `INLINE_CONTENT_MAX` bytes of contents.
+    assert_eq!(apart(&path), 2);
     let q = name("q");
     let peeked = store.peek(&q, 1, 10).await.unwrap();
     assert_eq!(peeked.len(), 3);
@@ -750,6 +758,29 @@ async fn version_3_messages_keep_their_contents_through_the_migration() {
     assert_eq!(record.properties, props);
     assert_eq!(record.correlation_id.as_deref(), Some("c1"));
     assert!(store.peek(&q, 1, 10).await.unwrap().is_empty());
+    assert_eq!(apart(&path), 0);
+
+    // New messages either side of the bound read back the same.
+    let mut small = msg("small");
+    small.body = vec![3; rows::INLINE_CONTENT_MAX - props_json.len()];
+    small.properties = props.clone();
+    let mut large = msg("large");
+    large.body = vec![5; rows::INLINE_CONTENT_MAX + 1];
+    large.content_type = Some("text/plain".to_owned());
+    store
+        .enqueue(&q, vec![small.clone(), large.clone()], T0.plus_millis(4))
+        .await
+        .unwrap();
+    assert_eq!(apart(&path), 1);
+    let peeked = store.peek(&q, 1, 10).await.unwrap();
+    assert_eq!(peeked.len(), 2);
+    assert_eq!(peeked[0].body, small.body);
+    assert_eq!(peeked[0].properties, props);
+    assert_eq!(peeked[1].body, large.body);
+    assert_eq!(peeked[1].content_type.as_deref(), Some("text/plain"));
+    assert!(peeked[1].properties.is_empty());
+    store.delete_queue(&q, true).await.unwrap();
+    assert_eq!(apart(&path), 0);
     store.close();
     drop(store);
 
