@@ -54,10 +54,13 @@
 //! so tokens need no index. Settlement still compares the whole token (through the state
 //! machine), so a forged suffix or a reused rowid is a lost lock.
 //!
-//! Known cost: a state change rewrites the message row, body included when the row's
-//! size changes (SQLite rewrites a record in place only at equal size), so each receive
-//! of a large message writes its body to the WAL again. Moving large bodies to a side
-//! table is the remedy if that ever matters more than the extra lookup for small ones.
+//! A message's contents (body, content type, properties, correlation id, type, intent)
+//! stay in its `messages` row when the body and properties together are at most 512 bytes
+//! (`rows::INLINE_CONTENT_MAX`); larger ones live in `message_bodies`, keyed by the row's
+//! id (its rowid): written once at enqueue, read by a join when a message is delivered,
+//! peeked or dead-lettered, and deleted with the row by the `messages_delete_body`
+//! trigger. Receive and settlement then update small rows, so the pages they write to the
+//! WAL hold tens of messages rather than the few that fit with large bodies.
 
 mod dead_letters;
 mod error;

@@ -17,7 +17,7 @@ use crate::dead_letters;
 use crate::error::{Db, SqliteError, backend};
 use crate::rows::{
     DELETE_ROW, Head, MetaWriter, MsgRow, NewRow, QueueInfo, allocate_sequences, delete_row,
-    head_cols, insert_message, msg_cols, props_to_json, queue_id, write_meta,
+    head_cols, insert_message, msg_cols, msg_from, props_to_json, queue_id, write_meta,
 };
 use crate::sessions;
 use crate::writer::Tx;
@@ -442,7 +442,8 @@ fn receive_plain(
         .prepare_cached(concat!(
             "SELECT ",
             msg_cols!(),
-            " FROM messages WHERE queue_id = ?1 AND state = 'available' AND due_at <= ?2 \
+            msg_from!(),
+            " WHERE queue_id = ?1 AND state = 'available' AND due_at <= ?2 \
              ORDER BY due_at, sequence LIMIT ?3"
         ))
         .db()?;
@@ -511,7 +512,8 @@ fn receive_grouped(
         .prepare_cached(concat!(
             "SELECT ",
             msg_cols!(),
-            " FROM messages WHERE queue_id = ?1 AND state = 'available' AND due_at <= ?2 \
+            msg_from!(),
+            " WHERE queue_id = ?1 AND state = 'available' AND due_at <= ?2 \
              AND (due_at > ?3 OR (due_at = ?3 AND sequence > ?4)) \
              ORDER BY due_at, sequence LIMIT ?5"
         ))
@@ -609,7 +611,8 @@ fn deliver_in_order(
             concat!(
                 "SELECT ",
                 msg_cols!(),
-                " FROM messages WHERE queue_id = ?1 AND session_id = ?2 AND sequence > ?3 \
+                msg_from!(),
+                " WHERE queue_id = ?1 AND session_id = ?2 AND sequence > ?3 \
                  AND state <> 'deferred' ORDER BY sequence LIMIT ?4"
             ),
             params![qid, sid, after, limit(want.saturating_add(8))],
@@ -670,7 +673,8 @@ pub(crate) fn receive_deferred(
             concat!(
                 "SELECT ",
                 msg_cols!(),
-                " FROM messages WHERE queue_id = ?1 AND sequence = ?2"
+                msg_from!(),
+                " WHERE queue_id = ?1 AND sequence = ?2"
             ),
             params![q.id, sequence],
         )?
@@ -887,7 +891,8 @@ pub(crate) fn peek(
         concat!(
             "SELECT ",
             msg_cols!(),
-            " FROM messages WHERE queue_id = ?1 AND sequence >= ?2 ORDER BY sequence LIMIT ?3"
+            msg_from!(),
+            " WHERE queue_id = ?1 AND sequence >= ?2 ORDER BY sequence LIMIT ?3"
         ),
         params![qid, from_sequence, i64::from(max)],
     )?;

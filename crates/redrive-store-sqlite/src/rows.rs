@@ -11,16 +11,32 @@ use rusqlite::{CachedStatement, Connection, OptionalExtension, Row, Statement, p
 
 use crate::error::{Db, SqliteError, backend};
 
-/// The columns of a full message row, in the order [`MsgRow::from_row`] reads them.
+/// The columns of a full message, in the order [`MsgRow::from_row`] reads them: the row
+/// of `messages m` and its contents, from the row or from `message_bodies b` (see
+/// [`msg_from!`]). Either side's content columns are all NULL, so `coalesce` picks the
+/// side that holds them.
 macro_rules! msg_cols {
     () => {
-        "rowid, sequence, message_id, session_id, state, visible_at, expires_at, \
-         delivery_count, lock_token, locked_until, deferred, first_delivered_at, \
-         last_delivered_at, body, content_type, properties, correlation_id, message_type, \
-         intent, valid_until, enqueued_at, scheduled_at"
+        "m.id, m.sequence, m.message_id, m.session_id, m.state, m.visible_at, m.expires_at, \
+         m.delivery_count, m.lock_token, m.locked_until, m.deferred, m.first_delivered_at, \
+         m.last_delivered_at, coalesce(m.body, b.body), \
+         coalesce(m.content_type, b.content_type), coalesce(m.properties, b.properties), \
+         coalesce(m.correlation_id, b.correlation_id), \
+         coalesce(m.message_type, b.message_type), coalesce(m.intent, b.intent), \
+         m.valid_until, m.enqueued_at, m.scheduled_at"
     };
 }
 pub(crate) use msg_cols;
+
+/// The tables [`msg_cols!`] reads: each message row with its contents kept apart, if any.
+/// The LEFT JOIN keeps `messages` the outer loop, so the `WHERE` terms on it pick its
+/// index; `message_bodies` is found by its key.
+macro_rules! msg_from {
+    () => {
+        " FROM messages m LEFT JOIN message_bodies b ON b.id = m.id AND m.body IS NULL"
+    };
+}
+pub(crate) use msg_from;
 
 /// The columns of a message head (no content), in the order [`Head::from_row`] reads them.
 macro_rules! head_cols {
@@ -270,7 +286,8 @@ pub(crate) fn load_row(conn: &Connection, rowid: i64) -> StoreResult<MsgRow> {
     conn.prepare_cached(concat!(
         "SELECT ",
         msg_cols!(),
-        " FROM messages WHERE rowid = ?1"
+        msg_from!(),
+        " WHERE m.id = ?1"
     ))
     .db()?
     .query_row([rowid], MsgRow::from_row)
@@ -293,7 +310,8 @@ const WRITE_LOCK: &str = "UPDATE messages SET state = ?1, delivery_count = ?2, \
 const WRITE_UNLOCK: &str = "UPDATE messages SET state = ?1, visible_at = ?2, \
      lock_token = ?3, locked_until = ?4, deferred = ?5 WHERE rowid = ?6";
 
-/// Removes a message row.
+/// Removes a message row (and, through the `messages_delete_body` trigger, its contents
+/// kept apart).
 pub(crate) const DELETE_ROW: &str = "DELETE FROM messages WHERE rowid = ?1";
 
 /// Stores meta changes decided by the state machine, held by a caller across many rows.
@@ -443,32 +461,70 @@ pub(crate) struct NewRow<'a> {
     pub expires_at: Option<Timestamp>,
 }
 
-/// Inserts an Available, never delivered message.
+/// Contents (body and properties JSON) larger than this go to `message_bodies`; smaller
+/// ones stay in the message row. Migration 4 applies the same bound to existing rows.
+pub(crate) const INLINE_CONTENT_MAX: usize = 512;
+
+/// Inserts an Available, never delivered message: its row, with its contents when they
+/// are small, or else followed by its contents in `message_bodies` under the row's id.
 pub(crate) fn insert_message(conn: &Connection, m: &NewRow<'_>) -> StoreResult<()> {
+    let size = m.body.len() + m.properties.map_or(0, str::len);
+    let inline = size <= INLINE_CONTENT_MAX;
+    let (body, content_type, properties, correlation_id, message_type, intent) = if inline {
+        (
+            Some(m.body),
+            m.content_type,
+            m.properties,
+            m.correlation_id,
+            m.message_type,
+            m.intent,
+        )
+    } else {
+        (None, None, None, None, None, None)
+    };
     conn.prepare_cached(
-        "INSERT INTO messages (queue_id, sequence, message_id, body, content_type, properties, \
-         correlation_id, session_id, message_type, intent, valid_until, enqueued_at, \
-         scheduled_at, state, visible_at, expires_at, delivery_count, deferred) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, 'available', ?14, ?15, \
-         0, 0)",
+        "INSERT INTO messages (queue_id, sequence, message_id, session_id, valid_until, \
+         enqueued_at, scheduled_at, state, visible_at, expires_at, delivery_count, deferred, \
+         body, content_type, properties, correlation_id, message_type, intent) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'available', ?8, ?9, 0, 0, ?10, ?11, ?12, ?13, \
+         ?14, ?15)",
     )
     .db()?
     .execute(params![
         m.queue_id,
         m.sequence,
         m.message_id,
-        m.body,
-        m.content_type,
-        m.properties,
-        m.correlation_id,
         m.session_id,
-        m.message_type,
-        m.intent,
         ms(m.valid_until),
         m.enqueued_at.0,
         ms(m.scheduled_at),
         m.visible_at.0,
         ms(m.expires_at),
+        body,
+        content_type,
+        properties,
+        correlation_id,
+        message_type,
+        intent,
+    ])
+    .db()?;
+    if inline {
+        return Ok(());
+    }
+    let id = conn.last_insert_rowid();
+    conn.prepare_cached(
+        "INSERT INTO message_bodies (id, body, content_type, properties, correlation_id, \
+         message_type, intent) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )
+    .db()?
+    .execute(params![
+        id,
+        m.body,
+        m.content_type,
+        m.properties,
+        m.correlation_id,
+        m.message_type,
+        m.intent,
     ])
     .db()?;
     Ok(())

@@ -11,14 +11,15 @@ use crate::error::{Db, SqliteError, backend};
 
 /// The migrations, applied in order at open. A version is never edited once released; a
 /// schema change adds the next one.
-const MIGRATIONS: &[(i64, &str)] = &[
+pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("migrations/0001_initial.sql")),
     (2, include_str!("migrations/0002_leases.sql")),
     (3, include_str!("migrations/0003_topics.sql")),
+    (4, include_str!("migrations/0004_message_bodies.sql")),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: i64 = 3;
+pub const LATEST_VERSION: i64 = 4;
 
 /// How long a connection waits for a lock held by another connection before giving up
 /// with SQLITE_BUSY (mapped to `Unavailable`).

@@ -506,11 +506,37 @@ fn hot_queries_use_indexes() {
              ORDER BY sequence LIMIT 10",
             "sqlite_autoindex_messages_1",
         ),
+        (
+            concat!(
+                "SELECT ",
+                rows::msg_cols!(),
+                rows::msg_from!(),
+                " WHERE queue_id = ?1 AND state = 'available' AND due_at <= ?2 \
+                 ORDER BY due_at, sequence LIMIT ?3"
+            ),
+            "messages_due",
+        ),
+        (
+            concat!(
+                "SELECT ",
+                rows::msg_cols!(),
+                rows::msg_from!(),
+                " WHERE queue_id = ?1 AND sequence >= ?2 ORDER BY sequence LIMIT ?3"
+            ),
+            "sqlite_autoindex_messages_1",
+        ),
     ];
     for (sql, index) in cases {
         let p = plan(sql);
         assert!(p.contains(index), "{sql}\n  plan: {p}");
         assert!(!p.contains("SCAN messages"), "{sql}\n  plan: {p}");
+        assert!(!p.contains("SCAN b"), "{sql}\n  plan: {p}");
+        if p.contains(" b ") {
+            assert!(
+                p.contains("SEARCH b USING INTEGER PRIMARY KEY"),
+                "{sql}\n  plan: {p}"
+            );
+        }
     }
 }
 
@@ -539,4 +565,232 @@ async fn a_non_finite_float_property_is_refused_rather_than_stored_unreadable() 
     store.enqueue(&q, vec![m.clone()], T0).await.unwrap();
     let got = store.peek(&q, 1, 10).await.unwrap();
     assert_eq!(got[0].properties, m.properties);
+}
+
+/// A store written at schema version 3 (bodies in the message rows) opens at the current
+/// version with every message's contents, state and lock intact, and deletes contents
+/// with their messages.
+#[tokio::test]
+async fn version_3_messages_keep_their_contents_through_the_migration() {
+    use redrive_core::PropertyValue;
+    use redrive_store::{ReceiveParams, SettleAction, Settlement};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("redrive.db");
+    let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let kib: Vec<u8> = (0..1024u32).map(|i| (i * 7 % 256) as u8).collect();
+    let mut props = redrive_core::Properties::new();
+    props.insert("n".to_owned(), PropertyValue::Int(7));
+    props.insert("s".to_owned(), PropertyValue::String("x".to_owned()));
+    let props_json = rows::props_to_json(&props).unwrap().unwrap();
+    let locked_token = "tokentokentoken.2";
+    {
+        let conn = schema::open_writer(&path).unwrap();
+        conn.execute_batch("CREATE TABLE schema_migrations (version INTEGER NOT NULL PRIMARY KEY)")
+            .unwrap();
+        for (v, sql) in schema::MIGRATIONS.iter().filter(|(v, _)| *v <= 3) {
+            conn.execute_batch(sql).unwrap();
+            conn.execute("INSERT INTO schema_migrations (version) VALUES (?1)", [v])
+                .unwrap();
+        }
+        let policy = serde_json::to_string(&QueuePolicy::default()).unwrap();
+        conn.execute(
+            "INSERT INTO queues (name, policy, policy_version, created_at, updated_at, \
+             next_sequence) VALUES ('q', ?1, 1, ?2, ?2, 4)",
+            rusqlite::params![policy, T0.0],
+        )
+        .unwrap();
+        let insert = "INSERT INTO messages (rowid, queue_id, sequence, message_id, body, \
+             content_type, properties, correlation_id, session_id, message_type, intent, \
+             valid_until, enqueued_at, scheduled_at, state, visible_at, expires_at, \
+             delivery_count, lock_token, locked_until, deferred) VALUES \
+             (?1, 1, ?1, ?2, ?3, ?4, ?5, ?6, NULL, ?7, ?8, ?9, ?10, NULL, ?11, ?10, NULL, \
+             ?12, ?13, ?14, 0)";
+        conn.execute(
+            insert,
+            rusqlite::params![
+                1,
+                "m1",
+                kib,
+                "application/cloudevents+json",
+                props_json,
+                "c1",
+                "t1",
+                "i1",
+                T0.0 + 3_600_000,
+                T0.0,
+                "available",
+                0,
+                None::<String>,
+                None::<i64>
+            ],
+        )
+        .unwrap();
+        conn.execute(
+            insert,
+            rusqlite::params![
+                2,
+                "m2",
+                Vec::<u8>::new(),
+                None::<String>,
+                None::<String>,
+                None::<String>,
+                None::<String>,
+                None::<String>,
+                None::<i64>,
+                T0.0,
+                "locked",
+                1,
+                locked_token,
+                T0.0 + 60_000
+            ],
+        )
+        .unwrap();
+        conn.execute(
+            insert,
+            rusqlite::params![
+                3,
+                "m3",
+                big,
+                "application/octet-stream",
+                None::<String>,
+                None::<String>,
+                None::<String>,
+                None::<String>,
+                None::<i64>,
+                T0.0,
+                "available",
+                0,
+                None::<String>,
+                None::<i64>
+            ],
+        )
+        .unwrap();
+    }
+
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    let apart = |path: &std::path::Path| -> i64 {
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .query_row("SELECT count(*) FROM message_bodies", [], |r| r.get(0))
+            .unwrap()
+    };
+    // The two messages with more than `INLINE_CONTENT_MAX` bytes of contents.
+    assert_eq!(apart(&path), 2);
+    let q = name("q");
+    let peeked = store.peek(&q, 1, 10).await.unwrap();
+    assert_eq!(peeked.len(), 3);
+    let m1 = &peeked[0];
+    assert_eq!((m1.sequence, m1.message_id.as_str()), (1, "m1"));
+    assert_eq!(m1.body, kib);
+    assert_eq!(
+        m1.content_type.as_deref(),
+        Some("application/cloudevents+json")
+    );
+    assert_eq!(m1.properties, props);
+    assert_eq!(m1.correlation_id.as_deref(), Some("c1"));
+    assert_eq!(m1.message_type.as_deref(), Some("t1"));
+    assert_eq!(m1.intent.as_deref(), Some("i1"));
+    assert_eq!(m1.valid_until, Some(Timestamp(T0.0 + 3_600_000)));
+    assert_eq!(peeked[1].body, Vec::<u8>::new());
+    assert_eq!(peeked[1].state, redrive_core::MessageState::Locked);
+    assert_eq!(peeked[1].delivery_count, 1);
+    assert!(peeked[1].properties.is_empty());
+    assert_eq!(peeked[2].body, big);
+
+    // The lock taken before the migration still settles (the rowid its token names kept).
+    let settled = store
+        .settle(
+            &q,
+            vec![Settlement {
+                lock_token: locked_token.to_owned(),
+                action: SettleAction::Complete,
+            }],
+            T0.plus_millis(1),
+        )
+        .await
+        .unwrap();
+    assert!(settled.results[0].is_ok(), "{:?}", settled.results);
+
+    // Receive delivers the same contents; dead-lettering copies them into the record.
+    let got = store
+        .receive(ReceiveParams {
+            queue: q.clone(),
+            max: 10,
+            lock_ms: 30_000,
+            now: T0.plus_millis(2),
+            session: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(got.deliveries.len(), 2);
+    assert_eq!(got.deliveries[0].message.body, kib);
+    assert_eq!(got.deliveries[0].message.properties, props);
+    assert_eq!(got.deliveries[1].message.body, big);
+    let settled = store
+        .settle(
+            &q,
+            vec![
+                Settlement {
+                    lock_token: got.deliveries[0].lock_token.clone(),
+                    action: SettleAction::DeadLetter {
+                        reason: "bad".to_owned(),
+                        description: None,
+                    },
+                },
+                Settlement {
+                    lock_token: got.deliveries[1].lock_token.clone(),
+                    action: SettleAction::Complete,
+                },
+            ],
+            T0.plus_millis(3),
+        )
+        .await
+        .unwrap();
+    let dl_id = settled.results[0]
+        .as_ref()
+        .unwrap()
+        .dead_letter_id
+        .clone()
+        .unwrap();
+    let record = store.get_dead_letter(&q, &dl_id).await.unwrap();
+    assert_eq!(record.body, kib);
+    assert_eq!(record.properties, props);
+    assert_eq!(record.correlation_id.as_deref(), Some("c1"));
+    assert!(store.peek(&q, 1, 10).await.unwrap().is_empty());
+    assert_eq!(apart(&path), 0);
+
+    // New messages either side of the bound read back the same.
+    let mut small = msg("small");
+    small.body = vec![3; rows::INLINE_CONTENT_MAX - props_json.len()];
+    small.properties = props.clone();
+    let mut large = msg("large");
+    large.body = vec![5; rows::INLINE_CONTENT_MAX + 1];
+    large.content_type = Some("text/plain".to_owned());
+    store
+        .enqueue(&q, vec![small.clone(), large.clone()], T0.plus_millis(4))
+        .await
+        .unwrap();
+    assert_eq!(apart(&path), 1);
+    let peeked = store.peek(&q, 1, 10).await.unwrap();
+    assert_eq!(peeked.len(), 2);
+    assert_eq!(peeked[0].body, small.body);
+    assert_eq!(peeked[0].properties, props);
+    assert_eq!(peeked[1].body, large.body);
+    assert_eq!(peeked[1].content_type.as_deref(), Some("text/plain"));
+    assert!(peeked[1].properties.is_empty());
+    store.delete_queue(&q, true).await.unwrap();
+    assert_eq!(apart(&path), 0);
+    store.close();
+    drop(store);
+
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let left: (i64, i64) = conn
+        .query_row(
+            "SELECT (SELECT count(*) FROM messages), (SELECT count(*) FROM message_bodies)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(left, (0, 0));
 }

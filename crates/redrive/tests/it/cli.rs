@@ -360,7 +360,7 @@ fn migrate_brings_a_new_store_to_the_current_schema_and_is_idempotent() {
             String::from_utf8_lossy(&out.stderr)
         );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(v["schema_version"], 3);
+        assert_eq!(v["schema_version"], redrive_store_sqlite::SCHEMA_VERSION);
         assert!(v["store"].as_str().unwrap().ends_with("redrive.db"));
     }
     assert!(data.join("redrive.db").exists());
