@@ -69,7 +69,7 @@ impl Broker {
                     return Err(BrokerError::invalid(
                         "name",
                         format!(
-                            "queue {name:?} belongs to subscription {sub:?} of topic {topic:?}; \
+                            "queue \"{name}\" belongs to subscription \"{sub}\" of topic \"{topic}\"; \
                              manage it through the subscription"
                         ),
                     ));
@@ -99,7 +99,7 @@ impl Broker {
                 Err(redrive_store::StoreError::QueueNotFound { .. }) => {
                     return Err(BrokerError::invalid(
                         "dead_letter_queue",
-                        format!("queue {target:?} does not exist"),
+                        format!("queue \"{target}\" does not exist"),
                     ));
                 }
                 Err(e) => return Err(e.into()),

@@ -450,7 +450,7 @@ impl Broker {
                 Err(redrive_store::StoreError::QueueNotFound { .. }) => {
                     return Err(BrokerError::invalid(
                         "dead_letter.name",
-                        format!("queue {target:?} does not exist"),
+                        format!("queue \"{target}\" does not exist"),
                     ));
                 }
                 Err(e) => return Err(e.into()),
@@ -475,7 +475,7 @@ impl Broker {
                 Err(redrive_store::StoreError::TopicNotFound { .. }) => {
                     return Err(BrokerError::invalid(
                         "dead_letter.name",
-                        format!("topic {target:?} does not exist"),
+                        format!("topic \"{target}\" does not exist"),
                     ));
                 }
                 Err(e) => return Err(e.into()),

@@ -464,15 +464,7 @@ async fn expired_message_is_never_delivered() {
     assert_eq!(rec["delivery_count"], 0);
     assert_eq!(rec["routed_by"], "broker");
     assert_eq!(s.counts("drop").await["dead_lettered"], 0);
-    let text = s
-        .http
-        .get(format!("{}/metrics", s.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = s.metrics().await;
     assert!(
         text.contains("redrive_messages_expired_total{queue=\"drop\"} 1"),
         "{text}"

@@ -74,17 +74,6 @@ async fn sub_stats(s: &TestServer, topic: &str, sub: &str) -> Value {
     v["stats"].clone()
 }
 
-async fn metrics(s: &TestServer) -> String {
-    s.http
-        .get(format!("{}/metrics", s.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn a_refused_connection_is_retried_then_dead_lettered_with_the_error() {
     let s = TestServer::start().await;
@@ -330,7 +319,7 @@ async fn stats_and_metrics_count_deliveries_by_outcome() {
             .get("oldest_pending_age_ms")
             .is_none()
     );
-    let text = metrics(&s).await;
+    let text = s.metrics().await;
     let labels = "topic=\"orders\",subscription=\"hook\"";
     for line in [
         format!("redrive_push_delivered_total{{{labels}}} 1"),

@@ -108,6 +108,18 @@ impl TestServer {
         (status, v)
     }
 
+    /// The Prometheus text of `/metrics`.
+    pub async fn metrics(&self) -> String {
+        self.http
+            .get(format!("{}/metrics", self.url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {
         self.call(reqwest::Method::GET, path, None).await
     }

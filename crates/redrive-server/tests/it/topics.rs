@@ -140,15 +140,7 @@ async fn publish_fans_out_to_pull_subscriptions_by_filter() {
     let (_, list) = s.get("/v1/topics/orders/subscriptions").await;
     assert_eq!(list["subscriptions"].as_array().unwrap().len(), 2);
 
-    let metrics = s
-        .http
-        .get(format!("{}/metrics", s.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = s.metrics().await;
     assert!(
         metrics.contains("redrive_events_published_total{topic=\"orders\"} 4"),
         "{metrics}"
