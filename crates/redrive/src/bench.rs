@@ -17,6 +17,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::task::JoinSet;
 
+use crate::bench_cpu::CpuWatch;
 use crate::client::Client;
 use crate::cmd::{Ctx, queue_name};
 use crate::failure::input_error;
@@ -97,6 +98,10 @@ struct W1Args {
     /// round-robin over --url and these.
     #[arg(long, value_name = "URL")]
     also: Vec<String>,
+    /// Also report the CPU time of every `postgres` process on this machine, per message
+    /// and phase (next to the load tool's and, with --server-pid, the server's).
+    #[arg(long)]
+    postgres_cpu: bool,
 }
 
 #[derive(Debug, Args)]
@@ -230,7 +235,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
     let mut report = Report::new(scenario_name, &queue);
     let keep = args.keep || matches!(args.scenario, Scenario::Fill(_));
     let outcome = match args.scenario {
-        Scenario::W1(a) => w1(&nodes, &queue, a, &mut report).await,
+        Scenario::W1(a) => w1(&nodes, &queue, a, args.server_pid, &mut report).await,
         Scenario::Latency(a) => latency(&client, &queue, a, &mut report).await,
         Scenario::W2(a) => w2(&client, &queue, a, &mut report).await,
         Scenario::Fill(a) => fill(&client, &queue, a, &mut report).await,
@@ -337,10 +342,22 @@ fn nodes(main: &Client, also: &[String]) -> anyhow::Result<Nodes> {
 
 // ---- scenarios ------------------------------------------------------------------------
 
-async fn w1(nodes: &Nodes, queue: &str, a: W1Args, report: &mut Report) -> anyhow::Result<()> {
+async fn w1(
+    nodes: &Nodes,
+    queue: &str,
+    a: W1Args,
+    server_pid: Option<u32>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let cpu = CpuWatch {
+        server: server_pid,
+        postgres: a.postgres_cpu,
+    };
     create_queue(nodes.first(), queue, QueuePolicy::default()).await?;
     let body = "x".repeat(usize::try_from(a.publish.size)?);
+    let before_publish = cpu.mark();
     let published = publish_to(nodes, queue, a.messages, &a.publish, &|_| body.clone()).await?;
+    let after_publish = cpu.mark();
     if nodes.clients.len() > 1 {
         report.add("nodes", nodes.clients.len() as u64, "");
     }
@@ -354,7 +371,10 @@ async fn w1(nodes: &Nodes, queue: &str, a: W1Args, report: &mut Report) -> anyho
         round2(rate(a.messages * a.publish.size, published) as f64 / 1_048_576.0),
         "MiB/s",
     );
+    cpu.report(report, "publish", before_publish, after_publish, a.messages);
+    let before_consume = cpu.mark();
     let consumed = receive_and_complete(nodes, queue, a.messages, &a).await?;
+    let after_consume = cpu.mark();
     report.add("receive_batch", a.receive_batch, "messages/request");
     report.add("consume_seconds", secs(consumed), "s");
     report.add(
@@ -362,6 +382,7 @@ async fn w1(nodes: &Nodes, queue: &str, a: W1Args, report: &mut Report) -> anyho
         rate(a.messages, consumed),
         "msgs/s",
     );
+    cpu.report(report, "consume", before_consume, after_consume, a.messages);
     Ok(())
 }
 
@@ -976,7 +997,7 @@ pub(crate) struct Report {
 }
 
 impl Report {
-    fn new(scenario: &str, queue: &str) -> Report {
+    pub(crate) fn new(scenario: &str, queue: &str) -> Report {
         Report {
             scenario: scenario.to_owned(),
             queue: queue.to_owned(),
@@ -1003,7 +1024,7 @@ impl Report {
         t
     }
 
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         let mut m = Map::new();
         m.insert("scenario".into(), json!(self.scenario));
         m.insert("queue".into(), json!(self.queue));

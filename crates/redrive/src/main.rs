@@ -3,6 +3,7 @@
 //! and dispatches.
 
 mod bench;
+mod bench_cpu;
 mod bench_pg;
 mod bench_push;
 mod bench_sqs;

@@ -1,0 +1,175 @@
+//! `redrive bench pg-baseline` against the real PostgreSQL server: both table shapes run
+//! end to end, leave the shape they promise (pgmq's `vt` index and `jsonb` message, or the
+//! lean table's single index and `bytea`), consume everything they insert, drop their
+//! schema unless told to keep it, and refuse a schema that already exists.
+//!
+//! Needs `REDRIVE_TEST_POSTGRES_URL`: without it the test says it is skipped, and under
+//! CI it fails.
+
+use serde_json::Value;
+
+use crate::support::cli;
+
+fn database() -> Option<String> {
+    let url = std::env::var("REDRIVE_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty());
+    let Some(url) = url else {
+        assert!(
+            std::env::var_os("CI").is_none_or(|v| v.is_empty()),
+            "the pg-baseline test must run in CI, but REDRIVE_TEST_POSTGRES_URL is not set"
+        );
+        eprintln!("pg-baseline test skipped: REDRIVE_TEST_POSTGRES_URL is not set");
+        return None;
+    };
+    Some(url)
+}
+
+async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+/// The indexes of `schema.q` and the type of its `message` column.
+async fn shape(db: &tokio_postgres::Client, schema: &str) -> (Vec<String>, String, i64) {
+    let indexes = db
+        .query(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'q' \
+             ORDER BY indexname",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect();
+    let message_type: String = db
+        .query_one(
+            "SELECT data_type FROM information_schema.columns \
+             WHERE table_schema = $1 AND table_name = 'q' AND column_name = 'message'",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let rows: i64 = db
+        .query_one(&format!("SELECT count(*) FROM {schema}.q"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    (indexes, message_type, rows)
+}
+
+async fn schema_exists(db: &tokio_postgres::Client, schema: &str) -> bool {
+    db.query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])
+        .await
+        .unwrap()
+        .is_some()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_baseline_tables_run_end_to_end() {
+    let Some(url) = database() else { return };
+    let db = connect(&url).await;
+    let unused_server = "http://127.0.0.1:9";
+    for (table, index_count, message_type) in [("pgmq", 2, "jsonb"), ("lean", 1, "bytea")] {
+        let schema = format!("rd_bl_{table}_{:012x}", fastrand::u64(..1 << 48));
+        let run = cli(
+            unused_server,
+            &[
+                "--json",
+                "bench",
+                "pg-baseline",
+                "--pg",
+                &url,
+                "--schema",
+                &schema,
+                "-n",
+                "3000",
+                "--batch",
+                "100",
+                "--table",
+                table,
+                "--postgres-cpu",
+                "--keep",
+            ],
+            None,
+        );
+        let report: Value = serde_json::from_str(run.ok()).unwrap();
+        assert_eq!(report["table"], table, "{report}");
+        assert_eq!(report["messages"], 3000, "{report}");
+        assert!(report["insert_rate"].as_u64().unwrap() > 0, "{report}");
+        assert!(
+            report["receive_delete_rate"].as_u64().unwrap() > 0,
+            "{report}"
+        );
+        for figure in [
+            "publish_cpu_client",
+            "publish_cpu_postgres",
+            "consume_cpu_postgres",
+        ] {
+            assert!(report[figure].as_f64().is_some(), "{figure}: {report}");
+        }
+        assert!(report.get("publish_cpu_server").is_none(), "{report}");
+
+        let (indexes, ty, left) = shape(&db, &schema).await;
+        assert_eq!(indexes.len(), index_count, "{table}: {indexes:?}");
+        if table == "pgmq" {
+            assert!(indexes.iter().any(|d| d.contains("(vt)")), "{indexes:?}");
+        }
+        assert_eq!(ty, message_type, "{table}");
+        assert_eq!(
+            left, 0,
+            "{table}: every inserted message was received and deleted"
+        );
+
+        // A schema that exists is refused, and left as it was.
+        let again = cli(
+            unused_server,
+            &[
+                "bench",
+                "pg-baseline",
+                "--pg",
+                &url,
+                "--schema",
+                &schema,
+                "-n",
+                "10",
+            ],
+            None,
+        );
+        again.fails(2, "already exists");
+        assert!(schema_exists(&db, &schema).await);
+        db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
+    }
+
+    // Without --keep the schema is dropped afterwards.
+    let schema = format!("rd_bl_drop_{:012x}", fastrand::u64(..1 << 48));
+    let run = cli(
+        unused_server,
+        &[
+            "--json",
+            "bench",
+            "pg-baseline",
+            "--pg",
+            &url,
+            "--schema",
+            &schema,
+            "-n",
+            "500",
+        ],
+        None,
+    );
+    let report: Value = serde_json::from_str(run.ok()).unwrap();
+    assert_eq!(
+        report["table"], "pgmq",
+        "pgmq's table is the default: {report}"
+    );
+    assert!(report.get("publish_cpu_postgres").is_none(), "{report}");
+    assert!(!schema_exists(&db, &schema).await);
+}
