@@ -23,6 +23,13 @@ use clap::{Parser, Subcommand};
 
 use crate::cmd::Ctx;
 
+/// mimalloc instead of the system allocator: the server allocates and frees many
+/// short-lived buffers of mixed sizes per request (bodies, JSON, rows), and under load
+/// glibc's malloc spent about a third of the node's CPU on them (`_int_malloc`,
+/// `unlink_chunk`, `malloc_consolidate`; see docs/benchmarks.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// redrive: a message broker in which a dead letter is the start of a recovery.
 #[derive(Debug, Parser)]
 #[command(name = "redrive", version, after_help = failure::EXIT_CODES_HELP)]
