@@ -209,22 +209,35 @@ impl Overrides {
 pub enum StoreLocation {
     /// An SQLite database file.
     Sqlite(PathBuf),
-    /// A PostgreSQL database: the connection URL (without redrive's own `schema`
-    /// parameter) and the schema that holds redrive's tables.
+    /// A PostgreSQL database: the connection URL (without redrive's own `schema` and
+    /// `pool_size` parameters), the schema that holds redrive's tables and the size of
+    /// the node's connection pool.
     Postgres {
         /// `postgres://…` as the driver reads it.
         url: String,
         /// From the `schema=` query parameter; `None` uses the `search_path`.
         schema: Option<String>,
+        /// From the `pool_size=` query parameter; `None` is the store's default.
+        pool_size: Option<usize>,
     },
 }
 
-/// Splits redrive's `schema=NAME` parameter off a PostgreSQL URL.
-fn split_schema(url: &str) -> anyhow::Result<(String, Option<String>)> {
+/// Most connections one node may pool.
+pub const MAX_POOL_SIZE: usize = 1_000;
+
+/// redrive's own parameters of a PostgreSQL URL.
+#[derive(Debug, Default)]
+struct PostgresParams {
+    schema: Option<String>,
+    pool_size: Option<usize>,
+}
+
+/// Splits redrive's `schema=NAME` and `pool_size=N` parameters off a PostgreSQL URL.
+fn split_params(url: &str) -> anyhow::Result<(String, PostgresParams)> {
     let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), None));
+        return Ok((url.to_owned(), PostgresParams::default()));
     };
-    let mut schema = None;
+    let mut params = PostgresParams::default();
     let mut rest = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
@@ -238,7 +251,21 @@ fn split_schema(url: &str) -> anyhow::Result<(String, Option<String>)> {
                         redact_url(url)
                     )));
                 }
-                schema = Some(v.to_owned());
+                params.schema = Some(v.to_owned());
+            }
+            Some(("pool_size", v)) => {
+                let n = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_POOL_SIZE).contains(n));
+                let Some(n) = n else {
+                    return Err(input_error(format!(
+                        "store {}: pool_size {v:?} must be a whole number from 1 to \
+                         {MAX_POOL_SIZE}",
+                        redact_url(url)
+                    )));
+                };
+                params.pool_size = Some(n);
             }
             _ => rest.push(pair),
         }
@@ -248,7 +275,7 @@ fn split_schema(url: &str) -> anyhow::Result<(String, Option<String>)> {
     } else {
         format!("{base}?{}", rest.join("&"))
     };
-    Ok((url, schema))
+    Ok((url, params))
 }
 
 impl Config {
@@ -346,8 +373,12 @@ impl Config {
         };
         let scheme = url.split_once(':').map_or("", |(s, _)| s);
         if scheme.eq_ignore_ascii_case("postgres") || scheme.eq_ignore_ascii_case("postgresql") {
-            let (url, schema) = split_schema(url)?;
-            return Ok(StoreLocation::Postgres { url, schema });
+            let (url, params) = split_params(url)?;
+            return Ok(StoreLocation::Postgres {
+                url,
+                schema: params.schema,
+                pool_size: params.pool_size,
+            });
         }
         if !scheme.eq_ignore_ascii_case("sqlite") {
             return Err(input_error(format!(
@@ -612,16 +643,37 @@ mod tests {
                 .unwrap(),
             StoreLocation::Postgres {
                 url: "postgres://u:p@db/redrive?sslmode=disable".to_owned(),
-                schema: Some("rd".to_owned())
+                schema: Some("rd".to_owned()),
+                pool_size: None,
             }
         );
         assert_eq!(
             with("postgresql://db/redrive").store_location().unwrap(),
             StoreLocation::Postgres {
                 url: "postgresql://db/redrive".to_owned(),
-                schema: None
+                schema: None,
+                pool_size: None,
             }
         );
+        assert_eq!(
+            with("postgres://db/redrive?pool_size=6&schema=rd")
+                .store_location()
+                .unwrap(),
+            StoreLocation::Postgres {
+                url: "postgres://db/redrive".to_owned(),
+                schema: Some("rd".to_owned()),
+                pool_size: Some(6),
+            }
+        );
+        for bad in ["0", "-1", "x", "1001", ""] {
+            let e = with(&format!("postgres://u:hunter2@db/r?pool_size={bad}"))
+                .store_location()
+                .unwrap_err();
+            let msg = e.to_string();
+            assert!(msg.contains("pool_size"), "{msg}");
+            assert!(!msg.contains("hunter2"), "{msg}");
+            assert_eq!(crate::failure::exit_code(&e), 2, "{msg}");
+        }
         let e = with("postgres://u:hunter2@db/redrive?schema=a-b")
             .store_location()
             .unwrap_err();

@@ -45,7 +45,8 @@ pub async fn run(args: MigrateArgs, json: bool) -> anyhow::Result<()> {
                 redrive_store_sqlite::SCHEMA_VERSION,
             )
         }
-        StoreLocation::Postgres { url, schema } => {
+        // Migrating needs one connection; the pool size does not apply.
+        StoreLocation::Postgres { url, schema, .. } => {
             let shown = config::redact_url(&url);
             let options = PostgresOptions {
                 schema,

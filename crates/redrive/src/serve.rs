@@ -213,11 +213,16 @@ pub(crate) async fn open_store(
                 Arc::new(redrive_server::SystemClock),
             ))
         }
-        StoreLocation::Postgres { url, schema } => {
+        StoreLocation::Postgres {
+            url,
+            schema,
+            pool_size,
+        } => {
             let shown = config::redact_url(url);
+            let defaults = PostgresOptions::default();
             let options = PostgresOptions {
                 schema: schema.clone(),
-                ..PostgresOptions::default()
+                pool_size: pool_size.unwrap_or(defaults.pool_size),
             };
             let store = PostgresStore::connect(url, options)
                 .await

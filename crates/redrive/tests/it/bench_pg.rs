@@ -8,22 +8,7 @@
 
 use serde_json::Value;
 
-use crate::support::cli;
-
-fn database() -> Option<String> {
-    let url = std::env::var("REDRIVE_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|u| !u.trim().is_empty());
-    let Some(url) = url else {
-        assert!(
-            std::env::var_os("CI").is_none_or(|v| v.is_empty()),
-            "the pg-baseline test must run in CI, but REDRIVE_TEST_POSTGRES_URL is not set"
-        );
-        eprintln!("pg-baseline test skipped: REDRIVE_TEST_POSTGRES_URL is not set");
-        return None;
-    };
-    Some(url)
-}
+use crate::support::{Cli, cli, postgres_url};
 
 async fn connect(url: &str) -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
@@ -70,23 +55,33 @@ async fn schema_exists(db: &tokio_postgres::Client, schema: &str) -> bool {
         .is_some()
 }
 
+/// Runs `redrive bench pg-baseline --pg URL --schema SCHEMA EXTRA…` (no server needed).
+fn baseline(url: &str, schema: &str, extra: &[&str]) -> Cli {
+    let mut args = vec![
+        "--json",
+        "bench",
+        "pg-baseline",
+        "--pg",
+        url,
+        "--schema",
+        schema,
+    ];
+    args.extend_from_slice(extra);
+    cli("http://127.0.0.1:9", &args, None)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_baseline_tables_run_end_to_end() {
-    let Some(url) = database() else { return };
+    let Some(url) = postgres_url("the pg-baseline test") else {
+        return;
+    };
     let db = connect(&url).await;
-    let unused_server = "http://127.0.0.1:9";
     for (table, index_count, message_type) in [("pgmq", 2, "jsonb"), ("lean", 1, "bytea")] {
         let schema = format!("rd_bl_{table}_{:012x}", fastrand::u64(..1 << 48));
-        let run = cli(
-            unused_server,
+        let run = baseline(
+            &url,
+            &schema,
             &[
-                "--json",
-                "bench",
-                "pg-baseline",
-                "--pg",
-                &url,
-                "--schema",
-                &schema,
                 "-n",
                 "3000",
                 "--batch",
@@ -96,7 +91,6 @@ async fn both_baseline_tables_run_end_to_end() {
                 "--postgres-cpu",
                 "--keep",
             ],
-            None,
         );
         let report: Value = serde_json::from_str(run.ok()).unwrap();
         assert_eq!(report["table"], table, "{report}");
@@ -127,20 +121,7 @@ async fn both_baseline_tables_run_end_to_end() {
         );
 
         // A schema that exists is refused, and left as it was.
-        let again = cli(
-            unused_server,
-            &[
-                "bench",
-                "pg-baseline",
-                "--pg",
-                &url,
-                "--schema",
-                &schema,
-                "-n",
-                "10",
-            ],
-            None,
-        );
+        let again = baseline(&url, &schema, &["-n", "10"]);
         again.fails(2, "already exists");
         assert!(schema_exists(&db, &schema).await);
         db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
@@ -150,21 +131,7 @@ async fn both_baseline_tables_run_end_to_end() {
 
     // Without --keep the schema is dropped afterwards.
     let schema = format!("rd_bl_drop_{:012x}", fastrand::u64(..1 << 48));
-    let run = cli(
-        unused_server,
-        &[
-            "--json",
-            "bench",
-            "pg-baseline",
-            "--pg",
-            &url,
-            "--schema",
-            &schema,
-            "-n",
-            "500",
-        ],
-        None,
-    );
+    let run = baseline(&url, &schema, &["-n", "500"]);
     let report: Value = serde_json::from_str(run.ok()).unwrap();
     assert_eq!(
         report["table"], "pgmq",
