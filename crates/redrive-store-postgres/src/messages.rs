@@ -14,7 +14,7 @@ use redrive_store::{
 
 use crate::dead_letters;
 use crate::error::{PostgresError, backend};
-use crate::pool::Db;
+use crate::pool::{Db, Owned};
 use crate::rows::{
     Head, MsgRow, NewRow, QueueInfo, Writes, allocate_sequences, batch_size, decode, delete_rows,
     drawn, get, head_cols, insert_messages, limit, msg_cols, props_to_json, queue, queue_id,
@@ -146,6 +146,16 @@ const RECEIVE_CANDIDATES: &str = concat!(
     msg_cols!(),
     " FROM messages WHERE queue_id = $1 AND state = 'available' \
      AND due_at <= $2 ORDER BY due_at, sequence LIMIT $3 FOR UPDATE SKIP LOCKED"
+);
+
+/// [`RECEIVE_CANDIDATES`] from the queue's receive floor (`$4`, see
+/// [`crate::rows::ReceiveFloor`]) on.
+const RECEIVE_CANDIDATES_FROM: &str = concat!(
+    "SELECT ",
+    msg_cols!(),
+    " FROM messages WHERE queue_id = $1 AND state = 'available' \
+     AND due_at <= $2 AND due_at >= $4 ORDER BY due_at, sequence LIMIT $3 \
+     FOR UPDATE SKIP LOCKED"
 );
 
 /// Settles up to `budget` due rows of one queue: expired locks first, then expired
@@ -462,11 +472,31 @@ pub(crate) async fn receive(db: &Db<'_>, p: &ReceiveParams) -> StoreResult<Recei
     // A plain receive sends the two sweep looks and its candidates' look in the queue's
     // first flight; when nothing is due (the usual case) the candidates are this
     // receive's, otherwise the due rows are settled first and the candidates looked for
-    // again.
+    // again. The candidates' look starts at the queue's receive floor when there is one.
+    let floor = std::sync::Mutex::new(None::<i64>);
     let (q, first) = queue_with(db, &p.queue, |q| {
         if p.session.is_none() && !q.policy.requires_session && !q.policy.group_ordering && max > 0
         {
             let sweep = limit(RECEIVE_SWEEP_LIMIT + 1);
+            let from = q.floor.next();
+            *floor
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = from;
+            let candidates: (&'static str, Owned) = match from {
+                Some(due) => (
+                    RECEIVE_CANDIDATES_FROM,
+                    vec![
+                        Box::new(q.id),
+                        Box::new(p.now.0),
+                        Box::new(limit(max)),
+                        Box::new(due),
+                    ],
+                ),
+                None => (
+                    RECEIVE_CANDIDATES,
+                    vec![Box::new(q.id), Box::new(p.now.0), Box::new(limit(max))],
+                ),
+            };
             vec![
                 (
                     SWEEP_LOCKS,
@@ -476,16 +506,17 @@ pub(crate) async fn receive(db: &Db<'_>, p: &ReceiveParams) -> StoreResult<Recei
                     SWEEP_EXPIRED,
                     vec![Box::new(q.id), Box::new(p.now.0), Box::new(sweep)],
                 ),
-                (
-                    RECEIVE_CANDIDATES,
-                    vec![Box::new(q.id), Box::new(p.now.0), Box::new(limit(max))],
-                ),
+                candidates,
             ]
         } else {
             Vec::new()
         }
     })
     .await?;
+    let bounded = floor
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .is_some();
     if let [locks, expired, candidates] = first.as_slice()
         && locks.is_empty()
         && expired.is_empty()
@@ -493,7 +524,14 @@ pub(crate) async fn receive(db: &Db<'_>, p: &ReceiveParams) -> StoreResult<Recei
         let mut out = ReceiveOutcome::default();
         let mut writes = Writes::default();
         let found = candidates.len();
-        for row in decode(candidates, MsgRow::from_row)? {
+        let rows = decode(candidates, MsgRow::from_row)?;
+        match rows.first() {
+            // Candidates are available rows, whose due_at is their visible_at.
+            Some(first) => q.floor.set(first.head.meta.visible_at.0),
+            None if !bounded => q.floor.clear(),
+            None => {}
+        }
+        for row in rows {
             let got = receive_one(
                 db,
                 &q,
@@ -510,7 +548,9 @@ pub(crate) async fn receive(db: &Db<'_>, p: &ReceiveParams) -> StoreResult<Recei
             }
         }
         writes.flush(db, q.id).await?;
-        if found == max && out.deliveries.len() < max {
+        // More is wanted when candidates were refused, or when a look from the floor
+        // found nothing (a row behind the floor is found from the head).
+        if (found == max || (bounded && found == 0)) && out.deliveries.len() < max {
             receive_plain(db, &q, max, p.lock_ms, p.now, &mut out, &mut writes).await?;
             writes.flush(db, q.id).await?;
         }

@@ -1,5 +1,7 @@
 //! Queue operations: create, update, delete, and the reads get, list, counts.
 
+use std::sync::Arc;
+
 use redrive_core::{EntityName, QueuePolicy, Timestamp};
 use redrive_store::{QueueCounts, QueueRecord, StoreError, StoreResult};
 
@@ -41,6 +43,7 @@ pub(crate) async fn create(
         version: 1,
         created_at: now,
         updated_at: now,
+        floor: Arc::default(),
     }
     .record())
 }
@@ -102,6 +105,7 @@ pub(crate) async fn update(
         version,
         created_at: current.created_at,
         updated_at: now,
+        floor: Arc::default(),
     }
     .record())
 }

@@ -2,6 +2,7 @@
 //! operations: loading queues (with their row lock), batched message writes, inserts.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, PoisonError};
 
 use redrive_core::{
@@ -114,6 +115,56 @@ pub(crate) struct QueueInfo {
     pub version: u64,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+    /// Where this node's plain receives of the queue start looking (shared by every
+    /// copy of a cached queue).
+    pub floor: Arc<ReceiveFloor>,
+}
+
+/// The lowest `due_at` at which a plain receive of a queue starts its look for
+/// candidates on this node.
+///
+/// A receive changes its rows' `state`, so their entries in `messages_due` move from the
+/// `available` range to the `locked` one; the old entries stay behind, dead, until
+/// `VACUUM`, and every receive that starts at the head of the range walks over them (a
+/// few thousand index pages after a few hundred thousand deliveries). Every row that
+/// becomes available gets a `due_at` no earlier than the time it does, so the rows a
+/// receive finds first mark where the live ones begin: the next receive starts there.
+///
+/// A row can still fall behind the floor: a receive that skipped rows another one held
+/// and then rolled back, a send committed after later ones were received, clocks of
+/// nodes a few milliseconds apart. So a receive whose bounded look finds nothing looks
+/// again from the head of the range, and every [`ReceiveFloor::RESCAN_EVERY`]th receive
+/// starts there anyway; such a row is delivered late, never lost.
+#[derive(Debug, Default)]
+pub(crate) struct ReceiveFloor {
+    /// `due_at` of the first candidate of the last receive; `i64::MIN` when unknown.
+    due_at: AtomicI64,
+    uses: AtomicU32,
+}
+
+impl ReceiveFloor {
+    /// Every this many receives of a queue on a node, one looks from the head.
+    pub(crate) const RESCAN_EVERY: u32 = 64;
+
+    /// The floor for the next receive, or `None` for a look from the head.
+    pub(crate) fn next(&self) -> Option<i64> {
+        let uses = self.uses.fetch_add(1, Ordering::Relaxed);
+        if uses % Self::RESCAN_EVERY == Self::RESCAN_EVERY - 1 {
+            return None;
+        }
+        let due = self.due_at.load(Ordering::Relaxed);
+        (due != i64::MIN).then_some(due)
+    }
+
+    /// Records where a receive found its first candidate.
+    pub(crate) fn set(&self, due_at: i64) {
+        self.due_at.store(due_at, Ordering::Relaxed);
+    }
+
+    /// Forgets the floor (nothing was due).
+    pub(crate) fn clear(&self) {
+        self.due_at.store(i64::MIN, Ordering::Relaxed);
+    }
 }
 
 impl QueueInfo {
@@ -140,6 +191,7 @@ pub(crate) fn queue_from_row(r: &Row) -> StoreResult<QueueInfo> {
         created_at: ts(r, 3)?,
         updated_at: ts(r, 4)?,
         id: get(r, 5)?,
+        floor: Arc::default(),
     })
 }
 

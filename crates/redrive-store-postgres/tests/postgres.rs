@@ -676,3 +676,75 @@ async fn duplicate_detection_sees_concurrent_senders_on_all_nodes() {
     }
     assert_eq!(a.queue_counts(&q, T0).await.unwrap().active, IDS as u64);
 }
+
+/// A node's plain receives of a queue start where its previous receive found its first
+/// candidate (the receive floor); a message that becomes available behind the floor is
+/// still delivered: at once when nothing is due past the floor, and within 64 receives
+/// (one in every 64 looks from the head) when there is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_behind_the_receive_floor_is_still_delivered() {
+    let g = SchemaGuard::fresh();
+    let s = PostgresStore::connect(&g.url, g.options()).await.unwrap();
+    let q = name("floor");
+    s.create_queue(&q, &QueuePolicy::default(), T0)
+        .await
+        .unwrap();
+    let at = |ms: i64| Timestamp(T0.0 + ms);
+    let receive = |max: u32, now: Timestamp| {
+        let q = q.clone();
+        let s = &s;
+        async move {
+            let out = s
+                .receive(ReceiveParams {
+                    queue: q,
+                    max,
+                    lock_ms: 600_000,
+                    now,
+                    session: None,
+                })
+                .await
+                .unwrap();
+            out.deliveries
+                .into_iter()
+                .map(|d| d.message.message_id)
+                .collect::<Vec<_>>()
+        }
+    };
+
+    // The floor is where "a" was due; "late" is due earlier (a sender whose clock lags).
+    s.enqueue(&q, vec![msg("a")], at(100)).await.unwrap();
+    assert_eq!(receive(1, at(200)).await, ["a"]);
+    s.enqueue(&q, vec![msg("late")], at(50)).await.unwrap();
+    assert_eq!(
+        receive(10, at(300)).await,
+        ["late"],
+        "nothing past the floor"
+    );
+
+    // Now 100 messages due past the floor, and another late one behind it.
+    let batch: Vec<NewMessage> = (0..100).map(|i| msg(&format!("m{i:03}"))).collect();
+    s.enqueue(&q, batch, at(1_000)).await.unwrap();
+    assert_eq!(receive(1, at(2_000)).await, ["m000"]);
+    s.enqueue(&q, vec![msg("late2")], at(500)).await.unwrap();
+    let mut got = Vec::new();
+    let mut late_after = None;
+    for n in 1..=200 {
+        let ids = receive(1, at(3_000)).await;
+        if ids.is_empty() {
+            break;
+        }
+        if ids == ["late2"] {
+            late_after = Some(n);
+        }
+        got.extend(ids);
+    }
+    let n = late_after.expect("the late message was delivered");
+    assert!(
+        n <= 64,
+        "delivered on receive {n}, later than one rescan period"
+    );
+    // Everything else came in order, each once.
+    let rest: Vec<&String> = got.iter().filter(|id| *id != "late2").collect();
+    let want: Vec<String> = (1..100).map(|i| format!("m{i:03}")).collect();
+    assert_eq!(rest, want.iter().collect::<Vec<_>>());
+}
