@@ -2,18 +2,17 @@
 //! operations on a queue's dead-letter store.
 
 use redrive_core::message::RESUBMITTED_FROM_PROPERTY;
-use redrive_core::{
-    Area, DeadLetterReason, EntityName, EvidenceQuality, PropertyValue, RouteKind, Timestamp,
-};
+use redrive_core::{Area, DeadLetterReason, EntityName, PropertyValue, Timestamp};
 use redrive_store::dead_letter::{
-    TargetUnfit, broker_description, check_target, fallback_description, forwarded_properties,
+    Routing, TargetUnfit, broker_description, check_target, evidence_record, fallback_description,
+    forwarded_properties,
 };
 use redrive_store::{
     DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, DeadLettered, Effects, Enqueued,
     StoreError, StoreResult,
 };
 
-use crate::messages::{message_ref, wake};
+use crate::messages::message_ref;
 use crate::pool::Db;
 use crate::rows::{
     Head, NewRow, QueueInfo, Writes, allocate_one, decode, delete_rows, dl_cols, get,
@@ -92,7 +91,7 @@ pub(crate) async fn dead_letter(
                         .map(|ttl| now.plus_millis(i64::try_from(ttl).unwrap_or(i64::MAX))),
                 };
                 insert_messages(db, t.id, now, &[copy]).await?;
-                wake(effects, &t.name);
+                effects.wake(&t.name);
                 forwarded_to = Some((t.name.clone(), sequence));
                 area = Area::Archived;
             }
@@ -112,41 +111,14 @@ pub(crate) async fn dead_letter(
     }
 
     let id = redrive_core::id::new_dead_letter_id(now);
-    let body_sha256 = redrive_core::digest::sha256_hex(&row.body);
-    let record = DeadLetterRecord {
-        id: id.clone(),
-        queue: q.name.clone(),
+    let routing = Routing {
         area,
-        message_id: head.message_id.clone(),
-        sequence: head.sequence,
-        session_id: row.head.session_id,
-        body: row.body,
-        body_sha256,
-        content_type: row.content_type,
-        properties: row.properties,
-        correlation_id: row.correlation_id,
-        message_type: row.message_type,
-        intent: row.intent,
-        valid_until: row.valid_until,
-        reason: reason.as_str().to_owned(),
         description,
-        delivery_count: meta.delivery_count,
-        // Every delivery's count increment is committed before the delivery is returned.
-        count_quality: EvidenceQuality::Exact,
-        first_delivered_at: meta.first_delivered_at,
-        last_delivered_at: meta.last_delivered_at,
-        enqueued_at: row.enqueued_at,
-        dead_lettered_at: now,
-        policy_version: q.version,
-        route: if by_broker {
-            RouteKind::Broker
-        } else {
-            RouteKind::Application
-        },
+        by_broker,
         forwarded_to: forwarded_to.clone(),
-        dlq_delivery_count: 0,
-        locked_until: None,
     };
+    let message = row.into_stored(&q.name);
+    let record = evidence_record(id.clone(), message, meta, &reason, routing, q.version, now);
     insert_record(db, &record).await?;
     writes.forget(head.sequence);
     delete_rows(db, q.id, &[head.sequence]).await?;

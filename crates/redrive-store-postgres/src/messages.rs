@@ -26,13 +26,6 @@ use crate::sessions;
 /// queue before delivering; the background sweep takes care of any rest.
 const RECEIVE_SWEEP_LIMIT: usize = 256;
 
-/// Adds `queue` to the woken queues once.
-pub(crate) fn wake(effects: &mut Effects, queue: &EntityName) {
-    if !effects.woken.contains(queue) {
-        effects.woken.push(queue.clone());
-    }
-}
-
 pub(crate) fn message_ref(q: &QueueInfo, head: &Head) -> MessageRef {
     MessageRef {
         queue: q.name.clone(),
@@ -66,7 +59,7 @@ async fn apply(
     match step {
         Step::Keep(meta) => {
             if meta.state == MessageState::Available {
-                wake(effects, &q.name);
+                effects.wake(&q.name);
             }
             writes.update(head.sequence, meta);
             Ok(Applied::Kept)
@@ -938,7 +931,7 @@ pub(crate) async fn settle(
             && !matches!(item.action, SettleAction::Renew { .. })
             && r.is_ok()
         {
-            wake(&mut out.effects, &q.name);
+            out.effects.wake(&q.name);
         }
         out.results.push(r);
     }
@@ -1045,7 +1038,7 @@ async fn complete_all(
             }
         };
         if q.policy.group_ordering && r.is_ok() {
-            wake(&mut out.effects, &q.name);
+            out.effects.wake(&q.name);
         }
         out.results.push(r);
     }

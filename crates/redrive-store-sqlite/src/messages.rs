@@ -26,13 +26,6 @@ use crate::writer::Tx;
 /// queue before delivering; the background sweep takes care of any rest.
 const RECEIVE_SWEEP_LIMIT: usize = 256;
 
-/// Adds `queue` to the woken queues once.
-pub(crate) fn wake(effects: &mut Effects, queue: &EntityName) {
-    if !effects.woken.contains(queue) {
-        effects.woken.push(queue.clone());
-    }
-}
-
 pub(crate) fn message_ref(q: &QueueInfo, head: &Head) -> MessageRef {
     MessageRef {
         queue: q.name.clone(),
@@ -63,7 +56,7 @@ fn apply(
         Step::Keep(meta) => {
             write_meta(tx.conn, head.rowid, &meta)?;
             if meta.state == MessageState::Available {
-                wake(effects, &q.name);
+                effects.wake(&q.name);
             }
             Ok(Applied::Kept)
         }
@@ -730,7 +723,7 @@ pub(crate) fn settle(
             q.policy.group_ordering && !matches!(item.action, SettleAction::Renew { .. });
         let r = settle_one(tx, &q, item, now, &mut stmts, &mut out.effects)?;
         if unblocks && r.is_ok() {
-            wake(&mut out.effects, &q.name);
+            out.effects.wake(&q.name);
         }
         out.results.push(r);
     }
@@ -812,7 +805,7 @@ fn settle_one(
         Step::Keep(meta) => {
             stmts.update.write(head.rowid, &head.meta, &meta)?;
             if meta.state == MessageState::Available {
-                wake(effects, &q.name);
+                effects.wake(&q.name);
             }
             settled.locked_until = meta.locked_until;
         }

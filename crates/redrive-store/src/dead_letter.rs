@@ -1,11 +1,16 @@
 //! Pure parts of dead-lettering that every backend applies the same way: whether a
-//! queue's dead-letter queue can take a message, the description the broker writes, and
-//! the properties of the copy forwarded to a dead-letter queue.
+//! queue's dead-letter queue can take a message, the description the broker writes, the
+//! properties of the copy forwarded to a dead-letter queue, and the evidence record.
 
 use redrive_core::message::{
     DEAD_LETTER_DESCRIPTION_PROPERTY, DEAD_LETTER_REASON_PROPERTY, DEAD_LETTER_SOURCE_PROPERTY,
 };
-use redrive_core::{DeadLetterReason, EntityName, MessageMeta, Properties, PropertyValue};
+use redrive_core::{
+    Area, DeadLetterReason, EntityName, EvidenceQuality, MessageMeta, Properties, PropertyValue,
+    RouteKind, Timestamp,
+};
+
+use crate::{DeadLetterRecord, StoredMessage};
 
 /// Why a queue's dead-letter queue cannot take a message. A broker-routed dead letter then
 /// stays in the queue's own store (nothing is lost); an application's explicit dead-letter
@@ -114,12 +119,165 @@ pub fn fallback_description(
     }
 }
 
+/// Where a dead-lettered message's record goes and what it says of the route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Routing {
+    /// The area of the record: live, or archived when a copy went to a dead-letter queue.
+    pub area: Area,
+    /// Why, in words (the application's, the broker's, or the fallback's).
+    pub description: Option<String>,
+    /// The broker routed it by policy (rather than the application asking).
+    pub by_broker: bool,
+    /// The dead-letter queue and sequence number of the forwarded copy.
+    pub forwarded_to: Option<(EntityName, i64)>,
+}
+
+/// The evidence record `id` of `message`, dead-lettered at `now` for `reason` under
+/// policy version `policy_version`. `meta` is the message's state at that moment (its
+/// delivery count and delivery times), which may be newer than the stored row.
+pub fn evidence_record(
+    id: String,
+    message: StoredMessage,
+    meta: &MessageMeta,
+    reason: &DeadLetterReason,
+    routing: Routing,
+    policy_version: u64,
+    now: Timestamp,
+) -> DeadLetterRecord {
+    let body_sha256 = redrive_core::digest::sha256_hex(&message.body);
+    DeadLetterRecord {
+        id,
+        queue: message.queue,
+        area: routing.area,
+        message_id: message.message_id,
+        sequence: message.sequence,
+        session_id: message.session_id,
+        body: message.body,
+        body_sha256,
+        content_type: message.content_type,
+        properties: message.properties,
+        correlation_id: message.correlation_id,
+        message_type: message.message_type,
+        intent: message.intent,
+        valid_until: message.valid_until,
+        reason: reason.as_str().to_owned(),
+        description: routing.description,
+        delivery_count: meta.delivery_count,
+        // Every delivery's count increment is committed before the delivery is returned.
+        count_quality: EvidenceQuality::Exact,
+        first_delivered_at: meta.first_delivered_at,
+        last_delivered_at: meta.last_delivered_at,
+        enqueued_at: message.enqueued_at,
+        dead_lettered_at: now,
+        policy_version,
+        route: if routing.by_broker {
+            RouteKind::Broker
+        } else {
+            RouteKind::Application
+        },
+        forwarded_to: routing.forwarded_to,
+        dlq_delivery_count: 0,
+        locked_until: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn n(s: &str) -> EntityName {
         s.parse().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn t(ms: i64) -> Timestamp {
+        Timestamp(1_700_000_000_000 + ms)
+    }
+
+    fn stored() -> StoredMessage {
+        StoredMessage {
+            queue: n("orders"),
+            sequence: 7,
+            message_id: "m-7".to_owned(),
+            body: b"hello".to_vec(),
+            content_type: Some("text/plain".to_owned()),
+            properties: Properties::from([("k".to_owned(), PropertyValue::Int(1))]),
+            correlation_id: Some("c".to_owned()),
+            session_id: Some("s".to_owned()),
+            message_type: None,
+            intent: None,
+            valid_until: None,
+            enqueued_at: t(0),
+            scheduled_at: None,
+            state: redrive_core::MessageState::Locked,
+            visible_at: t(0),
+            expires_at: None,
+            // The stored row may lag the moment's state: the record takes `meta`.
+            delivery_count: 2,
+            locked_until: Some(t(30)),
+            first_delivered_at: Some(t(1)),
+            last_delivered_at: Some(t(2)),
+        }
+    }
+
+    #[test]
+    fn the_record_keeps_the_stored_message_and_the_moment_s_delivery_evidence() {
+        let message = stored();
+        let meta = MessageMeta {
+            delivery_count: 3,
+            first_delivered_at: Some(t(1)),
+            last_delivered_at: Some(t(9)),
+            ..MessageMeta::sent(t(0), None)
+        };
+        let reason = DeadLetterReason::MaxDeliveryCountExceeded;
+        let routing = Routing {
+            area: Area::Archived,
+            description: Some("why".to_owned()),
+            by_broker: true,
+            forwarded_to: Some((n("orders-dlq"), 41)),
+        };
+        let r = evidence_record(
+            "dl_1".to_owned(),
+            message,
+            &meta,
+            &reason,
+            routing,
+            5,
+            t(10),
+        );
+        assert_eq!(
+            (r.id.as_str(), r.queue.as_str(), r.sequence),
+            ("dl_1", "orders", 7)
+        );
+        assert_eq!(r.area, Area::Archived);
+        assert_eq!(r.body, b"hello");
+        assert_eq!(r.body_sha256, redrive_core::digest::sha256_hex(b"hello"));
+        assert_eq!(r.session_id.as_deref(), Some("s"));
+        assert_eq!(r.properties.get("k"), Some(&PropertyValue::Int(1)));
+        assert_eq!(r.reason, "MaxDeliveryCountExceeded");
+        assert_eq!(r.description.as_deref(), Some("why"));
+        assert_eq!(r.delivery_count, 3);
+        assert_eq!(r.last_delivered_at, Some(t(9)));
+        assert_eq!(r.count_quality, EvidenceQuality::Exact);
+        assert_eq!((r.dead_lettered_at, r.policy_version), (t(10), 5));
+        assert_eq!(r.route, RouteKind::Broker);
+        assert_eq!(r.forwarded_to, Some((n("orders-dlq"), 41)));
+        assert_eq!((r.dlq_delivery_count, r.locked_until), (0, None));
+        let app = evidence_record(
+            "dl_2".to_owned(),
+            stored(),
+            &meta,
+            &DeadLetterReason::Application("Bad".to_owned()),
+            Routing {
+                area: Area::Live,
+                description: None,
+                by_broker: false,
+                forwarded_to: None,
+            },
+            5,
+            t(10),
+        );
+        assert_eq!((app.route, app.area), (RouteKind::Application, Area::Live));
+        assert_eq!(app.reason, "Bad");
     }
 
     #[test]

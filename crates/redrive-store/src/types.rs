@@ -196,6 +196,13 @@ pub struct Effects {
 }
 
 impl Effects {
+    /// Adds `queue` to the woken queues, once.
+    pub fn wake(&mut self, queue: &EntityName) {
+        if !self.woken.contains(queue) {
+            self.woken.push(queue.clone());
+        }
+    }
+
     /// Adds `other` to `self`.
     pub fn extend(&mut self, other: Effects) {
         self.dead_lettered.extend(other.dead_lettered);
