@@ -217,18 +217,14 @@ impl Dispatcher {
         }
     }
 
-    /// Every push subscription that is not paused.
+    /// Every push subscription that is not paused (one read of the store, whatever the
+    /// number of topics).
     async fn push_subscriptions(&self) -> BrokerResult<Vec<SubscriptionRecord>> {
-        let store = &self.broker.inner.store;
-        let mut out = Vec::new();
-        for topic in store.list_topics().await? {
-            for sub in store.list_subscriptions(&topic.name).await? {
-                if !sub.spec.paused && matches!(sub.spec.kind, SubscriptionKind::Push { .. }) {
-                    out.push(sub);
-                }
-            }
-        }
-        Ok(out)
+        let mut subs = self.broker.inner.store.list_all_subscriptions().await?;
+        subs.retain(|sub| {
+            !sub.spec.paused && matches!(sub.spec.kind, SubscriptionKind::Push { .. })
+        });
+        Ok(subs)
     }
 
     /// Drains one subscription, then says when its queue next has something due.

@@ -139,6 +139,7 @@ macro_rules! store_conformance_tests {
             // topics
             topic_crud_round_trips,
             subscription_crud_with_its_queue,
+            all_subscriptions_are_listed_by_topic_and_name,
             pause_flag_and_filter_round_trip,
             publish_fans_out_atomically,
             duplicate_event_inside_window_is_not_fanned_out_again,

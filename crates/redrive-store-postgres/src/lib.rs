@@ -642,6 +642,10 @@ impl Store for PostgresStore {
         read!(self, |db| topics::list_subscriptions(db, topic))
     }
 
+    async fn list_all_subscriptions(&self) -> StoreResult<Vec<SubscriptionRecord>> {
+        read!(self, |db| topics::list_all_subscriptions(db))
+    }
+
     async fn update_subscription(
         &self,
         topic: &EntityName,

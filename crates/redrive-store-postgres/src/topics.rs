@@ -374,3 +374,14 @@ pub(crate) async fn list_subscriptions(
     get_topic(db, topic).await?;
     subs_of(db, topic).await
 }
+
+pub(crate) async fn list_all_subscriptions(db: &Db<'_>) -> StoreResult<Vec<SubscriptionRecord>> {
+    let rows = db
+        .query(
+            "SELECT topic, name, queue, spec, version, created_at, updated_at \
+             FROM subscriptions ORDER BY topic, name",
+            &[],
+        )
+        .await?;
+    rows.iter().map(sub_record).collect()
+}

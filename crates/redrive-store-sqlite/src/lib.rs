@@ -536,6 +536,10 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn list_all_subscriptions(&self) -> StoreResult<Vec<SubscriptionRecord>> {
+        self.readers.read(topics::list_all_subscriptions).await
+    }
+
     async fn update_subscription(
         &self,
         topic: &EntityName,

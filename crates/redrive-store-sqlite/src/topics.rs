@@ -396,3 +396,13 @@ pub(crate) fn list_subscriptions(
     }
     subs_of(conn, topic)
 }
+
+pub(crate) fn list_all_subscriptions(conn: &Connection) -> StoreResult<Vec<SubscriptionRecord>> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {SUB_COLS} FROM subscriptions ORDER BY topic, name"
+        ))
+        .db()?;
+    let rows = stmt.query_map([], sub_row).db()?;
+    rows.map(|r| r.db().and_then(sub_record)).collect()
+}

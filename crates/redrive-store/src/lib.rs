@@ -269,6 +269,10 @@ pub trait Store: Send + Sync + 'static {
     /// The subscriptions of a topic, by name. `TopicNotFound` if there is no such topic.
     async fn list_subscriptions(&self, topic: &EntityName) -> StoreResult<Vec<SubscriptionRecord>>;
 
+    /// Every subscription of every topic, by topic and name, in one read (the push
+    /// dispatcher's look at what to deliver, whatever the number of topics).
+    async fn list_all_subscriptions(&self) -> StoreResult<Vec<SubscriptionRecord>>;
+
     /// Pauses/resumes a subscription or replaces its filter; bumps its version.
     async fn update_subscription(
         &self,

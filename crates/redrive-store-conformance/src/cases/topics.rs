@@ -152,6 +152,43 @@ pub async fn subscription_crud_with_its_queue(t: &TestStore) {
     assert_err!(t.s().get_queue(&q).await, StoreError::QueueNotFound { .. });
 }
 
+/// One read lists the subscriptions of every topic, by topic and then name; a topic
+/// deleted with its subscriptions takes them out of the list.
+pub async fn all_subscriptions_are_listed_by_topic_and_name(t: &TestStore) {
+    assert!(t.s().list_all_subscriptions().await.unwrap().is_empty());
+    let orders = topic(t, "orders", 0).await;
+    let audit = topic(t, "audit", 0).await;
+    topic(t, "empty", 0).await;
+    sub(t, &orders, "shipping").await;
+    sub(t, &orders, "billing").await;
+    sub(t, &audit, "archive").await;
+    let all = t.s().list_all_subscriptions().await.unwrap();
+    let keys: Vec<(&str, &str)> = all
+        .iter()
+        .map(|s| (s.topic.as_str(), s.name.as_str()))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("audit", "archive"),
+            ("orders", "billing"),
+            ("orders", "shipping")
+        ]
+    );
+    assert_eq!(all[1].queue, name("orders.billing"));
+    assert_eq!(all[1].spec, pull_spec());
+    t.s().delete_topic(&orders, true).await.unwrap();
+    let left: Vec<String> = t
+        .s()
+        .list_all_subscriptions()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| format!("{}/{}", s.topic, s.name))
+        .collect();
+    assert_eq!(left, ["audit/archive"]);
+}
+
 pub async fn pause_flag_and_filter_round_trip(t: &TestStore) {
     let tp = topic(t, "orders", 0).await;
     sub(t, &tp, "audit").await;
