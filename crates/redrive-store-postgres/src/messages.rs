@@ -3,6 +3,7 @@
 //! finds (and row-locks) candidate rows and stores the outcome, batched per statement.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, PoisonError};
 
 use redrive_core::machine::{self, Refusal, Step};
 use redrive_core::{EntityName, MessageMeta, MessageState, Timestamp};
@@ -466,15 +467,14 @@ pub(crate) async fn receive(db: &Db<'_>, p: &ReceiveParams) -> StoreResult<Recei
     // first flight; when nothing is due (the usual case) the candidates are this
     // receive's, otherwise the due rows are settled first and the candidates looked for
     // again. The candidates' look starts at the queue's receive floor when there is one.
-    let floor = std::sync::Mutex::new(None::<i64>);
+    // (A mutex, not a cell: the closure runs inside a future that must be Send.)
+    let floor = Mutex::new(None::<i64>);
     let (q, first) = queue_with(db, &p.queue, |q| {
         if p.session.is_none() && !q.policy.requires_session && !q.policy.group_ordering && max > 0
         {
             let sweep = limit(RECEIVE_SWEEP_LIMIT + 1);
             let from = q.floor.next();
-            *floor
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = from;
+            *floor.lock().unwrap_or_else(PoisonError::into_inner) = from;
             let candidates: (&'static str, Owned) = match from {
                 Some(due) => (
                     RECEIVE_CANDIDATES_FROM,
@@ -508,7 +508,7 @@ pub(crate) async fn receive(db: &Db<'_>, p: &ReceiveParams) -> StoreResult<Recei
     .await?;
     let bounded = floor
         .into_inner()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .unwrap_or_else(PoisonError::into_inner)
         .is_some();
     if let [locks, expired, candidates] = first.as_slice()
         && locks.is_empty()

@@ -144,21 +144,15 @@ mod tests {
     }
 
     #[test]
-    fn this_process_has_a_cpu_time() {
+    fn marks_read_this_process_and_figures_are_per_message() {
         let watch = CpuWatch {
             server: None,
             postgres: false,
         };
-        let a = watch.mark();
-        // Burn a little CPU so the figure can move.
-        let mut x = 0u64;
-        for i in 0..20_000_000u64 {
-            x = x.wrapping_mul(31).wrapping_add(i);
-        }
-        std::hint::black_box(x);
-        let b = watch.mark();
+        let (a, b) = (watch.mark(), watch.mark());
         let (a, b) = (a.client.unwrap(), b.client.unwrap());
         assert!(b >= a, "{a} {b}");
+        assert!(a.is_finite() && a >= 0.0, "{a}");
         let mut r = Report::new("t", "q");
         watch.report(
             &mut r,
@@ -177,5 +171,18 @@ mod tests {
         );
         assert_eq!(r.json()["publish_cpu_client"], serde_json::json!(500.0));
         assert!(r.json().get("publish_cpu_server").is_none());
+        // A process that could not be read gives no figure rather than a wrong one.
+        let postgres = CpuWatch {
+            server: None,
+            postgres: true,
+        };
+        let unread = CpuMark {
+            client: Some(1.0),
+            server: None,
+            postgres: None,
+        };
+        postgres.report(&mut r, "consume", unread, unread, 1_000);
+        assert_eq!(r.json()["consume_cpu_postgres"], Value::Null);
+        assert_eq!(r.json()["consume_cpu_client"], serde_json::json!(0.0));
     }
 }

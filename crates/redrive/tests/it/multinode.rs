@@ -33,6 +33,13 @@ fn node(store: &str, dir: &std::path::Path) -> Server {
     })
 }
 
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
 async fn post(http: &reqwest::Client, url: String, body: Value) -> Option<(u16, Value)> {
     let r = http.post(url).json(&body).send().await.ok()?;
     let status = r.status().as_u16();
@@ -46,10 +53,7 @@ async fn three_nodes_share_one_database_through_a_node_crash() {
     let dir = tempfile::tempdir().unwrap();
     let mut nodes: Vec<Server> = (0..3).map(|_| node(&store, dir.path())).collect();
     let urls: Vec<String> = nodes.iter().map(|n| n.url.clone()).collect();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let http = http_client();
 
     let (st, v) = post(
         &http,
@@ -306,10 +310,7 @@ async fn a_node_keeps_to_its_pool_size() {
     let store = format!("{store}&pool_size=2&application_name={app}");
     let dir = tempfile::tempdir().unwrap();
     let node = node(&store, dir.path());
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let http = http_client();
     let (st, v) = post(
         &http,
         format!("{}/v1/queues", node.url),
@@ -349,13 +350,12 @@ async fn a_node_keeps_to_its_pool_size() {
         most <= 2 + 2,
         "pool_size=2 but the node had {most} sessions"
     );
-    let (st, v) = http
+    let r = http
         .get(format!("{}/v1/queues/pooled", node.url))
         .send()
         .await
-        .map(|r| (r.status().as_u16(), r))
         .unwrap();
-    assert_eq!(st, 200);
-    let q: Value = v.json().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let q: Value = r.json().await.unwrap();
     assert_eq!(q["counts"]["active"], 64 * 20, "{q}");
 }
