@@ -16,7 +16,11 @@
 //! - [`id`]: generated identifiers, lock tokens and the replay-count suffix of message ids.
 //! - [`digest`]: the SHA-256 digest kept with every dead letter.
 //! - [`sqs`]: the SQS-only queue attributes kept in the policy's optional `sqs` section.
+//! - [`access`]: roles, grants and the permission table of every operation.
+//! - [`audit`]: the hash chain of the audit log.
 
+pub mod access;
+pub mod audit;
 pub mod clock;
 pub mod dead_letter;
 pub mod digest;

@@ -138,6 +138,19 @@ pub enum StoreError {
         /// Events on its queue.
         messages: u64,
     },
+    /// A token with that name (among tokens not revoked), id, secret or SQS access key
+    /// exists already.
+    #[error("a token named {name:?} (or with the same id, secret or SQS access key) exists")]
+    TokenExists {
+        /// The name asked for.
+        name: String,
+    },
+    /// No token with that id.
+    #[error("token {id:?} does not exist")]
+    TokenNotFound {
+        /// The id asked for.
+        id: String,
+    },
     /// Transient: the backend is busy or unreachable. Retrying may succeed; nothing was
     /// acknowledged.
     #[error("storage unavailable: {source}")]
@@ -186,11 +199,13 @@ impl StoreError {
             | StoreError::MessageNotFound { .. }
             | StoreError::DeadLetterNotFound { .. }
             | StoreError::TopicNotFound { .. }
-            | StoreError::SubscriptionNotFound { .. } => StoreErrorKind::NotFound,
+            | StoreError::SubscriptionNotFound { .. }
+            | StoreError::TokenNotFound { .. } => StoreErrorKind::NotFound,
             StoreError::TopicExists { .. }
             | StoreError::TopicHasSubscriptions { .. }
             | StoreError::SubscriptionExists { .. }
-            | StoreError::SubscriptionNotEmpty { .. } => StoreErrorKind::Conflict,
+            | StoreError::SubscriptionNotEmpty { .. }
+            | StoreError::TokenExists { .. } => StoreErrorKind::Conflict,
             StoreError::QueueExists { .. }
             | StoreError::QueueNotEmpty { .. }
             | StoreError::VersionConflict { .. }

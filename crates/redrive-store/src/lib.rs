@@ -14,10 +14,12 @@
 //! free to share one commit among concurrent calls (group commit); a later issue adds
 //! multi-operation transactions on top of the same mechanism.
 
+mod access;
 pub mod dead_letter;
 mod error;
 mod types;
 
+pub use access::*;
 pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use types::*;
 
@@ -229,6 +231,42 @@ pub trait Store: Send + Sync + 'static {
         let _ = (name, holder, ttl_ms, now);
         Ok(true)
     }
+
+    // ---- access: tokens and the audit log ------------------------------------------
+
+    /// Stores a new token. `TokenExists` if a token that is not revoked has the same name,
+    /// or any token has the same id, secret hash or SQS access key id.
+    async fn create_token(&self, token: &NewToken, now: Timestamp) -> StoreResult<TokenRecord>;
+
+    /// Every token, revoked ones too, by creation time.
+    async fn list_tokens(&self) -> StoreResult<Vec<TokenRecord>>;
+
+    /// The token whose secret hashes to `secret_hash` (revoked or not: the caller checks
+    /// [`TokenRecord::is_active`]).
+    async fn find_token(&self, secret_hash: &str) -> StoreResult<Option<TokenRecord>>;
+
+    /// The token bound to an SQS access key id (revoked or not).
+    async fn find_token_by_sqs_key(&self, access_key_id: &str) -> StoreResult<Option<TokenRecord>>;
+
+    /// Revokes a token at `now` (revoking a revoked token keeps its first revocation
+    /// time). `TokenNotFound` if there is no such id.
+    async fn revoke_token(&self, id: &str, now: Timestamp) -> StoreResult<TokenRecord>;
+
+    /// Appends entries to the audit log in order, in one transaction: each gets the next
+    /// `seq` and is chained to the entry before it with `redrive_core::audit::entry_hash`
+    /// (the first entry ever to `GENESIS_HASH`). Entries appended by several processes at
+    /// once form one chain (the backend serializes appends).
+    async fn append_audit(&self, entries: &[AuditFields]) -> StoreResult<Vec<AuditEntry>>;
+
+    /// A page of the audit log, oldest first, filtered by `query`.
+    async fn list_audit(&self, query: &AuditQuery) -> StoreResult<Vec<AuditEntry>>;
+
+    /// Removes entries older than `before`, keeping at least the newest entry, and in the
+    /// same transaction appends `fields` with its targets extended by
+    /// `through_seq=<n>` and `through_hash=<hash>` of the last removed entry (see
+    /// `redrive_core::audit::PRUNED_ACTION`). Returns how many were removed; removes and
+    /// appends nothing when none is old enough.
+    async fn prune_audit(&self, before: Timestamp, fields: &AuditFields) -> StoreResult<u64>;
 
     // ---- topics and subscriptions --------------------------------------------------
 

@@ -1,0 +1,435 @@
+//! The access model: roles, the scopes they are granted on, the operations they permit,
+//! and the one pure function that decides.
+//!
+//! A token carries grants (`role` on a scope). An operation names the role it needs and
+//! the entity it acts on; [`permits`] answers. Interfaces (the native API, the SQS
+//! endpoint, the CLI through the API) map each request onto one [`Operation`] and ask
+//! here, so the table below is the only place a permission is written down.
+//!
+//! | role | may |
+//! | --- | --- |
+//! | `producer` | send, publish, cancel its scheduled messages |
+//! | `consumer` | receive, settle, renew locks, sessions |
+//! | `operator` | metadata, counts, policies, dead-letter metadata, moves between areas, purges, topics and subscriptions |
+//! | `replayer` | resubmit dead letters, start and cancel move tasks (admit and run replays) |
+//! | `payload-reader` | read payload bytes: peek, dead letters with their bodies |
+//! | `admin` | everything, on every entity: tokens and the audit log too |
+//!
+//! Receiving from a dead-letter store hands out payloads, so it needs `consumer` *and*
+//! `payload-reader` on the entity.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// A role a token can be granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Send and publish.
+    Producer,
+    /// Receive, settle, renew.
+    Consumer,
+    /// Metadata, counts, policies, dead-letter metadata, cases, replay plans.
+    Operator,
+    /// Admit and run replays.
+    Replayer,
+    /// Read payload bytes of messages and dead letters.
+    PayloadReader,
+    /// Everything, everywhere: tokens and the audit log.
+    Admin,
+}
+
+impl Role {
+    /// Every role, in the order of the table above.
+    pub const ALL: [Role; 6] = [
+        Role::Producer,
+        Role::Consumer,
+        Role::Operator,
+        Role::Replayer,
+        Role::PayloadReader,
+        Role::Admin,
+    ];
+
+    /// The role's name on the wire and in the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Producer => "producer",
+            Role::Consumer => "consumer",
+            Role::Operator => "operator",
+            Role::Replayer => "replayer",
+            Role::PayloadReader => "payload-reader",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Role {
+    type Err = AccessError;
+    fn from_str(s: &str) -> Result<Self, AccessError> {
+        Role::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| AccessError::UnknownRole(s.to_owned()))
+    }
+}
+
+/// Where a grant applies.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope {
+    /// Every entity.
+    All,
+    /// One queue or topic, by exact name.
+    Entity(String),
+    /// Every entity whose name starts with the prefix.
+    Prefix(String),
+}
+
+impl Scope {
+    /// Whether the scope covers `entity`.
+    pub fn covers(&self, entity: &str) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Entity(e) => e == entity,
+            Scope::Prefix(p) => entity.starts_with(p.as_str()),
+        }
+    }
+}
+
+/// Longest entity name or prefix a grant may name (entity names are at most 260).
+const MAX_SCOPE_LEN: usize = 260;
+
+/// A role on a scope. Text form: `role` (every entity), `role:name` (one entity),
+/// `role:prefix*` (every entity whose name starts with `prefix`); `role:*` is `role`.
+/// `admin` is granted on every entity only.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Grant {
+    /// The role.
+    pub role: Role,
+    /// Where it applies.
+    pub scope: Scope,
+}
+
+impl Grant {
+    /// `role` on every entity.
+    pub fn all(role: Role) -> Self {
+        Grant {
+            role,
+            scope: Scope::All,
+        }
+    }
+}
+
+impl fmt::Display for Grant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.scope {
+            Scope::All => write!(f, "{}", self.role),
+            Scope::Entity(e) => write!(f, "{}:{e}", self.role),
+            Scope::Prefix(p) => write!(f, "{}:{p}*", self.role),
+        }
+    }
+}
+
+impl FromStr for Grant {
+    type Err = AccessError;
+    fn from_str(s: &str) -> Result<Self, AccessError> {
+        let (role, scope) = match s.split_once(':') {
+            None => (s, None),
+            Some((r, sc)) => (r, Some(sc)),
+        };
+        let role: Role = role.parse()?;
+        let scope = match scope {
+            None | Some("*") => Scope::All,
+            Some(sc) => {
+                if sc.is_empty() || sc.len() > MAX_SCOPE_LEN {
+                    return Err(AccessError::BadScope(s.to_owned()));
+                }
+                let (name, prefix) = match sc.strip_suffix('*') {
+                    Some(p) => (p, true),
+                    None => (sc, false),
+                };
+                let ok = !name.is_empty()
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+                if !ok {
+                    return Err(AccessError::BadScope(s.to_owned()));
+                }
+                if prefix {
+                    Scope::Prefix(name.to_owned())
+                } else {
+                    Scope::Entity(name.to_owned())
+                }
+            }
+        };
+        if role == Role::Admin && scope != Scope::All {
+            return Err(AccessError::ScopedAdmin);
+        }
+        Ok(Grant { role, scope })
+    }
+}
+
+impl Serialize for Grant {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Grant {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A grant, role or scope that cannot be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    /// Not one of the roles.
+    #[error(
+        "unknown role {0:?} (expected producer, consumer, operator, replayer, payload-reader or admin)"
+    )]
+    UnknownRole(String),
+    /// A scope that is empty, too long, or not an entity name (with an optional `*`).
+    #[error("invalid grant {0:?}: the scope must be an entity name or a name prefix ending in *")]
+    BadScope(String),
+    /// `admin` is granted on every entity only.
+    #[error("admin is granted on every entity only (write `admin`)")]
+    ScopedAdmin,
+}
+
+/// Every operation the interfaces perform, each needing one role (or, for a dead-letter
+/// receive, two). The entity an operation acts on is passed to [`permits`] beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// Send messages to a queue.
+    Send,
+    /// Publish events to a topic.
+    Publish,
+    /// Cancel a scheduled message.
+    CancelScheduled,
+    /// Receive with a lock (messages, deferred messages).
+    Receive,
+    /// Complete, abandon, defer, dead-letter, renew.
+    Settle,
+    /// Accept, renew, release a session.
+    Session,
+    /// Peek (browse) messages: their payloads.
+    Peek,
+    /// Read an entity's metadata, policy and counts; list entities.
+    ReadMetadata,
+    /// Create a queue or topic.
+    CreateEntity,
+    /// Change a policy (queue attributes, subscription filter or state, tags).
+    UpdatePolicy,
+    /// Delete a queue, topic or subscription.
+    DeleteEntity,
+    /// Remove every message of a queue.
+    Purge,
+    /// Create a subscription.
+    CreateSubscription,
+    /// Dead-letter records without their payloads.
+    ReadDeadLetterMetadata,
+    /// Dead-letter records with their payloads (show with body, export).
+    ReadDeadLetterPayload,
+    /// Peek-lock receive and settle from a dead-letter store (payloads handed out).
+    ConsumeDeadLetters,
+    /// Move a record between the areas of a dead-letter store.
+    MoveDeadLetter,
+    /// Resubmit a dead letter to its source, start or cancel a move task.
+    Replay,
+    /// List move tasks.
+    ReadReplays,
+    /// Server metrics of every entity.
+    ReadMetrics,
+    /// Create, list, revoke tokens.
+    ManageTokens,
+    /// Read and verify the audit log.
+    ReadAudit,
+}
+
+impl Operation {
+    /// The roles the operation needs on its entity (all of them). `admin` permits
+    /// everything whatever this says.
+    pub fn requires(self) -> &'static [Role] {
+        use Operation::*;
+        match self {
+            Send | Publish | CancelScheduled => &[Role::Producer],
+            Receive | Settle | Session => &[Role::Consumer],
+            Peek | ReadDeadLetterPayload => &[Role::PayloadReader],
+            ConsumeDeadLetters => &[Role::Consumer, Role::PayloadReader],
+            ReadMetadata
+            | CreateEntity
+            | UpdatePolicy
+            | DeleteEntity
+            | Purge
+            | CreateSubscription
+            | ReadDeadLetterMetadata
+            | MoveDeadLetter
+            | ReadReplays
+            | ReadMetrics => &[Role::Operator],
+            Replay => &[Role::Replayer],
+            ManageTokens | ReadAudit => &[Role::Admin],
+        }
+    }
+
+    /// Whether the operation acts on every entity at once (metrics, tokens, the audit
+    /// log): only an unscoped grant permits it.
+    pub fn is_global(self) -> bool {
+        matches!(
+            self,
+            Operation::ReadMetrics | Operation::ManageTokens | Operation::ReadAudit
+        )
+    }
+}
+
+/// Whether `grants` permit `op` on `entity` (`None` for operations that act on no single
+/// entity, such as listing: then any grant of the needed roles permits it, and the
+/// caller filters what it returns with [`visible`]).
+pub fn permits(grants: &[Grant], op: Operation, entity: Option<&str>) -> bool {
+    if grants.iter().any(|g| g.role == Role::Admin) {
+        return true;
+    }
+    op.requires().iter().all(|role| {
+        grants.iter().any(|g| {
+            g.role == *role
+                && if op.is_global() {
+                    g.scope == Scope::All
+                } else {
+                    entity.is_none_or(|e| g.scope.covers(e))
+                }
+        })
+    })
+}
+
+/// Whether `grants` let the holder see that `entity` exists (any grant covering it): what
+/// a listing returns.
+pub fn visible(grants: &[Grant], entity: &str) -> bool {
+    grants
+        .iter()
+        .any(|g| g.role == Role::Admin || g.scope.covers(entity))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(s: &str) -> Grant {
+        s.parse().expect("valid grant")
+    }
+
+    #[test]
+    fn grants_parse_and_print_round_trip() {
+        for s in [
+            "producer",
+            "consumer:orders",
+            "operator:orders.*",
+            "payload-reader:a-b_c.d",
+            "admin",
+        ] {
+            assert_eq!(g(s).to_string(), s);
+        }
+        assert_eq!(g("replayer:*"), Grant::all(Role::Replayer));
+        assert_eq!(g("operator:orders*").scope, Scope::Prefix("orders".into()));
+    }
+
+    #[test]
+    fn bad_grants_are_refused() {
+        assert!(matches!(
+            "owner".parse::<Grant>(),
+            Err(AccessError::UnknownRole(_))
+        ));
+        for s in ["producer:", "producer:a b", "producer:*x", "consumer:a/b"] {
+            assert!(
+                matches!(s.parse::<Grant>(), Err(AccessError::BadScope(_))),
+                "{s}"
+            );
+        }
+        let long = format!("producer:{}", "a".repeat(MAX_SCOPE_LEN + 1));
+        assert!(long.parse::<Grant>().is_err());
+        assert_eq!(
+            "admin:orders".parse::<Grant>(),
+            Err(AccessError::ScopedAdmin)
+        );
+    }
+
+    #[test]
+    fn scopes_cover_exact_names_and_prefixes() {
+        let orders = [g("producer:orders")];
+        assert!(permits(&orders, Operation::Send, Some("orders")));
+        assert!(!permits(&orders, Operation::Send, Some("orders2")));
+        let pre = [g("producer:orders*")];
+        assert!(permits(&pre, Operation::Send, Some("orders2")));
+        assert!(!permits(&pre, Operation::Send, Some("order")));
+    }
+
+    #[test]
+    fn each_role_permits_its_operations_only() {
+        use Operation::*;
+        let ops = [
+            Send,
+            Publish,
+            CancelScheduled,
+            Receive,
+            Settle,
+            Session,
+            Peek,
+            ReadMetadata,
+            CreateEntity,
+            UpdatePolicy,
+            DeleteEntity,
+            Purge,
+            CreateSubscription,
+            ReadDeadLetterMetadata,
+            ReadDeadLetterPayload,
+            ConsumeDeadLetters,
+            MoveDeadLetter,
+            Replay,
+            ReadReplays,
+            ReadMetrics,
+            ManageTokens,
+            ReadAudit,
+        ];
+        for role in Role::ALL {
+            let grants = [Grant::all(role)];
+            for op in ops {
+                let expected =
+                    role == Role::Admin || (op != ConsumeDeadLetters && op.requires() == [role]);
+                assert_eq!(
+                    permits(&grants, op, Some("q")),
+                    expected,
+                    "{role} on {op:?}"
+                );
+            }
+        }
+        let both = [g("consumer:q"), g("payload-reader:q")];
+        assert!(permits(&both, ConsumeDeadLetters, Some("q")));
+        assert!(!permits(&both, ConsumeDeadLetters, Some("r")));
+    }
+
+    #[test]
+    fn global_operations_need_an_unscoped_grant() {
+        assert!(!permits(
+            &[g("operator:q")],
+            Operation::ReadMetrics,
+            Some("q")
+        ));
+        assert!(permits(&[g("operator")], Operation::ReadMetrics, None));
+    }
+
+    #[test]
+    fn listing_shows_only_covered_entities() {
+        let grants = [g("consumer:a*")];
+        assert!(visible(&grants, "ab"));
+        assert!(!visible(&grants, "b"));
+        assert!(visible(&[g("admin")], "b"));
+        assert!(!visible(&[], "b"));
+    }
+}
