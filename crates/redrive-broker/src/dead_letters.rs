@@ -1,5 +1,6 @@
-//! The dead-letter store of a queue. Operator actions take an [`Actor`]: they are logged
-//! with it now and audited later.
+//! The dead-letter store of a queue. Operator actions take an [`Actor`] and are audited:
+//! payload reads (show, receive) are recorded before the payload is handed out, and every
+//! decision (settle, resubmit, move) with its outcome.
 
 use redrive_core::{Area, EntityName, Timestamp};
 use redrive_store::{DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Enqueued};
@@ -73,8 +74,17 @@ impl Broker {
         actor: &Actor,
     ) -> BrokerResult<DeadLetterRecord> {
         let name: EntityName = queue.parse()?;
-        let rec = self.inner.store.get_dead_letter(&name, id).await?;
-        tracing::info!(queue = %name, dead_letter_id = id, actor = %actor.0, "dead letter read");
+        let rec = self.inner.store.get_dead_letter(&name, id).await;
+        let rec = self
+            .audited(
+                actor,
+                "dead_letter.read",
+                Some(name.as_str()),
+                vec![id.to_owned()],
+                rec.map_err(Into::into),
+            )
+            .await?;
+        tracing::info!(queue = %name, dead_letter_id = id, actor = %actor.id, "dead letter read");
         Ok(rec)
     }
 
@@ -98,8 +108,21 @@ impl Broker {
             .inner
             .store
             .receive_dead_letters(&name, max, lock_ms, self.now())
+            .await;
+        let ids = got
+            .as_ref()
+            .map(|g| g.iter().map(|d| d.record.id.clone()).collect())
+            .unwrap_or_default();
+        let got = self
+            .audited(
+                actor,
+                "dead_letter.receive",
+                Some(name.as_str()),
+                ids,
+                got.map_err(Into::into),
+            )
             .await?;
-        tracing::info!(queue = %name, count = got.len(), actor = %actor.0, "dead letters received");
+        tracing::info!(queue = %name, count = got.len(), actor = %actor.id, "dead letters received");
         Ok(got)
     }
 
@@ -112,11 +135,26 @@ impl Broker {
         actor: &Actor,
     ) -> BrokerResult<()> {
         let name: EntityName = queue.parse()?;
-        self.inner
+        let r = self
+            .inner
             .store
             .settle_dead_letter(&name, lock_token, complete, self.now())
-            .await?;
-        tracing::info!(queue = %name, complete, actor = %actor.0, "dead letter settled");
+            .await;
+        let action = if complete {
+            "dead_letter.complete"
+        } else {
+            "dead_letter.abandon"
+        };
+        let prefix: String = lock_token.chars().take(12).collect();
+        self.audited(
+            actor,
+            action,
+            Some(name.as_str()),
+            vec![format!("lock={prefix}")],
+            r.map_err(Into::into),
+        )
+        .await?;
+        tracing::info!(queue = %name, complete, actor = %actor.id, "dead letter settled");
         Ok(())
     }
 
@@ -132,12 +170,21 @@ impl Broker {
             .inner
             .store
             .resubmit_dead_letter(&name, id, self.now())
+            .await;
+        let e = self
+            .audited(
+                actor,
+                "dead_letter.resubmit",
+                Some(name.as_str()),
+                vec![id.to_owned()],
+                e.map_err(Into::into),
+            )
             .await?;
         self.inner
             .metrics
             .add(Counter::Resubmitted, name.as_str(), 1);
         tracing::info!(queue = %name, dead_letter_id = id, message_id = %e.message_id,
-            sequence = e.sequence, actor = %actor.0, "dead letter resubmitted");
+            sequence = e.sequence, actor = %actor.id, "dead letter resubmitted");
         self.inner.waiters.wake(name.as_str());
         Ok(e)
     }
@@ -151,8 +198,16 @@ impl Broker {
         actor: &Actor,
     ) -> BrokerResult<()> {
         let name: EntityName = queue.parse()?;
-        self.inner.store.move_dead_letter(&name, id, to).await?;
-        tracing::info!(queue = %name, dead_letter_id = id, area = %to, actor = %actor.0,
+        let r = self.inner.store.move_dead_letter(&name, id, to).await;
+        self.audited(
+            actor,
+            "dead_letter.move",
+            Some(name.as_str()),
+            vec![id.to_owned(), format!("to={to}")],
+            r.map_err(Into::into),
+        )
+        .await?;
+        tracing::info!(queue = %name, dead_letter_id = id, area = %to, actor = %actor.id,
             "dead letter moved");
         Ok(())
     }

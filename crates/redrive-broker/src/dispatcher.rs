@@ -302,6 +302,7 @@ impl Dispatcher {
                     lock_ms: Some(lock_ms),
                     wait_ms: 0,
                     session: None,
+                    until_revoked: None,
                 };
                 match self.broker.receive(sub.queue.as_str(), options).await {
                     Ok(deliveries) => {

@@ -66,6 +66,28 @@ pub enum BrokerError {
          {{\"type\": \"drop\", \"acknowledged\": true}} to accept dropping undeliverable events"
     )]
     DeadLetterDestinationRequired,
+    /// No valid token: missing, malformed, unknown, revoked or expired.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The token's grants do not permit the operation on the entity.
+    #[error("{}", forbidden_text(operation, needs, entity.as_deref()))]
+    Forbidden {
+        /// The operation refused.
+        operation: String,
+        /// The roles it needs.
+        needs: String,
+        /// The entity it was asked on.
+        entity: Option<String>,
+    },
+    /// The token is over its request rate.
+    #[error("too many requests for this token; retry after {retry_after_ms} ms")]
+    RateLimited {
+        /// When a request will be admitted again.
+        retry_after_ms: u64,
+    },
+    /// The token was revoked while the request (a long poll) or task ran.
+    #[error("the token was revoked while the request was running")]
+    TokenRevoked,
     /// The broker is shutting down.
     #[error("the broker is shutting down")]
     ShuttingDown,
@@ -74,7 +96,30 @@ pub enum BrokerError {
     Store(#[from] StoreError),
 }
 
+fn forbidden_text(operation: &str, needs: &str, entity: Option<&str>) -> String {
+    match entity {
+        Some(e) => format!("this token may not do {operation} on {e:?}: it needs {needs} on it"),
+        None => format!("this token may not do {operation}: it needs {needs}"),
+    }
+}
+
 impl BrokerError {
+    /// A short stable name of the error's kind, for audit outcomes (`error:<name>`).
+    pub fn code_hint(&self) -> String {
+        match self {
+            BrokerError::InvalidName(_) => "invalid_name".into(),
+            BrokerError::InvalidPolicy(_) => "invalid_policy".into(),
+            BrokerError::InvalidRequest { .. } => "invalid_request".into(),
+            BrokerError::Unauthenticated(_) => "unauthenticated".into(),
+            BrokerError::Forbidden { .. } => "forbidden".into(),
+            BrokerError::RateLimited { .. } => "rate_limited".into(),
+            BrokerError::TokenRevoked => "token_revoked".into(),
+            BrokerError::ShuttingDown => "shutting_down".into(),
+            BrokerError::Store(s) => format!("{:?}", s.kind()).to_lowercase(),
+            _ => "refused".into(),
+        }
+    }
+
     /// An out-of-range request field.
     pub fn invalid(field: impl Into<String>, why: impl Into<String>) -> Self {
         BrokerError::InvalidRequest {

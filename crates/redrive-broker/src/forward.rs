@@ -115,7 +115,7 @@ impl Broker {
             sub.queue.as_str(),
             id,
             Area::Archived,
-            &Actor("dispatcher".to_owned()),
+            &Actor::system("dispatcher"),
         )
         .await?;
         tracing::info!(

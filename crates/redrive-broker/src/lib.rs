@@ -10,6 +10,8 @@
 //! - [`queues`](Broker::create_queue): queue management.
 //! - `messages`: send, receive with long polling, peek, settle.
 //! - `sessions`: session locks.
+//! - `access`: tokens, authentication, authorization, rate limits, revocation and the
+//!   audit log; audited operations take an [`Actor`].
 //! - `dead_letters`: the dead-letter store; operations take an [`Actor`].
 //! - `sweeper`: the background sweep of lock expiries and TTLs.
 //! - `mover`: message move tasks (dead-letter queue redrive), kept per process.
@@ -19,6 +21,7 @@
 //! - `push_stats`: per-subscription delivery counters and the latency histogram.
 //! - `metrics`: counters and the Prometheus rendering.
 
+mod access;
 mod clock;
 mod dead_letters;
 mod dispatcher;
@@ -37,6 +40,10 @@ mod waiters;
 
 use std::sync::Arc;
 
+pub use access::{
+    AccessSettings, Actor, CreatedToken, DEFAULT_AUDIT_RETENTION_DAYS, RevocationWatch,
+    TOKEN_PREFIX, TokenSpec, looks_like_token, secret_hash,
+};
 pub use clock::SystemClock;
 pub use dead_letters::DeadLetterFilter;
 pub use dispatcher::Dispatcher;
@@ -60,17 +67,6 @@ use redrive_core::Clock;
 use redrive_store::Store;
 use tokio_util::sync::CancellationToken;
 
-/// Who performs an operator action; recorded in logs now and in the audit trail later.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Actor(pub String);
-
-impl Actor {
-    /// An unauthenticated caller of the API.
-    pub fn anonymous() -> Self {
-        Actor("anonymous".to_owned())
-    }
-}
-
 /// The broker: a cheap `Clone` handle.
 #[derive(Clone)]
 pub struct Broker {
@@ -89,11 +85,24 @@ struct Inner {
     moves: mover::MoveTasks,
     /// Topic counters and the endpoint-validation client.
     topics: topics::TopicState,
+    /// How callers are admitted.
+    access_settings: AccessSettings,
+    /// Rate-limit buckets and revocation guards of this node.
+    access: access::AccessState,
 }
 
 impl Broker {
-    /// A broker over `store`, reading time from `clock`.
+    /// A broker over `store`, reading time from `clock`, without authentication.
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
+        Self::with_access(store, clock, AccessSettings::default())
+    }
+
+    /// A broker that admits callers as `access` says.
+    pub fn with_access(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        access: AccessSettings,
+    ) -> Self {
         Broker {
             inner: Arc::new(Inner {
                 store,
@@ -104,6 +113,8 @@ impl Broker {
                 node_id: format!("node-{:016x}", fastrand::u64(..)),
                 moves: mover::MoveTasks::default(),
                 topics: topics::TopicState::default(),
+                access_settings: access,
+                access: access::AccessState::default(),
             }),
         }
     }

@@ -9,8 +9,10 @@ use redrive_store::{
     Settlement, StoredMessage,
 };
 
+use tokio_util::sync::CancellationToken;
+
 use crate::metrics::Counter;
-use crate::{Broker, BrokerError, BrokerResult};
+use crate::{Actor, Broker, BrokerError, BrokerResult};
 
 /// Longest long poll, in milliseconds (as SQS and the issue: 20 s).
 pub const MAX_WAIT_MS: u64 = 20_000;
@@ -49,7 +51,7 @@ pub struct Outgoing {
 }
 
 /// A receive request.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct ReceiveOptions {
     /// At most this many (1 to [`MAX_RECEIVE_BATCH`]).
     pub max: u32,
@@ -59,6 +61,9 @@ pub struct ReceiveOptions {
     pub wait_ms: u64,
     /// The session held, on session queues.
     pub session: Option<SessionRef>,
+    /// Fires when the caller's authority ends (its token revoked: see
+    /// [`Broker::revocation_guard`]); a long poll then ends with `TokenRevoked`.
+    pub until_revoked: Option<CancellationToken>,
 }
 
 fn check_id(field: &str, v: &Option<String>) -> BrokerResult<()> {
@@ -247,9 +252,13 @@ impl Broker {
             .now()
             .plus_millis(i64::try_from(opts.wait_ms).unwrap_or(0));
         let notify = self.inner.waiters.get(name.as_str());
+        let revoked = opts.until_revoked.clone().unwrap_or_default();
         loop {
             if self.inner.shutdown.is_cancelled() {
                 return Ok(Vec::new());
+            }
+            if revoked.is_cancelled() {
+                return Err(BrokerError::TokenRevoked);
             }
             // Register for wake-ups before looking, so a send between the look and the
             // wait is not missed.
@@ -283,6 +292,7 @@ impl Broker {
                 () = &mut notified => {}
                 () = self.inner.clock.sleep_until(wake) => {}
                 () = self.inner.shutdown.cancelled() => return Ok(Vec::new()),
+                () = revoked.cancelled() => return Err(BrokerError::TokenRevoked),
             }
         }
     }
@@ -323,8 +333,26 @@ impl Broker {
         Ok(outcome.deliveries)
     }
 
-    /// Browses messages from a sequence number without locking them.
+    /// Browses messages from a sequence number without locking them: a payload read,
+    /// audited before the payloads are returned.
     pub async fn peek(
+        &self,
+        queue: &str,
+        from_sequence: i64,
+        limit: u32,
+        actor: &Actor,
+    ) -> BrokerResult<Vec<StoredMessage>> {
+        let result = self.peek_unaudited(queue, from_sequence, limit).await;
+        let targets = match &result {
+            Ok(page) => page.iter().map(|m| m.message_id.clone()).collect(),
+            Err(_) => vec![format!("from_sequence={from_sequence}")],
+        };
+        self.audited(actor, "message.peek", Some(queue), targets, result)
+            .await
+    }
+
+    /// [`Broker::peek`] for the broker's own use (purge), which hands no payload out.
+    async fn peek_unaudited(
         &self,
         queue: &str,
         from_sequence: i64,
@@ -344,7 +372,17 @@ impl Broker {
     /// every scheduled one (SQS `PurgeQueue`). Visible messages are taken with a lock and
     /// completed; scheduled ones are cancelled. Messages locked by a receiver stay (their
     /// lock tokens are the receivers'), so do dead letters. Returns how many were removed.
-    pub async fn purge(&self, queue: &str) -> BrokerResult<u64> {
+    pub async fn purge(&self, queue: &str, actor: &Actor) -> BrokerResult<u64> {
+        let result = self.purge_unaudited(queue).await;
+        let targets = match &result {
+            Ok(n) => vec![format!("removed={n}")],
+            Err(_) => Vec::new(),
+        };
+        self.audited(actor, "queue.purge", Some(queue), targets, result)
+            .await
+    }
+
+    async fn purge_unaudited(&self, queue: &str) -> BrokerResult<u64> {
         let name: EntityName = queue.parse()?;
         let record = self.inner.store.get_queue(&name).await?;
         let mut removed = 0u64;
@@ -358,6 +396,7 @@ impl Broker {
                             lock_ms: Some(policy::MAX_LOCK_MS),
                             wait_ms: 0,
                             session: None,
+                            until_revoked: None,
                         },
                         LockBounds::Native,
                     )
@@ -379,7 +418,7 @@ impl Broker {
         let now = self.now();
         let mut from = 1;
         loop {
-            let page = self.peek(queue, from, MAX_RECEIVE_BATCH).await?;
+            let page = self.peek_unaudited(queue, from, MAX_RECEIVE_BATCH).await?;
             let Some(last) = page.last() else { break };
             from = last.sequence + 1;
             for m in &page {

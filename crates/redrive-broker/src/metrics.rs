@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use redrive_store::{Effects, QueueCounts};
 
@@ -68,10 +69,34 @@ impl Counter {
     ];
 }
 
-/// Counters keyed by (counter, queue, reason).
+/// A counter without labels.
+#[derive(Default)]
+pub(crate) struct Plain(AtomicU64);
+
+impl Plain {
+    pub(crate) fn inc(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Counters keyed by (counter, queue, reason), and the unlabelled ones.
 #[derive(Default)]
 pub(crate) struct Metrics {
     counters: Mutex<BTreeMap<(Counter, String, String), u64>>,
+    /// Audit entries written.
+    pub(crate) audit_entries: Plain,
+    /// Audit entries that could not be written.
+    pub(crate) audit_failures: Plain,
+    /// Requests refused for want of a valid token.
+    pub(crate) unauthenticated: Plain,
+    /// Requests refused by the permission table.
+    pub(crate) forbidden: Plain,
+    /// Requests refused by a token's rate limit.
+    pub(crate) rate_limited: Plain,
 }
 
 impl Metrics {
@@ -142,6 +167,38 @@ impl Metrics {
                     );
                 }
             }
+        }
+        let plain: [(&str, &str, &Plain); 5] = [
+            (
+                "redrive_audit_entries_total",
+                "Audit entries written.",
+                &self.audit_entries,
+            ),
+            (
+                "redrive_audit_failures_total",
+                "Audited acts whose audit entry could not be written.",
+                &self.audit_failures,
+            ),
+            (
+                "redrive_requests_unauthenticated_total",
+                "Requests refused for want of a valid token.",
+                &self.unauthenticated,
+            ),
+            (
+                "redrive_requests_forbidden_total",
+                "Requests refused because the token lacks the role.",
+                &self.forbidden,
+            ),
+            (
+                "redrive_requests_rate_limited_total",
+                "Requests refused by a token's rate limit.",
+                &self.rate_limited,
+            ),
+        ];
+        for (name, help, c) in plain {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            let _ = writeln!(out, "{name} {}", c.get());
         }
         let gauge_defs: [Gauge; 5] = [
             (

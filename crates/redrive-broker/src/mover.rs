@@ -22,7 +22,7 @@ use redrive_core::{PropertyValue, Timestamp};
 use redrive_store::{Delivery, SettleAction, Settlement, StoredMessage};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Broker, BrokerError, Outgoing, ReceiveOptions};
+use crate::{Actor, Broker, BrokerError, Outgoing, ReceiveOptions};
 
 /// Highest move rate a task may ask for (messages per second).
 pub const MAX_MOVE_RATE: u32 = 500;
@@ -42,7 +42,13 @@ pub struct MoveSpec {
     pub destination: Option<String>,
     /// At most this many per second (1 to [`MAX_MOVE_RATE`]); `None`: as fast as it goes.
     pub max_per_second: Option<u32>,
+    /// Who started it: the task runs on this actor's authority and fails with
+    /// `authorization_revoked` when its token is revoked.
+    pub owner: Actor,
 }
+
+/// The failure reason of a task whose owner's token was revoked while it ran.
+pub const AUTHORIZATION_REVOKED: &str = "authorization_revoked";
 
 /// The status of a move task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +151,24 @@ impl MoveTasks {
 impl Broker {
     /// Starts a move task; refused while another task of the same source is active.
     pub async fn start_move_task(&self, spec: MoveSpec) -> Result<MoveTask, MoveError> {
+        let owner = spec.owner.clone();
+        let source = spec.source.clone();
+        let result = self.start_move_task_inner(spec).await;
+        let targets = match &result {
+            Ok(t) => vec![t.handle.clone()],
+            Err(_) => Vec::new(),
+        };
+        let outcome = match &result {
+            Ok(_) => "ok".to_owned(),
+            Err(MoveError::Broker(e)) => format!("error:{}", e.code_hint()),
+            Err(_) => "error:refused".to_owned(),
+        };
+        self.audit(&owner, "move_task.start", Some(&source), targets, &outcome)
+            .await?;
+        result
+    }
+
+    async fn start_move_task_inner(&self, spec: MoveSpec) -> Result<MoveTask, MoveError> {
         if let Some(r) = spec.max_per_second
             && !(1..=MAX_MOVE_RATE).contains(&r)
         {
@@ -205,9 +229,11 @@ impl Broker {
         tracing::info!(handle = %task.handle, source = %spec.source,
             destination = ?spec.destination, rate = ?spec.max_per_second,
             to_move = task.to_move, "message move task started");
+        // Revoking the owner's token stops the task at once.
+        let guard = self.revocation_guard(&spec.owner);
         let broker = self.clone();
         let handle = task.handle.clone();
-        tokio::spawn(async move { broker.run_move(handle, spec, cancel).await });
+        tokio::spawn(async move { broker.run_move(handle, spec, cancel, guard).await });
         Ok(task)
     }
 
@@ -225,7 +251,28 @@ impl Broker {
     }
 
     /// Asks a running task to stop; answers the task as it is now (status `CANCELLING`).
-    pub fn cancel_move_task(&self, handle: &str) -> Result<MoveTask, MoveError> {
+    pub async fn cancel_move_task(
+        &self,
+        handle: &str,
+        actor: &Actor,
+    ) -> Result<MoveTask, MoveError> {
+        let result = self.cancel_move_task_inner(handle);
+        let (entity, outcome) = match &result {
+            Ok(t) => (Some(t.spec.source.clone()), "ok"),
+            Err(_) => (None, "error:refused"),
+        };
+        self.audit(
+            actor,
+            "move_task.cancel",
+            entity.as_deref(),
+            vec![handle.chars().take(64).collect()],
+            outcome,
+        )
+        .await?;
+        result
+    }
+
+    fn cancel_move_task_inner(&self, handle: &str) -> Result<MoveTask, MoveError> {
         self.inner.moves.with(|entries| {
             let Some(e) = entries.iter_mut().find(|e| e.task.handle == handle) else {
                 return Err(MoveError::NotFound(handle.to_owned()));
@@ -240,21 +287,61 @@ impl Broker {
         })
     }
 
-    async fn run_move(&self, handle: String, spec: MoveSpec, cancel: CancellationToken) {
-        let result = self.move_loop(&handle, &spec, &cancel).await;
+    async fn run_move(
+        &self,
+        handle: String,
+        spec: MoveSpec,
+        cancel: CancellationToken,
+        revoked: CancellationToken,
+    ) {
+        let stop = cancel.child_token();
+        let result = tokio::select! {
+            r = self.move_loop(&handle, &spec, &stop) => r,
+            () = revoked.cancelled() => Err(AUTHORIZATION_REVOKED.to_owned()),
+        };
+        // A revocation that lands between batches ends the loop through the select; one
+        // noticed only after the loop ended still counts as the reason it stopped.
+        let result = if revoked.is_cancelled() {
+            Err(AUTHORIZATION_REVOKED.to_owned())
+        } else {
+            result
+        };
         let shut_down = self.inner.shutdown.is_cancelled();
-        self.inner.moves.update(&handle, |t| match result {
-            Err(reason) => {
-                t.status = MoveStatus::Failed;
-                t.failure = Some(reason);
+        let mut end = None;
+        self.inner.moves.update(&handle, |t| {
+            match result {
+                Err(reason) => {
+                    t.status = MoveStatus::Failed;
+                    t.failure = Some(reason);
+                }
+                Ok(()) if t.status == MoveStatus::Cancelling => t.status = MoveStatus::Cancelled,
+                Ok(()) if shut_down => {
+                    t.status = MoveStatus::Failed;
+                    t.failure = Some("the broker shut down".to_owned());
+                }
+                Ok(()) => t.status = MoveStatus::Completed,
             }
-            Ok(()) if t.status == MoveStatus::Cancelling => t.status = MoveStatus::Cancelled,
-            Ok(()) if shut_down => {
-                t.status = MoveStatus::Failed;
-                t.failure = Some("the broker shut down".to_owned());
-            }
-            Ok(()) => t.status = MoveStatus::Completed,
+            end = Some((t.status, t.moved, t.failure.clone()));
         });
+        if let Some((status, moved, failure)) = end {
+            let mut targets = vec![handle.clone(), format!("moved={moved}")];
+            if let Some(f) = failure {
+                targets.push(format!("failure={f}"));
+            }
+            let outcome = status.as_str().to_ascii_lowercase();
+            if let Err(e) = self
+                .audit(
+                    &spec.owner,
+                    "move_task.end",
+                    Some(&spec.source),
+                    targets,
+                    &outcome,
+                )
+                .await
+            {
+                tracing::error!(error = %e, handle, "audit entry of a move task's end not written");
+            }
+        }
         tracing::info!(handle, "message move task ended");
     }
 
@@ -294,6 +381,7 @@ impl Broker {
                         lock_ms: Some(MOVE_LOCK_MS),
                         wait_ms: 0,
                         session: None,
+                        until_revoked: None,
                     },
                 )
                 .await

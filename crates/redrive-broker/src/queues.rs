@@ -3,7 +3,7 @@
 use redrive_core::{EntityName, QueuePolicy};
 use redrive_store::{QueueCounts, QueueRecord};
 
-use crate::{Broker, BrokerError, BrokerResult};
+use crate::{Actor, Broker, BrokerError, BrokerResult};
 
 /// A queue with its live counts.
 #[derive(Debug, Clone)]
@@ -37,14 +37,27 @@ impl Broker {
         name: &str,
         policy: QueuePolicy,
         expected_version: Option<u64>,
+        actor: &Actor,
     ) -> BrokerResult<QueueRecord> {
         let name: EntityName = name.parse()?;
-        self.refuse_subscription_queue(&name).await?;
-        self.check_policy(&name, &policy).await?;
-        let rec = self
-            .inner
-            .store
-            .update_queue(&name, &policy, expected_version, self.now())
+        let result = async {
+            self.refuse_subscription_queue(&name).await?;
+            self.check_policy(&name, &policy).await?;
+            Ok(self
+                .inner
+                .store
+                .update_queue(&name, &policy, expected_version, self.now())
+                .await?)
+        }
+        .await;
+        let rec: QueueRecord = self
+            .audited(
+                actor,
+                "queue.update",
+                Some(name.as_str()),
+                Vec::new(),
+                result,
+            )
             .await?;
         tracing::info!(queue = %name, policy_version = rec.policy_version, "queue policy updated");
         // A shorter backoff or a new policy may make messages receivable sooner.
@@ -146,10 +159,20 @@ impl Broker {
 
     /// Deletes a queue; without `force` only when it holds no messages or live dead
     /// letters.
-    pub async fn delete_queue(&self, name: &str, force: bool) -> BrokerResult<()> {
+    pub async fn delete_queue(&self, name: &str, force: bool, actor: &Actor) -> BrokerResult<()> {
         let name: EntityName = name.parse()?;
-        self.refuse_subscription_queue(&name).await?;
-        self.inner.store.delete_queue(&name, force).await?;
+        let result = async {
+            self.refuse_subscription_queue(&name).await?;
+            Ok(self.inner.store.delete_queue(&name, force).await?)
+        }
+        .await;
+        let targets = if force {
+            vec!["force".to_owned()]
+        } else {
+            Vec::new()
+        };
+        self.audited(actor, "queue.delete", Some(name.as_str()), targets, result)
+            .await?;
         self.inner.waiters.forget(name.as_str());
         self.inner.metrics.forget_queue(name.as_str());
         tracing::info!(queue = %name, force, "queue deleted");

@@ -8,6 +8,7 @@
 //! hold it skips the tick. A holder that dies stops renewing, and another process takes
 //! the lease over once it runs out (at most the lease time-to-live later).
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -28,7 +29,12 @@ pub struct Sweeper {
     broker: Broker,
     interval: Duration,
     lease_ttl: Duration,
+    /// When the next audit retention pass is due (milliseconds of the broker's clock).
+    next_prune_ms: AtomicI64,
 }
+
+/// How often the lease holder removes audit entries past their retention.
+pub const AUDIT_PRUNE_INTERVAL: Duration = Duration::from_secs(3_600);
 
 impl Sweeper {
     /// A sweeper running every `interval` of the broker's clock, under a lease of
@@ -38,6 +44,7 @@ impl Sweeper {
             broker,
             interval,
             lease_ttl: DEFAULT_LEASE_TTL,
+            next_prune_ms: AtomicI64::new(i64::MIN),
         }
     }
 
@@ -81,6 +88,13 @@ impl Sweeper {
             .await?;
         if held {
             self.broker.sweep_once().await?;
+            let now = self.broker.now();
+            if now.as_millis() >= self.next_prune_ms.load(Ordering::Relaxed) {
+                let every = i64::try_from(AUDIT_PRUNE_INTERVAL.as_millis()).unwrap_or(i64::MAX);
+                self.next_prune_ms
+                    .store(now.as_millis().saturating_add(every), Ordering::Relaxed);
+                self.broker.prune_audit().await?;
+            }
         }
         Ok(held)
     }

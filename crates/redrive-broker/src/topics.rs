@@ -29,7 +29,7 @@ use redrive_store::{
 };
 
 use crate::push_stats::PushCounters;
-use crate::{Broker, BrokerError, BrokerResult};
+use crate::{Actor, Broker, BrokerError, BrokerResult};
 
 /// The origin named in the webhook validation handshake.
 pub const VALIDATION_ORIGIN: &str = "redrive";
@@ -390,7 +390,18 @@ impl Broker {
 
     /// Deletes a topic; with subscriptions only with `force` (which deletes them and
     /// their queues).
-    pub async fn delete_topic(&self, name: &str, force: bool) -> BrokerResult<()> {
+    pub async fn delete_topic(&self, name: &str, force: bool, actor: &Actor) -> BrokerResult<()> {
+        let result = self.delete_topic_inner(name, force).await;
+        let targets = if force {
+            vec!["force".to_owned()]
+        } else {
+            Vec::new()
+        };
+        self.audited(actor, "topic.delete", Some(name), targets, result)
+            .await
+    }
+
+    async fn delete_topic_inner(&self, name: &str, force: bool) -> BrokerResult<()> {
         let name: EntityName = name.parse()?;
         let subs = if force {
             self.inner
@@ -416,6 +427,24 @@ impl Broker {
     /// Creates a subscription with its queue. A push endpoint is checked and, unless
     /// `skip_validation`, must pass the CloudEvents webhook validation handshake.
     pub async fn create_subscription(
+        &self,
+        topic: &str,
+        input: SubscriptionInput,
+        actor: &Actor,
+    ) -> BrokerResult<SubscriptionRecord> {
+        let name = input.name.clone();
+        let result = self.create_subscription_inner(topic, input).await;
+        self.audited(
+            actor,
+            "subscription.create",
+            Some(topic),
+            vec![name],
+            result,
+        )
+        .await
+    }
+
+    async fn create_subscription_inner(
         &self,
         topic: &str,
         input: SubscriptionInput,
@@ -611,6 +640,24 @@ impl Broker {
         topic: &str,
         name: &str,
         update: SubscriptionUpdate,
+        actor: &Actor,
+    ) -> BrokerResult<SubscriptionRecord> {
+        let result = self.update_subscription_inner(topic, name, update).await;
+        self.audited(
+            actor,
+            "subscription.update",
+            Some(topic),
+            vec![name.to_owned()],
+            result,
+        )
+        .await
+    }
+
+    async fn update_subscription_inner(
+        &self,
+        topic: &str,
+        name: &str,
+        update: SubscriptionUpdate,
     ) -> BrokerResult<SubscriptionRecord> {
         let (topic, name): (EntityName, EntityName) = (topic.parse()?, name.parse()?);
         if let Some(f) = &update.filter {
@@ -635,6 +682,22 @@ impl Broker {
     /// Deletes a subscription and its queue; with undelivered events only with `force`
     /// (they are discarded, logged and counted). Returns how many were discarded.
     pub async fn delete_subscription(
+        &self,
+        topic: &str,
+        name: &str,
+        force: bool,
+        actor: &Actor,
+    ) -> BrokerResult<u64> {
+        let result = self.delete_subscription_inner(topic, name, force).await;
+        let mut targets = vec![name.to_owned()];
+        if let Ok(n) = &result {
+            targets.push(format!("discarded={n}"));
+        }
+        self.audited(actor, "subscription.delete", Some(topic), targets, result)
+            .await
+    }
+
+    async fn delete_subscription_inner(
         &self,
         topic: &str,
         name: &str,
