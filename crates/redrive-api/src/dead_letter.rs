@@ -21,8 +21,10 @@ pub struct DeadLetter {
     /// Session it left, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
-    /// The exact bytes, per `body_encoding`.
-    pub body: String,
+    /// The exact bytes, per `body_encoding`; absent unless the caller may read payloads
+    /// (`payload-reader`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
     /// How `body` is encoded.
     pub body_encoding: BodyEncoding,
     /// SHA-256 of the bytes, lower-case hex.

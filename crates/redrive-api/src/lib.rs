@@ -10,7 +10,9 @@
 //! - [`message`]: send, receive, peek, settle, sessions.
 //! - [`dead_letter`]: the dead-letter store.
 //! - [`topic`]: topics, subscriptions and publishing.
+//! - [`access`]: tokens and the audit log.
 
+pub mod access;
 pub mod dead_letter;
 pub mod message;
 pub mod problem;

@@ -122,6 +122,18 @@ codes! {
     EndpointValidationFailed = ("endpoint_validation_failed", 400, "Endpoint validation failed"),
     /// A push subscription needs a dead-letter destination or an explicit drop.
     DeadLetterDestinationRequired = ("dead_letter_destination_required", 400, "Dead-letter destination required"),
+    /// No valid API token: missing, malformed, unknown, revoked or expired.
+    Unauthenticated = ("unauthenticated", 401, "Authentication required"),
+    /// The token's grants do not permit the operation on the entity.
+    Forbidden = ("forbidden", 403, "Forbidden"),
+    /// The token is over its request rate; retry after the `Retry-After` delay.
+    RateLimited = ("rate_limited", 429, "Too many requests"),
+    /// The token was revoked while the request (a long poll) ran.
+    TokenRevoked = ("token_revoked", 401, "Token revoked"),
+    /// A token with that name exists (among tokens not revoked).
+    TokenExists = ("token_exists", 409, "Token already exists"),
+    /// No such token.
+    TokenNotFound = ("token_not_found", 404, "Token not found"),
     /// Anything unexpected; details are in the server's log, not in the response.
     Internal = ("internal", 500, "Internal error"),
 }

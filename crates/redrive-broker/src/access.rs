@@ -233,6 +233,20 @@ impl Broker {
         if !self.auth_enabled() {
             return Ok(Actor::anonymous().with_client(client));
         }
+        let r = self.authenticate_token(bearer, client).await;
+        match &r {
+            Err(BrokerError::Unauthenticated(_)) => self.inner.metrics.unauthenticated.inc(),
+            Err(BrokerError::RateLimited { .. }) => self.inner.metrics.rate_limited.inc(),
+            _ => {}
+        }
+        r
+    }
+
+    async fn authenticate_token(
+        &self,
+        bearer: Option<&str>,
+        client: Option<String>,
+    ) -> BrokerResult<Actor> {
         let Some(secret) = bearer else {
             return Err(BrokerError::Unauthenticated(
                 "this server requires an API token: send `Authorization: Bearer rdt_…`".into(),
@@ -330,6 +344,7 @@ impl Broker {
         if actor.permits(op, entity) {
             return Ok(());
         }
+        self.inner.metrics.forbidden.inc();
         let need: Vec<&str> = op.requires().iter().map(|r| r.as_str()).collect();
         let action = format!("denied:{op:?}");
         if let Err(e) = self

@@ -2,6 +2,7 @@
 //! payload reads (show, receive) are recorded before the payload is handed out, and every
 //! decision (settle, resubmit, move) with its outcome.
 
+use redrive_core::access::Operation;
 use redrive_core::{Area, EntityName, Timestamp};
 use redrive_store::{DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Enqueued};
 
@@ -26,11 +27,14 @@ pub struct DeadLetterFilter {
 }
 
 impl Broker {
-    /// A page of dead letters and the cursor of the next page.
+    /// A page of dead letters and the cursor of the next page. When the actor may read
+    /// payloads (`payload-reader` on the queue) the interfaces show the bodies, and the
+    /// page is audited as a payload read first; otherwise only metadata is shown.
     pub async fn list_dead_letters(
         &self,
         queue: &str,
         filter: DeadLetterFilter,
+        actor: &Actor,
     ) -> BrokerResult<(Vec<DeadLetterRecord>, Option<String>)> {
         let name: EntityName = queue.parse()?;
         let limit = filter.limit.unwrap_or(100);
@@ -51,7 +55,7 @@ impl Broker {
             .inner
             .store
             .list_dead_letters(&DeadLetterQuery {
-                queue: name,
+                queue: name.clone(),
                 area: filter.area.unwrap_or(Area::Live),
                 reason: filter.reason,
                 from: filter.from,
@@ -63,10 +67,18 @@ impl Broker {
         let next = (records.len() == limit as usize)
             .then(|| records.last().map(|r| r.id.clone()))
             .flatten();
+        if actor.permits(Operation::ReadDeadLetterPayload, Some(name.as_str()))
+            && !records.is_empty()
+        {
+            let ids = records.iter().map(|r| r.id.clone()).collect();
+            self.audit(actor, "dead_letter.read", Some(name.as_str()), ids, "ok")
+                .await?;
+        }
         Ok((records, next))
     }
 
-    /// One dead letter, with its payload. A read of a payload is an operator action.
+    /// One dead letter. When the actor may read payloads the interfaces show the body,
+    /// and the read is audited first; otherwise only metadata is shown.
     pub async fn get_dead_letter(
         &self,
         queue: &str,
@@ -75,6 +87,9 @@ impl Broker {
     ) -> BrokerResult<DeadLetterRecord> {
         let name: EntityName = queue.parse()?;
         let rec = self.inner.store.get_dead_letter(&name, id).await;
+        if !actor.permits(Operation::ReadDeadLetterPayload, Some(name.as_str())) {
+            return Ok(rec?);
+        }
         let rec = self
             .audited(
                 actor,

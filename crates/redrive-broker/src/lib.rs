@@ -41,7 +41,7 @@ mod waiters;
 use std::sync::Arc;
 
 pub use access::{
-    AccessSettings, Actor, CreatedToken, DEFAULT_AUDIT_RETENTION_DAYS, RevocationWatch,
+    AccessSettings, Actor, CreatedToken, DEFAULT_AUDIT_RETENTION_DAYS, MAX_GRANTS, RevocationWatch,
     TOKEN_PREFIX, TokenSpec, looks_like_token, secret_hash,
 };
 pub use clock::SystemClock;
@@ -52,7 +52,7 @@ pub use messages::{
     LockBounds, MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_SQS_LOCK_MS, MAX_WAIT_MS, Outgoing,
     ReceiveOptions,
 };
-pub use mover::{MAX_MOVE_RATE, MoveError, MoveSpec, MoveStatus, MoveTask};
+pub use mover::{AUTHORIZATION_REVOKED, MAX_MOVE_RATE, MoveError, MoveSpec, MoveStatus, MoveTask};
 pub use push_stats::{LATENCY_BUCKETS_S, PushCounters};
 pub use queues::QueueView;
 pub use relay::WakeupRelay;

@@ -50,6 +50,24 @@ pub fn problem_for(e: &BrokerError) -> Problem {
                 .with("limit", *limit)
         }
         BrokerError::ShuttingDown => Problem::new(C::ShuttingDown, e.to_string()),
+        BrokerError::Unauthenticated(why) => Problem::new(C::Unauthenticated, why.as_str()),
+        BrokerError::Forbidden {
+            operation,
+            needs,
+            entity,
+        } => {
+            let p = Problem::new(C::Forbidden, e.to_string())
+                .with("operation", operation.as_str())
+                .with("needs", needs.as_str());
+            match entity {
+                Some(en) => p.with("entity", en.as_str()),
+                None => p,
+            }
+        }
+        BrokerError::RateLimited { retry_after_ms } => {
+            Problem::new(C::RateLimited, e.to_string()).with("retry_after_ms", *retry_after_ms)
+        }
+        BrokerError::TokenRevoked => Problem::new(C::TokenRevoked, e.to_string()),
         BrokerError::InvalidEvent { index, why } => {
             Problem::new(C::InvalidEvent, format!("event {index} is invalid: {why}"))
                 .with("index", *index)
@@ -115,6 +133,8 @@ fn problem_for_store(e: &StoreError) -> Problem {
             )
             .with("messages", *messages);
         }
+        StoreError::TokenExists { .. } => C::TokenExists,
+        StoreError::TokenNotFound { .. } => C::TokenNotFound,
         StoreError::LockLost => C::LockLost,
         StoreError::SessionRequired { .. } => C::SessionRequired,
         StoreError::SessionNotAllowed { .. } => C::SessionNotAllowed,
@@ -165,7 +185,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Renders a problem as a response (with `Retry-After` on 503).
+/// Renders a problem as a response (with `Retry-After` on 503 and 429).
 pub fn problem_response(p: &Problem) -> Response {
     let status = StatusCode::from_u16(p.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let body = serde_json::to_vec(p).unwrap_or_else(|_| b"{}".to_vec());
@@ -175,6 +195,21 @@ pub fn problem_response(p: &Problem) -> Response {
     if status == StatusCode::SERVICE_UNAVAILABLE {
         resp.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        let ms = p
+            .extra
+            .get("retry_after_ms")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(1_000);
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(ms.div_ceil(1_000).max(1)));
+    }
+    if status == StatusCode::UNAUTHORIZED {
+        resp.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"redrive\""),
+        );
     }
     resp
 }

@@ -7,8 +7,11 @@
 //! # Layout
 //! - [`error`]: the RFC 9457 error type and the extractors.
 //! - `wire`: conversions between wire types and broker/store types.
+//! - [`access`]: the permission table of every route and the middleware that
+//!   authenticates requests and checks them against it.
 //! - `api/`: one file per resource, each with its `router()`.
 
+pub mod access;
 mod api;
 pub mod error;
 mod wire;
@@ -68,12 +71,18 @@ pub struct AppState {
 /// The whole API as a router, for the server and for socket-less tests.
 pub fn router(state: AppState) -> Router {
     Router::new()
+        .merge(api::access::router())
         .merge(api::queues::router())
         .merge(api::messages::router())
         .merge(api::sessions::router())
         .merge(api::dead_letters::router())
         .merge(api::ops::router())
         .merge(api::topics::router())
+        // Every routed request is authenticated and checked against `access::ROUTES`.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            access::guard,
+        ))
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

@@ -174,8 +174,13 @@ fn push_diagnostics(r: &DeadLetterRecord) -> Option<serde_json::Map<String, serd
 }
 
 /// A dead-letter record to the wire; with a lock for dead-letter deliveries.
-pub fn dead_letter_out(r: &DeadLetterRecord, lock: Option<(&str, Timestamp)>) -> DeadLetter {
+pub fn dead_letter_out(
+    r: &DeadLetterRecord,
+    lock: Option<(&str, Timestamp)>,
+    with_body: bool,
+) -> DeadLetter {
     let (body, body_encoding) = body_out(&r.body);
+    let body = with_body.then_some(body);
     DeadLetter {
         id: r.id.clone(),
         queue: r.queue.to_string(),

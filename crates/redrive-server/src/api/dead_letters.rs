@@ -13,10 +13,12 @@ use redrive_api::dead_letter::{
 };
 use redrive_api::message::SendResult;
 use redrive_broker::{Actor, DeadLetterFilter};
+use redrive_core::access::Operation;
 use redrive_core::Area;
 use serde::Deserialize;
 
 use crate::AppState;
+use crate::access::Caller;
 use crate::error::{ApiError, ApiJson, ApiQuery};
 use crate::wire::{dead_letter_out, time_in};
 
@@ -42,6 +44,7 @@ fn area(s: &str) -> Result<Area, ApiError> {
 
 async fn list(
     State(s): State<AppState>,
+    Caller(actor): Caller,
     Path(queue): Path<String>,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<DeadLetterPage>, ApiError> {
@@ -53,26 +56,37 @@ async fn list(
         cursor: q.cursor,
         limit: q.limit,
     };
-    let (records, next) = s.broker.list_dead_letters(&queue, filter).await?;
+    let (records, next) = s.broker.list_dead_letters(&queue, filter, &actor).await?;
+    let payloads = payload_reader(&actor, &queue);
     Ok(Json(DeadLetterPage {
-        dead_letters: records.iter().map(|r| dead_letter_out(r, None)).collect(),
+        dead_letters: records
+            .iter()
+            .map(|r| dead_letter_out(r, None, payloads))
+            .collect(),
         next_cursor: next,
     }))
 }
 
+/// Whether the caller may see payloads of the queue's dead letters.
+fn payload_reader(actor: &Actor, queue: &str) -> bool {
+    actor.permits(Operation::ReadDeadLetterPayload, Some(queue))
+}
+
 async fn show(
     State(s): State<AppState>,
+    Caller(actor): Caller,
     Path((queue, id)): Path<(String, String)>,
 ) -> Result<Json<DeadLetter>, ApiError> {
     let r = s
         .broker
-        .get_dead_letter(&queue, &id, &Actor::anonymous())
+        .get_dead_letter(&queue, &id, &actor)
         .await?;
-    Ok(Json(dead_letter_out(&r, None)))
+    Ok(Json(dead_letter_out(&r, None, payload_reader(&actor, &queue))))
 }
 
 async fn receive(
     State(s): State<AppState>,
+    Caller(actor): Caller,
     Path(queue): Path<String>,
     ApiJson(req): ApiJson<ReceiveDeadLetters>,
 ) -> Result<Json<DeadLetterPage>, ApiError> {
@@ -82,13 +96,13 @@ async fn receive(
             &queue,
             req.max_messages.unwrap_or(1),
             req.lock_duration_ms,
-            &Actor::anonymous(),
+            &actor,
         )
         .await?;
     Ok(Json(DeadLetterPage {
         dead_letters: got
             .iter()
-            .map(|d| dead_letter_out(&d.record, Some((&d.lock_token, d.locked_until))))
+            .map(|d| dead_letter_out(&d.record, Some((&d.lock_token, d.locked_until)), true))
             .collect(),
         next_cursor: None,
     }))
@@ -96,23 +110,25 @@ async fn receive(
 
 async fn settle(
     State(s): State<AppState>,
+    Caller(actor): Caller,
     Path(queue): Path<String>,
     ApiJson(req): ApiJson<SettleDeadLetter>,
 ) -> Result<StatusCode, ApiError> {
     let complete = req.action == DeadLetterAction::Complete;
     s.broker
-        .settle_dead_letter(&queue, &req.lock_token, complete, &Actor::anonymous())
+        .settle_dead_letter(&queue, &req.lock_token, complete, &actor)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 async fn resubmit(
     State(s): State<AppState>,
+    Caller(actor): Caller,
     Path((queue, id)): Path<(String, String)>,
 ) -> Result<impl IntoResponse, ApiError> {
     let e = s
         .broker
-        .resubmit_dead_letter(&queue, &id, &Actor::anonymous())
+        .resubmit_dead_letter(&queue, &id, &actor)
         .await?;
     Ok((
         StatusCode::CREATED,
@@ -126,12 +142,13 @@ async fn resubmit(
 
 async fn move_to(
     State(s): State<AppState>,
+    Caller(actor): Caller,
     Path((queue, id)): Path<(String, String)>,
     ApiJson(req): ApiJson<MoveDeadLetter>,
 ) -> Result<StatusCode, ApiError> {
     let to = area(&req.area)?;
     s.broker
-        .move_dead_letter(&queue, &id, to, &Actor::anonymous())
+        .move_dead_letter(&queue, &id, to, &actor)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -17,6 +17,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::AppState;
+use crate::access::Caller;
 use crate::error::{ApiError, ApiJson, ApiQuery, from_json, problem_for};
 use crate::wire::{message_out, outgoing};
 
@@ -66,13 +67,19 @@ struct PeekQuery {
 
 async fn peek(
     State(s): State<AppState>,
+    Caller(actor): Caller,
     Path(queue): Path<String>,
     ApiQuery(q): ApiQuery<PeekQuery>,
 ) -> Result<Json<MessageList>, ApiError> {
     let now = s.broker.clock().now();
     let msgs = s
         .broker
-        .peek(&queue, q.from_sequence.unwrap_or(1), q.limit.unwrap_or(10))
+        .peek(
+            &queue,
+            q.from_sequence.unwrap_or(1),
+            q.limit.unwrap_or(10),
+            &actor,
+        )
         .await?;
     Ok(Json(MessageList {
         messages: msgs.iter().map(|m| message_out(m, None, now)).collect(),
@@ -81,6 +88,7 @@ async fn peek(
 
 async fn receive(
     State(s): State<AppState>,
+    Caller(actor): Caller,
     Path(queue): Path<String>,
     ApiJson(req): ApiJson<ReceiveRequest>,
 ) -> Result<Json<MessageList>, ApiError> {
@@ -106,6 +114,8 @@ async fn receive(
                 lock_ms: req.lock_duration_ms,
                 wait_ms: req.wait_ms.unwrap_or(0),
                 session,
+                // A long poll ends when the caller's token is revoked.
+                until_revoked: Some(s.broker.revocation_guard(&actor)),
             },
         )
         .await?;

@@ -10,23 +10,37 @@ use redrive_api::queue::{CreateQueue, QueueList, QueuePolicy};
 use serde::Deserialize;
 use serde_json::Value;
 
+use redrive_core::access::Operation;
+
 use crate::AppState;
+use crate::access::Caller;
 use crate::error::{ApiError, ApiJson, ApiQuery};
 use crate::wire::queue_out;
 
 async fn create(
     State(s): State<AppState>,
+    Caller(actor): Caller,
     ApiJson(req): ApiJson<CreateQueue>,
 ) -> Result<impl IntoResponse, ApiError> {
+    s.broker
+        .authorize(&actor, Operation::CreateEntity, Some(&req.name))
+        .await?;
     let rec = s.broker.create_queue(&req.name, req.policy).await?;
     let view = s.broker.get_queue(rec.name.as_str()).await?;
     Ok((StatusCode::CREATED, Json(queue_out(&view))))
 }
 
-async fn list(State(s): State<AppState>) -> Result<Json<QueueList>, ApiError> {
+async fn list(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+) -> Result<Json<QueueList>, ApiError> {
     let views = s.broker.list_queues().await?;
     Ok(Json(QueueList {
-        queues: views.iter().map(queue_out).collect(),
+        queues: views
+            .iter()
+            .filter(|v| actor.permits(Operation::ReadMetadata, Some(v.record.name.as_str())))
+            .map(queue_out)
+            .collect(),
     }))
 }
 
@@ -61,6 +75,7 @@ fn merge(target: &mut Value, patch: Value) {
 
 async fn update(
     State(s): State<AppState>,
+    Caller(actor): Caller,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<Value>,
 ) -> Result<impl IntoResponse, ApiError> {
@@ -97,7 +112,9 @@ async fn update(
     merge(&mut doc, patch);
     let policy: QueuePolicy = serde_json::from_value(doc)
         .map_err(|e| ApiError::new(ErrorCode::InvalidPolicy, format!("invalid policy: {e}")))?;
-    s.broker.update_queue(&name, policy, expected).await?;
+    s.broker
+        .update_queue(&name, policy, expected, &actor)
+        .await?;
     let view = s.broker.get_queue(&name).await?;
     Ok(Json(queue_out(&view)))
 }
@@ -111,10 +128,11 @@ struct DeleteQuery {
 
 async fn delete(
     State(s): State<AppState>,
+    Caller(actor): Caller,
     Path(name): Path<String>,
     ApiQuery(q): ApiQuery<DeleteQuery>,
 ) -> Result<StatusCode, ApiError> {
-    s.broker.delete_queue(&name, q.force).await?;
+    s.broker.delete_queue(&name, q.force, &actor).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

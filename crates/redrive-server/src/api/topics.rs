@@ -17,7 +17,10 @@ use redrive_broker::{EventInput, PushInput, SubscriptionInput, SubscriptionView}
 use redrive_store::{SubscriptionRecord, SubscriptionUpdate, TopicRecord};
 use serde::Deserialize;
 
+use redrive_core::access::Operation;
+
 use crate::AppState;
+use crate::access::Caller;
 use crate::error::{ApiError, ApiJson, ApiQuery};
 
 fn topic_out(r: &TopicRecord) -> TopicInfo {
@@ -68,16 +71,27 @@ fn view_out(v: &SubscriptionView) -> SubscriptionInfo {
 
 async fn create_topic(
     State(s): State<AppState>,
+    Caller(actor): Caller,
     ApiJson(req): ApiJson<CreateTopic>,
 ) -> Result<impl IntoResponse, ApiError> {
+    s.broker
+        .authorize(&actor, Operation::CreateEntity, Some(&req.name))
+        .await?;
     let rec = s.broker.create_topic(&req.name, req.policy).await?;
     Ok((StatusCode::CREATED, Json(topic_out(&rec))))
 }
 
-async fn list_topics(State(s): State<AppState>) -> Result<Json<TopicList>, ApiError> {
+async fn list_topics(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+) -> Result<Json<TopicList>, ApiError> {
     let topics = s.broker.list_topics().await?;
     Ok(Json(TopicList {
-        topics: topics.iter().map(topic_out).collect(),
+        topics: topics
+            .iter()
+            .filter(|t| actor.permits(Operation::ReadMetadata, Some(t.name.as_str())))
+            .map(topic_out)
+            .collect(),
     }))
 }
 
@@ -97,15 +111,17 @@ struct DeleteQuery {
 
 async fn delete_topic(
     State(s): State<AppState>,
+    Caller(actor): Caller,
     Path(topic): Path<String>,
     ApiQuery(q): ApiQuery<DeleteQuery>,
 ) -> Result<StatusCode, ApiError> {
-    s.broker.delete_topic(&topic, q.force).await?;
+    s.broker.delete_topic(&topic, q.force, &actor).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 async fn create_sub(
     State(s): State<AppState>,
+    Caller(actor): Caller,
     Path(topic): Path<String>,
     ApiJson(req): ApiJson<CreateSubscription>,
 ) -> Result<impl IntoResponse, ApiError> {
@@ -143,6 +159,7 @@ async fn create_sub(
                 paused: req.paused,
                 max_delivery_count: req.max_delivery_count,
             },
+            &actor,
         )
         .await?;
     Ok((
@@ -178,6 +195,7 @@ async fn show_sub(
 
 async fn update_sub(
     State(s): State<AppState>,
+    Caller(actor): Caller,
     Path((topic, sub)): Path<(String, String)>,
     ApiJson(req): ApiJson<UpdateSubscription>,
 ) -> Result<Json<SubscriptionInfo>, ApiError> {
@@ -189,6 +207,7 @@ async fn update_sub(
                 paused: req.paused,
                 filter: req.filter,
             },
+            &actor,
         )
         .await?;
     Ok(Json(view_out(
@@ -198,10 +217,14 @@ async fn update_sub(
 
 async fn delete_sub(
     State(s): State<AppState>,
+    Caller(actor): Caller,
     Path((topic, sub)): Path<(String, String)>,
     ApiQuery(q): ApiQuery<DeleteQuery>,
 ) -> Result<Json<SubscriptionDeleted>, ApiError> {
-    let discarded = s.broker.delete_subscription(&topic, &sub, q.force).await?;
+    let discarded = s
+        .broker
+        .delete_subscription(&topic, &sub, q.force, &actor)
+        .await?;
     Ok(Json(SubscriptionDeleted { discarded }))
 }
 
