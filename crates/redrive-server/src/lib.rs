@@ -23,7 +23,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use redrive_api::ErrorCode;
-use redrive_broker::{Broker, Dispatcher, Sweeper, WakeupRelay};
+use redrive_broker::{Broker, Dispatcher, RevocationWatch, Sweeper, WakeupRelay};
 use redrive_core::Clock;
 use redrive_store::Store;
 use serde::Deserialize;
@@ -138,6 +138,14 @@ pub async fn run_with(
     // Wake-ups from other nodes sharing the store (returns at once for a store that only
     // this process writes).
     tracker.spawn(WakeupRelay::new(broker.clone()).run(cancel.clone()));
+    // Long polls and move tasks of tokens revoked on another node end within an interval.
+    tracker.spawn(
+        RevocationWatch::new(
+            broker.clone(),
+            Duration::from_millis(settings.sweep_interval_ms.max(1)),
+        )
+        .run(cancel.clone()),
+    );
     // Push delivery of push subscriptions (retries come due on the sweep interval).
     let dispatcher = Dispatcher::new(
         broker.clone(),

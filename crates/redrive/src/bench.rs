@@ -170,7 +170,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
     }
     if let Scenario::Push(_) | Scenario::PushBackoff(_) = args.scenario {
         let base = ctx.client.base().as_str().to_owned();
-        let probe = Client::new(&base, Duration::from_secs(120))?;
+        let probe = Client::new(&base, Duration::from_secs(120))?.with_token(ctx.client.token());
         probe
             .healthz()
             .await
@@ -204,7 +204,8 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
         report.queue = outcome?;
         return print_report(ctx, &report);
     }
-    let client = Client::new(ctx.client.base().as_str(), Duration::from_secs(120))?;
+    let client = Client::new(ctx.client.base().as_str(), Duration::from_secs(120))?
+        .with_token(ctx.client.token());
     let nodes = match &args.scenario {
         Scenario::W1(a) => nodes(&client, &a.also)?,
         _ => Nodes::one(client.clone()),
@@ -325,7 +326,8 @@ fn nodes(main: &Client, also: &[String]) -> anyhow::Result<Nodes> {
     let mut clients = vec![main.clone()];
     for url in also {
         let client = Client::new(url, Duration::from_secs(120))
-            .map_err(|e| input_error(format!("--also {url:?}: {e:#}")))?;
+            .map_err(|e| input_error(format!("--also {url:?}: {e:#}")))?
+            .with_token(main.token());
         if clients.iter().any(|c| c.base() == client.base()) {
             return Err(input_error(format!(
                 "--also {url:?}: {} is already a node of this run",

@@ -5,6 +5,9 @@ use std::fmt;
 use std::time::Duration;
 
 use redrive_api::Problem;
+use redrive_api::access::{
+    AuditPage, AuditVerification, CreateToken, CreatedToken, Token, TokenList,
+};
 use redrive_api::dead_letter::{DeadLetter, DeadLetterPage, MoveDeadLetter};
 use redrive_api::message::{
     AcceptSession, MessageList, ReceiveDeferred, ReceiveRequest, SendRequest, SendResponse,
@@ -130,11 +133,39 @@ pub struct DeadLetterQuery {
     pub limit: Option<u32>,
 }
 
+/// Query of `GET /v1/audit`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AuditQuery {
+    /// Token id of the actor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+    /// Queue or topic.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entity: Option<String>,
+    /// Action (`dead_letter.read`, `token.revoke`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// RFC 3339 lower bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// RFC 3339 upper bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Page cursor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// Page size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
 /// Cheap to clone; clones share one connection pool.
 #[derive(Debug, Clone)]
 pub struct Client {
     http: reqwest::Client,
     base: Url,
+    /// Sent as `Authorization: Bearer …` with every request.
+    token: Option<String>,
 }
 
 impl Client {
@@ -153,7 +184,22 @@ impl Client {
             .pool_max_idle_per_host(512)
             .build()
             .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))?;
-        Ok(Client { http, base })
+        Ok(Client {
+            http,
+            base,
+            token: None,
+        })
+    }
+
+    /// The same client sending `token` (an API token, `rdt_…`) with every request.
+    pub fn with_token(mut self, token: Option<String>) -> Self {
+        self.token = token.filter(|t| !t.trim().is_empty());
+        self
+    }
+
+    /// The token this client sends.
+    pub fn token(&self) -> Option<String> {
+        self.token.clone()
     }
 
     /// The server's base URL.
@@ -170,6 +216,56 @@ impl Client {
             path.extend(segments);
         }
         url
+    }
+
+    // ---- tokens and the audit log ----------------------------------------------------
+
+    /// `POST /v1/tokens`.
+    pub async fn create_token(&self, req: &CreateToken) -> Result<CreatedToken, ClientError> {
+        self.must(Method::POST, self.url(&["v1", "tokens"]), Some(req))
+            .await
+    }
+
+    /// `GET /v1/tokens`.
+    pub async fn list_tokens(&self) -> Result<TokenList, ClientError> {
+        self.must(Method::GET, self.url(&["v1", "tokens"]), None::<&()>)
+            .await
+    }
+
+    /// `POST /v1/tokens/{id}/revoke`.
+    pub async fn revoke_token(&self, id: &str) -> Result<Token, ClientError> {
+        let url = self.url(&["v1", "tokens", id, "revoke"]);
+        self.must(Method::POST, url, None::<&()>).await
+    }
+
+    /// `GET /v1/audit?...`.
+    pub async fn list_audit(&self, query: &AuditQuery) -> Result<AuditPage, ClientError> {
+        let mut url = self.url(&["v1", "audit"]);
+        {
+            let mut q = url.query_pairs_mut();
+            let pairs = [
+                ("actor", query.actor.clone()),
+                ("entity", query.entity.clone()),
+                ("action", query.action.clone()),
+                ("from", query.from.clone()),
+                ("to", query.to.clone()),
+                ("cursor", query.cursor.clone()),
+                ("limit", query.limit.map(|l| l.to_string())),
+            ];
+            for (k, v) in pairs {
+                if let Some(v) = v {
+                    q.append_pair(k, &v);
+                }
+            }
+        }
+        strip_empty_query(&mut url);
+        self.must(Method::GET, url, None::<&()>).await
+    }
+
+    /// `POST /v1/audit/verify`.
+    pub async fn verify_audit(&self) -> Result<AuditVerification, ClientError> {
+        let url = self.url(&["v1", "audit", "verify"]);
+        self.must(Method::POST, url, None::<&()>).await
     }
 
     // ---- queues ---------------------------------------------------------------------
@@ -415,6 +511,9 @@ impl Client {
     ) -> Result<Option<T>, ClientError> {
         let what = format!("{method} {}", url.path());
         let mut req = self.http.request(method, url.clone());
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
         if let Some(b) = body {
             let bytes = serde_json::to_vec(b).map_err(|source| ClientError::Decode {
                 what: what.clone(),

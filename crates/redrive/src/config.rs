@@ -37,6 +37,49 @@ pub struct Config {
     /// `ACCESS_KEY_ID:SECRET` pairs; when any is set, SQS requests must carry a valid
     /// Signature Version 4 by one of them (empty: any signature is accepted). Secret.
     pub sqs_access_keys: Vec<String>,
+    /// Authentication, rate limits and the audit log (`[auth]`).
+    pub auth: AuthConfig,
+}
+
+/// `[auth]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Requests must carry an API token. Off: every caller may do everything, which is
+    /// allowed only while every listener is on loopback.
+    pub enabled: bool,
+    /// An admin token's secret (`rdt_` and 64 hex digits) made sure of at start. Secret.
+    pub bootstrap_token: Option<String>,
+    /// Requests per second per token (0: unlimited).
+    pub rate_limit_per_s: u32,
+    /// Burst above the rate (requests).
+    pub rate_limit_burst: u32,
+    /// Audit entries older than this many days are removed (with a record in the log).
+    pub audit_retention_days: u32,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            enabled: false,
+            bootstrap_token: None,
+            rate_limit_per_s: 0,
+            rate_limit_burst: 0,
+            audit_retention_days: redrive_broker::DEFAULT_AUDIT_RETENTION_DAYS,
+        }
+    }
+}
+
+impl AuthConfig {
+    /// The broker's settings.
+    pub fn access(&self) -> redrive_broker::AccessSettings {
+        redrive_broker::AccessSettings {
+            enabled: self.enabled,
+            rate_limit_per_s: self.rate_limit_per_s,
+            rate_limit_burst: self.rate_limit_burst,
+            audit_retention_days: self.audit_retention_days,
+        }
+    }
 }
 
 impl Default for Config {
@@ -51,6 +94,7 @@ impl Default for Config {
             sqs_account_id: "000000000000".to_owned(),
             sqs_region: "us-east-1".to_owned(),
             sqs_access_keys: Vec::new(),
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -123,6 +167,10 @@ pub struct Overrides {
     pub sqs_region: Option<String>,
     /// `sqs_access_keys` (comma-separated in the environment).
     pub sqs_access_keys: Option<Vec<String>>,
+    /// `auth.enabled`.
+    pub auth_enabled: Option<bool>,
+    /// `auth.bootstrap_token`.
+    pub bootstrap_token: Option<String>,
 }
 
 impl Overrides {
@@ -149,6 +197,19 @@ impl Overrides {
                 .filter(|p| !p.is_empty())
                 .collect()
         });
+        if let Some(v) = get("REDRIVE_AUTH_ENABLED") {
+            o.auth_enabled = Some(match v.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" | "on" => true,
+                "false" | "0" | "no" | "off" => false,
+                _ => {
+                    return Err(bad(
+                        "REDRIVE_AUTH_ENABLED",
+                        format!("{v:?} is not true or false"),
+                    ));
+                }
+            });
+        }
+        o.bootstrap_token = get("REDRIVE_BOOTSTRAP_TOKEN");
         o.log_level = get("REDRIVE_LOG");
         if let Some(v) = get("REDRIVE_LOG_FORMAT") {
             o.log_format = Some(v.parse().map_err(|e| bad("REDRIVE_LOG_FORMAT", e))?);
@@ -200,6 +261,12 @@ impl Overrides {
         }
         if let Some(v) = &self.sqs_region {
             c.sqs_region.clone_from(v);
+        }
+        if let Some(v) = self.auth_enabled {
+            c.auth.enabled = v;
+        }
+        if let Some(v) = &self.bootstrap_token {
+            c.auth.bootstrap_token = Some(v.clone());
         }
     }
 }
@@ -346,7 +413,45 @@ impl Config {
             )));
         }
         self.sqs_keys()?;
+        if let Some(t) = &self.auth.bootstrap_token
+            && !redrive_broker::looks_like_token(t)
+        {
+            return Err(input_error(
+                "auth.bootstrap_token must be rdt_ followed by 64 lowercase hex digits \
+                 (e.g. from `openssl rand -hex 32`)",
+            ));
+        }
+        if self.auth.audit_retention_days > 36_500 {
+            return Err(input_error("auth.audit_retention_days must be at most 36500"));
+        }
+        self.check_exposure()?;
         self.store_location().map(|_| ())
+    }
+
+    /// Without authentication every caller may do everything: refuse to listen anywhere
+    /// but on loopback then (the SQS endpoint may, when it checks signatures itself).
+    pub fn check_exposure(&self) -> anyhow::Result<()> {
+        if self.auth.enabled {
+            return Ok(());
+        }
+        if !self.listen.ip().is_loopback() {
+            return Err(input_error(format!(
+                "refusing to listen on {} without authentication: anyone who can reach it \
+                 could read and change everything. Set auth.enabled = true (or --auth, or \
+                 REDRIVE_AUTH_ENABLED=true), or listen on 127.0.0.1",
+                self.listen
+            )));
+        }
+        if let Ok(Some(sqs)) = parse_sqs_listen(&self.sqs_listen)
+            && !sqs.ip().is_loopback()
+            && self.sqs_access_keys.is_empty()
+        {
+            return Err(input_error(format!(
+                "refusing to run the SQS endpoint on {sqs} without authentication: set \
+                 auth.enabled = true or sqs_access_keys, or listen on 127.0.0.1"
+            )));
+        }
+        Ok(())
     }
 
     /// The configured SQS access keys as (id, secret) pairs.
@@ -408,7 +513,9 @@ impl Config {
             "listen={} data_dir={} store={} log.level={} log.format={} \
              server.sweep_interval_ms={} server.shutdown_timeout_ms={} \
              server.lease_ttl_ms={} sqs_listen={} \
-             sqs_account_id={} sqs_region={} sqs_access_keys={}",
+             sqs_account_id={} sqs_region={} sqs_access_keys={} auth.enabled={} \
+             auth.bootstrap_token={} auth.rate_limit_per_s={} auth.rate_limit_burst={} \
+             auth.audit_retention_days={}",
             self.listen,
             self.data_dir.display(),
             self.store
@@ -434,6 +541,15 @@ impl Config {
                     .collect::<Vec<_>>()
                     .join(",")
             },
+            self.auth.enabled,
+            if self.auth.bootstrap_token.is_some() {
+                "***"
+            } else {
+                "(none)"
+            },
+            self.auth.rate_limit_per_s,
+            self.auth.rate_limit_burst,
+            self.auth.audit_retention_days,
         )
     }
 }

@@ -42,6 +42,10 @@ struct Cli {
         default_value = "http://127.0.0.1:7474"
     )]
     url: String,
+    /// API token (`rdt_…`) sent with every request; needed when the server has
+    /// authentication on.
+    #[arg(long, global = true, env = "REDRIVE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     /// Print the API's JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
@@ -77,6 +81,12 @@ enum Command {
     Dlq(cmd::dlq::DlqCommand),
     /// Show live counts of one queue or of all.
     Stats(cmd::stats::StatsArgs),
+    /// Manage API tokens (admin).
+    #[command(subcommand)]
+    Token(cmd::access::TokenCommand),
+    /// Read and verify the audit log (admin).
+    #[command(subcommand)]
+    Audit(cmd::access::AuditCommand),
     /// Load tests against a running server.
     Bench(bench::BenchArgs),
     #[command(flatten)]
@@ -107,7 +117,8 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let ctx = || -> anyhow::Result<Ctx> {
         let client = client::Client::new(&cli.url, Duration::from_secs(60))
-            .map_err(|e| failure::input_error(format!("{e:#}")))?;
+            .map_err(|e| failure::input_error(format!("{e:#}")))?
+            .with_token(cli.token.clone());
         Ok(Ctx {
             client,
             json: cli.json,
@@ -124,6 +135,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Peek(a) => cmd::message::peek(&ctx()?, a).await,
         Command::Dlq(c) => cmd::dlq::run(&ctx()?, c).await,
         Command::Stats(a) => cmd::stats::run(&ctx()?, a).await,
+        Command::Token(c) => cmd::access::run_token(&ctx()?, c).await,
+        Command::Audit(c) => cmd::access::run_audit(&ctx()?, c).await,
         Command::Bench(a) => bench::run(&ctx()?, a).await,
         Command::Topics(c) => cmd::topic::run(&ctx()?, c).await,
     }

@@ -22,7 +22,8 @@ use crate::units::parse_duration_ms;
 #[command(after_help = "\
 Environment: REDRIVE_CONFIG, REDRIVE_LISTEN, REDRIVE_DATA_DIR, REDRIVE_STORE, REDRIVE_LOG,
 REDRIVE_LOG_FORMAT, REDRIVE_SERVER_SWEEP_INTERVAL_MS, REDRIVE_SERVER_SHUTDOWN_TIMEOUT_MS,
-REDRIVE_SQS_LISTEN, REDRIVE_SQS_ACCOUNT_ID, REDRIVE_SQS_REGION, REDRIVE_SQS_ACCESS_KEYS.
+REDRIVE_SQS_LISTEN, REDRIVE_SQS_ACCOUNT_ID, REDRIVE_SQS_REGION, REDRIVE_SQS_ACCESS_KEYS,
+REDRIVE_AUTH_ENABLED, REDRIVE_BOOTSTRAP_TOKEN.
 Precedence: flags > environment > config file > built-in defaults.")]
 pub struct ServeArgs {
     /// TOML configuration file.
@@ -58,6 +59,9 @@ pub struct ServeArgs {
     /// Region in SQS queue ARNs [default: us-east-1].
     #[arg(long, value_name = "REGION")]
     pub sqs_region: Option<String>,
+    /// Require API tokens on every request (auth.enabled).
+    #[arg(long)]
+    pub auth: bool,
     /// Print the built-in default configuration file and exit.
     #[arg(long)]
     pub print_default_config: bool,
@@ -78,6 +82,8 @@ impl ServeArgs {
             sqs_region: self.sqs_region.clone(),
             // Secrets come from the file or the environment, not from the command line.
             sqs_access_keys: None,
+            auth_enabled: self.auth.then_some(true),
+            bootstrap_token: None,
         }
     }
 }
@@ -135,7 +141,28 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (store, clock) = open_store(&location).await?;
     info!(store = %store.describe(), listen = %local, "store opened");
 
-    let broker = redrive_broker::Broker::new(store.as_dyn(), clock);
+    let broker =
+        redrive_broker::Broker::with_access(store.as_dyn(), clock, config.auth.access());
+    if config.auth.enabled {
+        let created = broker
+            .bootstrap_admin(config.auth.bootstrap_token.as_deref())
+            .await
+            .context("cannot make sure an admin token exists")?;
+        if let Some(secret) = created {
+            // Printed once, to the terminal, never to the log.
+            eprintln!(
+                "\n  redrive: authentication is on and no admin token existed; created one.\n  \
+                 Admin token (shown only now): {secret}\n  \
+                 export REDRIVE_TOKEN={secret}\n"
+            );
+            info!("bootstrap admin token created and printed to the terminal");
+        }
+        info!("authentication on: every request needs an API token");
+    } else {
+        warn!(listen = %local,
+            "AUTHENTICATION IS OFF: anyone who can reach this loopback address may read and \
+             change everything. Turn it on with --auth (auth.enabled = true)");
+    }
     let mut extra = Vec::new();
     if let Some(l) = sqs_listener {
         if let Ok(addr) = l.local_addr() {

@@ -208,15 +208,19 @@ pub fn describe(d: &DeadLetter) -> KeyValues {
 }
 
 /// The body for a terminal: the text, or a note with a base64 preview for binary bodies.
+/// Without payload access (no `payload-reader` grant) the server sends no body.
 fn body_text(d: &DeadLetter) -> String {
+    let Some(body) = &d.body else {
+        return "<body not shown: the token has no payload-reader grant on this queue>".to_owned();
+    };
     match d.body_encoding {
-        BodyEncoding::Utf8 => d.body.clone(),
-        BodyEncoding::Base64 => match base64::engine::general_purpose::STANDARD.decode(&d.body) {
+        BodyEncoding::Utf8 => body.clone(),
+        BodyEncoding::Base64 => match base64::engine::general_purpose::STANDARD.decode(body) {
             Ok(bytes) => match String::from_utf8(bytes) {
                 Ok(s) => s,
-                Err(_) => format!("<binary, base64: {}>", preview(&d.body, 200)),
+                Err(_) => format!("<binary, base64: {}>", preview(body, 200)),
             },
-            Err(_) => format!("<base64: {}>", preview(&d.body, 200)),
+            Err(_) => format!("<base64: {}>", preview(body, 200)),
         },
     }
 }

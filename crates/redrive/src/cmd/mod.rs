@@ -1,6 +1,7 @@
 //! Operator commands against a running server, one file per command family; each prints
 //! tables by default and the API's JSON with `--json`.
 
+pub mod access;
 pub mod dlq;
 pub mod message;
 pub mod queue;
