@@ -566,6 +566,7 @@ mod tests {
                 source: "dlq".to_owned(),
                 destination: Some("dest".to_owned()),
                 max_per_second: Some(2),
+                owner: Actor::anonymous(),
             })
             .await
             .unwrap();
@@ -584,7 +585,7 @@ mod tests {
         assert_eq!(count(b, "dest").await, 5);
         assert_eq!(count(b, "dlq").await, 0);
         assert!(matches!(
-            b.cancel_move_task(&t.handle),
+            b.cancel_move_task(&t.handle, &Actor::anonymous()).await,
             Err(MoveError::NotRunning(_))
         ));
     }
@@ -602,6 +603,7 @@ mod tests {
             source: "dlq".to_owned(),
             destination: Some("dest".to_owned()),
             max_per_second: Some(1),
+            owner: Actor::anonymous(),
         };
         let t = b.start_move_task(spec.clone()).await.unwrap();
         parked_at(&f, "dlq", 1).await;
@@ -609,7 +611,10 @@ mod tests {
             b.start_move_task(spec.clone()).await,
             Err(MoveError::AlreadyRunning(_))
         ));
-        let c = b.cancel_move_task(&t.handle).unwrap();
+        let c = b
+            .cancel_move_task(&t.handle, &Actor::anonymous())
+            .await
+            .unwrap();
         assert_eq!(c.status, MoveStatus::Cancelling);
         until(|| task(b, "dlq").status == MoveStatus::Cancelled).await;
         f.clock.advance(Duration::from_secs(5));
@@ -618,7 +623,7 @@ mod tests {
         assert_eq!(count(b, "dlq").await, 2);
         assert_eq!(count(b, "dest").await, 1);
         assert!(matches!(
-            b.cancel_move_task("mv_unknown"),
+            b.cancel_move_task("mv_unknown", &Actor::anonymous()).await,
             Err(MoveError::NotFound(_))
         ));
         // A new task may start once the old one ended; listed newest first.
@@ -631,6 +636,7 @@ mod tests {
                 source: "dlq".to_owned(),
                 destination: None,
                 max_per_second: Some(501),
+                owner: Actor::anonymous(),
             })
             .await,
             Err(MoveError::Broker(BrokerError::InvalidRequest { .. }))
@@ -675,13 +681,14 @@ mod tests {
             source: "dlq".to_owned(),
             destination: None,
             max_per_second: None,
+            owner: Actor::anonymous(),
         })
         .await
         .unwrap();
         until(|| task(b, "dlq").status == MoveStatus::Completed).await;
         assert_eq!(task(b, "dlq").moved, 2);
         for q in ["a", "b"] {
-            let back = b.peek(q, 1, 10).await.unwrap();
+            let back = b.peek(q, 1, 10, &Actor::anonymous()).await.unwrap();
             assert_eq!(back.len(), 1, "{q} got its message back");
             assert!(!back[0].properties.contains_key(DEAD_LETTER_SOURCE_PROPERTY));
         }
@@ -698,11 +705,93 @@ mod tests {
             source: "dlq".to_owned(),
             destination: None,
             max_per_second: None,
+            owner: Actor::anonymous(),
         })
         .await
         .unwrap();
         until(|| task(b, "dlq").status == MoveStatus::Failed).await;
         assert!(task(b, "dlq").failure.unwrap().contains("source"));
         assert_eq!(b.get_queue("dlq").await.unwrap().counts.active, 1);
+    }
+
+    #[tokio::test]
+    async fn revoking_the_owners_token_stops_the_task_with_authorization_revoked() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn redrive_store::Store> = Arc::new(
+            SqliteStore::open(&dir.path().join("r.db"), SqliteOptions::default()).unwrap(),
+        );
+        let clock = ManualClock::new(Timestamp(1_800_000_000_000));
+        let f = Fixture {
+            broker: Broker::with_access(
+                store,
+                Arc::new(clock.clone()),
+                crate::AccessSettings {
+                    enabled: true,
+                    ..crate::AccessSettings::default()
+                },
+            ),
+            clock,
+            _dir: dir,
+        };
+        let b = &f.broker;
+        b.create_queue("dlq", QueuePolicy::default()).await.unwrap();
+        b.create_queue("dest", QueuePolicy::default())
+            .await
+            .unwrap();
+        fill(b, "dlq", 3).await;
+        let created = b
+            .create_token(
+                &Actor::system("test"),
+                crate::TokenSpec {
+                    name: "mover".into(),
+                    grants: vec!["replayer".parse().unwrap()],
+                    ..crate::TokenSpec::default()
+                },
+            )
+            .await
+            .unwrap();
+        let owner = b.authenticate(Some(&created.secret), None).await.unwrap();
+        let t = b
+            .start_move_task(MoveSpec {
+                source: "dlq".to_owned(),
+                destination: Some("dest".to_owned()),
+                max_per_second: Some(1),
+                owner: owner.clone(),
+            })
+            .await
+            .unwrap();
+        parked_at(&f, "dlq", 1).await;
+        b.revoke_token(&Actor::system("test"), &owner.id)
+            .await
+            .unwrap();
+        until(|| task(b, "dlq").status == MoveStatus::Failed).await;
+        let ended = task(b, "dlq");
+        assert_eq!(ended.failure.as_deref(), Some(AUTHORIZATION_REVOKED));
+        assert_eq!(ended.moved, 1);
+        // Nothing more moves, whatever the clock does.
+        f.clock.advance(Duration::from_secs(5));
+        tokio::task::yield_now().await;
+        assert_eq!(count(b, "dest").await, 1);
+        assert_eq!(count(b, "dlq").await, 2);
+        let log = b
+            .list_audit(&redrive_store::AuditQuery {
+                actor_id: Some(owner.id.clone()),
+                limit: 100,
+                ..redrive_store::AuditQuery::default()
+            })
+            .await
+            .unwrap();
+        let acts: Vec<(&str, &str)> = log
+            .iter()
+            .map(|e| (e.fields.action.as_str(), e.fields.outcome.as_str()))
+            .collect();
+        assert_eq!(acts, [("move_task.start", "ok"), ("move_task.end", "failed")]);
+        assert!(log[1].fields.targets.contains(&t.handle));
+        assert!(
+            log[1]
+                .fields
+                .targets
+                .contains(&format!("failure={AUTHORIZATION_REVOKED}"))
+        );
     }
 }

@@ -176,13 +176,20 @@ pub async fn run_with(
         }
         let stop = cancel.clone();
         others.spawn(async move {
-            axum::serve(l, r)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
+            axum::serve(
+                l,
+                r.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+            )
+            .with_graceful_shutdown(async move { stop.cancelled().await })
                 .await
         });
     }
     let grace = Duration::from_millis(settings.shutdown_timeout_ms);
-    let server = axum::serve(listener, app).with_graceful_shutdown(signal);
+    let server = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(signal);
     let all = async move {
         let main = server.await;
         while let Some(r) = others.join_next().await {

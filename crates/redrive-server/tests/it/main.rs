@@ -4,6 +4,7 @@
 // Test support code: a failed setup step should panic the test.
 #![allow(clippy::unwrap_used)]
 
+mod access;
 mod dead_letters;
 mod messages;
 mod ops;
