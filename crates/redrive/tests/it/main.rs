@@ -5,6 +5,7 @@
 //! - `support`: start/stop a server process, run CLI commands, tiny HTTP probes.
 //! - `bench_pg`: the load tool's raw PostgreSQL baseline against the real server.
 //! - `cli`: the operator commands end to end.
+//! - `cli_access`: tokens, roles, revocation and the audit log end to end.
 //! - `cli_topics`: the topic, subscription and publish commands end to end.
 //! - `config`: configuration layering and refusal of unknown keys.
 //! - `crash`: SIGKILL under concurrent load, restart, and the durability check.
@@ -15,6 +16,7 @@
 
 mod bench_pg;
 mod cli;
+mod cli_access;
 mod cli_topics;
 mod config;
 mod crash;

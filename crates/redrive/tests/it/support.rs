@@ -27,6 +27,9 @@ const REDRIVE_VARS: &[&str] = &[
     "REDRIVE_SERVER_SWEEP_INTERVAL_MS",
     "REDRIVE_SERVER_SHUTDOWN_TIMEOUT_MS",
     "REDRIVE_SQS_ACCESS_KEYS",
+    "REDRIVE_TOKEN",
+    "REDRIVE_AUTH_ENABLED",
+    "REDRIVE_BOOTSTRAP_TOKEN",
 ];
 
 /// A command for the binary with a clean `REDRIVE_*` environment.
