@@ -145,6 +145,16 @@ macro_rules! store_conformance_tests {
             duplicate_event_inside_window_is_not_fanned_out_again,
             without_topic_window_duplicates_fan_out,
             delete_topic_and_subscription_need_force,
+            // access: tokens and the audit log
+            tokens_are_created_listed_and_found,
+            revoking_a_token_keeps_its_first_revocation_time,
+            a_token_name_is_unique_among_tokens_not_revoked,
+            a_token_id_secret_or_sqs_key_is_never_reused,
+            token_expiry_round_trips,
+            audit_entries_are_numbered_and_chained,
+            audit_list_filters_pages_and_caps,
+            audit_retention_removes_old_entries_and_records_the_pass,
+            audit_retention_keeps_a_single_newest_entry,
         }
     };
 }

@@ -62,6 +62,7 @@
 //! trigger. Receive and settlement then update small rows, so the pages they write to the
 //! WAL hold tens of messages rather than the few that fit with large bodies.
 
+mod access;
 mod dead_letters;
 mod error;
 mod leases;
@@ -78,6 +79,7 @@ use std::path::Path;
 
 use async_trait::async_trait;
 use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
+use redrive_store::{AuditEntry, AuditFields, AuditQuery, NewToken, TokenRecord};
 use redrive_store::{
     Capabilities, DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Enqueued, NewMessage,
     QueueCounts, QueueRecord, ReceiveOutcome, ReceiveParams, SessionLock, SettleOutcome,
@@ -468,6 +470,62 @@ impl Store for SqliteStore {
         let until = now.plus_millis(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
         self.writer
             .write(move |tx| leases::try_take(tx, &name, &holder, until, now))
+            .await
+    }
+
+    async fn create_token(&self, token: &NewToken, now: Timestamp) -> StoreResult<TokenRecord> {
+        let token = token.clone();
+        self.writer
+            .write(move |tx| access::create_token(tx, &token, now))
+            .await
+    }
+
+    async fn list_tokens(&self) -> StoreResult<Vec<TokenRecord>> {
+        self.readers.read(access::list_tokens).await
+    }
+
+    async fn find_token(&self, secret_hash: &str) -> StoreResult<Option<TokenRecord>> {
+        let secret_hash = secret_hash.to_owned();
+        self.readers
+            .read(move |c| access::find_token(c, &secret_hash))
+            .await
+    }
+
+    async fn find_token_by_sqs_key(&self, access_key_id: &str) -> StoreResult<Option<TokenRecord>> {
+        let access_key_id = access_key_id.to_owned();
+        self.readers
+            .read(move |c| access::find_token_by_sqs_key(c, &access_key_id))
+            .await
+    }
+
+    async fn revoke_token(&self, id: &str, now: Timestamp) -> StoreResult<TokenRecord> {
+        let id = id.to_owned();
+        self.writer
+            .write(move |tx| access::revoke_token(tx, &id, now))
+            .await
+    }
+
+    async fn append_audit(&self, entries: &[AuditFields]) -> StoreResult<Vec<AuditEntry>> {
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let entries = entries.to_vec();
+        self.writer
+            .write(move |tx| access::append_audit(tx, &entries))
+            .await
+    }
+
+    async fn list_audit(&self, query: &AuditQuery) -> StoreResult<Vec<AuditEntry>> {
+        let query = query.clone();
+        self.readers
+            .read(move |c| access::list_audit(c, &query))
+            .await
+    }
+
+    async fn prune_audit(&self, before: Timestamp, fields: &AuditFields) -> StoreResult<u64> {
+        let fields = fields.clone();
+        self.writer
+            .write(move |tx| access::prune_audit(tx, before, &fields))
             .await
     }
 

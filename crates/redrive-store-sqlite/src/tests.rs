@@ -794,3 +794,194 @@ async fn version_3_messages_keep_their_contents_through_the_migration() {
         .unwrap();
     assert_eq!(left, (0, 0));
 }
+
+fn audit_fields(i: i64) -> redrive_store::AuditFields {
+    redrive_store::AuditFields {
+        at: T0.plus_millis(i),
+        actor_id: "tok_000000000000000a".to_owned(),
+        actor_name: "ops".to_owned(),
+        action: "message.peek".to_owned(),
+        entity: Some("orders".to_owned()),
+        targets: vec![format!("m{i}")],
+        outcome: "ok".to_owned(),
+        client: None,
+    }
+}
+
+fn chained(entries: &[redrive_store::AuditEntry]) -> Vec<redrive_core::audit::ChainedEntry> {
+    entries
+        .iter()
+        .map(|e| redrive_core::audit::ChainedEntry {
+            seq: e.seq,
+            prev_hash: e.prev_hash.clone(),
+            hash: e.hash.clone(),
+            fields: e.fields.clone(),
+        })
+        .collect()
+}
+
+/// An audit row edited behind the store's back (here with plain SQL) no longer verifies;
+/// nor does a log with a row deleted from its middle.
+#[tokio::test]
+async fn an_audit_row_edited_in_the_file_fails_verification() {
+    use redrive_core::audit::{ChainError, verify};
+    use redrive_store::AuditQuery;
+
+    let (_dir, path, store) = open(SqliteOptions::default());
+    let fields: Vec<_> = (1..=5).map(audit_fields).collect();
+    store.append_audit(&fields).await.unwrap();
+    let all = store.list_audit(&AuditQuery::default()).await.unwrap();
+    assert!(verify(&chained(&all)).is_ok());
+
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    raw.execute("UPDATE audit_log SET outcome = 'denied' WHERE seq = 3", [])
+        .unwrap();
+    let all = store.list_audit(&AuditQuery::default()).await.unwrap();
+    assert_eq!(all[2].fields.outcome, "denied");
+    assert_eq!(verify(&chained(&all)), Err(ChainError::Altered { seq: 3 }));
+
+    raw.execute("UPDATE audit_log SET outcome = 'ok' WHERE seq = 3", [])
+        .unwrap();
+    raw.execute("DELETE FROM audit_log WHERE seq = 2", [])
+        .unwrap();
+    let all = store.list_audit(&AuditQuery::default()).await.unwrap();
+    assert_eq!(
+        verify(&chained(&all)),
+        Err(ChainError::Unlinked {
+            seq: 3,
+            prev_seq: 1
+        })
+    );
+}
+
+/// A store written at schema version 4 opens at the current version with its messages,
+/// and gains the token and audit tables.
+#[tokio::test]
+async fn version_4_database_migrates_to_the_access_tables() {
+    use redrive_core::access::{Grant, Role};
+    use redrive_store::{AuditQuery, NewToken};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("redrive.db");
+    {
+        let conn = schema::open_writer(&path).unwrap();
+        conn.execute_batch("CREATE TABLE schema_migrations (version INTEGER NOT NULL PRIMARY KEY)")
+            .unwrap();
+        for (v, sql) in schema::MIGRATIONS.iter().filter(|(v, _)| *v <= 4) {
+            conn.execute_batch(sql).unwrap();
+            conn.execute("INSERT INTO schema_migrations (version) VALUES (?1)", [v])
+                .unwrap();
+        }
+        let has_tokens: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name IN ('tokens', 'audit_log')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(has_tokens, 0);
+    }
+    {
+        let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        let q = queue(&store, "q", QueuePolicy::default()).await;
+        store.enqueue(&q, vec![msg("a")], T0).await.unwrap();
+        store.close();
+    }
+    // Version 4 again, with data in it, as an older build would have left it.
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "DROP TABLE tokens; DROP TABLE audit_log; DELETE FROM schema_migrations WHERE version = 5;",
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT max(version) FROM schema_migrations", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!((version, SCHEMA_VERSION), (5, 5));
+    assert_eq!(store.peek(&name("q"), 1, 10).await.unwrap().len(), 1);
+    let token = NewToken {
+        id: "tok_000000000000000a".to_owned(),
+        name: "ops".to_owned(),
+        secret_hash: "ab".repeat(32),
+        grants: vec![Grant::all(Role::Admin)],
+        created_by: "bootstrap".to_owned(),
+        expires_at: None,
+        sqs: None,
+    };
+    store.create_token(&token, T0).await.unwrap();
+    assert_eq!(
+        store
+            .find_token(&token.secret_hash)
+            .await
+            .unwrap()
+            .unwrap()
+            .token,
+        token
+    );
+    store.append_audit(&[audit_fields(1)]).await.unwrap();
+    assert_eq!(
+        store.list_audit(&AuditQuery::default()).await.unwrap()[0].seq,
+        1
+    );
+}
+
+/// Token lookups and the filtered audit pages use an index.
+#[test]
+fn access_queries_use_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = schema::open_writer(&dir.path().join("plan.db")).unwrap();
+    schema::migrate(&conn).unwrap();
+    let plan = |sql: &str| -> String {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let unbound = rusqlite::params_from_iter(std::iter::repeat_n(
+            rusqlite::types::Null,
+            stmt.parameter_count(),
+        ));
+        stmt.query_map(unbound, |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let cases = [
+        (
+            "SELECT id FROM tokens WHERE secret_hash = ?1",
+            "sqlite_autoindex_tokens_2",
+        ),
+        (
+            "SELECT id FROM tokens WHERE sqs_access_key_id = ?1",
+            "sqlite_autoindex_tokens_3",
+        ),
+        (
+            "SELECT id FROM tokens WHERE id = ?1",
+            "sqlite_autoindex_tokens_1",
+        ),
+        (
+            "SELECT seq FROM audit_log WHERE seq > ?1 AND actor_id = ?2 ORDER BY seq LIMIT ?3",
+            "audit_log_actor",
+        ),
+        (
+            "SELECT seq FROM audit_log WHERE seq > ?1 AND entity = ?2 ORDER BY seq LIMIT ?3",
+            "audit_log_entity",
+        ),
+        (
+            "SELECT seq FROM audit_log WHERE seq > ?1 AND action = ?2 ORDER BY seq LIMIT ?3",
+            "audit_log_action",
+        ),
+        (
+            "SELECT seq FROM audit_log WHERE seq > ?1 AND at >= ?2 AND at < ?3 \
+             ORDER BY seq LIMIT ?4",
+            "audit_log_at",
+        ),
+    ];
+    for (sql, index) in cases {
+        let p = plan(sql);
+        assert!(p.contains(index), "{sql}\n  plan: {p}");
+        assert!(!p.contains("SCAN"), "{sql}\n  plan: {p}");
+    }
+}

@@ -1,6 +1,7 @@
 //! The cases, one `pub async fn` each, grouped by area and re-exported here so that the
 //! macro can name them as `cases::<name>`.
 
+mod access;
 mod concurrency;
 mod dead_letters;
 mod dedup;
@@ -16,6 +17,7 @@ mod settle;
 mod sweep;
 mod topics;
 
+pub use access::*;
 pub use concurrency::*;
 pub use dead_letters::*;
 pub use dedup::*;
