@@ -773,14 +773,22 @@ mod tests {
         tokio::task::yield_now().await;
         assert_eq!(count(b, "dest").await, 1);
         assert_eq!(count(b, "dlq").await, 2);
-        let log = b
-            .list_audit(&redrive_store::AuditQuery {
-                actor_id: Some(owner.id.clone()),
-                limit: 100,
-                ..redrive_store::AuditQuery::default()
-            })
-            .await
-            .unwrap();
+        // The task's end is audited just after its status changes: wait for the entry.
+        let mut log = Vec::new();
+        for _ in 0..10_000 {
+            log = b
+                .list_audit(&redrive_store::AuditQuery {
+                    actor_id: Some(owner.id.clone()),
+                    limit: 100,
+                    ..redrive_store::AuditQuery::default()
+                })
+                .await
+                .unwrap();
+            if log.len() >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         let acts: Vec<(&str, &str)> = log
             .iter()
             .map(|e| (e.fields.action.as_str(), e.fields.outcome.as_str()))
