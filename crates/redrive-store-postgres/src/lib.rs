@@ -46,7 +46,7 @@
 //! is never repeated, since its outcome may be unknown.
 //!
 //! Reads (`get_queue`, `list_queues`, `queue_counts`, `peek`, `next_wake`,
-//! `list_dead_letters`, `get_dead_letter`) are each one statement outside an explicit
+//! `list_dead_letters`, `get_dead_letter`, token lookups, audit pages) are each one statement outside an explicit
 //! transaction, so one snapshot; only an empty answer takes a second look, to tell it
 //! apart from a missing queue.
 //!
@@ -146,7 +146,8 @@
 //! Tables live in [`PostgresOptions::schema`] (created if missing) or, without one, in the
 //! first schema of the connection's `search_path` (normally `public`; a dedicated schema
 //! is recommended, since the table names are plain: `queues`, `messages`, `dedup`,
-//! `sessions`, `dead_letters`, `leases`). Versioned migrations (embedded SQL, recorded in
+//! `sessions`, `dead_letters`, `leases`, `topics`, `subscriptions`, `tokens`, `audit_log`,
+//! ...). Versioned migrations (embedded SQL, recorded in
 //! `redrive_schema_migrations`) are applied at [`PostgresStore::connect`] in one
 //! transaction under a transaction-level advisory lock keyed by the schema, so several
 //! nodes starting at once migrate one after the other; a schema whose version is newer
@@ -163,10 +164,13 @@
 //!   handle every operation queries through.
 //! - `schema` and `migrations/`: versioned migrations.
 //! - `rows`: row types, queue loading with its row lock, batched message writes, inserts.
-//! - `queues`, `messages`, `sessions`, `dead_letters`, `leases`: the operations.
+//! - `queues`, `messages`, `sessions`, `dead_letters`, `leases`, `topics`: the operations.
+//! - `access`: tokens and the audit log (appends from every node serialised on the one
+//!   row of `audit_chain`, so they form one chain).
 //! - `wakeups`: LISTEN/NOTIFY between nodes.
 //! - `error`: [`PostgresError`] and the mapping into [`StoreError`].
 
+mod access;
 mod clock;
 mod dead_letters;
 mod error;
@@ -182,6 +186,7 @@ mod wakeups;
 
 use async_trait::async_trait;
 use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
+use redrive_store::{AuditEntry, AuditFields, AuditQuery, NewToken, TokenRecord};
 use redrive_store::{
     Capabilities, DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Effects, Enqueued,
     NewMessage, QueueCounts, QueueRecord, ReceiveOutcome, ReceiveParams, SessionLock,
@@ -599,6 +604,41 @@ impl Store for PostgresStore {
     ) -> StoreResult<bool> {
         let until = now.plus_millis(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
         write_tx!(self, |db| leases::try_take(db, name, holder, until, now))
+    }
+
+    async fn create_token(&self, token: &NewToken, now: Timestamp) -> StoreResult<TokenRecord> {
+        write_tx!(self, |db| access::create_token(db, token, now))
+    }
+
+    async fn list_tokens(&self) -> StoreResult<Vec<TokenRecord>> {
+        read!(self, |db| access::list_tokens(db))
+    }
+
+    async fn find_token(&self, secret_hash: &str) -> StoreResult<Option<TokenRecord>> {
+        read!(self, |db| access::find_token(db, secret_hash))
+    }
+
+    async fn find_token_by_sqs_key(&self, access_key_id: &str) -> StoreResult<Option<TokenRecord>> {
+        read!(self, |db| access::find_token_by_sqs_key(db, access_key_id))
+    }
+
+    async fn revoke_token(&self, id: &str, now: Timestamp) -> StoreResult<TokenRecord> {
+        write_tx!(self, |db| access::revoke_token(db, id, now))
+    }
+
+    async fn append_audit(&self, entries: &[AuditFields]) -> StoreResult<Vec<AuditEntry>> {
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        write_tx!(self, |db| access::append_audit(db, entries))
+    }
+
+    async fn list_audit(&self, query: &AuditQuery) -> StoreResult<Vec<AuditEntry>> {
+        read!(self, |db| access::list_audit(db, query))
+    }
+
+    async fn prune_audit(&self, before: Timestamp, fields: &AuditFields) -> StoreResult<u64> {
+        write_tx!(self, |db| access::prune_audit(db, before, fields))
     }
 
     async fn create_topic(

@@ -748,3 +748,198 @@ async fn a_message_behind_the_receive_floor_is_still_delivered() {
     let want: Vec<String> = (1..100).map(|i| format!("m{i:03}")).collect();
     assert_eq!(rest, want.iter().collect::<Vec<_>>());
 }
+
+fn audit_fields(node: &str, i: i64) -> redrive_store::AuditFields {
+    redrive_store::AuditFields {
+        at: T0.plus_millis(i),
+        actor_id: format!("tok_{node}"),
+        actor_name: node.to_owned(),
+        action: "message.peek".to_owned(),
+        entity: Some("orders".to_owned()),
+        targets: vec![format!("m{i}")],
+        outcome: "ok".to_owned(),
+        client: Some("10.0.0.1".to_owned()),
+    }
+}
+
+/// The whole audit log, oldest first, read page by page.
+async fn whole_log(store: &PostgresStore) -> Vec<redrive_store::AuditEntry> {
+    let mut out: Vec<redrive_store::AuditEntry> = Vec::new();
+    loop {
+        let page = store
+            .list_audit(&redrive_store::AuditQuery {
+                after_seq: out.last().map(|e| e.seq),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        if page.is_empty() {
+            return out;
+        }
+        out.extend(page);
+    }
+}
+
+fn chained(entries: &[redrive_store::AuditEntry]) -> Vec<redrive_core::audit::ChainedEntry> {
+    entries
+        .iter()
+        .map(|e| redrive_core::audit::ChainedEntry {
+            seq: e.seq,
+            prev_hash: e.prev_hash.clone(),
+            hash: e.hash.clone(),
+            fields: e.fields.clone(),
+        })
+        .collect()
+}
+
+/// Two nodes appending at once (50 appends each, all in flight together) write one
+/// chain: every entry numbered once, each linked to the one before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_appends_from_two_nodes_form_one_chain() {
+    let g = SchemaGuard::fresh();
+    let a = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
+    let b = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
+    let mut tasks = Vec::new();
+    for i in 0..50 {
+        for (node, store) in [("a", &a), ("b", &b)] {
+            let store = Arc::clone(store);
+            tasks.push(tokio::spawn(async move {
+                store
+                    .append_audit(&[audit_fields(node, i)])
+                    .await
+                    .unwrap()
+                    .remove(0)
+            }));
+        }
+    }
+    let mut appended = Vec::new();
+    for t in tasks {
+        appended.push(t.await.unwrap());
+    }
+    let log = whole_log(&a).await;
+    assert_eq!(
+        log.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=100).collect::<Vec<_>>()
+    );
+    let summary = redrive_core::audit::verify(&chained(&log)).expect("one chain");
+    assert_eq!((summary.entries, summary.last_seq), (100, 100));
+    // Every append got back what was stored.
+    appended.sort_by_key(|e| e.seq);
+    assert_eq!(appended, log);
+    assert_eq!(
+        log.iter().filter(|e| e.fields.actor_id == "tok_a").count(),
+        50
+    );
+    a.close();
+    b.close();
+}
+
+/// An audit row edited behind the store's back (here with plain SQL) no longer verifies;
+/// nor does a log with a row deleted from its middle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_audit_row_edited_in_the_database_fails_verification() {
+    use redrive_core::audit::{ChainError, verify};
+
+    let g = SchemaGuard::fresh();
+    let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
+    let fields: Vec<_> = (1..=5).map(|i| audit_fields("a", i)).collect();
+    store.append_audit(&fields).await.unwrap();
+    assert!(verify(&chained(&whole_log(&store).await)).is_ok());
+
+    raw(&g, "UPDATE audit_log SET outcome = 'denied' WHERE seq = 3").await;
+    let log = whole_log(&store).await;
+    assert_eq!(log[2].fields.outcome, "denied");
+    assert_eq!(verify(&chained(&log)), Err(ChainError::Altered { seq: 3 }));
+
+    raw(
+        &g,
+        "UPDATE audit_log SET outcome = 'ok' WHERE seq = 3; DELETE FROM audit_log WHERE seq = 2",
+    )
+    .await;
+    assert_eq!(
+        verify(&chained(&whole_log(&store).await)),
+        Err(ChainError::Unlinked {
+            seq: 3,
+            prev_seq: 1
+        })
+    );
+    store.close();
+}
+
+/// Two nodes creating a token of the same name at once: one succeeds, the other gets
+/// `TokenExists`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_wins_a_token_name() {
+    use redrive_core::access::{Grant, Role};
+    use redrive_store::NewToken;
+
+    let g = SchemaGuard::fresh();
+    let a = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
+    let b = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
+    let mut tasks = Vec::new();
+    for (i, store) in [&a, &b, &a, &b].into_iter().enumerate() {
+        let store = Arc::clone(store);
+        let token = NewToken {
+            id: format!("tok_{i:016x}"),
+            name: "ci".to_owned(),
+            secret_hash: format!("{i:064x}"),
+            grants: vec![Grant::all(Role::Consumer)],
+            created_by: "bootstrap".to_owned(),
+            expires_at: None,
+            sqs: None,
+        };
+        tasks.push(tokio::spawn(
+            async move { store.create_token(&token, T0).await },
+        ));
+    }
+    let mut won = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => won += 1,
+            Err(StoreError::TokenExists { .. }) => {}
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    assert_eq!(won, 1);
+    assert_eq!(a.list_tokens().await.unwrap().len(), 1);
+    a.close();
+    b.close();
+}
+
+/// A schema at version 4 (before tokens and the audit log) is brought to the current
+/// version at connect, its queues kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_4_schema_gains_the_access_tables() {
+    let g = SchemaGuard::fresh();
+    let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
+    store
+        .create_queue(&name("orders"), &QueuePolicy::default(), T0)
+        .await
+        .unwrap();
+    store.close();
+    // As a build of version 4 left it.
+    raw(
+        &g,
+        "DROP TABLE tokens, audit_log, audit_chain; \
+         DELETE FROM redrive_schema_migrations WHERE version = 5",
+    )
+    .await;
+    assert_eq!(
+        scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
+        "4"
+    );
+    let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
+    assert_eq!(SCHEMA_VERSION, 5);
+    assert_eq!(
+        scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
+        "5"
+    );
+    assert_eq!(store.list_queues().await.unwrap().len(), 1);
+    let appended = store
+        .append_audit(&[audit_fields("a", 1), audit_fields("a", 2)])
+        .await
+        .unwrap();
+    assert_eq!(appended[1].seq, 2);
+    assert!(redrive_core::audit::verify(&chained(&whole_log(&store).await)).is_ok());
+    store.close();
+}

@@ -23,7 +23,7 @@
 //! # Reads: a pool of read-only connections
 //!
 //! `get_queue`, `list_queues`, `queue_counts`, `peek`, `list_dead_letters`,
-//! `get_dead_letter` and `next_wake` run on a small pool ([`SqliteOptions::readers`]) of
+//! `get_dead_letter`, `next_wake`, the token lookups and `list_audit` run on a small pool ([`SqliteOptions::readers`]) of
 //! read-only connections through `tokio::task::spawn_blocking`, each inside one read
 //! transaction (one consistent snapshot). WAL lets them run while the writer writes, and
 //! a write is acknowledged only after its commit, so a read that starts after an
