@@ -53,7 +53,7 @@ pub(crate) fn wrap(app: Router, config: Arc<GuardConfig>) -> Router {
 }
 
 async fn guard(State(cfg): State<Arc<GuardConfig>>, req: Request, next: Next) -> Response {
-    if let Err(p) = check(&cfg, &req) {
+    if let Some(p) = refusal(&cfg, &req) {
         let mut resp = problem_response(&p);
         if p.status == 405 {
             resp.headers_mut().insert(
@@ -76,39 +76,44 @@ async fn guard(State(cfg): State<Arc<GuardConfig>>, req: Request, next: Next) ->
     resp
 }
 
-fn check(cfg: &GuardConfig, req: &Request) -> Result<(), Problem> {
+/// Why the request is refused, if it is.
+fn refusal(cfg: &GuardConfig, req: &Request) -> Option<Problem> {
     use ErrorCode as C;
     let headers = req.headers();
     if req.extensions().get::<FramingConflict>().is_some() {
-        return Err(Problem::new(
+        return Some(Problem::new(
             C::MalformedRequest,
             "the request has both Content-Length and Transfer-Encoding",
         ));
     }
     let target = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
     if target > MAX_URI_BYTES {
-        return Err(Problem::new(
-            C::UriTooLong,
-            format!("the request target is longer than {MAX_URI_BYTES} bytes"),
-        )
-        .with("limit", MAX_URI_BYTES));
+        return Some(
+            Problem::new(
+                C::UriTooLong,
+                format!("the request target is longer than {MAX_URI_BYTES} bytes"),
+            )
+            .with("limit", MAX_URI_BYTES),
+        );
     }
     let header_bytes: usize = headers
         .iter()
         .map(|(n, v)| n.as_str().len() + v.len() + 4)
         .sum();
     if headers.len() > MAX_HEADERS || header_bytes > MAX_HEADER_BYTES {
-        return Err(Problem::new(
+        return Some(Problem::new(
             C::HeadersTooLarge,
             format!(
                 "the header section is larger than {MAX_HEADER_BYTES} bytes or {MAX_HEADERS} lines"
             ),
         ));
     }
-    cfg.hosts.check(req)?;
+    if let Some(p) = cfg.hosts.refusal(req) {
+        return Some(p);
+    }
     let m = req.method();
     if m == Method::OPTIONS {
-        return Err(Problem::new(
+        return Some(Problem::new(
             C::MethodNotAllowed,
             "OPTIONS is not served: the API allows no cross-origin requests",
         ));
@@ -123,13 +128,13 @@ fn check(cfg: &GuardConfig, req: &Request) -> Result<(), Problem> {
     ]
     .contains(m)
     {
-        return Err(Problem::new(
+        return Some(Problem::new(
             C::MethodNotAllowed,
             format!("the method {m} is not served"),
         ));
     }
     if percent_decode(req.uri().path().as_bytes()).is_err() {
-        return Err(Problem::new(
+        return Some(Problem::new(
             C::MalformedRequest,
             "the path is not valid UTF-8 once percent-decoded",
         ));
@@ -138,24 +143,26 @@ fn check(cfg: &GuardConfig, req: &Request) -> Result<(), Problem> {
         if let Some(len) = content_length(headers)
             && len > cfg.max_body as u64
         {
-            return Err(Problem::new(
-                C::MessageTooLarge,
-                format!(
-                    "the declared body of {len} bytes is larger than the limit of {} bytes",
-                    cfg.max_body
-                ),
-            )
-            .with("size", len)
-            .with("limit", cfg.max_body));
+            return Some(
+                Problem::new(
+                    C::MessageTooLarge,
+                    format!(
+                        "the declared body of {len} bytes is larger than the limit of {} bytes",
+                        cfg.max_body
+                    ),
+                )
+                .with("size", len)
+                .with("limit", cfg.max_body),
+            );
         }
         if !is_json(headers) && !is_binary_event(req) {
-            return Err(Problem::new(
+            return Some(Problem::new(
                 C::UnsupportedMediaType,
                 "a request body must be sent as Content-Type: application/json",
             ));
         }
     }
-    Ok(())
+    None
 }
 
 fn content_length(headers: &HeaderMap) -> Option<u64> {
@@ -342,22 +349,22 @@ impl HostPolicy {
         p
     }
 
-    fn check(&self, req: &Request) -> Result<(), Problem> {
+    fn refusal(&self, req: &Request) -> Option<Problem> {
         if self.any {
-            return Ok(());
+            return None;
         }
         // An absolute-form target names the host itself and takes precedence.
         let value = match req.uri().authority() {
             Some(a) => a.as_str().to_owned(),
             None => {
                 let Some(v) = req.headers().get(header::HOST) else {
-                    return Err(Problem::new(
+                    return Some(Problem::new(
                         ErrorCode::MalformedRequest,
                         "the request has no Host header",
                     ));
                 };
                 let Ok(v) = v.to_str() else {
-                    return Err(Problem::new(
+                    return Some(Problem::new(
                         ErrorCode::MalformedRequest,
                         "the Host header is not valid",
                     ));
@@ -367,15 +374,15 @@ impl HostPolicy {
         };
         let lower = value.trim().to_ascii_lowercase();
         let Some((host, port)) = split_host(&lower) else {
-            return Err(Problem::new(
+            return Some(Problem::new(
                 ErrorCode::MalformedRequest,
                 "the Host header is not valid",
             ));
         };
         if self.allows(host, port) {
-            Ok(())
+            None
         } else {
-            Err(Problem::new(
+            Some(Problem::new(
                 ErrorCode::MisdirectedRequest,
                 format!(
                     "the host {value:?} is not served here; list it in the server's allowed_hosts"

@@ -186,11 +186,10 @@ pub(crate) async fn serve_all(
         let ctx = AcceptCtx {
             limits: limits.clone(),
             permits: permits.clone(),
-            graceful: graceful.clone(),
             stats,
             router,
         };
-        loops.spawn(accept_loop(listener, ctx, stop.clone()));
+        loops.spawn(accept_loop(listener, ctx, graceful.clone(), stop.clone()));
     }
     while loops.join_next().await.is_some() {}
     // Every accept loop has stopped and dropped its listener; `graceful` is shared only
@@ -201,16 +200,22 @@ pub(crate) async fn serve_all(
     }
 }
 
+/// What a connection task needs (not the shutdown handle itself: the accept loops hold
+/// the only references to it, so that it can be taken back once they have stopped).
 #[derive(Clone)]
 struct AcceptCtx {
     limits: Limits,
     permits: Arc<Semaphore>,
-    graceful: Arc<GracefulShutdown>,
     stats: Arc<ListenerStats>,
     router: Router,
 }
 
-async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, stop: CancellationToken) {
+async fn accept_loop(
+    listener: TcpListener,
+    ctx: AcceptCtx,
+    graceful: Arc<GracefulShutdown>,
+    stop: CancellationToken,
+) {
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => return,
@@ -236,7 +241,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, stop: CancellationTo
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let watcher = ctx.graceful.watcher();
+        let watcher = graceful.watcher();
         let ctx = ctx.clone();
         tokio::spawn(async move {
             ctx.stats.open.fetch_add(1, Ordering::Relaxed);

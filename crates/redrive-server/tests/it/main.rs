@@ -13,3 +13,4 @@ mod seed_003;
 mod sessions;
 mod support;
 mod topics;
+mod transport;

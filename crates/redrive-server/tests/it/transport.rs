@@ -81,7 +81,11 @@ async fn read_to_close(c: &mut TcpStream) -> Vec<u8> {
         }
     })
     .await;
-    assert!(r.is_ok(), "the server kept the connection open: {:?}", String::from_utf8_lossy(&out));
+    assert!(
+        r.is_ok(),
+        "the server kept the connection open: {:?}",
+        String::from_utf8_lossy(&out)
+    );
     out
 }
 
@@ -160,7 +164,10 @@ async fn an_idle_connection_is_closed_after_the_idle_timeout_even_after_a_reques
     let early = tokio::time::timeout(Duration::from_millis(19_900), c.read(&mut buf)).await;
     assert!(early.is_err(), "closed before the idle timeout");
     let r = tokio::time::timeout(Duration::from_secs(60), c.read(&mut buf)).await;
-    assert!(matches!(r, Ok(Ok(0) | Err(_))), "an idle connection stayed open");
+    assert!(
+        matches!(r, Ok(Ok(0) | Err(_))),
+        "an idle connection stayed open"
+    );
     assert!(answered.elapsed() < Duration::from_secs(21));
     s.stop().await;
 }
@@ -267,8 +274,11 @@ async fn the_connection_limit_refuses_the_next_connection_counts_it_and_serves_t
         let mut f = TcpStream::connect(s.addr).await.unwrap();
         let _ = f
             .write_all(
-                format!("GET /healthz HTTP/1.1\r\n{}Connection: close\r\n\r\n", host(&s))
-                    .as_bytes(),
+                format!(
+                    "GET /healthz HTTP/1.1\r\n{}Connection: close\r\n\r\n",
+                    host(&s)
+                )
+                .as_bytes(),
             )
             .await;
         if !read_to_close(&mut f).await.is_empty() {
@@ -378,13 +388,21 @@ async fn no_cors_and_unknown_methods_are_problems() {
     );
     let a = exchange(&s, preflight.as_bytes()).await;
     a.problem(405, "method_not_allowed");
-    assert!(!a.head.to_ascii_lowercase().contains("access-control-"), "{}", a.head);
+    assert!(
+        !a.head.to_ascii_lowercase().contains("access-control-"),
+        "{}",
+        a.head
+    );
     let get = format!(
         "GET /v1/queues HTTP/1.1\r\n{h}Origin: https://evil.example\r\nConnection: close\r\n\r\n"
     );
     let a = exchange(&s, get.as_bytes()).await;
     assert_eq!(a.status, 200);
-    assert!(!a.head.to_ascii_lowercase().contains("access-control-"), "{}", a.head);
+    assert!(
+        !a.head.to_ascii_lowercase().contains("access-control-"),
+        "{}",
+        a.head
+    );
     for method in ["BREW", "TRACE", "CONNECT"] {
         let target = if method == "CONNECT" {
             s.addr.to_string()
@@ -436,7 +454,9 @@ async fn malformed_requests_get_problem_documents() {
         "GET /v1/queues/{} HTTP/1.1\r\n{h}Connection: close\r\n\r\n",
         "a".repeat(9 * 1024)
     );
-    exchange(&s, req.as_bytes()).await.problem(414, "uri_too_long");
+    exchange(&s, req.as_bytes())
+        .await
+        .problem(414, "uri_too_long");
     let req = format!(
         "GET /v1/queues HTTP/1.1\r\n{h}X-Big: {}\r\nConnection: close\r\n\r\n",
         "b".repeat(40 * 1024)
@@ -485,13 +505,16 @@ async fn duplicate_keys_and_unknown_batch_fields_are_refused() {
         assert_eq!(v["code"], "malformed_body", "{body}: {v}");
     }
     let (st, v) = post("/v1/queues", r#"{"name":"a","name":"b"}"#).await;
-    assert_eq!((st.as_u16(), v["code"].as_str()), (400, Some("malformed_body")));
-    let (st, v) = post(
-        "/v1/queues/q/settle",
-        r#"{"settlements":[],"extra":1}"#,
-    )
-    .await;
-    assert_eq!((st.as_u16(), v["code"].as_str()), (400, Some("malformed_body")), "{v}");
+    assert_eq!(
+        (st.as_u16(), v["code"].as_str()),
+        (400, Some("malformed_body"))
+    );
+    let (st, v) = post("/v1/queues/q/settle", r#"{"settlements":[],"extra":1}"#).await;
+    assert_eq!(
+        (st.as_u16(), v["code"].as_str()),
+        (400, Some("malformed_body")),
+        "{v}"
+    );
     assert_eq!(s.counts("q").await["active"], 0, "nothing was sent");
     let (st, v) = s.get("/v1/queues").await;
     assert_eq!(st, 200);
@@ -560,7 +583,11 @@ async fn tls_serves_https_and_refuses_plain_http() {
         .await
         .unwrap();
     let raw = read_to_close(&mut c).await;
-    assert!(!raw.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&raw));
+    assert!(
+        !raw.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&raw)
+    );
     s.stop().await;
 }
 
@@ -649,7 +676,9 @@ async fn extra_listeners_share_the_timeouts_but_not_the_native_rules() {
     assert_eq!(a.body, b"hello");
 
     let mut c = TcpStream::connect(extra_addr).await.unwrap();
-    c.write_all(b"POST / HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    c.write_all(b"POST / HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
     let sent = Instant::now();
     let raw = read_to_close(&mut c).await;
     assert!(raw.is_empty(), "{:?}", String::from_utf8_lossy(&raw));
@@ -657,4 +686,59 @@ async fn extra_listeners_share_the_timeouts_but_not_the_native_rules() {
 
     tx.send(()).unwrap();
     server.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_stops_accepting_closes_idle_connections_and_finishes_in_flight_requests() {
+    let s = TestServer::start().await;
+    let addr = s.addr;
+    let h = host(&s);
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    idle.write_all(format!("GET /healthz HTTP/1.1\r\n{h}\r\n").as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(read_one(&mut idle).await.status, 200);
+
+    s.queue("q", json!({})).await;
+    let parked = s.clock.sleepers();
+    let poll = s.spawn_receive("q", json!({"wait_ms": 20_000}));
+    s.until_parked(parked).await;
+
+    // A body refused without a store call: the store's own thread is outside tokio's
+    // paused clock, which would move on to the end of the grace period meanwhile.
+    let body = br#"{"name": 17}"#;
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(
+        format!(
+            "POST /v1/queues HTTP/1.1\r\n{h}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    c.write_all(&body[..5]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let stopping = tokio::spawn(s.stop());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!stopping.is_finished(), "stopped with a request in flight");
+    assert!(
+        read_to_close(&mut idle).await.is_empty(),
+        "the idle connection stayed open"
+    );
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "a new connection was accepted during shutdown"
+    );
+    assert_eq!(
+        poll.await.unwrap()["messages"],
+        json!([]),
+        "the long poll ended"
+    );
+    // The request whose body was still arriving gets its answer.
+    c.write_all(&body[5..]).await.unwrap();
+    let a = parse(&read_to_close(&mut c).await);
+    a.problem(400, "malformed_body");
+    stopping.await.unwrap();
 }
