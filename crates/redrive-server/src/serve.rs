@@ -18,7 +18,9 @@
 //!
 //! The head of each request is also read as it arrives, to see the header lines that hyper
 //! folds away: a request with both `Content-Length` and `Transfer-Encoding` is marked
-//! ([`FramingConflict`]) for the router to refuse.
+//! ([`FramingConflict`]) for the router to refuse. A head that arrives pipelined behind a
+//! previous request's body is not seen here; hyper itself closes the connection after a
+//! request with both headers, so nothing can be smuggled behind one on the same connection.
 
 use std::io;
 use std::pin::Pin;
@@ -478,7 +480,8 @@ where
         .timer(TokioTimer::new())
         // Our own watch covers the wait for a head (see the module doc).
         .header_read_timeout(None)
-        .max_buf_size(HYPER_MAX_HEADER_BYTES.max(8 * 1024) * 2)
+        .max_buf_size(HYPER_MAX_HEADER_BYTES * 2)
+        .max_header_size(HYPER_MAX_HEADER_BYTES)
         .max_headers(HYPER_MAX_HEADERS)
         .keep_alive(true);
     let conn = watcher.watch(builder.serve_connection(io, service));

@@ -742,3 +742,27 @@ async fn shutdown_stops_accepting_closes_idle_connections_and_finishes_in_flight
     a.problem(400, "malformed_body");
     stopping.await.unwrap();
 }
+
+#[test]
+fn the_open_file_limit_is_raised_and_bounds_the_connection_limit() {
+    let (_, hard) = rlimit::Resource::NOFILE.get().unwrap();
+    // A low soft limit, as distributions set by default (other tests in this process
+    // stay far below it).
+    rlimit::Resource::NOFILE.set(1024.min(hard), hard).unwrap();
+    let (soft, hard) = redrive_server::raise_nofile_limit().unwrap();
+    if hard != u64::MAX {
+        assert_eq!(
+            soft, hard,
+            "the soft limit was not raised to the hard limit"
+        );
+    }
+    let room = usize::try_from(soft.saturating_sub(redrive_server::FD_RESERVE)).unwrap();
+    assert_eq!(
+        redrive_server::effective_max_connections(usize::MAX),
+        room.max(1)
+    );
+    assert_eq!(
+        redrive_server::effective_max_connections(10),
+        10.min(room).max(1)
+    );
+}
