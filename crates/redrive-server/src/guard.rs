@@ -21,6 +21,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -31,7 +32,7 @@ use redrive_api::problem::PROBLEM_JSON;
 use redrive_api::{ErrorCode, Problem};
 
 use crate::error::problem_response;
-use crate::serve::{ConnMetrics, FramingConflict};
+use crate::serve::{BodyTimedOut, ConnMetrics, FramingConflict};
 
 /// Longest request target (path and query) read.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
@@ -69,7 +70,18 @@ async fn guard(State(cfg): State<Arc<GuardConfig>>, req: Request, next: Next) ->
         return resp;
     }
     let metrics = req.method() == Method::GET && req.uri().path() == "/metrics";
-    let resp = as_problem(next.run(req).await).await;
+    let timed_out = req.extensions().get::<BodyTimedOut>().cloned();
+    let mut resp = next.run(req).await;
+    if timed_out.is_some_and(|t| t.0.load(Ordering::Relaxed))
+        && resp.status() == StatusCode::BAD_REQUEST
+    {
+        // The handler read the body itself and saw only a failed read.
+        resp = problem_response(&Problem::new(
+            ErrorCode::RequestTimeout,
+            "the request body did not arrive in time",
+        ));
+    }
+    let resp = as_problem(resp).await;
     if metrics && resp.status() == StatusCode::OK {
         return with_connection_metrics(resp, &cfg.metrics).await;
     }

@@ -24,7 +24,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -89,6 +89,11 @@ pub fn effective_max_connections(configured: usize) -> usize {
 /// (hyper keeps only the latter, so handlers cannot see it otherwise).
 #[derive(Debug, Clone, Copy)]
 pub struct FramingConflict;
+
+/// Set when the request's body read timed out, for layers that see only the handler's
+/// answer (a handler reading the body itself answers a generic 400).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BodyTimedOut(pub Arc<AtomicBool>);
 
 /// The error of a request body read that waited longer than `body_read_timeout_ms`.
 #[derive(Debug)]
@@ -459,7 +464,16 @@ where
         hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
             let conflict = shared.on_request();
             let done = DoneGuard(shared.clone());
-            let mut req = req.map(|b| Body::new(TimeoutBody::new(b, body_timeout)));
+            let timed_out = BodyTimedOut::default();
+            let mut req = req.map(|b| {
+                Body::new(TimeoutBody {
+                    inner: b,
+                    timeout: body_timeout,
+                    sleep: None,
+                    timed_out: timed_out.0.clone(),
+                })
+            });
+            req.extensions_mut().insert(timed_out);
             if conflict {
                 req.extensions_mut().insert(FramingConflict);
             }
@@ -551,16 +565,7 @@ struct TimeoutBody {
     inner: Incoming,
     timeout: Duration,
     sleep: Option<Pin<Box<Sleep>>>,
-}
-
-impl TimeoutBody {
-    fn new(inner: Incoming, timeout: Duration) -> Self {
-        TimeoutBody {
-            inner,
-            timeout,
-            sleep: None,
-        }
-    }
+    timed_out: Arc<AtomicBool>,
 }
 
 impl http_body::Body for TimeoutBody {
@@ -583,7 +588,10 @@ impl http_body::Body for TimeoutBody {
                     .sleep
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
                 match sleep.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyReadTimeout)))),
+                    Poll::Ready(()) => {
+                        this.timed_out.store(true, Ordering::Relaxed);
+                        Poll::Ready(Some(Err(Box::new(BodyReadTimeout))))
+                    }
                     Poll::Pending => Poll::Pending,
                 }
             }

@@ -201,6 +201,25 @@ async fn a_declared_but_unsent_body_is_answered_408_after_the_body_timeout() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_stalled_publish_body_is_answered_408_too() {
+    let s = TestServer::start().await;
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(
+        format!(
+            "POST /v1/topics/t/events HTTP/1.1\r\n{}Content-Type: application/cloudevents+json\r\n\
+             Content-Length: 100\r\n\r\n{{",
+            host(&s)
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let a = parse(&read_to_close(&mut c).await);
+    a.problem(408, "request_timeout");
+    s.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_declared_body_over_the_limit_is_refused_at_once() {
     let s = TestServer::start().await;
     let mut c = TcpStream::connect(s.addr).await.unwrap();
