@@ -22,6 +22,7 @@
 //! previous request's body is not seen here; hyper itself closes the connection after a
 //! request with both headers, so nothing can be smuggled behind one on the same connection.
 
+use std::future::Future as _;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -607,7 +608,6 @@ impl http_body::Body for TimeoutBody {
     }
 }
 
-use std::future::Future as _;
 
 #[cfg(test)]
 mod tests {
