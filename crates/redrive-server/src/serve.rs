@@ -608,7 +608,6 @@ impl http_body::Body for TimeoutBody {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
