@@ -58,7 +58,7 @@ pub struct SendMessage {
 /// `POST /v1/queues/{name}/messages`: one message, or `{"messages": [...]}` for an atomic
 /// batch.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, deny_unknown_fields)]
 pub enum SendRequest {
     /// A batch: all stored or none.
     Batch {
@@ -208,7 +208,7 @@ pub struct Settle {
 
 /// Body of `POST /v1/queues/{name}/settle`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, deny_unknown_fields)]
 pub enum SettleRequest {
     /// Many settlements, each judged on its own.
     Batch {

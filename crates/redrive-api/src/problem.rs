@@ -134,6 +134,17 @@ codes! {
     TokenExists = ("token_exists", 409, "Token already exists"),
     /// No such token.
     TokenNotFound = ("token_not_found", 404, "Token not found"),
+    /// The request is not well-formed HTTP for this API: conflicting framing headers,
+    /// a path that is not UTF-8 once decoded, a missing `Host`.
+    MalformedRequest = ("malformed_request", 400, "Malformed request"),
+    /// The `Host` header names neither this server's listen address nor an allowed host.
+    MisdirectedRequest = ("misdirected_request", 421, "Misdirected request"),
+    /// The request's header section or body did not arrive in time.
+    RequestTimeout = ("request_timeout", 408, "Request timeout"),
+    /// The request target is longer than the server reads.
+    UriTooLong = ("uri_too_long", 414, "URI too long"),
+    /// The request's header section is larger than the server reads.
+    HeadersTooLarge = ("headers_too_large", 431, "Request header fields too large"),
     /// Anything unexpected; details are in the server's log, not in the response.
     Internal = ("internal", 500, "Internal error"),
 }

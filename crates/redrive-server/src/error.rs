@@ -214,8 +214,10 @@ pub fn problem_response(p: &Problem) -> Response {
     resp
 }
 
-/// A JSON body whose every rejection is a problem document. The content type is not
-/// checked: a JSON body is read as JSON whatever the client labelled it.
+/// A JSON body whose every rejection is a problem document. The media type is checked by
+/// the native API's guard (a body must be `application/json`); here the body is read
+/// (a stalled read is a 408), checked for duplicate object keys (which serde would accept,
+/// keeping the last), then read as `T`.
 pub struct ApiJson<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
@@ -227,6 +229,11 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
             .map_err(|e| {
                 if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                     ApiError::new(ErrorCode::MessageTooLarge, "the request body is too large")
+                } else if caused_by_timeout(&e) {
+                    ApiError::new(
+                        ErrorCode::RequestTimeout,
+                        "the request body did not arrive in time",
+                    )
                 } else {
                     ApiError::new(
                         ErrorCode::MalformedBody,
@@ -240,9 +247,93 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
                 "the request body is empty; a JSON document is expected",
             ));
         }
+        reject_duplicate_keys(&bytes)?;
         serde_json::from_slice(&bytes)
             .map(ApiJson)
             .map_err(|e| ApiError::new(ErrorCode::MalformedBody, format!("invalid JSON body: {e}")))
+    }
+}
+
+fn caused_by_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err.is::<crate::BodyReadTimeout>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// Refuses a JSON document in which an object has the same key twice (after unescaping).
+/// Nesting is bounded by serde_json's recursion limit (128 levels), so the walk cannot
+/// exhaust the stack.
+pub fn reject_duplicate_keys(bytes: &[u8]) -> Result<(), ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    serde::Deserialize::deserialize(&mut de)
+        .and_then(|UniqueKeys| de.end())
+        .map_err(|e| ApiError::new(ErrorCode::MalformedBody, format!("invalid JSON body: {e}")))
+}
+
+/// Any JSON value, checked for duplicate keys and otherwise discarded.
+struct UniqueKeys;
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueKeysVisitor)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = UniqueKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_unit<E>(self) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<UniqueKeys, A::Error> {
+        while seq.next_element::<UniqueKeys>()?.is_some() {}
+        Ok(UniqueKeys)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<UniqueKeys, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if seen.contains(&key) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "duplicate key `{key}`"
+                )));
+            }
+            map.next_value::<UniqueKeys>()?;
+            seen.insert(key);
+        }
+        Ok(UniqueKeys)
     }
 }
 
@@ -274,6 +365,21 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn duplicate_keys_are_refused_at_any_depth_and_after_unescaping() {
+        assert!(reject_duplicate_keys(br#"{"a":1,"b":[{"a":2}],"c":{"a":3}}"#).is_ok());
+        for bad in [
+            &br#"{"a":1,"a":2}"#[..],
+            br#"{"x":[{"k":1,"k":1}]}"#,
+            br#"{"a":1,"\u0061":2}"#,
+        ] {
+            let e = reject_duplicate_keys(bad).err().map(|e| e.0.code.clone());
+            assert_eq!(e.as_deref(), Some("malformed_body"));
+        }
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        assert!(reject_duplicate_keys(deep.as_bytes()).is_err());
+    }
 
     #[test]
     fn an_unavailable_store_is_a_503_with_retry_after_and_no_internals() {

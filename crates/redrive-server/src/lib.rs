@@ -10,13 +10,20 @@
 //! - [`access`]: the permission table of every route and the middleware that
 //!   authenticates requests and checks them against it.
 //! - `api/`: one file per resource, each with its `router()`.
+//! - `guard`: the HTTP-level rules of the native API (host, media type, sizes).
+//! - `serve`: the accept loop of every listener (timeouts, connection limit, TLS).
+//! - `tls`: the TLS acceptor from PEM files.
 
 pub mod access;
 mod api;
 pub mod error;
+mod guard;
+mod serve;
+mod tls;
 mod wire;
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,6 +38,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use redrive_broker::SystemClock;
+pub use serve::{
+    BodyReadTimeout, FD_RESERVE, FramingConflict, effective_max_connections, raise_nofile_limit,
+};
 
 use crate::error::ApiError;
 
@@ -49,6 +59,29 @@ pub struct Settings {
     /// Time-to-live of the sweep lease (milliseconds): when the sweeping node dies,
     /// another takes over at most this long after its last renewal.
     pub lease_ttl_ms: u64,
+    /// How long a client may take to send a request's header section, from its first
+    /// byte (milliseconds); the connection is closed after that.
+    pub header_read_timeout_ms: u64,
+    /// How long one read of a request body may wait for data (milliseconds); the request
+    /// is then answered 408 and the connection closed.
+    pub body_read_timeout_ms: u64,
+    /// How long a connection may stay open with no request in progress (milliseconds).
+    pub idle_timeout_ms: u64,
+    /// Most connections open at once over every listener; more are closed at once.
+    /// Never above the soft limit of open files minus a reserve of 256.
+    pub max_connections: usize,
+    /// `Host` values accepted by the native API besides its listen address: `name` (any
+    /// port), `name:port`, or `*` for any.
+    pub allowed_hosts: Vec<String>,
+    /// PEM file of the TLS certificate chain; with `tls_key_file`, every listener speaks
+    /// HTTPS only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM file of the TLS private key (PKCS#8, PKCS#1 or SEC1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key_file: Option<PathBuf>,
+    /// How long a TLS handshake may take (milliseconds).
+    pub tls_handshake_timeout_ms: u64,
 }
 
 impl Default for Settings {
@@ -57,7 +90,52 @@ impl Default for Settings {
             sweep_interval_ms: 1_000,
             shutdown_timeout_ms: 30_000,
             lease_ttl_ms: 5_000,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 30_000,
+            idle_timeout_ms: 60_000,
+            max_connections: 10_000,
+            allowed_hosts: Vec::new(),
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_handshake_timeout_ms: 10_000,
         }
+    }
+}
+
+impl Settings {
+    /// Checks the HTTP settings: positive timeouts and limits, TLS files both or neither.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, v) in [
+            ("header_read_timeout_ms", self.header_read_timeout_ms),
+            ("body_read_timeout_ms", self.body_read_timeout_ms),
+            ("idle_timeout_ms", self.idle_timeout_ms),
+            ("tls_handshake_timeout_ms", self.tls_handshake_timeout_ms),
+        ] {
+            if v == 0 {
+                return Err(format!("server.{name} must be positive"));
+            }
+        }
+        if self.max_connections == 0 {
+            return Err("server.max_connections must be positive".into());
+        }
+        if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
+            return Err("server.tls_cert_file and server.tls_key_file go together".into());
+        }
+        Ok(())
+    }
+
+    fn limits(&self) -> anyhow::Result<serve::Limits> {
+        let tls = match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
+            _ => None,
+        };
+        Ok(serve::Limits {
+            header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
+            body_read_timeout: Duration::from_millis(self.body_read_timeout_ms),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            tls_handshake_timeout: Duration::from_millis(self.tls_handshake_timeout_ms),
+            tls,
+        })
     }
 }
 
@@ -125,6 +203,8 @@ pub async fn run_with(
     extra: Vec<(tokio::net::TcpListener, Router)>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    settings.validate().map_err(|e| anyhow::anyhow!(e))?;
+    let limits = settings.limits()?;
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
     tracker.spawn(
@@ -153,62 +233,63 @@ pub async fn run_with(
     )
     .map_err(|e| anyhow::anyhow!("cannot build the push HTTP client: {e}"))?;
     tracker.spawn(dispatcher.run(cancel.clone()));
-    let app = router(AppState {
-        broker: broker.clone(),
-    });
-    if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "listening");
+    let listen = listener
+        .local_addr()
+        .map_err(|e| anyhow::anyhow!("cannot read the listening address: {e}"))?;
+    let metrics = Arc::new(serve::ConnMetrics::default());
+    // The guard is the outermost layer: transport rules answer before anything else.
+    let app = guard::wrap(
+        router(AppState {
+            broker: broker.clone(),
+        }),
+        Arc::new(guard::GuardConfig {
+            hosts: guard::HostPolicy::new(listen, limits.tls.is_some(), &settings.allowed_hosts),
+            max_body: MAX_REQUEST_BYTES,
+            metrics: metrics.clone(),
+        }),
+    );
+    let max_connections = effective_max_connections(settings.max_connections);
+    if max_connections < settings.max_connections {
+        tracing::warn!(
+            configured = settings.max_connections,
+            max_connections,
+            "max_connections lowered to fit the open-file limit"
+        );
     }
-    let signal = {
-        let cancel = cancel.clone();
-        let broker = broker.clone();
-        async move {
-            shutdown.await;
-            tracing::info!("shutdown requested: no new connections, ending long polls");
-            broker.begin_shutdown();
-            cancel.cancel();
-        }
-    };
-    let mut others = tokio::task::JoinSet::new();
+    tracing::info!(%listen, tls = limits.tls.is_some(), max_connections, "listening");
+    let mut listeners = vec![(listener, app)];
     for (l, r) in extra {
         if let Ok(addr) = l.local_addr() {
             tracing::info!(%addr, "listening (extra endpoint)");
         }
-        let stop = cancel.clone();
-        others.spawn(async move {
-            axum::serve(
-                l,
-                r.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-            )
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await
+        listeners.push((l, r));
+    }
+    let stop = CancellationToken::new();
+    {
+        let cancel = cancel.clone();
+        let broker = broker.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = shutdown => {}
+                // The server ended on its own (it does not, short of a panic).
+                () = stop.cancelled() => return,
+            }
+            tracing::info!("shutdown requested: no new connections, ending long polls");
+            broker.begin_shutdown();
+            cancel.cancel();
+            stop.cancel();
         });
     }
     let grace = Duration::from_millis(settings.shutdown_timeout_ms);
-    let server = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(signal);
-    let all = async move {
-        let main = server.await;
-        while let Some(r) = others.join_next().await {
-            match r {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::error!(error = %e, "an extra endpoint stopped with an error")
-                }
-                Err(e) => tracing::error!(error = %e, "an extra endpoint task failed"),
-            }
-        }
-        main
-    };
+    let all = serve::serve_all(listeners, limits, max_connections, metrics, stop.clone());
     tokio::select! {
-        r = all => r?,
+        () = all => {}
         () = async { cancel.cancelled().await; tokio::time::sleep(grace).await } => {
             tracing::warn!("in-flight requests did not finish within the shutdown timeout");
         }
     }
+    stop.cancel();
     tracker.close();
     if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
         tracing::warn!("background workers did not stop within the shutdown timeout");

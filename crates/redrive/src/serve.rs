@@ -125,6 +125,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         "effective configuration: {}",
         config.summary()
     );
+    match redrive_server::raise_nofile_limit() {
+        Ok((soft, hard)) => info!(soft, hard, "open-file limit raised to the hard limit"),
+        Err(e) => warn!(error = %e, "cannot raise the open-file limit"),
+    }
     let location = config.store_location()?;
     // Register the handlers before anything can take long, so that an early SIGTERM is a
     // graceful shutdown rather than the default kill.

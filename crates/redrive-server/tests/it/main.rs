@@ -14,3 +14,4 @@ mod seed_003;
 mod sessions;
 mod support;
 mod topics;
+mod transport;

@@ -102,6 +102,7 @@ async fn bad_sends_are_refused_whole_and_store_nothing() {
     let resp = s
         .http
         .post(format!("{}/v1/queues/q/messages", s.url))
+        .header("content-type", "application/json")
         .body("{not json")
         .send()
         .await

@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 /// A running server with its own SQLite file and manual clock.
 pub struct TestServer {
     pub url: String,
+    /// The listen address, for raw TCP clients.
+    pub addr: std::net::SocketAddr,
     pub clock: ManualClock,
     pub http: reqwest::Client,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -27,18 +29,38 @@ impl TestServer {
         TestServer::start_in(tempfile::tempdir().unwrap(), ManualClock::new(T0)).await
     }
 
+    /// A server with these settings (the sweep interval and shutdown timeout are the
+    /// tests' own).
+    pub async fn start_with(settings: Settings) -> TestServer {
+        TestServer::start_full(tempfile::tempdir().unwrap(), ManualClock::new(T0), settings).await
+    }
+
     /// A server over the SQLite file in `dir` (created if missing) on `clock`.
     async fn start_in(dir: tempfile::TempDir, clock: ManualClock) -> TestServer {
+        TestServer::start_full(dir, clock, Settings::default()).await
+    }
+
+    async fn start_full(
+        dir: tempfile::TempDir,
+        clock: ManualClock,
+        settings: Settings,
+    ) -> TestServer {
         let store =
             SqliteStore::open(&dir.path().join("redrive.db"), SqliteOptions::default()).unwrap();
         let store: Arc<SqliteStore> = Arc::new(store);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let addr = listener.local_addr().unwrap();
+        let scheme = if settings.tls_cert_file.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let url = format!("{scheme}://{addr}");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let settings = Settings {
             sweep_interval_ms: 1_000,
             shutdown_timeout_ms: 5_000,
-            ..Settings::default()
+            ..settings
         };
         let clock_dyn: Arc<dyn redrive_core::Clock> = Arc::new(clock.clone());
         let store_dyn: Arc<dyn redrive_store::Store> = store.clone();
@@ -52,6 +74,7 @@ impl TestServer {
         });
         TestServer {
             url,
+            addr,
             clock,
             http: reqwest::Client::new(),
             stop: Some(tx),
