@@ -79,6 +79,7 @@ pub mod md5;
 mod messages;
 pub mod protocol;
 mod queues;
+mod receipts;
 mod tags;
 
 use std::collections::HashMap;
