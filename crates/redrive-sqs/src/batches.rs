@@ -9,8 +9,9 @@ use redrive_store::{SettleAction, Settlement};
 use serde_json::{Map, Value, json};
 
 use crate::error::{ErrorKind, SqsError, SqsResult};
-use crate::messages::{check_handle, prepare, sent_fields, settle_refusal, visibility_ms};
+use crate::messages::{prepare, sent_fields, settle_refusal, visibility_ms};
 use crate::protocol::{obj_list, req_str};
+use crate::receipts;
 use crate::{Ctx, queue_from_input};
 
 /// Most entries in one batch.
@@ -136,7 +137,7 @@ async fn settle_batch(ctx: &Ctx, input: &Map<String, Value>, delete: bool) -> Sq
     let mut ids = Vec::new();
     for (id, e) in &list {
         let checked = req_str(e, "ReceiptHandle").and_then(|h| {
-            check_handle(h)?;
+            let lock_token = receipts::lock_token(h, &queue)?;
             let action = if delete {
                 SettleAction::Complete
             } else {
@@ -144,10 +145,7 @@ async fn settle_batch(ctx: &Ctx, input: &Map<String, Value>, delete: bool) -> Sq
                     lock_ms: visibility_ms(e)?,
                 }
             };
-            Ok(Settlement {
-                lock_token: h.to_owned(),
-                action,
-            })
+            Ok(Settlement { lock_token, action })
         });
         match checked {
             Ok(s) => {

@@ -51,6 +51,8 @@ pub enum ErrorKind {
     SignatureDoesNotMatch,
     /// The request is not a well-formed SQS request.
     MalformedRequest,
+    /// The request body is larger than the endpoint takes.
+    RequestTooLarge,
     /// The broker is shutting down or its storage is unavailable.
     ServiceUnavailable,
     /// An internal error (logged in full; the client sees a generic message).
@@ -83,6 +85,7 @@ impl ErrorKind {
             K::InvalidClientTokenId => "InvalidClientTokenId",
             K::SignatureDoesNotMatch => "SignatureDoesNotMatch",
             K::MalformedRequest => "InvalidParameterValueException",
+            K::RequestTooLarge => "RequestEntityTooLarge",
             K::ServiceUnavailable => "ServiceUnavailable",
             K::InternalFailure => "InternalFailure",
         }
@@ -114,6 +117,7 @@ impl ErrorKind {
             K::ResourceNotFound => "ResourceNotFoundException",
             K::InvalidClientTokenId => "InvalidClientTokenId",
             K::SignatureDoesNotMatch => "SignatureDoesNotMatch",
+            K::RequestTooLarge => "RequestEntityTooLarge",
             K::ServiceUnavailable => "ServiceUnavailable",
             K::InternalFailure => "InternalFailure",
         }
@@ -128,6 +132,7 @@ impl ErrorKind {
             | K::InvalidClientTokenId
             | K::SignatureDoesNotMatch => 403,
             K::ResourceNotFound => 404,
+            K::RequestTooLarge => 413,
             K::ServiceUnavailable => 503,
             K::InternalFailure => 500,
             _ => 400,

@@ -24,8 +24,11 @@
 //!   in the policy's optional `sqs` section ([`redrive_core::SqsAttributes`]).
 //! - **Visibility timeouts are locks.** A receive passes its visibility timeout (0–43200 s)
 //!   as the lock duration under [`redrive_broker::LockBounds::Sqs`]; the receipt handle is
-//!   the broker's lock token. `ChangeMessageVisibility` renews the lock; 0 releases it.
-//!   `DeleteMessage` completes. A message received more than `maxReceiveCount` times is
+//!   an opaque wrapping of the broker's lock token and the queue it was issued for (with a
+//!   checksum), so a handle given to another queue, or a made-up one, is
+//!   `ReceiptHandleIsInvalid`, while a stale handle of the right queue (its lock gone)
+//!   deletes nothing and succeeds, as on AWS. `ChangeMessageVisibility` renews the lock; 0
+//!   releases it. `DeleteMessage` completes. A message received more than `maxReceiveCount` times is
 //!   dead-lettered by the broker: a copy goes to the dead-letter queue and the evidence
 //!   record stays in the source queue's dead-letter store (archived), visible through the
 //!   native dead-letter API.
@@ -62,11 +65,48 @@
 //!   kept per process (not stored, not seen by other nodes, ended at shutdown); the
 //!   source must be the dead-letter queue of some queue.
 //!
+//! # Requests: bounds and refusals
+//!
+//! Every bound is checked before the part it bounds is parsed, and a refused request
+//! changes nothing.
+//!
+//! - **Body**: at most 64 MiB (ten of the largest messages, encoded), judged by
+//!   `Content-Length` before reading and while reading: 413 `RequestEntityTooLarge`.
+//! - **Query protocol** (form body and query string together): at most
+//!   [`protocol::MAX_PARAMETERS`] (2000) parameters, names of at most
+//!   [`protocol::MAX_KEY_BYTES`] (256) bytes and [`protocol::MAX_KEY_SEGMENTS`] (8)
+//!   dot-separated parts; a value is bounded by the body limit (a message body is one
+//!   value). Real SQS requests stay far below (a full `SendMessageBatch` has about 350
+//!   parameters, names of 6 parts). Past a bound: 400 `InvalidParameterValue`. Names and
+//!   values must be UTF-8 once percent-decoded; nothing is replaced: a `MessageBody` that
+//!   is not is `InvalidMessageContents`, any other parameter `InvalidParameterValue`.
+//! - **JSON protocol**: serde_json's nesting limit (128) applies; a deeper or malformed
+//!   body is `InvalidParameterValue`.
+//! - **Methods**: `POST` with `Content-Type: application/x-www-form-urlencoded` (query
+//!   protocol) or `application/x-amz-json-1.0` and `X-Amz-Target` (JSON protocol), either
+//!   optionally with `charset=utf-8`; another content type is `InvalidParameterValue`.
+//!   `GET` (query string only) serves the read-only actions: `ListQueues`, `GetQueueUrl`,
+//!   `GetQueueAttributes`, `ListQueueTags`, `ListDeadLetterSourceQueues`,
+//!   `ListMessageMoveTasks`; any other action over `GET` (`ReceiveMessage` too: it hides
+//!   messages) is `UnsupportedOperation`, so that a page a browser loads cannot act on a
+//!   queue. Other methods are `UnsupportedOperation`.
+//! - **Signatures** (with access keys configured, checked before the request is decoded):
+//!   the canonical request's payload hash is always the SHA-256 of the body received; an
+//!   `x-amz-content-sha256` header must be among the `SignedHeaders` and equal that hash
+//!   (`UNSIGNED-PAYLOAD`, an S3 feature, is refused); `X-Amz-Date` must be within 15
+//!   minutes of the broker's clock either way and on the credential scope's day.
+//!   Signatures are compared in constant time. Failures are 403 `SignatureDoesNotMatch`
+//!   ("Signature expired: …" / "Signature not yet current: …" for the window, as AWS
+//!   words it). As on AWS, the window is the only replay bound: an identical request
+//!   replayed within it is accepted. Answers carry a `Date` header from the broker's
+//!   clock, from which SDKs correct their clock skew.
+//!
 //! # Layout
 //! - `protocol`: decoding both protocols into one JSON shape; JSON and XML answers.
 //! - `error`: AWS error kinds and the mapping of broker errors.
 //! - `md5`: `MD5OfMessageBody`, `MD5OfMessageAttributes`, `MD5OfMessageSystemAttributes`.
 //! - `auth`: SigV4 verification when access keys are configured.
+//! - `receipts`: receipt handles (queue + lock token).
 //! - `queues`, `attributes`, `tags`, `messages`, `batches`, `dead_letters` (with the
 //!   message move tasks): the actions.
 
@@ -79,14 +119,15 @@ pub mod md5;
 mod messages;
 pub mod protocol;
 mod queues;
+mod receipts;
 mod tags;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::body::{Body, Bytes};
+use axum::extract::State;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::Response;
 use redrive_broker::Broker;
@@ -207,10 +248,7 @@ pub fn router(broker: Broker, config: SqsConfig) -> Router {
         config,
         purges: Mutex::new(HashMap::new()),
     });
-    Router::new()
-        .fallback(handle)
-        .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
-        .with_state(state)
+    Router::new().fallback(handle).with_state(state)
 }
 
 async fn handle(
@@ -218,7 +256,24 @@ async fn handle(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
+) -> Response {
+    let mut resp = answer(&sqs, method, uri, headers, body).await;
+    // The broker's clock, which signatures are checked against: SDKs correct their clock
+    // skew from this header.
+    let date = auth::http_date(sqs.broker.clock().now().as_millis());
+    if let Ok(v) = axum::http::HeaderValue::from_str(&date) {
+        resp.headers_mut().insert(axum::http::header::DATE, v);
+    }
+    resp
+}
+
+async fn answer(
+    sqs: &Arc<Sqs>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
 ) -> Response {
     let request_id = protocol::request_id();
     let guess = if headers.contains_key("x-amz-target") {
@@ -226,21 +281,40 @@ async fn handle(
     } else {
         Protocol::Query
     };
-    if method != Method::POST && method != Method::GET {
-        let e = SqsError::new(
-            ErrorKind::UnsupportedOperation,
-            format!("Method {method} is not supported; SQS requests are POSTs."),
-        );
+    if let Err(e) = check_method(&method, &headers) {
         return protocol::failure(guess, &e, &request_id);
     }
-    let mut req = match protocol::decode(&headers, uri.query(), &body) {
+    let body = match read_body(&headers, body).await {
+        Ok(b) => b,
+        Err(e) => return protocol::failure(guess, &e, &request_id),
+    };
+    let sender_id = match auth::check(
+        &sqs.config,
+        &method,
+        &uri,
+        &headers,
+        &body,
+        sqs.broker.clock().now(),
+    ) {
+        Ok(id) => id.unwrap_or_else(|| sqs.config.account_id.clone()),
+        Err(e) => return protocol::failure(guess, &e, &request_id),
+    };
+    // A GET carries its parameters in the query string only.
+    let form_body: &[u8] = if method == Method::GET { &[] } else { &body };
+    let mut req = match protocol::decode(&headers, uri.query(), form_body) {
         Ok(r) => r,
         Err((p, e)) => return protocol::failure(p, &e, &request_id),
     };
-    let sender_id = match auth::check(&sqs.config, &method, &uri, &headers, &body) {
-        Ok(id) => id.unwrap_or_else(|| sqs.config.account_id.clone()),
-        Err(e) => return protocol::failure(req.protocol, &e, &request_id),
-    };
+    if method == Method::GET && !READ_ONLY.contains(&req.action.as_str()) {
+        let e = SqsError::new(
+            ErrorKind::UnsupportedOperation,
+            format!(
+                "The action {} changes state and is not accepted over GET; send it as a POST.",
+                req.action
+            ),
+        );
+        return protocol::failure(req.protocol, &e, &request_id);
+    }
     // Old-style query clients post to the queue URL itself.
     let path = uri.path().trim_matches('/');
     if !path.is_empty() && !req.input.contains_key("QueueUrl") && path.contains('/') {
@@ -267,6 +341,92 @@ async fn handle(
             protocol::failure(req.protocol, &e, &request_id)
         }
     }
+}
+
+/// The actions that change nothing, the only ones accepted over GET (a state change by GET
+/// could be triggered by any page a browser loads, e.g. an `<img>` tag).
+const READ_ONLY: &[&str] = &[
+    "ListQueues",
+    "GetQueueUrl",
+    "GetQueueAttributes",
+    "ListQueueTags",
+    "ListDeadLetterSourceQueues",
+    "ListMessageMoveTasks",
+];
+
+/// The JSON protocol's content type.
+const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.0";
+/// The query protocol's content type.
+const FORM_CONTENT_TYPE: &str = "application/x-www-form-urlencoded";
+
+/// Accepts `GET` (query protocol) and `POST` with the content type of its protocol: the
+/// JSON protocol's (with `X-Amz-Target`) or the form type (query protocol), either
+/// optionally with `charset=utf-8` (boto3 sends it).
+fn check_method(method: &Method, headers: &HeaderMap) -> SqsResult<()> {
+    let json = headers.contains_key("x-amz-target");
+    if method == Method::GET {
+        if json {
+            return Err(SqsError::new(
+                ErrorKind::UnsupportedOperation,
+                "The AWS JSON protocol (X-Amz-Target) takes POST requests only.",
+            ));
+        }
+        return Ok(());
+    }
+    if method != Method::POST {
+        return Err(SqsError::new(
+            ErrorKind::UnsupportedOperation,
+            format!("Method {method} is not supported; SQS requests are POSTs."),
+        ));
+    }
+    let expected = if json {
+        JSON_CONTENT_TYPE
+    } else {
+        FORM_CONTENT_TYPE
+    };
+    let content_type = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    let mut parts = content_type.split(';');
+    let media = parts.next().unwrap_or_default().trim();
+    let charset_ok = parts.all(|p| match p.split_once('=') {
+        Some((k, v)) if k.trim().eq_ignore_ascii_case("charset") => {
+            v.trim().trim_matches('"').eq_ignore_ascii_case("utf-8")
+        }
+        _ => true,
+    });
+    if !media.eq_ignore_ascii_case(expected) || !charset_ok {
+        return Err(SqsError::new(
+            ErrorKind::MalformedRequest,
+            format!(
+                "Content-Type {content_type:?} is not accepted: POST {FORM_CONTENT_TYPE} \
+                 (query protocol) or {JSON_CONTENT_TYPE} with X-Amz-Target (JSON protocol)."
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads the body, refusing one larger than [`MAX_REQUEST_BYTES`] (by its `Content-Length`
+/// before reading, or while reading) with an AWS-shaped error.
+async fn read_body(headers: &HeaderMap, body: Body) -> SqsResult<Bytes> {
+    let too_large = || {
+        SqsError::new(
+            ErrorKind::RequestTooLarge,
+            format!("The request body is larger than {MAX_REQUEST_BYTES} bytes."),
+        )
+    };
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_REQUEST_BYTES as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, MAX_REQUEST_BYTES)
+        .await
+        .map_err(|_| too_large())
 }
 
 async fn dispatch(ctx: &Ctx, action: &str, input: &Map<String, Value>) -> SqsResult<Value> {

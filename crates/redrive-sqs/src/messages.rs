@@ -20,7 +20,7 @@ use crate::attributes::{effective, fifo_attr};
 use crate::error::{ErrorKind, SqsError, SqsResult};
 use crate::md5::{AttrValue, Attribute, attributes_md5, body_md5};
 use crate::protocol::{opt_int, opt_str, req_str, str_list};
-use crate::{Ctx, is_fifo, queue_from_input};
+use crate::{Ctx, is_fifo, queue_from_input, receipts};
 
 /// Reserved native property holding a message's SQS message attributes, as a JSON string
 /// `[{"name": …, "type": …, "string": …}` or `"binary_b64": …}]`, sorted by name.
@@ -644,7 +644,7 @@ pub(crate) fn message_out(ctx: &Ctx, d: &Delivery, sel: &Selection) -> Value {
     out.insert("MessageId".to_owned(), Value::String(m.message_id.clone()));
     out.insert(
         "ReceiptHandle".to_owned(),
-        Value::String(d.lock_token.clone()),
+        Value::String(receipts::encode(m.queue.as_str(), &d.lock_token)),
     );
     out.insert("MD5OfBody".to_owned(), Value::String(body_md5(&body)));
     out.insert("Body".to_owned(), Value::String(body));
@@ -798,22 +798,6 @@ pub(crate) async fn receive(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<
 
 // ---- settle -----------------------------------------------------------------------------
 
-/// Checks that a receipt handle is one the broker could have issued (a lock token).
-pub(crate) fn check_handle(h: &str) -> SqsResult<()> {
-    let ok = h.starts_with("lk_")
-        && h.len() <= 1_024
-        && h.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(SqsError::new(
-            ErrorKind::ReceiptHandleIsInvalid,
-            format!("The input receipt handle \"{h}\" is not a valid receipt handle."),
-        ))
-    }
-}
-
 /// Reads and checks a `VisibilityTimeout` of a visibility change, in milliseconds.
 pub(crate) fn visibility_ms(entry: &Map<String, Value>) -> SqsResult<u64> {
     let v = ranged(
@@ -839,14 +823,13 @@ pub(crate) fn settle_refusal(e: StoreError, delete: bool) -> Option<SqsError> {
 /// `DeleteMessage`.
 pub(crate) async fn delete(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Value> {
     let queue = queue_from_input(input)?;
-    let handle = req_str(input, "ReceiptHandle")?;
-    check_handle(handle)?;
+    let handle = receipts::lock_token(req_str(input, "ReceiptHandle")?, &queue)?;
     let out = ctx
         .broker()
         .settle_with(
             &queue,
             vec![Settlement {
-                lock_token: handle.to_owned(),
+                lock_token: handle,
                 action: SettleAction::Complete,
             }],
             LockBounds::Sqs,
@@ -863,15 +846,14 @@ pub(crate) async fn delete(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<V
 /// `ChangeMessageVisibility`: renews the lock from now; 0 makes the message visible now.
 pub(crate) async fn change_visibility(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Value> {
     let queue = queue_from_input(input)?;
-    let handle = req_str(input, "ReceiptHandle")?;
-    check_handle(handle)?;
+    let handle = receipts::lock_token(req_str(input, "ReceiptHandle")?, &queue)?;
     let lock_ms = visibility_ms(input)?;
     let out = ctx
         .broker()
         .settle_with(
             &queue,
             vec![Settlement {
-                lock_token: handle.to_owned(),
+                lock_token: handle,
                 action: SettleAction::Renew { lock_ms },
             }],
             LockBounds::Sqs,

@@ -79,26 +79,10 @@ pub fn decode(
         });
     }
     let mut pairs: Vec<(String, String)> = Vec::new();
-    if let Some(q) = query.filter(|q| !q.is_empty()) {
-        pairs.extend(
-            serde_urlencoded::from_str::<Vec<(String, String)>>(q).map_err(|_| {
-                (
-                    Protocol::Query,
-                    SqsError::new(ErrorKind::MalformedRequest, "Malformed query string."),
-                )
-            })?,
-        );
+    if let Some(q) = query {
+        parse_form(q.as_bytes(), &mut pairs).map_err(|e| (Protocol::Query, e))?;
     }
-    if !body.is_empty() {
-        pairs.extend(
-            serde_urlencoded::from_bytes::<Vec<(String, String)>>(body).map_err(|_| {
-                (
-                    Protocol::Query,
-                    SqsError::new(ErrorKind::MalformedRequest, "Malformed form body."),
-                )
-            })?,
-        );
-    }
+    parse_form(body, &mut pairs).map_err(|e| (Protocol::Query, e))?;
     let Some(action) = pairs
         .iter()
         .find(|(k, _)| k == "Action")
@@ -106,7 +90,8 @@ pub fn decode(
     else {
         return Err((Protocol::Query, SqsError::missing("Action")));
     };
-    let input = form_to_json(pairs.into_iter().filter(|(k, _)| k != "Action"));
+    let input = form_to_json(pairs.into_iter().filter(|(k, _)| k != "Action"))
+        .map_err(|e| (Protocol::Query, e))?;
     Ok(Request {
         protocol: Protocol::Query,
         action,
@@ -114,17 +99,145 @@ pub fn decode(
     })
 }
 
-/// Folds flattened query parameters into the JSON 1.0 input shape.
-pub fn form_to_json(pairs: impl Iterator<Item = (String, String)>) -> Map<String, Value> {
+/// Most parameters in one query-protocol request (query string and body together). The
+/// largest real request, a `SendMessageBatch` of 10 entries with 10 message attributes
+/// each, has about 350.
+pub const MAX_PARAMETERS: usize = 2_000;
+
+/// Longest parameter name, in bytes after percent-decoding. Real names are under 80.
+pub const MAX_KEY_BYTES: usize = 256;
+
+/// Most dot-separated segments in a parameter name. The deepest real name,
+/// `SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.StringValue`, has 6.
+pub const MAX_KEY_SEGMENTS: usize = 8;
+
+/// Splits a form-encoded text (`a=1&b=2`) into decoded pairs, appending to `pairs`. Every
+/// bound is checked on the raw bytes of a pair before it is decoded; names and values must
+/// be UTF-8 once percent-decoded (nothing is replaced). A value is bounded by the request
+/// body limit only, since a message body is one value.
+pub fn parse_form(raw: &[u8], pairs: &mut Vec<(String, String)>) -> SqsResult<()> {
+    for part in raw.split(|b| *b == b'&') {
+        if part.is_empty() {
+            continue;
+        }
+        if pairs.len() >= MAX_PARAMETERS {
+            return Err(SqsError::new(
+                ErrorKind::MalformedRequest,
+                format!("The request has more than {MAX_PARAMETERS} parameters."),
+            ));
+        }
+        let (k, v) = match part.iter().position(|b| *b == b'=') {
+            Some(i) => (&part[..i], &part[i + 1..]),
+            None => (part, &[][..]),
+        };
+        // A percent-encoded byte takes 3 raw bytes.
+        if k.len() > 3 * MAX_KEY_BYTES {
+            return Err(key_too_long());
+        }
+        let key = percent_decode(k).ok_or_else(|| {
+            SqsError::new(
+                ErrorKind::MalformedRequest,
+                "A parameter name is not valid UTF-8 once percent-decoded.",
+            )
+        })?;
+        if key.len() > MAX_KEY_BYTES {
+            return Err(key_too_long());
+        }
+        check_segments(&key)?;
+        let value = percent_decode(v).ok_or_else(|| not_utf8(&key))?;
+        pairs.push((key, value));
+    }
+    Ok(())
+}
+
+fn key_too_long() -> SqsError {
+    SqsError::new(
+        ErrorKind::MalformedRequest,
+        format!("A parameter name is longer than {MAX_KEY_BYTES} bytes."),
+    )
+}
+
+fn check_segments(key: &str) -> SqsResult<()> {
+    if key.bytes().filter(|b| *b == b'.').count() >= MAX_KEY_SEGMENTS {
+        return Err(SqsError::new(
+            ErrorKind::MalformedRequest,
+            format!(
+                "The parameter name {key} has more than {MAX_KEY_SEGMENTS} dot-separated parts."
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The refusal of a value that is not UTF-8: SQS's `InvalidMessageContents` for a message
+/// body, `InvalidParameterValue` for any other parameter.
+fn not_utf8(key: &str) -> SqsError {
+    if key == "MessageBody" || key.ends_with(".MessageBody") {
+        SqsError::new(
+            ErrorKind::InvalidMessageContents,
+            "Invalid binary character in the message body: it is not valid UTF-8.",
+        )
+    } else {
+        SqsError::new(
+            ErrorKind::InvalidParameterValue,
+            format!("Value for parameter {key} is invalid. Reason: it is not valid UTF-8."),
+        )
+    }
+}
+
+/// Decodes one form component to text; `None` when the bytes are not UTF-8.
+fn percent_decode(raw: &[u8]) -> Option<String> {
+    String::from_utf8(form_bytes(raw)).ok()
+}
+
+/// Decodes one form component to bytes: `+` is a space, `%XX` a byte (a `%` not followed
+/// by two hex digits stays as it is, as browsers do).
+pub(crate) fn form_bytes(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        let b = raw[i];
+        if b == b'+' {
+            out.push(b' ');
+        } else if b == b'%'
+            && let Some(&[h, l]) = raw.get(i + 1..i + 3)
+            && let (Some(h), Some(l)) = (hex_digit(h), hex_digit(l))
+        {
+            out.push(h << 4 | l);
+            i += 2;
+        } else {
+            out.push(b);
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The value of an ASCII hex digit.
+pub(crate) fn hex_digit(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Folds flattened query parameters into the JSON 1.0 input shape. Names deeper than
+/// [`MAX_KEY_SEGMENTS`] are refused, which bounds the depth of the folding.
+pub fn form_to_json(
+    pairs: impl Iterator<Item = (String, String)>,
+) -> SqsResult<Map<String, Value>> {
     let mut root = Map::new();
     for (k, v) in pairs {
+        check_segments(&k)?;
         let parts: Vec<&str> = k.split('.').collect();
         insert_path(&mut root, &parts, v);
     }
     let Value::Object(m) = normalize(Value::Object(root)) else {
-        return Map::new();
+        return Ok(Map::new());
     };
-    m
+    Ok(m)
 }
 
 fn insert_path(obj: &mut Map<String, Value>, parts: &[&str], v: String) {
@@ -552,7 +665,8 @@ mod tests {
             pairs
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-        );
+        )
+        .unwrap();
         let v = Value::Object(m);
         assert_eq!(v["Attributes"]["VisibilityTimeout"], "40");
         assert_eq!(v["Tags"]["team"], "a");

@@ -1,18 +1,149 @@
 //! Signature Version 4: any signature is accepted by default; with access keys configured,
-//! requests must be signed by one of them.
+//! requests must be signed by one of them, over the body received, within 15 minutes of
+//! the broker's clock.
 
 use aws_sdk_sqs::error::ProvideErrorMetadata;
+use redrive_core::Clock;
 use redrive_sqs::SqsConfig;
 
-use crate::support::{TestServer, sdk_client};
+use crate::support::{Payload, TestServer, sdk_client, sdk_client_skewed, sha256_hex};
+
+fn keyed() -> SqsConfig {
+    SqsConfig {
+        access_keys: vec![("AKIDTEST".to_owned(), "secret".to_owned())],
+        ..SqsConfig::default()
+    }
+}
+
+const JSON_CREATE: &[(&str, &str)] = &[
+    ("x-amz-target", "AmazonSQS.CreateQueue"),
+    ("content-type", "application/x-amz-json-1.0"),
+];
+
+async fn queue_names(s: &TestServer) -> Vec<String> {
+    s.sqs
+        .list_queues()
+        .send()
+        .await
+        .unwrap()
+        .queue_urls
+        .unwrap_or_default()
+        .into_iter()
+        .map(|u| u.rsplit('/').next().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn signatures_cover_the_body_received() {
+    let s = TestServer::start_with(keyed()).await;
+    let now = s.clock.now();
+    let signed_body = br#"{"QueueName":"signed"}"#;
+    let other_body = br#"{"QueueName":"swapped"}"#;
+    // The real signer, payload hash in the canonical request: accepted.
+    let (st, _, text) = s
+        .signed_raw("/", JSON_CREATE, signed_body, Payload::Signed, now)
+        .await;
+    assert_eq!(st, 200, "{text}");
+    // A signed x-amz-content-sha256 equal to the body's hash: accepted.
+    let (st, _, text) = s
+        .signed_raw(
+            "/",
+            JSON_CREATE,
+            br#"{"QueueName":"hashed"}"#,
+            Payload::Claimed(&sha256_hex(br#"{"QueueName":"hashed"}"#)),
+            now,
+        )
+        .await;
+    assert_eq!(st, 200, "{text}");
+    // A signature over one body's hash, sent with another body.
+    let (st, qe, text) = s
+        .signed_raw(
+            "/",
+            JSON_CREATE,
+            other_body,
+            Payload::Claimed(&sha256_hex(signed_body)),
+            now,
+        )
+        .await;
+    assert_eq!(st, 403, "{text}");
+    assert_eq!(qe.as_deref(), Some("SignatureDoesNotMatch;Sender"));
+    assert!(text.contains("SignatureDoesNotMatch"), "{text}");
+    // UNSIGNED-PAYLOAD is S3's, not SQS's.
+    let (st, _, text) = s
+        .signed_raw("/", JSON_CREATE, other_body, Payload::Unsigned, now)
+        .await;
+    assert_eq!(st, 403, "{text}");
+    assert!(text.contains("UNSIGNED-PAYLOAD"), "{text}");
+    // A content hash header outside SignedHeaders is refused, even a true one.
+    let (st, _, text) = s
+        .signed_raw(
+            "/",
+            JSON_CREATE,
+            other_body,
+            Payload::HeaderAddedAfterSigning,
+            now,
+        )
+        .await;
+    assert_eq!(st, 403, "{text}");
+    assert!(text.contains("SignedHeaders"), "{text}");
+    let mut names = queue_names(&s).await;
+    names.sort();
+    assert_eq!(
+        names,
+        ["hashed", "signed"],
+        "refused requests created nothing"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn signatures_hold_15_minutes_either_way_on_the_broker_clock() {
+    let s = TestServer::start_with(keyed()).await;
+    let minute = 60_000;
+    for skew in [-14 * minute, 14 * minute] {
+        sdk_client_skewed(&s.sqs_url, "AKIDTEST", "secret", &s.clock, skew)
+            .list_queues()
+            .send()
+            .await
+            .unwrap();
+    }
+    for (skew, says) in [
+        (-16 * minute, "Signature expired"),
+        (16 * minute, "Signature not yet current"),
+    ] {
+        let e = sdk_client_skewed(&s.sqs_url, "AKIDTEST", "secret", &s.clock, skew)
+            .create_queue()
+            .queue_name("late")
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some("SignatureDoesNotMatch"), "{e:?}");
+        assert!(e.message().unwrap_or_default().contains(says), "{e:?}");
+    }
+    // An identical request replayed within the window is accepted, as AWS does; once the
+    // broker's clock is past the window it is refused.
+    let signed_at = s.clock.now();
+    let body = br#"{"QueueName":"replayed"}"#;
+    for _ in 0..2 {
+        let (st, _, text) = s
+            .signed_raw("/", JSON_CREATE, body, Payload::Signed, signed_at)
+            .await;
+        assert_eq!(st, 200, "{text}");
+    }
+    s.advance(15 * 60 + 1);
+    let (st, qe, text) = s
+        .signed_raw("/", JSON_CREATE, body, Payload::Signed, signed_at)
+        .await;
+    assert_eq!(st, 403, "{text}");
+    assert_eq!(qe.as_deref(), Some("SignatureDoesNotMatch;Sender"));
+    assert!(text.contains("Signature expired"), "{text}");
+    assert_eq!(queue_names(&s).await, ["replayed"]);
+    s.stop().await;
+}
 
 #[tokio::test]
 async fn with_access_keys_only_correct_signatures_are_accepted() {
-    let config = SqsConfig {
-        access_keys: vec![("AKIDTEST".to_owned(), "secret".to_owned())],
-        ..SqsConfig::default()
-    };
-    let s = TestServer::start_with(config).await;
+    let s = TestServer::start_with(keyed()).await;
     // The support client signs with AKIDTEST / secret.
     s.sqs
         .create_queue()
@@ -21,11 +152,11 @@ async fn with_access_keys_only_correct_signatures_are_accepted() {
         .await
         .unwrap();
 
-    let wrong_secret = sdk_client(&s.sqs_url, "AKIDTEST", "not-the-secret");
+    let wrong_secret = sdk_client(&s.sqs_url, "AKIDTEST", "not-the-secret", &s.clock);
     let e = wrong_secret.list_queues().send().await.unwrap_err();
     assert_eq!(e.code(), Some("SignatureDoesNotMatch"), "{e:?}");
 
-    let unknown = sdk_client(&s.sqs_url, "AKIDOTHER", "secret");
+    let unknown = sdk_client(&s.sqs_url, "AKIDOTHER", "secret", &s.clock);
     let e = unknown
         .create_queue()
         .queue_name("nope")
@@ -59,7 +190,7 @@ async fn with_access_keys_only_correct_signatures_are_accepted() {
 #[tokio::test]
 async fn without_access_keys_any_signature_is_accepted() {
     let s = TestServer::start().await;
-    let other = sdk_client(&s.sqs_url, "ANYONE", "anything");
+    let other = sdk_client(&s.sqs_url, "ANYONE", "anything", &s.clock);
     other
         .create_queue()
         .queue_name("open")

@@ -184,3 +184,164 @@ async fn whole_batch_checks_refuse_and_change_nothing() {
     );
     s.stop().await;
 }
+
+/// Sends `body` to `url` and receives it with a 30 s visibility timeout: its handle.
+async fn received(s: &TestServer, url: &str, body: &str) -> String {
+    s.sqs
+        .send_message()
+        .queue_url(url)
+        .message_body(body)
+        .send()
+        .await
+        .unwrap();
+    let got = s
+        .sqs
+        .receive_message()
+        .queue_url(url)
+        .visibility_timeout(30)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap();
+    got[0].receipt_handle.clone().unwrap()
+}
+
+#[tokio::test]
+async fn receipt_handles_are_refused_by_other_queues_and_when_made_up() {
+    let s = TestServer::start().await;
+    let a = s.queue("handles-a", &[]).await;
+    let b = s.queue("handles-b", &[]).await;
+    let ha = received(&s, &a, "of a").await;
+    let hb = received(&s, &b, "of b").await;
+    // A well-formed lock token that was never issued.
+    let made_up = "lk_0123456789abcdef0123456789abcdef";
+
+    // One at a time: another queue's handle, a made-up one.
+    for handle in [ha.as_str(), made_up] {
+        let e = s
+            .sqs
+            .delete_message()
+            .queue_url(&b)
+            .receipt_handle(handle)
+            .send()
+            .await
+            .unwrap_err()
+            .into_service_error();
+        assert!(e.is_receipt_handle_is_invalid(), "{e:?}");
+        let e = s
+            .sqs
+            .change_message_visibility()
+            .queue_url(&b)
+            .receipt_handle(handle)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .unwrap_err()
+            .into_service_error();
+        assert_eq!(code(&e), "ReceiptHandleIsInvalid", "{e:?}");
+    }
+    // In batches: each such entry fails on its own.
+    let d = s
+        .sqs
+        .delete_message_batch()
+        .queue_url(&b)
+        .entries(
+            DEntry::builder()
+                .id("other")
+                .receipt_handle(&ha)
+                .build()
+                .unwrap(),
+        )
+        .entries(
+            DEntry::builder()
+                .id("made-up")
+                .receipt_handle(made_up)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(d.successful.is_empty(), "{d:?}");
+    let mut failed: Vec<(&str, &str)> = d
+        .failed
+        .iter()
+        .map(|f| (f.id.as_str(), f.code.as_str()))
+        .collect();
+    failed.sort();
+    assert_eq!(
+        failed,
+        [
+            ("made-up", "ReceiptHandleIsInvalid"),
+            ("other", "ReceiptHandleIsInvalid")
+        ]
+    );
+    let cv = s
+        .sqs
+        .change_message_visibility_batch()
+        .queue_url(&b)
+        .entries(
+            CvEntry::builder()
+                .id("other")
+                .receipt_handle(&ha)
+                .visibility_timeout(0)
+                .build()
+                .unwrap(),
+        )
+        .entries(
+            CvEntry::builder()
+                .id("own")
+                .receipt_handle(&hb)
+                .visibility_timeout(60)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cv.successful.len(), 1);
+    assert_eq!(cv.successful[0].id, "own");
+    assert_eq!(cv.failed[0].id, "other");
+    assert_eq!(cv.failed[0].code, "ReceiptHandleIsInvalid");
+
+    // Nothing was settled by the refused handles: a's message is still in flight.
+    assert_eq!(
+        s.attr(&a, "ApproximateNumberOfMessagesNotVisible")
+            .await
+            .unwrap(),
+        "1"
+    );
+    // The right queue takes its handle; afterwards the stale handle still succeeds.
+    for _ in 0..2 {
+        s.sqs
+            .delete_message()
+            .queue_url(&a)
+            .receipt_handle(&ha)
+            .send()
+            .await
+            .unwrap();
+    }
+    let d = s
+        .sqs
+        .delete_message_batch()
+        .queue_url(&a)
+        .entries(
+            DEntry::builder()
+                .id("stale")
+                .receipt_handle(&ha)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(d.successful[0].id, "stale");
+    assert_eq!(
+        s.attr(&a, "ApproximateNumberOfMessagesNotVisible")
+            .await
+            .unwrap(),
+        "0"
+    );
+    s.stop().await;
+}

@@ -10,6 +10,7 @@ mod batches;
 mod dead_letters;
 mod errors;
 mod fifo;
+mod limits;
 mod messages;
 mod moves;
 mod query;

@@ -1,7 +1,7 @@
 //! The query protocol: form-encoded requests, XML answers with the SQS namespace, request
 //! ids, flattened lists and maps, and XML errors with the query code.
 
-use crate::support::{TestServer, md5_hex};
+use crate::support::{TestServer, answer, md5_hex};
 
 const NS: &str = "xmlns=\"http://queue.amazonaws.com/doc/2012-11-05/\"";
 
@@ -161,5 +161,210 @@ async fn query_errors_are_xml_with_the_query_code_and_header() {
     let (st, _, xml) = s.query(&[("Action", "CreateQueue")]).await;
     assert_eq!(st, 400);
     assert!(xml.contains("<Code>MissingParameter</Code>"), "{xml}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn state_changing_actions_are_refused_over_get() {
+    let s = TestServer::start().await;
+    let url = s.queue("g", &[]).await;
+    s.sqs
+        .send_message()
+        .queue_url(&url)
+        .message_body("kept")
+        .send()
+        .await
+        .unwrap();
+    for action in [
+        "PurgeQueue",
+        "DeleteQueue",
+        "ReceiveMessage",
+        "SendMessage",
+        "SendMessageBatch",
+        "DeleteMessage",
+        "DeleteMessageBatch",
+        "ChangeMessageVisibility",
+        "ChangeMessageVisibilityBatch",
+        "SetQueueAttributes",
+        "TagQueue",
+        "UntagQueue",
+        "StartMessageMoveTask",
+        "CancelMessageMoveTask",
+        "CreateQueue",
+    ] {
+        let query = serde_urlencoded::to_string([
+            ("Action", action),
+            ("QueueUrl", url.as_str()),
+            ("QueueName", "made-by-get"),
+            ("MessageBody", "sent-by-get"),
+            ("Attribute.1.Name", "DelaySeconds"),
+            ("Attribute.1.Value", "5"),
+        ])
+        .unwrap();
+        let r = s
+            .http
+            .get(format!("{}/?{query}", s.sqs_url))
+            .send()
+            .await
+            .unwrap();
+        let (st, qe, xml) = answer(r).await;
+        assert_eq!(st, 400, "{action}: {xml}");
+        assert_eq!(
+            qe.as_deref(),
+            Some("AWS.SimpleQueueService.UnsupportedOperation;Sender"),
+            "{action}"
+        );
+        assert!(xml.contains("not accepted over GET"), "{action}: {xml}");
+    }
+    // Nothing changed: one queue, its one message still visible, its attributes as made.
+    assert_eq!(
+        s.attr(&url, "ApproximateNumberOfMessages").await.unwrap(),
+        "1"
+    );
+    assert_eq!(s.attr(&url, "DelaySeconds").await.unwrap(), "0");
+    // Read-only actions are served over GET.
+    for query in [
+        "Action=ListQueues".to_owned(),
+        "Action=GetQueueUrl&QueueName=g".to_owned(),
+        format!("Action=GetQueueAttributes&QueueUrl={url}&AttributeName.1=All"),
+        format!("Action=ListQueueTags&QueueUrl={url}"),
+        format!("Action=ListDeadLetterSourceQueues&QueueUrl={url}"),
+    ] {
+        let r = s
+            .http
+            .get(format!("{}/?{query}", s.sqs_url))
+            .send()
+            .await
+            .unwrap();
+        let (st, _, xml) = answer(r).await;
+        assert_eq!(st, 200, "{query}: {xml}");
+    }
+    let (_, _, xml) = s.query(&[("Action", "ListQueues")]).await;
+    assert_eq!(xml.matches("<QueueUrl>").count(), 1, "{xml}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn posts_need_their_protocol_content_type() {
+    let s = TestServer::start().await;
+    let form = "Action=CreateQueue&QueueName=typed";
+    for ct in [
+        None,
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded; charset=latin1"),
+    ] {
+        let mut r = s.http.post(&s.sqs_url).body(form);
+        if let Some(ct) = ct {
+            r = r.header("content-type", ct);
+        }
+        let (st, qe, xml) = answer(r.send().await.unwrap()).await;
+        assert_eq!(st, 400, "{ct:?}: {xml}");
+        assert_eq!(
+            qe.as_deref(),
+            Some("InvalidParameterValue;Sender"),
+            "{ct:?}"
+        );
+        assert!(xml.contains("Content-Type"), "{xml}");
+    }
+    let json = s
+        .http
+        .post(&s.sqs_url)
+        .header("x-amz-target", "AmazonSQS.CreateQueue")
+        .header("content-type", "application/json")
+        .body(r#"{"QueueName":"typed"}"#)
+        .send()
+        .await
+        .unwrap();
+    let (st, _, text) = answer(json).await;
+    assert_eq!(st, 400, "{text}");
+    assert!(text.contains("InvalidParameterValueException"), "{text}");
+    let (_, _, xml) = s.query(&[("Action", "ListQueues")]).await;
+    assert!(
+        !xml.contains("<QueueUrl>"),
+        "refused requests created nothing: {xml}"
+    );
+    // What boto3 sends for the query protocol.
+    let r = s
+        .http
+        .post(&s.sqs_url)
+        .header(
+            "content-type",
+            "application/x-www-form-urlencoded; charset=utf-8",
+        )
+        .body(form)
+        .send()
+        .await
+        .unwrap();
+    let (st, _, xml) = answer(r).await;
+    assert_eq!(st, 200, "{xml}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn bytes_that_are_not_utf8_are_refused_never_replaced() {
+    let s = TestServer::start().await;
+    let url = s.queue("bytes", &[]).await;
+    let post = |body: Vec<u8>| {
+        s.http
+            .post(&s.sqs_url)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+    };
+    let prefix = format!(
+        "Action=SendMessage&QueueUrl={}&MessageBody=",
+        url.replace(':', "%3A").replace('/', "%2F")
+    );
+    // Percent-encoded, and raw, bytes that are not UTF-8.
+    for body in [
+        [prefix.as_bytes(), b"ok%FF%FEok"].concat(),
+        [prefix.as_bytes(), b"ok\xC3\x28ok"].concat(),
+    ] {
+        let (st, qe, xml) = answer(post(body).await.unwrap()).await;
+        assert_eq!(st, 400, "{xml}");
+        assert_eq!(
+            qe.as_deref(),
+            Some("InvalidMessageContents;Sender"),
+            "{xml}"
+        );
+    }
+    let batch = format!(
+        "Action=SendMessageBatch&QueueUrl={url}&SendMessageBatchRequestEntry.1.Id=a&\
+         SendMessageBatchRequestEntry.1.MessageBody=%C0%AF"
+    );
+    let (st, qe, xml) = answer(post(batch.into_bytes()).await.unwrap()).await;
+    assert_eq!(st, 400, "{xml}");
+    assert_eq!(
+        qe.as_deref(),
+        Some("InvalidMessageContents;Sender"),
+        "{xml}"
+    );
+    // Any other parameter, here in a GET query string.
+    let r = s
+        .http
+        .get(format!(
+            "{}/?Action=GetQueueUrl&QueueName=bytes%FF",
+            s.sqs_url
+        ))
+        .send()
+        .await
+        .unwrap();
+    let (st, qe, xml) = answer(r).await;
+    assert_eq!(st, 400, "{xml}");
+    assert_eq!(qe.as_deref(), Some("InvalidParameterValue;Sender"), "{xml}");
+    assert!(xml.contains("QueueName"), "{xml}");
+    assert_eq!(
+        s.attr(&url, "ApproximateNumberOfMessages").await.unwrap(),
+        "0"
+    );
+    // Valid UTF-8, percent-encoded, is taken as sent.
+    let (st, _, xml) = answer(
+        post([prefix.as_bytes(), b"%C3%A9t%C3%A9"].concat())
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(st, 200, "{xml}");
+    assert!(xml.contains(&md5_hex("été".as_bytes())), "{xml}");
     s.stop().await;
 }

@@ -2,13 +2,13 @@
 //! computations of the AWS documentation, written independently of the crate's own.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
 use md5::{Digest, Md5};
 use redrive_broker::Broker;
-use redrive_core::{ManualClock, Timestamp};
+use redrive_core::{Clock, ManualClock, Timestamp};
 use redrive_server::Settings;
 use redrive_sqs::SqsConfig;
 use redrive_store_sqlite::{SqliteOptions, SqliteStore};
@@ -29,9 +29,69 @@ pub struct TestServer {
     _dir: tempfile::TempDir,
 }
 
-/// An SDK client for `url` signing with this key pair; no retries.
-pub fn sdk_client(url: &str, key: &str, secret: &str) -> Client {
+/// The SDK's time: the test clock moved by `skew_ms`, so that signatures carry the
+/// server's (manual) time, or a chosen distance from it.
+pub struct SkewedClock {
+    pub clock: ManualClock,
+    pub skew_ms: i64,
+}
+
+impl std::fmt::Debug for SkewedClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SkewedClock({} ms)", self.skew_ms)
+    }
+}
+
+/// How a hand-built signed request states its payload.
+pub enum Payload<'a> {
+    /// No `x-amz-content-sha256` header; the signature covers the body's hash.
+    Signed,
+    /// A signed `x-amz-content-sha256` header with this value (not necessarily the body's).
+    Claimed(&'a str),
+    /// A signed `x-amz-content-sha256: UNSIGNED-PAYLOAD`.
+    Unsigned,
+    /// Signed without the header, which is added afterwards with the body's true hash.
+    HeaderAddedAfterSigning,
+}
+
+/// A raw answer: status, `x-amzn-query-error`, body.
+pub type Answer = (u16, Option<String>, String);
+
+/// Splits an answer into its parts.
+pub async fn answer(r: reqwest::Response) -> Answer {
+    let status = r.status().as_u16();
+    let qe = r
+        .headers()
+        .get("x-amzn-query-error")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (status, qe, r.text().await.unwrap())
+}
+
+impl aws_smithy_async::time::TimeSource for SkewedClock {
+    fn now(&self) -> SystemTime {
+        let ms = self.clock.now().as_millis() + self.skew_ms;
+        UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap())
+    }
+}
+
+/// An SDK client for `url` signing with this key pair at the test clock's time; no retries.
+pub fn sdk_client(url: &str, key: &str, secret: &str, clock: &ManualClock) -> Client {
+    sdk_client_skewed(url, key, secret, clock, 0)
+}
+
+/// An SDK client whose signing time is `skew_ms` from the test clock.
+pub fn sdk_client_skewed(
+    url: &str,
+    key: &str,
+    secret: &str,
+    clock: &ManualClock,
+    skew_ms: i64,
+) -> Client {
     let conf = aws_sdk_sqs::Config::builder()
+        .time_source(SkewedClock {
+            clock: clock.clone(),
+            skew_ms,
+        })
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new(key, secret, None, None, "test"))
@@ -77,7 +137,7 @@ impl TestServer {
         });
         TestServer {
             native,
-            sqs: sdk_client(&sqs_url, "AKIDTEST", "secret"),
+            sqs: sdk_client(&sqs_url, "AKIDTEST", "secret", &clock),
             sqs_url,
             clock,
             http: reqwest::Client::new(),
@@ -157,6 +217,59 @@ impl TestServer {
         (status, qe, r.text().await.unwrap())
     }
 
+    /// A request signed by the SDK's SigV4 signer (key `AKIDTEST` / `secret`) at `at`,
+    /// with the payload stated as `payload`; `headers` are sent and signed.
+    pub async fn signed_raw(
+        &self,
+        path_and_query: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        payload: Payload<'_>,
+        at: Timestamp,
+    ) -> Answer {
+        use aws_sigv4::http_request::{
+            PayloadChecksumKind, SignableBody, SignableRequest, SigningSettings, sign,
+        };
+        let url = format!("{}{path_and_query}", self.sqs_url);
+        let identity = Credentials::new("AKIDTEST", "secret", None, None, "test").into();
+        let mut settings = SigningSettings::default();
+        let signable_body = match payload {
+            Payload::Signed | Payload::HeaderAddedAfterSigning => SignableBody::Bytes(body),
+            Payload::Claimed(h) => {
+                settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+                SignableBody::Precomputed(h.to_owned())
+            }
+            Payload::Unsigned => {
+                settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+                SignableBody::UnsignedPayload
+            }
+        };
+        let time = UNIX_EPOCH + Duration::from_millis(u64::try_from(at.as_millis()).unwrap());
+        let params = aws_sigv4::sign::v4::SigningParams::builder()
+            .identity(&identity)
+            .region("us-east-1")
+            .name("sqs")
+            .time(time)
+            .settings(settings)
+            .build()
+            .unwrap()
+            .into();
+        let signable =
+            SignableRequest::new("POST", &url, headers.iter().copied(), signable_body).unwrap();
+        let (instructions, _) = sign(signable, &params).unwrap().into_parts();
+        let mut req = self.http.post(&url).body(body.to_vec());
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        for (k, v) in instructions.headers() {
+            req = req.header(k, v);
+        }
+        if let Payload::HeaderAddedAfterSigning = payload {
+            req = req.header("x-amz-content-sha256", sha256_hex(body));
+        }
+        answer(req.send().await.unwrap()).await
+    }
+
     /// Waits (by yielding, bounded) until more tasks sleep on the manual clock than
     /// `before`: a long poll has parked. This waits for a signal, not for time.
     pub async fn until_parked(&self, before: usize) {
@@ -168,6 +281,15 @@ impl TestServer {
         }
         panic!("the long poll never parked on the clock");
     }
+}
+
+/// Lower-case hex SHA-256.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Lower-case hex MD5.
