@@ -372,9 +372,7 @@ impl Broker {
             .guards
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        g.entry(actor.id.clone())
-            .or_insert_with(CancellationToken::new)
-            .child_token()
+        g.entry(actor.id.clone()).or_default().child_token()
     }
 
     fn fire_revocation(&self, token_id: &str) {

@@ -793,7 +793,10 @@ mod tests {
             .iter()
             .map(|e| (e.fields.action.as_str(), e.fields.outcome.as_str()))
             .collect();
-        assert_eq!(acts, [("move_task.start", "ok"), ("move_task.end", "failed")]);
+        assert_eq!(
+            acts,
+            [("move_task.start", "ok"), ("move_task.end", "failed")]
+        );
         assert!(log[1].fields.targets.contains(&t.handle));
         assert!(
             log[1]

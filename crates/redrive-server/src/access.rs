@@ -31,10 +31,7 @@ pub type RouteRule = (
 );
 
 /// Routes anyone may call: health checks and the API description.
-pub const PUBLIC: &[(Method, &str)] = &[
-    (Method::GET, "/healthz"),
-    (Method::GET, "/openapi.json"),
-];
+pub const PUBLIC: &[(Method, &str)] = &[(Method::GET, "/healthz"), (Method::GET, "/openapi.json")];
 
 /// The permission of every authenticated route.
 pub const ROUTES: &[RouteRule] = {
@@ -155,7 +152,12 @@ pub const ROUTES: &[RouteRule] = {
         (Method::POST, "/v1/topics/{topic}/events", &[Publish], T),
         (Method::POST, "/v1/tokens", &[ManageTokens], None),
         (Method::GET, "/v1/tokens", &[ManageTokens], None),
-        (Method::POST, "/v1/tokens/{id}/revoke", &[ManageTokens], None),
+        (
+            Method::POST,
+            "/v1/tokens/{id}/revoke",
+            &[ManageTokens],
+            None,
+        ),
         (Method::GET, "/v1/audit", &[ReadAudit], None),
         (Method::POST, "/v1/audit/verify", &[ReadAudit], None),
     ]
@@ -163,9 +165,7 @@ pub const ROUTES: &[RouteRule] = {
 
 /// The row of a routed request.
 pub fn rule(method: &Method, path: &str) -> Option<&'static RouteRule> {
-    ROUTES
-        .iter()
-        .find(|(m, p, _, _)| m == method && *p == path)
+    ROUTES.iter().find(|(m, p, _, _)| m == method && *p == path)
 }
 
 /// Longest `Authorization` header looked at (a token is 68 characters).
@@ -275,7 +275,9 @@ mod tests {
         for (i, (m, p, ops, _)) in ROUTES.iter().enumerate() {
             assert!(!ops.is_empty(), "{m} {p}");
             assert!(
-                ROUTES[i + 1..].iter().all(|(m2, p2, _, _)| m2 != m || p2 != p),
+                ROUTES[i + 1..]
+                    .iter()
+                    .all(|(m2, p2, _, _)| m2 != m || p2 != p),
                 "{m} {p} twice"
             );
         }
@@ -285,7 +287,10 @@ mod tests {
     fn entity_parameters_appear_in_their_paths() {
         for (m, p, _, param) in ROUTES {
             if let Some(name) = param {
-                assert!(p.contains(&format!("{{{name}}}")), "{m} {p} has no {{{name}}}");
+                assert!(
+                    p.contains(&format!("{{{name}}}")),
+                    "{m} {p} has no {{{name}}}"
+                );
             }
         }
     }

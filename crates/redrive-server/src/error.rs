@@ -202,8 +202,10 @@ pub fn problem_response(p: &Problem) -> Response {
             .get("retry_after_ms")
             .and_then(serde_json::Value::as_u64)
             .unwrap_or(1_000);
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(ms.div_ceil(1_000).max(1)));
+        resp.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(ms.div_ceil(1_000).max(1)),
+        );
     }
     if status == StatusCode::UNAUTHORIZED {
         resp.headers_mut().insert(

@@ -445,8 +445,7 @@ async fn http<T>(
     peer: std::net::SocketAddr,
     ctx: &AcceptCtx,
     watcher: hyper_util::server::graceful::Watcher,
-)
-where
+) where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let shared = Arc::new(Shared {

@@ -503,7 +503,11 @@ pub(crate) async fn set(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Valu
 
 /// Stores a changed policy, mapping a missing dead-letter target to SQS's wording.
 pub(crate) async fn update(ctx: &Ctx, queue: &str, policy: QueuePolicy) -> SqsResult<()> {
-    match ctx.broker().update_queue(queue, policy, None).await {
+    match ctx
+        .broker()
+        .update_queue(queue, policy, None, &ctx.actor)
+        .await
+    {
         Ok(_) => Ok(()),
         Err(e) => Err(redrive_error(e)),
     }

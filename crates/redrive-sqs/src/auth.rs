@@ -1,8 +1,9 @@
-//! AWS Signature Version 4. With no access keys configured any signature (or none) is
-//! accepted and the access key id, when the request names one, is the sender id. With keys
-//! configured, every request must carry an `Authorization: AWS4-HMAC-SHA256 …` header
-//! whose signature verifies against the named key's secret, and the signature binds the
-//! request as AWS does:
+//! AWS Signature Version 4. Without authentication (no access keys configured and the
+//! broker's authentication off) any signature (or none) is accepted and the access key id,
+//! when the request names one, is the sender id. Otherwise every request must carry an
+//! `Authorization: AWS4-HMAC-SHA256 …` header whose signature verifies against the named
+//! key's secret (a configured key's, or the SQS credentials of an API token), and the
+//! signature binds the request as AWS does:
 //!
 //! - the payload hash in the canonical request is always the SHA-256 of the body received;
 //!   an `x-amz-content-sha256` header must be signed and equal it (`UNSIGNED-PAYLOAD` is an
@@ -19,7 +20,6 @@ use hmac::{Hmac, KeyInit, Mac};
 use redrive_core::Timestamp;
 use sha2::{Digest, Sha256};
 
-use crate::SqsConfig;
 use crate::error::{ErrorKind, SqsError, SqsResult};
 use crate::protocol::{MAX_PARAMETERS, form_bytes, hex_digit};
 
@@ -64,37 +64,33 @@ fn mismatch(message: impl Into<String>) -> SqsError {
     SqsError::new(ErrorKind::SignatureDoesNotMatch, message)
 }
 
-/// Checks the request's signature at `now` (the broker's clock); returns the access key id
-/// it names, if any.
-pub(crate) fn check(
-    config: &SqsConfig,
+/// The access key id the request's `Authorization` header names, if it has a SigV4 one.
+pub(crate) fn access_key(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(parse)
+        .map(|a| a.access_key.to_owned())
+}
+
+/// Verifies the request's signature at `now` (the broker's clock) with `secret`, the
+/// secret access key of the key id it names (see [`access_key`]).
+pub(crate) fn verify(
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
     body: &[u8],
     now: Timestamp,
-) -> SqsResult<Option<String>> {
-    let header = headers
+    secret: &str,
+) -> SqsResult<()> {
+    let Some(auth) = headers
         .get(axum::http::header::AUTHORIZATION)
-        .and_then(|h| h.to_str().ok());
-    let parsed = header.and_then(parse);
-    if config.access_keys.is_empty() {
-        return Ok(parsed.map(|a| a.access_key.to_owned()));
-    }
-    let Some(auth) = parsed else {
-        return Err(SqsError::new(
-            ErrorKind::InvalidClientTokenId,
-            "The request must be signed with AWS Signature Version 4 (Authorization header).",
-        ));
-    };
-    let Some((_, secret)) = config
-        .access_keys
-        .iter()
-        .find(|(k, _)| k == auth.access_key)
+        .and_then(|h| h.to_str().ok())
+        .and_then(parse)
     else {
         return Err(SqsError::new(
             ErrorKind::InvalidClientTokenId,
-            "The security token included in the request is invalid.",
+            "The request must be signed with AWS Signature Version 4 (Authorization header).",
         ));
     };
     let payload_hash = hex(&Sha256::digest(body));
@@ -177,7 +173,7 @@ pub(crate) fn check(
             format_amz_date(now.as_millis())
         )));
     }
-    Ok(Some(auth.access_key.to_owned()))
+    Ok(())
 }
 
 fn canonical_request(

@@ -113,6 +113,7 @@ pub(crate) async fn start_move(ctx: &Ctx, input: &Map<String, Value>) -> SqsResu
             source,
             destination,
             max_per_second: rate,
+            owner: ctx.actor.clone(),
         })
         .await
         .map_err(move_error)?;
@@ -190,7 +191,11 @@ pub(crate) async fn list_moves(ctx: &Ctx, input: &Map<String, Value>) -> SqsResu
 /// `CancelMessageMoveTask`: stops a running task; answers how many it moved.
 pub(crate) async fn cancel_move(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Value> {
     let handle = req_str(input, "TaskHandle")?;
-    let task = ctx.broker().cancel_move_task(handle).map_err(move_error)?;
+    let task = ctx
+        .broker()
+        .cancel_move_task(handle, &ctx.actor)
+        .await
+        .map_err(move_error)?;
     Ok(json!({ "ApproximateNumberOfMessagesMoved": task.moved }))
 }
 

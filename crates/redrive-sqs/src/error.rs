@@ -49,6 +49,10 @@ pub enum ErrorKind {
     InvalidClientTokenId,
     /// The request signature does not match.
     SignatureDoesNotMatch,
+    /// The credentials do not permit the action on the queue.
+    AccessDenied,
+    /// The credentials are over their request rate.
+    RequestThrottled,
     /// The request is not a well-formed SQS request.
     MalformedRequest,
     /// The request body is larger than the endpoint takes.
@@ -84,6 +88,8 @@ impl ErrorKind {
             K::ResourceNotFound => "ResourceNotFoundException",
             K::InvalidClientTokenId => "InvalidClientTokenId",
             K::SignatureDoesNotMatch => "SignatureDoesNotMatch",
+            K::AccessDenied => "AccessDeniedException",
+            K::RequestThrottled => "RequestThrottled",
             K::MalformedRequest => "InvalidParameterValueException",
             K::RequestTooLarge => "RequestEntityTooLarge",
             K::ServiceUnavailable => "ServiceUnavailable",
@@ -117,6 +123,8 @@ impl ErrorKind {
             K::ResourceNotFound => "ResourceNotFoundException",
             K::InvalidClientTokenId => "InvalidClientTokenId",
             K::SignatureDoesNotMatch => "SignatureDoesNotMatch",
+            K::AccessDenied => "AccessDenied",
+            K::RequestThrottled => "RequestThrottled",
             K::RequestTooLarge => "RequestEntityTooLarge",
             K::ServiceUnavailable => "ServiceUnavailable",
             K::InternalFailure => "InternalFailure",
@@ -130,7 +138,8 @@ impl ErrorKind {
             K::PurgeQueueInProgress
             | K::OverLimit
             | K::InvalidClientTokenId
-            | K::SignatureDoesNotMatch => 403,
+            | K::SignatureDoesNotMatch
+            | K::AccessDenied => 403,
             K::ResourceNotFound => 404,
             K::RequestTooLarge => 413,
             K::ServiceUnavailable => 503,
@@ -224,6 +233,21 @@ impl From<BrokerError> for SqsError {
                 ErrorKind::ServiceUnavailable,
                 "The service is shutting down; retry against a running server.",
             ),
+            BrokerError::Unauthenticated(why) => SqsError::new(
+                ErrorKind::InvalidClientTokenId,
+                format!("The security token included in the request is invalid: {why}"),
+            ),
+            BrokerError::TokenRevoked => SqsError::new(
+                ErrorKind::InvalidClientTokenId,
+                "The security token was revoked while the request was running.",
+            ),
+            e @ BrokerError::Forbidden { .. } => SqsError::new(
+                ErrorKind::AccessDenied,
+                format!("Access to the resource is denied: {e}"),
+            ),
+            e @ BrokerError::RateLimited { .. } => {
+                SqsError::new(ErrorKind::RequestThrottled, e.to_string())
+            }
             BrokerError::Store(s) => from_store(s),
             other => internal(&other),
         }

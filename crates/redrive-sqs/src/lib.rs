@@ -110,6 +110,7 @@
 //! - `queues`, `attributes`, `tags`, `messages`, `batches`, `dead_letters` (with the
 //!   message move tasks): the actions.
 
+pub mod access;
 mod attributes;
 mod auth;
 mod batches;
@@ -130,7 +131,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::Response;
-use redrive_broker::Broker;
+use redrive_broker::{Actor, Broker};
 use redrive_core::Timestamp;
 use serde_json::{Map, Value};
 
@@ -180,6 +181,9 @@ pub(crate) struct Ctx {
     pub(crate) sqs: Arc<Sqs>,
     pub(crate) base_url: String,
     pub(crate) sender_id: String,
+    /// Who is calling: a configured key (every right), a token's SQS credentials, or
+    /// `anonymous` without authentication.
+    pub(crate) actor: Actor,
 }
 
 impl Ctx {
@@ -253,12 +257,14 @@ pub fn router(broker: Broker, config: SqsConfig) -> Router {
 
 async fn handle(
     State(sqs): State<Arc<Sqs>>,
+    connect: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let mut resp = answer(&sqs, method, uri, headers, body).await;
+    let client = connect.map(|c| c.0.0.ip().to_string());
+    let mut resp = answer(&sqs, method, uri, headers, body, client).await;
     // The broker's clock, which signatures are checked against: SDKs correct their clock
     // skew from this header.
     let date = auth::http_date(sqs.broker.clock().now().as_millis());
@@ -274,6 +280,7 @@ async fn answer(
     uri: Uri,
     headers: HeaderMap,
     body: Body,
+    client: Option<String>,
 ) -> Response {
     let request_id = protocol::request_id();
     let guess = if headers.contains_key("x-amz-target") {
@@ -288,15 +295,8 @@ async fn answer(
         Ok(b) => b,
         Err(e) => return protocol::failure(guess, &e, &request_id),
     };
-    let sender_id = match auth::check(
-        &sqs.config,
-        &method,
-        &uri,
-        &headers,
-        &body,
-        sqs.broker.clock().now(),
-    ) {
-        Ok(id) => id.unwrap_or_else(|| sqs.config.account_id.clone()),
+    let (actor, sender_id) = match authenticate(sqs, &method, &uri, &headers, &body, client).await {
+        Ok(a) => a,
         Err(e) => return protocol::failure(guess, &e, &request_id),
     };
     // A GET carries its parameters in the query string only.
@@ -332,8 +332,13 @@ async fn answer(
         sqs: sqs.clone(),
         base_url: base_url.trim_end_matches('/').to_owned(),
         sender_id,
+        actor,
     };
-    match dispatch(&ctx, &req.action, &req.input).await {
+    let result = match access::authorize(&ctx, &req.action, &req.input).await {
+        Ok(()) => dispatch(&ctx, &req.action, &req.input).await,
+        Err(e) => Err(e),
+    };
+    match result {
         Ok(out) => protocol::success(req.protocol, &req.action, out, &request_id),
         Err(e) => {
             tracing::debug!(action = %req.action, code = e.kind.code(), message = %e.message,
@@ -342,6 +347,98 @@ async fn answer(
         }
     }
 }
+
+/// The caller of a request and its sender id. Without authentication (no configured keys
+/// and the broker's authentication off) any signature or none is accepted. Otherwise the
+/// request must be signed by a configured key (which may do everything) or by the SQS
+/// credentials of an active API token (which may do what its grants permit).
+async fn authenticate(
+    sqs: &Sqs,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+    client: Option<String>,
+) -> SqsResult<(Actor, String)> {
+    let claimed = auth::access_key(headers);
+    let required = sqs.broker.auth_enabled() || !sqs.config.access_keys.is_empty();
+    if !required {
+        let sender = claimed.unwrap_or_else(|| sqs.config.account_id.clone());
+        return Ok((Actor::anonymous().with_client(client), sender));
+    }
+    let Some(key) = claimed else {
+        return Err(SqsError::new(
+            ErrorKind::InvalidClientTokenId,
+            "The request must be signed with AWS Signature Version 4 (Authorization header).",
+        ));
+    };
+    let configured = sqs.config.access_keys.iter().find(|(k, _)| *k == key);
+    let (actor, secret) = match configured {
+        Some((_, secret)) => {
+            let actor = Actor {
+                id: format!("sqs-key:{key}"),
+                name: key.clone(),
+                grants: vec![redrive_core::access::Grant::all(
+                    redrive_core::access::Role::Admin,
+                )],
+                client: client.clone(),
+            };
+            (actor, secret.clone())
+        }
+        None if sqs.broker.auth_enabled() => {
+            match sqs.broker.authenticate_sqs_key(&key, client).await? {
+                Some(found) => found,
+                None => {
+                    return Err(SqsError::new(
+                        ErrorKind::InvalidClientTokenId,
+                        "The security token included in the request is invalid.",
+                    ));
+                }
+            }
+        }
+        None => {
+            return Err(SqsError::new(
+                ErrorKind::InvalidClientTokenId,
+                "The security token included in the request is invalid.",
+            ));
+        }
+    };
+    auth::verify(
+        method,
+        uri,
+        headers,
+        body,
+        sqs.broker.clock().now(),
+        &secret,
+    )?;
+    Ok((actor, key))
+}
+
+/// Every action the endpoint serves (each has a row in [`access::rule`]).
+#[cfg(test)]
+pub(crate) const ACTIONS: &[&str] = &[
+    "CreateQueue",
+    "GetQueueUrl",
+    "ListQueues",
+    "DeleteQueue",
+    "PurgeQueue",
+    "GetQueueAttributes",
+    "SetQueueAttributes",
+    "TagQueue",
+    "UntagQueue",
+    "ListQueueTags",
+    "SendMessage",
+    "ReceiveMessage",
+    "DeleteMessage",
+    "ChangeMessageVisibility",
+    "SendMessageBatch",
+    "DeleteMessageBatch",
+    "ChangeMessageVisibilityBatch",
+    "ListDeadLetterSourceQueues",
+    "StartMessageMoveTask",
+    "ListMessageMoveTasks",
+    "CancelMessageMoveTask",
+];
 
 /// The actions that change nothing, the only ones accepted over GET (a state change by GET
 /// could be triggered by any page a browser loads, e.g. an `<img>` tag).

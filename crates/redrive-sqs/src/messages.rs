@@ -782,6 +782,8 @@ pub(crate) async fn receive(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<
                 lock_ms: Some(u64::try_from(visibility * 1_000).unwrap_or(0)),
                 wait_ms: u64::try_from(wait * 1_000).unwrap_or(0),
                 session: None,
+                // A long poll ends when the caller's token is revoked.
+                until_revoked: Some(ctx.broker().revocation_guard(&ctx.actor)),
             },
             LockBounds::Sqs,
         )

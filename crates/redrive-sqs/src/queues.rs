@@ -165,6 +165,11 @@ pub(crate) async fn list(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Val
         .into_iter()
         .map(|v| v.record.name.to_string())
         .filter(|n| n.starts_with(&prefix))
+        // Only the queues the caller may read.
+        .filter(|n| {
+            ctx.actor
+                .permits(redrive_core::access::Operation::ReadMetadata, Some(n))
+        })
         .collect();
     let (urls, next) = page(ctx, names, max, after.as_deref());
     let mut out = Map::new();
@@ -180,7 +185,7 @@ pub(crate) async fn list(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Val
 /// `DeleteQueue`: deletes even a non-empty queue, as SQS does.
 pub(crate) async fn delete(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Value> {
     let queue = queue_from_input(input)?;
-    ctx.broker().delete_queue(&queue, true).await?;
+    ctx.broker().delete_queue(&queue, true, &ctx.actor).await?;
     if let Ok(mut p) = ctx.sqs.purges.lock() {
         p.remove(&queue);
     }
@@ -208,6 +213,6 @@ pub(crate) async fn purge(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Va
         }
         purges.insert(queue.clone(), now);
     }
-    ctx.broker().purge(&queue).await?;
+    ctx.broker().purge(&queue, &ctx.actor).await?;
     Ok(json!({}))
 }

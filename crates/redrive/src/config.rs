@@ -422,7 +422,9 @@ impl Config {
             ));
         }
         if self.auth.audit_retention_days > 36_500 {
-            return Err(input_error("auth.audit_retention_days must be at most 36500"));
+            return Err(input_error(
+                "auth.audit_retention_days must be at most 36500",
+            ));
         }
         self.check_exposure()?;
         self.store_location().map(|_| ())

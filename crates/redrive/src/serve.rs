@@ -145,8 +145,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (store, clock) = open_store(&location).await?;
     info!(store = %store.describe(), listen = %local, "store opened");
 
-    let broker =
-        redrive_broker::Broker::with_access(store.as_dyn(), clock, config.auth.access());
+    let broker = redrive_broker::Broker::with_access(store.as_dyn(), clock, config.auth.access());
     if config.auth.enabled {
         let created = broker
             .bootstrap_admin(config.auth.bootstrap_token.as_deref())

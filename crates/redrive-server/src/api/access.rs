@@ -122,7 +122,11 @@ async fn audit_list(
     State(s): State<AppState>,
     ApiQuery(q): ApiQuery<AuditParams>,
 ) -> Result<Json<AuditPage>, ApiError> {
-    for (field, v) in [("actor", &q.actor), ("entity", &q.entity), ("action", &q.action)] {
+    for (field, v) in [
+        ("actor", &q.actor),
+        ("entity", &q.entity),
+        ("action", &q.action),
+    ] {
         if v.as_ref().is_some_and(|v| v.len() > MAX_FILTER_LEN) {
             return Err(ApiError::new(
                 ErrorCode::InvalidRequest,

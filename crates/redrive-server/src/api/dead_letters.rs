@@ -13,8 +13,8 @@ use redrive_api::dead_letter::{
 };
 use redrive_api::message::SendResult;
 use redrive_broker::{Actor, DeadLetterFilter};
-use redrive_core::access::Operation;
 use redrive_core::Area;
+use redrive_core::access::Operation;
 use serde::Deserialize;
 
 use crate::AppState;
@@ -77,11 +77,12 @@ async fn show(
     Caller(actor): Caller,
     Path((queue, id)): Path<(String, String)>,
 ) -> Result<Json<DeadLetter>, ApiError> {
-    let r = s
-        .broker
-        .get_dead_letter(&queue, &id, &actor)
-        .await?;
-    Ok(Json(dead_letter_out(&r, None, payload_reader(&actor, &queue))))
+    let r = s.broker.get_dead_letter(&queue, &id, &actor).await?;
+    Ok(Json(dead_letter_out(
+        &r,
+        None,
+        payload_reader(&actor, &queue),
+    )))
 }
 
 async fn receive(
@@ -126,10 +127,7 @@ async fn resubmit(
     Caller(actor): Caller,
     Path((queue, id)): Path<(String, String)>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let e = s
-        .broker
-        .resubmit_dead_letter(&queue, &id, &actor)
-        .await?;
+    let e = s.broker.resubmit_dead_letter(&queue, &id, &actor).await?;
     Ok((
         StatusCode::CREATED,
         Json(SendResult {
@@ -147,9 +145,7 @@ async fn move_to(
     ApiJson(req): ApiJson<MoveDeadLetter>,
 ) -> Result<StatusCode, ApiError> {
     let to = area(&req.area)?;
-    s.broker
-        .move_dead_letter(&queue, &id, to, &actor)
-        .await?;
+    s.broker.move_dead_letter(&queue, &id, to, &actor).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -212,9 +212,7 @@ async fn matrix(s: &AuthServer) {
         for (method, pattern, _, _) in ROUTES {
             let path = concrete(pattern);
             // Bodies are left out: an allowed request fails validation, never the guard.
-            let (st, v) = s
-                .call(Some(secret), method.clone(), &path, None)
-                .await;
+            let (st, v) = s.call(Some(secret), method.clone(), &path, None).await;
             let expect_allowed = *role == "admin" || ok.contains(&(method.as_str(), *pattern));
             if expect_allowed {
                 assert!(
@@ -331,7 +329,10 @@ async fn requests_without_a_valid_token_are_refused() {
     check(s.call(None, Method::GET, "/v1/queues", None).await);
     check(s.call(Some("nope"), Method::GET, "/v1/queues", None).await);
     let unknown = format!("rdt_{}", "b".repeat(64));
-    check(s.call(Some(&unknown), Method::GET, "/v1/queues", None).await);
+    check(
+        s.call(Some(&unknown), Method::GET, "/v1/queues", None)
+            .await,
+    );
     let resp = s
         .http
         .get(format!("{}/v1/queues", s.url))
@@ -343,7 +344,10 @@ async fn requests_without_a_valid_token_are_refused() {
     assert!(resp.headers().contains_key("www-authenticate"));
     // Health and the API description stay public.
     assert_eq!(s.call(None, Method::GET, "/healthz", None).await.0, 200);
-    assert_eq!(s.call(None, Method::GET, "/openapi.json", None).await.0, 200);
+    assert_eq!(
+        s.call(None, Method::GET, "/openapi.json", None).await.0,
+        200
+    );
     s.stop().await;
 }
 
@@ -361,7 +365,9 @@ async fn an_expired_token_is_refused_on_the_injected_clock() {
     assert_eq!(st, 201, "{v}");
     let secret = v["secret"].as_str().unwrap().to_owned();
     assert_eq!(
-        s.call(Some(&secret), Method::GET, "/v1/queues", None).await.0,
+        s.call(Some(&secret), Method::GET, "/v1/queues", None)
+            .await
+            .0,
         200
     );
     s.clock.advance(Duration::from_secs(60));
@@ -448,7 +454,10 @@ async fn dead_letter(s: &AuthServer, q: &str, body: &str) -> String {
             Some(json!({})),
         )
         .await;
-    let token = got["messages"][0]["lock_token"].as_str().unwrap().to_owned();
+    let token = got["messages"][0]["lock_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let (st, v) = s
         .admin(
             Method::POST,
@@ -490,7 +499,12 @@ async fn dead_letter_bodies_only_for_payload_readers_and_every_read_is_audited()
     );
 
     let (_, v) = s
-        .call(Some(&reader), Method::GET, "/v1/queues/q/dead-letters", None)
+        .call(
+            Some(&reader),
+            Method::GET,
+            "/v1/queues/q/dead-letters",
+            None,
+        )
         .await;
     assert_eq!(v["dead_letters"][0]["body"], "secret-body");
     let (_, one) = s
@@ -653,7 +667,9 @@ async fn a_token_over_its_rate_gets_429_with_retry_after_until_the_clock_moves()
     let (_, secret) = s.token("busy", &["operator"]).await;
     for _ in 0..2 {
         assert_eq!(
-            s.call(Some(&secret), Method::GET, "/v1/queues", None).await.0,
+            s.call(Some(&secret), Method::GET, "/v1/queues", None)
+                .await
+                .0,
             200
         );
     }
@@ -671,12 +687,16 @@ async fn a_token_over_its_rate_gets_429_with_retry_after_until_the_clock_moves()
     // Another token is not held back by this one's bucket.
     let (_, other) = s.token("calm", &["operator"]).await;
     assert_eq!(
-        s.call(Some(&other), Method::GET, "/v1/queues", None).await.0,
+        s.call(Some(&other), Method::GET, "/v1/queues", None)
+            .await
+            .0,
         200
     );
     s.clock.advance(Duration::from_millis(500));
     assert_eq!(
-        s.call(Some(&secret), Method::GET, "/v1/queues", None).await.0,
+        s.call(Some(&secret), Method::GET, "/v1/queues", None)
+            .await
+            .0,
         200
     );
     s.stop().await;
@@ -697,7 +717,8 @@ async fn token_requests_are_validated_and_secrets_never_listed() {
     assert_eq!(r.0, 400, "{}", r.1);
     let r = bad(json!({"name": "bad name", "grants": ["admin"]})).await;
     assert_eq!(r.0, 400, "{}", r.1);
-    let r = bad(json!({"name": "x", "grants": ["admin"], "expires_at": Timestamp(0).to_rfc3339()})).await;
+    let r = bad(json!({"name": "x", "grants": ["admin"], "expires_at": Timestamp(0).to_rfc3339()}))
+        .await;
     assert_eq!(r.0, 400, "{}", r.1);
     s.token("dup", &["producer"]).await;
     let r = bad(json!({"name": "dup", "grants": ["producer"]})).await;

@@ -73,7 +73,10 @@ pub async fn run_token(ctx: &Ctx, c: TokenCommand) -> anyhow::Result<()> {
                 .add("grants", created.token.grants.join(" "))
                 .add("token", &created.secret)
                 .add_opt("sqs access key id", created.token.sqs_access_key_id.clone())
-                .add_opt("sqs secret access key", created.sqs_secret_access_key.clone());
+                .add_opt(
+                    "sqs secret access key",
+                    created.sqs_secret_access_key.clone(),
+                );
             print!("{}", kv.render());
             eprintln!("the token is shown only now: keep it (export REDRIVE_TOKEN=…)");
             Ok(())
@@ -182,7 +185,9 @@ pub async fn run_audit(ctx: &Ctx, c: AuditCommand) -> anyhow::Result<()> {
                 println!("no audit entries");
                 return Ok(());
             }
-            let mut t = Table::new(["SEQ", "AT", "ACTOR", "ACTION", "ENTITY", "TARGETS", "OUTCOME"]);
+            let mut t = Table::new([
+                "SEQ", "AT", "ACTOR", "ACTION", "ENTITY", "TARGETS", "OUTCOME",
+            ]);
             for e in &page.entries {
                 t.row([
                     e.seq.to_string(),

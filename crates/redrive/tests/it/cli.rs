@@ -272,7 +272,7 @@ fn dead_letters_list_show_and_resubmit() {
 
     let shown: DeadLetter = s.cli(&["--json", "dlq", "show", "billing", &dl.id]).json();
     assert_eq!(shown.description.as_deref(), Some("cannot parse"));
-    assert_eq!(shown.body, "poison pill");
+    assert_eq!(shown.body.as_deref(), Some("poison pill"));
     assert_eq!(shown.routed_by, "application");
     let text = s.cli(&["dlq", "show", "billing", &dl.id]);
     assert!(text.ok().contains("reason:"), "{}", text.stdout);

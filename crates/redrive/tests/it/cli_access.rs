@@ -35,13 +35,16 @@ fn tokens_roles_revocation_and_a_tampered_audit_log() {
     let s = start(dir.path());
     let admin = printed_admin_token(&s.log());
     assert!(
-        !s.log().lines().any(|l| l.contains(" INFO ") && l.contains(&admin)),
+        !s.log()
+            .lines()
+            .any(|l| l.contains(" INFO ") && l.contains(&admin)),
         "the token must not reach the log lines"
     );
 
     // Without a token: refused, with a clear line.
     s.cli(&["queue", "list"]).fails(1, "unauthenticated");
-    s.cli(&["--token", &admin, "queue", "create", "orders"]).ok();
+    s.cli(&["--token", &admin, "queue", "create", "orders"])
+        .ok();
 
     let created: Value = s
         .cli(&[
@@ -73,12 +76,15 @@ fn tokens_roles_revocation_and_a_tampered_audit_log() {
     assert!(list.ok().contains("shop"), "{}", list.stdout);
     assert!(!list.stdout.contains("rdt_"), "{}", list.stdout);
 
-    s.cli(&["--token", &admin, "token", "revoke", &shop_id]).ok();
+    s.cli(&["--token", &admin, "token", "revoke", &shop_id])
+        .ok();
     s.cli(&["--token", &shop, "send", "orders", "again"])
         .fails(1, "unauthenticated");
 
     let audit: Value = s
-        .cli(&["--token", &admin, "--json", "audit", "list", "--limit", "1000"])
+        .cli(&[
+            "--token", &admin, "--json", "audit", "list", "--limit", "1000",
+        ])
         .json();
     let actions: Vec<&str> = audit["entries"]
         .as_array()
@@ -86,7 +92,12 @@ fn tokens_roles_revocation_and_a_tampered_audit_log() {
         .iter()
         .map(|e| e["action"].as_str().unwrap())
         .collect();
-    for a in ["token.create", "token.revoke", "denied:ReadMetadata", "denied:Peek"] {
+    for a in [
+        "token.create",
+        "token.revoke",
+        "denied:ReadMetadata",
+        "denied:Peek",
+    ] {
         assert!(actions.contains(&a), "{a} not in {actions:?}");
     }
     let ok = s.cli(&["--token", &admin, "audit", "verify"]);
@@ -143,7 +154,14 @@ fn the_bootstrap_token_is_printed_once_and_a_configured_one_is_used() {
 fn without_authentication_only_loopback_is_served() {
     let dir = tempfile::tempdir().unwrap();
     let out = command()
-        .args(["serve", "--listen", "0.0.0.0:0", "--sqs-listen", "off", "--data-dir"])
+        .args([
+            "serve",
+            "--listen",
+            "0.0.0.0:0",
+            "--sqs-listen",
+            "off",
+            "--data-dir",
+        ])
         .arg(dir.path())
         .output()
         .unwrap();
