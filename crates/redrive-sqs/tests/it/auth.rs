@@ -199,3 +199,141 @@ async fn without_access_keys_any_signature_is_accepted() {
         .unwrap();
     s.stop().await;
 }
+
+/// Creates a token with SQS credentials through the native API; returns (id, key, secret).
+async fn sqs_token(s: &TestServer, name: &str, grants: &[&str]) -> (String, String, String) {
+    let r = s
+        .http
+        .post(format!("{}/v1/tokens", s.native))
+        .bearer_auth(crate::support::ADMIN)
+        .json(&serde_json::json!({"name": name, "grants": grants, "sqs": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let v: serde_json::Value = r.json().await.unwrap();
+    (
+        v["id"].as_str().unwrap().to_owned(),
+        v["sqs_access_key_id"].as_str().unwrap().to_owned(),
+        v["sqs_secret_access_key"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn token_credentials_hold_their_grants_over_sqs_and_stop_when_revoked() {
+    let s = TestServer::start_with_access(
+        SqsConfig::default(),
+        redrive_broker::AccessSettings {
+            enabled: true,
+            ..redrive_broker::AccessSettings::default()
+        },
+    )
+    .await;
+    // Unsigned or unknown credentials are refused once authentication is on.
+    let stranger = sdk_client(&s.sqs_url, "ANYONE", "anything", &s.clock);
+    let e = stranger.list_queues().send().await.unwrap_err();
+    assert_eq!(crate::support::code(&e), "InvalidClientTokenId");
+
+    let (_, ops_key, ops_secret) = sqs_token(&s, "ops", &["operator"]).await;
+    let ops = sdk_client(&s.sqs_url, &ops_key, &ops_secret, &s.clock);
+    let orders = ops
+        .create_queue()
+        .queue_name("orders")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    ops.create_queue()
+        .queue_name("payments")
+        .send()
+        .await
+        .unwrap();
+
+    let (shop_id, key, secret) = sqs_token(&s, "shop", &["producer:orders"]).await;
+    let shop = sdk_client(&s.sqs_url, &key, &secret, &s.clock);
+    let url = shop
+        .get_queue_url()
+        .queue_name("orders")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    assert_eq!(url, orders);
+    shop.send_message()
+        .queue_url(&url)
+        .message_body("hello")
+        .send()
+        .await
+        .unwrap();
+    let e = shop
+        .delete_queue()
+        .queue_url(&url)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(crate::support::code(&e), "AccessDenied");
+    let e = shop
+        .receive_message()
+        .queue_url(&url)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(crate::support::code(&e), "AccessDenied");
+    let e = shop
+        .get_queue_url()
+        .queue_name("payments")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(crate::support::code(&e), "AccessDenied");
+    // A wrong secret for a real key id is still a bad signature.
+    let forged = sdk_client(&s.sqs_url, &key, "not-the-secret", &s.clock);
+    let e = forged
+        .send_message()
+        .queue_url(&url)
+        .message_body("x")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(crate::support::code(&e), "SignatureDoesNotMatch");
+
+    let r = s
+        .http
+        .post(format!("{}/v1/tokens/{shop_id}/revoke", s.native))
+        .bearer_auth(crate::support::ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let e = shop
+        .send_message()
+        .queue_url(&url)
+        .message_body("after")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(crate::support::code(&e), "InvalidClientTokenId");
+
+    // The refusals are in the audit log, under the token.
+    let log: serde_json::Value = s
+        .http
+        .get(format!("{}/v1/audit?actor={shop_id}", s.native))
+        .bearer_auth(crate::support::ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let actions: Vec<&str> = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert!(actions.contains(&"denied:DeleteEntity"), "{actions:?}");
+    assert!(actions.contains(&"denied:Receive"), "{actions:?}");
+    s.stop().await;
+}

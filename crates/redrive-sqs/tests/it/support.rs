@@ -14,6 +14,9 @@ use redrive_sqs::SqsConfig;
 use redrive_store_sqlite::{SqliteOptions, SqliteStore};
 use serde_json::Value;
 
+/// The admin token of servers started with authentication on.
+pub const ADMIN: &str = "rdt_00000000000000000000000000000000000000000000000000000000000000aa";
+
 /// A fixed, realistic start time.
 pub const T0: Timestamp = Timestamp(1_800_000_000_000);
 
@@ -109,6 +112,15 @@ impl TestServer {
 
     /// A server whose SQS endpoint uses `config` (e.g. with access keys to verify).
     pub async fn start_with(config: SqsConfig) -> TestServer {
+        TestServer::start_with_access(config, redrive_broker::AccessSettings::default()).await
+    }
+
+    /// A server whose broker admits callers as `access` says; with authentication on, the
+    /// admin token is [`ADMIN`].
+    pub async fn start_with_access(
+        config: SqsConfig,
+        access: redrive_broker::AccessSettings,
+    ) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
         let store =
             SqliteStore::open(&dir.path().join("redrive.db"), SqliteOptions::default()).unwrap();
@@ -119,7 +131,10 @@ impl TestServer {
         let native = format!("http://{}", native_l.local_addr().unwrap());
         let sqs_url = format!("http://{}", sqs_l.local_addr().unwrap());
         let store_dyn: Arc<dyn redrive_store::Store> = store.clone();
-        let broker = Broker::new(store_dyn, Arc::new(clock.clone()));
+        let broker = Broker::with_access(store_dyn, Arc::new(clock.clone()), access);
+        if broker.auth_enabled() {
+            broker.bootstrap_admin(Some(ADMIN)).await.unwrap();
+        }
         let router = redrive_sqs::router(broker.clone(), config);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let settings = Settings {
