@@ -22,12 +22,15 @@ pub enum BrokerError {
         /// What is wrong.
         why: String,
     },
-    /// A body is larger than the queue's limit.
-    #[error("message body is {size} bytes; queue {queue:?} accepts at most {limit}")]
+    /// A message (body, string headers and properties) is larger than the queue's limit.
+    #[error(
+        "message is {size} bytes (body, headers and properties); queue {queue:?} accepts at \
+         most {limit}"
+    )]
     MessageTooLarge {
         /// The queue.
         queue: String,
-        /// Body size.
+        /// Counted size.
         size: usize,
         /// The limit.
         limit: u32,

@@ -683,12 +683,15 @@ impl Broker {
             ));
         }
         let t = self.inner.store.get_topic(&topic).await?;
-        for (index, body) in bodies.iter().enumerate() {
-            if body.len() > t.policy.max_event_size as usize {
+        for (index, (ev, body)) in events.iter().zip(&bodies).enumerate() {
+            // Everything stored per subscription counts: the structured event and the
+            // headers copied out of it (id, type, content type).
+            let size = body.len() + ev.id.len() + ev.event_type.len() + STRUCTURED.len();
+            if size > t.policy.max_event_size as usize {
                 return Err(BrokerError::EventTooLarge {
                     topic: topic.to_string(),
                     index,
-                    size: body.len(),
+                    size,
                     limit: t.policy.max_event_size,
                 });
             }

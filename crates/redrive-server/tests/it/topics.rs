@@ -1097,3 +1097,21 @@ async fn push_delivery_sends_the_published_bytes_as_they_are() {
     assert_eq!(batched, ["e1", "e2", "e3"]);
     s.stop().await;
 }
+
+#[tokio::test]
+async fn an_event_counts_whole_with_the_headers_copied_from_it() {
+    let s = TestServer::start().await;
+    s.topic("t", json!({"max_event_size": 1024})).await;
+    let q = s.pull_sub("t", "all", json!({})).await;
+    // The structured JSON is under the limit, but with its id and type stored again as
+    // the message's headers the event is over it.
+    let mut ev = event(&"i".repeat(300), &"t".repeat(100), "/s");
+    ev["data"] = json!("d".repeat(100));
+    let json_len = serde_json::to_vec(&ev).unwrap().len();
+    assert!(json_len < 1024, "{json_len}");
+    let r = s.publish("t", &[ev]).await;
+    assert_problem(&r, 413, "event_too_large");
+    assert!(r.1["size"].as_u64().unwrap() > 1024, "{}", r.1);
+    assert_eq!(s.counts(&q).await["active"], 0, "nothing stored");
+    s.stop().await;
+}
