@@ -64,6 +64,7 @@
 
 mod dead_letters;
 mod error;
+mod files;
 mod leases;
 mod messages;
 mod queues;
@@ -153,18 +154,15 @@ impl SqliteStore {
     }
 
     /// Opens (creating if needed) the database file at `path` (parent directories
-    /// created), in WAL mode with `synchronous=FULL`, and applies migrations.
+    /// created; the directory 0700, the database and its WAL files 0600), in WAL mode with `synchronous=FULL`, and applies migrations.
     pub fn open(path: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| {
-                StoreError::backend(SqliteError::CreateDir {
-                    path: dir.display().to_string(),
-                    source,
-                })
-            })?;
+            files::prepare_dir(dir).map_err(StoreError::backend)?;
         }
+        files::create_db_file(path).map_err(StoreError::backend)?;
         let conn = schema::open_writer(path)?;
         schema::migrate(&conn)?;
+        files::restrict_files(path).map_err(StoreError::backend)?;
         let readers = ReadPool::open(path.to_path_buf(), options.readers)?;
         let writer = Writer::start(conn, options.max_batch)?;
         Ok(SqliteStore {

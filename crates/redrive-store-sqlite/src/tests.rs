@@ -794,3 +794,47 @@ async fn version_3_messages_keep_their_contents_through_the_migration() {
         .unwrap();
     assert_eq!(left, (0, 0));
 }
+
+#[cfg(unix)]
+fn mode(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_new_store_is_owner_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let path = data.join("redrive.db");
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    store
+        .create_queue(&name("q"), &QueuePolicy::default(), T0)
+        .await
+        .unwrap();
+    store.enqueue(&name("q"), vec![msg("a")], T0).await.unwrap();
+    assert_eq!(mode(&data), 0o700, "directory");
+    assert_eq!(mode(&path), 0o600, "database");
+    for suffix in ["-wal", "-shm"] {
+        let p = data.join(format!("redrive.db{suffix}"));
+        assert!(p.exists(), "{suffix} exists while open");
+        assert_eq!(mode(&p), 0o600, "{suffix}");
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn an_existing_open_directory_and_database_are_tightened() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = data.join("redrive.db");
+    std::fs::write(&path, b"").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    assert!(store.list_queues().await.unwrap().is_empty());
+    assert_eq!(mode(&data), 0o700);
+    assert_eq!(mode(&path), 0o600);
+}
