@@ -467,35 +467,41 @@ pub fn parse_millis(s: &str) -> Result<u64, String> {
     }
 }
 
-/// Hides secrets in a URL: the password of its user info and the values of query
-/// parameters that look secret (`password`, `secret`, `token`, `key`).
+/// Hides secrets in a store URL: the password of its user info and the values of query
+/// parameters that look secret (`password`, `secret`, `token`, `key`, `credential`).
+///
+/// The URL is split by its grammar, not matched against a pattern: the user info runs
+/// from `://` to the *last* `@`, so a password holding `/`, `?`, `:` or `@` (which a
+/// WHATWG parser would take for the path, the query or the host) is hidden whole; if a
+/// query value holds an `@` too, more is hidden, never less. A connection string without
+/// a scheme (`host=… password=…`) has its secret-looking values hidden.
 pub fn redact_url(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((s, r)) => (Some(s), r),
-        None => (None, url),
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return redact_key_values(url);
     };
-    let (before_query, query) = match rest.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (rest, None),
+    let (userinfo, after) = match rest.rfind('@') {
+        Some(i) => (Some(&rest[..i]), &rest[i + 1..]),
+        None => (None, rest),
     };
-    let (authority, path) = match before_query.find('/') {
-        Some(i) => before_query.split_at(i),
-        None => (before_query, ""),
-    };
-    let authority = match (scheme, authority.rsplit_once('@')) {
-        (Some(_), Some((userinfo, host))) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{user}:***@{host}"),
-            None => authority.to_owned(),
+    let mut out = format!("{scheme}://");
+    match userinfo {
+        Some(info) => match info.split_once(':') {
+            Some((user, _)) => {
+                out.push_str(user);
+                out.push_str(":***@");
+            }
+            None => {
+                out.push_str(info);
+                out.push('@');
+            }
         },
-        _ => authority.to_owned(),
-    };
-    let mut out = String::new();
-    if let Some(s) = scheme {
-        out.push_str(s);
-        out.push_str("://");
+        None => {}
     }
-    out.push_str(&authority);
-    out.push_str(path);
+    let (base, query) = match after.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (after, None),
+    };
+    out.push_str(base);
     if let Some(q) = query {
         out.push('?');
         let parts: Vec<String> = q
@@ -508,6 +514,34 @@ pub fn redact_url(url: &str) -> String {
         out.push_str(&parts.join("&"));
     }
     out
+}
+
+/// Hides the secret-looking values of a `key=value key='quoted value'` connection string.
+fn redact_key_values(s: &str) -> String {
+    let mut out = Vec::new();
+    let mut words = s.split_whitespace();
+    while let Some(w) = words.next() {
+        match w.split_once('=') {
+            Some((k, v)) if looks_secret(k) => {
+                out.push(format!("{k}=***"));
+                // A quoted value may run over several words: skip to its closing quote.
+                let mut open = v.starts_with('\'') && !(v.len() > 1 && closes_quote(v));
+                while open {
+                    match words.next() {
+                        Some(next) => open = !closes_quote(next),
+                        None => open = false,
+                    }
+                }
+            }
+            _ => out.push(w.to_owned()),
+        }
+    }
+    out.join(" ")
+}
+
+/// Whether a word ends a quoted value (a `'` not escaped by a backslash).
+fn closes_quote(w: &str) -> bool {
+    w.ends_with('\'') && !w.ends_with("\\'")
 }
 
 fn looks_secret(key: &str) -> bool {
@@ -695,6 +729,24 @@ mod tests {
         );
         assert_eq!(redact_url("sqlite:///a/b.db"), "sqlite:///a/b.db");
         assert_eq!(redact_url("postgres://app@db/x"), "postgres://app@db/x");
+        // A password holding `/` and `?`: hidden whole, the query still shown.
+        let shown = redact_url("postgres://u:pa/ss?w@host/db?schema=x");
+        assert_eq!(shown, "postgres://u:***@host/db?schema=x");
+        // A password holding `@` and `:`.
+        let shown = redact_url("postgres://u:p@ss:w@rd@host:5432/db?pool_size=4");
+        assert_eq!(shown, "postgres://u:***@host:5432/db?pool_size=4");
+        for secret in ["pa/ss?w", "p@ss:w@rd"] {
+            let c = Config {
+                store: Some(format!("postgres://u:{secret}@host/db?schema=x")),
+                ..Config::default()
+            };
+            assert!(!c.summary().contains(secret), "{}", c.summary());
+        }
+        assert_eq!(
+            redact_url("host=db user=u password='a b c' dbname=x"),
+            "host=db user=u password=*** dbname=x"
+        );
+        assert_eq!(redact_url("host=db password=s3 x=1"), "host=db password=*** x=1");
         let c = Config {
             store: Some("postgres://a:b@h/d".to_owned()),
             ..Config::default()
