@@ -63,6 +63,15 @@ pub enum BrokerError {
         /// What happened.
         why: String,
     },
+    /// A push endpoint is (or resolves to) an address push requests may not reach:
+    /// loopback, private, link-local, metadata… unless the operator allows it.
+    #[error("endpoint {endpoint} is not allowed: {why}")]
+    EndpointForbidden {
+        /// The endpoint.
+        endpoint: String,
+        /// Which address, and why.
+        why: String,
+    },
     /// A push subscription needs a dead-letter destination, or an explicit drop.
     #[error(
         "a push subscription needs a dead-letter destination: own_store, a queue, a topic, or \

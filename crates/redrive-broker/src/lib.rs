@@ -49,6 +49,7 @@ pub use mover::{MAX_MOVE_RATE, MoveError, MoveSpec, MoveStatus, MoveTask};
 pub use push_stats::{LATENCY_BUCKETS_S, PushCounters};
 pub use queues::QueueView;
 pub use relay::WakeupRelay;
+pub use redrive_push::{NetworkError, NetworkPolicy};
 pub use sweeper::{DEFAULT_LEASE_TTL, SWEEP_LEASE, Sweeper};
 pub use topics::{
     EventInput, MAX_PUBLISH_BATCH, PUBLISH_MEDIA_TYPES, PUSH_MAX_DELIVERY_COUNT, PublishedEvent,
@@ -89,11 +90,25 @@ struct Inner {
     moves: mover::MoveTasks,
     /// Topic counters and the endpoint-validation client.
     topics: topics::TopicState,
+    /// Which private and special addresses push endpoints may be (none by default).
+    push_network: redrive_push::NetworkPolicy,
 }
 
 impl Broker {
-    /// A broker over `store`, reading time from `clock`.
+    /// A broker over `store`, reading time from `clock`, whose push endpoints may only be
+    /// public addresses.
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
+        Broker::with_push_network(store, clock, redrive_push::NetworkPolicy::default())
+    }
+
+    /// [`Broker::new`] with push endpoints also allowed on the addresses `push_network`
+    /// allows (loopback, private networks…): checked when a push subscription is created
+    /// and, by the [`Dispatcher`] built over this broker, at every connection.
+    pub fn with_push_network(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        push_network: redrive_push::NetworkPolicy,
+    ) -> Self {
         Broker {
             inner: Arc::new(Inner {
                 store,
@@ -104,6 +119,7 @@ impl Broker {
                 node_id: format!("node-{:016x}", fastrand::u64(..)),
                 moves: mover::MoveTasks::default(),
                 topics: topics::TopicState::default(),
+                push_network,
             }),
         }
     }
@@ -111,6 +127,19 @@ impl Broker {
     /// The clock the broker reads.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.inner.clock
+    }
+
+    /// The addresses push endpoints may be beyond public ones.
+    pub fn push_network(&self) -> &redrive_push::NetworkPolicy {
+        &self.inner.push_network
+    }
+
+    /// The settings push requests are sent with (the broker's network policy).
+    pub(crate) fn delivery_settings(&self) -> redrive_push::DeliverySettings {
+        redrive_push::DeliverySettings {
+            network: self.inner.push_network.clone(),
+            ..redrive_push::DeliverySettings::default()
+        }
     }
 
     /// The store (for health checks).

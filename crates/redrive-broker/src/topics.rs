@@ -354,7 +354,7 @@ impl Broker {
         if let Some(c) = self.topic_state().client.get() {
             return Ok(c.clone());
         }
-        let client = redrive_push::http_client(&redrive_push::DeliverySettings::default())
+        let client = redrive_push::http_client(&self.delivery_settings())
             .map_err(|e| BrokerError::EndpointValidationFailed {
                 endpoint: String::new(),
                 why: format!("no HTTP client: {e}"),
@@ -506,6 +506,16 @@ impl Broker {
                 }
                 redrive_push::check_url(&push.endpoint)
                     .map_err(|e| BrokerError::invalid("endpoint", e.to_string()))?;
+                // Even with skip_validation: the broker must not be pointed at itself or
+                // at the private network it runs in.
+                self.inner
+                    .push_network
+                    .check_url(&push.endpoint)
+                    .await
+                    .map_err(|e| BrokerError::EndpointForbidden {
+                        endpoint: push.endpoint.clone(),
+                        why: e.to_string(),
+                    })?;
                 queue_policy.max_delivery_count = PUSH_MAX_DELIVERY_COUNT;
                 let validation = if push.skip_validation {
                     EndpointValidation::Skipped

@@ -37,6 +37,10 @@ pub struct Config {
     /// `ACCESS_KEY_ID:SECRET` pairs; when any is set, SQS requests must carry a valid
     /// Signature Version 4 by one of them (empty: any signature is accepted). Secret.
     pub sqs_access_keys: Vec<String>,
+    /// Networks (`10.0.0.0/8`), addresses and host names push endpoints may be on besides
+    /// public addresses: loopback, private, link-local and metadata addresses are refused
+    /// unless listed here.
+    pub push_allowed_networks: Vec<String>,
 }
 
 impl Default for Config {
@@ -51,6 +55,7 @@ impl Default for Config {
             sqs_account_id: "000000000000".to_owned(),
             sqs_region: "us-east-1".to_owned(),
             sqs_access_keys: Vec::new(),
+            push_allowed_networks: Vec::new(),
         }
     }
 }
@@ -123,6 +128,8 @@ pub struct Overrides {
     pub sqs_region: Option<String>,
     /// `sqs_access_keys` (comma-separated in the environment).
     pub sqs_access_keys: Option<Vec<String>>,
+    /// `push_allowed_networks` (comma-separated in the environment).
+    pub push_allowed_networks: Option<Vec<String>>,
 }
 
 impl Overrides {
@@ -144,6 +151,12 @@ impl Overrides {
         o.sqs_account_id = get("REDRIVE_SQS_ACCOUNT_ID");
         o.sqs_region = get("REDRIVE_SQS_REGION");
         o.sqs_access_keys = get("REDRIVE_SQS_ACCESS_KEYS").map(|v| {
+            v.split(',')
+                .map(|p| p.trim().to_owned())
+                .filter(|p| !p.is_empty())
+                .collect()
+        });
+        o.push_allowed_networks = get("REDRIVE_PUSH_ALLOWED_NETWORKS").map(|v| {
             v.split(',')
                 .map(|p| p.trim().to_owned())
                 .filter(|p| !p.is_empty())
@@ -200,6 +213,9 @@ impl Overrides {
         }
         if let Some(v) = &self.sqs_region {
             c.sqs_region.clone_from(v);
+        }
+        if let Some(v) = &self.push_allowed_networks {
+            c.push_allowed_networks.clone_from(v);
         }
     }
 }
@@ -346,7 +362,14 @@ impl Config {
             )));
         }
         self.sqs_keys()?;
+        self.push_network()?;
         self.store_location().map(|_| ())
+    }
+
+    /// The addresses push endpoints may be on besides public ones.
+    pub fn push_network(&self) -> anyhow::Result<redrive_broker::NetworkPolicy> {
+        redrive_broker::NetworkPolicy::allowing(&self.push_allowed_networks)
+            .map_err(|e| input_error(format!("push_allowed_networks: {e}")))
     }
 
     /// The configured SQS access keys as (id, secret) pairs.
@@ -756,6 +779,31 @@ mod tests {
             "{}",
             c.summary()
         );
+    }
+
+    #[test]
+    fn push_allowed_networks_layer_and_are_checked() {
+        let c = Config::layered(None, &Overrides::default(), &Overrides::default()).unwrap();
+        assert!(c.push_allowed_networks.is_empty(), "nothing private by default");
+        let env = env_of(&[("REDRIVE_PUSH_ALLOWED_NETWORKS", "127.0.0.0/8, ::1,hooks.lan")]);
+        let c = Config::layered(
+            Some((Path::new("f.toml"), "push_allowed_networks = [\"10.0.0.0/8\"]")),
+            &env,
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(c.push_allowed_networks, ["127.0.0.0/8", "::1", "hooks.lan"]);
+        assert_eq!(
+            c.push_network().unwrap(),
+            redrive_broker::NetworkPolicy::allowing(&["127.0.0.0/8", "::1", "hooks.lan"]).unwrap()
+        );
+        let e = Config::layered(
+            Some((Path::new("f.toml"), "push_allowed_networks = [\"10.0.0.0/99\"]")),
+            &Overrides::default(),
+            &Overrides::default(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("push_allowed_networks"), "{e}");
     }
 
     #[test]

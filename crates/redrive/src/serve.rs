@@ -78,6 +78,7 @@ impl ServeArgs {
             sqs_region: self.sqs_region.clone(),
             // Secrets come from the file or the environment, not from the command line.
             sqs_access_keys: None,
+            push_allowed_networks: None,
         }
     }
 }
@@ -135,7 +136,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (store, clock) = open_store(&location).await?;
     info!(store = %store.describe(), listen = %local, "store opened");
 
-    let broker = redrive_broker::Broker::new(store.as_dyn(), clock);
+    if !config.push_allowed_networks.is_empty() {
+        info!(
+            push_allowed_networks = config.push_allowed_networks.join(","),
+            "push endpoints may also be on these private networks"
+        );
+    }
+    let broker =
+        redrive_broker::Broker::with_push_network(store.as_dyn(), clock, config.push_network()?);
     let mut extra = Vec::new();
     if let Some(l) = sqs_listener {
         if let Ok(addr) = l.local_addr() {

@@ -1115,3 +1115,61 @@ async fn an_event_counts_whole_with_the_headers_copied_from_it() {
     assert_eq!(s.counts(&q).await["active"], 0, "nothing stored");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn push_endpoints_on_private_addresses_are_refused_unless_allowed() {
+    // The default: nothing private, loopback or link-local.
+    let s = TestServer::start_with_network(redrive_broker::NetworkPolicy::default()).await;
+    s.topic("t", json!({})).await;
+    for (i, endpoint) in [
+        "http://127.0.0.1:9/internal/admin",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://10.0.0.1/hook",
+        "http://[::1]:9/hook",
+        "http://localhost:9/hook",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = s
+            .post(
+                "/v1/topics/t/subscriptions",
+                json!({"name": format!("s{i}"), "type": "push", "endpoint": endpoint,
+                       "skip_validation": true, "dead_letter": {"type": "own_store"}}),
+            )
+            .await;
+        assert_problem(&r, 400, "endpoint_forbidden");
+        assert_eq!(r.1["endpoint"], endpoint);
+    }
+    let (_, subs) = s.get("/v1/topics/t/subscriptions").await;
+    assert_eq!(subs["subscriptions"], json!([]), "nothing created: {subs}");
+    s.stop().await;
+
+    // Allowed by the operator: created.
+    let allowed = redrive_broker::NetworkPolicy::allowing(&["10.0.0.0/8", "169.254.169.254"])
+        .unwrap();
+    let s = TestServer::start_with_network(allowed).await;
+    s.topic("t", json!({})).await;
+    for (i, endpoint) in ["http://10.0.0.1/hook", "http://169.254.169.254/x"]
+        .into_iter()
+        .enumerate()
+    {
+        let (st, v) = s
+            .post(
+                "/v1/topics/t/subscriptions",
+                json!({"name": format!("s{i}"), "type": "push", "endpoint": endpoint,
+                       "skip_validation": true, "dead_letter": {"type": "own_store"}}),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+    }
+    let r = s
+        .post(
+            "/v1/topics/t/subscriptions",
+            json!({"name": "lo", "type": "push", "endpoint": "http://127.0.0.1:9/x",
+                   "skip_validation": true, "dead_letter": {"type": "own_store"}}),
+        )
+        .await;
+    assert_problem(&r, 400, "endpoint_forbidden");
+    s.stop().await;
+}

@@ -27,6 +27,7 @@ const REDRIVE_VARS: &[&str] = &[
     "REDRIVE_SERVER_SWEEP_INTERVAL_MS",
     "REDRIVE_SERVER_SHUTDOWN_TIMEOUT_MS",
     "REDRIVE_SQS_ACCESS_KEYS",
+    "REDRIVE_PUSH_ALLOWED_NETWORKS",
 ];
 
 /// A command for the binary with a clean `REDRIVE_*` environment.
