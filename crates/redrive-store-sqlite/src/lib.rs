@@ -92,6 +92,7 @@ use redrive_store::{
 pub use error::SqliteError;
 pub use schema::LATEST_VERSION as SCHEMA_VERSION;
 
+use error::Db as _;
 use readers::ReadPool;
 use writer::Writer;
 
@@ -199,6 +200,19 @@ impl Store for SqliteStore {
             durable: true,
             multi_node: false,
         }
+    }
+
+    fn backend_name(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        if self.writer.is_poisoned() {
+            return Err(StoreError::Poisoned);
+        }
+        self.readers
+            .read(|c| c.query_row("SELECT 1", [], |_| Ok(())).db())
+            .await
     }
 
     async fn create_queue(

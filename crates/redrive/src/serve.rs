@@ -231,6 +231,7 @@ pub(crate) async fn open_store(
             let options = PostgresOptions {
                 schema: schema.clone(),
                 pool_size: pool_size.unwrap_or(defaults.pool_size),
+                ..defaults
             };
             let store = PostgresStore::connect(url, options)
                 .await
