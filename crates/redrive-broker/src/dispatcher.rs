@@ -59,8 +59,7 @@ use std::time::Duration;
 use redrive_core::{EntityName, Timestamp};
 use redrive_events::{AttemptOutcome, CloudEvent, Verdict};
 use redrive_push::{
-    ConcurrencyLimits, Deliverer, DeliveryMode, EncodedEvent, PushTarget,
-    chunk_by,
+    ConcurrencyLimits, Deliverer, DeliveryMode, EncodedEvent, PushTarget, chunk_by,
 };
 use redrive_store::{
     DeadLetterDestination, Delivery, PushMode, SettleAction, Settlement, SubscriptionKind,

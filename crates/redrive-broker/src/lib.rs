@@ -48,8 +48,8 @@ pub use messages::{
 pub use mover::{MAX_MOVE_RATE, MoveError, MoveSpec, MoveStatus, MoveTask};
 pub use push_stats::{LATENCY_BUCKETS_S, PushCounters};
 pub use queues::QueueView;
-pub use relay::WakeupRelay;
 pub use redrive_push::{NetworkError, NetworkPolicy};
+pub use relay::WakeupRelay;
 pub use sweeper::{DEFAULT_LEASE_TTL, SWEEP_LEASE, Sweeper};
 pub use topics::{
     EventInput, MAX_PUBLISH_BATCH, PUBLISH_MEDIA_TYPES, PUSH_MAX_DELIVERY_COUNT, PublishedEvent,

@@ -354,11 +354,12 @@ impl Broker {
         if let Some(c) = self.topic_state().client.get() {
             return Ok(c.clone());
         }
-        let client = redrive_push::http_client(&self.delivery_settings())
-            .map_err(|e| BrokerError::EndpointValidationFailed {
+        let client = redrive_push::http_client(&self.delivery_settings()).map_err(|e| {
+            BrokerError::EndpointValidationFailed {
                 endpoint: String::new(),
                 why: format!("no HTTP client: {e}"),
-            })?;
+            }
+        })?;
         Ok(self.topic_state().client.get_or_init(|| client).clone())
     }
 

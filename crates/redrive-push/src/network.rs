@@ -58,11 +58,23 @@ enum Allowed {
 impl Allowed {
     fn contains(&self, ip: IpAddr) -> bool {
         match (self, canonical(ip)) {
-            (Allowed::Net { addr: IpAddr::V4(n), prefix }, IpAddr::V4(a)) => {
+            (
+                Allowed::Net {
+                    addr: IpAddr::V4(n),
+                    prefix,
+                },
+                IpAddr::V4(a),
+            ) => {
                 let mask = u32::MAX.checked_shl(32 - u32::from(*prefix)).unwrap_or(0);
                 u32::from(*n) & mask == u32::from(a) & mask
             }
-            (Allowed::Net { addr: IpAddr::V6(n), prefix }, IpAddr::V6(a)) => {
+            (
+                Allowed::Net {
+                    addr: IpAddr::V6(n),
+                    prefix,
+                },
+                IpAddr::V6(a),
+            ) => {
                 let mask = u128::MAX.checked_shl(128 - u32::from(*prefix)).unwrap_or(0);
                 u128::from(*n) & mask == u128::from(a) & mask
             }
@@ -305,9 +317,8 @@ impl reqwest::dns::Resolve for GuardedResolver {
         let policy = self.policy.clone();
         Box::pin(async move {
             let host = name.as_str().to_owned();
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .collect();
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let mut refused = None;
             let kept: Vec<SocketAddr> = found
                 .into_iter()
@@ -386,9 +397,11 @@ mod tests {
         assert!(p.check_literal("http://10.2.0.1/x").is_err());
         assert!(p.check_literal("http://[::1]:80/x").is_ok());
         assert!(p.check_literal("http://127.0.0.1:9/x").is_ok());
-        assert!(NetworkPolicy::default()
-            .check_literal("http://[::ffff:7f00:1]/")
-            .is_err());
+        assert!(
+            NetworkPolicy::default()
+                .check_literal("http://[::ffff:7f00:1]/")
+                .is_err()
+        );
         for bad in ["10.0.0.0/33", "::/129", "a b", "", "x/y"] {
             assert!(NetworkPolicy::allowing(&[bad]).is_err(), "{bad}");
         }

@@ -507,8 +507,8 @@ pub fn redact_url(url: &str) -> String {
         None => (None, rest),
     };
     let mut out = format!("{scheme}://");
-    match userinfo {
-        Some(info) => match info.split_once(':') {
+    if let Some(info) = userinfo {
+        match info.split_once(':') {
             Some((user, _)) => {
                 out.push_str(user);
                 out.push_str(":***@");
@@ -517,8 +517,7 @@ pub fn redact_url(url: &str) -> String {
                 out.push_str(info);
                 out.push('@');
             }
-        },
-        None => {}
+        }
     }
     let (base, query) = match after.split_once('?') {
         Some((b, q)) => (b, Some(q)),
@@ -769,7 +768,10 @@ mod tests {
             redact_url("host=db user=u password='a b c' dbname=x"),
             "host=db user=u password=*** dbname=x"
         );
-        assert_eq!(redact_url("host=db password=s3 x=1"), "host=db password=*** x=1");
+        assert_eq!(
+            redact_url("host=db password=s3 x=1"),
+            "host=db password=*** x=1"
+        );
         let c = Config {
             store: Some("postgres://a:b@h/d".to_owned()),
             ..Config::default()
@@ -784,10 +786,19 @@ mod tests {
     #[test]
     fn push_allowed_networks_layer_and_are_checked() {
         let c = Config::layered(None, &Overrides::default(), &Overrides::default()).unwrap();
-        assert!(c.push_allowed_networks.is_empty(), "nothing private by default");
-        let env = env_of(&[("REDRIVE_PUSH_ALLOWED_NETWORKS", "127.0.0.0/8, ::1,hooks.lan")]);
+        assert!(
+            c.push_allowed_networks.is_empty(),
+            "nothing private by default"
+        );
+        let env = env_of(&[(
+            "REDRIVE_PUSH_ALLOWED_NETWORKS",
+            "127.0.0.0/8, ::1,hooks.lan",
+        )]);
         let c = Config::layered(
-            Some((Path::new("f.toml"), "push_allowed_networks = [\"10.0.0.0/8\"]")),
+            Some((
+                Path::new("f.toml"),
+                "push_allowed_networks = [\"10.0.0.0/8\"]",
+            )),
             &env,
             &Overrides::default(),
         )
@@ -798,7 +809,10 @@ mod tests {
             redrive_broker::NetworkPolicy::allowing(&["127.0.0.0/8", "::1", "hooks.lan"]).unwrap()
         );
         let e = Config::layered(
-            Some((Path::new("f.toml"), "push_allowed_networks = [\"10.0.0.0/99\"]")),
+            Some((
+                Path::new("f.toml"),
+                "push_allowed_networks = [\"10.0.0.0/99\"]",
+            )),
             &Overrides::default(),
             &Overrides::default(),
         )

@@ -7,9 +7,7 @@ use std::time::Duration;
 use redrive_core::{ManualClock, Timestamp};
 use redrive_events::cloudevent::{BATCH, STRUCTURED};
 use redrive_events::{AttemptOutcome, CloudEvent, GiveUp, RetryPolicy, Verdict};
-use redrive_push::{
-    Deliverer, DeliveryMode, EncodedEvent, PushTarget, TargetError, chunk,
-};
+use redrive_push::{Deliverer, DeliveryMode, EncodedEvent, PushTarget, TargetError, chunk};
 use serde_json::json;
 
 use crate::receiver::{Receiver, Reply, loopback_settings, refused_url};

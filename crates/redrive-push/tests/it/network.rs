@@ -53,7 +53,10 @@ async fn a_name_resolving_to_loopback_is_refused_at_connect_time() {
     let d = deliverer(loopback_settings())
         .deliver_detailed(&target(&by_name), &[event()], 1)
         .await;
-    assert!(matches!(d.outcome, AttemptOutcome::Status { status: 200, .. }), "{d:?}");
+    assert!(
+        matches!(d.outcome, AttemptOutcome::Status { status: 200, .. }),
+        "{d:?}"
+    );
     assert_eq!(rx.seen().len(), 1);
 }
 
@@ -83,7 +86,10 @@ async fn an_ip_literal_to_a_forbidden_address_is_not_sent() {
         ..DeliverySettings::default()
     });
     let got = d.deliver_detailed(&target(&url), &[event()], 1).await;
-    assert!(matches!(got.outcome, AttemptOutcome::Status { status: 200, .. }), "{got:?}");
+    assert!(
+        matches!(got.outcome, AttemptOutcome::Status { status: 200, .. }),
+        "{got:?}"
+    );
 }
 
 #[tokio::test]

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use redrive_push::{
-    AllowedRate, UrlError, Validated, ValidationError, http_client,
-    validate_endpoint, validate_endpoint_with_rate,
+    AllowedRate, UrlError, Validated, ValidationError, http_client, validate_endpoint,
+    validate_endpoint_with_rate,
 };
 
 use crate::receiver::{Receiver, Reply, loopback_settings, refused_url};

@@ -551,7 +551,8 @@ async fn properties_and_headers_count_against_the_size_limit_and_are_bounded() {
     assert_eq!(r.1["size"], 600 + 100 + 100 + 250);
 
     // Bounds that hold whatever the queue's limit.
-    s.queue("big", json!({"max_message_size": 10_485_760})).await;
+    s.queue("big", json!({"max_message_size": 10_485_760}))
+        .await;
     let refused = [
         json!({"body": "x", "content_type": "a".repeat(257)}),
         json!({"body": "x", "session_id": "s".repeat(129)}),
@@ -570,7 +571,8 @@ async fn properties_and_headers_count_against_the_size_limit_and_are_bounded() {
         assert_problem(&r, 400, "invalid_request");
     }
     // A property of 100 MiB on a queue whose limit is 256 MiB: refused, not stored.
-    s.queue("huge", json!({"max_message_size": 268_435_456})).await;
+    s.queue("huge", json!({"max_message_size": 268_435_456}))
+        .await;
     let r = s
         .post(
             "/v1/queues/huge/messages",

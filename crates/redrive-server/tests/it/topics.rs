@@ -1146,8 +1146,8 @@ async fn push_endpoints_on_private_addresses_are_refused_unless_allowed() {
     s.stop().await;
 
     // Allowed by the operator: created.
-    let allowed = redrive_broker::NetworkPolicy::allowing(&["10.0.0.0/8", "169.254.169.254"])
-        .unwrap();
+    let allowed =
+        redrive_broker::NetworkPolicy::allowing(&["10.0.0.0/8", "169.254.169.254"]).unwrap();
     let s = TestServer::start_with_network(allowed).await;
     s.topic("t", json!({})).await;
     for (i, endpoint) in ["http://10.0.0.1/hook", "http://169.254.169.254/x"]
