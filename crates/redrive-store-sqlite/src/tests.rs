@@ -318,6 +318,8 @@ async fn a_failed_commit_fails_the_group_and_poisons_the_store() {
         "a job that succeeded on its own is not acknowledged either"
     );
     assert!(store.is_poisoned());
+    // The health check says so.
+    assert!(matches!(store.ping().await, Err(StoreError::Poisoned)));
 
     // Fail-stop: every later write is refused, even ones that would not hit the trap.
     assert!(matches!(
@@ -436,8 +438,11 @@ async fn acknowledged_writes_are_visible_to_a_new_instance_without_checkpoint() 
 async fn a_closed_store_refuses_work_and_close_is_idempotent() {
     let (_dir, _path, store) = open(SqliteOptions::default());
     let q = queue(&store, "q", QueuePolicy::default()).await;
+    store.ping().await.unwrap();
     store.close();
     store.close();
+    let e = store.ping().await.unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Unavailable);
     let e = store.enqueue(&q, vec![msg("a")], T0).await.unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Unavailable);
     let e = store.peek(&q, 1, 10).await.unwrap_err();
