@@ -120,6 +120,9 @@ codes! {
     EventTooLarge = ("event_too_large", 413, "Event too large"),
     /// A push endpoint did not pass the webhook validation handshake.
     EndpointValidationFailed = ("endpoint_validation_failed", 400, "Endpoint validation failed"),
+    /// A push endpoint is an address push requests may not reach (loopback, private,
+    /// link-local, metadata…) and the operator did not allow it.
+    EndpointForbidden = ("endpoint_forbidden", 400, "Endpoint forbidden"),
     /// A push subscription needs a dead-letter destination or an explicit drop.
     DeadLetterDestinationRequired = ("dead_letter_destination_required", 400, "Dead-letter destination required"),
     /// No valid API token: missing, malformed, unknown, revoked or expired.

@@ -59,8 +59,7 @@ use std::time::Duration;
 use redrive_core::{EntityName, Timestamp};
 use redrive_events::{AttemptOutcome, CloudEvent, Verdict};
 use redrive_push::{
-    ConcurrencyLimits, Deliverer, DeliveryMode, DeliverySettings, EncodedEvent, PushTarget,
-    chunk_by,
+    ConcurrencyLimits, Deliverer, DeliveryMode, EncodedEvent, PushTarget, chunk_by,
 };
 use redrive_store::{
     DeadLetterDestination, Delivery, PushMode, SettleAction, Settlement, SubscriptionKind,
@@ -96,7 +95,7 @@ enum Wake {
 impl Dispatcher {
     /// A dispatcher over `broker`, looking for due retries every `interval` of its clock.
     pub fn new(broker: Broker, interval: Duration) -> Result<Self, reqwest::Error> {
-        let deliverer = Deliverer::new(DeliverySettings::default(), broker.clock().clone())?;
+        let deliverer = Deliverer::new(broker.delivery_settings(), broker.clock().clone())?;
         Ok(Dispatcher {
             broker,
             deliverer,

@@ -22,12 +22,15 @@ pub enum BrokerError {
         /// What is wrong.
         why: String,
     },
-    /// A body is larger than the queue's limit.
-    #[error("message body is {size} bytes; queue {queue:?} accepts at most {limit}")]
+    /// A message (body, string headers and properties) is larger than the queue's limit.
+    #[error(
+        "message is {size} bytes (body, headers and properties); queue {queue:?} accepts at \
+         most {limit}"
+    )]
     MessageTooLarge {
         /// The queue.
         queue: String,
-        /// Body size.
+        /// Counted size.
         size: usize,
         /// The limit.
         limit: u32,
@@ -58,6 +61,15 @@ pub enum BrokerError {
         /// The endpoint.
         endpoint: String,
         /// What happened.
+        why: String,
+    },
+    /// A push endpoint is (or resolves to) an address push requests may not reach:
+    /// loopback, private, link-local, metadata… unless the operator allows it.
+    #[error("endpoint {endpoint} is not allowed: {why}")]
+    EndpointForbidden {
+        /// The endpoint.
+        endpoint: String,
+        /// Which address, and why.
         why: String,
     },
     /// A push subscription needs a dead-letter destination, or an explicit drop.

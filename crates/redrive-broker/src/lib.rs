@@ -55,6 +55,7 @@ pub use messages::{
 pub use mover::{AUTHORIZATION_REVOKED, MAX_MOVE_RATE, MoveError, MoveSpec, MoveStatus, MoveTask};
 pub use push_stats::{LATENCY_BUCKETS_S, PushCounters};
 pub use queues::QueueView;
+pub use redrive_push::{NetworkError, NetworkPolicy};
 pub use relay::WakeupRelay;
 pub use sweeper::{DEFAULT_LEASE_TTL, SWEEP_LEASE, Sweeper};
 pub use topics::{
@@ -89,19 +90,48 @@ struct Inner {
     access_settings: AccessSettings,
     /// Rate-limit buckets and revocation guards of this node.
     access: access::AccessState,
+    /// Which private and special addresses push endpoints may be (none by default).
+    push_network: redrive_push::NetworkPolicy,
 }
 
 impl Broker {
-    /// A broker over `store`, reading time from `clock`, without authentication.
+    /// A broker over `store`, reading time from `clock`, without authentication, whose
+    /// push endpoints may only be public addresses.
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
-        Self::with_access(store, clock, AccessSettings::default())
+        Self::with_options(
+            store,
+            clock,
+            AccessSettings::default(),
+            redrive_push::NetworkPolicy::default(),
+        )
     }
 
-    /// A broker that admits callers as `access` says.
+    /// [`Broker::new`] admitting callers as `access` says.
     pub fn with_access(
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
         access: AccessSettings,
+    ) -> Self {
+        Self::with_options(store, clock, access, redrive_push::NetworkPolicy::default())
+    }
+
+    /// [`Broker::new`] with push endpoints also allowed on the addresses `push_network`
+    /// allows (loopback, private networks…): checked when a push subscription is created
+    /// and, by the [`Dispatcher`] built over this broker, at every connection.
+    pub fn with_push_network(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        push_network: redrive_push::NetworkPolicy,
+    ) -> Self {
+        Self::with_options(store, clock, AccessSettings::default(), push_network)
+    }
+
+    /// A broker with both: how callers are admitted and where push may connect.
+    pub fn with_options(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        access: AccessSettings,
+        push_network: redrive_push::NetworkPolicy,
     ) -> Self {
         Broker {
             inner: Arc::new(Inner {
@@ -115,6 +145,7 @@ impl Broker {
                 topics: topics::TopicState::default(),
                 access_settings: access,
                 access: access::AccessState::default(),
+                push_network,
             }),
         }
     }
@@ -122,6 +153,19 @@ impl Broker {
     /// The clock the broker reads.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.inner.clock
+    }
+
+    /// The addresses push endpoints may be beyond public ones.
+    pub fn push_network(&self) -> &redrive_push::NetworkPolicy {
+        &self.inner.push_network
+    }
+
+    /// The settings push requests are sent with (the broker's network policy).
+    pub(crate) fn delivery_settings(&self) -> redrive_push::DeliverySettings {
+        redrive_push::DeliverySettings {
+            network: self.inner.push_network.clone(),
+            ..redrive_push::DeliverySettings::default()
+        }
     }
 
     /// The store (for health checks).

@@ -3,7 +3,7 @@
 
 use std::pin::pin;
 
-use redrive_core::{EntityName, Properties, Timestamp, id, policy};
+use redrive_core::{EntityName, Properties, PropertyValue, Timestamp, id, policy};
 use redrive_store::{
     Delivery, Enqueued, NewMessage, ReceiveParams, SessionRef, SettleAction, SettleOutcome,
     Settlement, StoredMessage,
@@ -20,8 +20,25 @@ pub const MAX_WAIT_MS: u64 = 20_000;
 pub const MAX_RECEIVE_BATCH: u32 = 1_000;
 /// Most messages per send batch.
 pub const MAX_SEND_BATCH: usize = 10_000;
-/// Longest message id, correlation id, session id, type or intent.
-const MAX_ID_LEN: usize = 128;
+/// Longest message id, correlation id, session id, type or intent, in bytes (Service
+/// Bus's limit for message and session ids).
+pub const MAX_ID_LEN: usize = 128;
+/// Longest content type, in bytes.
+pub const MAX_CONTENT_TYPE_LEN: usize = 256;
+/// Most application properties on one message.
+pub const MAX_PROPERTIES: usize = 256;
+/// Longest property name, in bytes.
+pub const MAX_PROPERTY_NAME_LEN: usize = 256;
+/// Largest property (name and value), in bytes: Service Bus's per-property limit.
+pub const MAX_PROPERTY_SIZE: usize = 32 * 1024;
+/// Largest header section (the string headers and every application property), in
+/// bytes: Service Bus's limit on a message's header.
+pub const MAX_HEADER_SIZE: usize = 64 * 1024;
+/// Properties whose names start with this are the broker's own (the SQS endpoint's
+/// encoding of message attributes and system attributes). The SQS endpoint counts the
+/// attributes as SQS does, so their encoding is not held to the per-property and header
+/// limits; it has a bound of its own, [`reserved_allowance`].
+pub const RESERVED_PROPERTY_PREFIX: &str = "redrive.";
 
 /// A message to send, as an interface hands it to the broker.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -64,6 +81,100 @@ pub struct ReceiveOptions {
     /// Fires when the caller's authority ends (its token revoked: see
     /// [`Broker::revocation_guard`]); a long poll then ends with `TokenRevoked`.
     pub until_revoked: Option<CancellationToken>,
+}
+
+/// The bytes a reserved property encoding may take on a queue whose limit is `limit`:
+/// twice the limit (a binary attribute in base64, a string with escapes) plus the header
+/// limit.
+pub fn reserved_allowance(limit: u32) -> usize {
+    (limit as usize).saturating_mul(2) + MAX_HEADER_SIZE
+}
+
+/// Bytes of one property: its name and its value (8 for numbers, 1 for a boolean).
+fn property_size(name: &str, value: &PropertyValue) -> usize {
+    name.len()
+        + match value {
+            PropertyValue::String(s) => s.len(),
+            PropertyValue::Int(_) | PropertyValue::Float(_) => 8,
+            PropertyValue::Bool(_) => 1,
+        }
+}
+
+/// Checks every string field of a message against its bound and the whole message (body,
+/// string headers, properties) against the queue's `limit`; returns the counted size.
+fn check_message(queue: &EntityName, m: &Outgoing, limit: u32) -> BrokerResult<usize> {
+    check_id("message_id", &m.message_id)?;
+    check_id("correlation_id", &m.correlation_id)?;
+    check_id("session_id", &m.session_id)?;
+    check_id("type", &m.message_type)?;
+    check_id("intent", &m.intent)?;
+    if let Some(ct) = &m.content_type
+        && ct.len() > MAX_CONTENT_TYPE_LEN
+    {
+        return Err(BrokerError::invalid(
+            "content_type",
+            format!("must be at most {MAX_CONTENT_TYPE_LEN} bytes"),
+        ));
+    }
+    if m.properties.len() > MAX_PROPERTIES {
+        return Err(BrokerError::invalid(
+            "properties",
+            format!("a message carries at most {MAX_PROPERTIES} properties"),
+        ));
+    }
+    let mut header = [
+        &m.message_id,
+        &m.content_type,
+        &m.correlation_id,
+        &m.session_id,
+        &m.message_type,
+        &m.intent,
+    ]
+    .iter()
+    .map(|v| v.as_ref().map_or(0, String::len))
+    .sum::<usize>();
+    let mut reserved = 0usize;
+    for (name, value) in &m.properties {
+        if name.is_empty() || name.len() > MAX_PROPERTY_NAME_LEN {
+            return Err(BrokerError::invalid(
+                "properties",
+                format!("a property name must be 1 to {MAX_PROPERTY_NAME_LEN} bytes"),
+            ));
+        }
+        let size = property_size(name, value);
+        if name.starts_with(RESERVED_PROPERTY_PREFIX) {
+            reserved += size;
+            continue;
+        }
+        if size > MAX_PROPERTY_SIZE {
+            return Err(BrokerError::invalid(
+                "properties",
+                format!(
+                    "property {name:?} is {size} bytes; a property (name and value) is at \
+                     most {MAX_PROPERTY_SIZE}"
+                ),
+            ));
+        }
+        header += size;
+    }
+    if header > MAX_HEADER_SIZE {
+        return Err(BrokerError::invalid(
+            "properties",
+            format!(
+                "headers and properties take {header} bytes; a message's are at most \
+                 {MAX_HEADER_SIZE}"
+            ),
+        ));
+    }
+    let size = m.body.len() + header;
+    if size > limit as usize || reserved > reserved_allowance(limit) {
+        return Err(BrokerError::MessageTooLarge {
+            queue: queue.to_string(),
+            size: size + reserved,
+            limit,
+        });
+    }
+    Ok(size)
 }
 
 fn check_id(field: &str, v: &Option<String>) -> BrokerResult<()> {
@@ -167,18 +278,7 @@ impl Broker {
         let now = self.now();
         let mut batch = Vec::with_capacity(messages.len());
         for m in messages {
-            if m.body.len() > policy.max_message_size as usize {
-                return Err(BrokerError::MessageTooLarge {
-                    queue: name.to_string(),
-                    size: m.body.len(),
-                    limit: policy.max_message_size,
-                });
-            }
-            check_id("message_id", &m.message_id)?;
-            check_id("correlation_id", &m.correlation_id)?;
-            check_id("session_id", &m.session_id)?;
-            check_id("type", &m.message_type)?;
-            check_id("intent", &m.intent)?;
+            check_message(&name, &m, policy.max_message_size)?;
             if policy.requires_session && m.session_id.is_none() {
                 return Err(redrive_store::StoreError::SessionRequired {
                     queue: name.to_string(),

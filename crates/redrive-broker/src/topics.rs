@@ -354,11 +354,12 @@ impl Broker {
         if let Some(c) = self.topic_state().client.get() {
             return Ok(c.clone());
         }
-        let client = redrive_push::http_client(&redrive_push::DeliverySettings::default())
-            .map_err(|e| BrokerError::EndpointValidationFailed {
+        let client = redrive_push::http_client(&self.delivery_settings()).map_err(|e| {
+            BrokerError::EndpointValidationFailed {
                 endpoint: String::new(),
                 why: format!("no HTTP client: {e}"),
-            })?;
+            }
+        })?;
         Ok(self.topic_state().client.get_or_init(|| client).clone())
     }
 
@@ -535,6 +536,16 @@ impl Broker {
                 }
                 redrive_push::check_url(&push.endpoint)
                     .map_err(|e| BrokerError::invalid("endpoint", e.to_string()))?;
+                // Even with skip_validation: the broker must not be pointed at itself or
+                // at the private network it runs in.
+                self.inner
+                    .push_network
+                    .check_url(&push.endpoint)
+                    .await
+                    .map_err(|e| BrokerError::EndpointForbidden {
+                        endpoint: push.endpoint.clone(),
+                        why: e.to_string(),
+                    })?;
                 queue_policy.max_delivery_count = PUSH_MAX_DELIVERY_COUNT;
                 let validation = if push.skip_validation {
                     EndpointValidation::Skipped
@@ -746,12 +757,15 @@ impl Broker {
             ));
         }
         let t = self.inner.store.get_topic(&topic).await?;
-        for (index, body) in bodies.iter().enumerate() {
-            if body.len() > t.policy.max_event_size as usize {
+        for (index, (ev, body)) in events.iter().zip(&bodies).enumerate() {
+            // Everything stored per subscription counts: the structured event and the
+            // headers copied out of it (id, type, content type).
+            let size = body.len() + ev.id.len() + ev.event_type.len() + STRUCTURED.len();
+            if size > t.policy.max_event_size as usize {
                 return Err(BrokerError::EventTooLarge {
                     topic: topic.to_string(),
                     index,
-                    size: body.len(),
+                    size,
                     limit: t.policy.max_event_size,
                 });
             }

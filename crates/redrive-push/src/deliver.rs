@@ -11,6 +11,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 
 use crate::chunk::{batch_body, encoded_batch_body};
 use crate::endpoint::{UrlError, check_url};
+use crate::network::{Forbidden, GuardedResolver, NetworkPolicy};
 use crate::retry_after::retry_after_ms;
 
 /// Names the subscription a request delivers for.
@@ -143,6 +144,9 @@ pub struct DeliverySettings {
     pub max_response_body_bytes: usize,
     /// The `User-Agent` of push requests.
     pub user_agent: String,
+    /// Which private and special addresses requests may reach (none by default); see
+    /// [`crate::network`].
+    pub network: NetworkPolicy,
 }
 
 impl Default for DeliverySettings {
@@ -150,6 +154,7 @@ impl Default for DeliverySettings {
         DeliverySettings {
             max_response_body_bytes: 64 * 1024,
             user_agent: concat!("redrive/", env!("CARGO_PKG_VERSION")).to_owned(),
+            network: NetworkPolicy::default(),
         }
     }
 }
@@ -191,12 +196,16 @@ impl std::fmt::Debug for Deliverer {
 }
 
 /// The HTTP client push delivery and endpoint validation expect: redirects are not
-/// followed (a 3xx is an outcome of its own) and no environment proxy is consulted.
+/// followed (a 3xx is an outcome of its own), no environment proxy is consulted, and host
+/// names resolve only to the addresses `settings.network` allows ([`GuardedResolver`]).
+/// IP-literal URLs are not resolved: check them with
+/// [`NetworkPolicy::check_literal`] before sending, as [`Deliverer`] does.
 pub fn http_client(settings: &DeliverySettings) -> Result<reqwest::Client, reqwest::Error> {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(settings.user_agent.clone())
         .no_proxy()
+        .dns_resolver(GuardedResolver::new(settings.network.clone()))
         .build()
 }
 
@@ -251,6 +260,9 @@ impl Deliverer {
         events: &[CloudEvent],
         attempt: u32,
     ) -> Delivery {
+        if let Err(e) = self.settings.network.check_literal(&target.url) {
+            return refused(&e);
+        }
         let mut request = self.request(target, attempt);
         if let [event] = events {
             request = request.header(EVENT_ID_HEADER, &event.id);
@@ -287,6 +299,9 @@ impl Deliverer {
         mut events: Vec<EncodedEvent>,
         attempt: u32,
     ) -> Delivery {
+        if let Err(e) = self.settings.network.check_literal(&target.url) {
+            return refused(&e);
+        }
         let mut request = self.request(target, attempt);
         if let [event] = events.as_slice() {
             request = request.header(EVENT_ID_HEADER, &event.id);
@@ -378,6 +393,14 @@ fn nothing_to_deliver() -> Delivery {
             retry_after_ms: None,
         },
         error: None,
+    }
+}
+
+/// A request to a forbidden address, not sent: a connection error with the reason.
+fn refused(e: &Forbidden) -> Delivery {
+    Delivery {
+        outcome: AttemptOutcome::ConnectionError,
+        error: Some(format!("not connecting: {e}")),
     }
 }
 

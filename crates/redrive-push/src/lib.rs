@@ -30,6 +30,7 @@
 //! | … with `Retry-After: <HTTP date>` | `retry_after_ms` = date − the response's `Date` (or the clock's now), at least 0 |
 //! | no answer within the target's timeout | `Timeout` |
 //! | refused, reset, DNS failure, any other transport error | `ConnectionError` |
+//! | the host is (or resolves only to) an address the [`NetworkPolicy`] forbids | `ConnectionError`, not sent |
 //!
 //! At most [`DeliverySettings::max_response_body_bytes`] (64 KiB) of a response body is
 //! read, and discarded.
@@ -41,11 +42,13 @@
 //! - [`retry_after`]: `Retry-After` and HTTP dates.
 //! - [`chunk`](mod@chunk): batches bounded by event count and body bytes.
 //! - [`limits`]: per-subscription and per-endpoint concurrency.
+//! - [`network`]: which addresses requests may reach (public only, unless allowed).
 
 pub mod chunk;
 pub mod deliver;
 pub mod endpoint;
 pub mod limits;
+pub mod network;
 pub mod retry_after;
 pub mod validate;
 
@@ -56,6 +59,7 @@ pub use deliver::{
 };
 pub use endpoint::{UrlError, check_url, endpoint_key};
 pub use limits::ConcurrencyLimits;
+pub use network::{Forbidden, GuardedResolver, NetworkError, NetworkPolicy};
 pub use validate::{
     AllowedRate, Validated, ValidationError, validate_endpoint, validate_endpoint_with_rate,
 };

@@ -84,6 +84,11 @@ pub fn problem_for(e: &BrokerError) -> Problem {
                 .with("endpoint", endpoint.as_str())
                 .with("reason", why.as_str())
         }
+        BrokerError::EndpointForbidden { endpoint, why } => {
+            Problem::new(C::EndpointForbidden, e.to_string())
+                .with("endpoint", endpoint.as_str())
+                .with("reason", why.as_str())
+        }
         BrokerError::DeadLetterDestinationRequired => {
             Problem::new(C::DeadLetterDestinationRequired, e.to_string())
         }

@@ -59,6 +59,7 @@ macro_rules! store_conformance_tests {
             delete_non_empty_queue_needs_force,
             delete_empty_queue_without_force,
             counts_add_up,
+            ping_answers_and_names_its_backend,
             // leases
             lease_is_held_by_one_holder_until_it_runs_out,
             // enqueue

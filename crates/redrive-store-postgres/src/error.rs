@@ -2,7 +2,10 @@
 //! `tokio-postgres` errors into the neutral [`StoreError`].
 //!
 //! Transient conditions become [`StoreError::Unavailable`]: the pool timed out or is
-//! closed, the connection failed or was lost, the server is shutting down or out of
+//! closed, a connection could not be established (whatever the reason: refused,
+//! authentication, the database not accepting connections), an operation ran past its
+//! bound (the statement timeout, `57014`, or the client-side bound), the connection failed
+//! or was lost, the server is shutting down or out of
 //! connections, or a transaction lost a deadlock or serialization conflict (those are
 //! retried a few times first, see [`is_retryable`]). Everything else is
 //! [`StoreError::Backend`].
@@ -41,6 +44,17 @@ pub enum PostgresError {
     /// Opening a new connection took too long.
     #[error("connecting to PostgreSQL took longer than {0:?}")]
     ConnectTimeout(std::time::Duration),
+    /// A connection could not be established (refused, unreachable, authentication
+    /// failed, the database does not accept connections, too many connections…).
+    #[error("could not connect to PostgreSQL: {0}")]
+    Connect(#[source] tokio_postgres::Error),
+    /// An operation (waiting for a connection, connecting, its statements) took longer
+    /// than the store's operation bound; it was abandoned and its connection closed.
+    #[error("the database did not answer within {0:?}")]
+    OperationTimeout(std::time::Duration),
+    /// A redrive parameter of the connection URL is invalid.
+    #[error("invalid PostgreSQL connection URL: {0}")]
+    InvalidParameter(String),
     /// A transaction lost a deadlock or serialization conflict and was rolled back;
     /// nothing of it was committed. Retried internally a bounded number of times.
     #[error("transaction conflict (rolled back): {0}")]

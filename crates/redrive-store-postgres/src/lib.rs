@@ -184,6 +184,9 @@ mod sessions;
 mod topics;
 mod wakeups;
 
+use std::future::Future;
+use std::time::Duration;
+
 use async_trait::async_trait;
 use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
 use redrive_store::{AuditEntry, AuditFields, AuditQuery, NewToken, TokenRecord};
@@ -219,6 +222,11 @@ pub struct PostgresOptions {
     /// The schema that holds redrive's tables, created if missing; `None` uses the first
     /// schema of the connection's `search_path` (normally `public`).
     pub schema: Option<String>,
+    /// Longest run of one statement (PostgreSQL's `statement_timeout`, set on every pooled
+    /// connection; default 10 s): a statement blocked by a lock or a stalled server fails
+    /// with `Unavailable` rather than hanging. The URL's `statement_timeout_ms` parameter
+    /// overrides it. Migrations are not bounded by it.
+    pub statement_timeout: Duration,
 }
 
 impl Default for PostgresOptions {
@@ -226,14 +234,26 @@ impl Default for PostgresOptions {
         PostgresOptions {
             pool_size: 16,
             schema: None,
+            statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
         }
     }
 }
+
+/// Default [`PostgresOptions::statement_timeout`].
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest `statement_timeout_ms` a URL may set (one hour).
+pub const MAX_STATEMENT_TIMEOUT: Duration = Duration::from_secs(3_600);
+/// What an operation may take beyond the statement timeout (waiting for a connection,
+/// round trips) before the client gives up on it with `Unavailable`: the bound that
+/// holds when the server cannot even say its statement timed out (packets dropped).
+pub const OPERATION_MARGIN: Duration = Duration::from_secs(5);
 
 /// The PostgreSQL store. Cheap to share behind an `Arc`; many stores (on many nodes) may
 /// use one database at once.
 pub struct PostgresStore {
     pool: Pool,
+    /// Client-side bound of one operation: statement timeout + [`OPERATION_MARGIN`].
+    op_timeout: Duration,
     wakeups: Wakeups,
     /// Queues as this node last saw them (checked by every operation that uses them).
     queues: QueueCache,
@@ -248,8 +268,54 @@ impl std::fmt::Debug for PostgresStore {
 }
 
 pub(crate) fn parse_url(url: &str) -> Result<tokio_postgres::Config, StoreError> {
-    url.parse::<tokio_postgres::Config>()
-        .map_err(|e| backend(PostgresError::InvalidUrl(e)))
+    parse_url_with(url).map(|(config, _)| config)
+}
+
+/// Parses a connection URL, taking off redrive's `statement_timeout_ms` parameter
+/// (which the driver does not know) and returning it. The query starts at the first `?`
+/// after the user info (which, as the driver reads it, ends at the first `@`).
+pub(crate) fn parse_url_with(
+    url: &str,
+) -> Result<(tokio_postgres::Config, Option<Duration>), StoreError> {
+    let mut timeout = None;
+    let mut driver_url = url.to_owned();
+    if let Some(after_scheme) = url.find("://").map(|i| i + 3) {
+        let authority_at = url[after_scheme..]
+            .find('@')
+            .map_or(after_scheme, |i| after_scheme + i + 1);
+        if let Some(q) = url[authority_at..].find('?').map(|i| authority_at + i) {
+            let mut kept = Vec::new();
+            for pair in url[q + 1..].split('&').filter(|p| !p.is_empty()) {
+                match pair.split_once('=') {
+                    Some(("statement_timeout_ms", v)) => {
+                        let ms = v
+                            .parse::<u64>()
+                            .ok()
+                            .map(Duration::from_millis)
+                            .filter(|d| !d.is_zero() && *d <= MAX_STATEMENT_TIMEOUT)
+                            .ok_or_else(|| {
+                                backend(PostgresError::InvalidParameter(format!(
+                                    "statement_timeout_ms {v:?} must be a whole number of \
+                                     milliseconds from 1 to {}",
+                                    MAX_STATEMENT_TIMEOUT.as_millis()
+                                )))
+                            })?;
+                        timeout = Some(ms);
+                    }
+                    _ => kept.push(pair),
+                }
+            }
+            driver_url = url[..q].to_owned();
+            if !kept.is_empty() {
+                driver_url.push('?');
+                driver_url.push_str(&kept.join("&"));
+            }
+        }
+    }
+    let config = driver_url
+        .parse::<tokio_postgres::Config>()
+        .map_err(|e| backend(PostgresError::InvalidUrl(e)))?;
+    Ok((config, timeout))
 }
 
 impl PostgresStore {
@@ -260,7 +326,9 @@ impl PostgresStore {
         if options.pool_size == 0 {
             return Err(backend(PostgresError::EmptyPool));
         }
-        let config = parse_url(url)?;
+        let (mut config, in_url) = parse_url_with(url)?;
+        pool::bound_network(&mut config);
+        let statement_timeout = in_url.unwrap_or(options.statement_timeout);
         let schema = options.schema.as_deref();
         let mut client = pool::connect_one(&config, schema).await?;
         schema::migrate(&mut client, schema).await?;
@@ -278,7 +346,8 @@ impl PostgresStore {
             wakeups::channel_for(in_schema.as_deref().unwrap_or("public")),
         );
         Ok(PostgresStore {
-            pool: Pool::new(config, schema, options.pool_size),
+            pool: Pool::new(config, schema, options.pool_size, statement_timeout),
+            op_timeout: statement_timeout + OPERATION_MARGIN,
             wakeups,
             queues: QueueCache::default(),
         })
@@ -302,6 +371,20 @@ impl PostgresStore {
     }
 }
 
+impl PostgresStore {
+    /// Runs one operation within the client-side bound: past it the operation is
+    /// abandoned (its connection, marked busy or inside a transaction, is closed, and an
+    /// open transaction is rolled back by the server) and fails with `Unavailable`.
+    async fn bounded<T>(&self, op: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
+        match tokio::time::timeout(self.op_timeout, op).await {
+            Ok(r) => r,
+            Err(_) => Err(error::unavailable(PostgresError::OperationTimeout(
+                self.op_timeout,
+            ))),
+        }
+    }
+}
+
 /// The queues an operation's effects made something receivable on.
 fn woken(effects: &Effects) -> Vec<&str> {
     effects.woken.iter().map(EntityName::as_str).collect()
@@ -311,56 +394,69 @@ fn woken(effects: &Effects) -> Vec<&str> {
 /// transaction on a pooled connection, commits, and runs it again from the start if the
 /// server rolled it back for a deadlock or serialization conflict. After the commit,
 /// `$wakes` (an expression of `$v`, the committed value) names the queues on which other
-/// nodes' long polls should look again; they are notified on the same connection.
+/// nodes' long polls should look again; they are notified on the same connection. The
+/// whole, retries included, is bounded by the store's operation bound.
 macro_rules! write_tx {
     ($store:expr, |$db:ident| $body:expr) => {
         write_tx!($store, |$db| $body, |_committed| Vec::<&str>::new())
     };
     ($store:expr, |$db:ident| $body:expr, |$v:ident| $wakes:expr) => {{
-        let mut attempt: u32 = 1;
-        loop {
-            let conn = $store.pool.get().await?;
-            let result = {
-                let $db = conn.transaction(&$store.queues);
-                let $db = &$db;
-                match $body.await {
-                    Ok(value) => {
-                        let queues: Vec<&str> = {
-                            let $v = &value;
-                            $wakes
-                        };
-                        $db.commit($store.wakeups.channel(), &queues)
-                            .await
-                            .map(|()| value)
+        $store.bounded(async {
+            let mut attempt: u32 = 1;
+            loop {
+                let conn = $store.pool.get().await?;
+                let result = {
+                    let $db = conn.transaction(&$store.queues);
+                    let $db = &$db;
+                    match $body.await {
+                        Ok(value) => {
+                            let queues: Vec<&str> = {
+                                let $v = &value;
+                                $wakes
+                            };
+                            $db.commit($store.wakeups.channel(), &queues)
+                                .await
+                                .map(|()| value)
+                        }
+                        Err(e) => {
+                            // A connection whose rollback failed is closed, not reused (it
+                            // stays marked as inside a transaction).
+                            let _ = $db.rollback().await;
+                            Err(e)
+                        }
                     }
-                    Err(e) => {
-                        // A connection whose rollback failed is closed, not reused (it
-                        // stays marked as inside a transaction).
-                        let _ = $db.rollback().await;
-                        Err(e)
+                };
+                match result {
+                    Ok(value) => break Ok(value),
+                    Err(e) if is_retryable(&e) && attempt < TRANSACTION_ATTEMPTS => {
+                        tracing::debug!(error = %e, attempt, "transaction conflict; running it again");
+                        attempt += 1;
                     }
+                    Err(e) => break Err(e),
                 }
-            };
-            match result {
-                Ok(value) => break Ok(value),
-                Err(e) if is_retryable(&e) && attempt < TRANSACTION_ATTEMPTS => {
-                    tracing::debug!(error = %e, attempt, "transaction conflict; running it again");
-                    attempt += 1;
-                }
-                Err(e) => break Err(e),
             }
-        }
+        })
+        .await
     }};
 }
 
 /// Runs `$body` (an expression of `$db: &Db`) as single statements outside an explicit
-/// transaction.
+/// transaction, within the store's operation bound.
 macro_rules! read {
     ($store:expr, |$db:ident| $body:expr) => {{
-        let conn = $store.pool.get().await?;
-        let $db = conn.autocommit();
-        let $db = &$db;
-        $body.await
+        $store
+            .bounded(async {
+                let conn = $store.pool.get().await?;
+                conn.busy();
+                let result = {
+                    let $db = conn.autocommit();
+                    let $db = &$db;
+                    $body.await
+                };
+                conn.done();
+                result
+            })
+            .await
     }};
 }
 
@@ -371,6 +467,14 @@ impl Store for PostgresStore {
             durable: true,
             multi_node: true,
         }
+    }
+
+    fn backend_name(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        read!(self, |db| db.query("SELECT 1", &[])).map(|_| ())
     }
 
     async fn create_queue(

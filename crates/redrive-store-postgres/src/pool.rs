@@ -34,6 +34,20 @@ pub(crate) const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
 /// `connect_timeout`.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Longest time data sent on a connection may stay unacknowledged before the connection
+/// is closed (`TCP_USER_TIMEOUT`), unless the URL sets `tcp_user_timeout`: a peer that
+/// vanished (dropped packets) is noticed within this, not after minutes of retransmits.
+pub(crate) const TCP_USER_TIMEOUT: Duration = Duration::from_secs(15);
+/// TCP keepalive probes on idle connections: the first after this long idle…
+pub(crate) const KEEPALIVES_IDLE: Duration = Duration::from_secs(30);
+/// …then one every this long…
+pub(crate) const KEEPALIVES_INTERVAL: Duration = Duration::from_secs(10);
+/// …and the connection is closed after this many unanswered.
+pub(crate) const KEEPALIVES_RETRIES: u32 = 3;
+/// `tokio-postgres`'s own keepalive idle time, replaced by [`KEEPALIVES_IDLE`] when the
+/// URL leaves it.
+const DRIVER_KEEPALIVES_IDLE: Duration = Duration::from_secs(2 * 60 * 60);
+
 /// Statements prepared on one connection, by SQL text.
 type Statements = Mutex<HashMap<&'static str, Statement>>;
 
@@ -88,23 +102,49 @@ pub(crate) fn on_connect_sql(schema: Option<&str>) -> String {
     sql
 }
 
+/// Bounds a connection's network waits: a connect timeout, TCP keepalives and a TCP user
+/// timeout, each unless the URL set its own.
+pub(crate) fn bound_network(config: &mut tokio_postgres::Config) {
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
+    if config.get_keepalives_idle() == DRIVER_KEEPALIVES_IDLE {
+        config.keepalives(true);
+        config.keepalives_idle(KEEPALIVES_IDLE);
+    }
+    if config.get_keepalives_interval().is_none() {
+        config.keepalives_interval(KEEPALIVES_INTERVAL);
+    }
+    if config.get_keepalives_retries().is_none() {
+        config.keepalives_retries(KEEPALIVES_RETRIES);
+    }
+}
+
 impl Pool {
-    /// A pool of at most `size` connections made from `config`.
+    /// A pool of at most `size` connections made from `config`, each statement on them
+    /// bounded by `statement_timeout` (set on every new connection).
     pub(crate) fn new(
         mut config: tokio_postgres::Config,
         schema: Option<&str>,
         size: usize,
+        statement_timeout: Duration,
     ) -> Self {
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
+        bound_network(&mut config);
         if config.get_application_name().is_none() {
             config.application_name("redrive");
         }
+        let mut on_connect = on_connect_sql(schema);
+        on_connect.push_str(&format!(
+            " SET statement_timeout = {};",
+            statement_timeout.as_millis().max(1)
+        ));
         Pool {
             inner: Arc::new(Inner {
                 config,
-                on_connect: on_connect_sql(schema),
+                on_connect,
                 idle: Mutex::new(Vec::with_capacity(size)),
                 permits: Arc::new(Semaphore::new(size)),
                 closed: AtomicBool::new(false),
@@ -189,7 +229,13 @@ async fn open(config: &tokio_postgres::Config, on_connect: &str) -> StoreResult<
         .copied()
         .unwrap_or(CONNECT_TIMEOUT);
     let opening = async {
-        let (client, connection) = config.connect(NoTls).await.db()?;
+        // Whatever stops a connection from being made (refused, unreachable, the database
+        // not accepting connections, authentication, too many connections) is transient
+        // from the caller's side: the request may be retried once the database is back.
+        let (client, connection) = config
+            .connect(NoTls)
+            .await
+            .map_err(|e| unavailable(PostgresError::Connect(e)))?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::warn!(error = %e, "PostgreSQL connection ended with an error");
@@ -209,9 +255,7 @@ pub(crate) async fn connect_one(
     schema: Option<&str>,
 ) -> StoreResult<Client> {
     let mut config = config.clone();
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(CONNECT_TIMEOUT);
-    }
+    bound_network(&mut config);
     open(&config, &on_connect_sql(schema)).await
 }
 
@@ -231,6 +275,18 @@ impl PooledConn {
         db.shared = Some(queues);
         db.state = AtomicU8::new(TX_PENDING);
         db
+    }
+
+    /// Marks the connection as busy until [`PooledConn::done`]: dropped in between (its
+    /// operation abandoned at the client-side bound, a statement perhaps still in
+    /// flight), it is closed rather than reused.
+    pub(crate) fn busy(&self) {
+        self.conn().in_tx.store(true, Ordering::Release);
+    }
+
+    /// Ends [`PooledConn::busy`].
+    pub(crate) fn done(&self) {
+        self.conn().in_tx.store(false, Ordering::Release);
     }
 
     /// A handle that runs each statement in its own implicit transaction.

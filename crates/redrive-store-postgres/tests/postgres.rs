@@ -251,6 +251,167 @@ async fn connection_failures_are_unavailable_and_bad_settings_are_not() {
     .await
     .unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Other, "{e}");
+    // A bad statement timeout is refused before connecting.
+    for bad in ["0", "x", "3600001"] {
+        let e = PostgresStore::connect(
+            &format!("postgres://postgres@127.0.0.1:1/test?statement_timeout_ms={bad}"),
+            PostgresOptions::default(),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::Other, "{bad}: {e}");
+        assert!(e.to_string().contains("statement_timeout_ms"), "{e}");
+    }
+}
+
+/// A database of its own (created, and dropped when the guard goes), for the cases that
+/// change database-wide settings.
+struct FreshDatabase {
+    admin: String,
+    name: String,
+    /// A URL of the new database.
+    url: String,
+}
+
+impl FreshDatabase {
+    async fn create() -> FreshDatabase {
+        let admin = support::database();
+        let name = format!("rd_db_{:016x}", fastrand::u64(..));
+        admin_sql(&admin, &format!("CREATE DATABASE {name}")).await;
+        let (scheme_rest, query) = admin
+            .split_once('?')
+            .map_or((admin.as_str(), None), |(a, q)| (a, Some(q)));
+        let base = scheme_rest.rsplit_once('/').map_or(scheme_rest, |(b, _)| b);
+        let url = match query {
+            Some(q) => format!("{base}/{name}?{q}"),
+            None => format!("{base}/{name}"),
+        };
+        FreshDatabase { admin, name, url }
+    }
+
+    /// Refuses new connections to the database and ends the open ones (a database
+    /// being taken out of service).
+    async fn refuse_connections(&self) {
+        admin_sql(
+            &self.admin,
+            &format!(
+                "ALTER DATABASE {0} ALLOW_CONNECTIONS false; \
+                 SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = '{0}' AND pid <> pg_backend_pid()",
+                self.name
+            ),
+        )
+        .await;
+    }
+}
+
+impl Drop for FreshDatabase {
+    fn drop(&mut self) {
+        let (admin, name) = (self.admin.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(admin_sql(
+                &admin,
+                &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+            ));
+        })
+        .join();
+    }
+}
+
+async fn admin_sql(url: &str, sql: &str) {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let io = tokio::spawn(connection);
+    client.batch_execute(sql).await.unwrap();
+    drop(client);
+    let _ = io.await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_refusing_connections_is_unavailable() {
+    let db = FreshDatabase::create().await;
+    let store = PostgresStore::connect(&db.url, PostgresOptions::default())
+        .await
+        .unwrap();
+    let q = name("q");
+    store
+        .create_queue(&q, &QueuePolicy::default(), T0)
+        .await
+        .unwrap();
+    store.ping().await.unwrap();
+    db.refuse_connections().await;
+    // The pooled connections are gone and new ones are refused (SQLSTATE 55000): every
+    // operation is transient, as a refused or lost connection is.
+    for _ in 0..3 {
+        let e = store.enqueue(&q, vec![msg("m")], T0).await.unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}");
+        let e = store.list_queues().await.unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}");
+        let e = store.ping().await.unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}");
+    }
+    let e = PostgresStore::connect(&db.url, PostgresOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}");
+    store.close();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_blocked_by_a_lock_fails_within_the_statement_timeout() {
+    let g = SchemaGuard::fresh();
+    let sep = if g.url.contains('?') { '&' } else { '?' };
+    let url = format!("{}{sep}statement_timeout_ms=300", g.url);
+    let store = PostgresStore::connect(&url, g.options()).await.unwrap();
+    let q = name("q");
+    store
+        .create_queue(&q, &QueuePolicy::default(), T0)
+        .await
+        .unwrap();
+    store.enqueue(&q, vec![msg("a")], T0).await.unwrap();
+
+    // Another session holds the messages table until it ends its transaction.
+    let (holder, connection) = tokio_postgres::connect(&g.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let io = tokio::spawn(connection);
+    holder
+        .batch_execute(&format!(
+            "SET search_path TO \"{}\"; BEGIN; LOCK TABLE messages IN ACCESS EXCLUSIVE MODE",
+            g.schema
+        ))
+        .await
+        .unwrap();
+    // Bounded so that a hang fails the case rather than the run.
+    let bound = std::time::Duration::from_secs(20);
+    let e = tokio::time::timeout(bound, store.enqueue(&q, vec![msg("b")], T0))
+        .await
+        .expect("the blocked send ended within the statement timeout")
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}");
+    let e = tokio::time::timeout(bound, store.peek(&q, 1, 10))
+        .await
+        .expect("the blocked peek ended within the statement timeout")
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}");
+
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    drop(holder);
+    let _ = io.await;
+    let ids: Vec<String> = store
+        .peek(&q, 1, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.message_id)
+        .collect();
+    assert_eq!(ids, ["a"], "the timed-out send stored nothing");
+    store.close();
 }
 
 /// The next queue name woken on `rx`, waiting at most a generous bound for real I/O.

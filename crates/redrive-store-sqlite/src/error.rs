@@ -35,6 +35,15 @@ pub enum SqliteError {
         #[source]
         source: std::io::Error,
     },
+    /// Creating a database file or restricting its permissions failed.
+    #[error("could not set owner-only permissions on {path}: {source}")]
+    Permissions {
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// The store was closed: no more work is accepted.
     #[error("the store is closed")]
     Closed,

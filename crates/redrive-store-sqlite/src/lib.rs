@@ -65,6 +65,7 @@
 mod access;
 mod dead_letters;
 mod error;
+mod files;
 mod leases;
 mod messages;
 mod queues;
@@ -93,6 +94,7 @@ use redrive_store::{
 pub use error::SqliteError;
 pub use schema::LATEST_VERSION as SCHEMA_VERSION;
 
+use error::Db as _;
 use readers::ReadPool;
 use writer::Writer;
 
@@ -155,18 +157,15 @@ impl SqliteStore {
     }
 
     /// Opens (creating if needed) the database file at `path` (parent directories
-    /// created), in WAL mode with `synchronous=FULL`, and applies migrations.
+    /// created; the directory 0700, the database and its WAL files 0600), in WAL mode with `synchronous=FULL`, and applies migrations.
     pub fn open(path: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| {
-                StoreError::backend(SqliteError::CreateDir {
-                    path: dir.display().to_string(),
-                    source,
-                })
-            })?;
+            files::prepare_dir(dir).map_err(StoreError::backend)?;
         }
+        files::create_db_file(path).map_err(StoreError::backend)?;
         let conn = schema::open_writer(path)?;
         schema::migrate(&conn)?;
+        files::restrict_files(path).map_err(StoreError::backend)?;
         let readers = ReadPool::open(path.to_path_buf(), options.readers)?;
         let writer = Writer::start(conn, options.max_batch)?;
         Ok(SqliteStore {
@@ -203,6 +202,19 @@ impl Store for SqliteStore {
             durable: true,
             multi_node: false,
         }
+    }
+
+    fn backend_name(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        if self.writer.is_poisoned() {
+            return Err(StoreError::Poisoned);
+        }
+        self.readers
+            .read(|c| c.query_row("SELECT 1", [], |_| Ok(())).db())
+            .await
     }
 
     async fn create_queue(

@@ -318,6 +318,8 @@ async fn a_failed_commit_fails_the_group_and_poisons_the_store() {
         "a job that succeeded on its own is not acknowledged either"
     );
     assert!(store.is_poisoned());
+    // The health check says so.
+    assert!(matches!(store.ping().await, Err(StoreError::Poisoned)));
 
     // Fail-stop: every later write is refused, even ones that would not hit the trap.
     assert!(matches!(
@@ -436,8 +438,11 @@ async fn acknowledged_writes_are_visible_to_a_new_instance_without_checkpoint() 
 async fn a_closed_store_refuses_work_and_close_is_idempotent() {
     let (_dir, _path, store) = open(SqliteOptions::default());
     let q = queue(&store, "q", QueuePolicy::default()).await;
+    store.ping().await.unwrap();
     store.close();
     store.close();
+    let e = store.ping().await.unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Unavailable);
     let e = store.enqueue(&q, vec![msg("a")], T0).await.unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Unavailable);
     let e = store.peek(&q, 1, 10).await.unwrap_err();
@@ -984,4 +989,47 @@ fn access_queries_use_indexes() {
         assert!(p.contains(index), "{sql}\n  plan: {p}");
         assert!(!p.contains("SCAN"), "{sql}\n  plan: {p}");
     }
+}
+#[cfg(unix)]
+fn mode(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_new_store_is_owner_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let path = data.join("redrive.db");
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    store
+        .create_queue(&name("q"), &QueuePolicy::default(), T0)
+        .await
+        .unwrap();
+    store.enqueue(&name("q"), vec![msg("a")], T0).await.unwrap();
+    assert_eq!(mode(&data), 0o700, "directory");
+    assert_eq!(mode(&path), 0o600, "database");
+    for suffix in ["-wal", "-shm"] {
+        let p = data.join(format!("redrive.db{suffix}"));
+        assert!(p.exists(), "{suffix} exists while open");
+        assert_eq!(mode(&p), 0o600, "{suffix}");
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn an_existing_open_directory_and_database_are_tightened() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = data.join("redrive.db");
+    std::fs::write(&path, b"").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    assert!(store.list_queues().await.unwrap().is_empty());
+    assert_eq!(mode(&data), 0o700);
+    assert_eq!(mode(&path), 0o600);
 }

@@ -32,6 +32,14 @@ pub trait Store: Send + Sync + 'static {
     /// What this backend can and cannot do, for the conformance suite and the server.
     fn capabilities(&self) -> Capabilities;
 
+    /// The backend's name (`sqlite`, `postgres`), for health reports.
+    fn backend_name(&self) -> &'static str;
+
+    /// A cheap round trip proving the store answers now: what `/healthz` asks. `Ok` when
+    /// it does; otherwise the error an operation would get (`Unavailable` while the
+    /// database cannot be reached, `Poisoned` after a failed commit).
+    async fn ping(&self) -> StoreResult<()>;
+
     // ---- queues -------------------------------------------------------------------
 
     /// Creates a queue at policy version 1. `QueueExists` if the name is taken.

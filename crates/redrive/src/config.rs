@@ -37,6 +37,10 @@ pub struct Config {
     /// `ACCESS_KEY_ID:SECRET` pairs; when any is set, SQS requests must carry a valid
     /// Signature Version 4 by one of them (empty: any signature is accepted). Secret.
     pub sqs_access_keys: Vec<String>,
+    /// Networks (`10.0.0.0/8`), addresses and host names push endpoints may be on besides
+    /// public addresses: loopback, private, link-local and metadata addresses are refused
+    /// unless listed here.
+    pub push_allowed_networks: Vec<String>,
     /// Authentication, rate limits and the audit log (`[auth]`).
     pub auth: AuthConfig,
 }
@@ -95,6 +99,7 @@ impl Default for Config {
             sqs_region: "us-east-1".to_owned(),
             sqs_access_keys: Vec::new(),
             auth: AuthConfig::default(),
+            push_allowed_networks: Vec::new(),
         }
     }
 }
@@ -171,6 +176,8 @@ pub struct Overrides {
     pub auth_enabled: Option<bool>,
     /// `auth.bootstrap_token`.
     pub bootstrap_token: Option<String>,
+    /// `push_allowed_networks` (comma-separated in the environment).
+    pub push_allowed_networks: Option<Vec<String>>,
 }
 
 impl Overrides {
@@ -210,6 +217,12 @@ impl Overrides {
             });
         }
         o.bootstrap_token = get("REDRIVE_BOOTSTRAP_TOKEN");
+        o.push_allowed_networks = get("REDRIVE_PUSH_ALLOWED_NETWORKS").map(|v| {
+            v.split(',')
+                .map(|p| p.trim().to_owned())
+                .filter(|p| !p.is_empty())
+                .collect()
+        });
         o.log_level = get("REDRIVE_LOG");
         if let Some(v) = get("REDRIVE_LOG_FORMAT") {
             o.log_format = Some(v.parse().map_err(|e| bad("REDRIVE_LOG_FORMAT", e))?);
@@ -267,6 +280,9 @@ impl Overrides {
         }
         if let Some(v) = &self.bootstrap_token {
             c.auth.bootstrap_token = Some(v.clone());
+        }
+        if let Some(v) = &self.push_allowed_networks {
+            c.push_allowed_networks.clone_from(v);
         }
     }
 }
@@ -427,6 +443,7 @@ impl Config {
             ));
         }
         self.check_exposure()?;
+        self.push_network()?;
         self.store_location().map(|_| ())
     }
 
@@ -454,6 +471,12 @@ impl Config {
             )));
         }
         Ok(())
+    }
+
+    /// The addresses push endpoints may be on besides public ones.
+    pub fn push_network(&self) -> anyhow::Result<redrive_broker::NetworkPolicy> {
+        redrive_broker::NetworkPolicy::allowing(&self.push_allowed_networks)
+            .map_err(|e| input_error(format!("push_allowed_networks: {e}")))
     }
 
     /// The configured SQS access keys as (id, secret) pairs.
@@ -585,35 +608,40 @@ pub fn parse_millis(s: &str) -> Result<u64, String> {
     }
 }
 
-/// Hides secrets in a URL: the password of its user info and the values of query
-/// parameters that look secret (`password`, `secret`, `token`, `key`).
+/// Hides secrets in a store URL: the password of its user info and the values of query
+/// parameters that look secret (`password`, `secret`, `token`, `key`, `credential`).
+///
+/// The URL is split by its grammar, not matched against a pattern: the user info runs
+/// from `://` to the *last* `@`, so a password holding `/`, `?`, `:` or `@` (which a
+/// WHATWG parser would take for the path, the query or the host) is hidden whole; if a
+/// query value holds an `@` too, more is hidden, never less. A connection string without
+/// a scheme (`host=… password=…`) has its secret-looking values hidden.
 pub fn redact_url(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((s, r)) => (Some(s), r),
-        None => (None, url),
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return redact_key_values(url);
     };
-    let (before_query, query) = match rest.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (rest, None),
+    let (userinfo, after) = match rest.rfind('@') {
+        Some(i) => (Some(&rest[..i]), &rest[i + 1..]),
+        None => (None, rest),
     };
-    let (authority, path) = match before_query.find('/') {
-        Some(i) => before_query.split_at(i),
-        None => (before_query, ""),
-    };
-    let authority = match (scheme, authority.rsplit_once('@')) {
-        (Some(_), Some((userinfo, host))) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{user}:***@{host}"),
-            None => authority.to_owned(),
-        },
-        _ => authority.to_owned(),
-    };
-    let mut out = String::new();
-    if let Some(s) = scheme {
-        out.push_str(s);
-        out.push_str("://");
+    let mut out = format!("{scheme}://");
+    if let Some(info) = userinfo {
+        match info.split_once(':') {
+            Some((user, _)) => {
+                out.push_str(user);
+                out.push_str(":***@");
+            }
+            None => {
+                out.push_str(info);
+                out.push('@');
+            }
+        }
     }
-    out.push_str(&authority);
-    out.push_str(path);
+    let (base, query) = match after.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (after, None),
+    };
+    out.push_str(base);
     if let Some(q) = query {
         out.push('?');
         let parts: Vec<String> = q
@@ -626,6 +654,34 @@ pub fn redact_url(url: &str) -> String {
         out.push_str(&parts.join("&"));
     }
     out
+}
+
+/// Hides the secret-looking values of a `key=value key='quoted value'` connection string.
+fn redact_key_values(s: &str) -> String {
+    let mut out = Vec::new();
+    let mut words = s.split_whitespace();
+    while let Some(w) = words.next() {
+        match w.split_once('=') {
+            Some((k, v)) if looks_secret(k) => {
+                out.push(format!("{k}=***"));
+                // A quoted value may run over several words: skip to its closing quote.
+                let mut open = v.starts_with('\'') && !(v.len() > 1 && closes_quote(v));
+                while open {
+                    match words.next() {
+                        Some(next) => open = !closes_quote(next),
+                        None => open = false,
+                    }
+                }
+            }
+            _ => out.push(w.to_owned()),
+        }
+    }
+    out.join(" ")
+}
+
+/// Whether a word ends a quoted value (a `'` not escaped by a backslash).
+fn closes_quote(w: &str) -> bool {
+    w.ends_with('\'') && !w.ends_with("\\'")
 }
 
 fn looks_secret(key: &str) -> bool {
@@ -813,6 +869,27 @@ mod tests {
         );
         assert_eq!(redact_url("sqlite:///a/b.db"), "sqlite:///a/b.db");
         assert_eq!(redact_url("postgres://app@db/x"), "postgres://app@db/x");
+        // A password holding `/` and `?`: hidden whole, the query still shown.
+        let shown = redact_url("postgres://u:pa/ss?w@host/db?schema=x");
+        assert_eq!(shown, "postgres://u:***@host/db?schema=x");
+        // A password holding `@` and `:`.
+        let shown = redact_url("postgres://u:p@ss:w@rd@host:5432/db?pool_size=4");
+        assert_eq!(shown, "postgres://u:***@host:5432/db?pool_size=4");
+        for secret in ["pa/ss?w", "p@ss:w@rd"] {
+            let c = Config {
+                store: Some(format!("postgres://u:{secret}@host/db?schema=x")),
+                ..Config::default()
+            };
+            assert!(!c.summary().contains(secret), "{}", c.summary());
+        }
+        assert_eq!(
+            redact_url("host=db user=u password='a b c' dbname=x"),
+            "host=db user=u password=*** dbname=x"
+        );
+        assert_eq!(
+            redact_url("host=db password=s3 x=1"),
+            "host=db password=*** x=1"
+        );
         let c = Config {
             store: Some("postgres://a:b@h/d".to_owned()),
             ..Config::default()
@@ -822,6 +899,43 @@ mod tests {
             "{}",
             c.summary()
         );
+    }
+
+    #[test]
+    fn push_allowed_networks_layer_and_are_checked() {
+        let c = Config::layered(None, &Overrides::default(), &Overrides::default()).unwrap();
+        assert!(
+            c.push_allowed_networks.is_empty(),
+            "nothing private by default"
+        );
+        let env = env_of(&[(
+            "REDRIVE_PUSH_ALLOWED_NETWORKS",
+            "127.0.0.0/8, ::1,hooks.lan",
+        )]);
+        let c = Config::layered(
+            Some((
+                Path::new("f.toml"),
+                "push_allowed_networks = [\"10.0.0.0/8\"]",
+            )),
+            &env,
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(c.push_allowed_networks, ["127.0.0.0/8", "::1", "hooks.lan"]);
+        assert_eq!(
+            c.push_network().unwrap(),
+            redrive_broker::NetworkPolicy::allowing(&["127.0.0.0/8", "::1", "hooks.lan"]).unwrap()
+        );
+        let e = Config::layered(
+            Some((
+                Path::new("f.toml"),
+                "push_allowed_networks = [\"10.0.0.0/99\"]",
+            )),
+            &Overrides::default(),
+            &Overrides::default(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("push_allowed_networks"), "{e}");
     }
 
     #[test]

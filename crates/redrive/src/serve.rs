@@ -84,6 +84,7 @@ impl ServeArgs {
             sqs_access_keys: None,
             auth_enabled: self.auth.then_some(true),
             bootstrap_token: None,
+            push_allowed_networks: None,
         }
     }
 }
@@ -145,7 +146,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (store, clock) = open_store(&location).await?;
     info!(store = %store.describe(), listen = %local, "store opened");
 
-    let broker = redrive_broker::Broker::with_access(store.as_dyn(), clock, config.auth.access());
+    if !config.push_allowed_networks.is_empty() {
+        info!(
+            push_allowed_networks = config.push_allowed_networks.join(","),
+            "push endpoints may also be on these private networks"
+        );
+    }
+    let broker = redrive_broker::Broker::with_options(
+        store.as_dyn(),
+        clock,
+        config.auth.access(),
+        config.push_network()?,
+    );
     if config.auth.enabled {
         let created = broker
             .bootstrap_admin(config.auth.bootstrap_token.as_deref())
@@ -253,6 +265,7 @@ pub(crate) async fn open_store(
             let options = PostgresOptions {
                 schema: schema.clone(),
                 pool_size: pool_size.unwrap_or(defaults.pool_size),
+                ..defaults
             };
             let store = PostgresStore::connect(url, options)
                 .await

@@ -7,18 +7,16 @@ use std::time::Duration;
 use redrive_core::{ManualClock, Timestamp};
 use redrive_events::cloudevent::{BATCH, STRUCTURED};
 use redrive_events::{AttemptOutcome, CloudEvent, GiveUp, RetryPolicy, Verdict};
-use redrive_push::{
-    Deliverer, DeliveryMode, DeliverySettings, EncodedEvent, PushTarget, TargetError, chunk,
-};
+use redrive_push::{Deliverer, DeliveryMode, EncodedEvent, PushTarget, TargetError, chunk};
 use serde_json::json;
 
-use crate::receiver::{Receiver, Reply, refused_url};
+use crate::receiver::{Receiver, Reply, loopback_settings, refused_url};
 
 // 2026-11-29T21:00:00Z
 const NOW: Timestamp = Timestamp(1_795_986_000_000);
 
 fn deliverer() -> Deliverer {
-    Deliverer::new(DeliverySettings::default(), Arc::new(ManualClock::new(NOW))).unwrap()
+    Deliverer::new(loopback_settings(), Arc::new(ManualClock::new(NOW))).unwrap()
 }
 
 fn target(url: &str, mode: DeliveryMode) -> PushTarget {
@@ -358,7 +356,7 @@ async fn a_slow_endpoint_times_out_at_the_target_timeout_on_the_injected_clock()
     })
     .await;
     let clock = ManualClock::new(NOW);
-    let d = Deliverer::new(DeliverySettings::default(), Arc::new(clock.clone())).unwrap();
+    let d = Deliverer::new(loopback_settings(), Arc::new(clock.clone())).unwrap();
     let t = target(&rx.url, DeliveryMode::Structured);
     let attempt = tokio::spawn(async move { d.deliver_detailed(&t, &[event("e")], 1).await });
     // The request arrives; the answer does not.

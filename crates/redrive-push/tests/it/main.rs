@@ -6,5 +6,6 @@
 #![allow(clippy::unwrap_used)]
 
 mod deliver;
+mod network;
 mod receiver;
 mod validate;

@@ -130,3 +130,12 @@ pub fn refused_url() -> String {
     drop(listener);
     format!("http://127.0.0.1:{port}/hook")
 }
+
+/// Delivery settings that allow the loopback receivers of these tests (push requests
+/// reach no loopback address by default).
+pub fn loopback_settings() -> redrive_push::DeliverySettings {
+    redrive_push::DeliverySettings {
+        network: redrive_push::NetworkPolicy::allowing(&["127.0.0.0/8", "::1"]).unwrap(),
+        ..redrive_push::DeliverySettings::default()
+    }
+}

@@ -4,17 +4,17 @@
 use std::time::Duration;
 
 use redrive_push::{
-    AllowedRate, DeliverySettings, UrlError, Validated, ValidationError, http_client,
-    validate_endpoint, validate_endpoint_with_rate,
+    AllowedRate, UrlError, Validated, ValidationError, http_client, validate_endpoint,
+    validate_endpoint_with_rate,
 };
 
-use crate::receiver::{Receiver, Reply, refused_url};
+use crate::receiver::{Receiver, Reply, loopback_settings, refused_url};
 
 const ORIGIN: &str = "redrive.example.com";
 const TIMEOUT: Duration = Duration::from_secs(5);
 
 fn client() -> reqwest::Client {
-    http_client(&DeliverySettings::default()).unwrap()
+    http_client(&loopback_settings()).unwrap()
 }
 
 /// An endpoint that echoes the requested origin, as the spec's example does.

@@ -7,18 +7,55 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 
+use redrive_api::{ErrorCode, Problem};
+use redrive_store::StoreErrorKind;
+
 use crate::AppState;
-use crate::error::ApiError;
+use crate::error::{ApiError, problem_response};
 
 async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     let text = s.broker.render_metrics().await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text))
 }
 
-async fn healthz(State(s): State<AppState>) -> Result<impl IntoResponse, ApiError> {
-    // A read through the store proves it answers.
-    s.broker.list_queues().await?;
-    Ok(Json(serde_json::json!({"status": "ok"})))
+/// `200 {"status":"ok","store":"ok","backend":…}` when the store answers a ping; otherwise
+/// `503` (with `Retry-After`) and a problem naming the dependency that is down: the store,
+/// its backend and the error's kind (`unavailable`, `poisoned`…). The cause stays in the
+/// log.
+async fn healthz(State(s): State<AppState>) -> axum::response::Response {
+    let store = s.broker.store();
+    let backend = store.backend_name();
+    match store.ping().await {
+        Ok(()) => Json(serde_json::json!({"status": "ok", "store": "ok", "backend": backend}))
+            .into_response(),
+        Err(e) => {
+            let kind = kind_name(e.kind());
+            tracing::warn!(backend, kind, error = %e, "health check: the store does not answer");
+            problem_response(
+                &Problem::new(
+                    ErrorCode::Unavailable,
+                    format!("the store ({backend}) does not answer: {kind}"),
+                )
+                .with("dependency", "store")
+                .with("store", "unavailable")
+                .with("backend", backend)
+                .with("kind", kind),
+            )
+        }
+    }
+}
+
+/// The stable name of a store error kind in health reports.
+fn kind_name(kind: StoreErrorKind) -> &'static str {
+    match kind {
+        StoreErrorKind::NotFound => "not_found",
+        StoreErrorKind::Conflict => "conflict",
+        StoreErrorKind::LockLost => "lock_lost",
+        StoreErrorKind::Invalid => "invalid",
+        StoreErrorKind::Unavailable => "unavailable",
+        StoreErrorKind::Poisoned => "poisoned",
+        StoreErrorKind::Other => "other",
+    }
 }
 
 async fn openapi() -> impl IntoResponse {

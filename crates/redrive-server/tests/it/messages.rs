@@ -516,3 +516,83 @@ async fn long_poll_wakes_when_a_scheduled_message_comes_due() {
     assert_eq!(v["messages"][0]["body"], "due");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn properties_and_headers_count_against_the_size_limit_and_are_bounded() {
+    let s = TestServer::start().await;
+    s.queue("q", json!({"max_message_size": 1024})).await;
+    // A small body with a large property: the property counts.
+    let r = s
+        .post(
+            "/v1/queues/q/messages",
+            json!({"body": "x", "properties": {"big": "y".repeat(2_000)}}),
+        )
+        .await;
+    assert_problem(&r, 413, "message_too_large");
+    assert_eq!(r.1["limit"], 1024);
+    assert!(r.1["size"].as_u64().unwrap() > 2_000, "{}", r.1);
+    // The content type counts, and has a bound of its own.
+    let r = s
+        .post(
+            "/v1/queues/q/messages",
+            json!({"body": "x", "content_type": "a".repeat(1_100)}),
+        )
+        .await;
+    assert_problem(&r, 400, "invalid_request");
+    assert_eq!(r.1["field"], "content_type");
+    // Body, property names and values, and the string headers are summed.
+    let r = s
+        .post(
+            "/v1/queues/q/messages",
+            json!({"body": "b".repeat(600), "correlation_id": "c".repeat(100),
+                   "properties": {"p".repeat(100): "v".repeat(250)}}),
+        )
+        .await;
+    assert_problem(&r, 413, "message_too_large");
+    assert_eq!(r.1["size"], 600 + 100 + 100 + 250);
+
+    // Bounds that hold whatever the queue's limit.
+    s.queue("big", json!({"max_message_size": 10_485_760}))
+        .await;
+    let refused = [
+        json!({"body": "x", "content_type": "a".repeat(257)}),
+        json!({"body": "x", "session_id": "s".repeat(129)}),
+        json!({"body": "x", "message_id": "m".repeat(129)}),
+        json!({"body": "x", "properties": {"n".repeat(257): 1}}),
+        json!({"body": "x", "properties": {"p": "v".repeat(40_000)}}),
+        json!({"body": "x", "properties": (0..257)
+            .map(|i| (format!("p{i}"), json!(i)))
+            .collect::<serde_json::Map<_, _>>()}),
+        json!({"body": "x", "properties": (0..3)
+            .map(|i| (format!("p{i}"), json!("v".repeat(30_000))))
+            .collect::<serde_json::Map<_, _>>()}),
+    ];
+    for body in refused {
+        let r = s.post("/v1/queues/big/messages", body).await;
+        assert_problem(&r, 400, "invalid_request");
+    }
+    // A property of 100 MiB on a queue whose limit is 256 MiB: refused, not stored.
+    s.queue("huge", json!({"max_message_size": 268_435_456}))
+        .await;
+    let r = s
+        .post(
+            "/v1/queues/huge/messages",
+            json!({"body": "x", "properties": {"p": "v".repeat(100 << 20)}}),
+        )
+        .await;
+    assert_problem(&r, 400, "invalid_request");
+    for q in ["q", "big", "huge"] {
+        let (_, peeked) = s.get(&format!("/v1/queues/{q}/messages")).await;
+        assert_eq!(peeked["messages"], json!([]), "nothing stored on {q}");
+    }
+    // At the bounds: accepted.
+    let (st, v) = s
+        .post(
+            "/v1/queues/big/messages",
+            json!({"body": "x", "content_type": "a".repeat(256), "session_id": "s".repeat(128),
+                   "properties": {"n".repeat(256): "v".repeat(30_000)}}),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    s.stop().await;
+}

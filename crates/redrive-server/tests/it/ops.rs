@@ -63,7 +63,10 @@ async fn health_answers_and_unknown_routes_are_problems() {
     let s = TestServer::start().await;
     let (st, v) = s.get("/healthz").await;
     assert_eq!(st, 200);
-    assert_eq!(v["status"], "ok");
+    assert_eq!(
+        v,
+        json!({"status": "ok", "store": "ok", "backend": "sqlite"})
+    );
     assert_problem(&s.get("/v2/nothing").await, 404, "not_found");
     assert_problem(
         &s.delete("/v1/queues/x/receive").await,

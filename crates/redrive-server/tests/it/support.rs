@@ -21,29 +21,52 @@ pub struct TestServer {
     _dir: tempfile::TempDir,
 }
 
+/// Push endpoints on loopback allowed: where the tests' receivers listen.
+pub fn loopback() -> redrive_broker::NetworkPolicy {
+    redrive_broker::NetworkPolicy::allowing(&["127.0.0.0/8", "::1"]).unwrap()
+}
+
 /// A fixed, realistic start time.
 pub const T0: Timestamp = Timestamp(1_800_000_000_000);
 
 impl TestServer {
+    /// A server whose push endpoints may be on loopback (the test receivers are on
+    /// 127.0.0.1; by default no loopback or private address is allowed).
     pub async fn start() -> TestServer {
-        TestServer::start_in(tempfile::tempdir().unwrap(), ManualClock::new(T0)).await
+        TestServer::start_with_network(loopback()).await
+    }
+
+    /// A server whose push endpoints may be the addresses `network` allows.
+    pub async fn start_with_network(network: redrive_broker::NetworkPolicy) -> TestServer {
+        TestServer::start_in(tempfile::tempdir().unwrap(), ManualClock::new(T0), network).await
     }
 
     /// A server with these settings (the sweep interval and shutdown timeout are the
     /// tests' own).
     pub async fn start_with(settings: Settings) -> TestServer {
-        TestServer::start_full(tempfile::tempdir().unwrap(), ManualClock::new(T0), settings).await
+        TestServer::start_full(
+            tempfile::tempdir().unwrap(),
+            ManualClock::new(T0),
+            settings,
+            loopback(),
+        )
+        .await
     }
 
     /// A server over the SQLite file in `dir` (created if missing) on `clock`.
-    async fn start_in(dir: tempfile::TempDir, clock: ManualClock) -> TestServer {
-        TestServer::start_full(dir, clock, Settings::default()).await
+    async fn start_in(
+        dir: tempfile::TempDir,
+        clock: ManualClock,
+        network: redrive_broker::NetworkPolicy,
+    ) -> TestServer {
+        TestServer::start_full(dir, clock, Settings::default(), network).await
     }
 
     async fn start_full(
         dir: tempfile::TempDir,
         clock: ManualClock,
         settings: Settings,
+        network: redrive_broker::NetworkPolicy,
     ) -> TestServer {
         let store =
             SqliteStore::open(&dir.path().join("redrive.db"), SqliteOptions::default()).unwrap();
@@ -64,8 +87,9 @@ impl TestServer {
         };
         let clock_dyn: Arc<dyn redrive_core::Clock> = Arc::new(clock.clone());
         let store_dyn: Arc<dyn redrive_store::Store> = store.clone();
+        let broker = redrive_broker::Broker::with_push_network(store_dyn, clock_dyn, network);
         let task = tokio::spawn(async move {
-            redrive_server::run(settings, store_dyn, clock_dyn, listener, async {
+            redrive_server::run_with(settings, broker, listener, Vec::new(), async {
                 let _ = rx.await;
             })
             .await
@@ -88,7 +112,7 @@ impl TestServer {
     pub async fn restart(mut self) -> TestServer {
         self.shutdown().await;
         let TestServer { clock, _dir, .. } = self;
-        TestServer::start_in(_dir, clock).await
+        TestServer::start_in(_dir, clock, loopback()).await
     }
 
     async fn shutdown(&mut self) {

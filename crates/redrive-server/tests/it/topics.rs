@@ -1097,3 +1097,79 @@ async fn push_delivery_sends_the_published_bytes_as_they_are() {
     assert_eq!(batched, ["e1", "e2", "e3"]);
     s.stop().await;
 }
+
+#[tokio::test]
+async fn an_event_counts_whole_with_the_headers_copied_from_it() {
+    let s = TestServer::start().await;
+    s.topic("t", json!({"max_event_size": 1024})).await;
+    let q = s.pull_sub("t", "all", json!({})).await;
+    // The structured JSON is under the limit, but with its id and type stored again as
+    // the message's headers the event is over it.
+    let mut ev = event(&"i".repeat(300), &"t".repeat(100), "/s");
+    ev["data"] = json!("d".repeat(100));
+    let json_len = serde_json::to_vec(&ev).unwrap().len();
+    assert!(json_len < 1024, "{json_len}");
+    let r = s.publish("t", &[ev]).await;
+    assert_problem(&r, 413, "event_too_large");
+    assert!(r.1["size"].as_u64().unwrap() > 1024, "{}", r.1);
+    assert_eq!(s.counts(&q).await["active"], 0, "nothing stored");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn push_endpoints_on_private_addresses_are_refused_unless_allowed() {
+    // The default: nothing private, loopback or link-local.
+    let s = TestServer::start_with_network(redrive_broker::NetworkPolicy::default()).await;
+    s.topic("t", json!({})).await;
+    for (i, endpoint) in [
+        "http://127.0.0.1:9/internal/admin",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://10.0.0.1/hook",
+        "http://[::1]:9/hook",
+        "http://localhost:9/hook",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = s
+            .post(
+                "/v1/topics/t/subscriptions",
+                json!({"name": format!("s{i}"), "type": "push", "endpoint": endpoint,
+                       "skip_validation": true, "dead_letter": {"type": "own_store"}}),
+            )
+            .await;
+        assert_problem(&r, 400, "endpoint_forbidden");
+        assert_eq!(r.1["endpoint"], endpoint);
+    }
+    let (_, subs) = s.get("/v1/topics/t/subscriptions").await;
+    assert_eq!(subs["subscriptions"], json!([]), "nothing created: {subs}");
+    s.stop().await;
+
+    // Allowed by the operator: created.
+    let allowed =
+        redrive_broker::NetworkPolicy::allowing(&["10.0.0.0/8", "169.254.169.254"]).unwrap();
+    let s = TestServer::start_with_network(allowed).await;
+    s.topic("t", json!({})).await;
+    for (i, endpoint) in ["http://10.0.0.1/hook", "http://169.254.169.254/x"]
+        .into_iter()
+        .enumerate()
+    {
+        let (st, v) = s
+            .post(
+                "/v1/topics/t/subscriptions",
+                json!({"name": format!("s{i}"), "type": "push", "endpoint": endpoint,
+                       "skip_validation": true, "dead_letter": {"type": "own_store"}}),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+    }
+    let r = s
+        .post(
+            "/v1/topics/t/subscriptions",
+            json!({"name": "lo", "type": "push", "endpoint": "http://127.0.0.1:9/x",
+                   "skip_validation": true, "dead_letter": {"type": "own_store"}}),
+        )
+        .await;
+    assert_problem(&r, 400, "endpoint_forbidden");
+    s.stop().await;
+}

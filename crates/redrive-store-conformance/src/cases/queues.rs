@@ -300,3 +300,14 @@ pub async fn counts_add_up(t: &TestStore) {
     assert_eq!(c.oldest_enqueued_at, Some(secs(5)));
     assert_eq!((c.active, c.messages()), (1, 1));
 }
+
+pub async fn ping_answers_and_names_its_backend(t: &TestStore) {
+    t.store.ping().await.unwrap();
+    let name = t.store.backend_name();
+    assert!(
+        !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase()),
+        "{name:?}"
+    );
+    // A ping changes nothing.
+    assert!(t.store.list_queues().await.unwrap().is_empty());
+}

@@ -58,7 +58,12 @@ fn sub_show(s: &Server, name: &str) -> SubscriptionInfo {
 #[test]
 fn topics_subscriptions_publish_and_stats() {
     let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path());
+    // The receiver is on loopback, which push endpoints may only be when allowed.
+    let s = Server::start_with(|c| {
+        c.args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            .env("REDRIVE_PUSH_ALLOWED_NETWORKS", "127.0.0.0/8, ::1");
+    });
     let (url, posts, _rt) = receiver();
 
     assert!(

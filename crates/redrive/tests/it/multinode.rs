@@ -359,3 +359,92 @@ async fn a_node_keeps_to_its_pool_size() {
     let q: Value = r.json().await.unwrap();
     assert_eq!(q["counts"]["active"], 64 * 20, "{q}");
 }
+
+async fn admin_sql(url: &str, sql: &str) {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let io = tokio::spawn(connection);
+    client.batch_execute(sql).await.unwrap();
+    drop(client);
+    let _ = io.await;
+}
+
+/// A database taken out of service (`ALLOW_CONNECTIONS false`, its sessions ended): every
+/// request is a 503 `unavailable` with `Retry-After`, never a 500, and `/healthz` says
+/// that the store is what is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_refusing_connections_is_503_and_healthz_names_the_store() {
+    let Some(admin) = postgres_url("the database outage test") else {
+        return;
+    };
+    let db = format!("rd_db_{:016x}", fastrand::u64(..));
+    admin_sql(&admin, &format!("CREATE DATABASE {db}")).await;
+    let (before_query, query) = admin
+        .split_once('?')
+        .map_or((admin.as_str(), None), |(a, q)| (a, Some(q)));
+    let base = before_query
+        .rsplit_once('/')
+        .map_or(before_query, |(b, _)| b);
+    let store = match query {
+        Some(q) => format!("{base}/{db}?{q}"),
+        None => format!("{base}/{db}"),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = node(&store, dir.path());
+    let http = http_client();
+    let (st, v) = post(
+        &http,
+        format!("{}/v1/queues", node.url),
+        json!({"name": "q"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(st, 201, "{v}");
+    let health = |http: reqwest::Client, url: String| async move {
+        let r = http.get(format!("{url}/healthz")).send().await.unwrap();
+        let retry = r.headers().get("retry-after").cloned();
+        (r.status().as_u16(), retry, r.json::<Value>().await.unwrap())
+    };
+    let (st, _, v) = health(http.clone(), node.url.clone()).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        v,
+        json!({"status": "ok", "store": "ok", "backend": "postgres"})
+    );
+
+    admin_sql(
+        &admin,
+        &format!(
+            "ALTER DATABASE {db} ALLOW_CONNECTIONS false; \
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = '{db}' AND pid <> pg_backend_pid()"
+        ),
+    )
+    .await;
+    for i in 0..20 {
+        let r = http
+            .post(format!("{}/v1/queues/q/messages", node.url))
+            .json(&json!({"body": format!("m{i}")}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 503, "send {i}");
+        assert_eq!(r.headers()["retry-after"], "1");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["code"], "unavailable", "{v}");
+    }
+    let (st, retry, v) = health(http.clone(), node.url.clone()).await;
+    assert_eq!(st, 503, "{v}");
+    assert!(retry.is_some(), "Retry-After on an unhealthy answer");
+    assert_eq!(v["dependency"], "store", "{v}");
+    assert_eq!(v["backend"], "postgres", "{v}");
+    assert_eq!(v["kind"], "unavailable", "{v}");
+
+    node.kill();
+    admin_sql(
+        &admin,
+        &format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"),
+    )
+    .await;
+}

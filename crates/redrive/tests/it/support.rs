@@ -30,6 +30,7 @@ const REDRIVE_VARS: &[&str] = &[
     "REDRIVE_TOKEN",
     "REDRIVE_AUTH_ENABLED",
     "REDRIVE_BOOTSTRAP_TOKEN",
+    "REDRIVE_PUSH_ALLOWED_NETWORKS",
 ];
 
 /// A command for the binary with a clean `REDRIVE_*` environment.
