@@ -185,4 +185,56 @@ mod tests {
             "and a, back, does not sweep beside it"
         );
     }
+
+    #[tokio::test]
+    async fn the_lease_holder_removes_audit_entries_past_retention_and_records_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn redrive_store::Store> = Arc::new(
+            SqliteStore::open(&dir.path().join("r.db"), SqliteOptions::default()).unwrap(),
+        );
+        let clock = ManualClock::new(Timestamp(1_800_000_000_000));
+        let b = Broker::with_access(
+            store,
+            Arc::new(clock.clone()),
+            crate::AccessSettings {
+                audit_retention_days: 1,
+                ..crate::AccessSettings::default()
+            },
+        );
+        let actor = crate::Actor::system("test");
+        for i in 0..3 {
+            b.audit(
+                &actor,
+                "message.peek",
+                Some("q"),
+                vec![format!("m{i}")],
+                "ok",
+            )
+            .await
+            .unwrap();
+        }
+        let sweeper = Sweeper::new(b.clone(), Duration::from_secs(1));
+        // Nothing is old enough yet.
+        sweeper.tick().await.unwrap();
+        let all = |b: Broker| async move {
+            b.list_audit(&redrive_store::AuditQuery::default())
+                .await
+                .unwrap()
+        };
+        assert_eq!(all(b.clone()).await.len(), 3);
+        clock.advance(Duration::from_secs(2 * 86_400));
+        b.audit(&actor, "message.peek", Some("q"), vec!["new".into()], "ok")
+            .await
+            .unwrap();
+        sweeper.tick().await.unwrap();
+        let left = all(b.clone()).await;
+        let actions: Vec<&str> = left.iter().map(|e| e.fields.action.as_str()).collect();
+        assert_eq!(
+            actions,
+            ["message.peek", redrive_core::audit::PRUNED_ACTION]
+        );
+        assert_eq!(left[0].fields.targets, ["new"]);
+        assert!(left[1].fields.targets.contains(&"through_seq=3".to_owned()));
+        assert_eq!(b.verify_audit().await.unwrap().map(|s| s.entries), Ok(2));
+    }
 }

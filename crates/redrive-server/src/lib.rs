@@ -48,6 +48,10 @@ use crate::error::ApiError;
 /// base64-encoded, fits.
 const MAX_REQUEST_BYTES: usize = 400 * 1024 * 1024;
 
+/// Largest request body of the routes that carry no message or event bodies (tokens,
+/// queues and their policies, sessions, dead-letter operations).
+pub const MAX_CONTROL_REQUEST_BYTES: usize = 1024 * 1024;
+
 /// Server settings (the `[server]` section of the config file).
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -148,13 +152,16 @@ pub struct AppState {
 
 /// The whole API as a router, for the server and for socket-less tests.
 pub fn router(state: AppState) -> Router {
+    // Routes that carry no message bodies take small requests; sends, settlements and
+    // publishes take up to the largest batch.
+    let small = DefaultBodyLimit::max(MAX_CONTROL_REQUEST_BYTES);
     Router::new()
-        .merge(api::access::router())
-        .merge(api::queues::router())
+        .merge(api::access::router().layer(small))
+        .merge(api::queues::router().layer(small))
         .merge(api::messages::router())
-        .merge(api::sessions::router())
-        .merge(api::dead_letters::router())
-        .merge(api::ops::router())
+        .merge(api::sessions::router().layer(small))
+        .merge(api::dead_letters::router().layer(small))
+        .merge(api::ops::router().layer(small))
         .merge(api::topics::router())
         // Every routed request is authenticated and checked against `access::ROUTES`.
         .route_layer(axum::middleware::from_fn_with_state(

@@ -744,3 +744,36 @@ async fn token_requests_are_validated_and_secrets_never_listed() {
     assert!(!text.contains(v["sqs_secret_access_key"].as_str().unwrap()));
     s.stop().await;
 }
+
+#[tokio::test]
+async fn control_routes_take_small_bodies_only() {
+    let s = AuthServer::sqlite(on()).await;
+    let big = "x".repeat(redrive_server::MAX_CONTROL_REQUEST_BYTES + 1);
+    let (st, v) = s
+        .admin(
+            Method::POST,
+            "/v1/queues",
+            Some(json!({"name": "q", "pad": big})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE, "{v}");
+    let (st, _) = s.admin(Method::GET, "/v1/queues/q", None).await;
+    assert_eq!(st, 404, "nothing was created");
+    // A message of the same size is fine on the send route.
+    s.admin(
+        Method::POST,
+        "/v1/queues",
+        Some(json!({"name": "q", "policy": {"max_message_size": 4_194_304}})),
+    )
+    .await;
+    let body = "y".repeat(redrive_server::MAX_CONTROL_REQUEST_BYTES + 1);
+    let (st, v) = s
+        .admin(
+            Method::POST,
+            "/v1/queues/q/messages",
+            Some(json!({"body": body})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    s.stop().await;
+}
