@@ -12,6 +12,7 @@
 mod api;
 pub mod error;
 mod wire;
+pub use wire::{body_in, body_out, outgoing};
 
 use std::future::Future;
 use std::sync::Arc;
