@@ -21,6 +21,7 @@ mod guard;
 mod serve;
 mod tls;
 mod wire;
+pub use wire::{body_in, body_out, outgoing};
 
 use std::future::Future;
 use std::path::PathBuf;
