@@ -255,9 +255,22 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
             ));
         }
         reject_duplicate_keys(&bytes)?;
+        reject_non_object(&bytes)?;
         serde_json::from_slice(&bytes)
             .map(ApiJson)
             .map_err(|e| ApiError::new(ErrorCode::MalformedBody, format!("invalid JSON body: {e}")))
+    }
+}
+
+/// Every request body of the native API is a JSON object: serde would also read a struct
+/// from an array of its fields in order (`[null, null]`), which no client means.
+fn reject_non_object(bytes: &[u8]) -> Result<(), ApiError> {
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => Ok(()),
+        _ => Err(ApiError::new(
+            ErrorCode::MalformedBody,
+            "the request body must be a JSON object",
+        )),
     }
 }
 
@@ -372,6 +385,15 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bodies_must_be_json_objects() {
+        assert!(reject_non_object(b" \n{}").is_ok());
+        for bad in [&b"[null, null]"[..], b"1", b"\"x\"", b"null", b"  [{}]"] {
+            let e = reject_non_object(bad).err().map(|e| e.0.code.clone());
+            assert_eq!(e.as_deref(), Some("malformed_body"));
+        }
+    }
 
     #[test]
     fn duplicate_keys_are_refused_at_any_depth_and_after_unescaping() {
