@@ -252,6 +252,8 @@ impl CloudEvent {
 
     /// Parses and validates one structured-mode event from its JSON bytes.
     pub fn from_slice(json: &[u8]) -> Result<CloudEvent, EventError> {
+        // A repeated attribute would be read one way here and another by a subscriber.
+        crate::json::check_unique_keys(json).map_err(|e| EventError::Json(e.to_string()))?;
         let v: Value = serde_json::from_slice(json).map_err(|e| EventError::Json(e.to_string()))?;
         CloudEvent::from_json(v)
     }
@@ -330,14 +332,18 @@ impl CloudEvent {
         let mut ev = CloudEvent::from_json(Value::Object(m))?;
         // Binary-mode extension values arrive as strings; keep them so.
         if !body.is_empty() {
-            ev.data = Some(if is_json_type(content_type.as_deref()) {
-                match serde_json::from_slice(body) {
-                    Ok(v) => Data::Json(v),
-                    Err(_) => Data::Binary(body.to_vec()),
+            ev.data = if is_json_type(content_type.as_deref()) {
+                let parsed = crate::json::check_unique_keys(body)
+                    .and_then(|()| serde_json::from_slice::<Value>(body));
+                match parsed {
+                    // JSON `null` is no data, as `"data": null` is in structured mode.
+                    Ok(Value::Null) => None,
+                    Ok(v) => Some(Data::Json(v)),
+                    Err(_) => Some(Data::Binary(body.to_vec())),
                 }
             } else {
-                Data::Binary(body.to_vec())
-            });
+                Some(Data::Binary(body.to_vec()))
+            };
         }
         Ok(ev)
     }

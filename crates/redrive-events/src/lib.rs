@@ -5,10 +5,12 @@
 //! # Layout
 //! - [`cloudevent`]: the event, its validation, and structured / batch / binary mode.
 //! - [`filter`]: event-type, subject and advanced filters (Event Grid's operators).
+//! - [`json`]: the duplicate-key check every accepted JSON document passes.
 //! - [`retry`]: the outcome of a delivery attempt by HTTP status, and the backoff schedule.
 
 pub mod cloudevent;
 pub mod filter;
+pub mod json;
 pub mod retry;
 
 pub use cloudevent::{CloudEvent, Data, EventError, ExtensionValue};

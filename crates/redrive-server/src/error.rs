@@ -285,76 +285,11 @@ fn caused_by_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// Refuses a JSON document in which an object has the same key twice (after unescaping).
-/// Nesting is bounded by serde_json's recursion limit (128 levels), so the walk cannot
-/// exhaust the stack.
+/// Refuses a JSON document in which an object has the same key twice (after unescaping);
+/// see [`redrive_events::json::check_unique_keys`].
 pub fn reject_duplicate_keys(bytes: &[u8]) -> Result<(), ApiError> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    serde::Deserialize::deserialize(&mut de)
-        .and_then(|UniqueKeys| de.end())
+    redrive_events::json::check_unique_keys(bytes)
         .map_err(|e| ApiError::new(ErrorCode::MalformedBody, format!("invalid JSON body: {e}")))
-}
-
-/// Any JSON value, checked for duplicate keys and otherwise discarded.
-struct UniqueKeys;
-
-impl<'de> serde::Deserialize<'de> for UniqueKeys {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(UniqueKeysVisitor)
-    }
-}
-
-struct UniqueKeysVisitor;
-
-impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
-    type Value = UniqueKeys;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<UniqueKeys, E> {
-        Ok(UniqueKeys)
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<UniqueKeys, E> {
-        Ok(UniqueKeys)
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<UniqueKeys, E> {
-        Ok(UniqueKeys)
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<UniqueKeys, E> {
-        Ok(UniqueKeys)
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<UniqueKeys, E> {
-        Ok(UniqueKeys)
-    }
-
-    fn visit_unit<E>(self) -> Result<UniqueKeys, E> {
-        Ok(UniqueKeys)
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<UniqueKeys, A::Error> {
-        while seq.next_element::<UniqueKeys>()?.is_some() {}
-        Ok(UniqueKeys)
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<UniqueKeys, A::Error> {
-        let mut seen = std::collections::HashSet::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if seen.contains(&key) {
-                return Err(serde::de::Error::custom(format_args!(
-                    "duplicate key `{key}`"
-                )));
-            }
-            map.next_value::<UniqueKeys>()?;
-            seen.insert(key);
-        }
-        Ok(UniqueKeys)
-    }
 }
 
 /// Reads a JSON value as `T`, with the problem document naming what did not fit.

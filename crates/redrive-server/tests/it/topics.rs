@@ -1173,3 +1173,23 @@ async fn push_endpoints_on_private_addresses_are_refused_unless_allowed() {
     assert_problem(&r, 400, "endpoint_forbidden");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn an_event_that_repeats_an_attribute_is_refused_and_nothing_is_stored() {
+    let s = TestServer::start().await;
+    s.topic("t", json!({})).await;
+    let q = s.pull_sub("t", "all", json!({})).await;
+    let batch = br#"[{"specversion":"1.0","id":"a","id":"b","source":"/s","type":"t"}]"#;
+    let (st, v) = s
+        .publish_raw("t", "application/cloudevents-batch+json", batch.to_vec())
+        .await;
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(v["code"], "invalid_event", "{v}");
+    let one = br#"{"specversion":"1.0","id":"a","source":"/s","source":"/x","type":"t"}"#;
+    let (st, v) = s
+        .publish_raw("t", "application/cloudevents+json", one.to_vec())
+        .await;
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(s.counts(&q).await["active"], 0);
+    s.stop().await;
+}
