@@ -112,6 +112,9 @@ fuzz_target!(|data: &[u8]| {
                     }
                 }
                 (Err(_), Err(_)) => {}
+                // The bytes can repeat a key; a parsed value cannot show it, so only the
+                // byte path refuses such a batch.
+                (Err(_), Ok(_)) if redrive_events::json::check_unique_keys(rest).is_err() => {}
                 _ => panic!(
                     "batch_from_slice and batch_from_json disagree: {:?} vs {:?}",
                     batch.as_ref().map(Vec::len),

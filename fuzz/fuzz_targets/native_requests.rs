@@ -72,8 +72,11 @@ fn decode<T: DeserializeOwned>(body: &[u8]) -> Option<T> {
             Some(t)
         }
         Err(e) => {
+            // Stricter than serde: repeated keys and bodies that are not objects.
+            let stricter = redrive_events::json::check_unique_keys(body).is_err()
+                || body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{');
             assert!(
-                body.is_empty() || direct.is_err(),
+                body.is_empty() || direct.is_err() || stricter,
                 "extractor refused what serde accepts"
             );
             assert_malformed(&e);
