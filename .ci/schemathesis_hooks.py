@@ -1,6 +1,14 @@
 """Schemathesis checks of the native API beyond the built-in ones (loaded by .ci/schemathesis)."""
 
+import sys
+
 import schemathesis
+
+# Hypothesis describes recursive strategies (the request bodies' nested JSON) by parsing
+# lambda sources with `ast`; near CPython 3.11's default recursion limit of 1,000 that
+# parse fails with "AST constructor recursion depth mismatch", a runner error rather than
+# a finding. A higher limit leaves room for it.
+sys.setrecursionlimit(20_000)
 
 PROBLEM_JSON = "application/problem+json"
 
