@@ -156,6 +156,7 @@ macro_rules! store_conformance_tests {
             audit_list_filters_pages_and_caps,
             audit_retention_removes_old_entries_and_records_the_pass,
             audit_retention_keeps_a_single_newest_entry,
+            audit_retention_removes_only_a_prefix_of_the_log,
         }
     };
 }

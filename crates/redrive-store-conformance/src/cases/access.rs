@@ -519,3 +519,39 @@ pub async fn audit_retention_keeps_a_single_newest_entry(t: &TestStore) {
     assert_eq!(seqs_of(&log), vec![1]);
     assert_eq!(log[0].fields.action, "token.create");
 }
+
+pub async fn audit_retention_removes_only_a_prefix_of_the_log(t: &TestStore) {
+    // Times need not follow the numbering (nodes' clocks differ): an old entry after a
+    // newer one stays until everything before it may go, so what is left still links.
+    let times = [10, 50, 20, 60, 70];
+    let appended = t
+        .s()
+        .append_audit(
+            &times
+                .iter()
+                .map(|&ms| entry(ms, "tok_a", "message.peek", Some("q")))
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        t.s().prune_audit(at(30), &pruned_fields(80)).await.unwrap(),
+        1
+    );
+    let log = whole_log(t).await;
+    assert_eq!(seqs_of(&log), vec![2, 3, 4, 5, 6]);
+    assert_eq!(log[1].fields.at, at(20));
+    assert!(
+        log[4]
+            .fields
+            .targets
+            .contains(&format!("through_hash={}", appended[0].hash))
+    );
+    verify_log(t).await;
+    assert_eq!(
+        t.s().prune_audit(at(65), &pruned_fields(90)).await.unwrap(),
+        3
+    );
+    assert_eq!(seqs_of(&whole_log(t).await), vec![5, 6, 7]);
+    verify_log(t).await;
+}
