@@ -1,10 +1,9 @@
 //! Topics, subscriptions and publishing: `/v1/topics`, `/v1/topics/{topic}`,
 //! `/v1/topics/{topic}/subscriptions[/{sub}]`, `POST /v1/topics/{topic}/events`.
 
-pub use redrive_events::{Filter, RetryPolicy};
-pub use redrive_store::{
-    DeadLetterDestination, DeliverySpec, EndpointValidation, PushMode, SubscriptionKind,
-    TopicPolicy,
+pub use redrive_events::{
+    DeadLetterDestination, DeliverySpec, EndpointValidation, Filter, PushMode, RetryPolicy,
+    SubscriptionKind, TopicPolicy,
 };
 use std::collections::BTreeMap;
 

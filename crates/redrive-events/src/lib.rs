@@ -7,12 +7,19 @@
 //! - [`filter`]: event-type, subject and advanced filters (Event Grid's operators).
 //! - [`json`]: the duplicate-key check every accepted JSON document passes.
 //! - [`retry`]: the outcome of a delivery attempt by HTTP status, and the backoff schedule.
+//! - [`subscription`]: a topic's policy and what a subscription is (pull or push, delivery,
+//!   dead-letter destination), shared by the wire types and the store.
 
 pub mod cloudevent;
 pub mod filter;
 pub mod json;
 pub mod retry;
+pub mod subscription;
 
 pub use cloudevent::{CloudEvent, Data, EventError, ExtensionValue};
 pub use filter::{AdvancedFilter, Filter, FilterError};
 pub use retry::{AttemptOutcome, GiveUp, RetryPolicy, Verdict};
+pub use subscription::{
+    DeadLetterDestination, DeliverySpec, EndpointValidation, PushMode, SubscriptionKind,
+    TopicPolicy,
+};
