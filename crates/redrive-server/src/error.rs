@@ -223,8 +223,7 @@ pub fn problem_response(p: &Problem) -> Response {
 
 /// A JSON body whose every rejection is a problem document. The media type is checked by
 /// the native API's guard (a body must be `application/json`); here the body is read
-/// (a stalled read is a 408), checked for duplicate object keys (which serde would accept,
-/// keeping the last), then read as `T`.
+/// (a stalled read is a 408), then parsed as `T` by [`read_body`].
 pub struct ApiJson<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
@@ -248,18 +247,23 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
                     )
                 }
             })?;
-        if bytes.is_empty() {
-            return Err(ApiError::new(
-                ErrorCode::MalformedBody,
-                "the request body is empty; a JSON document is expected",
-            ));
-        }
-        reject_duplicate_keys(&bytes)?;
-        reject_non_object(&bytes)?;
-        serde_json::from_slice(&bytes)
-            .map(ApiJson)
-            .map_err(|e| ApiError::new(ErrorCode::MalformedBody, format!("invalid JSON body: {e}")))
+        read_body(&bytes).map(ApiJson)
     }
+}
+
+/// Reads a request body as `T` in one pass that also refuses an object with the same key
+/// twice (after unescaping), which serde would accept, keeping the last (see
+/// [`redrive_events::json::from_slice`]). The body must be a JSON object.
+pub fn read_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::MalformedBody,
+            "the request body is empty; a JSON document is expected",
+        ));
+    }
+    reject_non_object(bytes)?;
+    redrive_events::json::from_slice(bytes)
+        .map_err(|e| ApiError::new(ErrorCode::MalformedBody, format!("invalid JSON body: {e}")))
 }
 
 /// Every request body of the native API is a JSON object: serde would also read a struct
@@ -283,13 +287,6 @@ fn caused_by_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
         cur = err.source();
     }
     false
-}
-
-/// Refuses a JSON document in which an object has the same key twice (after unescaping);
-/// see [`redrive_events::json::check_unique_keys`].
-pub fn reject_duplicate_keys(bytes: &[u8]) -> Result<(), ApiError> {
-    redrive_events::json::check_unique_keys(bytes)
-        .map_err(|e| ApiError::new(ErrorCode::MalformedBody, format!("invalid JSON body: {e}")))
 }
 
 /// Reads a JSON value as `T`, with the problem document naming what did not fit.
@@ -324,6 +321,10 @@ mod tests {
     #[test]
     fn bodies_must_be_json_objects() {
         assert!(reject_non_object(b" \n{}").is_ok());
+        let e = read_body::<serde_json::Value>(b"")
+            .err()
+            .map(|e| e.0.code.clone());
+        assert_eq!(e.as_deref(), Some("malformed_body"));
         for bad in [&b"[null, null]"[..], b"1", b"\"x\"", b"null", b"  [{}]"] {
             let e = reject_non_object(bad).err().map(|e| e.0.code.clone());
             assert_eq!(e.as_deref(), Some("malformed_body"));
@@ -332,17 +333,25 @@ mod tests {
 
     #[test]
     fn duplicate_keys_are_refused_at_any_depth_and_after_unescaping() {
-        assert!(reject_duplicate_keys(br#"{"a":1,"b":[{"a":2}],"c":{"a":3}}"#).is_ok());
+        let read = |b: &[u8]| read_body::<serde_json::Value>(b);
+        assert!(read(br#"{"a":1,"b":[{"a":2}],"c":{"a":3}}"#).is_ok());
         for bad in [
             &br#"{"a":1,"a":2}"#[..],
             br#"{"x":[{"k":1,"k":1}]}"#,
             br#"{"a":1,"\u0061":2}"#,
         ] {
-            let e = reject_duplicate_keys(bad).err().map(|e| e.0.code.clone());
+            let e = read(bad).err().map(|e| e.0.code.clone());
             assert_eq!(e.as_deref(), Some("malformed_body"));
         }
-        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
-        assert!(reject_duplicate_keys(deep.as_bytes()).is_err());
+        // A typed body: also inside what the type ignores.
+        let e = read_body::<redrive_api::message::ReceiveRequest>(
+            br#"{"max_messages":1,"max_messages":2}"#,
+        );
+        let detail = e.err().and_then(|e| e.0.detail.clone()).unwrap_or_default();
+        assert!(detail.contains("duplicate key `max_messages`"), "{detail}");
+        let deep = format!("{{\"a\":{}{}}}", "[".repeat(10_000), "]".repeat(10_000));
+        let e = read(deep.as_bytes()).err().map(|e| e.0.code.clone());
+        assert_eq!(e.as_deref(), Some("malformed_body"));
     }
 
     #[test]
