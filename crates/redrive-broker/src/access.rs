@@ -35,6 +35,8 @@ pub const TOKEN_LEN: usize = TOKEN_PREFIX.len() + 64;
 pub const MAX_TOKEN_NAME: usize = 64;
 /// Most grants on one token.
 pub const MAX_GRANTS: usize = 64;
+/// Longest filter value (actor, entity, action) of an audit query.
+pub const MAX_AUDIT_FILTER_LEN: usize = 260;
 /// Default retention of audit entries.
 pub const DEFAULT_AUDIT_RETENTION_DAYS: u32 = 400;
 
@@ -581,13 +583,26 @@ impl Broker {
         result
     }
 
-    /// A page of the audit log.
+    /// A page of the audit log: at most `limit` (1 to [`MAX_AUDIT_PAGE`]) entries, each
+    /// filter value at most [`MAX_AUDIT_FILTER_LEN`] bytes.
     pub async fn list_audit(&self, query: &AuditQuery) -> BrokerResult<Vec<AuditEntry>> {
-        if query.limit > MAX_AUDIT_PAGE {
+        if query.limit == 0 || query.limit > MAX_AUDIT_PAGE {
             return Err(BrokerError::invalid(
                 "limit",
                 format!("must be between 1 and {MAX_AUDIT_PAGE}"),
             ));
+        }
+        for (field, v) in [
+            ("actor", &query.actor_id),
+            ("entity", &query.entity),
+            ("action", &query.action),
+        ] {
+            if v.as_ref().is_some_and(|v| v.len() > MAX_AUDIT_FILTER_LEN) {
+                return Err(BrokerError::invalid(
+                    field,
+                    format!("must be at most {MAX_AUDIT_FILTER_LEN} characters"),
+                ));
+            }
         }
         Ok(self.inner.store.list_audit(query).await?)
     }

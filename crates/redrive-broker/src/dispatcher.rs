@@ -460,7 +460,10 @@ fn collect(
 /// dead-lettered for a subscription whose destination is a topic are then forwarded.
 async fn settle(broker: &Broker, sub: &SubscriptionRecord, settlements: Vec<Settlement>) {
     let queue = sub.queue.as_str();
-    match broker.settle(queue, settlements).await {
+    match broker
+        .settle_items(queue, settlements, crate::LockBounds::Native)
+        .await
+    {
         Ok(out) => {
             let mut dead_lettered = Vec::new();
             for r in out.results {

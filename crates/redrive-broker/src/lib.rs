@@ -1,6 +1,7 @@
 //! redrive's service layer. Every interface (the native HTTP API, the CLI through it, the
 //! SQS endpoint, and later push delivery) calls these operations; none talks to the
-//! store directly, so the queue rules cannot drift between interfaces.
+//! store directly (they do not depend on `redrive-store`), so the queue rules cannot
+//! drift between interfaces. They speak to it in the records of [`model`].
 //!
 //! The broker validates input into core types, fills defaults (ids, expiry), calls one
 //! store operation, wakes long polls, and turns the store's reported effects into metrics
@@ -8,7 +9,7 @@
 //!
 //! # Layout
 //! - [`queues`](Broker::create_queue): queue management.
-//! - `messages`: send, receive with long polling, peek, settle.
+//! - `messages`: send, receive with long polling, peek, settle ([`Settle`]).
 //! - `sessions`: session locks.
 //! - `access`: tokens, authentication, authorization, rate limits, revocation and the
 //!   audit log; audited operations take an [`Actor`].
@@ -20,6 +21,8 @@
 //! - `forward`: copies of push dead letters into a dead-letter topic.
 //! - `push_stats`: per-subscription delivery counters and the latency histogram.
 //! - `metrics`: counters and the Prometheus rendering.
+//! - `health`: whether the store answers, for `/healthz`.
+//! - [`model`]: the records and errors operations take and answer.
 
 mod access;
 mod clock;
@@ -27,30 +30,35 @@ mod dead_letters;
 mod dispatcher;
 mod error;
 mod forward;
+mod health;
 mod messages;
 mod metrics;
+pub mod model;
 mod mover;
 mod push_stats;
 mod queues;
 mod relay;
 mod sessions;
 mod sweeper;
+#[cfg(test)]
+mod tests;
 mod topics;
 mod waiters;
 
 use std::sync::Arc;
 
 pub use access::{
-    AccessSettings, Actor, CreatedToken, DEFAULT_AUDIT_RETENTION_DAYS, MAX_GRANTS, RevocationWatch,
-    TOKEN_PREFIX, TokenSpec, looks_like_token, secret_hash,
+    AccessSettings, Actor, CreatedToken, DEFAULT_AUDIT_RETENTION_DAYS, MAX_AUDIT_FILTER_LEN,
+    MAX_GRANTS, RevocationWatch, TOKEN_PREFIX, TokenSpec, looks_like_token, secret_hash,
 };
 pub use clock::SystemClock;
 pub use dead_letters::DeadLetterFilter;
 pub use dispatcher::Dispatcher;
 pub use error::{BrokerError, BrokerResult};
+pub use health::StoreHealth;
 pub use messages::{
     LockBounds, MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_SQS_LOCK_MS, MAX_WAIT_MS, Outgoing,
-    ReceiveOptions,
+    ReceiveOptions, Settle,
 };
 pub use mover::{AUTHORIZATION_REVOKED, MAX_MOVE_RATE, MoveError, MoveSpec, MoveStatus, MoveTask};
 pub use push_stats::{LATENCY_BUCKETS_S, PushCounters};
@@ -166,11 +174,6 @@ impl Broker {
             network: self.inner.push_network.clone(),
             ..redrive_push::DeliverySettings::default()
         }
-    }
-
-    /// The store (for health checks).
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.inner.store
     }
 
     /// This process's id among those sharing the store.

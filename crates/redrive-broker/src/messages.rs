@@ -3,10 +3,10 @@
 
 use std::pin::pin;
 
-use redrive_core::{EntityName, Properties, PropertyValue, Timestamp, id, policy};
+use redrive_core::{EntityName, Properties, PropertyValue, QueuePolicy, Timestamp, id, policy};
 use redrive_store::{
-    Delivery, Enqueued, NewMessage, ReceiveParams, SessionRef, SettleAction, SettleOutcome,
-    Settlement, StoredMessage,
+    Delivery, Enqueued, NewMessage, QueueRecord, ReceiveParams, SessionRef, SettleAction,
+    SettleOutcome, Settled, Settlement, StoredMessage,
 };
 
 use tokio_util::sync::CancellationToken;
@@ -81,6 +81,56 @@ pub struct ReceiveOptions {
     /// Fires when the caller's authority ends (its token revoked: see
     /// [`Broker::revocation_guard`]); a long poll then ends with `TokenRevoked`.
     pub until_revoked: Option<CancellationToken>,
+}
+
+/// What to do with a delivery, as an interface asks it (with the delivery's lock token).
+/// Every interface settles through [`Broker::settle`] with these, so the defaults and
+/// bounds of a settlement are the broker's alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settle {
+    /// Done: the message is removed.
+    Complete,
+    /// Released: visible again after `delay_ms`, or after the queue's backoff when absent.
+    Abandon {
+        /// Delay overriding the backoff (at most 7 days).
+        delay_ms: Option<u64>,
+    },
+    /// Set aside: receivable by sequence number only.
+    Defer,
+    /// To the dead-letter store (or the queue's dead-letter queue).
+    DeadLetter {
+        /// Reason code (1 to 256 characters).
+        reason: String,
+        /// Description (at most 4096 characters).
+        description: Option<String>,
+    },
+    /// The lock extended from now by `lock_ms`, or by the queue's lock duration when
+    /// absent.
+    Renew {
+        /// New lock duration from now.
+        lock_ms: Option<u64>,
+    },
+}
+
+impl Settle {
+    /// The store's action, with a renewal's duration filled in.
+    fn action(self, default_lock_ms: u64) -> SettleAction {
+        match self {
+            Settle::Complete => SettleAction::Complete,
+            Settle::Abandon { delay_ms } => SettleAction::Abandon { delay_ms },
+            Settle::Defer => SettleAction::Defer,
+            Settle::DeadLetter {
+                reason,
+                description,
+            } => SettleAction::DeadLetter {
+                reason,
+                description,
+            },
+            Settle::Renew { lock_ms } => SettleAction::Renew {
+                lock_ms: lock_ms.unwrap_or(default_lock_ms),
+            },
+        }
+    }
 }
 
 /// The bytes a reserved property encoding may take on a queue whose limit is `limit`:
@@ -177,6 +227,16 @@ fn check_message(queue: &EntityName, m: &Outgoing, limit: u32) -> BrokerResult<u
     Ok(size)
 }
 
+fn check_batch_len(messages: &[Outgoing]) -> BrokerResult<()> {
+    if messages.len() > MAX_SEND_BATCH {
+        return Err(BrokerError::invalid(
+            "messages",
+            format!("a batch holds at most {MAX_SEND_BATCH} messages"),
+        ));
+    }
+    Ok(())
+}
+
 fn check_id(field: &str, v: &Option<String>) -> BrokerResult<()> {
     if let Some(s) = v
         && (s.is_empty() || s.len() > MAX_ID_LEN)
@@ -267,13 +327,44 @@ impl Broker {
                 "a batch needs at least one message",
             ));
         }
-        if messages.len() > MAX_SEND_BATCH {
-            return Err(BrokerError::invalid(
-                "messages",
-                format!("a batch holds at most {MAX_SEND_BATCH} messages"),
-            ));
-        }
+        check_batch_len(&messages)?;
         let record = self.inner.store.get_queue(&name).await?;
+        self.send_checked(name, &record, messages).await
+    }
+
+    /// Sends the messages an interface builds from the queue's policy: `build` gets the
+    /// stored policy (the SQS endpoint reads its delay, deduplication and size attributes
+    /// there) and returns the messages with whatever the interface keeps for its answer.
+    /// One read of the queue serves `build` and the send's own checks. A `build` that
+    /// returns no message sends nothing (each of a batch's entries was refused).
+    pub async fn send_built<T, E: From<BrokerError>>(
+        &self,
+        queue: &str,
+        build: impl FnOnce(&QueuePolicy) -> Result<(Vec<Outgoing>, T), E>,
+    ) -> Result<(Vec<Enqueued>, T), E> {
+        let name: EntityName = queue.parse().map_err(BrokerError::from)?;
+        let record = self
+            .inner
+            .store
+            .get_queue(&name)
+            .await
+            .map_err(BrokerError::from)?;
+        let (messages, kept) = build(&record.policy)?;
+        if messages.is_empty() {
+            return Ok((Vec::new(), kept));
+        }
+        check_batch_len(&messages)?;
+        Ok((self.send_checked(name, &record, messages).await?, kept))
+    }
+
+    /// Checks every message against the queue's rules, fills ids and expiries, and stores
+    /// the batch.
+    async fn send_checked(
+        &self,
+        name: EntityName,
+        record: &QueueRecord,
+        messages: Vec<Outgoing>,
+    ) -> BrokerResult<Vec<Enqueued>> {
         let policy = &record.policy;
         let now = self.now();
         let mut batch = Vec::with_capacity(messages.len());
@@ -511,7 +602,7 @@ impl Broker {
                         action: SettleAction::Complete,
                     })
                     .collect();
-                let out = self.settle(queue, items).await?;
+                let out = self.settle_items(queue, items, LockBounds::Native).await?;
                 removed += out.results.iter().filter(|r| r.is_ok()).count() as u64;
             }
         }
@@ -546,8 +637,14 @@ impl Broker {
         Ok(())
     }
 
-    /// Settles deliveries, each on its own: a lost lock fails only its item.
-    pub async fn settle(&self, queue: &str, items: Vec<Settlement>) -> BrokerResult<SettleOutcome> {
+    /// Settles deliveries, each given by its lock token, each on its own: a lost lock
+    /// fails only its item. Answers one result per item, in order. A renewal without a
+    /// duration takes the queue's lock duration.
+    pub async fn settle(
+        &self,
+        queue: &str,
+        items: Vec<(String, Settle)>,
+    ) -> BrokerResult<Vec<BrokerResult<Settled>>> {
         self.settle_with(queue, items, LockBounds::Native).await
     }
 
@@ -557,6 +654,56 @@ impl Broker {
     /// delivery was counted when it was received), and at the max delivery count it is
     /// dead-lettered as any released message.
     pub async fn settle_with(
+        &self,
+        queue: &str,
+        items: Vec<(String, Settle)>,
+        bounds: LockBounds,
+    ) -> BrokerResult<Vec<BrokerResult<Settled>>> {
+        let needs_default = items
+            .iter()
+            .any(|(_, s)| *s == Settle::Renew { lock_ms: None });
+        let default_lock_ms = if needs_default {
+            let name: EntityName = queue.parse()?;
+            self.lock_ms_within(&name, None, bounds).await?
+        } else {
+            0
+        };
+        let items = items
+            .into_iter()
+            .map(|(lock_token, s)| Settlement {
+                lock_token,
+                action: s.action(default_lock_ms),
+            })
+            .collect();
+        let outcome = self.settle_items(queue, items, bounds).await?;
+        Ok(outcome
+            .results
+            .into_iter()
+            .map(|r| r.map_err(BrokerError::from))
+            .collect())
+    }
+
+    /// One settlement: [`Broker::settle_with`] with its item's refusal as the error.
+    pub async fn settle_one(
+        &self,
+        queue: &str,
+        lock_token: String,
+        action: Settle,
+        bounds: LockBounds,
+    ) -> BrokerResult<Settled> {
+        let mut results = self
+            .settle_with(queue, vec![(lock_token, action)], bounds)
+            .await?;
+        results.pop().unwrap_or_else(|| {
+            Err(redrive_store::StoreError::backend(std::io::Error::other(
+                "the store answered a settlement without its result",
+            ))
+            .into())
+        })
+    }
+
+    /// Settles the store's settlements (the broker's own workers settle with these).
+    pub(crate) async fn settle_items(
         &self,
         queue: &str,
         mut items: Vec<Settlement>,

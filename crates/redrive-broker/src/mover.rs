@@ -22,7 +22,7 @@ use redrive_core::{PropertyValue, Timestamp};
 use redrive_store::{Delivery, SettleAction, Settlement, StoredMessage};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Actor, Broker, BrokerError, Outgoing, ReceiveOptions};
+use crate::{Actor, Broker, BrokerError, LockBounds, Outgoing, ReceiveOptions, Settle};
 
 /// Highest move rate a task may ask for (messages per second).
 pub const MAX_MOVE_RATE: u32 = 500;
@@ -399,7 +399,10 @@ impl Broker {
                             action: SettleAction::Abandon { delay_ms: Some(0) },
                         })
                         .collect();
-                    if let Err(e) = self.settle(&spec.source, release).await {
+                    if let Err(e) = self
+                        .settle_items(&spec.source, release, LockBounds::Native)
+                        .await
+                    {
                         tracing::warn!(handle, error = %e, "releasing unmoved messages failed");
                     }
                     return Err(reason);
@@ -444,16 +447,10 @@ impl Broker {
                 .map_err(|e| format!("sending message {} to {dest}: {e}", m.message_id))?;
         }
         let done = self
-            .settle(
-                &spec.source,
-                vec![Settlement {
-                    lock_token: d.lock_token.clone(),
-                    action: SettleAction::Complete,
-                }],
-            )
+            .settle(&spec.source, vec![(d.lock_token.clone(), Settle::Complete)])
             .await
             .map_err(|e| format!("completing message {}: {e}", m.message_id))?;
-        if let Some(Err(e)) = done.results.first() {
+        if let Some(Err(e)) = done.first() {
             // The lock ran out: the message stays on the source and may be moved again.
             tracing::warn!(message_id = %m.message_id, error = %e,
                 "moved message could not be completed on the source");
@@ -668,10 +665,7 @@ mod tests {
                 .unwrap();
             b.settle(
                 q,
-                vec![Settlement {
-                    lock_token: d[0].lock_token.clone(),
-                    action: SettleAction::Abandon { delay_ms: None },
-                }],
+                vec![(d[0].lock_token.clone(), Settle::Abandon { delay_ms: None })],
             )
             .await
             .unwrap();

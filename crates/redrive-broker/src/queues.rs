@@ -1,9 +1,12 @@
 //! Queue management.
 
 use redrive_core::{EntityName, QueuePolicy};
-use redrive_store::{QueueCounts, QueueRecord};
+use redrive_store::{QueueCounts, QueueRecord, StoreError};
 
 use crate::{Actor, Broker, BrokerError, BrokerResult};
+
+/// How many times [`Broker::change_queue_policy`] makes a change that raced another.
+const POLICY_CHANGE_ATTEMPTS: u32 = 3;
 
 /// A queue with its live counts.
 #[derive(Debug, Clone)]
@@ -63,6 +66,56 @@ impl Broker {
         // A shorter backoff or a new policy may make messages receivable sooner.
         self.inner.waiters.wake(name.as_str());
         Ok(rec)
+    }
+
+    /// Changes a queue's policy from the stored one: `change` gets the current policy and
+    /// answers the new one (an interface's merge patch, or its attributes mapped onto the
+    /// policy), which is then stored as [`Broker::update_queue`] stores it. The update is
+    /// conditional on the version `change` saw, or on `expected_version` when the caller
+    /// gives one; without it, an update that raced another is made again from the newer
+    /// policy (a few times), so that neither change is lost. A refusal of `change` is
+    /// answered as it is, and nothing is stored.
+    pub async fn change_queue_policy<E: From<BrokerError>>(
+        &self,
+        name: &str,
+        expected_version: Option<u64>,
+        actor: &Actor,
+        mut change: impl FnMut(&QueuePolicy) -> Result<QueuePolicy, E>,
+    ) -> Result<QueueRecord, E> {
+        let entity: EntityName = name.parse().map_err(BrokerError::from)?;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let current = self
+                .inner
+                .store
+                .get_queue(&entity)
+                .await
+                .map_err(BrokerError::from)?;
+            let policy = change(&current.policy)?;
+            let expected = expected_version.or(Some(current.policy_version));
+            match self.update_queue(name, policy, expected, actor).await {
+                Err(BrokerError::Store(StoreError::VersionConflict { .. }))
+                    if expected_version.is_none() && attempts < POLICY_CHANGE_ATTEMPTS => {}
+                other => return other.map_err(E::from),
+            }
+        }
+    }
+
+    /// The queues whose policy names `queue` as their dead-letter queue, by name.
+    /// `QueueNotFound` when `queue` does not exist.
+    pub async fn dead_letter_sources(&self, queue: &str) -> BrokerResult<Vec<EntityName>> {
+        let name: EntityName = queue.parse()?;
+        self.inner.store.get_queue(&name).await?;
+        Ok(self
+            .inner
+            .store
+            .list_queues()
+            .await?
+            .into_iter()
+            .filter(|r| r.policy.dead_letter_queue.as_ref() == Some(&name))
+            .map(|r| r.name)
+            .collect())
     }
 
     /// A subscription's queue (`<topic>.<subscription>`) is managed with its subscription:

@@ -217,9 +217,12 @@ mod tests {
         // Nothing is old enough yet.
         sweeper.tick().await.unwrap();
         let all = |b: Broker| async move {
-            b.list_audit(&redrive_store::AuditQuery::default())
-                .await
-                .unwrap()
+            b.list_audit(&redrive_store::AuditQuery {
+                limit: redrive_store::MAX_AUDIT_PAGE,
+                ..redrive_store::AuditQuery::default()
+            })
+            .await
+            .unwrap()
         };
         assert_eq!(all(b.clone()).await.len(), 3);
         clock.advance(Duration::from_secs(2 * 86_400));

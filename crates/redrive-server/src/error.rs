@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use redrive_api::problem::PROBLEM_JSON;
 use redrive_api::{ErrorCode, Problem};
 use redrive_broker::BrokerError;
-use redrive_store::StoreError;
+use redrive_broker::model::StoreError;
 use serde::de::DeserializeOwned;
 
 /// An error response.

@@ -6,7 +6,7 @@
 //!
 //! # Layout
 //! - [`error`]: the RFC 9457 error type and the extractors.
-//! - `wire`: conversions between wire types and broker/store types.
+//! - `wire`: conversions between wire types and the broker's types.
 //! - [`access`]: the permission table of every route and the middleware that
 //!   authenticates requests and checks them against it.
 //! - `api/`: one file per resource, each with its `router()`.
@@ -32,8 +32,6 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use redrive_api::ErrorCode;
 use redrive_broker::{Broker, Dispatcher, RevocationWatch, Sweeper, WakeupRelay};
-use redrive_core::Clock;
-use redrive_store::Store;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -180,24 +178,17 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serves the API on `listener` until `shutdown` completes, then stops gracefully: stops
-/// accepting, ends long polls, lets in-flight requests finish (bounded by
-/// `shutdown_timeout_ms`), stops background work. The caller closes the store afterwards.
+/// Serves the API of `broker` on `listener` until `shutdown` completes, then stops
+/// gracefully: stops accepting, ends long polls, lets in-flight requests finish (bounded
+/// by `shutdown_timeout_ms`), stops background work. The caller closes the store
+/// afterwards.
 pub async fn run(
     settings: Settings,
-    store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
+    broker: Broker,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    run_with(
-        settings,
-        Broker::new(store, clock),
-        listener,
-        Vec::new(),
-        shutdown,
-    )
-    .await
+    run_with(settings, broker, listener, Vec::new(), shutdown).await
 }
 
 /// [`run`] over a broker the caller made, also serving each extra router on its own

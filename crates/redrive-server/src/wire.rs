@@ -1,4 +1,4 @@
-//! Conversions between the API's wire types and the broker's and store's types.
+//! Conversions between the API's wire types and the broker's types.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -6,9 +6,9 @@ use redrive_api::ErrorCode;
 use redrive_api::dead_letter::DeadLetter;
 use redrive_api::message::{BodyEncoding, Message, SendMessage};
 use redrive_api::queue::{QueueCounts, QueueInfo};
+use redrive_broker::model::{DeadLetterRecord, StoredMessage};
 use redrive_broker::{Outgoing, QueueView};
 use redrive_core::{MessageState, Properties, PropertyValue, Timestamp};
-use redrive_store::{DeadLetterRecord, StoredMessage};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;

@@ -1,10 +1,11 @@
 //! Queue attributes: `GetQueueAttributes`, `SetQueueAttributes`, and the mapping between
 //! SQS attributes and the native policy (with its `sqs` section).
 
+use redrive_broker::BrokerError;
 use redrive_broker::QueueView;
+use redrive_broker::model::QueueRecord;
 use redrive_core::policy::MAX_DELIVERY_COUNT_LIMIT;
 use redrive_core::{EntityName, QueuePolicy, SqsAttributes, sqs};
-use redrive_store::QueueRecord;
 use serde_json::{Map, Value, json};
 
 use crate::error::{ErrorKind, SqsError, SqsResult};
@@ -488,29 +489,49 @@ pub(crate) async fn set(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Valu
     if attrs.is_empty() {
         return Err(SqsError::missing("Attributes"));
     }
-    let record = ctx.broker().queue_record(&queue).await?;
-    let mut policy = record.policy.clone();
-    if attrs.iter().any(|(k, _)| k == "FifoQueue") {
-        return Err(SqsError::new(
-            ErrorKind::InvalidAttributeName,
-            "FifoQueue can be set only when the queue is created.",
-        ));
-    }
-    apply_all(&mut policy, &queue, &attrs)?;
-    update(ctx, &queue, policy).await?;
+    change_policy(ctx, &queue, |current| {
+        if attrs.iter().any(|(k, _)| k == "FifoQueue") {
+            return Err(SqsError::new(
+                ErrorKind::InvalidAttributeName,
+                "FifoQueue can be set only when the queue is created.",
+            ));
+        }
+        let mut policy = current.clone();
+        apply_all(&mut policy, &queue, &attrs)?;
+        Ok(policy)
+    })
+    .await?;
     Ok(json!({}))
 }
 
-/// Stores a changed policy, mapping a missing dead-letter target to SQS's wording.
-pub(crate) async fn update(ctx: &Ctx, queue: &str, policy: QueuePolicy) -> SqsResult<()> {
-    match ctx
-        .broker()
-        .update_queue(queue, policy, None, &ctx.actor)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) => Err(redrive_error(e)),
+/// Why a policy change was refused: by the action's own checks, or by the broker.
+enum Refused {
+    Sqs(SqsError),
+    Broker(BrokerError),
+}
+
+impl From<BrokerError> for Refused {
+    fn from(e: BrokerError) -> Self {
+        Refused::Broker(e)
     }
+}
+
+/// Changes a queue's policy from its current one through the broker
+/// ([`redrive_broker::Broker::change_queue_policy`]), mapping a missing dead-letter target
+/// to SQS's wording.
+pub(crate) async fn change_policy(
+    ctx: &Ctx,
+    queue: &str,
+    mut change: impl FnMut(&QueuePolicy) -> SqsResult<QueuePolicy>,
+) -> SqsResult<()> {
+    ctx.broker()
+        .change_queue_policy(queue, None, &ctx.actor, |p| change(p).map_err(Refused::Sqs))
+        .await
+        .map(|_| ())
+        .map_err(|e| match e {
+            Refused::Sqs(e) => e,
+            Refused::Broker(e) => redrive_error(e),
+        })
 }
 
 /// A broker refusal of a policy whose dead-letter queue is missing becomes SQS's

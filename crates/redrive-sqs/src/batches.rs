@@ -4,8 +4,7 @@
 
 use std::collections::HashSet;
 
-use redrive_broker::LockBounds;
-use redrive_store::{SettleAction, Settlement};
+use redrive_broker::{LockBounds, Settle};
 use serde_json::{Map, Value, json};
 
 use crate::error::{ErrorKind, SqsError, SqsResult};
@@ -81,39 +80,42 @@ fn answer(successful: Vec<Value>, failed: Vec<Value>) -> Value {
 pub(crate) async fn send(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Value> {
     let queue = queue_from_input(input)?;
     let list = entries(input)?;
-    let record = ctx.broker().queue_record(&queue).await?;
-    let mut ok = Vec::new();
-    let mut bad = Vec::new();
-    let mut total = 0usize;
-    for (id, e) in &list {
-        match prepare(ctx, &queue, &record.policy, e) {
-            Ok(p) => {
-                total += p.size;
-                ok.push((id.clone(), p));
+    // The entries that pass their checks against the queue's policy are sent together.
+    let (sent, (ok, bad)) = ctx
+        .broker()
+        .send_built(&queue, |policy| {
+            let mut ok = Vec::new();
+            let mut bad = Vec::new();
+            let mut outgoing = Vec::new();
+            let mut total = 0usize;
+            for (id, e) in &list {
+                match prepare(ctx, &queue, policy, e) {
+                    Ok(mut p) => {
+                        total += p.size;
+                        outgoing.push(std::mem::take(&mut p.outgoing));
+                        ok.push((id.clone(), p));
+                    }
+                    Err(err) => bad.push(failed(id, &err)),
+                }
             }
-            Err(err) => bad.push(failed(id, &err)),
-        }
-    }
-    if total > record.policy.max_message_size as usize {
-        return Err(SqsError::new(
-            ErrorKind::BatchRequestTooLong,
-            format!(
-                "Batch requests cannot be longer than {} bytes. You have sent {total} bytes.",
-                record.policy.max_message_size
-            ),
-        ));
-    }
+            if total > policy.max_message_size as usize {
+                return Err(SqsError::new(
+                    ErrorKind::BatchRequestTooLong,
+                    format!(
+                        "Batch requests cannot be longer than {} bytes. You have sent {total} \
+                         bytes.",
+                        policy.max_message_size
+                    ),
+                ));
+            }
+            Ok((outgoing, (ok, bad)))
+        })
+        .await?;
     let mut successful = Vec::with_capacity(ok.len());
-    if !ok.is_empty() {
-        let sent = ctx
-            .broker()
-            .send(&queue, ok.iter().map(|(_, p)| p.outgoing.clone()).collect())
-            .await?;
-        for ((id, p), e) in ok.iter().zip(sent) {
-            let mut fields = sent_fields(p, &e);
-            fields.insert("Id".to_owned(), Value::String(id.clone()));
-            successful.push(Value::Object(fields));
-        }
+    for ((id, p), e) in ok.iter().zip(sent) {
+        let mut fields = sent_fields(p, &e);
+        fields.insert("Id".to_owned(), Value::String(id.clone()));
+        successful.push(Value::Object(fields));
     }
     Ok(answer(successful, bad))
 }
@@ -139,13 +141,13 @@ async fn settle_batch(ctx: &Ctx, input: &Map<String, Value>, delete: bool) -> Sq
         let checked = req_str(e, "ReceiptHandle").and_then(|h| {
             let lock_token = receipts::lock_token(h, &queue)?;
             let action = if delete {
-                SettleAction::Complete
+                Settle::Complete
             } else {
-                SettleAction::Renew {
-                    lock_ms: visibility_ms(e)?,
+                Settle::Renew {
+                    lock_ms: Some(visibility_ms(e)?),
                 }
             };
-            Ok(Settlement { lock_token, action })
+            Ok((lock_token, action))
         });
         match checked {
             Ok(s) => {
@@ -161,7 +163,7 @@ async fn settle_batch(ctx: &Ctx, input: &Map<String, Value>, delete: bool) -> Sq
             .broker()
             .settle_with(&queue, items, LockBounds::Sqs)
             .await?;
-        for (id, r) in ids.into_iter().zip(out.results) {
+        for (id, r) in ids.into_iter().zip(out) {
             match r.err().and_then(|e| settle_refusal(e, delete)) {
                 None => successful.push(json!({ "Id": id })),
                 Some(err) => bad.push(failed(&id, &err)),

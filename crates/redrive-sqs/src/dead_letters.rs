@@ -3,8 +3,8 @@
 //! `ListMessageMoveTasks`, `CancelMessageMoveTask`) over the broker's mover. Tasks live in
 //! the broker process that started them: they are not stored and end at shutdown.
 
+use redrive_broker::model::StoreError;
 use redrive_broker::{BrokerError, MAX_MOVE_RATE, MoveError, MoveSpec, MoveTask};
-use redrive_store::StoreError;
 use serde_json::{Map, Value, json};
 
 use crate::attributes::name_from_arn;
@@ -28,17 +28,6 @@ fn arn_param(param: &str, arn: &str) -> SqsResult<String> {
     name_from_arn(arn)
         .map(str::to_owned)
         .ok_or_else(|| SqsError::invalid_param(param, arn, "It must be an Amazon SQS queue ARN."))
-}
-
-/// Whether some queue's redrive policy names `queue` as its dead-letter queue.
-async fn is_dead_letter_queue(ctx: &Ctx, queue: &str) -> SqsResult<bool> {
-    Ok(ctx.broker().list_queues().await?.iter().any(|v| {
-        v.record
-            .policy
-            .dead_letter_queue
-            .as_ref()
-            .is_some_and(|d| d.as_str() == queue)
-    }))
 }
 
 fn move_error(e: MoveError) -> SqsError {
@@ -82,14 +71,14 @@ pub(crate) async fn start_move(ctx: &Ctx, input: &Map<String, Value>) -> SqsResu
             ));
         }
     };
-    match ctx.broker().queue_record(&source).await {
-        Ok(_) => {}
+    let sources = match ctx.broker().dead_letter_sources(&source).await {
+        Ok(sources) => sources,
         Err(BrokerError::Store(StoreError::QueueNotFound { .. })) => {
             return Err(not_found(&format!("queue {source_arn}")));
         }
         Err(e) => return Err(e.into()),
-    }
-    if !is_dead_letter_queue(ctx, &source).await? {
+    };
+    if sources.is_empty() {
         return Err(SqsError::new(
             ErrorKind::InvalidParameterValue,
             format!(
@@ -203,20 +192,12 @@ pub(crate) async fn cancel_move(ctx: &Ctx, input: &Map<String, Value>) -> SqsRes
 pub(crate) async fn list_sources(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Value> {
     let queue = queue_from_input(input)?;
     let (max, after) = page_params(input)?;
-    ctx.broker().queue_record(&queue).await?;
     let names: Vec<String> = ctx
         .broker()
-        .list_queues()
+        .dead_letter_sources(&queue)
         .await?
         .into_iter()
-        .filter(|v| {
-            v.record
-                .policy
-                .dead_letter_queue
-                .as_ref()
-                .is_some_and(|d| d.as_str() == queue)
-        })
-        .map(|v| v.record.name.to_string())
+        .map(|n| n.to_string())
         .collect();
     let (urls, next) = page(ctx, names, max, after.as_deref());
     let mut out = Map::new();

@@ -4,7 +4,7 @@
 //! whether the sender is at fault; and the mapping of broker errors onto them.
 
 use redrive_broker::BrokerError;
-use redrive_store::StoreError;
+use redrive_broker::model::StoreError;
 
 /// The kinds of error the endpoint answers with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,12 +7,13 @@ use std::collections::BTreeSet;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
+use redrive_broker::model::{Delivery, Enqueued, StoreError};
+use redrive_broker::{BrokerError, Settle};
 use redrive_broker::{LockBounds, Outgoing, ReceiveOptions};
 use redrive_core::message::{
     DEAD_LETTER_DESCRIPTION_PROPERTY, DEAD_LETTER_REASON_PROPERTY, DEAD_LETTER_SOURCE_PROPERTY,
 };
 use redrive_core::{Properties, PropertyValue, QueuePolicy};
-use redrive_store::{Delivery, Enqueued, SettleAction, Settlement, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -492,9 +493,14 @@ pub(crate) fn sent_fields(p: &Prepared, sent: &Enqueued) -> Map<String, Value> {
 /// `SendMessage`.
 pub(crate) async fn send(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Value> {
     let queue = queue_from_input(input)?;
-    let record = ctx.broker().queue_record(&queue).await?;
-    let p = prepare(ctx, &queue, &record.policy, input)?;
-    let sent = ctx.broker().send(&queue, vec![p.outgoing.clone()]).await?;
+    let (sent, p) = ctx
+        .broker()
+        .send_built(&queue, |policy| {
+            let mut p = prepare(ctx, &queue, policy, input)?;
+            let outgoing = std::mem::take(&mut p.outgoing);
+            Ok::<_, SqsError>((vec![outgoing], p))
+        })
+        .await?;
     let Some(e) = sent.first() else {
         return Err(SqsError::new(
             ErrorKind::InternalFailure,
@@ -813,12 +819,12 @@ pub(crate) fn visibility_ms(entry: &Map<String, Value>) -> SqsResult<u64> {
     Ok(u64::try_from(v * 1_000).unwrap_or(0))
 }
 
-/// What a settlement refused by the store means to SQS. A delete with a handle whose lock
-/// is gone succeeds without deleting (SQS: a stale receipt handle), so it is not an error.
-pub(crate) fn settle_refusal(e: StoreError, delete: bool) -> Option<SqsError> {
+/// What a refused settlement means to SQS. A delete with a handle whose lock is gone
+/// succeeds without deleting (SQS: a stale receipt handle), so it is not an error.
+pub(crate) fn settle_refusal(e: BrokerError, delete: bool) -> Option<SqsError> {
     match e {
-        StoreError::LockLost if delete => None,
-        other => Some(SqsError::from(redrive_broker::BrokerError::Store(other))),
+        BrokerError::Store(StoreError::LockLost) if delete => None,
+        other => Some(SqsError::from(other)),
     }
 }
 
@@ -826,18 +832,11 @@ pub(crate) fn settle_refusal(e: StoreError, delete: bool) -> Option<SqsError> {
 pub(crate) async fn delete(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Value> {
     let queue = queue_from_input(input)?;
     let handle = receipts::lock_token(req_str(input, "ReceiptHandle")?, &queue)?;
-    let out = ctx
+    let settled = ctx
         .broker()
-        .settle_with(
-            &queue,
-            vec![Settlement {
-                lock_token: handle,
-                action: SettleAction::Complete,
-            }],
-            LockBounds::Sqs,
-        )
-        .await?;
-    if let Some(Err(e)) = out.results.into_iter().next()
+        .settle_one(&queue, handle, Settle::Complete, LockBounds::Sqs)
+        .await;
+    if let Err(e) = settled
         && let Some(err) = settle_refusal(e, true)
     {
         return Err(err);
@@ -850,18 +849,14 @@ pub(crate) async fn change_visibility(ctx: &Ctx, input: &Map<String, Value>) -> 
     let queue = queue_from_input(input)?;
     let handle = receipts::lock_token(req_str(input, "ReceiptHandle")?, &queue)?;
     let lock_ms = visibility_ms(input)?;
-    let out = ctx
+    let action = Settle::Renew {
+        lock_ms: Some(lock_ms),
+    };
+    let settled = ctx
         .broker()
-        .settle_with(
-            &queue,
-            vec![Settlement {
-                lock_token: handle,
-                action: SettleAction::Renew { lock_ms },
-            }],
-            LockBounds::Sqs,
-        )
-        .await?;
-    if let Some(Err(e)) = out.results.into_iter().next()
+        .settle_one(&queue, handle, action, LockBounds::Sqs)
+        .await;
+    if let Err(e) = settled
         && let Some(err) = settle_refusal(e, false)
     {
         return Err(err);

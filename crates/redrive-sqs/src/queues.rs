@@ -2,6 +2,8 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use redrive_broker::BrokerError;
+use redrive_broker::model::StoreError;
 use serde_json::{Map, Value, json};
 
 use crate::attributes::{apply_all, default_policy, redrive_error, same_as};
@@ -53,17 +55,13 @@ pub(crate) async fn create(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<V
             }
             return Ok(json!({ "QueueUrl": ctx.queue_url(name) }));
         }
-        Err(redrive_broker::BrokerError::Store(redrive_store::StoreError::QueueNotFound {
-            ..
-        })) => {}
+        Err(BrokerError::Store(StoreError::QueueNotFound { .. })) => {}
         Err(e) => return Err(e.into()),
     }
     match ctx.broker().create_queue(name, policy).await {
         Ok(_) => {}
         // Created meanwhile by another request: the same rule as above applies.
-        Err(redrive_broker::BrokerError::Store(redrive_store::StoreError::QueueExists {
-            ..
-        })) => {
+        Err(BrokerError::Store(StoreError::QueueExists { .. })) => {
             let view = ctx.broker().get_queue(name).await?;
             if let Some(differs) = same_as(ctx, &view, &attrs) {
                 return Err(SqsError::new(

@@ -4,7 +4,7 @@
 use redrive_core::sqs::MAX_TAGS;
 use serde_json::{Map, Value, json};
 
-use crate::attributes::{effective, update};
+use crate::attributes::{change_policy, effective};
 use crate::error::{ErrorKind, SqsError, SqsResult};
 use crate::protocol::{str_list, str_map};
 use crate::{Ctx, queue_from_input};
@@ -47,20 +47,22 @@ pub(crate) async fn tag(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Valu
     if tags.is_empty() {
         return Err(SqsError::missing("Tags"));
     }
-    let record = ctx.broker().queue_record(&queue).await?;
-    let mut policy = record.policy.clone();
-    let mut s = effective(&policy);
-    let new = tags.iter().filter(|(k, _)| !s.tags.contains_key(k)).count();
-    check_tags(&tags, 0)?;
-    if s.tags.len() + new > MAX_TAGS {
-        return Err(SqsError::new(
-            ErrorKind::InvalidParameterValue,
-            format!("Too many tags: a queue holds at most {MAX_TAGS}."),
-        ));
-    }
-    s.tags.extend(tags);
-    policy.sqs = Some(s);
-    update(ctx, &queue, policy).await?;
+    change_policy(ctx, &queue, |current| {
+        let mut policy = current.clone();
+        let mut s = effective(&policy);
+        let new = tags.iter().filter(|(k, _)| !s.tags.contains_key(k)).count();
+        check_tags(&tags, 0)?;
+        if s.tags.len() + new > MAX_TAGS {
+            return Err(SqsError::new(
+                ErrorKind::InvalidParameterValue,
+                format!("Too many tags: a queue holds at most {MAX_TAGS}."),
+            ));
+        }
+        s.tags.extend(tags.iter().cloned());
+        policy.sqs = Some(s);
+        Ok(policy)
+    })
+    .await?;
     Ok(json!({}))
 }
 
@@ -71,14 +73,16 @@ pub(crate) async fn untag(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Va
     if keys.is_empty() {
         return Err(SqsError::missing("TagKeys"));
     }
-    let record = ctx.broker().queue_record(&queue).await?;
-    let mut policy = record.policy.clone();
-    let mut s = effective(&policy);
-    for k in &keys {
-        s.tags.remove(k);
-    }
-    policy.sqs = Some(s);
-    update(ctx, &queue, policy).await?;
+    change_policy(ctx, &queue, |current| {
+        let mut policy = current.clone();
+        let mut s = effective(&policy);
+        for k in &keys {
+            s.tags.remove(k);
+        }
+        policy.sqs = Some(s);
+        Ok(policy)
+    })
+    .await?;
     Ok(json!({}))
 }
 

@@ -11,8 +11,8 @@ use redrive_api::access::{
     AuditEntry, AuditPage, AuditVerification, CreateToken, CreatedToken, Token, TokenList,
 };
 use redrive_broker::TokenSpec;
+use redrive_broker::model::{AuditQuery, TokenRecord};
 use redrive_core::access::Grant;
-use redrive_store::{AuditQuery, MAX_AUDIT_PAGE, TokenRecord};
 use serde::Deserialize;
 
 use crate::AppState;
@@ -115,32 +115,11 @@ struct AuditParams {
     limit: Option<u32>,
 }
 
-/// Longest filter value accepted.
-const MAX_FILTER_LEN: usize = 260;
-
 async fn audit_list(
     State(s): State<AppState>,
     ApiQuery(q): ApiQuery<AuditParams>,
 ) -> Result<Json<AuditPage>, ApiError> {
-    for (field, v) in [
-        ("actor", &q.actor),
-        ("entity", &q.entity),
-        ("action", &q.action),
-    ] {
-        if v.as_ref().is_some_and(|v| v.len() > MAX_FILTER_LEN) {
-            return Err(ApiError::new(
-                ErrorCode::InvalidRequest,
-                format!("`{field}` is longer than {MAX_FILTER_LEN} characters"),
-            ));
-        }
-    }
     let limit = q.limit.unwrap_or(100);
-    if limit == 0 || limit > MAX_AUDIT_PAGE {
-        return Err(ApiError::new(
-            ErrorCode::InvalidRequest,
-            format!("`limit` must be between 1 and {MAX_AUDIT_PAGE}"),
-        ));
-    }
     let after_seq = match q.cursor {
         None => None,
         Some(c) => Some(c.parse::<i64>().map_err(|_| {

@@ -11,8 +11,8 @@ use redrive_api::message::{
     MessageList, ReceiveDeferred, ReceiveRequest, SendMessage, SendRequest, SendResponse,
     SendResult, Settle, SettleKind, SettleRequest, SettleResponse, SettleResult,
 };
-use redrive_broker::{BrokerError, ReceiveOptions};
-use redrive_store::{SessionRef, SettleAction, Settlement};
+use redrive_broker::ReceiveOptions;
+use redrive_broker::model::SessionRef;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -160,27 +160,26 @@ async fn cancel_scheduled(
     Ok(StatusCode::NO_CONTENT)
 }
 
-fn settlement(s: Settle, default_lock_ms: u64) -> Result<Settlement, ApiError> {
+/// A settlement from the wire to the broker's input.
+fn settlement(s: Settle) -> Result<(String, redrive_broker::Settle), ApiError> {
+    use redrive_broker::Settle as To;
     let action = match s.action {
-        SettleKind::Complete => SettleAction::Complete,
-        SettleKind::Abandon => SettleAction::Abandon {
+        SettleKind::Complete => To::Complete,
+        SettleKind::Abandon => To::Abandon {
             delay_ms: s.delay_ms,
         },
-        SettleKind::Defer => SettleAction::Defer,
-        SettleKind::DeadLetter => SettleAction::DeadLetter {
+        SettleKind::Defer => To::Defer,
+        SettleKind::DeadLetter => To::DeadLetter {
             reason: s.reason.ok_or_else(|| {
                 ApiError::new(ErrorCode::InvalidRequest, "dead_letter needs a `reason`")
             })?,
             description: s.description,
         },
-        SettleKind::Renew => SettleAction::Renew {
-            lock_ms: s.lock_duration_ms.unwrap_or(default_lock_ms),
+        SettleKind::Renew => To::Renew {
+            lock_ms: s.lock_duration_ms,
         },
     };
-    Ok(Settlement {
-        lock_token: s.lock_token,
-        action,
-    })
+    Ok((s.lock_token, action))
 }
 
 async fn settle(
@@ -196,22 +195,14 @@ async fn settle(
     } else {
         (vec![from_json::<Settle>(body)?], false)
     };
-    let needs_default = items
-        .iter()
-        .any(|i| i.action == SettleKind::Renew && i.lock_duration_ms.is_none());
-    let default_lock_ms = if needs_default {
-        s.broker.queue_record(&queue).await?.policy.lock_duration_ms
-    } else {
-        0
-    };
-    let mut settlements = Vec::with_capacity(items.len());
-    for i in items {
-        settlements.push(settlement(i, default_lock_ms)?);
-    }
-    let tokens: Vec<String> = settlements.iter().map(|s| s.lock_token.clone()).collect();
+    let settlements = items
+        .into_iter()
+        .map(settlement)
+        .collect::<Result<Vec<_>, _>>()?;
+    let tokens: Vec<String> = settlements.iter().map(|(t, _)| t.clone()).collect();
     let outcome = s.broker.settle(&queue, settlements).await?;
     let mut results = Vec::with_capacity(tokens.len());
-    for (token, r) in tokens.into_iter().zip(outcome.results) {
+    for (token, r) in tokens.into_iter().zip(outcome) {
         results.push(match r {
             Ok(st) => SettleResult {
                 lock_token: token,
@@ -221,7 +212,7 @@ async fn settle(
                 error: None,
             },
             Err(e) => {
-                let p = problem_for(&BrokerError::Store(e));
+                let p = problem_for(&e);
                 if !batch {
                     return Err(ApiError(Box::new(p)));
                 }

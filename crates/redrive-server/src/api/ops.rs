@@ -8,7 +8,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 
 use redrive_api::{ErrorCode, Problem};
-use redrive_store::StoreErrorKind;
+use redrive_broker::model::StoreErrorKind;
 
 use crate::AppState;
 use crate::error::{ApiError, problem_response};
@@ -23,9 +23,9 @@ async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, ApiErro
 /// its backend and the error's kind (`unavailable`, `poisoned`…). The cause stays in the
 /// log.
 async fn healthz(State(s): State<AppState>) -> axum::response::Response {
-    let store = s.broker.store();
-    let backend = store.backend_name();
-    match store.ping().await {
+    let health = s.broker.store_health().await;
+    let backend = health.backend;
+    match health.answer {
         Ok(()) => Json(serde_json::json!({"status": "ok", "store": "ok", "backend": backend}))
             .into_response(),
         Err(e) => {

@@ -106,14 +106,15 @@ async fn update(
     } else {
         (Value::Object(obj), None)
     };
-    let current = s.broker.queue_record(&name).await?;
-    let mut doc = serde_json::to_value(&current.policy)
-        .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
-    merge(&mut doc, patch);
-    let policy: QueuePolicy = serde_json::from_value(doc)
-        .map_err(|e| ApiError::new(ErrorCode::InvalidPolicy, format!("invalid policy: {e}")))?;
     s.broker
-        .update_queue(&name, policy, expected, &actor)
+        .change_queue_policy(&name, expected, &actor, |current| {
+            let mut doc = serde_json::to_value(current)
+                .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
+            merge(&mut doc, patch.clone());
+            serde_json::from_value::<QueuePolicy>(doc).map_err(|e| {
+                ApiError::new(ErrorCode::InvalidPolicy, format!("invalid policy: {e}"))
+            })
+        })
         .await?;
     let view = s.broker.get_queue(&name).await?;
     Ok(Json(queue_out(&view)))

@@ -10,7 +10,7 @@ use redrive_api::message::{AcceptSession, SessionLock, SessionTokenRequest};
 use crate::AppState;
 use crate::error::{ApiError, ApiJson};
 
-fn lock_out(l: redrive_store::SessionLock) -> SessionLock {
+fn lock_out(l: redrive_broker::model::SessionLock) -> SessionLock {
     SessionLock {
         session_id: l.session_id,
         lock_token: l.lock_token,

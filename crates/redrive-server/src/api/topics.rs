@@ -13,8 +13,8 @@ use redrive_api::topic::{
     SubscriptionInfo, SubscriptionList, SubscriptionStats, SubscriptionType, TopicInfo, TopicList,
     UpdateSubscription,
 };
+use redrive_broker::model::{SubscriptionRecord, SubscriptionUpdate, TopicRecord};
 use redrive_broker::{EventInput, PushInput, SubscriptionInput, SubscriptionView};
-use redrive_store::{SubscriptionRecord, SubscriptionUpdate, TopicRecord};
 use serde::Deserialize;
 
 use redrive_core::access::Operation;

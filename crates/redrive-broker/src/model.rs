@@ -1,0 +1,11 @@
+//! The records and errors broker operations take and answer. They are the store's plain
+//! data types, re-exported here (one definition, no mapping code), so that an interface
+//! depends on the broker alone and speaks to it in these words; the store's operation
+//! parameters (settlements, receive parameters, new rows) stay behind the broker.
+
+pub use redrive_store::{
+    AuditEntry, AuditQuery, DeadLetterDelivery, DeadLetterRecord, Delivery, Enqueued,
+    MAX_AUDIT_PAGE, QueueCounts, QueueRecord, SessionLock, SessionRef, Settled, SqsCredentials,
+    StoreError, StoreErrorKind, StoredMessage, SubscriptionRecord, SubscriptionSpec,
+    SubscriptionUpdate, TokenRecord, TopicRecord,
+};
