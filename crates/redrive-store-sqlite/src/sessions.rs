@@ -1,26 +1,19 @@
 //! Session locks: one receiver holds a session at a time.
 
 use redrive_core::{EntityName, Timestamp};
+use redrive_store::skeleton::columns::after;
+use redrive_store::skeleton::entities::{check_session_queue, session_lock, session_locked};
 use redrive_store::{SessionLock, SessionRef, StoreError, StoreResult};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::Db;
 use crate::writer::Tx;
 
-fn until(now: Timestamp, lock_ms: u64) -> Timestamp {
-    now.plus_millis(i64::try_from(lock_ms).unwrap_or(i64::MAX))
-}
-
 /// The queue's id, if it uses sessions.
 fn session_queue(tx: &mut Tx<'_>, queue: &EntityName) -> StoreResult<i64> {
     let q = tx.queue(queue)?;
-    if q.policy.requires_session {
-        Ok(q.id)
-    } else {
-        Err(StoreError::SessionNotAllowed {
-            queue: queue.to_string(),
-        })
-    }
+    check_session_queue(&q)?;
+    Ok(q.id)
 }
 
 /// `SessionLockLost` unless `s` is held with its token at `now`.
@@ -65,10 +58,7 @@ pub(crate) fn accept(
                 .exists(params![qid, id, now.0])
                 .db()?;
             if live {
-                return Err(StoreError::SessionLocked {
-                    queue: queue.to_string(),
-                    session_id: id,
-                });
+                return Err(session_locked(queue, &id));
             }
             id
         }
@@ -98,11 +88,7 @@ pub(crate) fn accept(
             }
         }
     };
-    let lock = SessionLock {
-        session_id,
-        lock_token: redrive_core::id::new_lock_token(),
-        locked_until: until(now, lock_ms),
-    };
+    let lock = session_lock(&session_id, lock_ms, now);
     tx.conn
         .prepare_cached(
             "INSERT INTO sessions (queue_id, session_id, lock_token, locked_until) \
@@ -129,7 +115,7 @@ pub(crate) fn renew(
     now: Timestamp,
 ) -> StoreResult<SessionLock> {
     let qid = session_queue(tx, queue)?;
-    let locked_until = until(now, lock_ms);
+    let locked_until = after(now, lock_ms);
     let changed = tx
         .conn
         .prepare_cached(

@@ -554,8 +554,8 @@ async fn a_non_finite_float_property_is_refused_rather_than_stored_unreadable() 
         .insert("x".into(), redrive_core::PropertyValue::Float(f64::NAN));
     match store.enqueue(&q, vec![msg("ok"), m], T0).await {
         Err(StoreError::Backend { source }) => assert!(matches!(
-            source.downcast_ref::<SqliteError>(),
-            Some(SqliteError::NonFiniteProperty { .. })
+            source.downcast_ref::<redrive_store::skeleton::RowError>(),
+            Some(redrive_store::skeleton::RowError::NonFiniteProperty { .. })
         )),
         other => panic!("expected a backend error, got {other:?}"),
     }
@@ -587,7 +587,9 @@ async fn version_3_messages_keep_their_contents_through_the_migration() {
     let mut props = redrive_core::Properties::new();
     props.insert("n".to_owned(), PropertyValue::Int(7));
     props.insert("s".to_owned(), PropertyValue::String("x".to_owned()));
-    let props_json = rows::props_to_json(&props).unwrap().unwrap();
+    let props_json = redrive_store::skeleton::columns::props_to_json(&props)
+        .unwrap()
+        .unwrap();
     let locked_token = "tokentokentoken.2";
     {
         let conn = schema::open_writer(&path).unwrap();
