@@ -5,6 +5,8 @@
 //! latest version, so of two nodes accepting the same session at once exactly one wins.
 
 use redrive_core::{EntityName, Timestamp};
+use redrive_store::skeleton::columns::after;
+use redrive_store::skeleton::entities::{check_session_queue, session_lock, session_locked};
 use redrive_store::{SessionLock, SessionRef, StoreError, StoreResult};
 
 use crate::pool::Db;
@@ -13,20 +15,11 @@ use crate::rows::{get, queue};
 /// How many sessions an unnamed accept tries when others take its candidates first.
 const ACCEPT_ATTEMPTS: usize = 16;
 
-fn until(now: Timestamp, lock_ms: u64) -> Timestamp {
-    now.plus_millis(i64::try_from(lock_ms).unwrap_or(i64::MAX))
-}
-
 /// The queue's id, if it uses sessions.
 async fn session_queue(db: &Db<'_>, name: &EntityName) -> StoreResult<i64> {
     let q = queue(db, name).await?;
-    if q.policy.requires_session {
-        Ok(q.id)
-    } else {
-        Err(StoreError::SessionNotAllowed {
-            queue: name.to_string(),
-        })
-    }
+    check_session_queue(&q)?;
+    Ok(q.id)
 }
 
 /// `SessionLockLost` unless `s` is held with its token at `now`. The session row stays
@@ -59,11 +52,7 @@ async fn try_take(
     lock_ms: u64,
     now: Timestamp,
 ) -> StoreResult<Option<SessionLock>> {
-    let lock = SessionLock {
-        session_id: session_id.to_owned(),
-        lock_token: redrive_core::id::new_lock_token(),
-        locked_until: until(now, lock_ms),
-    };
+    let lock = session_lock(session_id, lock_ms, now);
     let taken = db
         .query_opt(
             "INSERT INTO sessions (queue_id, session_id, lock_token, locked_until) \
@@ -93,10 +82,7 @@ pub(crate) async fn accept(
     if let Some(id) = session_id {
         return match try_take(db, qid, id, lock_ms, now).await? {
             Some(lock) => Ok(Some(lock)),
-            None => Err(StoreError::SessionLocked {
-                queue: name.to_string(),
-                session_id: id.to_owned(),
-            }),
+            None => Err(session_locked(name, id)),
         };
     }
     // The session of the oldest visible message whose session is free: no live session
@@ -139,7 +125,7 @@ pub(crate) async fn renew(
     now: Timestamp,
 ) -> StoreResult<SessionLock> {
     let qid = session_queue(db, name).await?;
-    let locked_until = until(now, lock_ms);
+    let locked_until = after(now, lock_ms);
     let changed = db
         .execute(
             "UPDATE sessions SET locked_until = $4 WHERE queue_id = $1 AND session_id = $2 \
