@@ -710,7 +710,7 @@ impl Store for PostgresStore {
         ttl_ms: u64,
         now: Timestamp,
     ) -> StoreResult<bool> {
-        let until = now.plus_millis(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+        let until = redrive_store::skeleton::columns::after(now, ttl_ms);
         write_tx!(self, |db| leases::try_take(db, name, holder, until, now))
     }
 

@@ -6,8 +6,10 @@
 
 use redrive_core::{EntityName, Timestamp};
 use redrive_store::skeleton::columns::after;
-use redrive_store::skeleton::entities::{check_session_queue, session_lock, session_locked};
-use redrive_store::{SessionLock, SessionRef, StoreError, StoreResult};
+use redrive_store::skeleton::entities::{
+    check_session_queue, renewed_session, session_held, session_lock, session_locked,
+};
+use redrive_store::{SessionLock, SessionRef, StoreResult};
 
 use crate::pool::Db;
 use crate::rows::{get, queue};
@@ -37,11 +39,7 @@ pub(crate) async fn check_lock(
             &[&queue_id, &s.session_id, &s.lock_token, &now.0],
         )
         .await?;
-    if held.is_some() {
-        Ok(())
-    } else {
-        Err(StoreError::SessionLockLost)
-    }
+    session_held(held.is_some())
 }
 
 /// Takes the lock of `session_id` unless a live lock holds it; `None` if one does.
@@ -133,14 +131,7 @@ pub(crate) async fn renew(
             &[&qid, &session_id, &lock_token, &locked_until.0, &now.0],
         )
         .await?;
-    if changed == 0 {
-        return Err(StoreError::SessionLockLost);
-    }
-    Ok(SessionLock {
-        session_id: session_id.to_owned(),
-        lock_token: lock_token.to_owned(),
-        locked_until,
-    })
+    renewed_session(changed > 0, session_id, lock_token, locked_until)
 }
 
 pub(crate) async fn release(
@@ -156,10 +147,7 @@ pub(crate) async fn release(
             &[&qid, &session_id, &lock_token],
         )
         .await?;
-    if changed == 0 {
-        return Err(StoreError::SessionLockLost);
-    }
-    Ok(())
+    session_held(changed > 0)
 }
 
 /// Forgets session locks that ran out.

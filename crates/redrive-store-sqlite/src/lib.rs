@@ -453,7 +453,7 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<bool> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
-        let until = now.plus_millis(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+        let until = redrive_store::skeleton::columns::after(now, ttl_ms);
         self.writer
             .write(move |tx| leases::try_take(tx, &name, &holder, until, now))
             .await

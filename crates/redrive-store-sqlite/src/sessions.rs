@@ -2,8 +2,10 @@
 
 use redrive_core::{EntityName, Timestamp};
 use redrive_store::skeleton::columns::after;
-use redrive_store::skeleton::entities::{check_session_queue, session_lock, session_locked};
-use redrive_store::{SessionLock, SessionRef, StoreError, StoreResult};
+use redrive_store::skeleton::entities::{
+    check_session_queue, renewed_session, session_held, session_lock, session_locked,
+};
+use redrive_store::{SessionLock, SessionRef, StoreResult};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::Db;
@@ -31,11 +33,7 @@ pub(crate) fn check_lock(
         .db()?
         .exists(params![queue_id, s.session_id, s.lock_token, now.0])
         .db()?;
-    if held {
-        Ok(())
-    } else {
-        Err(StoreError::SessionLockLost)
-    }
+    session_held(held)
 }
 
 pub(crate) fn accept(
@@ -125,14 +123,7 @@ pub(crate) fn renew(
         .db()?
         .execute(params![qid, session_id, lock_token, locked_until.0, now.0])
         .db()?;
-    if changed == 0 {
-        return Err(StoreError::SessionLockLost);
-    }
-    Ok(SessionLock {
-        session_id: session_id.to_owned(),
-        lock_token: lock_token.to_owned(),
-        locked_until,
-    })
+    renewed_session(changed > 0, session_id, lock_token, locked_until)
 }
 
 pub(crate) fn release(
@@ -150,10 +141,7 @@ pub(crate) fn release(
         .db()?
         .execute(params![qid, session_id, lock_token])
         .db()?;
-    if changed == 0 {
-        return Err(StoreError::SessionLockLost);
-    }
-    Ok(())
+    session_held(changed > 0)
 }
 
 /// Forgets session locks that ran out.

@@ -345,10 +345,7 @@ mod tests {
     use redrive_core::{DeadLetterReason, MessageState, Properties, QueuePolicy, RouteKind};
 
     use super::*;
-
-    fn n(s: &str) -> EntityName {
-        s.parse().unwrap_or_else(|e| panic!("{e}"))
-    }
+    use crate::skeleton::testing::name as n;
 
     fn queue(name: &str, dlq: Option<&str>) -> QueueRow {
         QueueRow::created(

@@ -144,6 +144,32 @@ pub fn session_lock(session_id: &str, lock_ms: u64, now: Timestamp) -> SessionLo
     }
 }
 
+/// `SessionLockLost` unless the statement that checks, renews or releases a session lock
+/// under its token found it held.
+pub fn session_held(held: bool) -> StoreResult<()> {
+    if held {
+        Ok(())
+    } else {
+        Err(StoreError::SessionLockLost)
+    }
+}
+
+/// The lock of `session_id` under `lock_token`, renewed until `locked_until` when the
+/// renewing statement found it `held` (else `SessionLockLost`).
+pub fn renewed_session(
+    held: bool,
+    session_id: &str,
+    lock_token: &str,
+    locked_until: Timestamp,
+) -> StoreResult<SessionLock> {
+    session_held(held)?;
+    Ok(SessionLock {
+        session_id: session_id.to_owned(),
+        lock_token: lock_token.to_owned(),
+        locked_until,
+    })
+}
+
 /// `SessionLocked`: a live lock of another receiver holds the session.
 pub fn session_locked(q: &EntityName, session_id: &str) -> StoreError {
     StoreError::SessionLocked {
@@ -327,26 +353,7 @@ pub fn fan_out(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn n(s: &str) -> EntityName {
-        s.parse().unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    fn m(id: &str) -> NewMessage {
-        NewMessage {
-            message_id: id.to_owned(),
-            body: Vec::new(),
-            content_type: None,
-            properties: Default::default(),
-            correlation_id: None,
-            session_id: None,
-            message_type: None,
-            intent: None,
-            valid_until: None,
-            scheduled_at: None,
-            expires_at: None,
-        }
-    }
+    use crate::skeleton::testing::{message as m, name as n};
 
     #[test]
     fn a_publish_fans_out_per_queue_in_event_order_and_skips_duplicates() {

@@ -665,6 +665,7 @@ pub fn sweep(q: &QueueRow, head: &Head, now: Timestamp, effects: &mut Effects) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::skeleton::testing::message as m;
 
     #[test]
     fn lock_tokens_carry_their_key() {
@@ -675,22 +676,6 @@ mod tests {
         assert_eq!(token_key("lk_x.zz"), None);
         assert_eq!(token_key("lk_x.0"), None);
         assert_ne!(lock_token(1), lock_token(1));
-    }
-
-    fn m(id: &str) -> NewMessage {
-        NewMessage {
-            message_id: id.to_owned(),
-            body: Vec::new(),
-            content_type: None,
-            properties: Properties::new(),
-            correlation_id: None,
-            session_id: None,
-            message_type: None,
-            intent: None,
-            valid_until: None,
-            scheduled_at: None,
-            expires_at: None,
-        }
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub mod dead_letters;
 pub mod entities;
 pub mod messages;
 
+#[cfg(test)]
+mod testing;
+
 pub use columns::{Columns, RowError};
 pub use dead_letters::DeadLetterPlan;
 pub use messages::{Cause, Head, MessageRow, NewRow, Received, Write};
