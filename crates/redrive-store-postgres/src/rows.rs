@@ -101,7 +101,7 @@ pub(crate) fn message(r: &Row) -> StoreResult<MessageRow> {
     MessageRow::decode(&Cols(r), 0, None)
 }
 
-/// Reads [`redrive_store::columns!(dead_letter)`].
+/// Reads [`columns!(dead_letter)`](redrive_store::columns).
 pub(crate) fn record(r: &Row) -> StoreResult<DeadLetterRecord> {
     dead_letters::decode(&Cols(r))
 }
@@ -185,7 +185,7 @@ impl ReceiveFloor {
     }
 }
 
-/// Maps [`redrive_store::columns!(queue)`].
+/// Maps [`columns!(queue)`](redrive_store::columns).
 pub(crate) fn queue_from_row(r: &Row) -> StoreResult<QueueInfo> {
     QueueRow::decode(&Cols(r)).map(QueueInfo::from)
 }

@@ -157,7 +157,7 @@ pub(crate) fn message(r: &Row<'_>) -> StoreResult<MessageRow> {
     MessageRow::decode(&Cols(r), 1, Some(r.get(0).db()?))
 }
 
-/// Reads [`redrive_store::columns!(dead_letter)`].
+/// Reads [`columns!(dead_letter)`](redrive_store::columns).
 pub(crate) fn record(r: &Row<'_>) -> StoreResult<DeadLetterRecord> {
     dead_letters::decode(&Cols(r))
 }
