@@ -66,6 +66,7 @@ macro_rules! store_conformance_tests {
             enqueue_assigns_increasing_sequences_from_one,
             enqueued_message_round_trips_every_field,
             batch_enqueue_is_atomic,
+            a_non_finite_property_is_refused_and_the_batch_stores_nothing,
             session_id_on_plain_queue_is_an_attribute,
             scheduled_message_invisible_until_time,
             cancel_scheduled_removes_it,

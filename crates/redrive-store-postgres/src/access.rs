@@ -10,80 +10,24 @@
 //! entry, numbers and chains the new ones after it, and inserts them in one statement.
 
 use redrive_core::Timestamp;
-use redrive_core::access::Grant;
-use redrive_core::audit::{GENESIS_HASH, entry_hash};
-use redrive_store::{
-    AuditEntry, AuditFields, AuditQuery, MAX_AUDIT_PAGE, NewToken, SqsCredentials, StoreError,
-    StoreResult, TokenRecord,
+use redrive_core::audit::GENESIS_HASH;
+use redrive_store::skeleton::access::{
+    self as skeleton, chain, grants_json, new_token, page_limit, pruned, token_exists,
+    token_not_found,
 };
+use redrive_store::skeleton::columns::{invariant, to_json};
+use redrive_store::{AuditEntry, AuditFields, AuditQuery, NewToken, StoreResult, TokenRecord};
 use tokio_postgres::Row;
 
 use crate::pool::{Db, Owned};
-use crate::rows::get;
-
-macro_rules! token_cols {
-    () => {
-        "id, name, secret_hash, grants, created_by, created_at, expires_at, revoked_at, \
-         sqs_access_key_id, sqs_secret"
-    };
-}
-
-macro_rules! audit_cols {
-    () => {
-        "seq, at, actor_id, actor_name, action, entity, targets, outcome, client, prev_hash, \
-         hash"
-    };
-}
-
-fn to_json<T: serde::Serialize + ?Sized>(v: &T) -> StoreResult<String> {
-    serde_json::to_string(v).map_err(StoreError::backend)
-}
-
-fn from_json<T: serde::de::DeserializeOwned>(s: &str) -> StoreResult<T> {
-    serde_json::from_str(s).map_err(StoreError::backend)
-}
+use crate::rows::{Cols, decode, get};
 
 fn token_record(r: &Row) -> StoreResult<TokenRecord> {
-    let key: Option<String> = get(r, 8)?;
-    let secret: Option<String> = get(r, 9)?;
-    let sqs = match (key, secret) {
-        (Some(access_key_id), Some(secret_access_key)) => Some(SqsCredentials {
-            access_key_id,
-            secret_access_key,
-        }),
-        _ => None,
-    };
-    Ok(TokenRecord {
-        token: NewToken {
-            id: get(r, 0)?,
-            name: get(r, 1)?,
-            secret_hash: get(r, 2)?,
-            grants: from_json::<Vec<Grant>>(&get::<String>(r, 3)?)?,
-            created_by: get(r, 4)?,
-            expires_at: get::<Option<i64>>(r, 6)?.map(Timestamp),
-            sqs,
-        },
-        created_at: Timestamp(get(r, 5)?),
-        revoked_at: get::<Option<i64>>(r, 7)?.map(Timestamp),
-    })
+    skeleton::token(&Cols(r))
 }
 
 fn audit_entry(r: &Row) -> StoreResult<AuditEntry> {
-    Ok(AuditEntry {
-        seq: get(r, 0)?,
-        prev_hash: get(r, 9)?,
-        hash: get(r, 10)?,
-        fields: AuditFields {
-            at: Timestamp(get(r, 1)?),
-            actor_id: get(r, 2)?,
-            actor_name: get(r, 3)?,
-            action: get(r, 4)?,
-            entity: get(r, 5)?,
-            targets: from_json(&get::<String>(r, 6)?)?,
-            outcome: get(r, 7)?,
-            client: get(r, 8)?,
-        },
-    })
+    skeleton::audit_entry(&Cols(r))
 }
 
 // ---- tokens -------------------------------------------------------------------------------
@@ -93,19 +37,18 @@ pub(crate) async fn create_token(
     token: &NewToken,
     now: Timestamp,
 ) -> StoreResult<TokenRecord> {
-    let grants: Vec<String> = token.grants.iter().map(ToString::to_string).collect();
     let n = db
         .execute(
             concat!(
                 "INSERT INTO tokens (",
-                token_cols!(),
+                redrive_store::columns!(token),
                 ") VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, $8, $9) ON CONFLICT DO NOTHING"
             ),
             &[
                 &token.id,
                 &token.name,
                 &token.secret_hash,
-                &to_json(&grants)?,
+                &grants_json(token)?,
                 &token.created_by,
                 &now.0,
                 &token.expires_at.map(|t| t.0),
@@ -115,15 +58,9 @@ pub(crate) async fn create_token(
         )
         .await?;
     if n == 0 {
-        return Err(StoreError::TokenExists {
-            name: token.name.clone(),
-        });
+        return Err(token_exists(token));
     }
-    Ok(TokenRecord {
-        token: token.clone(),
-        created_at: now,
-        revoked_at: None,
-    })
+    Ok(new_token(token, now))
 }
 
 pub(crate) async fn list_tokens(db: &Db<'_>) -> StoreResult<Vec<TokenRecord>> {
@@ -131,20 +68,20 @@ pub(crate) async fn list_tokens(db: &Db<'_>) -> StoreResult<Vec<TokenRecord>> {
         .query(
             concat!(
                 "SELECT ",
-                token_cols!(),
+                redrive_store::columns!(token),
                 " FROM tokens ORDER BY created_at, id"
             ),
             &[],
         )
         .await?;
-    rows.iter().map(token_record).collect()
+    decode(&rows, token_record)
 }
 
 pub(crate) async fn find_token(db: &Db<'_>, secret_hash: &str) -> StoreResult<Option<TokenRecord>> {
     db.query_opt(
         concat!(
             "SELECT ",
-            token_cols!(),
+            redrive_store::columns!(token),
             " FROM tokens WHERE secret_hash = $1"
         ),
         &[&secret_hash],
@@ -162,7 +99,7 @@ pub(crate) async fn find_token_by_sqs_key(
     db.query_opt(
         concat!(
             "SELECT ",
-            token_cols!(),
+            redrive_store::columns!(token),
             " FROM tokens WHERE sqs_access_key_id = $1"
         ),
         &[&access_key_id],
@@ -183,12 +120,12 @@ pub(crate) async fn revoke_token(
             concat!(
                 "UPDATE tokens SET revoked_at = coalesce(revoked_at, $2) WHERE id = $1 \
                  RETURNING ",
-                token_cols!()
+                redrive_store::columns!(token)
             ),
             &[&id, &now.0],
         )
         .await?
-        .ok_or_else(|| StoreError::TokenNotFound { id: id.to_owned() })?;
+        .ok_or_else(|| token_not_found(id))?;
     token_record(&row)
 }
 
@@ -201,21 +138,11 @@ const NEWEST: &str = "SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1"
 /// The chain's row must be locked.
 async fn insert_after(
     db: &Db<'_>,
-    mut seq: i64,
-    mut prev: String,
+    seq: i64,
+    prev: String,
     entries: &[AuditFields],
 ) -> StoreResult<Vec<AuditEntry>> {
-    let mut out = Vec::with_capacity(entries.len());
-    for fields in entries {
-        seq += 1;
-        let hash = entry_hash(seq, &prev, fields);
-        out.push(AuditEntry {
-            seq,
-            prev_hash: std::mem::replace(&mut prev, hash.clone()),
-            hash,
-            fields: fields.clone(),
-        });
-    }
+    let out = chain(seq, prev, entries);
     let seqs: Vec<i64> = out.iter().map(|e| e.seq).collect();
     let ats: Vec<i64> = out.iter().map(|e| e.fields.at.0).collect();
     let actor_ids: Vec<&str> = out.iter().map(|e| e.fields.actor_id.as_str()).collect();
@@ -233,7 +160,7 @@ async fn insert_after(
     db.execute(
         concat!(
             "INSERT INTO audit_log (",
-            audit_cols!(),
+            redrive_store::columns!(audit),
             ") SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], \
              $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
              $11::text[])"
@@ -264,14 +191,12 @@ async fn lock_chain(db: &Db<'_>) -> StoreResult<(i64, String)> {
         .await?
         .into_iter();
     let (Some(locked), Some(newest)) = (results.next(), results.next()) else {
-        return Err(StoreError::backend(crate::error::PostgresError::Invariant(
+        return Err(invariant(
             "a pipeline returned fewer results than statements",
-        )));
+        ));
     };
     if locked?.is_empty() {
-        return Err(StoreError::backend(crate::error::PostgresError::Invariant(
-            "the audit chain's row is missing",
-        )));
+        return Err(invariant("the audit chain's row is missing"));
     }
     match newest?.first() {
         Some(r) => Ok((get(r, 0)?, get(r, 1)?)),
@@ -287,20 +212,11 @@ pub(crate) async fn append_audit(
     insert_after(db, seq, prev, entries).await
 }
 
-/// The page size a query asks for, capped: 0 means the cap.
-fn page_limit(limit: u32) -> i64 {
-    i64::from(if limit == 0 {
-        MAX_AUDIT_PAGE
-    } else {
-        limit.min(MAX_AUDIT_PAGE)
-    })
-}
-
 macro_rules! audit_page {
     ($first:literal) => {
         concat!(
             "SELECT ",
-            audit_cols!(),
+            redrive_store::columns!(audit),
             " FROM audit_log WHERE seq > $1 AND ",
             $first,
             " AND ($2::text IS NULL OR actor_id = $2) \
@@ -339,7 +255,7 @@ pub(crate) async fn list_audit(db: &Db<'_>, q: &AuditQuery) -> StoreResult<Vec<A
             ],
         )
         .await?;
-    rows.iter().map(audit_entry).collect()
+    decode(&rows, audit_entry)
 }
 
 pub(crate) async fn prune_audit(
@@ -366,9 +282,7 @@ pub(crate) async fn prune_audit(
     let removed = db
         .execute("DELETE FROM audit_log WHERE seq <= $1", &[&through_seq])
         .await?;
-    let mut record = fields.clone();
-    record.targets.push(format!("through_seq={through_seq}"));
-    record.targets.push(format!("through_hash={through_hash}"));
-    insert_after(db, newest_seq, newest_hash, std::slice::from_ref(&record)).await?;
+    let record = pruned(fields, through_seq, &through_hash);
+    insert_after(db, newest_seq, newest_hash, &[record]).await?;
     Ok(removed)
 }

@@ -1,141 +1,55 @@
-//! Dead letters: the one dead-lettering path shared by receive, settle and sweep, and the
-//! operations on a queue's dead-letter store.
+//! Dead letters: the one dead-lettering path shared by receive, settle and sweep (the
+//! plan is the skeleton's, the statements are here), and the operations on a queue's
+//! dead-letter store.
 
-use redrive_core::message::RESUBMITTED_FROM_PROPERTY;
-use redrive_core::{Area, DeadLetterReason, EntityName, PropertyValue, Timestamp};
-use redrive_store::dead_letter::{
-    Routing, TargetUnfit, broker_description, check_target, evidence_record, fallback_description,
-    forwarded_properties,
+use redrive_core::{Area, EntityName, Timestamp};
+use redrive_store::skeleton::dead_letters::{
+    check_lock, check_resubmit, lock_records, not_found, resubmitted,
 };
+use redrive_store::skeleton::{Cause, DeadLetterPlan, Head};
 use redrive_store::{
-    DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, DeadLettered, Effects, Enqueued,
-    StoreError, StoreResult,
+    DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Effects, Enqueued, StoreError,
+    StoreResult,
 };
 
-use crate::messages::message_ref;
 use crate::pool::Db;
 use crate::rows::{
-    Head, NewRow, QueueInfo, Writes, allocate_one, decode, delete_rows, dl_cols, get,
-    insert_messages, insert_record, load_row, props_to_json, queue, queue_id, queue_opt,
-    record_from_row,
+    QueueInfo, Writes, allocate_one, decode, delete_rows, get, insert_messages, insert_record,
+    load_row, queue, queue_id, queue_opt, record,
 };
 
-/// Whether an application dead-letter on `q` would be refused because its dead-letter
-/// queue does not exist (checked before anything is changed).
-pub(crate) async fn target_missing(db: &Db<'_>, q: &QueueInfo) -> StoreResult<Option<StoreError>> {
-    let Some(target) = &q.policy.dead_letter_queue else {
-        return Ok(None);
-    };
-    if target != &q.name && queue_opt(db, target.as_str()).await?.is_none() {
-        return Ok(Some(StoreError::DeadLetterTargetMissing {
-            queue: q.name.to_string(),
-            target: target.to_string(),
-        }));
-    }
-    Ok(None)
-}
-
 /// Dead-letters the message `head` of queue `q` (its row locked by the caller): writes
-/// the evidence record (and, when the queue names a dead-letter queue, a copy there),
-/// removes the message at once (dropping any write of it pending in `writes`), reports
-/// it.
-#[allow(clippy::too_many_arguments)] // one shared path; every argument is evidence
+/// the evidence record (and, when the queue names a dead-letter queue that can take it,
+/// a copy there), removes the message at once (dropping any write of it pending in
+/// `writes`), reports it. Returns the record's id.
 pub(crate) async fn dead_letter(
     db: &Db<'_>,
     q: &QueueInfo,
     head: &Head,
-    reason: DeadLetterReason,
-    by_broker: bool,
-    description: Option<String>,
+    cause: Cause,
     now: Timestamp,
     effects: &mut Effects,
     writes: &mut Writes,
 ) -> StoreResult<String> {
-    let row = load_row(db, q.id, head.sequence).await?;
-    let meta = &head.meta;
-    let mut description = description
-        .or_else(|| broker_description(&reason, meta, q.policy.max_delivery_count, q.version));
-    let mut area = Area::Live;
-    let mut forwarded_to: Option<(EntityName, i64)> = None;
-
-    if let Some(target) = &q.policy.dead_letter_queue {
-        let found = queue_opt(db, target.as_str()).await?;
-        let fit = check_target(
-            &q.name,
-            target,
-            found.as_ref().map(|t| t.policy.requires_session),
-            row.head.session_id.is_some(),
-        )
-        .and_then(|()| found.ok_or(TargetUnfit::Missing));
-        match fit {
-            Ok(t) => {
-                let sequence = allocate_one(db, t.id, row.head.session_id.as_deref()).await?;
-                let props =
-                    forwarded_properties(&row.properties, &reason, description.as_deref(), &q.name);
-                let copy = NewRow {
-                    sequence,
-                    message_id: &head.message_id,
-                    body: &row.body,
-                    content_type: row.content_type.as_deref(),
-                    properties: props_to_json(&props)?,
-                    correlation_id: row.correlation_id.as_deref(),
-                    session_id: row.head.session_id.as_deref(),
-                    message_type: row.message_type.as_deref(),
-                    intent: row.intent.as_deref(),
-                    valid_until: row.valid_until,
-                    scheduled_at: None,
-                    visible_at: now,
-                    expires_at: t
-                        .policy
-                        .default_ttl_ms
-                        .map(|ttl| now.plus_millis(i64::try_from(ttl).unwrap_or(i64::MAX))),
-                };
-                insert_messages(db, t.id, now, &[copy]).await?;
-                effects.wake(&t.name);
-                forwarded_to = Some((t.name.clone(), sequence));
-                area = Area::Archived;
-            }
-            Err(unfit) => {
-                if !by_broker && unfit == TargetUnfit::Missing {
-                    // Callers check `target_missing` first; this keeps the rule in one place.
-                    return Err(StoreError::DeadLetterTargetMissing {
-                        queue: q.name.to_string(),
-                        target: target.to_string(),
-                    });
-                }
-                description = Some(fallback_description(description, target, unfit, &q.name));
-                tracing::warn!(queue = %q.name, target = %target, why = unfit.why(),
-                    "dead-letter queue unusable; record kept in the queue's own store");
-            }
-        }
-    }
-
-    let id = redrive_core::id::new_dead_letter_id(now);
-    let routing = Routing {
-        area,
-        description,
-        by_broker,
-        forwarded_to: forwarded_to.clone(),
+    let row = load_row(db, q.id, head.key).await?;
+    let target = match &q.policy.dead_letter_queue {
+        Some(t) => queue_opt(db, t.as_str()).await?,
+        None => None,
     };
-    let message = row.into_stored(&q.name);
-    let record = evidence_record(id.clone(), message, meta, &reason, routing, q.version, now);
+    let plan = DeadLetterPlan::new(q, head, row, cause, target.as_deref().map(|t| &t.row), now)?;
+    let forwarded = match plan.target() {
+        Some(t) => {
+            let sequence = allocate_one(db, t.id, plan.session_id()).await?;
+            insert_messages(db, t.id, now, &[plan.copy(sequence)?]).await?;
+            Some(sequence)
+        }
+        None => None,
+    };
+    let record = plan.finish(forwarded, effects);
     insert_record(db, &record).await?;
-    writes.forget(head.sequence);
-    delete_rows(db, q.id, &[head.sequence]).await?;
-    effects.dead_lettered.push(DeadLettered {
-        message: message_ref(q, head),
-        dead_letter_id: id.clone(),
-        reason,
-        forwarded_to,
-    });
-    Ok(id)
-}
-
-fn not_found(queue: &EntityName, id: &str) -> StoreError {
-    StoreError::DeadLetterNotFound {
-        queue: queue.to_string(),
-        id: id.to_owned(),
-    }
+    writes.forget(head.key);
+    delete_rows(db, q.id, &[head.key]).await?;
+    Ok(record.id)
 }
 
 /// One record; with `lock`, its row stays locked until the transaction ends.
@@ -148,18 +62,18 @@ async fn load_record(
     let sql = if lock {
         concat!(
             "SELECT ",
-            dl_cols!(),
+            redrive_store::columns!(dead_letter),
             " FROM dead_letters WHERE queue = $1 AND id = $2 FOR UPDATE"
         )
     } else {
         concat!(
             "SELECT ",
-            dl_cols!(),
+            redrive_store::columns!(dead_letter),
             " FROM dead_letters WHERE queue = $1 AND id = $2"
         )
     };
     match db.query_opt(sql, &[&queue.as_str(), &id]).await? {
-        Some(row) => record_from_row(&row).map(Some),
+        Some(row) => record(&row).map(Some),
         None => Ok(None),
     }
 }
@@ -173,7 +87,7 @@ pub(crate) async fn list(db: &Db<'_>, q: &DeadLetterQuery) -> StoreResult<Vec<De
         .query(
             concat!(
                 "SELECT ",
-                dl_cols!(),
+                redrive_store::columns!(dead_letter),
                 " FROM dead_letters WHERE queue = $1 AND area = $2 \
                   AND ($3::text IS NULL OR reason = $3) \
                   AND ($4::bigint IS NULL OR dead_lettered_at >= $4) \
@@ -195,7 +109,7 @@ pub(crate) async fn list(db: &Db<'_>, q: &DeadLetterQuery) -> StoreResult<Vec<De
     if rows.is_empty() {
         queue_id(db, &q.queue).await?;
     }
-    decode(&rows, record_from_row)
+    decode(&rows, record)
 }
 
 pub(crate) async fn get_one(
@@ -227,7 +141,7 @@ pub(crate) async fn receive(
         .query(
             concat!(
                 "SELECT ",
-                dl_cols!(),
+                redrive_store::columns!(dead_letter),
                 " FROM dead_letters WHERE queue = $1 AND area = 'live' \
                   AND (locked_until IS NULL OR locked_until <= $2) \
                  ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED"
@@ -235,28 +149,17 @@ pub(crate) async fn receive(
             &[&name.as_str(), &now.0, &i64::from(max)],
         )
         .await?;
-    let records = decode(&rows, record_from_row)?;
-    if records.is_empty() {
-        return Ok(Vec::new());
+    let out = lock_records(decode(&rows, record)?, lock_ms, now);
+    if out.is_empty() {
+        return Ok(out);
     }
-    let locked_until = now.plus_millis(i64::try_from(lock_ms).unwrap_or(i64::MAX));
-    let mut out = Vec::with_capacity(records.len());
-    let mut ids = Vec::with_capacity(records.len());
-    let mut tokens = Vec::with_capacity(records.len());
-    let mut counts = Vec::with_capacity(records.len());
-    for mut record in records {
-        let token = redrive_core::id::new_lock_token();
-        record.dlq_delivery_count += 1;
-        record.locked_until = Some(locked_until);
-        ids.push(record.id.clone());
-        tokens.push(token.clone());
-        counts.push(i64::from(record.dlq_delivery_count));
-        out.push(DeadLetterDelivery {
-            record,
-            lock_token: token,
-            locked_until,
-        });
-    }
+    let ids: Vec<&str> = out.iter().map(|d| d.record.id.as_str()).collect();
+    let tokens: Vec<&str> = out.iter().map(|d| d.lock_token.as_str()).collect();
+    let counts: Vec<i64> = out
+        .iter()
+        .map(|d| i64::from(d.record.dlq_delivery_count))
+        .collect();
+    let locked_until = out[0].locked_until;
     db.execute(
         "UPDATE dead_letters AS d SET lock_token = u.token, locked_until = $1, \
          dlq_delivery_count = u.n \
@@ -287,10 +190,7 @@ pub(crate) async fn settle(
         return Err(StoreError::LockLost);
     };
     let id: String = get(&row, 0)?;
-    let until: Option<i64> = get(&row, 1)?;
-    if until.is_none_or(|u| u <= now.0) {
-        return Err(StoreError::LockLost);
-    }
+    check_lock(get(&row, 1)?, now)?;
     let sql = if complete {
         "DELETE FROM dead_letters WHERE id = $1"
     } else {
@@ -308,46 +208,12 @@ pub(crate) async fn resubmit(
 ) -> StoreResult<Enqueued> {
     let q = queue(db, name).await?;
     // Locked: of two concurrent resubmissions, the second finds the record archived.
-    let record = load_record(db, name, id, true)
-        .await?
-        .filter(|r| r.area == Area::Live)
-        .ok_or_else(|| not_found(name, id))?;
-    if q.policy.requires_session && record.session_id.is_none() {
-        return Err(StoreError::SessionRequired {
-            queue: name.to_string(),
-        });
-    }
-    let mut props = record.properties.clone();
-    props.insert(
-        RESUBMITTED_FROM_PROPERTY.to_owned(),
-        PropertyValue::String(record.id.clone()),
-    );
+    let record = check_resubmit(&q, id, load_record(db, name, id, true).await?)?;
     let sequence = allocate_one(db, q.id, record.session_id.as_deref()).await?;
-    let row = NewRow {
-        sequence,
-        message_id: &record.message_id,
-        body: &record.body,
-        content_type: record.content_type.as_deref(),
-        properties: props_to_json(&props)?,
-        correlation_id: record.correlation_id.as_deref(),
-        session_id: record.session_id.as_deref(),
-        message_type: record.message_type.as_deref(),
-        intent: record.intent.as_deref(),
-        valid_until: record.valid_until,
-        scheduled_at: None,
-        visible_at: now,
-        expires_at: q
-            .policy
-            .default_ttl_ms
-            .map(|ttl| now.plus_millis(i64::try_from(ttl).unwrap_or(i64::MAX))),
-    };
+    let (row, enqueued) = resubmitted(&q, &record, sequence, now)?;
     insert_messages(db, q.id, now, &[row]).await?;
     set_area(db, &record.id, Area::Archived).await?;
-    Ok(Enqueued {
-        message_id: record.message_id,
-        sequence,
-        duplicate: false,
-    })
+    Ok(enqueued)
 }
 
 pub(crate) async fn move_to(db: &Db<'_>, name: &EntityName, id: &str, to: Area) -> StoreResult<()> {

@@ -15,6 +15,8 @@ use tokio_postgres::error::SqlState;
 
 /// Failures specific to the PostgreSQL backend. They reach callers inside
 /// [`StoreError::Backend`] or [`StoreError::Unavailable`]; tests may downcast the source.
+/// (Values that cannot be read or stored are the shared row mapping's
+/// `redrive_store::skeleton::RowError`.)
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PostgresError {
@@ -59,27 +61,14 @@ pub enum PostgresError {
     /// nothing of it was committed. Retried internally a bounded number of times.
     #[error("transaction conflict (rolled back): {0}")]
     Conflict(#[source] tokio_postgres::Error),
-    /// A floating-point property is NaN or infinite, which cannot be stored (JSON has no
-    /// such numbers); nothing was stored.
-    #[error("property {name:?} is not a finite number")]
-    NonFiniteProperty {
-        /// The property.
-        name: String,
-    },
-    /// A stored value does not read back as what this build expects.
-    #[error("stored value of column {column} is invalid: {why}")]
-    BadValue {
-        /// The column.
-        column: &'static str,
-        /// What is wrong with it.
-        why: String,
-    },
-    /// A value does not fit the column type (a count or version out of range).
+    /// A value does not fit the column type (a schema version out of range).
     #[error("value out of range for {0}")]
     OutOfRange(&'static str),
-    /// A rule this backend relies on was broken (a bug); the operation was rolled back.
+    /// The queue changed (on any node) since this node cached it; the operation is run
+    /// again from the start with a fresh look-up.
     #[error("the queue changed since this node last looked it up; running the operation again")]
     StaleQueue,
+    /// A rule this backend relies on was broken (a bug); the operation was rolled back.
     #[error("internal invariant broken: {0}")]
     Invariant(&'static str),
 }

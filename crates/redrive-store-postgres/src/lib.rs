@@ -54,8 +54,11 @@
 //!
 //! Every state decision is a call into `redrive_core::machine` with the queue's stored
 //! policy, exactly as in the SQLite backend: SQL finds and locks candidate rows, Rust
-//! decides, SQL stores the outcome. The choices documented by the SQLite backend hold
-//! here too: a receive first settles up to 256 due rows of its queue (expired locks, then
+//! decides, SQL stores the outcome. The Rust between the two — the row mapping, the
+//! per-row rules of receive, settle and sweep, the dead-letter plan, the audit chain — is
+//! `redrive_store::skeleton`'s, the same code the SQLite backend runs; this crate holds
+//! the SQL, the transactions, the batching and the queue cache. The choices documented
+//! by the SQLite backend hold here too: a receive first settles up to 256 due rows of its queue (expired locks, then
 //! expired messages) and the background sweep takes any rest; an expired message is never
 //! delivered; a broker-routed dead letter whose dead-letter queue is unusable falls back
 //! to the queue's own store (live area, with the reason in its description), while an
@@ -163,7 +166,8 @@
 //! - `pool`: the connection pool, the per-connection statement cache, and `Db`, the
 //!   handle every operation queries through.
 //! - `schema` and `migrations/`: versioned migrations.
-//! - `rows`: row types, queue loading with its row lock, batched message writes, inserts.
+//! - `rows`: the shared decoders over `tokio-postgres` rows, queue loading with its row
+//!   lock, batched message writes, inserts.
 //! - `queues`, `messages`, `sessions`, `dead_letters`, `leases`, `topics`: the operations.
 //! - `access`: tokens and the audit log (appends from every node serialised on the one
 //!   row of `audit_chain`, so they form one chain).
@@ -706,7 +710,7 @@ impl Store for PostgresStore {
         ttl_ms: u64,
         now: Timestamp,
     ) -> StoreResult<bool> {
-        let until = now.plus_millis(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+        let until = redrive_store::skeleton::columns::after(now, ttl_ms);
         write_tx!(self, |db| leases::try_take(db, name, holder, until, now))
     }
 

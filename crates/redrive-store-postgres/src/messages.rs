@@ -5,21 +5,26 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 
-use redrive_core::machine::{self, Refusal, Step};
-use redrive_core::{EntityName, MessageMeta, MessageState, Timestamp};
+use redrive_core::machine::Refusal;
+use redrive_core::{EntityName, Timestamp};
+use redrive_store::skeleton::columns::{invariant, limit};
+use redrive_store::skeleton::entities::queue_not_found;
+use redrive_store::skeleton::messages::{
+    self as skeleton, ReceiveMode, Slot, cancellable, check_sessions, dead_letter_target,
+    dedup_window, distinct, earliest, fresh, message_not_found, place, slots, token_key,
+};
+use redrive_store::skeleton::{Head, MessageRow, Received, Write};
 use redrive_store::{
-    Delivery, Effects, Enqueued, MessageRef, NewMessage, ReceiveOutcome, ReceiveParams, SessionRef,
-    SettleAction, SettleOutcome, Settled, Settlement, StoreError, StoreResult, StoredMessage,
-    SweepOutcome,
+    Delivery, Effects, Enqueued, NewMessage, ReceiveOutcome, ReceiveParams, SettleAction,
+    SettleOutcome, Settled, Settlement, StoreResult, StoredMessage, SweepOutcome,
 };
 
 use crate::dead_letters;
-use crate::error::{PostgresError, backend};
 use crate::pool::{Db, Owned};
 use crate::rows::{
-    Head, MsgRow, NewRow, QueueInfo, Writes, allocate_sequences, batch_size, decode, delete_rows,
-    drawn, get, head_cols, insert_messages, limit, msg_cols, props_to_json, queue, queue_id,
-    queue_not_found, queue_opt, queue_with, sequence_statements, session_keys,
+    QueueInfo, Writes, allocate_sequences, batch_size, decode, delete_rows, drawn, get, head,
+    head_cols, insert_messages, message, msg_cols, queue, queue_id, queue_opt, queue_with,
+    sequence_statements, session_keys,
 };
 use crate::sessions;
 
@@ -27,72 +32,30 @@ use crate::sessions;
 /// queue before delivering; the background sweep takes care of any rest.
 const RECEIVE_SWEEP_LIMIT: usize = 256;
 
-pub(crate) fn message_ref(q: &QueueInfo, head: &Head) -> MessageRef {
-    MessageRef {
-        queue: q.name.clone(),
-        message_id: head.message_id.clone(),
-        sequence: head.sequence,
-        delivery_count: head.meta.delivery_count,
-    }
-}
-
-/// What applying a step did.
-enum Applied {
-    Kept,
-    Removed,
-    DeadLettered(String),
-}
-
-/// Records the outcome of a state-machine step for message `head` of queue `q`: new metas
-/// and removals go to `writes` (applied at its next flush); a dead letter is written at
-/// once.
-#[allow(clippy::too_many_arguments)]
+/// Stores what the skeleton decided for message `head` of queue `q`: new metas and
+/// removals go to `writes` (applied at its next flush); a dead letter is written at once.
+/// Returns the record id of a dead letter.
 async fn apply(
     db: &Db<'_>,
     q: &QueueInfo,
     head: &Head,
-    step: Step,
-    description: Option<String>,
+    write: Write,
     now: Timestamp,
     effects: &mut Effects,
     writes: &mut Writes,
-) -> StoreResult<Applied> {
-    match step {
-        Step::Keep(meta) => {
-            if meta.state == MessageState::Available {
-                effects.wake(&q.name);
-            }
-            writes.update(head.sequence, meta);
-            Ok(Applied::Kept)
-        }
-        Step::Complete => {
-            writes.delete(head.sequence);
-            Ok(Applied::Removed)
-        }
-        Step::Drop => {
-            writes.delete(head.sequence);
-            effects.expired.push(message_ref(q, head));
-            Ok(Applied::Removed)
-        }
-        Step::DeadLetter { reason, by_broker } => {
-            let id = dead_letters::dead_letter(
-                db,
-                q,
-                head,
-                reason,
-                by_broker,
-                description,
-                now,
-                effects,
-                writes,
-            )
-            .await?;
-            Ok(Applied::DeadLettered(id))
+) -> StoreResult<Option<String>> {
+    match write {
+        Write::Meta(meta) => writes.update(head.key, meta),
+        Write::Delete => writes.delete(head.key),
+        Write::DeadLetter(cause) => {
+            let id = dead_letters::dead_letter(db, q, head, cause, now, effects, writes).await?;
+            return Ok(Some(id));
         }
     }
+    Ok(None)
 }
 
-/// Applies `machine::sweep` to one message if anything is due; true if it was.
+/// Applies the sweep's rule to one message if anything is due; true if it was.
 async fn sweep_one(
     db: &Db<'_>,
     q: &QueueInfo,
@@ -101,18 +64,10 @@ async fn sweep_one(
     effects: &mut Effects,
     writes: &mut Writes,
 ) -> StoreResult<bool> {
-    let Some(step) = machine::sweep(
-        &head.meta,
-        &q.policy,
-        now,
-        machine::jitter_seed(head.sequence),
-    ) else {
+    let Some(write) = skeleton::sweep(q, head, now, effects) else {
         return Ok(false);
     };
-    if head.meta.state == MessageState::Locked {
-        effects.lock_expired.push(message_ref(q, head));
-    }
-    apply(db, q, head, step, None, now, effects, writes).await?;
+    apply(db, q, head, write, now, effects, writes).await?;
     Ok(true)
 }
 
@@ -169,7 +124,7 @@ async fn sweep_queue(
             &[&q.id, &now.0, &limit(budget.saturating_add(1))],
         )
         .await?;
-    let locks = decode(&rows, Head::from_row)?;
+    let locks = decode(&rows, head)?;
     let mut done = 0;
     if locks.len() > budget {
         for head in locks.iter().take(budget) {
@@ -189,7 +144,7 @@ async fn sweep_queue(
             &[&q.id, &now.0, &limit(rest.saturating_add(1))],
         )
         .await?;
-    let expired = decode(&rows, Head::from_row)?;
+    let expired = decode(&rows, head)?;
     let more = expired.len() > rest;
     for head in expired.iter().take(rest) {
         done += usize::from(sweep_one(db, q, head, now, effects, &mut writes).await?);
@@ -199,14 +154,6 @@ async fn sweep_queue(
 }
 
 // ---- enqueue ----------------------------------------------------------------------------
-
-enum Slot {
-    New,
-    /// Seen inside the window: the original sequence.
-    Duplicate(i64),
-    /// Repeats an earlier message of the same batch (by index).
-    RepeatOf(usize),
-}
 
 /// Claims duplicate-detection entries: inserts one (sequence not yet known, 0) for each
 /// message id, or takes over an entry whose window ended; returns the ids it claimed.
@@ -241,24 +188,17 @@ pub(crate) async fn enqueue(
         }
     })
     .await?;
-    if q.policy.requires_session && missing_session {
-        return Err(StoreError::SessionRequired {
-            queue: name.to_string(),
-        });
-    }
+    check_sessions(&q, messages)?;
     if messages.is_empty() {
         return Ok(Vec::new());
     }
-    let window = i64::try_from(q.policy.duplicate_detection_window_ms).unwrap_or(i64::MAX);
-    let mut slots = Vec::with_capacity(messages.len());
+    let window = dedup_window(&q);
+    let mut seen: HashMap<String, i64> = HashMap::new();
     if window > 0 {
-        let mut first_in_batch: HashMap<&str, usize> = HashMap::new();
-        for (i, m) in messages.iter().enumerate() {
-            first_in_batch.entry(m.message_id.as_str()).or_insert(i);
-        }
         // Sorted, so that two batches claim their entries in the same order.
-        let mut ids: Vec<String> = first_in_batch.keys().map(|s| (*s).to_owned()).collect();
+        let mut ids: Vec<&str> = messages.iter().map(|m| m.message_id.as_str()).collect();
         ids.sort_unstable();
+        ids.dedup();
         let rows = db
             .query(
                 CLAIM_DEDUP,
@@ -268,8 +208,10 @@ pub(crate) async fn enqueue(
         let claimed: HashSet<String> = decode(&rows, |r| get::<String>(r, 0))?
             .into_iter()
             .collect();
-        let held: Vec<&String> = ids.iter().filter(|id| !claimed.contains(*id)).collect();
-        let mut seen: HashMap<String, i64> = HashMap::with_capacity(held.len());
+        let held: Vec<&str> = ids
+            .into_iter()
+            .filter(|id| !claimed.contains(*id))
+            .collect();
         if !held.is_empty() {
             let rows = db
                 .query(
@@ -282,80 +224,34 @@ pub(crate) async fn enqueue(
                 seen.insert(get(r, 0)?, get(r, 1)?);
             }
         }
-        for (i, m) in messages.iter().enumerate() {
-            let id = m.message_id.as_str();
-            if first_in_batch.get(id) != Some(&i) {
-                slots.push(Slot::RepeatOf(first_in_batch[id]));
-            } else if let Some(&seq) = seen.get(id) {
-                slots.push(Slot::Duplicate(seq));
-            } else {
-                slots.push(Slot::New);
-            }
-        }
-    } else {
-        slots.extend(messages.iter().map(|_| Slot::New));
     }
-    let fresh: Vec<&NewMessage> = messages
-        .iter()
-        .zip(&slots)
-        .filter(|(_, s)| matches!(s, Slot::New))
-        .map(|(m, _)| m)
-        .collect();
+    let slots = slots(messages, window > 0, |id| Ok(seen.get(id).copied()))?;
     let numbers = match first.last() {
         Some(rows) if window == 0 => drawn(rows)?,
-        _ if fresh.is_empty() => Vec::new(),
+        _ if fresh(&slots) == 0 => Vec::new(),
         _ => {
-            let sessions = session_keys(fresh.iter().map(|m| m.session_id.as_deref()));
-            allocate_sequences(db, q.id, sessions, fresh.len()).await?
+            let stored = messages
+                .iter()
+                .zip(&slots)
+                .filter(|(_, s)| **s == Slot::New);
+            let sessions = session_keys(stored.map(|(m, _)| m.session_id.as_deref()));
+            allocate_sequences(db, q.id, sessions, fresh(&slots)).await?
         }
     };
-    if numbers.len() != fresh.len() {
-        return Err(backend(PostgresError::Invariant(
-            "a sequence draw returned another count than asked",
-        )));
-    }
-    let mut next = numbers.into_iter();
-    let mut out: Vec<Enqueued> = Vec::with_capacity(messages.len());
-    let mut rows: Vec<NewRow<'_>> = Vec::with_capacity(fresh.len());
-    for (m, slot) in messages.iter().zip(&slots) {
-        let (sequence, duplicate) = match *slot {
-            Slot::Duplicate(seq) => (seq, true),
-            Slot::RepeatOf(j) => (out[j].sequence, true),
-            Slot::New => {
-                let sequence = next.next().unwrap_or_default();
-                rows.push(NewRow {
-                    sequence,
-                    message_id: &m.message_id,
-                    body: &m.body,
-                    content_type: m.content_type.as_deref(),
-                    properties: props_to_json(&m.properties)?,
-                    correlation_id: m.correlation_id.as_deref(),
-                    session_id: m.session_id.as_deref(),
-                    message_type: m.message_type.as_deref(),
-                    intent: m.intent.as_deref(),
-                    valid_until: m.valid_until,
-                    scheduled_at: m.scheduled_at,
-                    visible_at: m.scheduled_at.map_or(now, |s| s.max(now)),
-                    expires_at: m.expires_at,
-                });
-                (sequence, false)
-            }
-        };
-        out.push(Enqueued {
-            message_id: m.message_id.clone(),
-            sequence,
-            duplicate,
-        });
-    }
+    let (out, rows) = place(messages, &slots, numbers, now)?;
     insert_messages(db, q.id, now, &rows).await?;
     if window > 0 && !rows.is_empty() {
-        let ids: Vec<String> = rows.iter().map(|r| r.message_id.to_owned()).collect();
+        let ids: Vec<&str> = rows.iter().map(|r| r.message_id).collect();
         let seqs: Vec<i64> = rows.iter().map(|r| r.sequence).collect();
         db.defer(
             "UPDATE dedup d SET sequence = u.sequence \
              FROM unnest($2::text[], $3::bigint[]) AS u(message_id, sequence) \
              WHERE d.queue_id = $1 AND d.message_id = u.message_id",
-            vec![Box::new(q.id), Box::new(ids), Box::new(seqs)],
+            vec![
+                Box::new(q.id),
+                Box::new(ids.into_iter().map(str::to_owned).collect::<Vec<String>>()),
+                Box::new(seqs),
+            ],
         )
         .await?;
     }
@@ -379,57 +275,20 @@ pub(crate) async fn cancel_scheduled(
             &[&q.id, &sequence],
         )
         .await?;
-    let cancellable = match found {
+    let cancel = match found {
         Some(r) => {
-            let h = Head::from_row(&r)?;
             let scheduled: Option<i64> = get(&r, 12)?;
-            h.meta.state == MessageState::Available
-                && h.meta.delivery_count == 0
-                && scheduled.is_some()
-                && h.meta.visible_at > now
+            cancellable(&head(&r)?, scheduled.map(Timestamp), now)
         }
         None => false,
     };
-    if !cancellable {
-        return Err(StoreError::MessageNotFound {
-            queue: name.to_string(),
-            sequence,
-        });
+    if !cancel {
+        return Err(message_not_found(name, sequence));
     }
     delete_rows(db, q.id, &[sequence]).await
 }
 
 // ---- receive ----------------------------------------------------------------------------
-
-fn deliver(q: &QueueInfo, row: MsgRow, meta: MessageMeta) -> StoreResult<Delivery> {
-    let (Some(lock_token), Some(locked_until)) = (meta.lock_token.clone(), meta.locked_until)
-    else {
-        return Err(backend(PostgresError::Invariant(
-            "machine::receive returned a lock without token or expiry",
-        )));
-    };
-    let mut row = row;
-    row.head.meta = meta;
-    Ok(Delivery {
-        message: row.into_stored(&q.name),
-        lock_token,
-        locked_until,
-    })
-}
-
-/// A message lock token: a fresh random token (`redrive_core::id::new_lock_token`) with the
-/// message's sequence number appended, so that settlement (which names the queue) finds
-/// the row by its primary key without an index on tokens. The random part is what makes
-/// it unguessable; the whole token must match.
-fn lock_token_for(sequence: i64) -> String {
-    format!("{}.{sequence:x}", redrive_core::id::new_lock_token())
-}
-
-/// The sequence number a lock token names, if it has the shape of one of ours.
-fn token_sequence(token: &str) -> Option<i64> {
-    let (_, hex) = token.rsplit_once('.')?;
-    i64::from_str_radix(hex, 16).ok().filter(|s| *s > 0)
-}
 
 /// Receives one candidate (row locked by the caller); returns the delivery if it was
 /// locked. The new meta is written at the next flush of `writes`.
@@ -437,27 +296,24 @@ fn token_sequence(token: &str) -> Option<i64> {
 async fn receive_one(
     db: &Db<'_>,
     q: &QueueInfo,
-    row: MsgRow,
+    row: MessageRow,
     lock_ms: u64,
     now: Timestamp,
     by_sequence: bool,
     effects: &mut Effects,
     writes: &mut Writes,
 ) -> StoreResult<Result<Option<Delivery>, Refusal>> {
-    let token = lock_token_for(row.head.sequence);
-    let step = match machine::receive(&row.head.meta, &q.policy, now, lock_ms, token, by_sequence) {
-        Ok(step) => step,
-        Err(refusal) => return Ok(Err(refusal)),
-    };
-    match step {
-        Step::Keep(meta) => {
-            writes.update(row.head.sequence, meta.clone());
-            Ok(Ok(Some(deliver(q, row, meta)?)))
-        }
-        other => {
-            apply(db, q, &row.head, other, None, now, effects, writes).await?;
+    let received = skeleton::receive(q, row, now, lock_ms, by_sequence, effects, |k, _, n| {
+        writes.update(k, n.clone());
+        Ok(())
+    })?;
+    match received {
+        Ok(Received::Locked(d)) => Ok(Ok(Some(d))),
+        Ok(Received::Settled { head, write }) => {
+            apply(db, q, &head, write, now, effects, writes).await?;
             Ok(Ok(None))
         }
+        Err(refusal) => Ok(Err(refusal)),
     }
 }
 
@@ -517,7 +373,7 @@ pub(crate) async fn receive(db: &Db<'_>, p: &ReceiveParams) -> StoreResult<Recei
         let mut out = ReceiveOutcome::default();
         let mut writes = Writes::default();
         let found = candidates.len();
-        let rows = decode(candidates, MsgRow::from_row)?;
+        let rows = decode(candidates, message)?;
         match rows.first() {
             // Candidates are available rows, whose due_at is their visible_at.
             Some(first) => q.floor.set(first.head.meta.visible_at.0),
@@ -549,20 +405,8 @@ pub(crate) async fn receive(db: &Db<'_>, p: &ReceiveParams) -> StoreResult<Recei
         }
         return Ok(out);
     }
-    match (&p.session, q.policy.requires_session) {
-        (None, true) => {
-            return Err(StoreError::SessionRequired {
-                queue: p.queue.to_string(),
-            });
-        }
-        (Some(_), false) => {
-            return Err(StoreError::SessionNotAllowed {
-                queue: p.queue.to_string(),
-            });
-        }
-        _ => {}
-    }
-    if let Some(s) = &p.session {
+    let mode = ReceiveMode::of(p, &q)?;
+    if let ReceiveMode::Session(s) = mode {
         sessions::check_lock(db, q.id, s, p.now).await?;
     }
     let mut out = ReceiveOutcome::default();
@@ -571,14 +415,17 @@ pub(crate) async fn receive(db: &Db<'_>, p: &ReceiveParams) -> StoreResult<Recei
         return Ok(out);
     }
     let mut writes = Writes::default();
-    let result = match &p.session {
-        None if q.policy.group_ordering => {
-            receive_grouped(db, &q, max, p.lock_ms, p.now, &mut out, &mut writes).await
+    let (lock_ms, now) = (p.lock_ms, p.now);
+    match mode {
+        ReceiveMode::Plain => receive_plain(db, &q, max, lock_ms, now, &mut out, &mut writes).await,
+        ReceiveMode::Grouped => {
+            receive_grouped(db, &q, max, lock_ms, now, &mut out, &mut writes).await
         }
-        None => receive_plain(db, &q, max, p.lock_ms, p.now, &mut out, &mut writes).await,
-        Some(s) => receive_session(db, &q, s, max, p.lock_ms, p.now, &mut out, &mut writes).await,
-    };
-    result?;
+        ReceiveMode::Session(s) => {
+            let sid = s.session_id.as_str();
+            deliver_in_order(db, &q, sid, max, lock_ms, now, &mut out, &mut writes).await
+        }
+    }?;
     writes.flush(db, q.id).await?;
     Ok(out)
 }
@@ -600,7 +447,7 @@ async fn receive_plain(
             .query(RECEIVE_CANDIDATES, &[&q.id, &now.0, &limit(want)])
             .await?;
         let found = rows.len();
-        for row in decode(&rows, MsgRow::from_row)? {
+        for row in decode(&rows, message)? {
             let got =
                 receive_one(db, q, row, lock_ms, now, false, &mut out.effects, writes).await?;
             if let Ok(Some(d)) = got {
@@ -614,21 +461,6 @@ async fn receive_plain(
         writes.flush(db, q.id).await?;
     }
     Ok(())
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn receive_session(
-    db: &Db<'_>,
-    q: &QueueInfo,
-    session: &SessionRef,
-    max: usize,
-    lock_ms: u64,
-    now: Timestamp,
-    out: &mut ReceiveOutcome,
-    writes: &mut Writes,
-) -> StoreResult<()> {
-    let sid = session.session_id.as_str();
-    deliver_in_order(db, q, sid, max, lock_ms, now, out, writes).await
 }
 
 /// Candidates read per page by a group-ordered receive.
@@ -672,7 +504,7 @@ async fn receive_grouped(
             )
             .await?;
         let found = rows.len();
-        for head in decode(&rows, Head::from_row)? {
+        for head in decode(&rows, head)? {
             if out.deliveries.len() >= max {
                 break;
             }
@@ -694,7 +526,7 @@ async fn receive_grouped(
                         )
                         .await?;
                     let Some(row) = locked else { continue };
-                    let row = MsgRow::from_row(&row)?;
+                    let row = message(&row)?;
                     let got =
                         receive_one(db, q, row, lock_ms, now, false, &mut out.effects, writes)
                             .await?;
@@ -759,7 +591,7 @@ async fn deliver_in_order(
         )
         .await?;
     let mut held = false;
-    for head in decode(&rows, Head::from_row)? {
+    for head in decode(&rows, head)? {
         if !sweep_one(db, q, &head, now, &mut out.effects, writes).await? {
             held = true;
         }
@@ -787,12 +619,12 @@ async fn deliver_in_order(
         if rows.is_empty() {
             return Ok(());
         }
-        for row in decode(&rows, MsgRow::from_row)? {
+        for row in decode(&rows, message)? {
             after = row.head.sequence;
             if sweep_one(db, q, &row.head, now, &mut out.effects, writes).await? {
                 continue;
             }
-            if row.head.meta.state != MessageState::Available || row.head.meta.visible_at > now {
+            if !row.head.receivable_in_order(now) {
                 return Ok(());
             }
             let got =
@@ -816,12 +648,7 @@ pub(crate) async fn receive_deferred(
 ) -> StoreResult<ReceiveOutcome> {
     let q = queue(db, name).await?;
     let mut out = ReceiveOutcome::default();
-    let mut seen: Vec<i64> = Vec::with_capacity(sequences.len());
-    for &s in sequences {
-        if !seen.contains(&s) {
-            seen.push(s);
-        }
-    }
+    let seen = distinct(sequences);
     let rows = db
         .query(
             concat!(
@@ -833,16 +660,13 @@ pub(crate) async fn receive_deferred(
             &[&q.id, &seen],
         )
         .await?;
-    let mut found: HashMap<i64, MsgRow> = decode(&rows, MsgRow::from_row)?
+    let mut found: HashMap<i64, MessageRow> = decode(&rows, message)?
         .into_iter()
         .map(|r| (r.head.sequence, r))
         .collect();
     let mut writes = Writes::default();
     for sequence in seen {
-        let not_found = || StoreError::MessageNotFound {
-            queue: name.to_string(),
-            sequence,
-        };
+        let not_found = || message_not_found(name, sequence);
         let row = found.remove(&sequence).ok_or_else(not_found)?;
         match receive_one(
             db,
@@ -901,7 +725,7 @@ pub(crate) async fn settle(
     };
     let mut wanted: Vec<i64> = items
         .iter()
-        .filter_map(|i| token_sequence(&i.lock_token))
+        .filter_map(|i| token_key(&i.lock_token))
         .collect();
     wanted.sort_unstable();
     wanted.dedup();
@@ -917,22 +741,29 @@ pub(crate) async fn settle(
     })
     .await?;
     let mut heads: HashMap<i64, Head> = match first.first() {
-        Some(rows) => decode(rows, Head::from_row)?
+        Some(rows) => decode(rows, head)?
             .into_iter()
-            .map(|h| (h.sequence, h))
+            .map(|h| (h.key, h))
             .collect(),
         None => HashMap::new(),
     };
+    let target_missing = match dead_letter_target(&q, items) {
+        Some(target) => queue_opt(db, target.as_str()).await?.is_none(),
+        None => false,
+    };
     let mut writes = Writes::default();
     for item in items {
-        let r = settle_one(db, &q, item, now, &mut heads, &mut out.effects, &mut writes).await?;
-        // On a group-ordered queue a settled message may unblock its group.
-        if q.policy.group_ordering
-            && !matches!(item.action, SettleAction::Renew { .. })
-            && r.is_ok()
-        {
-            out.effects.wake(&q.name);
-        }
+        let r = settle_one(
+            db,
+            &q,
+            item,
+            now,
+            target_missing,
+            &mut heads,
+            &mut out.effects,
+            &mut writes,
+        )
+        .await?;
         out.results.push(r);
     }
     writes.flush(db, q.id).await?;
@@ -967,7 +798,7 @@ async fn complete_all(
     let mut firsts: Vec<(i64, &str)> = Vec::with_capacity(items.len());
     let mut asked: HashSet<i64> = HashSet::with_capacity(items.len());
     for item in items {
-        if let Some(s) = token_sequence(&item.lock_token)
+        if let Some(s) = token_key(&item.lock_token)
             && asked.insert(s)
         {
             firsts.push((s, item.lock_token.as_str()));
@@ -993,9 +824,9 @@ async fn complete_all(
     })
     .await?;
     let mut completed: HashMap<i64, Head> = match first.first() {
-        Some(rows) => decode(rows, Head::from_row)?
+        Some(rows) => decode(rows, head)?
             .into_iter()
-            .map(|h| (h.sequence, h))
+            .map(|h| (h.key, h))
             .collect(),
         None => HashMap::new(),
     };
@@ -1008,38 +839,41 @@ async fn complete_all(
         HashMap::new()
     } else {
         let rows = db.query(SETTLE_ROWS, &[&q.id, &rest]).await?;
-        decode(&rows, Head::from_row)?
+        decode(&rows, head)?
             .into_iter()
-            .map(|h| (h.sequence, h))
+            .map(|h| (h.key, h))
             .collect()
     };
     let mut writes = Writes::default();
     for item in items {
-        let done = token_sequence(&item.lock_token).and_then(|s| completed.remove(&s));
+        let done = token_key(&item.lock_token).and_then(|s| completed.remove(&s));
         let r = match done {
-            Some(head) => match machine::complete(&head.meta, &item.lock_token, now) {
-                Ok(Step::Complete) => Ok(Settled {
-                    sequence: head.sequence,
-                    message_id: head.message_id,
-                    delivery_count: head.meta.delivery_count,
-                    locked_until: None,
-                    dead_letter_id: None,
-                }),
-                // The statement's condition is the machine's: a refusal here is a bug,
-                // and the error rolls the deletion back.
-                _ => {
-                    return Err(backend(PostgresError::Invariant(
-                        "the state machine refused a completion the statement made",
-                    )));
+            Some(head) => {
+                match skeleton::settle(&q, Some(&head), item, now, false, &mut out.effects) {
+                    Ok((Write::Delete, settled)) => Ok(settled),
+                    // The statement's condition is the machine's: a refusal here is a bug,
+                    // and the error rolls the deletion back.
+                    _ => {
+                        return Err(invariant(
+                            "the state machine refused a completion the statement made",
+                        ));
+                    }
                 }
-            },
+            }
             None => {
-                settle_one(db, &q, item, now, &mut heads, &mut out.effects, &mut writes).await?
+                settle_one(
+                    db,
+                    &q,
+                    item,
+                    now,
+                    false,
+                    &mut heads,
+                    &mut out.effects,
+                    &mut writes,
+                )
+                .await?
             }
         };
-        if q.policy.group_ordering && r.is_ok() {
-            out.effects.wake(&q.name);
-        }
         out.results.push(r);
     }
     writes.flush(db, q.id).await?;
@@ -1049,80 +883,39 @@ async fn complete_all(
 /// One settlement. The outer error aborts the whole call (a storage failure); the inner
 /// one is this item's refusal, decided before anything is written. `heads` holds the
 /// batch's rows as the earlier items left them.
+#[allow(clippy::too_many_arguments)]
 async fn settle_one(
     db: &Db<'_>,
     q: &QueueInfo,
     item: &Settlement,
     now: Timestamp,
+    target_missing: bool,
     heads: &mut HashMap<i64, Head>,
     effects: &mut Effects,
     writes: &mut Writes,
 ) -> StoreResult<StoreResult<Settled>> {
-    let Some(sequence) = token_sequence(&item.lock_token) else {
-        return Ok(Err(StoreError::LockLost));
-    };
     // The machine compares the whole token: a forged suffix or another queue's token is
     // refused.
-    let Some(head) = heads.get(&sequence).cloned() else {
-        return Ok(Err(StoreError::LockLost));
+    let found = token_key(&item.lock_token).and_then(|k| heads.get(&k).cloned());
+    let (write, mut settled) =
+        match skeleton::settle(q, found.as_ref(), item, now, target_missing, effects) {
+            Ok(decided) => decided,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+    let Some(head) = found else {
+        return Ok(Ok(settled)); // a missing row was refused above
     };
-    let token = item.lock_token.as_str();
-    let meta = &head.meta;
-    let seed = machine::jitter_seed(head.sequence);
-    let (step, description) = match &item.action {
-        SettleAction::Complete => (machine::complete(meta, token, now), None),
-        SettleAction::Abandon { delay_ms } => (
-            machine::abandon(meta, &q.policy, token, now, *delay_ms, seed),
-            None,
-        ),
-        SettleAction::Defer => (machine::defer(meta, token, now), None),
-        SettleAction::Renew { lock_ms } => (machine::renew(meta, token, now, *lock_ms), None),
-        SettleAction::DeadLetter {
-            reason,
-            description,
-        } => (
-            machine::dead_letter(meta, token, now, reason),
-            description.clone(),
-        ),
-    };
-    let step = match step {
-        Ok(step) => step,
-        Err(Refusal::LockLost | Refusal::NotReceivable) => return Ok(Err(StoreError::LockLost)),
-    };
-    let by_application = matches!(
-        step,
-        Step::DeadLetter {
-            by_broker: false,
-            ..
-        }
-    );
-    if by_application && let Some(refusal) = dead_letters::target_missing(db, q).await? {
-        return Ok(Err(refusal));
-    }
-    let mut settled = Settled {
-        sequence: head.sequence,
-        message_id: head.message_id.clone(),
-        delivery_count: head.meta.delivery_count,
-        locked_until: None,
-        dead_letter_id: None,
-    };
-    match step {
-        Step::Keep(meta) => {
-            settled.locked_until = meta.locked_until;
-            if let Some(h) = heads.get_mut(&sequence) {
+    match &write {
+        Write::Meta(meta) => {
+            if let Some(h) = heads.get_mut(&head.key) {
                 h.meta = meta.clone();
             }
-            apply(db, q, &head, Step::Keep(meta), None, now, effects, writes).await?;
         }
-        other => {
-            heads.remove(&sequence);
-            if let Applied::DeadLettered(id) =
-                apply(db, q, &head, other, description, now, effects, writes).await?
-            {
-                settled.dead_letter_id = Some(id);
-            }
+        Write::Delete | Write::DeadLetter(_) => {
+            heads.remove(&head.key);
         }
     }
+    settled.dead_letter_id = apply(db, q, &head, write, now, effects, writes).await?;
     Ok(Ok(settled))
 }
 
@@ -1203,7 +996,7 @@ pub(crate) async fn peek(
         queue_id(db, name).await?;
         return Ok(Vec::new());
     }
-    Ok(decode(&rows, MsgRow::from_row)?
+    Ok(decode(&rows, message)?
         .into_iter()
         .map(|r| r.into_stored(name))
         .collect())
@@ -1227,24 +1020,5 @@ pub(crate) async fn next_wake(
         .ok_or_else(|| queue_not_found(name))?;
     let visible: Option<i64> = get(&row, 0)?;
     let unlocked: Option<i64> = get(&row, 1)?;
-    Ok(match (visible, unlocked) {
-        (Some(a), Some(b)) => Some(Timestamp(a.min(b))),
-        (a, b) => a.or(b).map(Timestamp),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lock_tokens_carry_their_sequence() {
-        let t = lock_token_for(0x1234);
-        assert!(t.starts_with("lk_"));
-        assert_eq!(token_sequence(&t), Some(0x1234));
-        assert_eq!(token_sequence("lk_unknown"), None);
-        assert_eq!(token_sequence("lk_x.zz"), None);
-        assert_eq!(token_sequence("lk_x.0"), None);
-        assert_ne!(lock_token_for(1), lock_token_for(1));
-    }
+    Ok(earliest(visible, unlocked))
 }

@@ -1,19 +1,16 @@
 //! Queue operations: create, update, delete, and the reads get, list, counts.
 
-use std::sync::Arc;
-
 use redrive_core::{EntityName, QueuePolicy, Timestamp};
-use redrive_store::{QueueCounts, QueueRecord, StoreError, StoreResult};
+use redrive_store::skeleton::columns::{to_int, to_json};
+use redrive_store::skeleton::entities::{
+    QueueRow, check_queue_delete, queue_exists, queue_not_found,
+};
+use redrive_store::{QueueCounts, QueueRecord, StoreResult};
 
 use crate::pool::Db;
 use crate::rows::{
-    LOCK_QUEUE_EXCLUSIVE, QueueInfo, count_u64, decode, forget_queue, get, queue_cols,
-    queue_from_row, queue_not_found, version_sql,
+    LOCK_QUEUE_EXCLUSIVE, QueueInfo, count_u64, decode, forget_queue, get, queue_from_row,
 };
-
-fn policy_json(policy: &QueuePolicy) -> StoreResult<String> {
-    serde_json::to_string(policy).map_err(StoreError::backend)
-}
 
 pub(crate) async fn create(
     db: &Db<'_>,
@@ -27,25 +24,14 @@ pub(crate) async fn create(
         .query_opt(
             "INSERT INTO queues (name, policy, policy_version, created_at, updated_at) \
              VALUES ($1, $2, 1, $3, $3) ON CONFLICT (name) DO NOTHING RETURNING id",
-            &[&name.as_str(), &policy_json(policy)?, &now.0],
+            &[&name.as_str(), &to_json(policy)?, &now.0],
         )
         .await?;
     let Some(row) = row else {
-        return Err(StoreError::QueueExists {
-            queue: name.to_string(),
-        });
+        return Err(queue_exists(name));
     };
     forget_queue(db, name.as_str());
-    Ok(QueueInfo {
-        id: get(&row, 0)?,
-        name: name.clone(),
-        policy: policy.clone(),
-        version: 1,
-        created_at: now,
-        updated_at: now,
-        floor: Arc::default(),
-    }
-    .record())
+    Ok(QueueRow::created(get(&row, 0)?, name, policy, now).record())
 }
 
 /// The queue locked `FOR UPDATE` and its guard taken exclusively (policy change,
@@ -57,7 +43,7 @@ async fn lock_exclusive(db: &Db<'_>, name: &EntityName) -> StoreResult<QueueInfo
         .query_opt(
             concat!(
                 "SELECT ",
-                queue_cols!(),
+                redrive_store::columns!(queue),
                 " FROM queues WHERE name = $1 FOR UPDATE"
             ),
             &[&name.as_str()],
@@ -76,38 +62,21 @@ pub(crate) async fn update(
     expected_version: Option<u64>,
     now: Timestamp,
 ) -> StoreResult<QueueRecord> {
-    let current = lock_exclusive(db, name).await?;
-    match expected_version {
-        Some(expected) if expected != current.version => {
-            return Err(StoreError::VersionConflict {
-                expected,
-                actual: current.version,
-            });
-        }
-        _ => {}
-    }
-    let version = current.version + 1;
+    let next = lock_exclusive(db, name)
+        .await?
+        .updated(policy, expected_version, now)?;
     db.execute(
         "UPDATE queues SET policy = $2, policy_version = $3, updated_at = $4 WHERE id = $1",
         &[
-            &current.id,
-            &policy_json(policy)?,
-            &version_sql(version)?,
+            &next.id,
+            &to_json(policy)?,
+            &to_int(next.version, "policy_version")?,
             &now.0,
         ],
     )
     .await?;
     forget_queue(db, name.as_str());
-    Ok(QueueInfo {
-        id: current.id,
-        name: name.clone(),
-        policy: policy.clone(),
-        version,
-        created_at: current.created_at,
-        updated_at: now,
-        floor: Arc::default(),
-    }
-    .record())
+    Ok(next.record())
 }
 
 pub(crate) async fn delete(db: &Db<'_>, name: &EntityName, force: bool) -> StoreResult<()> {
@@ -120,14 +89,7 @@ pub(crate) async fn delete(db: &Db<'_>, name: &EntityName, force: bool) -> Store
                 &[&q.id, &name.as_str()],
             )
             .await?;
-        let (messages, dead_letters) = (count_u64(&row, 0)?, count_u64(&row, 1)?);
-        if messages > 0 || dead_letters > 0 {
-            return Err(StoreError::QueueNotEmpty {
-                queue: name.to_string(),
-                messages,
-                dead_letters,
-            });
-        }
+        check_queue_delete(name, count_u64(&row, 0)?, count_u64(&row, 1)?, force)?;
     }
     db.execute("DELETE FROM messages WHERE queue_id = $1", &[&q.id])
         .await?;
@@ -151,7 +113,11 @@ pub(crate) async fn delete(db: &Db<'_>, name: &EntityName, force: bool) -> Store
 pub(crate) async fn get_one(db: &Db<'_>, name: &EntityName) -> StoreResult<QueueRecord> {
     let row = db
         .query_opt(
-            concat!("SELECT ", queue_cols!(), " FROM queues WHERE name = $1"),
+            concat!(
+                "SELECT ",
+                redrive_store::columns!(queue),
+                " FROM queues WHERE name = $1"
+            ),
             &[&name.as_str()],
         )
         .await?
@@ -162,13 +128,17 @@ pub(crate) async fn get_one(db: &Db<'_>, name: &EntityName) -> StoreResult<Queue
 pub(crate) async fn list(db: &Db<'_>) -> StoreResult<Vec<QueueRecord>> {
     let rows = db
         .query(
-            concat!("SELECT ", queue_cols!(), " FROM queues ORDER BY name"),
+            concat!(
+                "SELECT ",
+                redrive_store::columns!(queue),
+                " FROM queues ORDER BY name"
+            ),
             &[],
         )
         .await?;
     Ok(decode(&rows, queue_from_row)?
         .iter()
-        .map(QueueInfo::record)
+        .map(|q| q.record())
         .collect())
 }
 

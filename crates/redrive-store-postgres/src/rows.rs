@@ -1,61 +1,44 @@
-//! Row types, their mapping to and from PostgreSQL, and the statements shared by several
-//! operations: loading queues (with their row lock), batched message writes, inserts.
+//! How this backend reads and writes rows: [`Cols`] (the shared decoders of
+//! `redrive_store::skeleton` over `tokio-postgres` rows), loading queues (with their row
+//! lock or guard), batched message writes, inserts.
 
 use std::collections::BTreeMap;
+use std::ops::Deref;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, PoisonError};
 
-use redrive_core::{
-    Area, EntityName, EvidenceQuality, MessageMeta, MessageState, Properties, PropertyValue,
-    QueuePolicy, RouteKind, Timestamp,
-};
-use redrive_store::{DeadLetterRecord, QueueRecord, StoreError, StoreResult, StoredMessage};
+use redrive_core::{EntityName, MessageMeta, Timestamp};
+use redrive_store::skeleton::columns::{invariant, millis, props_to_json, to_int};
+use redrive_store::skeleton::dead_letters;
+use redrive_store::skeleton::entities::{QueueRow, queue_not_found};
+use redrive_store::skeleton::{Columns, Head, MessageRow, NewRow};
+use redrive_store::{DeadLetterRecord, StoreError, StoreResult};
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 
-use crate::error::{DbExt, PostgresError, backend};
+use crate::error::{DbExt, PostgresError};
 use crate::pool::{Db, Owned};
 
-/// The columns of a message head (what the state machine needs), in the order
-/// [`Head::from_row`] reads them.
+/// The columns of a message head (what the state machine needs), in the order [`head`]
+/// reads them.
 macro_rules! head_cols {
     () => {
-        "sequence, message_id, session_id, state, visible_at, expires_at, delivery_count, \
-         lock_token, locked_until, deferred, first_delivered_at, last_delivered_at"
+        redrive_store::columns!(head)
     };
 }
 pub(crate) use head_cols;
 
-/// The columns of a full message row, in the order [`MsgRow::from_row`] reads them.
+/// The columns of a full message row, in the order [`message`] reads them.
 macro_rules! msg_cols {
     () => {
-        "sequence, message_id, session_id, state, visible_at, expires_at, delivery_count, \
-         lock_token, locked_until, deferred, first_delivered_at, last_delivered_at, body, \
-         content_type, properties, correlation_id, message_type, intent, valid_until, \
-         enqueued_at, scheduled_at"
+        concat!(
+            redrive_store::columns!(head),
+            ", ",
+            redrive_store::columns!(content)
+        )
     };
 }
 pub(crate) use msg_cols;
-
-/// The columns of a dead-letter record, in the order [`record_from_row`] reads them.
-macro_rules! dl_cols {
-    () => {
-        "id, queue, area, message_id, sequence, session_id, body, body_sha256, content_type, \
-         properties, correlation_id, message_type, intent, valid_until, reason, description, \
-         delivery_count, count_quality, first_delivered_at, last_delivered_at, enqueued_at, \
-         dead_lettered_at, policy_version, route, forwarded_queue, forwarded_sequence, \
-         dlq_delivery_count, locked_until"
-    };
-}
-pub(crate) use dl_cols;
-
-/// The columns of a queue, in the order [`queue_from_row`] reads them.
-macro_rules! queue_cols {
-    () => {
-        "name, policy, policy_version, created_at, updated_at, id"
-    };
-}
-pub(crate) use queue_cols;
 
 // ---- reading values ---------------------------------------------------------------------
 
@@ -63,61 +46,96 @@ pub(crate) fn get<'a, T: FromSql<'a>>(row: &'a Row, i: usize) -> StoreResult<T> 
     row.try_get(i).db()
 }
 
-fn ts(row: &Row, i: usize) -> StoreResult<Timestamp> {
-    get::<i64>(row, i).map(Timestamp)
-}
+/// A `tokio-postgres` row read through the shared decoders.
+pub(crate) struct Cols<'r>(pub &'r Row);
 
-fn ts_opt(row: &Row, i: usize) -> StoreResult<Option<Timestamp>> {
-    get::<Option<i64>>(row, i).map(|v| v.map(Timestamp))
-}
+impl Columns for Cols<'_> {
+    fn int(&self, i: usize) -> StoreResult<i64> {
+        get(self.0, i)
+    }
 
-fn bad(column: &'static str, why: impl ToString) -> StoreError {
-    backend(PostgresError::BadValue {
-        column,
-        why: why.to_string(),
-    })
-}
+    fn int_opt(&self, i: usize) -> StoreResult<Option<i64>> {
+        get(self.0, i)
+    }
 
-fn count(row: &Row, i: usize, column: &'static str) -> StoreResult<u32> {
-    let v: i64 = get(row, i)?;
-    u32::try_from(v).map_err(|e| bad(column, e))
+    fn text(&self, i: usize) -> StoreResult<String> {
+        get(self.0, i)
+    }
+
+    fn text_opt(&self, i: usize) -> StoreResult<Option<String>> {
+        get(self.0, i)
+    }
+
+    fn bytes(&self, i: usize) -> StoreResult<Vec<u8>> {
+        get(self.0, i)
+    }
+
+    fn flag(&self, i: usize) -> StoreResult<bool> {
+        get(self.0, i)
+    }
+
+    /// Reads the text in place, without copying it (states are read on every row).
+    fn parse<T>(&self, i: usize, column: &'static str) -> StoreResult<T>
+    where
+        T: std::str::FromStr,
+        T::Err: std::fmt::Display,
+    {
+        get::<&str>(self.0, i)?
+            .parse()
+            .map_err(|e| redrive_store::skeleton::columns::bad_value(column, e))
+    }
 }
 
 /// A non-negative count read from a `count(*)`.
 pub(crate) fn count_u64(row: &Row, i: usize) -> StoreResult<u64> {
-    let v: i64 = get(row, i)?;
-    u64::try_from(v).map_err(|e| bad("count", e))
+    Cols(row).unsigned(i, "count(*)")
 }
 
-pub(crate) fn ms(v: Option<Timestamp>) -> Option<i64> {
-    v.map(|t| t.0)
+/// Reads [`head_cols!`] (also the first columns of [`msg_cols!`]).
+pub(crate) fn head(r: &Row) -> StoreResult<Head> {
+    Head::decode(&Cols(r), 0, None)
 }
 
-/// A policy version as stored.
-pub(crate) fn version_sql(v: u64) -> StoreResult<i64> {
-    i64::try_from(v).map_err(|_| backend(PostgresError::OutOfRange("policy_version")))
+/// Reads [`msg_cols!`].
+pub(crate) fn message(r: &Row) -> StoreResult<MessageRow> {
+    MessageRow::decode(&Cols(r), 0, None)
 }
 
-/// A row limit as bound.
-pub(crate) fn limit(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
+/// Reads [`columns!(dead_letter)`](redrive_store::columns).
+pub(crate) fn record(r: &Row) -> StoreResult<DeadLetterRecord> {
+    dead_letters::decode(&Cols(r))
+}
+
+/// Decodes every row with `f`.
+pub(crate) fn decode<T>(rows: &[Row], f: impl Fn(&Row) -> StoreResult<T>) -> StoreResult<Vec<T>> {
+    rows.iter().map(f).collect()
 }
 
 // ---- queues -------------------------------------------------------------------------------
 
-/// A queue as an operation sees it.
+/// A queue as an operation sees it: the queue's row, and where this node's plain
+/// receives of it start looking (shared by every copy of a cached queue).
 #[derive(Debug, Clone)]
 pub(crate) struct QueueInfo {
-    /// The integer key of the queue's rows in the hot tables.
-    pub id: i64,
-    pub name: EntityName,
-    pub policy: QueuePolicy,
-    pub version: u64,
-    pub created_at: Timestamp,
-    pub updated_at: Timestamp,
-    /// Where this node's plain receives of the queue start looking (shared by every
-    /// copy of a cached queue).
+    pub row: QueueRow,
     pub floor: Arc<ReceiveFloor>,
+}
+
+impl Deref for QueueInfo {
+    type Target = QueueRow;
+
+    fn deref(&self) -> &QueueRow {
+        &self.row
+    }
+}
+
+impl From<QueueRow> for QueueInfo {
+    fn from(row: QueueRow) -> Self {
+        QueueInfo {
+            row,
+            floor: Arc::default(),
+        }
+    }
 }
 
 /// The lowest `due_at` at which a plain receive of a queue starts its look for
@@ -167,38 +185,9 @@ impl ReceiveFloor {
     }
 }
 
-impl QueueInfo {
-    pub(crate) fn record(&self) -> QueueRecord {
-        QueueRecord {
-            name: self.name.clone(),
-            policy: self.policy.clone(),
-            policy_version: self.version,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-        }
-    }
-}
-
-/// Maps [`queue_cols!`].
+/// Maps [`columns!(queue)`](redrive_store::columns).
 pub(crate) fn queue_from_row(r: &Row) -> StoreResult<QueueInfo> {
-    let name: String = get(r, 0)?;
-    let policy: String = get(r, 1)?;
-    let version: i64 = get(r, 2)?;
-    Ok(QueueInfo {
-        name: name.parse().map_err(|e| bad("queues.name", e))?,
-        policy: serde_json::from_str(&policy).map_err(|e| bad("queues.policy", e))?,
-        version: u64::try_from(version).map_err(|e| bad("queues.policy_version", e))?,
-        created_at: ts(r, 3)?,
-        updated_at: ts(r, 4)?,
-        id: get(r, 5)?,
-        floor: Arc::default(),
-    })
-}
-
-pub(crate) fn queue_not_found(name: &EntityName) -> StoreError {
-    StoreError::QueueNotFound {
-        queue: name.to_string(),
-    }
+    QueueRow::decode(&Cols(r)).map(QueueInfo::from)
 }
 
 /// The queue, or `QueueNotFound`, key-share locked for the rest of the transaction (see
@@ -227,7 +216,7 @@ pub(crate) async fn queue_opt(db: &Db<'_>, name: &str) -> StoreResult<Option<Arc
         .query_opt(
             concat!(
                 "SELECT ",
-                queue_cols!(),
+                redrive_store::columns!(queue),
                 " FROM queues WHERE name = $1 FOR KEY SHARE"
             ),
             &[&name],
@@ -347,148 +336,10 @@ pub(crate) async fn queue_id(db: &Db<'_>, name: &EntityName) -> StoreResult<i64>
     get(&row, 0)
 }
 
-// ---- properties -------------------------------------------------------------------------
-
-pub(crate) fn props_to_json(p: &Properties) -> StoreResult<Option<String>> {
-    if p.is_empty() {
-        return Ok(None);
-    }
-    // JSON has no NaN or infinity: serde_json would write `null`, which does not read
-    // back as a property, and the stored message could never be delivered.
-    if let Some((name, _)) = p
-        .iter()
-        .find(|(_, v)| matches!(v, PropertyValue::Float(f) if !f.is_finite()))
-    {
-        return Err(backend(PostgresError::NonFiniteProperty {
-            name: name.clone(),
-        }));
-    }
-    serde_json::to_string(p)
-        .map(Some)
-        .map_err(StoreError::backend)
-}
-
-fn props_from_json(column: &'static str, s: Option<String>) -> StoreResult<Properties> {
-    match s {
-        None => Ok(Properties::new()),
-        Some(s) => serde_json::from_str(&s).map_err(|e| bad(column, e)),
-    }
-}
-
 // ---- messages ---------------------------------------------------------------------------
 
-/// What the state machine needs of a message, plus its identity.
-#[derive(Debug, Clone)]
-pub(crate) struct Head {
-    pub sequence: i64,
-    pub message_id: String,
-    pub session_id: Option<String>,
-    pub meta: MessageMeta,
-}
-
-impl Head {
-    /// Reads [`head_cols!`] (also the first columns of [`msg_cols!`]).
-    pub(crate) fn from_row(r: &Row) -> StoreResult<Head> {
-        let state: String = get(r, 3)?;
-        Ok(Head {
-            sequence: get(r, 0)?,
-            message_id: get(r, 1)?,
-            session_id: get(r, 2)?,
-            meta: MessageMeta {
-                state: state
-                    .parse::<MessageState>()
-                    .map_err(|e| bad("messages.state", e))?,
-                visible_at: ts(r, 4)?,
-                expires_at: ts_opt(r, 5)?,
-                delivery_count: count(r, 6, "messages.delivery_count")?,
-                lock_token: get(r, 7)?,
-                locked_until: ts_opt(r, 8)?,
-                deferred: get(r, 9)?,
-                first_delivered_at: ts_opt(r, 10)?,
-                last_delivered_at: ts_opt(r, 11)?,
-            },
-        })
-    }
-}
-
-/// A full message row.
-#[derive(Debug, Clone)]
-pub(crate) struct MsgRow {
-    pub head: Head,
-    pub body: Vec<u8>,
-    pub content_type: Option<String>,
-    pub properties: Properties,
-    pub correlation_id: Option<String>,
-    pub message_type: Option<String>,
-    pub intent: Option<String>,
-    pub valid_until: Option<Timestamp>,
-    pub enqueued_at: Timestamp,
-    pub scheduled_at: Option<Timestamp>,
-}
-
-impl MsgRow {
-    /// Reads [`msg_cols!`].
-    pub(crate) fn from_row(r: &Row) -> StoreResult<MsgRow> {
-        Ok(MsgRow {
-            head: Head::from_row(r)?,
-            body: get(r, 12)?,
-            content_type: get(r, 13)?,
-            properties: props_from_json("messages.properties", get(r, 14)?)?,
-            correlation_id: get(r, 15)?,
-            message_type: get(r, 16)?,
-            intent: get(r, 17)?,
-            valid_until: ts_opt(r, 18)?,
-            enqueued_at: ts(r, 19)?,
-            scheduled_at: ts_opt(r, 20)?,
-        })
-    }
-
-    /// The row as the trait shows it.
-    pub(crate) fn into_stored(self, queue: &EntityName) -> StoredMessage {
-        let MsgRow {
-            head,
-            body,
-            content_type,
-            properties,
-            correlation_id,
-            message_type,
-            intent,
-            valid_until,
-            enqueued_at,
-            scheduled_at,
-        } = self;
-        StoredMessage {
-            queue: queue.clone(),
-            sequence: head.sequence,
-            message_id: head.message_id,
-            body,
-            content_type,
-            properties,
-            correlation_id,
-            session_id: head.session_id,
-            message_type,
-            intent,
-            valid_until,
-            enqueued_at,
-            scheduled_at,
-            state: head.meta.state,
-            visible_at: head.meta.visible_at,
-            expires_at: head.meta.expires_at,
-            delivery_count: head.meta.delivery_count,
-            locked_until: head.meta.locked_until,
-            first_delivered_at: head.meta.first_delivered_at,
-            last_delivered_at: head.meta.last_delivered_at,
-        }
-    }
-}
-
-/// Decodes every row with `f`.
-pub(crate) fn decode<T>(rows: &[Row], f: impl Fn(&Row) -> StoreResult<T>) -> StoreResult<Vec<T>> {
-    rows.iter().map(f).collect()
-}
-
 /// Loads a full row by its key.
-pub(crate) async fn load_row(db: &Db<'_>, queue_id: i64, sequence: i64) -> StoreResult<MsgRow> {
+pub(crate) async fn load_row(db: &Db<'_>, queue_id: i64, sequence: i64) -> StoreResult<MessageRow> {
     let row = db
         .query_one(
             concat!(
@@ -499,7 +350,7 @@ pub(crate) async fn load_row(db: &Db<'_>, queue_id: i64, sequence: i64) -> Store
             &[&queue_id, &sequence],
         )
         .await?;
-    MsgRow::from_row(&row)
+    message(&row)
 }
 
 /// Message writes of one queue decided by the state machine, applied together: one
@@ -550,13 +401,13 @@ impl Writes {
                 seq.push(s);
                 state.push(m.state.as_str());
                 visible_at.push(m.visible_at.0);
-                expires_at.push(ms(m.expires_at));
+                expires_at.push(millis(m.expires_at));
                 delivery_count.push(i64::from(m.delivery_count));
                 lock_token.push(m.lock_token);
-                locked_until.push(ms(m.locked_until));
+                locked_until.push(millis(m.locked_until));
                 deferred.push(m.deferred);
-                first.push(ms(m.first_delivered_at));
-                last.push(ms(m.last_delivered_at));
+                first.push(millis(m.first_delivered_at));
+                last.push(millis(m.last_delivered_at));
             }
             db.defer(
                 "UPDATE messages AS m SET state = u.state, visible_at = u.visible_at, \
@@ -643,7 +494,7 @@ pub(crate) fn sequence_statements(
 
 /// A batch size as bound.
 pub(crate) fn batch_size(n: usize) -> StoreResult<i32> {
-    i32::try_from(n).map_err(|_| backend(PostgresError::OutOfRange("batch size")))
+    i32::try_from(n).map_err(|_| redrive_store::skeleton::RowError::OutOfRange("batch size").into())
 }
 
 /// The numbers drawn by [`NEXT_SEQUENCES`], ascending.
@@ -689,28 +540,7 @@ pub(crate) async fn allocate_one(
         .await?
         .first()
         .copied()
-        .ok_or_else(|| {
-            backend(PostgresError::Invariant(
-                "a sequence draw returned no number",
-            ))
-        })
-}
-
-/// A message to insert (new, forwarded or resubmitted).
-pub(crate) struct NewRow<'a> {
-    pub sequence: i64,
-    pub message_id: &'a str,
-    pub body: &'a [u8],
-    pub content_type: Option<&'a str>,
-    pub properties: Option<String>,
-    pub correlation_id: Option<&'a str>,
-    pub session_id: Option<&'a str>,
-    pub message_type: Option<&'a str>,
-    pub intent: Option<&'a str>,
-    pub valid_until: Option<Timestamp>,
-    pub scheduled_at: Option<Timestamp>,
-    pub visible_at: Timestamp,
-    pub expires_at: Option<Timestamp>,
+        .ok_or_else(|| invariant("a sequence draw returned no number"))
 }
 
 /// Inserts Available, never delivered messages, all enqueued at `now`, in one statement.
@@ -734,10 +564,10 @@ pub(crate) async fn insert_messages(
     let session_id: Vec<Option<String>> = rows.iter().map(|r| owned(r.session_id)).collect();
     let message_type: Vec<Option<String>> = rows.iter().map(|r| owned(r.message_type)).collect();
     let intent: Vec<Option<String>> = rows.iter().map(|r| owned(r.intent)).collect();
-    let valid_until: Vec<Option<i64>> = rows.iter().map(|r| ms(r.valid_until)).collect();
-    let scheduled_at: Vec<Option<i64>> = rows.iter().map(|r| ms(r.scheduled_at)).collect();
+    let valid_until: Vec<Option<i64>> = rows.iter().map(|r| millis(r.valid_until)).collect();
+    let scheduled_at: Vec<Option<i64>> = rows.iter().map(|r| millis(r.scheduled_at)).collect();
     let visible_at: Vec<i64> = rows.iter().map(|r| r.visible_at.0).collect();
-    let expires_at: Vec<Option<i64>> = rows.iter().map(|r| ms(r.expires_at)).collect();
+    let expires_at: Vec<Option<i64>> = rows.iter().map(|r| millis(r.expires_at)).collect();
     db.defer(
         "INSERT INTO messages (queue_id, sequence, message_id, body, content_type, properties, \
          correlation_id, session_id, message_type, intent, valid_until, enqueued_at, \
@@ -774,65 +604,10 @@ pub(crate) async fn insert_messages(
 
 // ---- dead letters -------------------------------------------------------------------------
 
-/// Reads [`dl_cols!`].
-pub(crate) fn record_from_row(r: &Row) -> StoreResult<DeadLetterRecord> {
-    let queue: String = get(r, 1)?;
-    let area: String = get(r, 2)?;
-    let quality: String = get(r, 17)?;
-    let route: String = get(r, 23)?;
-    let fwd_queue: Option<String> = get(r, 24)?;
-    let fwd_seq: Option<i64> = get(r, 25)?;
-    let forwarded_to = match (fwd_queue, fwd_seq) {
-        (Some(q), Some(s)) => Some((
-            q.parse::<EntityName>()
-                .map_err(|e| bad("dead_letters.forwarded_queue", e))?,
-            s,
-        )),
-        _ => None,
-    };
-    let version: i64 = get(r, 22)?;
-    Ok(DeadLetterRecord {
-        id: get(r, 0)?,
-        queue: queue.parse().map_err(|e| bad("dead_letters.queue", e))?,
-        area: area
-            .parse::<Area>()
-            .map_err(|e| bad("dead_letters.area", e))?,
-        message_id: get(r, 3)?,
-        sequence: get(r, 4)?,
-        session_id: get(r, 5)?,
-        body: get(r, 6)?,
-        body_sha256: get(r, 7)?,
-        content_type: get(r, 8)?,
-        properties: props_from_json("dead_letters.properties", get(r, 9)?)?,
-        correlation_id: get(r, 10)?,
-        message_type: get(r, 11)?,
-        intent: get(r, 12)?,
-        valid_until: ts_opt(r, 13)?,
-        reason: get(r, 14)?,
-        description: get(r, 15)?,
-        delivery_count: count(r, 16, "dead_letters.delivery_count")?,
-        count_quality: quality
-            .parse::<EvidenceQuality>()
-            .map_err(|e| bad("dead_letters.count_quality", e))?,
-        first_delivered_at: ts_opt(r, 18)?,
-        last_delivered_at: ts_opt(r, 19)?,
-        enqueued_at: ts(r, 20)?,
-        dead_lettered_at: ts(r, 21)?,
-        policy_version: u64::try_from(version)
-            .map_err(|e| bad("dead_letters.policy_version", e))?,
-        route: route
-            .parse::<RouteKind>()
-            .map_err(|e| bad("dead_letters.route", e))?,
-        forwarded_to,
-        dlq_delivery_count: count(r, 26, "dead_letters.dlq_delivery_count")?,
-        locked_until: ts_opt(r, 27)?,
-    })
-}
-
 /// Inserts a dead-letter record (unlocked).
 pub(crate) async fn insert_record(db: &Db<'_>, d: &DeadLetterRecord) -> StoreResult<()> {
     let properties = props_to_json(&d.properties)?;
-    let version = version_sql(d.policy_version)?;
+    let version = to_int(d.policy_version, "policy_version")?;
     let delivery_count = i64::from(d.delivery_count);
     let dlq_delivery_count = i64::from(d.dlq_delivery_count);
     let forwarded_queue = d.forwarded_to.as_ref().map(|(q, _)| q.as_str());
@@ -859,13 +634,13 @@ pub(crate) async fn insert_record(db: &Db<'_>, d: &DeadLetterRecord) -> StoreRes
             &d.correlation_id,
             &d.message_type,
             &d.intent,
-            &ms(d.valid_until),
+            &millis(d.valid_until),
             &d.reason,
             &d.description,
             &delivery_count,
             &d.count_quality.as_str(),
-            &ms(d.first_delivered_at),
-            &ms(d.last_delivered_at),
+            &millis(d.first_delivered_at),
+            &millis(d.last_delivered_at),
             &d.enqueued_at.0,
             &d.dead_lettered_at.0,
             &version,

@@ -5,7 +5,11 @@
 //! latest version, so of two nodes accepting the same session at once exactly one wins.
 
 use redrive_core::{EntityName, Timestamp};
-use redrive_store::{SessionLock, SessionRef, StoreError, StoreResult};
+use redrive_store::skeleton::columns::after;
+use redrive_store::skeleton::entities::{
+    check_session_queue, renewed_session, session_held, session_lock, session_locked,
+};
+use redrive_store::{SessionLock, SessionRef, StoreResult};
 
 use crate::pool::Db;
 use crate::rows::{get, queue};
@@ -13,20 +17,11 @@ use crate::rows::{get, queue};
 /// How many sessions an unnamed accept tries when others take its candidates first.
 const ACCEPT_ATTEMPTS: usize = 16;
 
-fn until(now: Timestamp, lock_ms: u64) -> Timestamp {
-    now.plus_millis(i64::try_from(lock_ms).unwrap_or(i64::MAX))
-}
-
 /// The queue's id, if it uses sessions.
 async fn session_queue(db: &Db<'_>, name: &EntityName) -> StoreResult<i64> {
     let q = queue(db, name).await?;
-    if q.policy.requires_session {
-        Ok(q.id)
-    } else {
-        Err(StoreError::SessionNotAllowed {
-            queue: name.to_string(),
-        })
-    }
+    check_session_queue(&q)?;
+    Ok(q.id)
 }
 
 /// `SessionLockLost` unless `s` is held with its token at `now`. The session row stays
@@ -44,11 +39,7 @@ pub(crate) async fn check_lock(
             &[&queue_id, &s.session_id, &s.lock_token, &now.0],
         )
         .await?;
-    if held.is_some() {
-        Ok(())
-    } else {
-        Err(StoreError::SessionLockLost)
-    }
+    session_held(held.is_some())
 }
 
 /// Takes the lock of `session_id` unless a live lock holds it; `None` if one does.
@@ -59,11 +50,7 @@ async fn try_take(
     lock_ms: u64,
     now: Timestamp,
 ) -> StoreResult<Option<SessionLock>> {
-    let lock = SessionLock {
-        session_id: session_id.to_owned(),
-        lock_token: redrive_core::id::new_lock_token(),
-        locked_until: until(now, lock_ms),
-    };
+    let lock = session_lock(session_id, lock_ms, now);
     let taken = db
         .query_opt(
             "INSERT INTO sessions (queue_id, session_id, lock_token, locked_until) \
@@ -93,10 +80,7 @@ pub(crate) async fn accept(
     if let Some(id) = session_id {
         return match try_take(db, qid, id, lock_ms, now).await? {
             Some(lock) => Ok(Some(lock)),
-            None => Err(StoreError::SessionLocked {
-                queue: name.to_string(),
-                session_id: id.to_owned(),
-            }),
+            None => Err(session_locked(name, id)),
         };
     }
     // The session of the oldest visible message whose session is free: no live session
@@ -139,7 +123,7 @@ pub(crate) async fn renew(
     now: Timestamp,
 ) -> StoreResult<SessionLock> {
     let qid = session_queue(db, name).await?;
-    let locked_until = until(now, lock_ms);
+    let locked_until = after(now, lock_ms);
     let changed = db
         .execute(
             "UPDATE sessions SET locked_until = $4 WHERE queue_id = $1 AND session_id = $2 \
@@ -147,14 +131,7 @@ pub(crate) async fn renew(
             &[&qid, &session_id, &lock_token, &locked_until.0, &now.0],
         )
         .await?;
-    if changed == 0 {
-        return Err(StoreError::SessionLockLost);
-    }
-    Ok(SessionLock {
-        session_id: session_id.to_owned(),
-        lock_token: lock_token.to_owned(),
-        locked_until,
-    })
+    renewed_session(changed > 0, session_id, lock_token, locked_until)
 }
 
 pub(crate) async fn release(
@@ -170,10 +147,7 @@ pub(crate) async fn release(
             &[&qid, &session_id, &lock_token],
         )
         .await?;
-    if changed == 0 {
-        return Err(StoreError::SessionLockLost);
-    }
-    Ok(())
+    session_held(changed > 0)
 }
 
 /// Forgets session locks that ran out.

@@ -5,76 +5,39 @@
 //! create subscription) and `FOR UPDATE` by its delete, so a delete waits for them and
 //! they never write under a topic that is going away.
 
-use std::collections::HashMap;
-
 use redrive_core::{EntityName, Timestamp};
+use redrive_store::skeleton::columns::{to_int, to_json};
+use redrive_store::skeleton::entities::{
+    self as skeleton, check_subscription_delete, check_topic_delete, fan_out, new_subscription,
+    new_topic, queue_gone_is_deleted, subscription_exists, subscription_not_found, topic_exists,
+    topic_not_found, topic_window, updated_subscription,
+};
 use redrive_store::{
-    NewMessage, NewSubscription, PublishEvent, Published, StoreError, StoreResult,
-    SubscriptionRecord, SubscriptionSpec, SubscriptionUpdate, TopicPolicy, TopicRecord,
+    NewSubscription, PublishEvent, Published, StoreResult, SubscriptionRecord, SubscriptionUpdate,
+    TopicPolicy, TopicRecord,
 };
 use tokio_postgres::Row;
 
 use crate::pool::Db;
-use crate::rows::{count_u64, get, version_sql};
+use crate::rows::{Cols, count_u64, decode};
 use crate::{messages, queues};
 
-fn to_json<T: serde::Serialize>(v: &T) -> StoreResult<String> {
-    serde_json::to_string(v).map_err(StoreError::backend)
-}
-
-fn from_json<T: serde::de::DeserializeOwned>(s: &str) -> StoreResult<T> {
-    serde_json::from_str(s).map_err(StoreError::backend)
-}
-
-fn name_of(s: &str) -> StoreResult<EntityName> {
-    s.parse().map_err(StoreError::backend)
-}
-
-fn version_of(v: i64) -> StoreResult<u64> {
-    u64::try_from(v)
-        .map_err(|_| StoreError::backend(crate::error::PostgresError::OutOfRange("version")))
-}
-
-fn topic_not_found(name: &EntityName) -> StoreError {
-    StoreError::TopicNotFound {
-        topic: name.to_string(),
-    }
-}
-
-fn sub_not_found(topic: &EntityName, name: &EntityName) -> StoreError {
-    StoreError::SubscriptionNotFound {
-        topic: topic.to_string(),
-        subscription: name.to_string(),
-    }
-}
-
 fn topic_record(r: &Row) -> StoreResult<TopicRecord> {
-    Ok(TopicRecord {
-        name: name_of(&get::<String>(r, 0)?)?,
-        policy: from_json(&get::<String>(r, 1)?)?,
-        version: version_of(get(r, 2)?)?,
-        created_at: Timestamp(get(r, 3)?),
-        updated_at: Timestamp(get(r, 4)?),
-    })
+    skeleton::topic(&Cols(r))
 }
 
 fn sub_record(r: &Row) -> StoreResult<SubscriptionRecord> {
-    Ok(SubscriptionRecord {
-        topic: name_of(&get::<String>(r, 0)?)?,
-        name: name_of(&get::<String>(r, 1)?)?,
-        queue: name_of(&get::<String>(r, 2)?)?,
-        spec: from_json::<SubscriptionSpec>(&get::<String>(r, 3)?)?,
-        version: version_of(get(r, 4)?)?,
-        created_at: Timestamp(get(r, 5)?),
-        updated_at: Timestamp(get(r, 6)?),
-    })
+    skeleton::subscription(&Cols(r))
 }
 
 async fn topic_shared(db: &Db<'_>, name: &EntityName) -> StoreResult<TopicRecord> {
     let row = db
         .query_opt(
-            "SELECT name, policy, version, created_at, updated_at FROM topics \
-             WHERE name = $1 FOR SHARE",
+            concat!(
+                "SELECT ",
+                redrive_store::columns!(topic),
+                " FROM topics WHERE name = $1 FOR SHARE"
+            ),
             &[&name.as_str()],
         )
         .await?
@@ -85,12 +48,15 @@ async fn topic_shared(db: &Db<'_>, name: &EntityName) -> StoreResult<TopicRecord
 async fn subs_of(db: &Db<'_>, topic: &EntityName) -> StoreResult<Vec<SubscriptionRecord>> {
     let rows = db
         .query(
-            "SELECT topic, name, queue, spec, version, created_at, updated_at \
-             FROM subscriptions WHERE topic = $1 ORDER BY name",
+            concat!(
+                "SELECT ",
+                redrive_store::columns!(subscription),
+                " FROM subscriptions WHERE topic = $1 ORDER BY name"
+            ),
             &[&topic.as_str()],
         )
         .await?;
-    rows.iter().map(sub_record).collect()
+    decode(&rows, sub_record)
 }
 
 // ---- writes ---------------------------------------------------------------------------
@@ -109,17 +75,9 @@ pub(crate) async fn create_topic(
         )
         .await?;
     if n == 0 {
-        return Err(StoreError::TopicExists {
-            topic: name.to_string(),
-        });
+        return Err(topic_exists(name));
     }
-    Ok(TopicRecord {
-        name: name.clone(),
-        policy: policy.clone(),
-        version: 1,
-        created_at: now,
-        updated_at: now,
-    })
+    Ok(new_topic(name, policy, now))
 }
 
 pub(crate) async fn delete_topic(db: &Db<'_>, name: &EntityName, force: bool) -> StoreResult<()> {
@@ -133,17 +91,9 @@ pub(crate) async fn delete_topic(db: &Db<'_>, name: &EntityName, force: bool) ->
         return Err(topic_not_found(name));
     }
     let subs = subs_of(db, name).await?;
-    if !subs.is_empty() && !force {
-        return Err(StoreError::TopicHasSubscriptions {
-            topic: name.to_string(),
-            subscriptions: subs.len() as u64,
-        });
-    }
+    check_topic_delete(name, &subs, force)?;
     for s in &subs {
-        match queues::delete(db, &s.queue, true).await {
-            Ok(()) | Err(StoreError::QueueNotFound { .. }) => {}
-            Err(e) => return Err(e),
-        }
+        queue_gone_is_deleted(queues::delete(db, &s.queue, true).await)?;
     }
     db.execute(
         "DELETE FROM subscriptions WHERE topic = $1",
@@ -181,21 +131,10 @@ pub(crate) async fn create_subscription(
         )
         .await?;
     if n == 0 {
-        return Err(StoreError::SubscriptionExists {
-            topic: sub.topic.to_string(),
-            subscription: sub.name.to_string(),
-        });
+        return Err(subscription_exists(sub));
     }
     queues::create(db, &sub.queue, &sub.queue_policy, now).await?;
-    Ok(SubscriptionRecord {
-        topic: sub.topic.clone(),
-        name: sub.name.clone(),
-        queue: sub.queue.clone(),
-        spec: sub.spec.clone(),
-        version: 1,
-        created_at: now,
-        updated_at: now,
-    })
+    Ok(new_subscription(sub, now))
 }
 
 async fn sub_for_update(
@@ -205,12 +144,15 @@ async fn sub_for_update(
 ) -> StoreResult<SubscriptionRecord> {
     let row = db
         .query_opt(
-            "SELECT topic, name, queue, spec, version, created_at, updated_at \
-             FROM subscriptions WHERE topic = $1 AND name = $2 FOR UPDATE",
+            concat!(
+                "SELECT ",
+                redrive_store::columns!(subscription),
+                " FROM subscriptions WHERE topic = $1 AND name = $2 FOR UPDATE"
+            ),
             &[&topic.as_str(), &name.as_str()],
         )
         .await?
-        .ok_or_else(|| sub_not_found(topic, name))?;
+        .ok_or_else(|| subscription_not_found(topic, name))?;
     sub_record(&row)
 }
 
@@ -221,15 +163,7 @@ pub(crate) async fn update_subscription(
     update: &SubscriptionUpdate,
     now: Timestamp,
 ) -> StoreResult<SubscriptionRecord> {
-    let mut rec = sub_for_update(db, topic, name).await?;
-    if let Some(p) = update.paused {
-        rec.spec.paused = p;
-    }
-    if let Some(f) = &update.filter {
-        rec.spec.filter = f.clone();
-    }
-    rec.version += 1;
-    rec.updated_at = now;
+    let rec = updated_subscription(sub_for_update(db, topic, name).await?, update, now);
     db.execute(
         "UPDATE subscriptions SET spec = $3, version = $4, updated_at = $5 \
          WHERE topic = $1 AND name = $2",
@@ -237,7 +171,7 @@ pub(crate) async fn update_subscription(
             &topic.as_str(),
             &name.as_str(),
             &to_json(&rec.spec)?,
-            &version_sql(rec.version)?,
+            &to_int(rec.version, "version")?,
             &now.0,
         ],
     )
@@ -260,17 +194,8 @@ pub(crate) async fn delete_subscription(
         )
         .await?;
     let messages = count_u64(&row, 0)?;
-    if messages > 0 && !force {
-        return Err(StoreError::SubscriptionNotEmpty {
-            topic: topic.to_string(),
-            subscription: name.to_string(),
-            messages,
-        });
-    }
-    match queues::delete(db, &rec.queue, true).await {
-        Ok(()) | Err(StoreError::QueueNotFound { .. }) => {}
-        Err(e) => return Err(e),
-    }
+    check_subscription_delete(&rec, messages, force)?;
+    queue_gone_is_deleted(queues::delete(db, &rec.queue, true).await)?;
     db.execute(
         "DELETE FROM subscriptions WHERE topic = $1 AND name = $2",
         &[&topic.as_str(), &name.as_str()],
@@ -286,15 +211,13 @@ pub(crate) async fn publish(
     now: Timestamp,
 ) -> StoreResult<Vec<Published>> {
     let t = topic_shared(db, topic).await?;
-    let window = i64::try_from(t.policy.duplicate_detection_window_ms).unwrap_or(i64::MAX);
-    let mut out = Vec::with_capacity(events.len());
-    let mut per_queue: Vec<(&EntityName, Vec<NewMessage>)> = Vec::new();
-    let mut index: HashMap<&EntityName, usize> = HashMap::new();
-    for ev in events {
-        if window > 0 {
+    let window = topic_window(&t);
+    let mut fresh = vec![true; events.len()];
+    if window > 0 {
+        for (ev, fresh) in events.iter().zip(fresh.iter_mut()) {
             // One statement decides, so concurrent publishes of one key agree: a row comes
             // back when the key is new or its window has passed, none for a duplicate.
-            let fresh = db
+            *fresh = db
                 .query_opt(
                     "INSERT INTO topic_dedup (topic, dedup_key, expires_at) \
                      VALUES ($1, $2, $3) ON CONFLICT (topic, dedup_key) DO UPDATE \
@@ -307,23 +230,14 @@ pub(crate) async fn publish(
                         &now.0,
                     ],
                 )
-                .await?;
-            if fresh.is_none() {
-                out.push(Published { duplicate: true });
-                continue;
-            }
+                .await?
+                .is_some();
         }
-        for (queue, m) in &ev.deliveries {
-            let i = *index.entry(queue).or_insert_with(|| {
-                per_queue.push((queue, Vec::new()));
-                per_queue.len() - 1
-            });
-            per_queue[i].1.push(m.clone());
-        }
-        out.push(Published { duplicate: false });
     }
+    // The operation may run again (a conflict), so the events stay the caller's.
+    let (out, per_queue) = fan_out(events.to_vec(), &fresh);
     for (queue, msgs) in per_queue {
-        messages::enqueue(db, queue, &msgs, now).await?;
+        messages::enqueue(db, &queue, &msgs, now).await?;
     }
     Ok(out)
 }
@@ -333,7 +247,11 @@ pub(crate) async fn publish(
 pub(crate) async fn get_topic(db: &Db<'_>, name: &EntityName) -> StoreResult<TopicRecord> {
     let row = db
         .query_opt(
-            "SELECT name, policy, version, created_at, updated_at FROM topics WHERE name = $1",
+            concat!(
+                "SELECT ",
+                redrive_store::columns!(topic),
+                " FROM topics WHERE name = $1"
+            ),
             &[&name.as_str()],
         )
         .await?
@@ -344,11 +262,15 @@ pub(crate) async fn get_topic(db: &Db<'_>, name: &EntityName) -> StoreResult<Top
 pub(crate) async fn list_topics(db: &Db<'_>) -> StoreResult<Vec<TopicRecord>> {
     let rows = db
         .query(
-            "SELECT name, policy, version, created_at, updated_at FROM topics ORDER BY name",
+            concat!(
+                "SELECT ",
+                redrive_store::columns!(topic),
+                " FROM topics ORDER BY name"
+            ),
             &[],
         )
         .await?;
-    rows.iter().map(topic_record).collect()
+    decode(&rows, topic_record)
 }
 
 pub(crate) async fn get_subscription(
@@ -358,12 +280,15 @@ pub(crate) async fn get_subscription(
 ) -> StoreResult<SubscriptionRecord> {
     let row = db
         .query_opt(
-            "SELECT topic, name, queue, spec, version, created_at, updated_at \
-             FROM subscriptions WHERE topic = $1 AND name = $2",
+            concat!(
+                "SELECT ",
+                redrive_store::columns!(subscription),
+                " FROM subscriptions WHERE topic = $1 AND name = $2"
+            ),
             &[&topic.as_str(), &name.as_str()],
         )
         .await?
-        .ok_or_else(|| sub_not_found(topic, name))?;
+        .ok_or_else(|| subscription_not_found(topic, name))?;
     sub_record(&row)
 }
 
@@ -378,10 +303,13 @@ pub(crate) async fn list_subscriptions(
 pub(crate) async fn list_all_subscriptions(db: &Db<'_>) -> StoreResult<Vec<SubscriptionRecord>> {
     let rows = db
         .query(
-            "SELECT topic, name, queue, spec, version, created_at, updated_at \
-             FROM subscriptions ORDER BY topic, name",
+            concat!(
+                "SELECT ",
+                redrive_store::columns!(subscription),
+                " FROM subscriptions ORDER BY topic, name"
+            ),
             &[],
         )
         .await?;
-    rows.iter().map(sub_record).collect()
+    decode(&rows, sub_record)
 }

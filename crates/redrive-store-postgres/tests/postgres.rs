@@ -10,32 +10,17 @@ mod support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use redrive_core::{EntityName, QueuePolicy, Timestamp};
+use redrive_core::{QueuePolicy, Timestamp};
 use redrive_store::{NewMessage, ReceiveParams, Store, StoreError, StoreErrorKind};
 use redrive_store_postgres::{PostgresError, PostgresOptions, PostgresStore, SCHEMA_VERSION};
 
 use support::SchemaGuard;
 
-const T0: Timestamp = Timestamp(1_700_000_000_000);
+use redrive_store_conformance::{T0, name};
 
-fn name(s: &str) -> EntityName {
-    s.parse().unwrap()
-}
-
+/// A plain message whose body is its id.
 fn msg(id: &str) -> NewMessage {
-    NewMessage {
-        message_id: id.to_owned(),
-        body: id.as_bytes().to_vec(),
-        content_type: None,
-        properties: Default::default(),
-        correlation_id: None,
-        session_id: None,
-        message_type: None,
-        intent: None,
-        valid_until: None,
-        scheduled_at: None,
-        expires_at: None,
-    }
+    redrive_store_conformance::msg(id, id.as_bytes())
 }
 
 /// Runs `sql` on the guard's schema through a connection of its own.

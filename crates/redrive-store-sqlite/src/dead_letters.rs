@@ -1,143 +1,55 @@
-//! Dead letters: the one dead-lettering path shared by receive, settle and sweep, and the
-//! operations on a queue's dead-letter store.
+//! Dead letters: the one dead-lettering path shared by receive, settle and sweep (the
+//! plan is the skeleton's, the statements are here), and the operations on a queue's
+//! dead-letter store.
 
-use redrive_core::message::RESUBMITTED_FROM_PROPERTY;
-use redrive_core::{Area, DeadLetterReason, EntityName, PropertyValue, Timestamp};
-use redrive_store::dead_letter::{
-    Routing, TargetUnfit, broker_description, check_target, evidence_record, fallback_description,
-    forwarded_properties,
+use redrive_core::{Area, EntityName, Timestamp};
+use redrive_store::skeleton::dead_letters::{
+    check_lock, check_resubmit, lock_records, not_found, resubmitted,
 };
+use redrive_store::skeleton::entities::QueueRow;
+use redrive_store::skeleton::{Cause, DeadLetterPlan, Head};
 use redrive_store::{
-    DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, DeadLettered, Effects, Enqueued,
-    StoreError, StoreResult,
+    DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Effects, Enqueued, StoreError,
+    StoreResult,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::Db;
-use crate::messages::message_ref;
 use crate::rows::{
-    Head, NewRow, QueueInfo, allocate_sequences, delete_row, dl_cols, insert_message,
-    insert_record, load_row, props_to_json, queue_id, record_from_row,
+    allocate_sequences, delete_row, insert_message, insert_record, load_row, query_all, query_opt,
+    queue_id, record,
 };
 use crate::writer::Tx;
 
-/// Whether an application dead-letter on `q` would be refused because its dead-letter
-/// queue does not exist (checked before anything is changed).
-pub(crate) fn target_missing(tx: &mut Tx<'_>, q: &QueueInfo) -> StoreResult<Option<StoreError>> {
-    let Some(target) = &q.policy.dead_letter_queue else {
-        return Ok(None);
-    };
-    if target != &q.name && tx.queue_opt(target.as_str())?.is_none() {
-        return Ok(Some(StoreError::DeadLetterTargetMissing {
-            queue: q.name.to_string(),
-            target: target.to_string(),
-        }));
-    }
-    Ok(None)
-}
-
 /// Dead-letters the message `head` of queue `q`: writes the evidence record (and, when the
-/// queue names a dead-letter queue, a copy there), removes the message, reports it.
-#[allow(clippy::too_many_arguments)] // one shared path; every argument is evidence
+/// queue names a dead-letter queue that can take it, a copy there), removes the message,
+/// reports it. Returns the record's id.
 pub(crate) fn dead_letter(
     tx: &mut Tx<'_>,
-    q: &QueueInfo,
+    q: &QueueRow,
     head: &Head,
-    reason: DeadLetterReason,
-    by_broker: bool,
-    description: Option<String>,
+    cause: Cause,
     now: Timestamp,
     effects: &mut Effects,
 ) -> StoreResult<String> {
-    let row = load_row(tx.conn, head.rowid)?;
-    let meta = &head.meta;
-    let mut description = description
-        .or_else(|| broker_description(&reason, meta, q.policy.max_delivery_count, q.version));
-    let mut area = Area::Live;
-    let mut forwarded_to: Option<(EntityName, i64)> = None;
-
-    if let Some(target) = &q.policy.dead_letter_queue {
-        let found = tx.queue_opt(target.as_str())?;
-        let fit = check_target(
-            &q.name,
-            target,
-            found.as_ref().map(|t| t.policy.requires_session),
-            row.head.session_id.is_some(),
-        )
-        .and_then(|()| found.ok_or(TargetUnfit::Missing));
-        match fit {
-            Ok(t) => {
-                let sequence = allocate_sequences(tx.conn, t.id, 1)?;
-                let props =
-                    forwarded_properties(&row.properties, &reason, description.as_deref(), &q.name);
-                let props = props_to_json(&props)?;
-                insert_message(
-                    tx.conn,
-                    &NewRow {
-                        queue_id: t.id,
-                        sequence,
-                        message_id: &head.message_id,
-                        body: &row.body,
-                        content_type: row.content_type.as_deref(),
-                        properties: props.as_deref(),
-                        correlation_id: row.correlation_id.as_deref(),
-                        session_id: row.head.session_id.as_deref(),
-                        message_type: row.message_type.as_deref(),
-                        intent: row.intent.as_deref(),
-                        valid_until: row.valid_until,
-                        enqueued_at: now,
-                        scheduled_at: None,
-                        visible_at: now,
-                        expires_at: t
-                            .policy
-                            .default_ttl_ms
-                            .map(|ttl| now.plus_millis(i64::try_from(ttl).unwrap_or(i64::MAX))),
-                    },
-                )?;
-                effects.wake(&t.name);
-                forwarded_to = Some((t.name.clone(), sequence));
-                area = Area::Archived;
-            }
-            Err(unfit) => {
-                if !by_broker && unfit == TargetUnfit::Missing {
-                    // Callers check `target_missing` first; this keeps the rule in one place.
-                    return Err(StoreError::DeadLetterTargetMissing {
-                        queue: q.name.to_string(),
-                        target: target.to_string(),
-                    });
-                }
-                description = Some(fallback_description(description, target, unfit, &q.name));
-                tracing::warn!(queue = %q.name, target = %target, why = unfit.why(),
-                    "dead-letter queue unusable; record kept in the queue's own store");
-            }
-        }
-    }
-
-    let id = redrive_core::id::new_dead_letter_id(now);
-    let routing = Routing {
-        area,
-        description,
-        by_broker,
-        forwarded_to: forwarded_to.clone(),
+    let row = load_row(tx.conn, head.key)?;
+    let target = match &q.policy.dead_letter_queue {
+        Some(t) => tx.queue_opt(t.as_str())?,
+        None => None,
     };
-    let message = row.into_stored(&q.name);
-    let record = evidence_record(id.clone(), message, meta, &reason, routing, q.version, now);
+    let plan = DeadLetterPlan::new(q, head, row, cause, target.as_deref(), now)?;
+    let forwarded = match plan.target() {
+        Some(t) => {
+            let sequence = allocate_sequences(tx.conn, t.id, 1)?;
+            insert_message(tx.conn, t.id, now, &plan.copy(sequence)?)?;
+            Some(sequence)
+        }
+        None => None,
+    };
+    let record = plan.finish(forwarded, effects);
     insert_record(tx.conn, &record)?;
-    delete_row(tx.conn, head.rowid)?;
-    effects.dead_lettered.push(DeadLettered {
-        message: message_ref(q, head),
-        dead_letter_id: id.clone(),
-        reason,
-        forwarded_to,
-    });
-    Ok(id)
-}
-
-fn not_found(queue: &EntityName, id: &str) -> StoreError {
-    StoreError::DeadLetterNotFound {
-        queue: queue.to_string(),
-        id: id.to_owned(),
-    }
+    delete_row(tx.conn, head.key)?;
+    Ok(record.id)
 }
 
 fn load_record(
@@ -145,15 +57,14 @@ fn load_record(
     queue: &EntityName,
     id: &str,
 ) -> StoreResult<Option<DeadLetterRecord>> {
-    conn.prepare_cached(concat!(
-        "SELECT ",
-        dl_cols!(),
-        " FROM dead_letters WHERE queue = ?1 AND id = ?2"
-    ))
-    .db()?
-    .query_row(params![queue.as_str(), id], record_from_row)
-    .optional()
-    .db()
+    let mut stmt = conn
+        .prepare_cached(concat!(
+            "SELECT ",
+            redrive_store::columns!(dead_letter),
+            " FROM dead_letters WHERE queue = ?1 AND id = ?2"
+        ))
+        .db()?;
+    query_opt(&mut stmt, params![queue.as_str(), id], record)
 }
 
 // ---- reads ----------------------------------------------------------------------------
@@ -163,7 +74,7 @@ pub(crate) fn list(conn: &Connection, q: &DeadLetterQuery) -> StoreResult<Vec<De
     let mut stmt = conn
         .prepare_cached(concat!(
             "SELECT ",
-            dl_cols!(),
+            redrive_store::columns!(dead_letter),
             " FROM dead_letters WHERE queue = ?1 AND area = ?2 \
               AND (?3 IS NULL OR reason = ?3) \
               AND (?4 IS NULL OR dead_lettered_at >= ?4) \
@@ -172,21 +83,19 @@ pub(crate) fn list(conn: &Connection, q: &DeadLetterQuery) -> StoreResult<Vec<De
              ORDER BY id LIMIT ?7"
         ))
         .db()?;
-    let rows = stmt
-        .query_map(
-            params![
-                q.queue.as_str(),
-                q.area.as_str(),
-                q.reason,
-                q.from.map(|t| t.0),
-                q.to.map(|t| t.0),
-                q.after,
-                i64::from(q.limit),
-            ],
-            record_from_row,
-        )
-        .db()?;
-    rows.map(|r| r.db()).collect()
+    query_all(
+        &mut stmt,
+        params![
+            q.queue.as_str(),
+            q.area.as_str(),
+            q.reason,
+            q.from.map(|t| t.0),
+            q.to.map(|t| t.0),
+            q.after,
+            i64::from(q.limit),
+        ],
+        record,
+    )
 }
 
 pub(crate) fn get(
@@ -208,49 +117,40 @@ pub(crate) fn receive(
     now: Timestamp,
 ) -> StoreResult<Vec<DeadLetterDelivery>> {
     tx.queue(queue)?;
-    let records: Vec<DeadLetterRecord> = {
+    let records = {
         let mut stmt = tx
             .conn
             .prepare_cached(concat!(
                 "SELECT ",
-                dl_cols!(),
+                redrive_store::columns!(dead_letter),
                 " FROM dead_letters WHERE queue = ?1 AND area = 'live' \
                   AND (locked_until IS NULL OR locked_until <= ?2) \
                  ORDER BY id LIMIT ?3"
             ))
             .db()?;
-        let rows = stmt
-            .query_map(
-                params![queue.as_str(), now.0, i64::from(max)],
-                record_from_row,
-            )
-            .db()?;
-        rows.map(|r| r.db()).collect::<StoreResult<_>>()?
+        query_all(
+            &mut stmt,
+            params![queue.as_str(), now.0, i64::from(max)],
+            record,
+        )?
     };
-    let locked_until = now.plus_millis(i64::try_from(lock_ms).unwrap_or(i64::MAX));
-    let mut out = Vec::with_capacity(records.len());
-    for mut record in records {
-        let token = redrive_core::id::new_lock_token();
-        record.dlq_delivery_count += 1;
-        record.locked_until = Some(locked_until);
-        tx.conn
-            .prepare_cached(
-                "UPDATE dead_letters SET lock_token = ?2, locked_until = ?3, \
-                 dlq_delivery_count = ?4 WHERE id = ?1",
-            )
-            .db()?
+    let out = lock_records(records, lock_ms, now);
+    let mut update = tx
+        .conn
+        .prepare_cached(
+            "UPDATE dead_letters SET lock_token = ?2, locked_until = ?3, \
+             dlq_delivery_count = ?4 WHERE id = ?1",
+        )
+        .db()?;
+    for d in &out {
+        update
             .execute(params![
-                record.id,
-                token,
-                locked_until.0,
-                i64::from(record.dlq_delivery_count)
+                d.record.id,
+                d.lock_token,
+                d.locked_until.0,
+                i64::from(d.record.dlq_delivery_count)
             ])
             .db()?;
-        out.push(DeadLetterDelivery {
-            record,
-            lock_token: token,
-            locked_until,
-        });
     }
     Ok(out)
 }
@@ -274,12 +174,10 @@ pub(crate) fn settle(
         })
         .optional()
         .db()?;
-    let Some((id, Some(until))) = found else {
+    let Some((id, until)) = found else {
         return Err(StoreError::LockLost);
     };
-    if until <= now.0 {
-        return Err(StoreError::LockLost);
-    }
+    check_lock(until, now)?;
     let sql = if complete {
         "DELETE FROM dead_letters WHERE id = ?1"
     } else {
@@ -296,50 +194,12 @@ pub(crate) fn resubmit(
     now: Timestamp,
 ) -> StoreResult<Enqueued> {
     let q = tx.queue(queue)?;
-    let record = load_record(tx.conn, queue, id)?
-        .filter(|r| r.area == Area::Live)
-        .ok_or_else(|| not_found(queue, id))?;
-    if q.policy.requires_session && record.session_id.is_none() {
-        return Err(StoreError::SessionRequired {
-            queue: queue.to_string(),
-        });
-    }
-    let mut props = record.properties.clone();
-    props.insert(
-        RESUBMITTED_FROM_PROPERTY.to_owned(),
-        PropertyValue::String(record.id.clone()),
-    );
-    let props = props_to_json(&props)?;
+    let record = check_resubmit(&q, id, load_record(tx.conn, queue, id)?)?;
     let sequence = allocate_sequences(tx.conn, q.id, 1)?;
-    insert_message(
-        tx.conn,
-        &NewRow {
-            queue_id: q.id,
-            sequence,
-            message_id: &record.message_id,
-            body: &record.body,
-            content_type: record.content_type.as_deref(),
-            properties: props.as_deref(),
-            correlation_id: record.correlation_id.as_deref(),
-            session_id: record.session_id.as_deref(),
-            message_type: record.message_type.as_deref(),
-            intent: record.intent.as_deref(),
-            valid_until: record.valid_until,
-            enqueued_at: now,
-            scheduled_at: None,
-            visible_at: now,
-            expires_at: q
-                .policy
-                .default_ttl_ms
-                .map(|ttl| now.plus_millis(i64::try_from(ttl).unwrap_or(i64::MAX))),
-        },
-    )?;
+    let (row, enqueued) = resubmitted(&q, &record, sequence, now)?;
+    insert_message(tx.conn, q.id, now, &row)?;
     set_area(tx.conn, &record.id, Area::Archived)?;
-    Ok(Enqueued {
-        message_id: record.message_id,
-        sequence,
-        duplicate: false,
-    })
+    Ok(enqueued)
 }
 
 pub(crate) fn move_to(tx: &mut Tx<'_>, queue: &EntityName, id: &str, to: Area) -> StoreResult<()> {

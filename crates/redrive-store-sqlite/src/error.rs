@@ -6,6 +6,8 @@ use rusqlite::ErrorCode;
 
 /// Failures specific to the SQLite backend. They reach callers inside
 /// [`StoreError::Backend`] or [`StoreError::Unavailable`]; tests may downcast the source.
+/// (Values that cannot be read or stored are the shared row mapping's
+/// `redrive_store::skeleton::RowError`.)
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SqliteError {
@@ -54,19 +56,6 @@ pub enum SqliteError {
     /// The operation panicked inside the writer; its changes were rolled back.
     #[error("the storage operation panicked and was rolled back")]
     Panicked,
-    /// A floating-point property is NaN or infinite, which cannot be stored (JSON has no
-    /// such numbers); nothing was stored.
-    #[error("property {name:?} is not a finite number")]
-    NonFiniteProperty {
-        /// The property.
-        name: String,
-    },
-    /// A rule this backend relies on was broken (a bug); the operation was rolled back.
-    #[error("internal invariant broken: {0}")]
-    Invariant(&'static str),
-    /// A value does not fit the column type (a count or version out of range).
-    #[error("value out of range for {0}")]
-    OutOfRange(&'static str),
 }
 
 /// Maps a SQLite error: busy and locked are transient, everything else is a backend error.

@@ -32,9 +32,13 @@
 //! # Rules
 //!
 //! Every state decision is a call into `redrive_core::machine` with the queue's stored
-//! policy; SQL only finds candidate rows and stores outcomes. The writer caches each
-//! queue's parsed policy and drops the cache whenever a job or group is rolled back.
-//! Every connection has a busy timeout; `SQLITE_BUSY`/`SQLITE_LOCKED` map to
+//! policy; SQL only finds candidate rows and stores outcomes. What the SQLite and
+//! PostgreSQL stores do alike between reading a row and writing one (the row mapping, the
+//! per-row rules, the dead-letter plan, the audit chain) is `redrive_store::skeleton`'s;
+//! this crate holds the SQL and the transactions. One cache of queue records (`cache`),
+//! exact because only this process writes the file, serves the writer's jobs and the
+//! read path: it holds committed records only, and forgets a queue when the commit of a
+//! change to it returns. Every connection has a busy timeout; `SQLITE_BUSY`/`SQLITE_LOCKED` map to
 //! [`StoreError::Unavailable`]. A receive first settles up to 256 due rows of its queue
 //! (expired locks, then expired messages); the background sweep takes any rest, and an
 //! expired message is never delivered either way.
@@ -63,6 +67,7 @@
 //! WAL hold tens of messages rather than the few that fit with large bodies.
 
 mod access;
+mod cache;
 mod dead_letters;
 mod error;
 mod files;
@@ -77,6 +82,7 @@ mod topics;
 mod writer;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
@@ -94,6 +100,7 @@ use redrive_store::{
 pub use error::SqliteError;
 pub use schema::LATEST_VERSION as SCHEMA_VERSION;
 
+use cache::QueueCache;
 use error::Db as _;
 use readers::ReadPool;
 use writer::Writer;
@@ -120,18 +127,8 @@ impl Default for SqliteOptions {
 pub struct SqliteStore {
     writer: Writer,
     readers: ReadPool,
-    /// Queue records by name. Only this process writes the file, so the cache is exact:
-    /// every operation that can change or remove a queue record clears it after its
-    /// commit, and a read that raced such a change is not cached (the generation moved).
-    /// Bounded by the number of queues. It saves a read-pool round trip (a thread hop)
-    /// on every send and receive.
-    queue_cache: std::sync::Mutex<QueueCache>,
-}
-
-#[derive(Default)]
-struct QueueCache {
-    generation: u64,
-    records: std::collections::HashMap<String, QueueRecord>,
+    /// The queue records, shared with the writer (see `cache`).
+    queues: Arc<QueueCache>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -143,19 +140,6 @@ impl std::fmt::Debug for SqliteStore {
 }
 
 impl SqliteStore {
-    fn cache(&self) -> std::sync::MutexGuard<'_, QueueCache> {
-        // Every critical section leaves the cache consistent, so a poisoned lock is usable.
-        self.queue_cache.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Forgets every cached queue record; called after a commit that may have changed or
-    /// removed one.
-    fn forget_queues(&self) {
-        let mut cache = self.cache();
-        cache.generation += 1;
-        cache.records.clear();
-    }
-
     /// Opens (creating if needed) the database file at `path` (parent directories
     /// created; the directory 0700, the database and its WAL files 0600), in WAL mode with `synchronous=FULL`, and applies migrations.
     pub fn open(path: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
@@ -167,11 +151,12 @@ impl SqliteStore {
         schema::migrate(&conn)?;
         files::restrict_files(path).map_err(StoreError::backend)?;
         let readers = ReadPool::open(path.to_path_buf(), options.readers)?;
-        let writer = Writer::start(conn, options.max_batch)?;
+        let queues = Arc::new(QueueCache::default());
+        let writer = Writer::start(conn, options.max_batch, Arc::clone(&queues))?;
         Ok(SqliteStore {
             writer,
             readers,
-            queue_cache: std::sync::Mutex::default(),
+            queues,
         })
     }
 
@@ -237,28 +222,20 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<QueueRecord> {
         let (name, policy) = (name.clone(), policy.clone());
-        let result = self
-            .writer
+        self.writer
             .write(move |tx| queues::update(tx, &name, &policy, expected_version, now))
-            .await;
-        self.forget_queues();
-        result
+            .await
     }
 
     async fn get_queue(&self, name: &EntityName) -> StoreResult<QueueRecord> {
-        let generation = {
-            let cache = self.cache();
-            if let Some(r) = cache.records.get(name.as_str()) {
-                return Ok(r.clone());
-            }
-            cache.generation
-        };
-        let key = name.clone();
-        let record = self.readers.read(move |c| queues::get(c, &key)).await?;
-        let mut cache = self.cache();
-        if cache.generation == generation {
-            cache.records.insert(name.to_string(), record.clone());
+        if let Some(q) = self.queues.get(name.as_str()) {
+            return Ok(q.record());
         }
+        let generation = self.queues.generation();
+        let key = name.clone();
+        let q = Arc::new(self.readers.read(move |c| queues::get(c, &key)).await?);
+        let record = q.record();
+        self.queues.fill(generation, q);
         Ok(record)
     }
 
@@ -268,12 +245,9 @@ impl Store for SqliteStore {
 
     async fn delete_queue(&self, name: &EntityName, force: bool) -> StoreResult<()> {
         let name = name.clone();
-        let result = self
-            .writer
+        self.writer
             .write(move |tx| queues::delete(tx, &name, force))
-            .await;
-        self.forget_queues();
-        result
+            .await
     }
 
     async fn queue_counts(&self, name: &EntityName, now: Timestamp) -> StoreResult<QueueCounts> {
@@ -479,7 +453,7 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<bool> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
-        let until = now.plus_millis(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+        let until = redrive_store::skeleton::columns::after(now, ttl_ms);
         self.writer
             .write(move |tx| leases::try_take(tx, &name, &holder, until, now))
             .await
@@ -566,12 +540,9 @@ impl Store for SqliteStore {
 
     async fn delete_topic(&self, name: &EntityName, force: bool) -> StoreResult<()> {
         let name = name.clone();
-        let result = self
-            .writer
+        self.writer
             .write(move |tx| topics::delete_topic(tx, &name, force))
-            .await;
-        self.forget_queues();
-        result
+            .await
     }
 
     async fn create_subscription(
@@ -580,12 +551,9 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<SubscriptionRecord> {
         let sub = sub.clone();
-        let result = self
-            .writer
+        self.writer
             .write(move |tx| topics::create_subscription(tx, &sub, now))
-            .await;
-        self.forget_queues();
-        result
+            .await
     }
 
     async fn get_subscription(
@@ -618,12 +586,9 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<SubscriptionRecord> {
         let (topic, name, update) = (topic.clone(), name.clone(), update.clone());
-        let result = self
-            .writer
+        self.writer
             .write(move |tx| topics::update_subscription(tx, &topic, &name, &update, now))
-            .await;
-        self.forget_queues();
-        result
+            .await
     }
 
     async fn delete_subscription(
@@ -633,12 +598,9 @@ impl Store for SqliteStore {
         force: bool,
     ) -> StoreResult<u64> {
         let (topic, name) = (topic.clone(), name.clone());
-        let result = self
-            .writer
+        self.writer
             .write(move |tx| topics::delete_subscription(tx, &topic, &name, force))
-            .await;
-        self.forget_queues();
-        result
+            .await
     }
 
     async fn publish(

@@ -2,22 +2,28 @@
 //! (readers). Every state decision is a call into `redrive_core::machine`; the SQL only
 //! finds candidate rows and stores the outcome.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-use redrive_core::machine::{self, Refusal, Step};
-use redrive_core::{EntityName, MessageMeta, MessageState, Timestamp};
+use redrive_core::machine::Refusal;
+use redrive_core::{EntityName, Timestamp};
+use redrive_store::skeleton::columns::limit;
+use redrive_store::skeleton::entities::QueueRow;
+use redrive_store::skeleton::messages::{
+    self as skeleton, ReceiveMode, cancellable, check_sessions, dead_letter_target, dedup_window,
+    distinct, earliest, fresh, message_not_found, place, slots, token_key,
+};
+use redrive_store::skeleton::{Head, MessageRow, Received, Write};
 use redrive_store::{
-    Delivery, Effects, Enqueued, MessageRef, NewMessage, ReceiveOutcome, ReceiveParams, SessionRef,
-    SettleAction, SettleOutcome, Settled, Settlement, StoreError, StoreResult, StoredMessage,
-    SweepOutcome,
+    Delivery, Effects, Enqueued, NewMessage, ReceiveOutcome, ReceiveParams, SettleOutcome, Settled,
+    Settlement, StoreResult, StoredMessage, SweepOutcome,
 };
 use rusqlite::{CachedStatement, Connection, OptionalExtension, params};
 
 use crate::dead_letters;
-use crate::error::{Db, SqliteError, backend};
+use crate::error::Db;
 use crate::rows::{
-    DELETE_ROW, Head, MetaWriter, MsgRow, NewRow, QueueInfo, allocate_sequences, delete_row,
-    head_cols, insert_message, msg_cols, msg_from, props_to_json, queue_id, write_meta,
+    DELETE_ROW, MetaWriter, allocate_sequences, delete_row, head, head_cols, insert_message,
+    message, msg_cols, msg_from, query_all, queue_id, write_meta,
 };
 use crate::sessions;
 use crate::writer::Tx;
@@ -26,109 +32,60 @@ use crate::writer::Tx;
 /// queue before delivering; the background sweep takes care of any rest.
 const RECEIVE_SWEEP_LIMIT: usize = 256;
 
-pub(crate) fn message_ref(q: &QueueInfo, head: &Head) -> MessageRef {
-    MessageRef {
-        queue: q.name.clone(),
-        message_id: head.message_id.clone(),
-        sequence: head.sequence,
-        delivery_count: head.meta.delivery_count,
-    }
-}
-
-/// What applying a step did.
-enum Applied {
-    Kept,
-    Removed,
-    DeadLettered(String),
-}
-
-/// Stores the outcome of a state-machine step for message `head` of queue `q`.
+/// Stores what the skeleton decided for message `head` of queue `q`; returns the record
+/// id of a dead letter.
 fn apply(
     tx: &mut Tx<'_>,
-    q: &QueueInfo,
+    q: &QueueRow,
     head: &Head,
-    step: Step,
-    description: Option<String>,
+    write: Write,
     now: Timestamp,
     effects: &mut Effects,
-) -> StoreResult<Applied> {
-    match step {
-        Step::Keep(meta) => {
-            write_meta(tx.conn, head.rowid, &meta)?;
-            if meta.state == MessageState::Available {
-                effects.wake(&q.name);
-            }
-            Ok(Applied::Kept)
-        }
-        Step::Complete => {
-            delete_row(tx.conn, head.rowid)?;
-            Ok(Applied::Removed)
-        }
-        Step::Drop => {
-            delete_row(tx.conn, head.rowid)?;
-            effects.expired.push(message_ref(q, head));
-            Ok(Applied::Removed)
-        }
-        Step::DeadLetter { reason, by_broker } => {
-            let id = dead_letters::dead_letter(
-                tx,
-                q,
-                head,
-                reason,
-                by_broker,
-                description,
-                now,
-                effects,
-            )?;
-            Ok(Applied::DeadLettered(id))
+) -> StoreResult<Option<String>> {
+    match write {
+        Write::Meta(meta) => write_meta(tx.conn, head.key, &meta)?,
+        Write::Delete => delete_row(tx.conn, head.key)?,
+        Write::DeadLetter(cause) => {
+            return dead_letters::dead_letter(tx, q, head, cause, now, effects).map(Some);
         }
     }
+    Ok(None)
 }
 
-/// Applies `machine::sweep` to one message if anything is due; true if it was.
+/// Applies the sweep's rule to one message if anything is due; true if it was.
 fn sweep_one(
     tx: &mut Tx<'_>,
-    q: &QueueInfo,
+    q: &QueueRow,
     head: &Head,
     now: Timestamp,
     effects: &mut Effects,
 ) -> StoreResult<bool> {
-    let Some(step) = machine::sweep(
-        &head.meta,
-        &q.policy,
-        now,
-        machine::jitter_seed(head.sequence),
-    ) else {
+    let Some(write) = skeleton::sweep(q, head, now, effects) else {
         return Ok(false);
     };
-    if head.meta.state == MessageState::Locked {
-        effects.lock_expired.push(message_ref(q, head));
-    }
-    apply(tx, q, head, step, None, now, effects)?;
+    apply(tx, q, head, write, now, effects)?;
     Ok(true)
 }
 
 fn heads(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> StoreResult<Vec<Head>> {
     let mut stmt = conn.prepare_cached(sql).db()?;
-    let rows = stmt.query_map(params, Head::from_row).db()?;
-    rows.map(|r| r.db()).collect()
+    query_all(&mut stmt, params, head)
 }
 
-fn rows(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> StoreResult<Vec<MsgRow>> {
+fn rows(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> StoreResult<Vec<MessageRow>> {
     let mut stmt = conn.prepare_cached(sql).db()?;
-    let rows = stmt.query_map(params, MsgRow::from_row).db()?;
-    rows.map(|r| r.db()).collect()
-}
-
-fn limit(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
+    query_all(&mut stmt, params, message)
 }
 
 /// Settles up to `budget` due rows of one queue: expired locks first, then expired
 /// messages. Returns how many were settled and whether more are due.
 fn sweep_queue(
     tx: &mut Tx<'_>,
-    q: &QueueInfo,
+    q: &QueueRow,
     now: Timestamp,
     budget: usize,
     effects: &mut Effects,
@@ -173,14 +130,6 @@ fn sweep_queue(
 
 // ---- enqueue ----------------------------------------------------------------------------
 
-enum Slot {
-    New,
-    /// Seen inside the window: the original sequence.
-    Duplicate(i64),
-    /// Repeats an earlier message of the same batch (by index).
-    RepeatOf(usize),
-}
-
 pub(crate) fn enqueue(
     tx: &mut Tx<'_>,
     queue: &EntityName,
@@ -188,15 +137,9 @@ pub(crate) fn enqueue(
     now: Timestamp,
 ) -> StoreResult<Vec<Enqueued>> {
     let q = tx.queue(queue)?;
-    if q.policy.requires_session && messages.iter().any(|m| m.session_id.is_none()) {
-        return Err(StoreError::SessionRequired {
-            queue: queue.to_string(),
-        });
-    }
-    let window = i64::try_from(q.policy.duplicate_detection_window_ms).unwrap_or(i64::MAX);
-    let mut slots = Vec::with_capacity(messages.len());
-    if window > 0 {
-        let mut first_in_batch: HashMap<&str, usize> = HashMap::new();
+    check_sessions(&q, &messages)?;
+    let window = dedup_window(&q);
+    let slots = {
         let mut lookup = tx
             .conn
             .prepare_cached(
@@ -204,86 +147,38 @@ pub(crate) fn enqueue(
                  WHERE queue_id = ?1 AND message_id = ?2 AND expires_at > ?3",
             )
             .db()?;
-        for (i, m) in messages.iter().enumerate() {
-            if let Some(&j) = first_in_batch.get(m.message_id.as_str()) {
-                slots.push(Slot::RepeatOf(j));
-                continue;
-            }
-            let seen: Option<i64> = lookup
-                .query_row(params![q.id, m.message_id, now.0], |r| r.get(0))
+        slots(&messages, window > 0, |id| {
+            lookup
+                .query_row(params![q.id, id, now.0], |r| r.get(0))
                 .optional()
-                .db()?;
-            match seen {
-                Some(seq) => slots.push(Slot::Duplicate(seq)),
-                None => {
-                    first_in_batch.insert(m.message_id.as_str(), i);
-                    slots.push(Slot::New);
-                }
-            }
-        }
-    } else {
-        slots.extend(messages.iter().map(|_| Slot::New));
-    }
-    let fresh = slots.iter().filter(|s| matches!(s, Slot::New)).count();
-    let mut next = if fresh > 0 {
-        allocate_sequences(tx.conn, q.id, fresh)?
+                .db()
+        })?
+    };
+    let n = fresh(&slots);
+    let first = if n > 0 {
+        allocate_sequences(tx.conn, q.id, n)?
     } else {
         0
     };
-    let mut out: Vec<Enqueued> = Vec::with_capacity(messages.len());
-    for (m, slot) in messages.iter().zip(&slots) {
-        let (sequence, duplicate) = match *slot {
-            Slot::Duplicate(seq) => (seq, true),
-            Slot::RepeatOf(j) => (out[j].sequence, true),
-            Slot::New => {
-                let sequence = next;
-                next += 1;
-                let props = props_to_json(&m.properties)?;
-                let visible_at = m.scheduled_at.map_or(now, |s| s.max(now));
-                insert_message(
-                    tx.conn,
-                    &NewRow {
-                        queue_id: q.id,
-                        sequence,
-                        message_id: &m.message_id,
-                        body: &m.body,
-                        content_type: m.content_type.as_deref(),
-                        properties: props.as_deref(),
-                        correlation_id: m.correlation_id.as_deref(),
-                        session_id: m.session_id.as_deref(),
-                        message_type: m.message_type.as_deref(),
-                        intent: m.intent.as_deref(),
-                        valid_until: m.valid_until,
-                        enqueued_at: now,
-                        scheduled_at: m.scheduled_at,
-                        visible_at,
-                        expires_at: m.expires_at,
-                    },
-                )?;
-                if window > 0 {
-                    tx.conn
-                        .prepare_cached(
-                            "INSERT INTO dedup (queue_id, message_id, sequence, expires_at) \
-                             VALUES (?1, ?2, ?3, ?4) ON CONFLICT (queue_id, message_id) DO UPDATE \
-                             SET sequence = excluded.sequence, expires_at = excluded.expires_at",
-                        )
-                        .db()?
-                        .execute(params![
-                            q.id,
-                            m.message_id,
-                            sequence,
-                            now.plus_millis(window).0
-                        ])
-                        .db()?;
-                }
-                (sequence, false)
-            }
-        };
-        out.push(Enqueued {
-            message_id: m.message_id.clone(),
-            sequence,
-            duplicate,
-        });
+    let (out, rows) = place(&messages, &slots, first..first + limit(n), now)?;
+    for row in &rows {
+        insert_message(tx.conn, q.id, now, row)?;
+        if window > 0 {
+            tx.conn
+                .prepare_cached(
+                    "INSERT INTO dedup (queue_id, message_id, sequence, expires_at) \
+                     VALUES (?1, ?2, ?3, ?4) ON CONFLICT (queue_id, message_id) DO UPDATE \
+                     SET sequence = excluded.sequence, expires_at = excluded.expires_at",
+                )
+                .db()?
+                .execute(params![
+                    q.id,
+                    row.message_id,
+                    row.sequence,
+                    now.plus_millis(window).0
+                ])
+                .db()?;
+        }
     }
     Ok(out)
 }
@@ -295,114 +190,54 @@ pub(crate) fn cancel_scheduled(
     now: Timestamp,
 ) -> StoreResult<()> {
     let q = tx.queue(queue)?;
-    let found: Option<(Head, Option<i64>)> = tx
+    let mut stmt = tx
         .conn
         .prepare_cached(concat!(
             "SELECT ",
             head_cols!(),
             ", scheduled_at FROM messages WHERE queue_id = ?1 AND sequence = ?2"
         ))
-        .db()?
-        .query_row(params![q.id, sequence], |r| {
-            Ok((Head::from_row(r)?, r.get(13)?))
-        })
-        .optional()
         .db()?;
-    let cancellable = found.filter(|(h, scheduled)| {
-        h.meta.state == MessageState::Available
-            && h.meta.delivery_count == 0
-            && scheduled.is_some()
-            && h.meta.visible_at > now
-    });
-    let Some((h, _)) = cancellable else {
-        return Err(StoreError::MessageNotFound {
-            queue: queue.to_string(),
-            sequence,
-        });
-    };
-    delete_row(tx.conn, h.rowid)
+    let found = crate::rows::query_opt(&mut stmt, params![q.id, sequence], |r| {
+        Ok((head(r)?, r.get::<_, Option<i64>>(13).db()?.map(Timestamp)))
+    })?;
+    match found {
+        Some((h, scheduled)) if cancellable(&h, scheduled, now) => delete_row(tx.conn, h.key),
+        _ => Err(message_not_found(queue, sequence)),
+    }
 }
 
 // ---- receive ----------------------------------------------------------------------------
-
-fn deliver(q: &QueueInfo, row: MsgRow, mut meta: MessageMeta) -> StoreResult<Delivery> {
-    // The stored message does not show the token: move it out rather than copy it.
-    let (Some(lock_token), Some(locked_until)) = (meta.lock_token.take(), meta.locked_until) else {
-        return Err(backend(SqliteError::Invariant(
-            "machine::receive returned a lock without token or expiry",
-        )));
-    };
-    let mut row = row;
-    row.head.meta = meta;
-    Ok(Delivery {
-        message: row.into_stored(&q.name),
-        lock_token,
-        locked_until,
-    })
-}
-
-/// A message lock token: a fresh random token (`redrive_core::id::new_lock_token`) with the
-/// row's rowid appended, so that settlement finds the row by its key without an index on
-/// tokens. The random part is what makes it unguessable; the whole token must match.
-fn lock_token_for(rowid: i64) -> String {
-    use std::fmt::Write as _;
-    let mut token = redrive_core::id::new_lock_token();
-    token.reserve(17);
-    let _ = write!(token, ".{rowid:x}"); // writing to a String cannot fail
-    token
-}
-
-/// The rowid a lock token names, if it has the shape of one of ours.
-fn token_rowid(token: &str) -> Option<i64> {
-    let (_, hex) = token.rsplit_once('.')?;
-    i64::from_str_radix(hex, 16).ok().filter(|r| *r > 0)
-}
 
 /// Receives one candidate; returns the delivery if it was locked.
 #[allow(clippy::too_many_arguments)]
 fn receive_one(
     tx: &mut Tx<'_>,
-    q: &QueueInfo,
-    row: MsgRow,
+    q: &QueueRow,
+    row: MessageRow,
     lock_ms: u64,
     now: Timestamp,
     by_sequence: bool,
     update: &mut MetaWriter<'_>,
     effects: &mut Effects,
 ) -> StoreResult<Result<Option<Delivery>, Refusal>> {
-    let token = lock_token_for(row.head.rowid);
-    let step = match machine::receive(&row.head.meta, &q.policy, now, lock_ms, token, by_sequence) {
-        Ok(step) => step,
-        Err(refusal) => return Ok(Err(refusal)),
-    };
-    match step {
-        Step::Keep(meta) => {
-            update.write(row.head.rowid, &row.head.meta, &meta)?;
-            Ok(Ok(Some(deliver(q, row, meta)?)))
-        }
-        other => {
-            apply(tx, q, &row.head, other, None, now, effects)?;
+    let received = skeleton::receive(q, row, now, lock_ms, by_sequence, effects, |k, o, n| {
+        update.write(k, o, n)
+    })?;
+    match received {
+        Ok(Received::Locked(d)) => Ok(Ok(Some(d))),
+        Ok(Received::Settled { head, write }) => {
+            apply(tx, q, &head, write, now, effects)?;
             Ok(Ok(None))
         }
+        Err(refusal) => Ok(Err(refusal)),
     }
 }
 
 pub(crate) fn receive(tx: &mut Tx<'_>, p: ReceiveParams) -> StoreResult<ReceiveOutcome> {
     let q = tx.queue(&p.queue)?;
-    match (&p.session, q.policy.requires_session) {
-        (None, true) => {
-            return Err(StoreError::SessionRequired {
-                queue: p.queue.to_string(),
-            });
-        }
-        (Some(_), false) => {
-            return Err(StoreError::SessionNotAllowed {
-                queue: p.queue.to_string(),
-            });
-        }
-        _ => {}
-    }
-    if let Some(s) = &p.session {
+    let mode = ReceiveMode::of(&p, &q)?;
+    if let ReceiveMode::Session(s) = mode {
         sessions::check_lock(tx.conn, q.id, s, p.now)?;
     }
     let mut out = ReceiveOutcome::default();
@@ -411,19 +246,19 @@ pub(crate) fn receive(tx: &mut Tx<'_>, p: ReceiveParams) -> StoreResult<ReceiveO
     if max == 0 {
         return Ok(out);
     }
-    match &p.session {
-        None if q.policy.group_ordering => {
-            receive_grouped(tx, &q, max, p.lock_ms, p.now, &mut out)?;
+    match mode {
+        ReceiveMode::Plain => receive_plain(tx, &q, max, p.lock_ms, p.now, &mut out)?,
+        ReceiveMode::Grouped => receive_grouped(tx, &q, max, p.lock_ms, p.now, &mut out)?,
+        ReceiveMode::Session(s) => {
+            deliver_in_order(tx, &q, &s.session_id, max, p.lock_ms, p.now, &mut out)?;
         }
-        None => receive_plain(tx, &q, max, p.lock_ms, p.now, &mut out)?,
-        Some(s) => receive_session(tx, &q, s, max, p.lock_ms, p.now, &mut out)?,
     }
     Ok(out)
 }
 
 fn receive_plain(
     tx: &mut Tx<'_>,
-    q: &QueueInfo,
+    q: &QueueRow,
     max: usize,
     lock_ms: u64,
     now: Timestamp,
@@ -443,11 +278,7 @@ fn receive_plain(
     let mut update = MetaWriter::new(conn);
     while out.deliveries.len() < max {
         let want = max - out.deliveries.len();
-        let candidates: Vec<MsgRow> = select
-            .query_map(params![q.id, now.0, limit(want)], MsgRow::from_row)
-            .db()?
-            .map(|r| r.db())
-            .collect::<StoreResult<_>>()?;
+        let candidates = query_all(&mut select, params![q.id, now.0, limit(want)], message)?;
         let found = candidates.len();
         for row in candidates {
             let got = receive_one(
@@ -471,19 +302,6 @@ fn receive_plain(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn receive_session(
-    tx: &mut Tx<'_>,
-    q: &QueueInfo,
-    session: &SessionRef,
-    max: usize,
-    lock_ms: u64,
-    now: Timestamp,
-    out: &mut ReceiveOutcome,
-) -> StoreResult<()> {
-    deliver_in_order(tx, q, session.session_id.as_str(), max, lock_ms, now, out)
-}
-
 /// Candidates read per page by a group-ordered receive.
 const GROUP_PAGE: usize = 64;
 
@@ -493,7 +311,7 @@ const GROUP_PAGE: usize = 64;
 /// group is looked at once per receive.
 fn receive_grouped(
     tx: &mut Tx<'_>,
-    q: &QueueInfo,
+    q: &QueueRow,
     max: usize,
     lock_ms: u64,
     now: Timestamp,
@@ -515,14 +333,11 @@ fn receive_grouped(
     let mut seen: HashSet<String> = HashSet::new();
     let (mut after_due, mut after_seq) = (i64::MIN, i64::MIN);
     while out.deliveries.len() < max {
-        let candidates: Vec<MsgRow> = select
-            .query_map(
-                params![q.id, now.0, after_due, after_seq, limit(GROUP_PAGE)],
-                MsgRow::from_row,
-            )
-            .db()?
-            .map(|r| r.db())
-            .collect::<StoreResult<_>>()?;
+        let candidates = query_all(
+            &mut select,
+            params![q.id, now.0, after_due, after_seq, limit(GROUP_PAGE)],
+            message,
+        )?;
         let found = candidates.len();
         for row in candidates {
             if out.deliveries.len() >= max {
@@ -566,7 +381,7 @@ fn receive_grouped(
 #[allow(clippy::too_many_arguments)]
 fn deliver_in_order(
     tx: &mut Tx<'_>,
-    q: &QueueInfo,
+    q: &QueueRow,
     sid: &str,
     max: usize,
     lock_ms: u64,
@@ -618,7 +433,7 @@ fn deliver_in_order(
             if sweep_one(tx, q, &row.head, now, &mut out.effects)? {
                 continue;
             }
-            if row.head.meta.state != MessageState::Available || row.head.meta.visible_at > now {
+            if !row.head.receivable_in_order(now) {
                 return Ok(());
             }
             let mut update = MetaWriter::new(tx.conn);
@@ -651,16 +466,8 @@ pub(crate) fn receive_deferred(
 ) -> StoreResult<ReceiveOutcome> {
     let q = tx.queue(queue)?;
     let mut out = ReceiveOutcome::default();
-    let mut seen = Vec::with_capacity(sequences.len());
-    for &sequence in sequences {
-        if seen.contains(&sequence) {
-            continue;
-        }
-        seen.push(sequence);
-        let not_found = || StoreError::MessageNotFound {
-            queue: queue.to_string(),
-            sequence,
-        };
+    for sequence in distinct(sequences) {
+        let not_found = || message_not_found(queue, sequence);
         let row = rows(
             tx.conn,
             concat!(
@@ -701,6 +508,10 @@ pub(crate) fn settle(
     now: Timestamp,
 ) -> StoreResult<SettleOutcome> {
     let q = tx.queue(queue)?;
+    let target_missing = match dead_letter_target(&q, &items) {
+        Some(target) => tx.queue_opt(target.as_str())?.is_none(),
+        None => false,
+    };
     let mut out = SettleOutcome {
         results: Vec::with_capacity(items.len()),
         effects: Effects::default(),
@@ -717,14 +528,16 @@ pub(crate) fn settle(
         update: MetaWriter::new(conn),
         delete: conn.prepare_cached(DELETE_ROW).db()?,
     };
-    for item in items {
-        // On a group-ordered queue a settled message may unblock its group.
-        let unblocks =
-            q.policy.group_ordering && !matches!(item.action, SettleAction::Renew { .. });
-        let r = settle_one(tx, &q, item, now, &mut stmts, &mut out.effects)?;
-        if unblocks && r.is_ok() {
-            out.effects.wake(&q.name);
-        }
+    for item in &items {
+        let r = settle_one(
+            tx,
+            &q,
+            item,
+            now,
+            target_missing,
+            &mut stmts,
+            &mut out.effects,
+        )?;
         out.results.push(r);
     }
     Ok(out)
@@ -741,84 +554,32 @@ struct SettleStatements<'c> {
 /// one is this item's refusal, decided before anything is written.
 fn settle_one(
     tx: &mut Tx<'_>,
-    q: &QueueInfo,
-    item: Settlement,
+    q: &QueueRow,
+    item: &Settlement,
     now: Timestamp,
+    target_missing: bool,
     stmts: &mut SettleStatements<'_>,
     effects: &mut Effects,
 ) -> StoreResult<StoreResult<Settled>> {
-    let Some(rowid) = token_rowid(&item.lock_token) else {
-        return Ok(Err(StoreError::LockLost));
-    };
-    let found = stmts
-        .lookup
-        .query_row(params![rowid, q.id], Head::from_row)
-        .optional()
-        .db()?;
     // The machine compares the whole token: a reused rowid or a forged suffix is refused.
+    let found = match token_key(&item.lock_token) {
+        Some(rowid) => crate::rows::query_opt(&mut stmts.lookup, params![rowid, q.id], head)?,
+        None => None,
+    };
+    let (write, mut settled) =
+        match skeleton::settle(q, found.as_ref(), item, now, target_missing, effects) {
+            Ok(decided) => decided,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
     let Some(head) = found else {
-        return Ok(Err(StoreError::LockLost));
+        return Ok(Ok(settled));
     };
-    let token = item.lock_token.as_str();
-    let meta = &head.meta;
-    let seed = machine::jitter_seed(head.sequence);
-    let (step, description) = match item.action {
-        SettleAction::Complete => (machine::complete(meta, token, now), None),
-        SettleAction::Abandon { delay_ms } => (
-            machine::abandon(meta, &q.policy, token, now, delay_ms, seed),
-            None,
-        ),
-        SettleAction::Defer => (machine::defer(meta, token, now), None),
-        SettleAction::Renew { lock_ms } => (machine::renew(meta, token, now, lock_ms), None),
-        SettleAction::DeadLetter {
-            reason,
-            description,
-        } => (machine::dead_letter(meta, token, now, &reason), description),
-    };
-    let step = match step {
-        Ok(step) => step,
-        Err(Refusal::LockLost | Refusal::NotReceivable) => return Ok(Err(StoreError::LockLost)),
-    };
-    let by_application = matches!(
-        step,
-        Step::DeadLetter {
-            by_broker: false,
-            ..
+    match write {
+        Write::Meta(meta) => stmts.update.write(head.key, &head.meta, &meta)?,
+        Write::Delete => {
+            stmts.delete.execute([head.key]).db()?;
         }
-    );
-    let refusal = if by_application {
-        dead_letters::target_missing(tx, q)?
-    } else {
-        None
-    };
-    if let Some(refusal) = refusal {
-        return Ok(Err(refusal));
-    }
-    let mut settled = Settled {
-        sequence: head.sequence,
-        message_id: head.message_id.clone(),
-        delivery_count: head.meta.delivery_count,
-        locked_until: None,
-        dead_letter_id: None,
-    };
-    match step {
-        Step::Keep(meta) => {
-            stmts.update.write(head.rowid, &head.meta, &meta)?;
-            if meta.state == MessageState::Available {
-                effects.wake(&q.name);
-            }
-            settled.locked_until = meta.locked_until;
-        }
-        Step::Complete => {
-            stmts.delete.execute([head.rowid]).db()?;
-        }
-        other => {
-            if let Applied::DeadLettered(id) =
-                apply(tx, q, &head, other, description, now, effects)?
-            {
-                settled.dead_letter_id = Some(id);
-            }
-        }
+        dead => settled.dead_letter_id = apply(tx, q, &head, dead, now, effects)?,
     }
     Ok(Ok(settled))
 }
@@ -911,8 +672,5 @@ pub(crate) fn next_wake(
         .db()?
         .query_row([qid], |r| r.get(0))
         .db()?;
-    Ok(match (visible, unlocked) {
-        (Some(a), Some(b)) => Some(Timestamp(a.min(b))),
-        (a, b) => a.or(b).map(Timestamp),
-    })
+    Ok(earliest(visible, unlocked))
 }

@@ -1,22 +1,16 @@
 //! Queue operations: create, update, delete (writer) and get, list, counts (readers).
 
-use std::sync::Arc;
-
 use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
-use redrive_store::{QueueCounts, QueueRecord, StoreError, StoreResult};
+use redrive_store::skeleton::columns::{bad_value, to_int, to_json};
+use redrive_store::skeleton::entities::{
+    QueueRow, check_queue_delete, queue_exists, queue_not_found,
+};
+use redrive_store::{QueueCounts, QueueRecord, StoreResult};
 use rusqlite::{Connection, params};
 
-use crate::error::{Db, SqliteError, backend};
-use crate::rows::{QueueInfo, load_queue, queue_from_row, queue_id, queue_not_found};
+use crate::error::Db;
+use crate::rows::{Cols, load_queue, query_all, queue_id};
 use crate::writer::Tx;
-
-fn policy_json(policy: &QueuePolicy) -> StoreResult<String> {
-    serde_json::to_string(policy).map_err(StoreError::backend)
-}
-
-fn version_sql(v: u64) -> StoreResult<i64> {
-    i64::try_from(v).map_err(|_| backend(SqliteError::OutOfRange("policy_version")))
-}
 
 pub(crate) fn create(
     tx: &mut Tx<'_>,
@@ -25,9 +19,7 @@ pub(crate) fn create(
     now: Timestamp,
 ) -> StoreResult<QueueRecord> {
     if tx.queue_opt(name.as_str())?.is_some() {
-        return Err(StoreError::QueueExists {
-            queue: name.to_string(),
-        });
+        return Err(queue_exists(name));
     }
     let id: i64 = tx
         .conn
@@ -36,20 +28,12 @@ pub(crate) fn create(
              next_sequence) VALUES (?1, ?2, 1, ?3, ?3, 1) RETURNING id",
         )
         .db()?
-        .query_row(params![name.as_str(), policy_json(policy)?, now.0], |r| {
+        .query_row(params![name.as_str(), to_json(policy)?, now.0], |r| {
             r.get(0)
         })
         .db()?;
     tx.forget_queue(name.as_str());
-    Ok(QueueInfo {
-        id,
-        name: name.clone(),
-        policy: policy.clone(),
-        version: 1,
-        created_at: now,
-        updated_at: now,
-    }
-    .record())
+    Ok(QueueRow::created(id, name, policy, now).record())
 }
 
 pub(crate) fn update(
@@ -59,62 +43,38 @@ pub(crate) fn update(
     expected_version: Option<u64>,
     now: Timestamp,
 ) -> StoreResult<QueueRecord> {
-    let current = tx.queue(name)?;
-    match expected_version {
-        Some(expected) if expected != current.version => {
-            return Err(StoreError::VersionConflict {
-                expected,
-                actual: current.version,
-            });
-        }
-        _ => {}
-    }
-    let version = current.version + 1;
+    let next = tx.queue(name)?.updated(policy, expected_version, now)?;
     tx.conn
         .prepare_cached(
-            "UPDATE queues SET policy = ?2, policy_version = ?3, updated_at = ?4 WHERE name = ?1",
+            "UPDATE queues SET policy = ?2, policy_version = ?3, updated_at = ?4 WHERE id = ?1",
         )
         .db()?
         .execute(params![
-            name.as_str(),
-            policy_json(policy)?,
-            version_sql(version)?,
+            next.id,
+            to_json(policy)?,
+            to_int(next.version, "policy_version")?,
             now.0
         ])
         .db()?;
     tx.forget_queue(name.as_str());
-    Ok(QueueInfo {
-        id: current.id,
-        name: name.clone(),
-        policy: policy.clone(),
-        version,
-        created_at: current.created_at,
-        updated_at: now,
-    }
-    .record())
+    Ok(next.record())
 }
 
 pub(crate) fn delete(tx: &mut Tx<'_>, name: &EntityName, force: bool) -> StoreResult<()> {
-    let q: Arc<QueueInfo> = tx.queue(name)?;
+    let q = tx.queue(name)?;
     let conn = tx.conn;
     if !force {
         let messages = count(
             conn,
             "SELECT count(*) FROM messages WHERE queue_id = ?1",
-            q.id,
+            params![q.id],
         )?;
-        let dead_letters = count_named(
+        let dead_letters = count(
             conn,
             "SELECT count(*) FROM dead_letters WHERE queue = ?1 AND area = 'live'",
-            q.name.as_str(),
+            params![q.name.as_str()],
         )?;
-        if messages > 0 || dead_letters > 0 {
-            return Err(StoreError::QueueNotEmpty {
-                queue: name.to_string(),
-                messages,
-                dead_letters,
-            });
-        }
+        check_queue_delete(name, messages, dead_letters, force)?;
     }
     for sql in [
         "DELETE FROM messages WHERE queue_id = ?1",
@@ -132,50 +92,34 @@ pub(crate) fn delete(tx: &mut Tx<'_>, name: &EntityName, force: bool) -> StoreRe
     Ok(())
 }
 
-fn count(conn: &Connection, sql: &str, queue_id: i64) -> StoreResult<u64> {
-    let n: i64 = conn
-        .prepare_cached(sql)
-        .db()?
-        .query_row([queue_id], |r| r.get(0))
-        .db()?;
-    u64::try_from(n).map_err(|_| backend(SqliteError::OutOfRange("count")))
-}
-
-fn count_named(conn: &Connection, sql: &str, queue: &str) -> StoreResult<u64> {
-    let n: i64 = conn
-        .prepare_cached(sql)
-        .db()?
-        .query_row([queue], |r| r.get(0))
-        .db()?;
-    u64::try_from(n).map_err(|_| backend(SqliteError::OutOfRange("count")))
-}
-
-fn count_at(conn: &Connection, sql: &str, queue_id: i64, now: Timestamp) -> StoreResult<u64> {
-    let n: i64 = conn
-        .prepare_cached(sql)
-        .db()?
-        .query_row(params![queue_id, now.0], |r| r.get(0))
-        .db()?;
-    u64::try_from(n).map_err(|_| backend(SqliteError::OutOfRange("count")))
+/// A `count(*)`.
+pub(crate) fn count(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> StoreResult<u64> {
+    let mut stmt = conn.prepare_cached(sql).db()?;
+    let n = stmt.query_row(params, |r| r.get::<_, i64>(0)).db()?;
+    u64::try_from(n).map_err(|e| bad_value("count(*)", e))
 }
 
 // ---- reads ----------------------------------------------------------------------------
 
-pub(crate) fn get(conn: &Connection, name: &EntityName) -> StoreResult<QueueRecord> {
-    load_queue(conn, name.as_str())?
-        .map(|q| q.record())
-        .ok_or_else(|| queue_not_found(name))
+pub(crate) fn get(conn: &Connection, name: &EntityName) -> StoreResult<QueueRow> {
+    load_queue(conn, name.as_str())?.ok_or_else(|| queue_not_found(name))
 }
 
 pub(crate) fn list(conn: &Connection) -> StoreResult<Vec<QueueRecord>> {
     let mut stmt = conn
-        .prepare_cached(
-            "SELECT name, policy, policy_version, created_at, updated_at, id FROM queues \
-             ORDER BY name",
-        )
+        .prepare_cached(concat!(
+            "SELECT ",
+            redrive_store::columns!(queue),
+            " FROM queues ORDER BY name"
+        ))
         .db()?;
-    let rows = stmt.query_map([], queue_from_row).db()?;
-    rows.map(|r| r.map(|q| q.record()).db()).collect()
+    query_all(&mut stmt, [], |r| {
+        QueueRow::decode(&Cols(r)).map(|q| q.record())
+    })
 }
 
 pub(crate) fn counts(
@@ -190,40 +134,33 @@ pub(crate) fn counts(
         .query_row([q], |r| r.get(0))
         .db()?;
     Ok(QueueCounts {
-        active: count_at(
+        active: count(
             conn,
             "SELECT count(*) FROM messages \
              WHERE queue_id = ?1 AND state = 'available' AND due_at <= ?2",
-            q,
-            now,
+            params![q, now.0],
         )?,
-        scheduled: count_at(
+        scheduled: count(
             conn,
             "SELECT count(*) FROM messages \
              WHERE queue_id = ?1 AND state = 'available' AND due_at > ?2",
-            q,
-            now,
+            params![q, now.0],
         )?,
         locked: count(
             conn,
             "SELECT count(*) FROM messages WHERE queue_id = ?1 AND state = 'locked'",
-            q,
+            params![q],
         )?,
         deferred: count(
             conn,
             "SELECT count(*) FROM messages WHERE queue_id = ?1 AND state = 'deferred'",
-            q,
+            params![q],
         )?,
-        dead_lettered: conn
-            .prepare_cached("SELECT count(*) FROM dead_letters WHERE queue = ?1 AND area = ?2")
-            .db()?
-            .query_row(params![name.as_str(), Area::Live.as_str()], |r| {
-                r.get::<_, i64>(0)
-            })
-            .db()
-            .and_then(|n| {
-                u64::try_from(n).map_err(|_| backend(SqliteError::OutOfRange("count")))
-            })?,
+        dead_lettered: count(
+            conn,
+            "SELECT count(*) FROM dead_letters WHERE queue = ?1 AND area = ?2",
+            params![name.as_str(), Area::Live.as_str()],
+        )?,
         oldest_enqueued_at: oldest.map(Timestamp),
     })
 }

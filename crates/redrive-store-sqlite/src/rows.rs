@@ -1,29 +1,36 @@
-//! Row types, their mapping to and from SQLite, and the statements shared by several
-//! operations.
+//! How this backend reads and writes rows: [`Cols`] (the shared decoders of
+//! `redrive_store::skeleton` over rusqlite rows), the column lists of its message
+//! statements, and the statements shared by several operations.
 
-use redrive_core::{
-    Area, EntityName, EvidenceQuality, MessageMeta, MessageState, Properties, PropertyValue,
-    QueuePolicy, RouteKind, Timestamp,
-};
-use redrive_store::{DeadLetterRecord, QueueRecord, StoreError, StoreResult, StoredMessage};
-use rusqlite::types::Type;
-use rusqlite::{CachedStatement, Connection, OptionalExtension, Row, Statement, params};
+use std::fmt::Display;
+use std::str::FromStr;
 
-use crate::error::{Db, SqliteError, backend};
+use redrive_core::{EntityName, MessageMeta, Timestamp};
+use redrive_store::skeleton::columns::{bad_value, invariant, millis, props_to_json, to_int};
+use redrive_store::skeleton::dead_letters;
+use redrive_store::skeleton::entities::{QueueRow, queue_not_found};
+use redrive_store::skeleton::{Columns, Head, MessageRow, NewRow};
+use redrive_store::{DeadLetterRecord, StoreResult};
+use rusqlite::{CachedStatement, Connection, OptionalExtension, Params, Row, Statement, params};
 
-/// The columns of a full message, in the order [`MsgRow::from_row`] reads them: the row
-/// of `messages m` and its contents, from the row or from `message_bodies b` (see
+use crate::error::Db;
+
+/// The columns of a full message, in the order [`message`] reads them: the rowid and the
+/// head of `messages m`, then its contents, from the row or from `message_bodies b` (see
 /// [`msg_from!`]). Either side's content columns are all NULL, so `coalesce` picks the
-/// side that holds them.
+/// side that holds them. (The head's columns are unambiguous: `message_bodies` has none
+/// of them.)
 macro_rules! msg_cols {
     () => {
-        "m.id, m.sequence, m.message_id, m.session_id, m.state, m.visible_at, m.expires_at, \
-         m.delivery_count, m.lock_token, m.locked_until, m.deferred, m.first_delivered_at, \
-         m.last_delivered_at, coalesce(m.body, b.body), \
-         coalesce(m.content_type, b.content_type), coalesce(m.properties, b.properties), \
-         coalesce(m.correlation_id, b.correlation_id), \
-         coalesce(m.message_type, b.message_type), coalesce(m.intent, b.intent), \
-         m.valid_until, m.enqueued_at, m.scheduled_at"
+        concat!(
+            "m.id, ",
+            redrive_store::columns!(head),
+            ", coalesce(m.body, b.body), coalesce(m.content_type, b.content_type), \
+             coalesce(m.properties, b.properties), \
+             coalesce(m.correlation_id, b.correlation_id), \
+             coalesce(m.message_type, b.message_type), coalesce(m.intent, b.intent), \
+             m.valid_until, m.enqueued_at, m.scheduled_at"
+        )
     };
 }
 pub(crate) use msg_cols;
@@ -38,82 +45,24 @@ macro_rules! msg_from {
 }
 pub(crate) use msg_from;
 
-/// The columns of a message head (no content), in the order [`Head::from_row`] reads them.
+/// The columns of a message head (no content), in the order [`head`] reads them.
 macro_rules! head_cols {
     () => {
-        "rowid, sequence, message_id, session_id, state, visible_at, expires_at, \
-         delivery_count, lock_token, locked_until, deferred, first_delivered_at, \
-         last_delivered_at"
+        concat!("rowid, ", redrive_store::columns!(head))
     };
 }
 pub(crate) use head_cols;
 
-/// The columns of a dead-letter record, in the order [`record_from_row`] reads them.
-macro_rules! dl_cols {
-    () => {
-        "id, queue, area, message_id, sequence, session_id, body, body_sha256, content_type, \
-         properties, correlation_id, message_type, intent, valid_until, reason, description, \
-         delivery_count, count_quality, first_delivered_at, last_delivered_at, enqueued_at, \
-         dead_lettered_at, policy_version, route, forwarded_queue, forwarded_sequence, \
-         dlq_delivery_count, locked_until"
-    };
-}
-pub(crate) use dl_cols;
-
-/// A queue as the writer caches it.
-#[derive(Debug, Clone)]
-pub(crate) struct QueueInfo {
-    /// The integer key of the queue's rows in the hot tables.
-    pub id: i64,
-    pub name: EntityName,
-    pub policy: QueuePolicy,
-    pub version: u64,
-    pub created_at: Timestamp,
-    pub updated_at: Timestamp,
-}
-
-impl QueueInfo {
-    pub(crate) fn record(&self) -> QueueRecord {
-        QueueRecord {
-            name: self.name.clone(),
-            policy: self.policy.clone(),
-            policy_version: self.version,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-        }
-    }
-}
-
 /// Loads one queue, `None` if it does not exist.
-pub(crate) fn load_queue(conn: &Connection, name: &str) -> StoreResult<Option<QueueInfo>> {
-    conn.prepare_cached(
-        "SELECT name, policy, policy_version, created_at, updated_at, id FROM queues \
-         WHERE name = ?1",
-    )
-    .db()?
-    .query_row([name], queue_from_row)
-    .optional()
-    .db()
-}
-
-/// Maps `name, policy, policy_version, created_at, updated_at, id`.
-pub(crate) fn queue_from_row(r: &Row<'_>) -> rusqlite::Result<QueueInfo> {
-    let name: String = r.get(0)?;
-    let policy: String = r.get(1)?;
-    Ok(QueueInfo {
-        name: name.parse().map_err(|e| conv(0, e))?,
-        policy: serde_json::from_str(&policy).map_err(|e| conv(1, e))?,
-        version: u64::try_from(r.get::<_, i64>(2)?).map_err(|e| conv(2, e))?,
-        created_at: Timestamp(r.get(3)?),
-        updated_at: Timestamp(r.get(4)?),
-        id: r.get(5)?,
-    })
-}
-
-pub(crate) fn queue_not_found(name: &EntityName) -> StoreError {
-    StoreError::QueueNotFound {
-        queue: name.to_string(),
-    }
+pub(crate) fn load_queue(conn: &Connection, name: &str) -> StoreResult<Option<QueueRow>> {
+    let mut stmt = conn
+        .prepare_cached(concat!(
+            "SELECT ",
+            redrive_store::columns!(queue),
+            " FROM queues WHERE name = ?1"
+        ))
+        .db()?;
+    query_opt(&mut stmt, [name], |r| QueueRow::decode(&Cols(r)))
 }
 
 /// The id of a queue, or `QueueNotFound` (for read paths that do not need its policy).
@@ -126,172 +75,105 @@ pub(crate) fn queue_id(conn: &Connection, name: &EntityName) -> StoreResult<i64>
         .ok_or_else(|| queue_not_found(name))
 }
 
-fn conv(i: usize, e: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(i, Type::Text, Box::new(e))
-}
+/// A SQLite row read through the shared decoders.
+pub(crate) struct Cols<'r, 's>(pub &'r Row<'s>);
 
-fn ts(v: Option<i64>) -> Option<Timestamp> {
-    v.map(Timestamp)
-}
-
-fn ms(v: Option<Timestamp>) -> Option<i64> {
-    v.map(|t| t.0)
-}
-
-fn count(i: usize, v: i64) -> rusqlite::Result<u32> {
-    u32::try_from(v).map_err(|e| conv(i, e))
-}
-
-pub(crate) fn props_to_json(p: &Properties) -> StoreResult<Option<String>> {
-    if p.is_empty() {
-        return Ok(None);
+impl Columns for Cols<'_, '_> {
+    fn int(&self, i: usize) -> StoreResult<i64> {
+        self.0.get(i).db()
     }
-    // JSON has no NaN or infinity: serde_json would write `null`, which does not read
-    // back as a property, and the stored message could never be delivered.
-    if let Some((name, _)) = p
-        .iter()
-        .find(|(_, v)| matches!(v, PropertyValue::Float(f) if !f.is_finite()))
+
+    fn int_opt(&self, i: usize) -> StoreResult<Option<i64>> {
+        self.0.get(i).db()
+    }
+
+    fn text(&self, i: usize) -> StoreResult<String> {
+        self.0.get(i).db()
+    }
+
+    fn text_opt(&self, i: usize) -> StoreResult<Option<String>> {
+        self.0.get(i).db()
+    }
+
+    fn bytes(&self, i: usize) -> StoreResult<Vec<u8>> {
+        self.0.get(i).db()
+    }
+
+    fn flag(&self, i: usize) -> StoreResult<bool> {
+        self.0.get(i).db()
+    }
+
+    /// Reads the text in place, without copying it (states are read on every row).
+    fn parse<T>(&self, i: usize, column: &'static str) -> StoreResult<T>
+    where
+        T: FromStr,
+        T::Err: Display,
     {
-        return Err(backend(SqliteError::NonFiniteProperty {
-            name: name.clone(),
-        }));
-    }
-    serde_json::to_string(p)
-        .map(Some)
-        .map_err(StoreError::backend)
-}
-
-fn props_from_json(i: usize, s: Option<String>) -> rusqlite::Result<Properties> {
-    match s {
-        None => Ok(Properties::new()),
-        Some(s) => serde_json::from_str(&s).map_err(|e| conv(i, e)),
+        self.0
+            .get_ref(i)
+            .db()?
+            .as_str()
+            .map_err(|e| bad_value(column, e))?
+            .parse()
+            .map_err(|e| bad_value(column, e))
     }
 }
 
-/// Reads a `MessageState` column without copying its text.
-fn state_at(r: &Row<'_>, i: usize) -> rusqlite::Result<MessageState> {
-    r.get_ref(i)?
-        .as_str()
-        .map_err(|e| conv(i, e))?
-        .parse::<MessageState>()
-        .map_err(|e| conv(i, e))
+/// Runs a statement and decodes every row with `f`.
+pub(crate) fn query_all<T>(
+    stmt: &mut Statement<'_>,
+    params: impl Params,
+    f: impl Fn(&Row<'_>) -> StoreResult<T>,
+) -> StoreResult<Vec<T>> {
+    let mut rows = stmt.query(params).db()?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next().db()? {
+        out.push(f(r)?);
+    }
+    Ok(out)
 }
 
-/// What the state machine needs of a message, plus its identity.
-#[derive(Debug, Clone)]
-pub(crate) struct Head {
-    pub rowid: i64,
-    pub sequence: i64,
-    pub message_id: String,
-    pub session_id: Option<String>,
-    pub meta: MessageMeta,
-}
-
-impl Head {
-    /// Reads [`head_cols!`] (also the first columns of [`msg_cols!`]).
-    pub(crate) fn from_row(r: &Row<'_>) -> rusqlite::Result<Head> {
-        Ok(Head {
-            rowid: r.get(0)?,
-            sequence: r.get(1)?,
-            message_id: r.get(2)?,
-            session_id: r.get(3)?,
-            meta: MessageMeta {
-                state: state_at(r, 4)?,
-                visible_at: Timestamp(r.get(5)?),
-                expires_at: ts(r.get(6)?),
-                delivery_count: count(7, r.get(7)?)?,
-                lock_token: r.get(8)?,
-                locked_until: ts(r.get(9)?),
-                deferred: r.get(10)?,
-                first_delivered_at: ts(r.get(11)?),
-                last_delivered_at: ts(r.get(12)?),
-            },
-        })
+/// Runs a statement and decodes its first row with `f`, if there is one.
+pub(crate) fn query_opt<T>(
+    stmt: &mut Statement<'_>,
+    params: impl Params,
+    f: impl Fn(&Row<'_>) -> StoreResult<T>,
+) -> StoreResult<Option<T>> {
+    let mut rows = stmt.query(params).db()?;
+    match rows.next().db()? {
+        Some(r) => f(r).map(Some),
+        None => Ok(None),
     }
 }
 
-/// A full message row.
-#[derive(Debug, Clone)]
-pub(crate) struct MsgRow {
-    pub head: Head,
-    pub body: Vec<u8>,
-    pub content_type: Option<String>,
-    pub properties: Properties,
-    pub correlation_id: Option<String>,
-    pub message_type: Option<String>,
-    pub intent: Option<String>,
-    pub valid_until: Option<Timestamp>,
-    pub enqueued_at: Timestamp,
-    pub scheduled_at: Option<Timestamp>,
+/// Reads [`head_cols!`] (also the first columns of [`msg_cols!`]): the rowid, then the
+/// shared head columns.
+pub(crate) fn head(r: &Row<'_>) -> StoreResult<Head> {
+    Head::decode(&Cols(r), 1, Some(r.get(0).db()?))
 }
 
-impl MsgRow {
-    /// Reads [`msg_cols!`].
-    pub(crate) fn from_row(r: &Row<'_>) -> rusqlite::Result<MsgRow> {
-        Ok(MsgRow {
-            head: Head::from_row(r)?,
-            body: r.get(13)?,
-            content_type: r.get(14)?,
-            properties: props_from_json(15, r.get(15)?)?,
-            correlation_id: r.get(16)?,
-            message_type: r.get(17)?,
-            intent: r.get(18)?,
-            valid_until: ts(r.get(19)?),
-            enqueued_at: Timestamp(r.get(20)?),
-            scheduled_at: ts(r.get(21)?),
-        })
-    }
+/// Reads [`msg_cols!`].
+pub(crate) fn message(r: &Row<'_>) -> StoreResult<MessageRow> {
+    MessageRow::decode(&Cols(r), 1, Some(r.get(0).db()?))
+}
 
-    /// The row as the trait shows it.
-    pub(crate) fn into_stored(self, queue: &EntityName) -> StoredMessage {
-        let MsgRow {
-            head,
-            body,
-            content_type,
-            properties,
-            correlation_id,
-            message_type,
-            intent,
-            valid_until,
-            enqueued_at,
-            scheduled_at,
-        } = self;
-        StoredMessage {
-            queue: queue.clone(),
-            sequence: head.sequence,
-            message_id: head.message_id,
-            body,
-            content_type,
-            properties,
-            correlation_id,
-            session_id: head.session_id,
-            message_type,
-            intent,
-            valid_until,
-            enqueued_at,
-            scheduled_at,
-            state: head.meta.state,
-            visible_at: head.meta.visible_at,
-            expires_at: head.meta.expires_at,
-            delivery_count: head.meta.delivery_count,
-            locked_until: head.meta.locked_until,
-            first_delivered_at: head.meta.first_delivered_at,
-            last_delivered_at: head.meta.last_delivered_at,
-        }
-    }
+/// Reads [`columns!(dead_letter)`](redrive_store::columns).
+pub(crate) fn record(r: &Row<'_>) -> StoreResult<DeadLetterRecord> {
+    dead_letters::decode(&Cols(r))
 }
 
 /// Loads a full row by rowid.
-pub(crate) fn load_row(conn: &Connection, rowid: i64) -> StoreResult<MsgRow> {
-    conn.prepare_cached(concat!(
-        "SELECT ",
-        msg_cols!(),
-        msg_from!(),
-        " WHERE m.id = ?1"
-    ))
-    .db()?
-    .query_row([rowid], MsgRow::from_row)
-    .db()
+pub(crate) fn load_row(conn: &Connection, rowid: i64) -> StoreResult<MessageRow> {
+    let mut stmt = conn
+        .prepare_cached(concat!(
+            "SELECT ",
+            msg_cols!(),
+            msg_from!(),
+            " WHERE m.id = ?1"
+        ))
+        .db()?;
+    query_opt(&mut stmt, [rowid], message)?
+        .ok_or_else(|| invariant("a message row to dead-letter is gone"))
 }
 
 /// Stores a new meta for a message (see [`write_meta_with`]).
@@ -344,7 +226,7 @@ impl<'c> MetaWriter<'c> {
             *slot = Some(conn.prepare_cached(sql).db()?);
         }
         slot.as_mut()
-            .ok_or_else(|| backend(SqliteError::Invariant("statement slot just filled")))
+            .ok_or_else(|| invariant("statement slot just filled"))
     }
 
     /// Stores `new` over `old` for the message at `rowid`.
@@ -361,9 +243,9 @@ impl<'c> MetaWriter<'c> {
                 new.state.as_str(),
                 i64::from(new.delivery_count),
                 new.lock_token,
-                ms(new.locked_until),
-                ms(new.first_delivered_at),
-                ms(new.last_delivered_at),
+                millis(new.locked_until),
+                millis(new.first_delivered_at),
+                millis(new.last_delivered_at),
                 rowid,
             ])
             .db()?;
@@ -377,7 +259,7 @@ impl<'c> MetaWriter<'c> {
                 new.state.as_str(),
                 new.visible_at.0,
                 new.lock_token,
-                ms(new.locked_until),
+                millis(new.locked_until),
                 new.deferred,
                 rowid,
             ])
@@ -406,13 +288,13 @@ pub(crate) fn write_meta_with(
     stmt.execute(params![
         m.state.as_str(),
         m.visible_at.0,
-        ms(m.expires_at),
+        millis(m.expires_at),
         i64::from(m.delivery_count),
         m.lock_token,
-        ms(m.locked_until),
+        millis(m.locked_until),
         m.deferred,
-        ms(m.first_delivered_at),
-        ms(m.last_delivered_at),
+        millis(m.first_delivered_at),
+        millis(m.last_delivered_at),
         rowid,
     ])
     .db()?;
@@ -430,7 +312,7 @@ pub(crate) fn delete_row(conn: &Connection, rowid: i64) -> StoreResult<()> {
 
 /// Reserves `n` sequence numbers on a queue; returns the first.
 pub(crate) fn allocate_sequences(conn: &Connection, queue_id: i64, n: usize) -> StoreResult<i64> {
-    let n = i64::try_from(n).map_err(|_| backend(SqliteError::OutOfRange("batch size")))?;
+    let n = to_int(n, "batch size")?;
     let next: i64 = conn
         .prepare_cached(
             "UPDATE queues SET next_sequence = next_sequence + ?2 WHERE id = ?1 \
@@ -442,39 +324,26 @@ pub(crate) fn allocate_sequences(conn: &Connection, queue_id: i64, n: usize) -> 
     Ok(next - n)
 }
 
-/// A message to insert (new, forwarded or resubmitted).
-pub(crate) struct NewRow<'a> {
-    pub queue_id: i64,
-    pub sequence: i64,
-    pub message_id: &'a str,
-    pub body: &'a [u8],
-    pub content_type: Option<&'a str>,
-    pub properties: Option<&'a str>,
-    pub correlation_id: Option<&'a str>,
-    pub session_id: Option<&'a str>,
-    pub message_type: Option<&'a str>,
-    pub intent: Option<&'a str>,
-    pub valid_until: Option<Timestamp>,
-    pub enqueued_at: Timestamp,
-    pub scheduled_at: Option<Timestamp>,
-    pub visible_at: Timestamp,
-    pub expires_at: Option<Timestamp>,
-}
-
 /// Contents (body and properties JSON) larger than this go to `message_bodies`; smaller
 /// ones stay in the message row. Migration 4 applies the same bound to existing rows.
 pub(crate) const INLINE_CONTENT_MAX: usize = 512;
 
-/// Inserts an Available, never delivered message: its row, with its contents when they
-/// are small, or else followed by its contents in `message_bodies` under the row's id.
-pub(crate) fn insert_message(conn: &Connection, m: &NewRow<'_>) -> StoreResult<()> {
-    let size = m.body.len() + m.properties.map_or(0, str::len);
+/// Inserts an Available, never delivered message of queue `queue_id`, enqueued at
+/// `now`: its row, with its contents when they are small, or else followed by its
+/// contents in `message_bodies` under the row's id.
+pub(crate) fn insert_message(
+    conn: &Connection,
+    queue_id: i64,
+    now: Timestamp,
+    m: &NewRow<'_>,
+) -> StoreResult<()> {
+    let size = m.body.len() + m.properties.as_deref().map_or(0, str::len);
     let inline = size <= INLINE_CONTENT_MAX;
     let (body, content_type, properties, correlation_id, message_type, intent) = if inline {
         (
             Some(m.body),
             m.content_type,
-            m.properties,
+            m.properties.as_deref(),
             m.correlation_id,
             m.message_type,
             m.intent,
@@ -491,15 +360,15 @@ pub(crate) fn insert_message(conn: &Connection, m: &NewRow<'_>) -> StoreResult<(
     )
     .db()?
     .execute(params![
-        m.queue_id,
+        queue_id,
         m.sequence,
         m.message_id,
         m.session_id,
-        ms(m.valid_until),
-        m.enqueued_at.0,
-        ms(m.scheduled_at),
+        millis(m.valid_until),
+        now.0,
+        millis(m.scheduled_at),
         m.visible_at.0,
-        ms(m.expires_at),
+        millis(m.expires_at),
         body,
         content_type,
         properties,
@@ -530,56 +399,10 @@ pub(crate) fn insert_message(conn: &Connection, m: &NewRow<'_>) -> StoreResult<(
     Ok(())
 }
 
-/// Reads [`dl_cols!`].
-pub(crate) fn record_from_row(r: &Row<'_>) -> rusqlite::Result<DeadLetterRecord> {
-    let queue: String = r.get(1)?;
-    let area: String = r.get(2)?;
-    let quality: String = r.get(17)?;
-    let route: String = r.get(23)?;
-    let fwd_queue: Option<String> = r.get(24)?;
-    let fwd_seq: Option<i64> = r.get(25)?;
-    let forwarded_to = match (fwd_queue, fwd_seq) {
-        (Some(q), Some(s)) => Some((q.parse::<EntityName>().map_err(|e| conv(24, e))?, s)),
-        _ => None,
-    };
-    Ok(DeadLetterRecord {
-        id: r.get(0)?,
-        queue: queue.parse().map_err(|e| conv(1, e))?,
-        area: area.parse::<Area>().map_err(|e| conv(2, e))?,
-        message_id: r.get(3)?,
-        sequence: r.get(4)?,
-        session_id: r.get(5)?,
-        body: r.get(6)?,
-        body_sha256: r.get(7)?,
-        content_type: r.get(8)?,
-        properties: props_from_json(9, r.get(9)?)?,
-        correlation_id: r.get(10)?,
-        message_type: r.get(11)?,
-        intent: r.get(12)?,
-        valid_until: ts(r.get(13)?),
-        reason: r.get(14)?,
-        description: r.get(15)?,
-        delivery_count: count(16, r.get(16)?)?,
-        count_quality: quality
-            .parse::<EvidenceQuality>()
-            .map_err(|e| conv(17, e))?,
-        first_delivered_at: ts(r.get(18)?),
-        last_delivered_at: ts(r.get(19)?),
-        enqueued_at: Timestamp(r.get(20)?),
-        dead_lettered_at: Timestamp(r.get(21)?),
-        policy_version: u64::try_from(r.get::<_, i64>(22)?).map_err(|e| conv(22, e))?,
-        route: route.parse::<RouteKind>().map_err(|e| conv(23, e))?,
-        forwarded_to,
-        dlq_delivery_count: count(26, r.get(26)?)?,
-        locked_until: ts(r.get(27)?),
-    })
-}
-
 /// Inserts a dead-letter record (unlocked).
 pub(crate) fn insert_record(conn: &Connection, d: &DeadLetterRecord) -> StoreResult<()> {
     let properties = props_to_json(&d.properties)?;
-    let version = i64::try_from(d.policy_version)
-        .map_err(|_| backend(SqliteError::OutOfRange("policy_version")))?;
+    let version = to_int(d.policy_version, "policy_version")?;
     conn.prepare_cached(
         "INSERT INTO dead_letters (id, queue, area, message_id, sequence, session_id, body, \
          body_sha256, content_type, properties, correlation_id, message_type, intent, \
@@ -604,13 +427,13 @@ pub(crate) fn insert_record(conn: &Connection, d: &DeadLetterRecord) -> StoreRes
         d.correlation_id,
         d.message_type,
         d.intent,
-        ms(d.valid_until),
+        millis(d.valid_until),
         d.reason,
         d.description,
         i64::from(d.delivery_count),
         d.count_quality.as_str(),
-        ms(d.first_delivered_at),
-        ms(d.last_delivered_at),
+        millis(d.first_delivered_at),
+        millis(d.last_delivered_at),
         d.enqueued_at.0,
         d.dead_lettered_at.0,
         version,

@@ -1,26 +1,21 @@
 //! Session locks: one receiver holds a session at a time.
 
 use redrive_core::{EntityName, Timestamp};
-use redrive_store::{SessionLock, SessionRef, StoreError, StoreResult};
+use redrive_store::skeleton::columns::after;
+use redrive_store::skeleton::entities::{
+    check_session_queue, renewed_session, session_held, session_lock, session_locked,
+};
+use redrive_store::{SessionLock, SessionRef, StoreResult};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::Db;
 use crate::writer::Tx;
 
-fn until(now: Timestamp, lock_ms: u64) -> Timestamp {
-    now.plus_millis(i64::try_from(lock_ms).unwrap_or(i64::MAX))
-}
-
 /// The queue's id, if it uses sessions.
 fn session_queue(tx: &mut Tx<'_>, queue: &EntityName) -> StoreResult<i64> {
     let q = tx.queue(queue)?;
-    if q.policy.requires_session {
-        Ok(q.id)
-    } else {
-        Err(StoreError::SessionNotAllowed {
-            queue: queue.to_string(),
-        })
-    }
+    check_session_queue(&q)?;
+    Ok(q.id)
 }
 
 /// `SessionLockLost` unless `s` is held with its token at `now`.
@@ -38,11 +33,7 @@ pub(crate) fn check_lock(
         .db()?
         .exists(params![queue_id, s.session_id, s.lock_token, now.0])
         .db()?;
-    if held {
-        Ok(())
-    } else {
-        Err(StoreError::SessionLockLost)
-    }
+    session_held(held)
 }
 
 pub(crate) fn accept(
@@ -65,10 +56,7 @@ pub(crate) fn accept(
                 .exists(params![qid, id, now.0])
                 .db()?;
             if live {
-                return Err(StoreError::SessionLocked {
-                    queue: queue.to_string(),
-                    session_id: id,
-                });
+                return Err(session_locked(queue, &id));
             }
             id
         }
@@ -98,11 +86,7 @@ pub(crate) fn accept(
             }
         }
     };
-    let lock = SessionLock {
-        session_id,
-        lock_token: redrive_core::id::new_lock_token(),
-        locked_until: until(now, lock_ms),
-    };
+    let lock = session_lock(&session_id, lock_ms, now);
     tx.conn
         .prepare_cached(
             "INSERT INTO sessions (queue_id, session_id, lock_token, locked_until) \
@@ -129,7 +113,7 @@ pub(crate) fn renew(
     now: Timestamp,
 ) -> StoreResult<SessionLock> {
     let qid = session_queue(tx, queue)?;
-    let locked_until = until(now, lock_ms);
+    let locked_until = after(now, lock_ms);
     let changed = tx
         .conn
         .prepare_cached(
@@ -139,14 +123,7 @@ pub(crate) fn renew(
         .db()?
         .execute(params![qid, session_id, lock_token, locked_until.0, now.0])
         .db()?;
-    if changed == 0 {
-        return Err(StoreError::SessionLockLost);
-    }
-    Ok(SessionLock {
-        session_id: session_id.to_owned(),
-        lock_token: lock_token.to_owned(),
-        locked_until,
-    })
+    renewed_session(changed > 0, session_id, lock_token, locked_until)
 }
 
 pub(crate) fn release(
@@ -164,10 +141,7 @@ pub(crate) fn release(
         .db()?
         .execute(params![qid, session_id, lock_token])
         .db()?;
-    if changed == 0 {
-        return Err(StoreError::SessionLockLost);
-    }
-    Ok(())
+    session_held(changed > 0)
 }
 
 /// Forgets session locks that ran out.

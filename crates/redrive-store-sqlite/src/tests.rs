@@ -9,26 +9,11 @@ use redrive_store::{NewMessage, Store, StoreError, StoreErrorKind};
 
 use super::*;
 
-const T0: Timestamp = Timestamp(1_700_000_000_000);
+use redrive_store_conformance::{T0, name};
 
-fn name(s: &str) -> EntityName {
-    s.parse().unwrap()
-}
-
+/// A plain message whose body is its id.
 fn msg(id: &str) -> NewMessage {
-    NewMessage {
-        message_id: id.to_owned(),
-        body: id.as_bytes().to_vec(),
-        content_type: None,
-        properties: Default::default(),
-        correlation_id: None,
-        session_id: None,
-        message_type: None,
-        intent: None,
-        valid_until: None,
-        scheduled_at: None,
-        expires_at: None,
-    }
+    redrive_store_conformance::msg(id, id.as_bytes())
 }
 
 fn open(options: SqliteOptions) -> (tempfile::TempDir, PathBuf, Arc<SqliteStore>) {
@@ -545,33 +530,6 @@ fn hot_queries_use_indexes() {
     }
 }
 
-#[tokio::test]
-async fn a_non_finite_float_property_is_refused_rather_than_stored_unreadable() {
-    let (_dir, _path, store) = open(SqliteOptions::default());
-    let q = queue(&store, "q", QueuePolicy::default()).await;
-    let mut m = msg("nan");
-    m.properties
-        .insert("x".into(), redrive_core::PropertyValue::Float(f64::NAN));
-    match store.enqueue(&q, vec![msg("ok"), m], T0).await {
-        Err(StoreError::Backend { source }) => assert!(matches!(
-            source.downcast_ref::<SqliteError>(),
-            Some(SqliteError::NonFiniteProperty { .. })
-        )),
-        other => panic!("expected a backend error, got {other:?}"),
-    }
-    assert!(
-        store.peek(&q, 1, 10).await.unwrap().is_empty(),
-        "the batch stored nothing"
-    );
-    // Finite floats round-trip as floats.
-    let mut m = msg("two");
-    m.properties
-        .insert("x".into(), redrive_core::PropertyValue::Float(2.0));
-    store.enqueue(&q, vec![m.clone()], T0).await.unwrap();
-    let got = store.peek(&q, 1, 10).await.unwrap();
-    assert_eq!(got[0].properties, m.properties);
-}
-
 /// A store written at schema version 3 (bodies in the message rows) opens at the current
 /// version with every message's contents, state and lock intact, and deletes contents
 /// with their messages.
@@ -587,7 +545,9 @@ async fn version_3_messages_keep_their_contents_through_the_migration() {
     let mut props = redrive_core::Properties::new();
     props.insert("n".to_owned(), PropertyValue::Int(7));
     props.insert("s".to_owned(), PropertyValue::String("x".to_owned()));
-    let props_json = rows::props_to_json(&props).unwrap().unwrap();
+    let props_json = redrive_store::skeleton::columns::props_to_json(&props)
+        .unwrap()
+        .unwrap();
     let locked_token = "tokentokentoken.2";
     {
         let conn = schema::open_writer(&path).unwrap();

@@ -10,7 +10,6 @@
 //! fails, nobody's result is acknowledged and the store poisons itself: the state on disk
 //! is unknown, so every later write is refused with `Poisoned` until a restart.
 
-use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -18,51 +17,47 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use redrive_core::EntityName;
+use redrive_store::skeleton::entities::{QueueRow, queue_not_found};
 use redrive_store::{StoreError, StoreResult};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use crate::cache::{QueueCache, TxQueues};
 use crate::error::{SqliteError, backend, is_busy};
-use crate::rows::{QueueInfo, load_queue, queue_not_found};
+use crate::rows::load_queue;
 
-/// Queue policies cached by the writer, so that hot paths do not parse policy JSON per
-/// call. Cleared whenever a job or a group is rolled back, so it never outlives the data
-/// it was read from.
-const QUEUE_CACHE_LIMIT: usize = 10_000;
-
-/// What a job sees: the write connection inside the group's transaction and the queue
-/// cache.
+/// What a job sees: the write connection inside the group's transaction, and the queue
+/// records as that transaction sees them (see [`crate::cache`]).
 pub(crate) struct Tx<'c> {
     pub conn: &'c Connection,
-    queues: &'c mut HashMap<String, Arc<QueueInfo>>,
+    cache: &'c QueueCache,
+    queues: &'c mut TxQueues,
 }
 
 impl Tx<'_> {
     /// The queue, or `QueueNotFound`.
-    pub(crate) fn queue(&mut self, name: &EntityName) -> StoreResult<Arc<QueueInfo>> {
+    pub(crate) fn queue(&mut self, name: &EntityName) -> StoreResult<Arc<QueueRow>> {
         self.queue_opt(name.as_str())?
             .ok_or_else(|| queue_not_found(name))
     }
 
     /// The queue, if it exists.
-    pub(crate) fn queue_opt(&mut self, name: &str) -> StoreResult<Option<Arc<QueueInfo>>> {
-        if let Some(q) = self.queues.get(name) {
-            return Ok(Some(Arc::clone(q)));
+    pub(crate) fn queue_opt(&mut self, name: &str) -> StoreResult<Option<Arc<QueueRow>>> {
+        if let Some(q) = self.queues.get(self.cache, name) {
+            return Ok(Some(q));
         }
         let Some(q) = load_queue(self.conn, name)? else {
             return Ok(None);
         };
         let q = Arc::new(q);
-        if self.queues.len() >= QUEUE_CACHE_LIMIT {
-            self.queues.clear();
-        }
-        self.queues.insert(name.to_owned(), Arc::clone(&q));
+        self.queues.loaded(Arc::clone(&q));
         Ok(Some(q))
     }
 
-    /// Forgets a cached queue (after it changed or was deleted).
+    /// Marks a queue changed or deleted by this job: its record is read again, and
+    /// forgotten by the cache when the transaction commits.
     pub(crate) fn forget_queue(&mut self, name: &str) {
-        self.queues.remove(name);
+        self.queues.changed(name);
     }
 }
 
@@ -145,8 +140,12 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Starts the writer thread on `conn`.
-    pub(crate) fn start(conn: Connection, max_batch: usize) -> StoreResult<Writer> {
+    /// Starts the writer thread on `conn`, keeping `cache` exact (see [`crate::cache`]).
+    pub(crate) fn start(
+        conn: Connection,
+        max_batch: usize,
+        cache: Arc<QueueCache>,
+    ) -> StoreResult<Writer> {
         let (sender, receiver) = channel();
         let poisoned = Arc::new(AtomicBool::new(false));
         #[cfg(test)]
@@ -156,7 +155,8 @@ impl Writer {
             receiver,
             max_batch: max_batch.max(1),
             poisoned: Arc::clone(&poisoned),
-            queues: HashMap::new(),
+            cache,
+            queues: TxQueues::default(),
             #[cfg(test)]
             test: Arc::clone(&test),
         };
@@ -248,7 +248,9 @@ struct WriterThread {
     receiver: Receiver<Msg>,
     max_batch: usize,
     poisoned: Arc<AtomicBool>,
-    queues: HashMap<String, Arc<QueueInfo>>,
+    cache: Arc<QueueCache>,
+    /// What the open transaction loaded and changed.
+    queues: TxQueues,
     #[cfg(test)]
     test: Arc<TestCounters>,
 }
@@ -306,7 +308,8 @@ impl WriterThread {
             "SQLite {what} failed; the store is poisoned and refuses writes until restarted"
         );
         self.poisoned.store(true, Ordering::Release);
-        self.queues.clear();
+        self.queues.reset();
+        self.cache.clear();
         if !self.conn.is_autocommit() {
             let _ = self.conn.execute_batch("ROLLBACK");
         }
@@ -370,6 +373,7 @@ impl WriterThread {
                 let ok = {
                     let mut tx = Tx {
                         conn: &self.conn,
+                        cache: &self.cache,
                         queues: &mut self.queues,
                     };
                     group[i].run(&mut tx)
@@ -378,7 +382,8 @@ impl WriterThread {
                     holds_work = true;
                     continue;
                 }
-                self.queues.clear();
+                // The transaction held only this job: nothing of it remains.
+                self.queues.reset();
                 // SQLite may already have rolled the transaction back on its own (for
                 // example after SQLITE_FULL); it held only this job either way.
                 if !self.conn.is_autocommit()
@@ -399,6 +404,7 @@ impl WriterThread {
             let ok = {
                 let mut tx = Tx {
                     conn: &self.conn,
+                    cache: &self.cache,
                     queues: &mut self.queues,
                 };
                 group[i].run(&mut tx)
@@ -406,7 +412,7 @@ impl WriterThread {
             let end = if ok {
                 self.exec("RELEASE job")
             } else {
-                self.queues.clear();
+                self.queues.job_rolled_back();
                 self.exec("ROLLBACK TO job")
                     .and_then(|()| self.exec("RELEASE job"))
             };
@@ -425,6 +431,8 @@ impl WriterThread {
                 Self::fail_all(group, &GroupFailure::Poisoned);
                 return;
             }
+            // Before anyone is answered: a caller that reads after its answer sees it.
+            self.cache.commit(&mut self.queues);
             #[cfg(test)]
             self.test.commits.fetch_add(1, Ordering::SeqCst);
         }

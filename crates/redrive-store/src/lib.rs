@@ -13,10 +13,14 @@
 //! Writes that the backend acknowledges are durable (committed and synced). Backends are
 //! free to share one commit among concurrent calls (group commit); a later issue adds
 //! multi-operation transactions on top of the same mechanism.
+//!
+//! What the backends do alike between reading a row and writing one lives once, in
+//! [`skeleton`]; each backend keeps only its SQL and its transactions.
 
 mod access;
 pub mod dead_letter;
 mod error;
+pub mod skeleton;
 mod types;
 
 pub use access::*;

@@ -1,5 +1,7 @@
 //! Enqueue: sequence numbers, stored fields, atomic batches, sessions, scheduling, peek.
 
+use redrive_store::skeleton::RowError;
+
 use super::prelude::*;
 
 pub async fn enqueue_assigns_increasing_sequences_from_one(t: &TestStore) {
@@ -108,6 +110,34 @@ pub async fn batch_enqueue_is_atomic(t: &TestStore) {
         .await;
     assert!(r[0].sequence < r[1].sequence);
     assert_eq!(t.sequences(&q).await.len(), 2);
+}
+
+/// JSON has no NaN or infinity: a property holding one would be stored as `null`, which
+/// does not read back, and the message could never be delivered. The whole batch is
+/// refused instead (the shared row mapping's `RowError::NonFiniteProperty`).
+pub async fn a_non_finite_property_is_refused_and_the_batch_stores_nothing(t: &TestStore) {
+    let q = t.queue("q", QueuePolicy::default()).await;
+    for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        let mut m = msg("bad", b"bad");
+        m.properties.insert("x".into(), PropertyValue::Float(bad));
+        match t.s().enqueue(&q, vec![msg("ok", b"ok"), m], T0).await {
+            Err(StoreError::Backend { source }) => assert!(
+                matches!(
+                    source.downcast_ref::<RowError>(),
+                    Some(RowError::NonFiniteProperty { name }) if name == "x"
+                ),
+                "{source}"
+            ),
+            other => panic!("expected a backend error, got {other:?}"),
+        }
+    }
+    assert!(t.sequences(&q).await.is_empty(), "the batch stored nothing");
+    // Finite floats round-trip as floats.
+    let mut m = msg("two", b"two");
+    m.properties.insert("x".into(), PropertyValue::Float(2.0));
+    t.send(&q, vec![m.clone()], T0).await;
+    let got = t.s().peek(&q, 1, 10).await.expect("peek");
+    assert_eq!(got[0].properties, m.properties);
 }
 
 pub async fn session_id_on_plain_queue_is_an_attribute(t: &TestStore) {
