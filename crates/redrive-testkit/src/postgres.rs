@@ -131,16 +131,28 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 /// Runs `sql` (one or more statements) on `url` through a connection of its own.
 pub async fn admin_sql(url: &str, sql: &str) {
+    if let Err(e) = try_admin_sql(url, sql).await {
+        panic!("{sql}: {e}");
+    }
+}
+
+async fn try_admin_sql(url: &str, sql: &str) -> Result<(), String> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
-        .unwrap_or_else(|e| panic!("connect to {url}: {}", chain(&e)));
+        .map_err(|e| format!("connect: {}", chain(&e)))?;
     let io = tokio::spawn(connection);
-    client
-        .batch_execute(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {}", chain(&e)));
+    client.batch_execute(sql).await.map_err(|e| chain(&e))?;
     drop(client);
     let _ = io.await;
+    Ok(())
+}
+
+/// Runs `sql` on `url` from `Drop` (on a runtime of its own); a failure is reported on
+/// stderr as a failure to drop `what`, not raised.
+fn drop_with(url: String, sql: String, what: &str) {
+    if let Err(e) = on_own_runtime(move || async move { try_admin_sql(&url, &sql).await }) {
+        let _ = writeln!(std::io::stderr(), "could not drop {what}: {e}");
+    }
 }
 
 /// A fresh `rd_test_<random>` schema on a database, created by the first store that
@@ -180,29 +192,14 @@ impl SchemaGuard {
 
 impl Drop for SchemaGuard {
     fn drop(&mut self) {
-        let (url, schema) = (self.url.clone(), self.schema.clone());
-        let dropped = on_own_runtime(move || async move {
-            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                .await
-                .map_err(|e| chain(&e))?;
-            let io = tokio::spawn(connection);
-            client
-                .batch_execute(&format!(
-                    "SET lock_timeout = '10s'; DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
-                ))
-                .await
-                .map_err(|e| chain(&e))?;
-            drop(client);
-            let _ = io.await;
-            Ok(())
-        });
-        if let Err(e) = dropped {
-            let _ = writeln!(
-                std::io::stderr(),
-                "could not drop test schema {}: {e}",
+        drop_with(
+            self.url.clone(),
+            format!(
+                "SET lock_timeout = '10s'; DROP SCHEMA IF EXISTS \"{}\" CASCADE",
                 self.schema
-            );
-        }
+            ),
+            &format!("test schema {}", self.schema),
+        );
     }
 }
 
@@ -258,26 +255,10 @@ impl FreshDatabase {
 
 impl Drop for FreshDatabase {
     fn drop(&mut self) {
-        let (admin, name) = (self.admin.clone(), self.name.clone());
-        let dropped = on_own_runtime(move || async move {
-            let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
-                .await
-                .map_err(|e| chain(&e))?;
-            let io = tokio::spawn(connection);
-            client
-                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                .await
-                .map_err(|e| chain(&e))?;
-            drop(client);
-            let _ = io.await;
-            Ok(())
-        });
-        if let Err(e) = dropped {
-            let _ = writeln!(
-                std::io::stderr(),
-                "could not drop test database {}: {e}",
-                self.name
-            );
-        }
+        drop_with(
+            self.admin.clone(),
+            format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+            &format!("test database {}", self.name),
+        );
     }
 }

@@ -16,22 +16,24 @@ fn no_crate_depends_on_the_kit_except_for_its_tests() {
         };
         manifests += 1;
         let doc: toml::Table = toml::from_str(&text).expect("a manifest parses");
-        for section in ["dependencies", "build-dependencies"] {
-            let deps = doc.get(section).and_then(|d| d.as_table());
-            assert!(
-                !deps.is_some_and(|d| d.contains_key("redrive-testkit")),
-                "{}: redrive-testkit under [{section}]; it belongs under [dev-dependencies]",
-                manifest.display()
-            );
-        }
         let targets = doc.get("target").and_then(|t| t.as_table());
-        for (cfg, table) in targets.into_iter().flatten() {
+        let tables = std::iter::once(("", &doc)).chain(
+            targets
+                .into_iter()
+                .flatten()
+                .filter_map(|(cfg, t)| Some((cfg.as_str(), t.as_table()?))),
+        );
+        for (cfg, table) in tables {
             for section in ["dependencies", "build-dependencies"] {
                 let deps = table.get(section).and_then(|d| d.as_table());
+                let place = match cfg {
+                    "" => section.to_owned(),
+                    cfg => format!("target.{cfg}.{section}"),
+                };
                 assert!(
                     !deps.is_some_and(|d| d.contains_key("redrive-testkit")),
-                    "{}: redrive-testkit under [target.{cfg}.{section}]",
-                    manifest.display()
+                    "{}: redrive-testkit under [{place}]; it belongs under [dev-dependencies]",
+                    manifest.display(),
                 );
             }
         }
