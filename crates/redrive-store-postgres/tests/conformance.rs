@@ -7,14 +7,12 @@
 //! fail); its `reopen` closes the store and connects again to the same schema.
 //!
 //! Without a usable database (the variable unset, or the server not answering), whether
-//! the cases run is decided once, here in the factory: under CI (`CI` set) every case
-//! fails with the reason; otherwise one line says why the PostgreSQL cases are skipped and
-//! the test binary ends successfully at once. (A case cannot skip itself: the suite's
-//! macro runs it on whatever the factory returns, so "skip" ends the process with success
-//! before any case body runs; the line is written to stderr directly so that the test
-//! harness's output capture does not swallow it.)
-
-mod support;
+//! the cases run is decided once, in the factory, by `redrive_testkit::postgres::database`:
+//! under CI (`CI` set) every case fails with the reason; otherwise one line says why the
+//! PostgreSQL cases are skipped and the test binary ends successfully at once. (A case
+//! cannot skip itself: the suite's macro runs it on whatever the factory returns, so
+//! "skip" ends the process with success before any case body runs; the line is written to
+//! stderr directly so that the test harness's output capture does not swallow it.)
 
 use std::sync::{Arc, Mutex};
 
@@ -22,11 +20,11 @@ use redrive_store::Store;
 use redrive_store_conformance::TestStore;
 use redrive_store_postgres::PostgresStore;
 
-use support::SchemaGuard;
+use redrive_testkit::postgres::{SchemaGuard, database};
 
 /// A new store on a fresh schema of the test database.
 async fn fresh() -> TestStore {
-    let guard = SchemaGuard::fresh();
+    let guard = SchemaGuard::fresh(&database());
     let first = Arc::new(
         PostgresStore::connect(&guard.url, guard.options())
             .await

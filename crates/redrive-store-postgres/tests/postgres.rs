@@ -5,8 +5,6 @@
 // Test code: a failed unwrap is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -14,7 +12,7 @@ use redrive_core::{QueuePolicy, Timestamp};
 use redrive_store::{NewMessage, ReceiveParams, Store, StoreError, StoreErrorKind};
 use redrive_store_postgres::{PostgresError, PostgresOptions, PostgresStore, SCHEMA_VERSION};
 
-use support::SchemaGuard;
+use redrive_testkit::postgres::{FreshDatabase, SchemaGuard, database};
 
 use redrive_store_conformance::{T0, name};
 
@@ -63,7 +61,7 @@ fn schema_too_new(e: &StoreError) -> Option<(u32, u32)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schema_newer_than_the_build_is_refused() {
-    let g = SchemaGuard::fresh();
+    let g = SchemaGuard::fresh(&database());
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
     store
         .create_queue(&name("orders"), &QueuePolicy::default(), T0)
@@ -93,7 +91,7 @@ async fn schema_newer_than_the_build_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_starting_at_once_migrate_once() {
-    let g = Arc::new(SchemaGuard::fresh());
+    let g = Arc::new(SchemaGuard::fresh(&database()));
     let mut tasks = Vec::new();
     for _ in 0..4 {
         let g = Arc::clone(&g);
@@ -119,7 +117,7 @@ async fn nodes_starting_at_once_migrate_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_never_deliver_the_same_message() {
     const MESSAGES: usize = 200;
-    let g = SchemaGuard::fresh();
+    let g = SchemaGuard::fresh(&database());
     let small = PostgresOptions {
         pool_size: 4,
         ..g.options()
@@ -173,7 +171,7 @@ async fn two_nodes_never_deliver_the_same_message() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_node_wins_a_session() {
-    let g = SchemaGuard::fresh();
+    let g = SchemaGuard::fresh(&database());
     let a: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
     let b: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
     let q = name("orders");
@@ -203,7 +201,7 @@ async fn one_node_wins_a_session() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_store_is_unavailable() {
-    let g = SchemaGuard::fresh();
+    let g = SchemaGuard::fresh(&database());
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
     store.list_queues().await.unwrap();
     store.close();
@@ -249,77 +247,9 @@ async fn connection_failures_are_unavailable_and_bad_settings_are_not() {
     }
 }
 
-/// A database of its own (created, and dropped when the guard goes), for the cases that
-/// change database-wide settings.
-struct FreshDatabase {
-    admin: String,
-    name: String,
-    /// A URL of the new database.
-    url: String,
-}
-
-impl FreshDatabase {
-    async fn create() -> FreshDatabase {
-        let admin = support::database();
-        let name = format!("rd_db_{:016x}", fastrand::u64(..));
-        admin_sql(&admin, &format!("CREATE DATABASE {name}")).await;
-        let (scheme_rest, query) = admin
-            .split_once('?')
-            .map_or((admin.as_str(), None), |(a, q)| (a, Some(q)));
-        let base = scheme_rest.rsplit_once('/').map_or(scheme_rest, |(b, _)| b);
-        let url = match query {
-            Some(q) => format!("{base}/{name}?{q}"),
-            None => format!("{base}/{name}"),
-        };
-        FreshDatabase { admin, name, url }
-    }
-
-    /// Refuses new connections to the database and ends the open ones (a database
-    /// being taken out of service).
-    async fn refuse_connections(&self) {
-        admin_sql(
-            &self.admin,
-            &format!(
-                "ALTER DATABASE {0} ALLOW_CONNECTIONS false; \
-                 SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                 WHERE datname = '{0}' AND pid <> pg_backend_pid()",
-                self.name
-            ),
-        )
-        .await;
-    }
-}
-
-impl Drop for FreshDatabase {
-    fn drop(&mut self) {
-        let (admin, name) = (self.admin.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(admin_sql(
-                &admin,
-                &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-            ));
-        })
-        .join();
-    }
-}
-
-async fn admin_sql(url: &str, sql: &str) {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let io = tokio::spawn(connection);
-    client.batch_execute(sql).await.unwrap();
-    drop(client);
-    let _ = io.await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_refusing_connections_is_unavailable() {
-    let db = FreshDatabase::create().await;
+    let db = FreshDatabase::create(&database()).await;
     let store = PostgresStore::connect(&db.url, PostgresOptions::default())
         .await
         .unwrap();
@@ -349,7 +279,7 @@ async fn a_database_refusing_connections_is_unavailable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statement_blocked_by_a_lock_fails_within_the_statement_timeout() {
-    let g = SchemaGuard::fresh();
+    let g = SchemaGuard::fresh(&database());
     let sep = if g.url.contains('?') { '&' } else { '?' };
     let url = format!("{}{sep}statement_timeout_ms=300", g.url);
     let store = PostgresStore::connect(&url, g.options()).await.unwrap();
@@ -409,7 +339,7 @@ async fn next_woken(rx: &mut tokio::sync::broadcast::Receiver<String>) -> String
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_send_on_one_node_wakes_long_polls_on_another() {
-    let g = SchemaGuard::fresh();
+    let g = SchemaGuard::fresh(&database());
     let a = PostgresStore::connect(&g.url, g.options()).await.unwrap();
     let b = PostgresStore::connect(&g.url, g.options()).await.unwrap();
     let q = name("orders");
@@ -460,7 +390,7 @@ async fn a_send_on_one_node_wakes_long_polls_on_another() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_node_holds_a_lease_at_a_time() {
-    let g = SchemaGuard::fresh();
+    let g = SchemaGuard::fresh(&database());
     let a = PostgresStore::connect(&g.url, g.options()).await.unwrap();
     let b = PostgresStore::connect(&g.url, g.options()).await.unwrap();
     assert!(a.try_lease("sweeper", "node-a", 5_000, T0).await.unwrap());
@@ -544,7 +474,7 @@ fn through(url: &str, addr: std::net::SocketAddr) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_fails_fast_and_the_store_recovers_without_losing_acknowledged_work() {
-    let g = SchemaGuard::fresh();
+    let g = SchemaGuard::fresh(&database());
     let config: tokio_postgres::Config = g.url.parse().unwrap();
     let port = config.get_ports().first().copied().unwrap_or(5432);
     let host = match config.get_hosts().first() {
@@ -617,7 +547,7 @@ async fn nodes_with_skewed_clocks_share_the_database_timeline_and_do_not_double_
     use redrive_core::Clock;
     use redrive_store_postgres::DatabaseClock;
 
-    let g = SchemaGuard::fresh();
+    let g = SchemaGuard::fresh(&database());
     let refresh = std::time::Duration::from_secs(60);
     // Node b's own clock runs 10 s ahead of node a's.
     let skew = 10_000;
@@ -674,7 +604,7 @@ async fn nodes_with_skewed_clocks_share_the_database_timeline_and_do_not_double_
 async fn concurrent_senders_of_one_session_keep_sequence_order() {
     const SENDERS: usize = 8;
     const SENDS: usize = 25;
-    let g = SchemaGuard::fresh();
+    let g = SchemaGuard::fresh(&database());
     let small = PostgresOptions {
         pool_size: 6,
         ..g.options()
@@ -773,7 +703,7 @@ async fn concurrent_senders_of_one_session_keep_sequence_order() {
 async fn duplicate_detection_sees_concurrent_senders_on_all_nodes() {
     const IDS: usize = 60;
     const SENDERS: usize = 8;
-    let g = SchemaGuard::fresh();
+    let g = SchemaGuard::fresh(&database());
     let small = PostgresOptions {
         pool_size: 6,
         ..g.options()
@@ -829,7 +759,7 @@ async fn duplicate_detection_sees_concurrent_senders_on_all_nodes() {
 /// (one in every 64 looks from the head) when there is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_behind_the_receive_floor_is_still_delivered() {
-    let g = SchemaGuard::fresh();
+    let g = SchemaGuard::fresh(&database());
     let s = PostgresStore::connect(&g.url, g.options()).await.unwrap();
     let q = name("floor");
     s.create_queue(&q, &QueuePolicy::default(), T0)
@@ -942,7 +872,7 @@ fn chained(entries: &[redrive_store::AuditEntry]) -> Vec<redrive_core::audit::Ch
 /// chain: every entry numbered once, each linked to the one before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_appends_from_two_nodes_form_one_chain() {
-    let g = SchemaGuard::fresh();
+    let g = SchemaGuard::fresh(&database());
     let a = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
     let b = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
     let mut tasks = Vec::new();
@@ -986,7 +916,7 @@ async fn audit_appends_from_two_nodes_form_one_chain() {
 async fn an_audit_row_edited_in_the_database_fails_verification() {
     use redrive_core::audit::{ChainError, verify};
 
-    let g = SchemaGuard::fresh();
+    let g = SchemaGuard::fresh(&database());
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
     let fields: Vec<_> = (1..=5).map(|i| audit_fields("a", i)).collect();
     store.append_audit(&fields).await.unwrap();
@@ -1019,7 +949,7 @@ async fn one_node_wins_a_token_name() {
     use redrive_core::access::{Grant, Role};
     use redrive_store::NewToken;
 
-    let g = SchemaGuard::fresh();
+    let g = SchemaGuard::fresh(&database());
     let a = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
     let b = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
     let mut tasks = Vec::new();
@@ -1056,7 +986,7 @@ async fn one_node_wins_a_token_name() {
 /// version at connect, its queues kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_4_schema_gains_the_access_tables() {
-    let g = SchemaGuard::fresh();
+    let g = SchemaGuard::fresh(&database());
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
     store
         .create_queue(&name("orders"), &QueuePolicy::default(), T0)

@@ -8,9 +8,10 @@ use redrive_core::{ManualClock, Timestamp};
 use redrive_events::cloudevent::{BATCH, STRUCTURED};
 use redrive_events::{AttemptOutcome, CloudEvent, GiveUp, RetryPolicy, Verdict};
 use redrive_push::{Deliverer, DeliveryMode, EncodedEvent, PushTarget, TargetError, chunk};
+use redrive_testkit::{Receiver, Reply, refused_url};
 use serde_json::json;
 
-use crate::receiver::{Receiver, Reply, loopback_settings, refused_url};
+use crate::loopback_settings;
 
 // 2026-11-29T21:00:00Z
 const NOW: Timestamp = Timestamp(1_795_986_000_000);
@@ -70,7 +71,7 @@ async fn structured_mode_posts_the_event_as_json_with_the_redrive_headers() {
         .await;
     assert_eq!(outcome, status(200, None));
     assert_eq!(verdict(&outcome), Verdict::Delivered);
-    let seen = rx.seen();
+    let seen = rx.requests();
     assert_eq!(seen.len(), 1);
     let req = &seen[0];
     assert_eq!(req.method, "POST");
@@ -98,7 +99,7 @@ async fn binary_mode_posts_the_data_with_ce_headers() {
         )
         .await;
     assert_eq!(outcome, status(204, None));
-    let req = &rx.seen()[0];
+    let req = &rx.requests()[0];
     assert_eq!(req.header("content-type"), "application/json");
     assert_eq!(req.header("ce-specversion"), "1.0");
     assert_eq!(req.header("ce-id"), "e2");
@@ -132,7 +133,7 @@ async fn several_events_go_as_one_batch_array_in_order() {
     for batch in &batches {
         assert_eq!(d.deliver(&t, batch, 1).await, status(200, None));
     }
-    let seen = rx.seen();
+    let seen = rx.requests();
     assert_eq!(seen.len(), 2);
     let mut received = Vec::new();
     for req in &seen {
@@ -190,7 +191,7 @@ async fn encoded_events_are_sent_byte_for_byte() {
         status(204, None),
         "nothing to send"
     );
-    let seen = rx.seen();
+    let seen = rx.requests();
     assert_eq!(seen.len(), 3);
     assert_eq!(seen[0].header("content-type"), STRUCTURED);
     assert_eq!(seen[0].header("redrive-event-id"), "r1");
@@ -258,7 +259,7 @@ async fn an_endpoint_failing_twice_then_accepting_sees_three_attempts() {
         [status(503, None), status(503, None), status(200, None)]
     );
     let attempts: Vec<_> = rx
-        .seen()
+        .requests()
         .iter()
         .map(|r| r.header("redrive-delivery-attempt").to_owned())
         .collect();
@@ -332,7 +333,7 @@ async fn a_redirect_is_an_outcome_and_is_not_followed() {
         .deliver(&target(&rx.url, DeliveryMode::Structured), &[event("e")], 1)
         .await;
     assert_eq!(outcome, status(307, None));
-    assert_eq!(rx.seen().len(), 1, "the Location was not visited");
+    assert_eq!(rx.requests().len(), 1, "the Location was not visited");
 }
 
 #[tokio::test]
@@ -350,23 +351,13 @@ async fn a_large_response_body_does_not_change_the_outcome() {
 
 #[tokio::test]
 async fn a_slow_endpoint_times_out_at_the_target_timeout_on_the_injected_clock() {
-    let rx = Receiver::start(|_, _| Reply {
-        delay: Some(Duration::from_secs(3_600)),
-        ..Reply::status(200)
-    })
-    .await;
+    let rx = Receiver::start(|_, _| Reply::status(200).after(Duration::from_secs(3_600))).await;
     let clock = ManualClock::new(NOW);
     let d = Deliverer::new(loopback_settings(), Arc::new(clock.clone())).unwrap();
     let t = target(&rx.url, DeliveryMode::Structured);
     let attempt = tokio::spawn(async move { d.deliver_detailed(&t, &[event("e")], 1).await });
     // The request arrives; the answer does not.
-    for _ in 0..5_000 {
-        if !rx.seen().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    assert_eq!(rx.seen().len(), 1, "the request arrived");
+    assert_eq!(rx.wait_for(1).await.len(), 1, "the request arrived");
     clock.advance(Duration::from_millis(4_999));
     // Room for a wrongly early timeout to land (a signal, not the rule under test).
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -396,5 +387,5 @@ async fn no_events_send_nothing() {
         .deliver(&target(&rx.url, DeliveryMode::Structured), &[], 1)
         .await;
     assert_eq!(outcome, status(204, None));
-    assert!(rx.seen().is_empty());
+    assert!(rx.requests().is_empty());
 }

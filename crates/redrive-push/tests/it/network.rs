@@ -11,9 +11,10 @@ use redrive_push::{
     Deliverer, DeliveryMode, DeliverySettings, NetworkPolicy, PushTarget, ValidationError,
     http_client, validate_endpoint,
 };
+use redrive_testkit::{Receiver, Reply};
 use serde_json::json;
 
-use crate::receiver::{Receiver, Reply, loopback_settings};
+use crate::loopback_settings;
 
 const NOW: Timestamp = Timestamp(1_795_986_000_000);
 
@@ -43,12 +44,12 @@ async fn a_name_resolving_to_loopback_is_refused_at_connect_time() {
     assert_eq!(d.outcome, AttemptOutcome::ConnectionError);
     let why = d.error.unwrap();
     assert!(why.contains("loopback"), "{why}");
-    assert!(rx.seen().is_empty(), "nothing reached the receiver");
+    assert!(rx.requests().is_empty(), "nothing reached the receiver");
     // The validation handshake goes through the same resolver.
     let client = http_client(&DeliverySettings::default()).unwrap();
     let v = validate_endpoint(&client, &by_name, "o", Duration::from_secs(5)).await;
     assert!(matches!(v, Err(ValidationError::Unreachable(_))), "{v:?}");
-    assert!(rx.seen().is_empty());
+    assert!(rx.requests().is_empty());
     // Allowed explicitly: delivered.
     let d = deliverer(loopback_settings())
         .deliver_detailed(&target(&by_name), &[event()], 1)
@@ -57,7 +58,7 @@ async fn a_name_resolving_to_loopback_is_refused_at_connect_time() {
         matches!(d.outcome, AttemptOutcome::Status { status: 200, .. }),
         "{d:?}"
     );
-    assert_eq!(rx.seen().len(), 1);
+    assert_eq!(rx.requests().len(), 1);
 }
 
 #[tokio::test]
@@ -78,7 +79,7 @@ async fn an_ip_literal_to_a_forbidden_address_is_not_sent() {
         let got = d.deliver_detailed(&target(&mapped), &[event()], 1).await;
         assert_eq!(got.outcome, AttemptOutcome::ConnectionError, "{mapped}");
     }
-    assert!(rx.seen().is_empty());
+    assert!(rx.requests().is_empty());
     let by_name = NetworkPolicy::allowing(&["localhost"]).unwrap();
     let url = rx.url.replace("127.0.0.1", "localhost");
     let d = deliverer(DeliverySettings {

@@ -7,8 +7,9 @@ use redrive_push::{
     AllowedRate, UrlError, Validated, ValidationError, http_client, validate_endpoint,
     validate_endpoint_with_rate,
 };
+use redrive_testkit::{Receiver, Reply, refused_url};
 
-use crate::receiver::{Receiver, Reply, loopback_settings, refused_url};
+use crate::loopback_settings;
 
 const ORIGIN: &str = "redrive.example.com";
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -37,7 +38,7 @@ async fn an_endpoint_echoing_the_origin_is_valid() {
         validate_endpoint(&client(), &rx.url, ORIGIN, TIMEOUT).await,
         Ok(())
     );
-    let seen = rx.seen();
+    let seen = rx.requests();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].method, "OPTIONS");
     assert_eq!(seen[0].path, "/hook");
@@ -62,7 +63,7 @@ async fn a_wildcard_origin_is_valid_and_the_allowed_rate_is_reported() {
             allowed_rate: Some(AllowedRate::PerMinute(60))
         }
     );
-    assert_eq!(rx.seen()[0].header("webhook-request-rate"), "120");
+    assert_eq!(rx.requests()[0].header("webhook-request-rate"), "120");
 }
 
 #[tokio::test]
@@ -122,9 +123,10 @@ async fn an_unreachable_endpoint_is_refused() {
 
 #[tokio::test(start_paused = true)]
 async fn a_silent_endpoint_times_out() {
-    let rx = Receiver::start(|_, _| Reply {
-        delay: Some(Duration::from_secs(60)),
-        ..Reply::status(200).header("webhook-allowed-origin", "*")
+    let rx = Receiver::start(|_, _| {
+        Reply::status(200)
+            .header("webhook-allowed-origin", "*")
+            .after(Duration::from_secs(60))
     })
     .await;
     assert_eq!(

@@ -4,132 +4,14 @@
 //! log with its chain.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
-use redrive_broker::{AccessSettings, Broker};
-use redrive_core::{ManualClock, Timestamp};
-use redrive_server::Settings;
+use redrive_broker::AccessSettings;
+use redrive_core::Timestamp;
 use redrive_server::access::{PUBLIC, ROUTES};
-use redrive_store::Store;
-use redrive_store_sqlite::{SqliteOptions, SqliteStore};
+use redrive_testkit::{Backend, T0, TestServer};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-
-use crate::support::T0;
-
-/// The admin secret every test server is bootstrapped with.
-const ADMIN: &str = "rdt_00000000000000000000000000000000000000000000000000000000000000aa";
-
-/// A server with authentication on.
-struct AuthServer {
-    url: String,
-    clock: ManualClock,
-    http: reqwest::Client,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
-    _keep: Box<dyn std::any::Any + Send>,
-}
-
-impl AuthServer {
-    async fn sqlite(access: AccessSettings) -> AuthServer {
-        let dir = tempfile::tempdir().unwrap();
-        let store =
-            SqliteStore::open(&dir.path().join("redrive.db"), SqliteOptions::default()).unwrap();
-        AuthServer::over(Arc::new(store), access, Box::new(dir)).await
-    }
-
-    async fn over(
-        store: Arc<dyn Store>,
-        access: AccessSettings,
-        keep: Box<dyn std::any::Any + Send>,
-    ) -> AuthServer {
-        let clock = ManualClock::new(T0);
-        let broker = Broker::with_access(store, Arc::new(clock.clone()), access);
-        assert_eq!(broker.bootstrap_admin(Some(ADMIN)).await.unwrap(), None);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let settings = Settings {
-            sweep_interval_ms: 1_000,
-            shutdown_timeout_ms: 5_000,
-            ..Settings::default()
-        };
-        let task = tokio::spawn(async move {
-            redrive_server::run_with(settings, broker, listener, Vec::new(), async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap();
-        });
-        AuthServer {
-            url,
-            clock,
-            http: reqwest::Client::new(),
-            stop: Some(tx),
-            task: Some(task),
-            _keep: keep,
-        }
-    }
-
-    async fn stop(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.task.take() {
-            t.await.unwrap();
-        }
-    }
-
-    async fn call(
-        &self,
-        token: Option<&str>,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> (StatusCode, Value) {
-        let mut req = self.http.request(method, format!("{}{path}", self.url));
-        if let Some(t) = token {
-            req = req.bearer_auth(t);
-        }
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.unwrap();
-        let status = resp.status();
-        let bytes = resp.bytes().await.unwrap();
-        let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        (status, v)
-    }
-
-    async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        self.call(Some(ADMIN), method, path, body).await
-    }
-
-    /// A new token with `grants`; returns (id, secret).
-    async fn token(&self, name: &str, grants: &[&str]) -> (String, String) {
-        let (st, v) = self
-            .admin(
-                Method::POST,
-                "/v1/tokens",
-                Some(json!({"name": name, "grants": grants})),
-            )
-            .await;
-        assert_eq!(st, StatusCode::CREATED, "{v}");
-        (
-            v["id"].as_str().unwrap().to_owned(),
-            v["secret"].as_str().unwrap().to_owned(),
-        )
-    }
-
-    async fn audit(&self, query: &str) -> Vec<Value> {
-        let (st, v) = self
-            .admin(Method::GET, &format!("/v1/audit?{query}"), None)
-            .await;
-        assert_eq!(st, StatusCode::OK, "{v}");
-        v["entries"].as_array().unwrap().clone()
-    }
-}
 
 /// Routes each role may call, written out by hand (not derived from the table under
 /// test). `admin` may call every route.
@@ -193,7 +75,7 @@ fn concrete(pattern: &str) -> String {
 
 /// Every role × every route: refused with 403 `forbidden` exactly where the hand-written
 /// table says so; any other answer (success, 400, 404, 409…) means the guard let it by.
-async fn matrix(s: &AuthServer) {
+async fn matrix(s: &TestServer) {
     let roles = [
         "producer",
         "consumer",
@@ -212,7 +94,7 @@ async fn matrix(s: &AuthServer) {
         for (method, pattern, _, _) in ROUTES {
             let path = concrete(pattern);
             // Bodies are left out: an allowed request fails validation, never the guard.
-            let (st, v) = s.call(Some(secret), method.clone(), &path, None).await;
+            let (st, v) = s.call_as(Some(secret), method.clone(), &path, None).await;
             let expect_allowed = *role == "admin" || ok.contains(&(method.as_str(), *pattern));
             if expect_allowed {
                 assert!(
@@ -237,58 +119,23 @@ async fn matrix(s: &AuthServer) {
 
 #[tokio::test]
 async fn every_role_is_allowed_and_refused_per_the_matrix_on_sqlite() {
-    let s = AuthServer::sqlite(on()).await;
+    let s = TestServer::builder().auth(on()).start().await;
     matrix(&s).await;
     s.stop().await;
 }
 
 #[tokio::test]
 async fn every_role_is_allowed_and_refused_per_the_matrix_on_postgres() {
-    let Some(url) = postgres_url() else { return };
-    let schema = format!("access_{:016x}", fastrand::u64(..));
-    let store = redrive_store_postgres::PostgresStore::connect(
-        &url,
-        redrive_store_postgres::PostgresOptions {
-            schema: Some(schema.clone()),
-            ..redrive_store_postgres::PostgresOptions::default()
-        },
-    )
-    .await
-    .unwrap();
-    let store = Arc::new(store);
-    let s = AuthServer::over(store.clone(), on(), Box::new(())).await;
+    let Some(postgres) = Backend::postgres("the permission matrix on PostgreSQL") else {
+        return;
+    };
+    let s = TestServer::builder()
+        .backend(postgres)
+        .auth(on())
+        .start()
+        .await;
     matrix(&s).await;
     s.stop().await;
-    store.close();
-    drop_schema(&url, &schema).await;
-}
-
-/// The test database, when one is configured (required under CI).
-fn postgres_url() -> Option<String> {
-    match std::env::var("REDRIVE_TEST_POSTGRES_URL") {
-        Ok(u) if !u.trim().is_empty() => Some(u),
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none_or(|v| v.is_empty()),
-                "REDRIVE_TEST_POSTGRES_URL must be set under CI"
-            );
-            eprintln!("PostgreSQL half skipped: REDRIVE_TEST_POSTGRES_URL is not set");
-            None
-        }
-    }
-}
-
-async fn drop_schema(url: &str, schema: &str) {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let io = tokio::spawn(conn);
-    client
-        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-        .await
-        .unwrap();
-    drop(client);
-    let _ = io.await;
 }
 
 fn on() -> AccessSettings {
@@ -321,16 +168,19 @@ fn the_permission_table_covers_exactly_the_documented_routes() {
 
 #[tokio::test]
 async fn requests_without_a_valid_token_are_refused() {
-    let s = AuthServer::sqlite(on()).await;
+    let s = TestServer::builder().auth(on()).start().await;
     let check = |r: (StatusCode, Value)| {
         assert_eq!(r.0, StatusCode::UNAUTHORIZED, "{}", r.1);
         assert_eq!(r.1["code"], "unauthenticated", "{}", r.1);
     };
-    check(s.call(None, Method::GET, "/v1/queues", None).await);
-    check(s.call(Some("nope"), Method::GET, "/v1/queues", None).await);
+    check(s.call_as(None, Method::GET, "/v1/queues", None).await);
+    check(
+        s.call_as(Some("nope"), Method::GET, "/v1/queues", None)
+            .await,
+    );
     let unknown = format!("rdt_{}", "b".repeat(64));
     check(
-        s.call(Some(&unknown), Method::GET, "/v1/queues", None)
+        s.call_as(Some(&unknown), Method::GET, "/v1/queues", None)
             .await,
     );
     let resp = s
@@ -343,9 +193,9 @@ async fn requests_without_a_valid_token_are_refused() {
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
     assert!(resp.headers().contains_key("www-authenticate"));
     // Health and the API description stay public.
-    assert_eq!(s.call(None, Method::GET, "/healthz", None).await.0, 200);
+    assert_eq!(s.call_as(None, Method::GET, "/healthz", None).await.0, 200);
     assert_eq!(
-        s.call(None, Method::GET, "/openapi.json", None).await.0,
+        s.call_as(None, Method::GET, "/openapi.json", None).await.0,
         200
     );
     s.stop().await;
@@ -353,7 +203,7 @@ async fn requests_without_a_valid_token_are_refused() {
 
 #[tokio::test]
 async fn an_expired_token_is_refused_on_the_injected_clock() {
-    let s = AuthServer::sqlite(on()).await;
+    let s = TestServer::builder().auth(on()).start().await;
     let expires = T0.plus_millis(60_000).to_rfc3339();
     let (st, v) = s
         .admin(
@@ -365,20 +215,22 @@ async fn an_expired_token_is_refused_on_the_injected_clock() {
     assert_eq!(st, 201, "{v}");
     let secret = v["secret"].as_str().unwrap().to_owned();
     assert_eq!(
-        s.call(Some(&secret), Method::GET, "/v1/queues", None)
+        s.call_as(Some(&secret), Method::GET, "/v1/queues", None)
             .await
             .0,
         200
     );
-    s.clock.advance(Duration::from_secs(60));
-    let r = s.call(Some(&secret), Method::GET, "/v1/queues", None).await;
+    s.clock().advance(Duration::from_secs(60));
+    let r = s
+        .call_as(Some(&secret), Method::GET, "/v1/queues", None)
+        .await;
     assert_eq!(r.0, 401, "{}", r.1);
     s.stop().await;
 }
 
 #[tokio::test]
 async fn scopes_limit_a_token_to_its_entities_and_listings_show_only_those() {
-    let s = AuthServer::sqlite(on()).await;
+    let s = TestServer::builder().auth(on()).start().await;
     for q in ["orders", "orders-eu", "payments"] {
         let (st, v) = s
             .admin(Method::POST, "/v1/queues", Some(json!({"name": q})))
@@ -390,7 +242,7 @@ async fn scopes_limit_a_token_to_its_entities_and_listings_show_only_those() {
         let s = &s;
         let prod = prod.clone();
         async move {
-            s.call(
+            s.call_as(
                 Some(&prod),
                 Method::POST,
                 &format!("/v1/queues/{q}/messages"),
@@ -404,7 +256,7 @@ async fn scopes_limit_a_token_to_its_entities_and_listings_show_only_those() {
     assert_eq!(send("payments").await.0, 403);
 
     let (_, ops) = s.token("o", &["operator:orders*"]).await;
-    let (st, v) = s.call(Some(&ops), Method::GET, "/v1/queues", None).await;
+    let (st, v) = s.call_as(Some(&ops), Method::GET, "/v1/queues", None).await;
     assert_eq!(st, 200, "{v}");
     let names: Vec<&str> = v["queues"]
         .as_array()
@@ -415,7 +267,7 @@ async fn scopes_limit_a_token_to_its_entities_and_listings_show_only_those() {
     assert_eq!(names, ["orders", "orders-eu"]);
     // Creating is checked against the name in the body.
     let r = s
-        .call(
+        .call_as(
             Some(&ops),
             Method::POST,
             "/v1/queues",
@@ -424,7 +276,7 @@ async fn scopes_limit_a_token_to_its_entities_and_listings_show_only_those() {
         .await;
     assert_eq!(r.0, 403, "{}", r.1);
     let r = s
-        .call(
+        .call_as(
             Some(&ops),
             Method::POST,
             "/v1/queues",
@@ -436,7 +288,7 @@ async fn scopes_limit_a_token_to_its_entities_and_listings_show_only_those() {
 }
 
 /// Makes a dead letter on queue `q` through the admin; returns its record id.
-async fn dead_letter(s: &AuthServer, q: &str, body: &str) -> String {
+async fn dead_letter(s: &TestServer, q: &str, body: &str) -> String {
     s.admin(Method::POST, "/v1/queues", Some(json!({"name": q})))
         .await;
     let (st, v) = s
@@ -471,19 +323,19 @@ async fn dead_letter(s: &AuthServer, q: &str, body: &str) -> String {
 
 #[tokio::test]
 async fn dead_letter_bodies_only_for_payload_readers_and_every_read_is_audited() {
-    let s = AuthServer::sqlite(on()).await;
+    let s = TestServer::builder().auth(on()).start().await;
     let id = dead_letter(&s, "q", "secret-body").await;
     let (ops_id, ops) = s.token("ops", &["operator:q"]).await;
     let (reader_id, reader) = s.token("reader", &["payload-reader:q"]).await;
 
     let (st, v) = s
-        .call(Some(&ops), Method::GET, "/v1/queues/q/dead-letters", None)
+        .call_as(Some(&ops), Method::GET, "/v1/queues/q/dead-letters", None)
         .await;
     assert_eq!(st, 200, "{v}");
     assert!(v["dead_letters"][0].get("body").is_none(), "{v}");
     assert_eq!(v["dead_letters"][0]["reason"], "Bad");
     let (_, one) = s
-        .call(
+        .call_as(
             Some(&ops),
             Method::GET,
             &format!("/v1/queues/q/dead-letters/{id}"),
@@ -499,7 +351,7 @@ async fn dead_letter_bodies_only_for_payload_readers_and_every_read_is_audited()
     );
 
     let (_, v) = s
-        .call(
+        .call_as(
             Some(&reader),
             Method::GET,
             "/v1/queues/q/dead-letters",
@@ -508,7 +360,7 @@ async fn dead_letter_bodies_only_for_payload_readers_and_every_read_is_audited()
         .await;
     assert_eq!(v["dead_letters"][0]["body"], "secret-body");
     let (_, one) = s
-        .call(
+        .call_as(
             Some(&reader),
             Method::GET,
             &format!("/v1/queues/q/dead-letters/{id}"),
@@ -526,7 +378,7 @@ async fn dead_letter_bodies_only_for_payload_readers_and_every_read_is_audited()
 
     // Peek is a payload read too.
     let (st, _) = s
-        .call(Some(&reader), Method::GET, "/v1/queues/q/messages", None)
+        .call_as(Some(&reader), Method::GET, "/v1/queues/q/messages", None)
         .await;
     assert_eq!(st, 200);
     assert_eq!(
@@ -540,7 +392,7 @@ async fn dead_letter_bodies_only_for_payload_readers_and_every_read_is_audited()
 
 #[tokio::test]
 async fn operator_acts_are_audited_and_the_chain_verifies() {
-    let s = AuthServer::sqlite(on()).await;
+    let s = TestServer::builder().auth(on()).start().await;
     let id = dead_letter(&s, "q", "b").await;
     let (st, _) = s
         .admin(
@@ -597,11 +449,11 @@ async fn operator_acts_are_audited_and_the_chain_verifies() {
 
 #[tokio::test]
 async fn revocation_takes_effect_at_once_and_ends_a_long_poll() {
-    let s = AuthServer::sqlite(on()).await;
+    let s = TestServer::builder().auth(on()).start().await;
     s.admin(Method::POST, "/v1/queues", Some(json!({"name": "q"})))
         .await;
     let (id, secret) = s.token("c", &["consumer:q"]).await;
-    let before = s.clock.sleepers();
+    let before = s.clock().sleepers();
     let poll = {
         let http = s.http.clone();
         let url = format!("{}/v1/queues/q/receive", s.url);
@@ -618,13 +470,7 @@ async fn revocation_takes_effect_at_once_and_ends_a_long_poll() {
         })
     };
     // Wait (for a signal, not for time) until the long poll sleeps on the clock.
-    for _ in 0..10_000 {
-        if s.clock.sleepers() > before {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    assert!(s.clock.sleepers() > before, "the long poll never parked");
+    s.until_parked(before).await;
     let (st, _) = s
         .admin(Method::POST, &format!("/v1/tokens/{id}/revoke"), None)
         .await;
@@ -633,7 +479,7 @@ async fn revocation_takes_effect_at_once_and_ends_a_long_poll() {
     assert_eq!(st, StatusCode::UNAUTHORIZED, "{v}");
     assert_eq!(v["code"], "token_revoked");
     let r = s
-        .call(
+        .call_as(
             Some(&secret),
             Method::POST,
             "/v1/queues/q/receive",
@@ -657,17 +503,19 @@ async fn revocation_takes_effect_at_once_and_ends_a_long_poll() {
 
 #[tokio::test]
 async fn a_token_over_its_rate_gets_429_with_retry_after_until_the_clock_moves() {
-    let s = AuthServer::sqlite(AccessSettings {
-        enabled: true,
-        rate_limit_per_s: 2,
-        rate_limit_burst: 2,
-        ..AccessSettings::default()
-    })
-    .await;
+    let s = TestServer::builder()
+        .auth(AccessSettings {
+            enabled: true,
+            rate_limit_per_s: 2,
+            rate_limit_burst: 2,
+            ..AccessSettings::default()
+        })
+        .start()
+        .await;
     let (_, secret) = s.token("busy", &["operator"]).await;
     for _ in 0..2 {
         assert_eq!(
-            s.call(Some(&secret), Method::GET, "/v1/queues", None)
+            s.call_as(Some(&secret), Method::GET, "/v1/queues", None)
                 .await
                 .0,
             200
@@ -687,14 +535,14 @@ async fn a_token_over_its_rate_gets_429_with_retry_after_until_the_clock_moves()
     // Another token is not held back by this one's bucket.
     let (_, other) = s.token("calm", &["operator"]).await;
     assert_eq!(
-        s.call(Some(&other), Method::GET, "/v1/queues", None)
+        s.call_as(Some(&other), Method::GET, "/v1/queues", None)
             .await
             .0,
         200
     );
-    s.clock.advance(Duration::from_millis(500));
+    s.clock().advance(Duration::from_millis(500));
     assert_eq!(
-        s.call(Some(&secret), Method::GET, "/v1/queues", None)
+        s.call_as(Some(&secret), Method::GET, "/v1/queues", None)
             .await
             .0,
         200
@@ -704,7 +552,7 @@ async fn a_token_over_its_rate_gets_429_with_retry_after_until_the_clock_moves()
 
 #[tokio::test]
 async fn token_requests_are_validated_and_secrets_never_listed() {
-    let s = AuthServer::sqlite(on()).await;
+    let s = TestServer::builder().auth(on()).start().await;
     let bad = |body: Value| {
         let s = &s;
         async move { s.admin(Method::POST, "/v1/tokens", Some(body)).await }
@@ -747,7 +595,7 @@ async fn token_requests_are_validated_and_secrets_never_listed() {
 
 #[tokio::test]
 async fn control_routes_take_small_bodies_only() {
-    let s = AuthServer::sqlite(on()).await;
+    let s = TestServer::builder().auth(on()).start().await;
     let big = "x".repeat(redrive_server::MAX_CONTROL_REQUEST_BYTES + 1);
     let (st, v) = s
         .admin(

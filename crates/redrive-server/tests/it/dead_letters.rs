@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::support::{T0, TestServer, assert_problem};
+use redrive_testkit::{T0, TestServer, assert_problem};
 
 #[tokio::test]
 async fn application_dead_letter_keeps_the_evidence() {

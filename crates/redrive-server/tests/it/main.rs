@@ -1,5 +1,6 @@
-//! HTTP-level tests of the native API: a real server on 127.0.0.1 over a real SQLite file,
-//! driven by a real HTTP client, with time moved by a manual clock (no test sleeps).
+//! HTTP-level tests of the native API: a real server on 127.0.0.1 (redrive-testkit's
+//! `TestServer`) over a real SQLite file (or a PostgreSQL schema), driven by a real HTTP
+//! client, with time moved by a manual clock (no test sleeps).
 
 // Test support code: a failed setup step should panic the test.
 #![allow(clippy::unwrap_used)]
@@ -12,6 +13,5 @@ mod push_outcomes;
 mod queues;
 mod seed_003;
 mod sessions;
-mod support;
 mod topics;
 mod transport;

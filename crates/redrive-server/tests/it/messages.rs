@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::support::{T0, TestServer, assert_problem};
+use redrive_testkit::{T0, TestServer, assert_problem};
 
 #[tokio::test]
 async fn send_receive_complete_carries_every_field() {
@@ -477,7 +477,7 @@ async fn expired_message_is_never_delivered() {
 async fn long_poll_is_woken_by_a_send() {
     let s = TestServer::start().await;
     s.queue("q", json!({})).await;
-    let before = s.clock.sleepers();
+    let before = s.clock().sleepers();
     let poll = s.spawn_receive("q", json!({"wait_ms": 20_000}));
     s.until_parked(before).await;
     s.send("q", &["wake"]).await;
@@ -490,7 +490,7 @@ async fn long_poll_is_woken_by_a_send() {
 async fn long_poll_ends_empty_at_its_wait_time() {
     let s = TestServer::start().await;
     s.queue("q", json!({})).await;
-    let before = s.clock.sleepers();
+    let before = s.clock().sleepers();
     let poll = s.spawn_receive("q", json!({"wait_ms": 5_000}));
     s.until_parked(before).await;
     s.advance(5_000);
@@ -508,7 +508,7 @@ async fn long_poll_wakes_when_a_scheduled_message_comes_due() {
         json!({"body": "due", "scheduled_enqueue_time": T0.plus_millis(3_000).to_rfc3339()}),
     )
     .await;
-    let before = s.clock.sleepers();
+    let before = s.clock().sleepers();
     let poll = s.spawn_receive("q", json!({"wait_ms": 20_000}));
     s.until_parked(before).await;
     s.advance(3_000);

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::support::{TestServer, assert_problem};
+use redrive_testkit::{TestServer, assert_problem};
 
 #[tokio::test]
 async fn metrics_count_every_outcome_and_expose_live_counts() {

@@ -4,66 +4,23 @@
 //! metrics, the pause shown in stats, and a subscription's queue managed only through
 //! its subscription.
 
-use std::sync::{Arc, Mutex};
-
-use axum::http::{HeaderMap, HeaderValue, StatusCode as AxStatus};
-use axum::routing::options;
+use redrive_testkit::{Receiver, Reply, T0, TestServer, assert_problem, refused_url};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{T0, TestServer, assert_problem};
-use crate::topics::{
-    event, push_sub, receiver_with, scripted_receiver, the_dead_letter, until_seen, until_stats,
-};
+use crate::topics::{event, push_sub, the_dead_letter, until_stats};
 
-/// A URL on 127.0.0.1 where nothing listens.
-async fn refused_url() -> String {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    drop(l);
-    format!("http://{addr}/hook")
-}
-
-/// A receiver that never answers the first POST (it holds it open), and answers 200 to
-/// the others; records the attempt header of each.
-async fn stalling_receiver() -> (String, Arc<Mutex<Vec<(String, Value)>>>) {
-    let seen: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
-    let app = {
-        let seen = seen.clone();
-        axum::Router::new().route(
-            "/hook",
-            options(|| async {
-                let mut h = HeaderMap::new();
-                h.insert("webhook-allowed-origin", HeaderValue::from_static("*"));
-                (AxStatus::OK, h)
-            })
-            .post(move |headers: HeaderMap| {
-                let seen = seen.clone();
-                async move {
-                    let attempt = headers
-                        .get("redrive-delivery-attempt")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("")
-                        .to_owned();
-                    let first = {
-                        let mut seen = seen.lock().unwrap();
-                        seen.push((attempt, Value::Null));
-                        seen.len() == 1
-                    };
-                    if first {
-                        std::future::pending::<()>().await;
-                    }
-                    AxStatus::OK
-                }
-            }),
-        )
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (url, seen)
+/// A push endpoint that never answers its first delivery (it holds it open) and answers
+/// 200 to the others.
+async fn stalling_receiver() -> Receiver {
+    Receiver::webhook(|n, _| {
+        if n == 0 {
+            Reply::never()
+        } else {
+            Reply::status(200)
+        }
+    })
+    .await
 }
 
 async fn sub_stats(s: &TestServer, topic: &str, sub: &str) -> Value {
@@ -77,7 +34,7 @@ async fn sub_stats(s: &TestServer, topic: &str, sub: &str) -> Value {
 #[tokio::test]
 async fn a_refused_connection_is_retried_then_dead_lettered_with_the_error() {
     let s = TestServer::start().await;
-    let url = refused_url().await;
+    let url = refused_url();
     s.topic("orders", json!({})).await;
     let (st, v) = s
         .post(
@@ -129,7 +86,8 @@ async fn a_refused_connection_is_retried_then_dead_lettered_with_the_error() {
 #[tokio::test]
 async fn payload_too_large_is_rejected_at_once() {
     let s = TestServer::start().await;
-    let (url, seen) = scripted_receiver(vec![413]).await;
+    let rx = Receiver::script([413], 200).await;
+    let url = rx.url.clone();
     s.topic("orders", json!({})).await;
     push_sub(&s, &url, json!({"jitter": 0.0})).await;
     s.publish("orders", &[event("1", "order.created", "/eu/1")])
@@ -141,7 +99,7 @@ async fn payload_too_large_is_rejected_at_once() {
                "dead_lettered_by_reason": {"EndpointRejected": 1}}),
     )
     .await;
-    assert_eq!(seen.lock().unwrap().len(), 1, "no second attempt");
+    assert_eq!(rx.deliveries().len(), 1, "no second attempt");
     let (rec, evidence) = the_dead_letter(&s).await;
     assert_eq!(rec["reason"], "EndpointRejected");
     assert_eq!(rec["diagnostics"]["deadLetterReason"], "EndpointRejected");
@@ -155,7 +113,8 @@ async fn payload_too_large_is_rejected_at_once() {
 #[tokio::test]
 async fn an_endpoint_slower_than_the_timeout_is_retried_on_the_schedule() {
     let s = TestServer::start().await;
-    let (url, seen) = stalling_receiver().await;
+    let rx = stalling_receiver().await;
+    let url = rx.url.clone();
     s.topic("orders", json!({})).await;
     let (st, v) = s
         .post(
@@ -170,7 +129,7 @@ async fn an_endpoint_slower_than_the_timeout_is_retried_on_the_schedule() {
     s.publish("orders", &[event("1", "order.created", "/eu/1")])
         .await;
     // Attempt 1 is open: the event is in flight until the 5 s timeout runs out.
-    until_seen(&seen, 1).await;
+    rx.wait_for(1).await;
     until_stats(&s, "hook", json!({"in_flight": 1})).await;
     s.advance(4_999);
     until_stats(&s, "hook", json!({"in_flight": 1, "failed_attempts": {}})).await;
@@ -184,7 +143,7 @@ async fn an_endpoint_slower_than_the_timeout_is_retried_on_the_schedule() {
     // The schedule counts from the end of the attempt: 10 s after the timeout.
     s.advance(9_999);
     until_stats(&s, "hook", json!({"in_backoff": 1})).await;
-    assert_eq!(seen.lock().unwrap().len(), 1);
+    assert_eq!(rx.deliveries().len(), 1);
     s.advance(1);
     until_stats(
         &s,
@@ -192,20 +151,15 @@ async fn an_endpoint_slower_than_the_timeout_is_retried_on_the_schedule() {
         json!({"in_backoff": 0, "pending": 0, "delivered": 1}),
     )
     .await;
-    let attempts: Vec<String> = seen
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(a, _)| a.clone())
-        .collect();
-    assert_eq!(attempts, ["1", "2"]);
+    assert_eq!(rx.attempts(), ["1", "2"]);
     s.stop().await;
 }
 
 #[tokio::test]
 async fn a_dead_letter_topic_gets_the_event_with_its_diagnostics() {
     let s = TestServer::start().await;
-    let (url, _seen) = scripted_receiver(vec![400]).await;
+    let rx = Receiver::script([400], 200).await;
+    let url = rx.url.clone();
     s.topic("orders", json!({})).await;
     s.topic("undeliverable", json!({})).await;
     let dlq = s.pull_sub("undeliverable", "all", json!({})).await;
@@ -282,7 +236,15 @@ async fn a_dead_letter_topic_gets_the_event_with_its_diagnostics() {
 #[tokio::test]
 async fn stats_and_metrics_count_deliveries_by_outcome() {
     let s = TestServer::start().await;
-    let (url, seen) = receiver_with(vec![(500, None), (429, Some("20"))], 200).await;
+    let rx = Receiver::script(
+        [
+            Reply::status(500),
+            Reply::status(429).header("retry-after", "20"),
+        ],
+        200,
+    )
+    .await;
+    let url = rx.url.clone();
     s.topic("orders", json!({})).await;
     push_sub(&s, &url, json!({"jitter": 0.0})).await;
     s.publish("orders", &[event("1", "order.created", "/eu/1")])
@@ -297,7 +259,7 @@ async fn stats_and_metrics_count_deliveries_by_outcome() {
     s.advance(4_000);
     until_stats(&s, "hook", json!({"oldest_pending_age_ms": 4_000})).await;
     s.advance(6_000);
-    until_seen(&seen, 2).await;
+    rx.wait_for(2).await;
     until_stats(
         &s,
         "hook",
@@ -339,7 +301,8 @@ async fn stats_and_metrics_count_deliveries_by_outcome() {
 #[tokio::test]
 async fn the_pause_shows_in_stats() {
     let s = TestServer::start().await;
-    let (url, seen) = scripted_receiver(vec![]).await;
+    let rx = Receiver::webhook(|_, _| Reply::status(200)).await;
+    let url = rx.url.clone();
     s.topic("orders", json!({})).await;
     push_sub(&s, &url, json!({})).await;
     assert_eq!(sub_stats(&s, "orders", "hook").await["paused"], false);
@@ -353,7 +316,7 @@ async fn the_pause_shows_in_stats() {
     s.publish("orders", &[event("1", "order.created", "/eu/1")])
         .await;
     until_stats(&s, "hook", json!({"paused": true, "pending": 1})).await;
-    assert!(seen.lock().unwrap().is_empty());
+    assert!(rx.deliveries().is_empty());
     s.patch(
         "/v1/topics/orders/subscriptions/hook",
         json!({"paused": false}),
@@ -395,8 +358,10 @@ async fn a_subscription_queue_is_managed_through_its_subscription() {
 #[tokio::test]
 async fn a_stalled_endpoint_holds_up_no_other_subscription() {
     let s = TestServer::start().await;
-    let (slow_url, slow_seen) = stalling_receiver().await;
-    let (url, seen) = scripted_receiver(vec![]).await;
+    let slow = stalling_receiver().await;
+    let slow_url = slow.url.clone();
+    let rx = Receiver::webhook(|_, _| Reply::status(200)).await;
+    let url = rx.url.clone();
     s.topic("orders", json!({})).await;
     for (name, endpoint) in [("a-slow", &slow_url), ("b-fast", &url)] {
         let (st, v) = s
@@ -412,21 +377,22 @@ async fn a_stalled_endpoint_holds_up_no_other_subscription() {
         .await;
     // The slow endpoint holds its request open (the clock does not move, so it never
     // times out); the other subscription is delivered meanwhile.
-    until_seen(&slow_seen, 1).await;
-    until_seen(&seen, 1).await;
+    slow.wait_for(1).await;
+    rx.wait_for(1).await;
     until_stats(&s, "b-fast", json!({"delivered": 1, "pending": 0})).await;
     until_stats(&s, "a-slow", json!({"in_flight": 1, "delivered": 0})).await;
     // A second event reaches the fast endpoint too while the first attempt is still open.
     s.publish("orders", &[event("2", "order.created", "/eu/2")])
         .await;
-    until_seen(&seen, 2).await;
+    rx.wait_for(2).await;
     s.stop().await;
 }
 
 #[tokio::test]
 async fn the_whole_default_schedule_is_walked_to_max_attempts() {
     let s = TestServer::start().await;
-    let (url, seen) = receiver_with(vec![], 503).await;
+    let rx = Receiver::webhook(|_, _| Reply::status(503)).await;
+    let url = rx.url.clone();
     s.topic("orders", json!({})).await;
     // Defaults: 10 attempts; a day to live so that the attempts run out first.
     push_sub(
@@ -437,7 +403,7 @@ async fn the_whole_default_schedule_is_walked_to_max_attempts() {
     .await;
     s.publish("orders", &[event("1", "order.created", "/eu/1")])
         .await;
-    until_seen(&seen, 1).await;
+    rx.wait_for(1).await;
     // 10 s, 30 s, 1 min, 5 min, 10 min, 30 min, 1 h, then hourly.
     let steps_s: [u64; 9] = [10, 30, 60, 300, 600, 1_800, 3_600, 3_600, 3_600];
     let mut at_ms = 0;
@@ -445,10 +411,10 @@ async fn the_whole_default_schedule_is_walked_to_max_attempts() {
         until_stats(&s, "hook", json!({"in_backoff": 1, "in_flight": 0})).await;
         s.advance(step * 1_000 - 1);
         until_stats(&s, "hook", json!({"in_backoff": 1})).await;
-        assert_eq!(seen.lock().unwrap().len(), i + 1, "attempt {} early", i + 2);
+        assert_eq!(rx.deliveries().len(), i + 1, "attempt {} early", i + 2);
         s.advance(1);
         at_ms += step * 1_000;
-        until_seen(&seen, i + 2).await;
+        rx.wait_for(i + 2).await;
     }
     until_stats(
         &s,
@@ -458,14 +424,8 @@ async fn the_whole_default_schedule_is_walked_to_max_attempts() {
                "dead_lettered_by_reason": {"MaxDeliveryAttemptsExceeded": 1}}),
     )
     .await;
-    let attempts: Vec<String> = seen
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(a, _)| a.clone())
-        .collect();
     let want: Vec<String> = (1..=10).map(|n| n.to_string()).collect();
-    assert_eq!(attempts, want);
+    assert_eq!(rx.attempts(), want);
     let (rec, evidence) = the_dead_letter(&s).await;
     assert_eq!(rec["delivery_count"], 10);
     assert_eq!(evidence["deliveryAttempts"], 10);

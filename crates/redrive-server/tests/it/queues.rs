@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::support::{TestServer, assert_problem};
+use redrive_testkit::{TestServer, assert_problem};
 
 #[tokio::test]
 async fn queue_lifecycle_create_show_list_update_delete() {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use crate::support::TestServer;
+use redrive_testkit::TestServer;
 
 #[tokio::test]
 async fn odd_numbers_are_dead_lettered_after_exactly_three_deliveries() {

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::support::{TestServer, assert_problem};
+use redrive_testkit::{TestServer, assert_problem};
 
 async fn send_session(s: &TestServer, q: &str, session: &str, body: &str) {
     let (st, v) = s

@@ -4,12 +4,10 @@
 //! the dead-letter destination rule, and push delivery: the retry schedule, giving up with
 //! Event Grid's evidence (attempts, time to live), `Retry-After`, and a restart in backoff.
 
-use axum::http::{HeaderMap, HeaderValue, StatusCode as AxStatus};
-use axum::routing::options;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{T0, TestServer, assert_problem};
+use redrive_testkit::{Receiver, Reply, T0, TestServer, assert_problem};
 
 pub(crate) fn event(id: &str, ty: &str, subject: &str) -> Value {
     json!({
@@ -21,53 +19,6 @@ pub(crate) fn event(id: &str, ty: &str, subject: &str) -> Value {
         "datacontenttype": "application/json",
         "data": {"n": id},
     })
-}
-
-impl TestServer {
-    pub(crate) async fn publish_raw(
-        &self,
-        topic: &str,
-        ct: &str,
-        body: Vec<u8>,
-    ) -> (StatusCode, Value) {
-        let resp = self
-            .http
-            .post(format!("{}/v1/topics/{topic}/events", self.url))
-            .header("content-type", ct)
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        let status = resp.status();
-        (status, resp.json().await.unwrap_or(Value::Null))
-    }
-
-    pub(crate) async fn publish(&self, topic: &str, events: &[Value]) -> (StatusCode, Value) {
-        self.publish_raw(
-            topic,
-            "application/cloudevents-batch+json",
-            serde_json::to_vec(&Value::Array(events.to_vec())).unwrap(),
-        )
-        .await
-    }
-
-    pub(crate) async fn topic(&self, name: &str, policy: Value) {
-        let (s, v) = self
-            .post("/v1/topics", json!({"name": name, "policy": policy}))
-            .await;
-        assert_eq!(s, StatusCode::CREATED, "{v}");
-    }
-
-    pub(crate) async fn pull_sub(&self, topic: &str, name: &str, filter: Value) -> String {
-        let (s, v) = self
-            .post(
-                &format!("/v1/topics/{topic}/subscriptions"),
-                json!({"name": name, "type": "pull", "filter": filter}),
-            )
-            .await;
-        assert_eq!(s, StatusCode::CREATED, "{v}");
-        v["queue"].as_str().unwrap().to_owned()
-    }
 }
 
 fn ids(msgs: &[Value]) -> Vec<String> {
@@ -292,50 +243,30 @@ async fn binary_mode_publish_is_stored_as_structured_json() {
     s.stop().await;
 }
 
-/// A webhook receiver on 127.0.0.1: `/ok` agrees to the validation handshake, `/no`
-/// answers without `WebHook-Allowed-Origin`.
-async fn receiver() -> String {
-    async fn ok(headers: HeaderMap) -> (AxStatus, HeaderMap) {
-        let mut h = HeaderMap::new();
-        let origin = headers
-            .get("webhook-request-origin")
-            .cloned()
-            .unwrap_or(HeaderValue::from_static("*"));
-        h.insert("webhook-allowed-origin", origin);
-        (AxStatus::OK, h)
-    }
-    async fn no() -> AxStatus {
-        AxStatus::OK
-    }
-    let app = axum::Router::new()
-        .route("/ok", options(ok))
-        .route("/no", options(no));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    url
-}
-
 #[tokio::test]
 async fn push_subscription_validates_its_endpoint_and_needs_a_dead_letter_destination() {
     let s = TestServer::start().await;
-    let rx = receiver().await;
+    // `/ok` agrees to the validation handshake; `/no` answers without
+    // `WebHook-Allowed-Origin`.
+    let rx = Receiver::start(|_, req| match req.path.as_str() {
+        "/ok" => Reply::handshake(req),
+        _ => Reply::status(200),
+    })
+    .await;
     s.topic("orders", json!({})).await;
     let path = "/v1/topics/orders/subscriptions";
 
     let r = s
         .post(
             path,
-            json!({"name": "hook", "type": "push", "endpoint": format!("{rx}/ok")}),
+            json!({"name": "hook", "type": "push", "endpoint": format!("{}/ok", rx.base)}),
         )
         .await;
     assert_problem(&r, 400, "dead_letter_destination_required");
     let r = s
         .post(
             path,
-            json!({"name": "hook", "type": "push", "endpoint": format!("{rx}/ok"),
+            json!({"name": "hook", "type": "push", "endpoint": format!("{}/ok", rx.base),
                    "dead_letter": {"type": "drop", "acknowledged": false}}),
         )
         .await;
@@ -344,7 +275,7 @@ async fn push_subscription_validates_its_endpoint_and_needs_a_dead_letter_destin
     let (st, v) = s
         .post(
             path,
-            json!({"name": "hook", "type": "push", "endpoint": format!("{rx}/ok"),
+            json!({"name": "hook", "type": "push", "endpoint": format!("{}/ok", rx.base),
                    "dead_letter": {"type": "own_store"}}),
         )
         .await;
@@ -358,7 +289,7 @@ async fn push_subscription_validates_its_endpoint_and_needs_a_dead_letter_destin
     let r = s
         .post(
             path,
-            json!({"name": "refused", "type": "push", "endpoint": format!("{rx}/no"),
+            json!({"name": "refused", "type": "push", "endpoint": format!("{}/no", rx.base),
                    "dead_letter": {"type": "own_store"}}),
         )
         .await;
@@ -382,7 +313,7 @@ async fn push_subscription_validates_its_endpoint_and_needs_a_dead_letter_destin
     let (st, v) = s
         .post(
             path,
-            json!({"name": "trusted", "type": "push", "endpoint": format!("{rx}/no"),
+            json!({"name": "trusted", "type": "push", "endpoint": format!("{}/no", rx.base),
                    "skip_validation": true,
                    "dead_letter": {"type": "drop", "acknowledged": true}}),
         )
@@ -456,80 +387,6 @@ async fn pause_resume_and_deletes_with_force() {
     s.stop().await;
 }
 
-/// A receiver that agrees to validation and answers POSTs with the statuses in `script`
-/// (then 200), recording each request's `redrive-delivery-attempt` header and body.
-pub(crate) async fn scripted_receiver(
-    script: Vec<u16>,
-) -> (
-    String,
-    std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>,
-) {
-    receiver_with(script.into_iter().map(|s| (s, None)).collect(), 200).await
-}
-
-/// Like [`scripted_receiver`], but each scripted answer may carry a `Retry-After` value,
-/// and the answers after the script have the status `then`.
-pub(crate) async fn receiver_with(
-    script: Vec<(u16, Option<&'static str>)>,
-    then: u16,
-) -> (
-    String,
-    std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>,
-) {
-    use std::sync::{Arc, Mutex};
-    let seen: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
-    let app = {
-        let seen = seen.clone();
-        axum::Router::new().route(
-            "/hook",
-            options(|| async {
-                let mut h = HeaderMap::new();
-                h.insert("webhook-allowed-origin", HeaderValue::from_static("*"));
-                (AxStatus::OK, h)
-            })
-            .post(move |headers: HeaderMap, body: axum::body::Bytes| {
-                let seen = seen.clone();
-                let script = script.clone();
-                async move {
-                    let attempt = headers
-                        .get("redrive-delivery-attempt")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("")
-                        .to_owned();
-                    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                    let mut seen = seen.lock().unwrap();
-                    let (status, retry_after) =
-                        script.get(seen.len()).copied().unwrap_or((then, None));
-                    seen.push((attempt, body));
-                    let mut h = HeaderMap::new();
-                    if let Some(r) = retry_after {
-                        h.insert("retry-after", HeaderValue::from_static(r));
-                    }
-                    (AxStatus::from_u16(status).unwrap(), h)
-                }
-            }),
-        )
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (url, seen)
-}
-
-/// Waits (by yielding, bounded) until the receiver has seen `n` requests: a signal, not
-/// a timing rule.
-pub(crate) async fn until_seen(seen: &std::sync::Mutex<Vec<(String, Value)>>, n: usize) {
-    for _ in 0..5_000 {
-        if seen.lock().unwrap().len() >= n {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
-    panic!("the receiver never saw {n} requests");
-}
-
 /// Waits (bounded) until the subscription's stats have every field of `want`.
 pub(crate) async fn until_stats(s: &TestServer, sub: &str, want: Value) {
     let mut last = Value::Null;
@@ -554,7 +411,8 @@ pub(crate) async fn until_stats(s: &TestServer, sub: &str, want: Value) {
 #[tokio::test]
 async fn push_delivery_retries_on_the_schedule_then_succeeds() {
     let s = TestServer::start().await;
-    let (url, seen) = scripted_receiver(vec![500, 503]).await;
+    let rx = Receiver::script([500, 503], 200).await;
+    let url = rx.url.clone();
     s.topic("orders", json!({})).await;
     let (st, v) = s
         .post(
@@ -571,39 +429,43 @@ async fn push_delivery_retries_on_the_schedule_then_succeeds() {
     assert_eq!(st, StatusCode::CREATED);
 
     // Attempt 1 at once (500), then in backoff for 10 s.
-    until_seen(&seen, 1).await;
+    rx.wait_for(1).await;
     let idle = json!({"pending": 0, "in_backoff": 1, "in_flight": 0, "dead_lettered": 0});
     until_stats(&s, "hook", idle.clone()).await;
     s.advance(9_999);
     until_stats(&s, "hook", idle.clone()).await;
-    assert_eq!(seen.lock().unwrap().len(), 1, "not before its time");
+    assert_eq!(rx.deliveries().len(), 1, "not before its time");
     // Attempt 2 after 10 s (503), then 30 s.
     s.advance(1);
-    until_seen(&seen, 2).await;
+    rx.wait_for(2).await;
     until_stats(&s, "hook", idle.clone()).await;
     s.advance(29_000);
     until_stats(&s, "hook", idle).await;
-    assert_eq!(seen.lock().unwrap().len(), 2);
+    assert_eq!(rx.deliveries().len(), 2);
     // Attempt 3 after 30 more seconds succeeds: the event is complete.
     s.advance(1_000);
-    until_seen(&seen, 3).await;
+    rx.wait_for(3).await;
     until_stats(
         &s,
         "hook",
         json!({"pending": 0, "in_backoff": 0, "in_flight": 0, "dead_lettered": 0}),
     )
     .await;
-    let seen = seen.lock().unwrap().clone();
-    let attempts: Vec<&str> = seen.iter().map(|(a, _)| a.as_str()).collect();
+    let seen = rx.deliveries();
+    let attempts: Vec<&str> = seen
+        .iter()
+        .map(|r| r.header("redrive-delivery-attempt"))
+        .collect();
     assert_eq!(attempts, ["1", "2", "3"]);
-    assert_eq!(seen[2].1, event("1", "order.created", "/eu/1"));
+    assert_eq!(seen[2].json(), event("1", "order.created", "/eu/1"));
     s.stop().await;
 }
 
 #[tokio::test]
 async fn push_delivery_dead_letters_a_rejected_event_at_once() {
     let s = TestServer::start().await;
-    let (url, seen) = scripted_receiver(vec![400]).await;
+    let rx = Receiver::script([400], 200).await;
+    let url = rx.url.clone();
     s.topic("orders", json!({})).await;
     let (st, v) = s
         .post(
@@ -615,7 +477,7 @@ async fn push_delivery_dead_letters_a_rejected_event_at_once() {
     assert_eq!(st, StatusCode::CREATED, "{v}");
     s.publish("orders", &[event("1", "order.created", "/eu/1")])
         .await;
-    until_seen(&seen, 1).await;
+    rx.wait_for(1).await;
     until_stats(
         &s,
         "hook",
@@ -654,18 +516,11 @@ pub(crate) async fn the_dead_letter(s: &TestServer) -> (Value, Value) {
     (recs[0].clone(), evidence)
 }
 
-pub(crate) fn attempts(seen: &std::sync::Mutex<Vec<(String, Value)>>) -> Vec<String> {
-    seen.lock()
-        .unwrap()
-        .iter()
-        .map(|(a, _)| a.clone())
-        .collect()
-}
-
 #[tokio::test]
 async fn push_delivery_gives_up_after_max_attempts_with_evidence() {
     let s = TestServer::start().await;
-    let (url, seen) = receiver_with(vec![], 500).await;
+    let rx = Receiver::webhook(|_, _| Reply::status(500)).await;
+    let url = rx.url.clone();
     s.topic("orders", json!({})).await;
     push_sub(
         &s,
@@ -678,19 +533,19 @@ async fn push_delivery_gives_up_after_max_attempts_with_evidence() {
     let idle = json!({"pending": 0, "in_backoff": 1, "in_flight": 0, "dead_lettered": 0});
 
     // Attempt 1 at once, attempt 2 10 s later, attempt 3 30 s after that: none early.
-    until_seen(&seen, 1).await;
+    rx.wait_for(1).await;
     until_stats(&s, "hook", idle.clone()).await;
     s.advance(9_999);
     until_stats(&s, "hook", idle.clone()).await;
-    assert_eq!(seen.lock().unwrap().len(), 1, "not before 10 s");
+    assert_eq!(rx.deliveries().len(), 1, "not before 10 s");
     s.advance(1);
-    until_seen(&seen, 2).await;
+    rx.wait_for(2).await;
     until_stats(&s, "hook", idle.clone()).await;
     s.advance(29_999);
     until_stats(&s, "hook", idle).await;
-    assert_eq!(seen.lock().unwrap().len(), 2, "not before 30 s more");
+    assert_eq!(rx.deliveries().len(), 2, "not before 30 s more");
     s.advance(1);
-    until_seen(&seen, 3).await;
+    rx.wait_for(3).await;
     until_stats(
         &s,
         "hook",
@@ -705,7 +560,7 @@ async fn push_delivery_gives_up_after_max_attempts_with_evidence() {
         json!({"pending": 0, "in_backoff": 0, "in_flight": 0, "dead_lettered": 1}),
     )
     .await;
-    assert_eq!(attempts(&seen), ["1", "2", "3"]);
+    assert_eq!(rx.attempts(), ["1", "2", "3"]);
 
     let (rec, evidence) = the_dead_letter(&s).await;
     assert_eq!(rec["reason"], "MaxDeliveryAttemptsExceeded", "{rec}");
@@ -727,7 +582,8 @@ async fn push_delivery_gives_up_after_max_attempts_with_evidence() {
 #[tokio::test]
 async fn push_delivery_stops_at_the_event_time_to_live() {
     let s = TestServer::start().await;
-    let (url, seen) = receiver_with(vec![], 503).await;
+    let rx = Receiver::webhook(|_, _| Reply::status(503)).await;
+    let url = rx.url.clone();
     s.topic("orders", json!({})).await;
     // Ten attempts allowed, but only one minute to live.
     push_sub(
@@ -740,21 +596,21 @@ async fn push_delivery_stops_at_the_event_time_to_live() {
         .await;
     let idle = json!({"pending": 0, "in_backoff": 1, "in_flight": 0, "dead_lettered": 0});
 
-    until_seen(&seen, 1).await;
+    rx.wait_for(1).await;
     until_stats(&s, "hook", idle.clone()).await;
     s.advance(10_000);
-    until_seen(&seen, 2).await;
+    rx.wait_for(2).await;
     until_stats(&s, "hook", idle).await;
     s.advance(30_000);
     // Attempt 3 at 40 s; the next would be at 100 s, past the minute: given up at once.
-    until_seen(&seen, 3).await;
+    rx.wait_for(3).await;
     until_stats(
         &s,
         "hook",
         json!({"pending": 0, "in_backoff": 0, "in_flight": 0, "dead_lettered": 1}),
     )
     .await;
-    assert_eq!(attempts(&seen), ["1", "2", "3"]);
+    assert_eq!(rx.attempts(), ["1", "2", "3"]);
 
     let (rec, evidence) = the_dead_letter(&s).await;
     assert_eq!(rec["reason"], "TimeToLiveExceeded", "{rec}");
@@ -773,43 +629,45 @@ async fn push_delivery_stops_at_the_event_time_to_live() {
 #[tokio::test]
 async fn push_delivery_honours_retry_after() {
     let s = TestServer::start().await;
-    let (url, seen) = receiver_with(vec![(429, Some("120"))], 200).await;
+    let rx = Receiver::script([Reply::status(429).header("retry-after", "120")], 200).await;
+    let url = rx.url.clone();
     s.topic("orders", json!({})).await;
     push_sub(&s, &url, json!({"jitter": 0.0})).await;
     s.publish("orders", &[event("1", "order.created", "/eu/1")])
         .await;
     let idle = json!({"pending": 0, "in_backoff": 1, "in_flight": 0, "dead_lettered": 0});
 
-    until_seen(&seen, 1).await;
+    rx.wait_for(1).await;
     until_stats(&s, "hook", idle.clone()).await;
     // The schedule says 10 s; the endpoint asked for 120 s.
     s.advance(10_000);
     until_stats(&s, "hook", idle.clone()).await;
     s.advance(109_999);
     until_stats(&s, "hook", idle).await;
-    assert_eq!(seen.lock().unwrap().len(), 1, "not before 120 s");
+    assert_eq!(rx.deliveries().len(), 1, "not before 120 s");
     s.advance(1);
-    until_seen(&seen, 2).await;
+    rx.wait_for(2).await;
     until_stats(
         &s,
         "hook",
         json!({"pending": 0, "in_backoff": 0, "in_flight": 0, "dead_lettered": 0}),
     )
     .await;
-    assert_eq!(attempts(&seen), ["1", "2"]);
+    assert_eq!(rx.attempts(), ["1", "2"]);
     s.stop().await;
 }
 
 #[tokio::test]
 async fn push_state_survives_a_restart_in_backoff() {
     let s = TestServer::start().await;
-    let (url, seen) = scripted_receiver(vec![500]).await;
+    let rx = Receiver::script([500], 200).await;
+    let url = rx.url.clone();
     s.topic("orders", json!({})).await;
     push_sub(&s, &url, json!({"jitter": 0.0})).await;
     s.publish("orders", &[event("1", "order.created", "/eu/1")])
         .await;
     let idle = json!({"pending": 0, "in_backoff": 1, "in_flight": 0, "dead_lettered": 0});
-    until_seen(&seen, 1).await;
+    rx.wait_for(1).await;
     until_stats(&s, "hook", idle.clone()).await;
 
     // Same SQLite file, same clock, a new process-equivalent.
@@ -817,87 +675,25 @@ async fn push_state_survives_a_restart_in_backoff() {
     until_stats(&s, "hook", idle.clone()).await;
     s.advance(9_999);
     until_stats(&s, "hook", idle).await;
-    assert_eq!(seen.lock().unwrap().len(), 1, "the schedule survived");
+    assert_eq!(rx.deliveries().len(), 1, "the schedule survived");
     s.advance(1);
-    until_seen(&seen, 2).await;
+    rx.wait_for(2).await;
     until_stats(
         &s,
         "hook",
         json!({"pending": 0, "in_backoff": 0, "in_flight": 0, "dead_lettered": 0}),
     )
     .await;
-    assert_eq!(attempts(&seen), ["1", "2"], "the attempt count survived");
+    assert_eq!(rx.attempts(), ["1", "2"], "the attempt count survived");
     s.stop().await;
-}
-
-/// A receiver that agrees to validation and answers POSTs with the statuses in `script`
-/// (then 200), recording each request's attempt header, content type and body.
-async fn batch_receiver(
-    script: Vec<u16>,
-) -> (
-    String,
-    std::sync::Arc<std::sync::Mutex<Vec<(String, String, Value)>>>,
-) {
-    use std::sync::{Arc, Mutex};
-    let seen: Arc<Mutex<Vec<(String, String, Value)>>> = Arc::default();
-    let app = {
-        let seen = seen.clone();
-        axum::Router::new().route(
-            "/hook",
-            options(|| async {
-                let mut h = HeaderMap::new();
-                h.insert("webhook-allowed-origin", HeaderValue::from_static("*"));
-                (AxStatus::OK, h)
-            })
-            .post(move |headers: HeaderMap, body: axum::body::Bytes| {
-                let seen = seen.clone();
-                let script = script.clone();
-                async move {
-                    let header = |name: &str| {
-                        headers
-                            .get(name)
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or("")
-                            .to_owned()
-                    };
-                    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                    let mut seen = seen.lock().unwrap();
-                    let status = script.get(seen.len()).copied().unwrap_or(200);
-                    seen.push((
-                        header("redrive-delivery-attempt"),
-                        header("content-type"),
-                        body,
-                    ));
-                    AxStatus::from_u16(status).unwrap()
-                }
-            }),
-        )
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (url, seen)
 }
 
 #[tokio::test]
 async fn push_delivery_batches_and_settles_a_batch_by_its_one_outcome() {
     let s = TestServer::start().await;
     // Two batches answered 200, then one answered 500, then 200 again.
-    let (url, seen) = batch_receiver(vec![200, 200, 500]).await;
-    let count = |n: usize| {
-        let seen = seen.clone();
-        async move {
-            for _ in 0..5_000 {
-                if seen.lock().unwrap().len() >= n {
-                    return;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-            }
-            panic!("the receiver never saw {n} requests");
-        }
-    };
+    let rx = Receiver::script([200, 200, 500], 200).await;
+    let url = rx.url.clone();
     s.topic("orders", json!({})).await;
     let (st, v) = s
         .post(
@@ -916,16 +712,20 @@ async fn push_delivery_batches_and_settles_a_batch_by_its_one_outcome() {
     assert_eq!(st, StatusCode::CREATED);
 
     // Five events with at most three per batch: two batch requests, 3 + 2, all completed.
-    count(2).await;
+    rx.wait_for(2).await;
     let done = json!({"pending": 0, "in_backoff": 0, "in_flight": 0, "dead_lettered": 0});
     until_stats(&s, "hook", done.clone()).await;
-    let first: Vec<(String, String, Value)> = seen.lock().unwrap().clone();
+    let first = rx.deliveries();
     assert_eq!(first.len(), 2);
     let mut sizes = Vec::new();
     let mut got = Vec::new();
-    for (attempt, ct, body) in &first {
-        assert_eq!(attempt, "1");
-        assert_eq!(ct, "application/cloudevents-batch+json");
+    for req in &first {
+        assert_eq!(req.header("redrive-delivery-attempt"), "1");
+        assert_eq!(
+            req.header("content-type"),
+            "application/cloudevents-batch+json"
+        );
+        let body = req.json();
         let batch = body.as_array().expect("a batch is a JSON array");
         sizes.push(batch.len());
         got.extend(batch.iter().cloned());
@@ -941,76 +741,33 @@ async fn push_delivery_batches_and_settles_a_batch_by_its_one_outcome() {
         .collect();
     let (st, _) = s.publish("orders", &three).await;
     assert_eq!(st, StatusCode::CREATED);
-    count(3).await;
+    rx.wait_for(3).await;
     let backoff = json!({"pending": 0, "in_backoff": 3, "in_flight": 0, "dead_lettered": 0});
     until_stats(&s, "hook", backoff.clone()).await;
     s.advance(9_999);
     until_stats(&s, "hook", backoff).await;
-    assert_eq!(seen.lock().unwrap().len(), 3, "not before its time");
+    assert_eq!(rx.deliveries().len(), 3, "not before its time");
     s.advance(1);
-    count(4).await;
+    rx.wait_for(4).await;
     until_stats(&s, "hook", done).await;
-    let seen = seen.lock().unwrap().clone();
+    let seen = rx.deliveries();
     assert_eq!(seen.len(), 4);
-    for (_, ct, body) in &seen[2..] {
-        assert_eq!(ct, "application/cloudevents-batch+json");
-        assert_eq!(body, &Value::Array(three.clone()));
+    for req in &seen[2..] {
+        assert_eq!(
+            req.header("content-type"),
+            "application/cloudevents-batch+json"
+        );
+        assert_eq!(req.json(), Value::Array(three.clone()));
     }
-    assert_eq!((seen[2].0.as_str(), seen[3].0.as_str()), ("1", "2"));
+    assert_eq!(rx.attempts()[2..], ["1", "2"]);
     s.stop().await;
-}
-
-/// A receiver that agrees to validation, answers 200, and records each POST's
-/// subscription header, content type, event id header and raw body.
-async fn raw_receiver() -> (
-    String,
-    std::sync::Arc<std::sync::Mutex<Vec<(String, String, String, Vec<u8>)>>>,
-) {
-    use std::sync::{Arc, Mutex};
-    type Seen = Arc<Mutex<Vec<(String, String, String, Vec<u8>)>>>;
-    let seen: Seen = Arc::default();
-    let app = {
-        let seen = seen.clone();
-        axum::Router::new().route(
-            "/hook",
-            options(|| async {
-                let mut h = HeaderMap::new();
-                h.insert("webhook-allowed-origin", HeaderValue::from_static("*"));
-                (AxStatus::OK, h)
-            })
-            .post(move |headers: HeaderMap, body: axum::body::Bytes| {
-                let seen = seen.clone();
-                async move {
-                    let header = |name: &str| {
-                        headers
-                            .get(name)
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or("")
-                            .to_owned()
-                    };
-                    seen.lock().unwrap().push((
-                        header("redrive-subscription"),
-                        header("content-type"),
-                        header("redrive-event-id"),
-                        body.to_vec(),
-                    ));
-                    AxStatus::OK
-                }
-            }),
-        )
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (url, seen)
 }
 
 #[tokio::test]
 async fn push_delivery_sends_the_published_bytes_as_they_are() {
     let s = TestServer::start().await;
-    let (url, seen) = raw_receiver().await;
+    let rx = Receiver::webhook(|_, _| Reply::status(200)).await;
+    let url = rx.url.clone();
     s.topic("orders", json!({})).await;
     for (name, batch) in [("single", 1), ("batched", 10)] {
         let (st, v) = s
@@ -1063,15 +820,20 @@ async fn push_delivery_sends_the_published_bytes_as_they_are() {
     let done = json!({"pending": 0, "in_backoff": 0, "in_flight": 0, "dead_lettered": 0});
     until_stats(&s, "single", done.clone()).await;
     until_stats(&s, "batched", done).await;
-    let seen = seen.lock().unwrap().clone();
+    let seen = rx.deliveries();
     let mut singles = Vec::new();
     let mut batched = Vec::new();
-    for (sub, ct, id, body) in &seen {
-        let body = String::from_utf8(body.clone()).unwrap();
+    for req in &seen {
+        let (sub, ct, id) = (
+            req.header("redrive-subscription"),
+            req.header("content-type"),
+            req.header("redrive-event-id"),
+        );
+        let body = String::from_utf8(req.body.to_vec()).unwrap();
         if sub == "orders/single" {
             assert_eq!(ct, "application/cloudevents+json");
             assert_eq!(body, raw(id), "the stored bytes, byte for byte");
-            singles.push(id.clone());
+            singles.push(id.to_owned());
         } else {
             assert_eq!(sub, "orders/batched");
             assert_eq!(ct, "application/cloudevents-batch+json");
@@ -1119,7 +881,10 @@ async fn an_event_counts_whole_with_the_headers_copied_from_it() {
 #[tokio::test]
 async fn push_endpoints_on_private_addresses_are_refused_unless_allowed() {
     // The default: nothing private, loopback or link-local.
-    let s = TestServer::start_with_network(redrive_broker::NetworkPolicy::default()).await;
+    let s = TestServer::builder()
+        .network(redrive_broker::NetworkPolicy::default())
+        .start()
+        .await;
     s.topic("t", json!({})).await;
     for (i, endpoint) in [
         "http://127.0.0.1:9/internal/admin",
@@ -1148,7 +913,7 @@ async fn push_endpoints_on_private_addresses_are_refused_unless_allowed() {
     // Allowed by the operator: created.
     let allowed =
         redrive_broker::NetworkPolicy::allowing(&["10.0.0.0/8", "169.254.169.254"]).unwrap();
-    let s = TestServer::start_with_network(allowed).await;
+    let s = TestServer::builder().network(allowed).start().await;
     s.topic("t", json!({})).await;
     for (i, endpoint) in ["http://10.0.0.1/hook", "http://169.254.169.254/x"]
         .into_iter()

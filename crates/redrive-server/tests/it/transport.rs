@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::support::TestServer;
+use redrive_testkit::TestServer;
 
 /// One raw answer.
 struct Answer {
@@ -149,11 +149,13 @@ async fn a_half_sent_header_is_closed_after_the_header_timeout() {
 
 #[tokio::test(start_paused = true)]
 async fn an_idle_connection_is_closed_after_the_idle_timeout_even_after_a_request() {
-    let s = TestServer::start_with(Settings {
-        idle_timeout_ms: 20_000,
-        ..Settings::default()
-    })
-    .await;
+    let s = TestServer::builder()
+        .settings(Settings {
+            idle_timeout_ms: 20_000,
+            ..redrive_testkit::default_settings()
+        })
+        .start()
+        .await;
     let mut c = TcpStream::connect(s.addr).await.unwrap();
     c.write_all(format!("GET /healthz HTTP/1.1\r\n{}\r\n", host(&s)).as_bytes())
         .await
@@ -245,11 +247,13 @@ async fn a_declared_body_over_the_limit_is_refused_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn the_connection_limit_refuses_the_next_connection_counts_it_and_serves_the_rest() {
-    let s = TestServer::start_with(Settings {
-        max_connections: 4,
-        ..Settings::default()
-    })
-    .await;
+    let s = TestServer::builder()
+        .settings(Settings {
+            max_connections: 4,
+            ..redrive_testkit::default_settings()
+        })
+        .start()
+        .await;
     let mut idle = Vec::new();
     for _ in 0..3 {
         idle.push(TcpStream::connect(s.addr).await.unwrap());
@@ -364,11 +368,13 @@ async fn a_body_must_be_json_and_the_host_must_be_this_server() {
 
 #[tokio::test]
 async fn allowed_hosts_widen_the_host_rule() {
-    let s = TestServer::start_with(Settings {
-        allowed_hosts: vec!["broker.internal".into()],
-        ..Settings::default()
-    })
-    .await;
+    let s = TestServer::builder()
+        .settings(Settings {
+            allowed_hosts: vec!["broker.internal".into()],
+            ..redrive_testkit::default_settings()
+        })
+        .start()
+        .await;
     let a = exchange(
         &s,
         b"GET /healthz HTTP/1.1\r\nHost: broker.internal:8080\r\nConnection: close\r\n\r\n",
@@ -383,11 +389,13 @@ async fn allowed_hosts_widen_the_host_rule() {
     .problem(421, "misdirected_request");
     s.stop().await;
 
-    let any = TestServer::start_with(Settings {
-        allowed_hosts: vec!["*".into()],
-        ..Settings::default()
-    })
-    .await;
+    let any = TestServer::builder()
+        .settings(Settings {
+            allowed_hosts: vec!["*".into()],
+            ..redrive_testkit::default_settings()
+        })
+        .start()
+        .await;
     let a = exchange(
         &any,
         b"GET /healthz HTTP/1.1\r\nHost: anything.example\r\nConnection: close\r\n\r\n",
@@ -570,12 +578,14 @@ fn tls_client(der: Vec<u8>) -> tokio_rustls::TlsConnector {
 async fn tls_serves_https_and_refuses_plain_http() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key, der) = certificate(dir.path());
-    let s = TestServer::start_with(Settings {
-        tls_cert_file: Some(cert),
-        tls_key_file: Some(key),
-        ..Settings::default()
-    })
-    .await;
+    let s = TestServer::builder()
+        .settings(Settings {
+            tls_cert_file: Some(cert),
+            tls_key_file: Some(key),
+            ..redrive_testkit::default_settings()
+        })
+        .start()
+        .await;
     assert!(s.url.starts_with("https://"));
     let tcp = TcpStream::connect(s.addr).await.unwrap();
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
@@ -614,13 +624,15 @@ async fn tls_serves_https_and_refuses_plain_http() {
 async fn a_stalled_tls_handshake_is_closed_after_its_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key, _) = certificate(dir.path());
-    let s = TestServer::start_with(Settings {
-        tls_cert_file: Some(cert),
-        tls_key_file: Some(key),
-        tls_handshake_timeout_ms: 5_000,
-        ..Settings::default()
-    })
-    .await;
+    let s = TestServer::builder()
+        .settings(Settings {
+            tls_cert_file: Some(cert),
+            tls_key_file: Some(key),
+            tls_handshake_timeout_ms: 5_000,
+            ..redrive_testkit::default_settings()
+        })
+        .start()
+        .await;
     let mut c = TcpStream::connect(s.addr).await.unwrap();
     let opened = Instant::now();
     c.write_all(&[0x16, 0x03, 0x01]).await.unwrap();
@@ -658,30 +670,14 @@ async fn tls_settings_must_come_together() {
 #[tokio::test(start_paused = true)]
 async fn extra_listeners_share_the_timeouts_but_not_the_native_rules() {
     use axum::routing::post;
-    let dir = tempfile::tempdir().unwrap();
-    let store = redrive_store_sqlite::SqliteStore::open(
-        &dir.path().join("redrive.db"),
-        redrive_store_sqlite::SqliteOptions::default(),
-    )
-    .unwrap();
-    let store: std::sync::Arc<dyn redrive_store::Store> = std::sync::Arc::new(store);
-    let clock: std::sync::Arc<dyn redrive_core::Clock> =
-        std::sync::Arc::new(redrive_core::ManualClock::new(crate::support::T0));
-    let broker = redrive_broker::Broker::new(store, clock);
-    let native = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let extra = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let extra_addr = extra.local_addr().unwrap();
     let echo = axum::Router::new().route("/", post(|body: axum::body::Bytes| async move { body }));
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(redrive_server::run_with(
-        Settings::default(),
-        broker,
-        native,
-        vec![(extra, echo)],
-        async {
-            let _ = rx.await;
-        },
-    ));
+    let s = TestServer::builder()
+        .network(redrive_broker::NetworkPolicy::default())
+        .settings(Settings::default())
+        .extra(echo)
+        .start()
+        .await;
+    let extra_addr = s.extra_addrs[0];
 
     let mut c = TcpStream::connect(extra_addr).await.unwrap();
     c.write_all(
@@ -703,8 +699,7 @@ async fn extra_listeners_share_the_timeouts_but_not_the_native_rules() {
     assert!(raw.is_empty(), "{:?}", String::from_utf8_lossy(&raw));
     assert!(sent.elapsed() < Duration::from_secs(11));
 
-    tx.send(()).unwrap();
-    server.await.unwrap().unwrap();
+    s.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -719,7 +714,7 @@ async fn shutdown_stops_accepting_closes_idle_connections_and_finishes_in_flight
     assert_eq!(read_one(&mut idle).await.status, 200);
 
     s.queue("q", json!({})).await;
-    let parked = s.clock.sleepers();
+    let parked = s.clock().sleepers();
     let poll = s.spawn_receive("q", json!({"wait_ms": 20_000}));
     s.until_parked(parked).await;
 

@@ -6,7 +6,7 @@ use aws_sdk_sqs::error::ProvideErrorMetadata;
 use redrive_core::Clock;
 use redrive_sqs::SqsConfig;
 
-use crate::support::{Payload, TestServer, sdk_client, sdk_client_skewed, sha256_hex};
+use crate::support::{Payload, SqsServer, sdk_client, sdk_client_skewed, sha256_hex};
 
 fn keyed() -> SqsConfig {
     SqsConfig {
@@ -20,7 +20,7 @@ const JSON_CREATE: &[(&str, &str)] = &[
     ("content-type", "application/x-amz-json-1.0"),
 ];
 
-async fn queue_names(s: &TestServer) -> Vec<String> {
+async fn queue_names(s: &SqsServer) -> Vec<String> {
     s.sqs
         .list_queues()
         .send()
@@ -35,8 +35,8 @@ async fn queue_names(s: &TestServer) -> Vec<String> {
 
 #[tokio::test]
 async fn signatures_cover_the_body_received() {
-    let s = TestServer::start_with(keyed()).await;
-    let now = s.clock.now();
+    let s = SqsServer::start_with(keyed()).await;
+    let now = s.clock().now();
     let signed_body = br#"{"QueueName":"signed"}"#;
     let other_body = br#"{"QueueName":"swapped"}"#;
     // The real signer, payload hash in the canonical request: accepted.
@@ -98,10 +98,10 @@ async fn signatures_cover_the_body_received() {
 
 #[tokio::test]
 async fn signatures_hold_15_minutes_either_way_on_the_broker_clock() {
-    let s = TestServer::start_with(keyed()).await;
+    let s = SqsServer::start_with(keyed()).await;
     let minute = 60_000;
     for skew in [-14 * minute, 14 * minute] {
-        sdk_client_skewed(&s.sqs_url, "AKIDTEST", "secret", &s.clock, skew)
+        sdk_client_skewed(&s.sqs_url, "AKIDTEST", "secret", s.clock(), skew)
             .list_queues()
             .send()
             .await
@@ -111,7 +111,7 @@ async fn signatures_hold_15_minutes_either_way_on_the_broker_clock() {
         (-16 * minute, "Signature expired"),
         (16 * minute, "Signature not yet current"),
     ] {
-        let e = sdk_client_skewed(&s.sqs_url, "AKIDTEST", "secret", &s.clock, skew)
+        let e = sdk_client_skewed(&s.sqs_url, "AKIDTEST", "secret", s.clock(), skew)
             .create_queue()
             .queue_name("late")
             .send()
@@ -122,7 +122,7 @@ async fn signatures_hold_15_minutes_either_way_on_the_broker_clock() {
     }
     // An identical request replayed within the window is accepted, as AWS does; once the
     // broker's clock is past the window it is refused.
-    let signed_at = s.clock.now();
+    let signed_at = s.clock().now();
     let body = br#"{"QueueName":"replayed"}"#;
     for _ in 0..2 {
         let (st, _, text) = s
@@ -130,7 +130,7 @@ async fn signatures_hold_15_minutes_either_way_on_the_broker_clock() {
             .await;
         assert_eq!(st, 200, "{text}");
     }
-    s.advance(15 * 60 + 1);
+    s.advance_secs(15 * 60 + 1);
     let (st, qe, text) = s
         .signed_raw("/", JSON_CREATE, body, Payload::Signed, signed_at)
         .await;
@@ -143,7 +143,7 @@ async fn signatures_hold_15_minutes_either_way_on_the_broker_clock() {
 
 #[tokio::test]
 async fn with_access_keys_only_correct_signatures_are_accepted() {
-    let s = TestServer::start_with(keyed()).await;
+    let s = SqsServer::start_with(keyed()).await;
     // The support client signs with AKIDTEST / secret.
     s.sqs
         .create_queue()
@@ -152,11 +152,11 @@ async fn with_access_keys_only_correct_signatures_are_accepted() {
         .await
         .unwrap();
 
-    let wrong_secret = sdk_client(&s.sqs_url, "AKIDTEST", "not-the-secret", &s.clock);
+    let wrong_secret = sdk_client(&s.sqs_url, "AKIDTEST", "not-the-secret", s.clock());
     let e = wrong_secret.list_queues().send().await.unwrap_err();
     assert_eq!(e.code(), Some("SignatureDoesNotMatch"), "{e:?}");
 
-    let unknown = sdk_client(&s.sqs_url, "AKIDOTHER", "secret", &s.clock);
+    let unknown = sdk_client(&s.sqs_url, "AKIDOTHER", "secret", s.clock());
     let e = unknown
         .create_queue()
         .queue_name("nope")
@@ -189,8 +189,8 @@ async fn with_access_keys_only_correct_signatures_are_accepted() {
 
 #[tokio::test]
 async fn without_access_keys_any_signature_is_accepted() {
-    let s = TestServer::start().await;
-    let other = sdk_client(&s.sqs_url, "ANYONE", "anything", &s.clock);
+    let s = SqsServer::start().await;
+    let other = sdk_client(&s.sqs_url, "ANYONE", "anything", s.clock());
     other
         .create_queue()
         .queue_name("open")
@@ -201,11 +201,11 @@ async fn without_access_keys_any_signature_is_accepted() {
 }
 
 /// Creates a token with SQS credentials through the native API; returns (id, key, secret).
-async fn sqs_token(s: &TestServer, name: &str, grants: &[&str]) -> (String, String, String) {
+async fn sqs_token(s: &SqsServer, name: &str, grants: &[&str]) -> (String, String, String) {
     let r = s
         .http
-        .post(format!("{}/v1/tokens", s.native))
-        .bearer_auth(crate::support::ADMIN)
+        .post(format!("{}/v1/tokens", s.url))
+        .bearer_auth(redrive_testkit::ADMIN)
         .json(&serde_json::json!({"name": name, "grants": grants, "sqs": true}))
         .send()
         .await
@@ -221,7 +221,7 @@ async fn sqs_token(s: &TestServer, name: &str, grants: &[&str]) -> (String, Stri
 
 #[tokio::test]
 async fn token_credentials_hold_their_grants_over_sqs_and_stop_when_revoked() {
-    let s = TestServer::start_with_access(
+    let s = SqsServer::start_with_access(
         SqsConfig::default(),
         redrive_broker::AccessSettings {
             enabled: true,
@@ -230,12 +230,12 @@ async fn token_credentials_hold_their_grants_over_sqs_and_stop_when_revoked() {
     )
     .await;
     // Unsigned or unknown credentials are refused once authentication is on.
-    let stranger = sdk_client(&s.sqs_url, "ANYONE", "anything", &s.clock);
+    let stranger = sdk_client(&s.sqs_url, "ANYONE", "anything", s.clock());
     let e = stranger.list_queues().send().await.unwrap_err();
     assert_eq!(crate::support::code(&e), "InvalidClientTokenId");
 
     let (_, ops_key, ops_secret) = sqs_token(&s, "ops", &["operator"]).await;
-    let ops = sdk_client(&s.sqs_url, &ops_key, &ops_secret, &s.clock);
+    let ops = sdk_client(&s.sqs_url, &ops_key, &ops_secret, s.clock());
     let orders = ops
         .create_queue()
         .queue_name("orders")
@@ -251,7 +251,7 @@ async fn token_credentials_hold_their_grants_over_sqs_and_stop_when_revoked() {
         .unwrap();
 
     let (shop_id, key, secret) = sqs_token(&s, "shop", &["producer:orders"]).await;
-    let shop = sdk_client(&s.sqs_url, &key, &secret, &s.clock);
+    let shop = sdk_client(&s.sqs_url, &key, &secret, s.clock());
     let url = shop
         .get_queue_url()
         .queue_name("orders")
@@ -289,7 +289,7 @@ async fn token_credentials_hold_their_grants_over_sqs_and_stop_when_revoked() {
         .unwrap_err();
     assert_eq!(crate::support::code(&e), "AccessDenied");
     // A wrong secret for a real key id is still a bad signature.
-    let forged = sdk_client(&s.sqs_url, &key, "not-the-secret", &s.clock);
+    let forged = sdk_client(&s.sqs_url, &key, "not-the-secret", s.clock());
     let e = forged
         .send_message()
         .queue_url(&url)
@@ -301,8 +301,8 @@ async fn token_credentials_hold_their_grants_over_sqs_and_stop_when_revoked() {
 
     let r = s
         .http
-        .post(format!("{}/v1/tokens/{shop_id}/revoke", s.native))
-        .bearer_auth(crate::support::ADMIN)
+        .post(format!("{}/v1/tokens/{shop_id}/revoke", s.url))
+        .bearer_auth(redrive_testkit::ADMIN)
         .send()
         .await
         .unwrap();
@@ -319,8 +319,8 @@ async fn token_credentials_hold_their_grants_over_sqs_and_stop_when_revoked() {
     // The refusals are in the audit log, under the token.
     let log: serde_json::Value = s
         .http
-        .get(format!("{}/v1/audit?actor={shop_id}", s.native))
-        .bearer_auth(crate::support::ADMIN)
+        .get(format!("{}/v1/audit?actor={shop_id}", s.url))
+        .bearer_auth(redrive_testkit::ADMIN)
         .send()
         .await
         .unwrap()

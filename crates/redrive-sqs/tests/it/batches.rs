@@ -5,7 +5,7 @@ use aws_sdk_sqs::types::{
     SendMessageBatchRequestEntry as SEntry,
 };
 
-use crate::support::{TestServer, code, md5_hex};
+use crate::support::{SqsServer, code, md5_hex};
 
 fn entry(id: &str, body: &str) -> SEntry {
     SEntry::builder().id(id).message_body(body).build().unwrap()
@@ -13,8 +13,8 @@ fn entry(id: &str, body: &str) -> SEntry {
 
 #[tokio::test]
 async fn send_delete_and_change_visibility_batches_report_each_entry() {
-    let s = TestServer::start().await;
-    let url = s.queue("batch", &[]).await;
+    let s = SqsServer::start().await;
+    let url = s.sqs_queue("batch", &[]).await;
     let out = s
         .sqs
         .send_message_batch()
@@ -120,8 +120,10 @@ async fn send_delete_and_change_visibility_batches_report_each_entry() {
 
 #[tokio::test]
 async fn whole_batch_checks_refuse_and_change_nothing() {
-    let s = TestServer::start().await;
-    let url = s.queue("checks", &[("MaximumMessageSize", "1024")]).await;
+    let s = SqsServer::start().await;
+    let url = s
+        .sqs_queue("checks", &[("MaximumMessageSize", "1024")])
+        .await;
     let e = s
         .sqs
         .send_message_batch()
@@ -186,7 +188,7 @@ async fn whole_batch_checks_refuse_and_change_nothing() {
 }
 
 /// Sends `body` to `url` and receives it with a 30 s visibility timeout: its handle.
-async fn received(s: &TestServer, url: &str, body: &str) -> String {
+async fn received(s: &SqsServer, url: &str, body: &str) -> String {
     s.sqs
         .send_message()
         .queue_url(url)
@@ -209,9 +211,9 @@ async fn received(s: &TestServer, url: &str, body: &str) -> String {
 
 #[tokio::test]
 async fn receipt_handles_are_refused_by_other_queues_and_when_made_up() {
-    let s = TestServer::start().await;
-    let a = s.queue("handles-a", &[]).await;
-    let b = s.queue("handles-b", &[]).await;
+    let s = SqsServer::start().await;
+    let a = s.sqs_queue("handles-a", &[]).await;
+    let b = s.sqs_queue("handles-b", &[]).await;
     let ha = received(&s, &a, "of a").await;
     let hb = received(&s, &b, "of b").await;
     // A well-formed lock token that was never issued.

@@ -3,15 +3,15 @@
 
 use aws_sdk_sqs::types::{MessageSystemAttributeName as S, QueueAttributeName as A};
 
-use crate::support::TestServer;
+use crate::support::SqsServer;
 
 #[tokio::test]
 async fn a_message_received_more_than_max_receive_count_times_moves_to_the_dlq() {
-    let s = TestServer::start().await;
-    let dlq = s.queue("dlq", &[]).await;
+    let s = SqsServer::start().await;
+    let dlq = s.sqs_queue("dlq", &[]).await;
     let dlq_arn = s.attr(&dlq, "QueueArn").await.unwrap();
     let policy = format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":"2"}}"#);
-    let src = s.queue("work", &[("RedrivePolicy", &policy)]).await;
+    let src = s.sqs_queue("work", &[("RedrivePolicy", &policy)]).await;
     let redrive = s.attr(&src, "RedrivePolicy").await.unwrap();
     let v: serde_json::Value = serde_json::from_str(&redrive).unwrap();
     assert_eq!(v["deadLetterTargetArn"], dlq_arn.as_str());

@@ -2,11 +2,11 @@
 
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName as A};
 
-use crate::support::{TestServer, code};
+use crate::support::{SqsServer, code};
 
 #[tokio::test]
 async fn unknown_queues_are_queue_does_not_exist() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let e = s
         .sqs
         .get_queue_url()
@@ -51,7 +51,7 @@ async fn unknown_queues_are_queue_does_not_exist() {
 
 #[tokio::test]
 async fn invalid_attribute_names_and_values_are_refused() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let e = s
         .sqs
         .create_queue()
@@ -146,7 +146,7 @@ async fn invalid_attribute_names_and_values_are_refused() {
     // Nothing was created.
     let list = s.sqs.list_queues().send().await.unwrap();
     assert!(list.queue_urls.unwrap_or_default().is_empty());
-    let url = s.queue("q", &[]).await;
+    let url = s.sqs_queue("q", &[]).await;
     let e = s
         .sqs
         .get_queue_attributes()
@@ -162,8 +162,10 @@ async fn invalid_attribute_names_and_values_are_refused() {
 
 #[tokio::test]
 async fn bad_messages_are_refused_with_their_codes() {
-    let s = TestServer::start().await;
-    let url = s.queue("small", &[("MaximumMessageSize", "1024")]).await;
+    let s = SqsServer::start().await;
+    let url = s
+        .sqs_queue("small", &[("MaximumMessageSize", "1024")])
+        .await;
     let e = s
         .sqs
         .send_message()

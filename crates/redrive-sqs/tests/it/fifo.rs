@@ -7,17 +7,17 @@ use aws_sdk_sqs::types::{
     MessageSystemAttributeName as S, QueueAttributeName as A, SendMessageBatchRequestEntry,
 };
 
-use crate::support::{TestServer, code};
+use crate::support::{SqsServer, code};
 
-async fn fifo(s: &TestServer, name: &str, attrs: &[(&str, &str)]) -> String {
+async fn fifo(s: &SqsServer, name: &str, attrs: &[(&str, &str)]) -> String {
     let mut all = vec![("FifoQueue", "true")];
     all.extend_from_slice(attrs);
-    s.queue(name, &all).await
+    s.sqs_queue(name, &all).await
 }
 
 /// Sends one message; returns (MessageId, SequenceNumber).
 async fn send(
-    s: &TestServer,
+    s: &SqsServer,
     url: &str,
     body: &str,
     group: &str,
@@ -37,7 +37,7 @@ async fn send(
 }
 
 /// Receives up to `max` with a visibility timeout of 30 s: (body, receipt handle) pairs.
-async fn recv(s: &TestServer, url: &str, max: i32) -> Vec<(String, String)> {
+async fn recv(s: &SqsServer, url: &str, max: i32) -> Vec<(String, String)> {
     s.sqs
         .receive_message()
         .queue_url(url)
@@ -54,7 +54,7 @@ async fn recv(s: &TestServer, url: &str, max: i32) -> Vec<(String, String)> {
         .collect()
 }
 
-async fn delete(s: &TestServer, url: &str, handle: &str) {
+async fn delete(s: &SqsServer, url: &str, handle: &str) {
     s.sqs
         .delete_message()
         .queue_url(url)
@@ -70,7 +70,7 @@ fn bodies(got: &[(String, String)]) -> Vec<&str> {
 
 #[tokio::test]
 async fn a_fifo_queue_reports_its_attributes_and_maps_onto_group_ordering() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let url = fifo(&s, "jobs.fifo", &[("ContentBasedDeduplication", "true")]).await;
     assert!(url.ends_with("/000000000000/jobs.fifo"));
     assert_eq!(s.attr(&url, "FifoQueue").await.as_deref(), Some("true"));
@@ -112,14 +112,14 @@ async fn a_fifo_queue_reports_its_attributes_and_maps_onto_group_ordering() {
         .unwrap();
     assert_eq!(got.queue_url.as_deref(), Some(url.as_str()));
     // Standard queues know no FIFO attributes.
-    let std = s.queue("plain", &[]).await;
+    let std = s.sqs_queue("plain", &[]).await;
     assert!(s.attr(&std, "FifoQueue").await.is_none());
     s.stop().await;
 }
 
 #[tokio::test]
 async fn messages_of_one_group_come_in_order_across_receives_with_increasing_sequence_numbers() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let url = fifo(&s, "orders.fifo", &[]).await;
     let mut seqs = Vec::new();
     for (i, body) in ["m1", "m2", "m3"].iter().enumerate() {
@@ -173,7 +173,7 @@ async fn messages_of_one_group_come_in_order_across_receives_with_increasing_seq
 
 #[tokio::test]
 async fn a_blocked_group_does_not_block_other_groups() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let url = fifo(&s, "groups.fifo", &[("ContentBasedDeduplication", "true")]).await;
     send(&s, &url, "a1", "A", None).await;
     send(&s, &url, "a2", "A", None).await;
@@ -190,7 +190,7 @@ async fn a_blocked_group_does_not_block_other_groups() {
 
 #[tokio::test]
 async fn content_based_deduplication_uses_the_body() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let url = fifo(&s, "cbd.fifo", &[("ContentBasedDeduplication", "true")]).await;
     let (id1, seq1) = send(&s, &url, "same body", "g", None).await;
     let (id2, seq2) = send(&s, &url, "same body", "g", None).await;
@@ -216,10 +216,10 @@ async fn content_based_deduplication_uses_the_body() {
 
 #[tokio::test]
 async fn explicit_deduplication_ids_inside_and_after_the_five_minute_window() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let url = fifo(&s, "dedup.fifo", &[]).await;
     let (id1, _) = send(&s, &url, "first", "g", Some("x")).await;
-    s.advance(299);
+    s.advance_secs(299);
     let (id2, _) = send(&s, &url, "second, same id", "g", Some("x")).await;
     assert_eq!(id1, id2);
     let got = recv(&s, &url, 10).await;
@@ -228,7 +228,7 @@ async fn explicit_deduplication_ids_inside_and_after_the_five_minute_window() {
     // Deleted, but still inside the window: still a duplicate.
     send(&s, &url, "third, same id", "g", Some("x")).await;
     assert!(recv(&s, &url, 10).await.is_empty());
-    s.advance(2); // 301 s after the first send
+    s.advance_secs(2); // 301 s after the first send
     send(&s, &url, "fourth, same id", "g", Some("x")).await;
     assert_eq!(bodies(&recv(&s, &url, 10).await), ["fourth, same id"]);
     s.stop().await;
@@ -236,7 +236,7 @@ async fn explicit_deduplication_ids_inside_and_after_the_five_minute_window() {
 
 #[tokio::test]
 async fn deduplication_scope_message_group_keys_on_group_and_id() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let url = fifo(&s, "scoped.fifo", &[("DeduplicationScope", "messageGroup")]).await;
     send(&s, &url, "g1-x", "g1", Some("x")).await;
     send(&s, &url, "g2-x", "g2", Some("x")).await;
@@ -258,7 +258,7 @@ async fn deduplication_scope_message_group_keys_on_group_and_id() {
 
 #[tokio::test]
 async fn fifo_sends_refuse_missing_or_invalid_parameters() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let url = fifo(&s, "strict.fifo", &[]).await;
     let e = s
         .sqs
@@ -300,7 +300,7 @@ async fn fifo_sends_refuse_missing_or_invalid_parameters() {
         .into_service_error();
     assert_eq!(code(&e), "InvalidParameterValue");
     // A deduplication id on a standard queue.
-    let std = s.queue("std", &[]).await;
+    let std = s.sqs_queue("std", &[]).await;
     let e = s
         .sqs
         .send_message()
@@ -343,7 +343,7 @@ async fn fifo_sends_refuse_missing_or_invalid_parameters() {
 
 #[tokio::test]
 async fn send_message_batch_on_fifo_returns_sequence_numbers_and_dedups() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let url = fifo(&s, "batch.fifo", &[("ContentBasedDeduplication", "true")]).await;
     let entry = |id: &str, body: &str| {
         SendMessageBatchRequestEntry::builder()
@@ -380,7 +380,7 @@ async fn send_message_batch_on_fifo_returns_sequence_numbers_and_dedups() {
 
 #[tokio::test]
 async fn a_fifo_queue_redrives_to_a_fifo_dead_letter_queue() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let dlq = fifo(&s, "dead.fifo", &[]).await;
     let dlq_arn = s.attr(&dlq, "QueueArn").await.unwrap();
     let policy = format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":"1"}}"#);

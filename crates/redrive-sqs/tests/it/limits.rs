@@ -4,14 +4,14 @@
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{TestServer, answer};
+use crate::support::{SqsServer, answer};
 
 /// A 10 KB request whose one parameter name has 5001 dot-separated parts.
 fn deep_form() -> String {
     format!("Action=ListQueues&{}b=1", "a.".repeat(5000))
 }
 
-async fn serving(s: &TestServer) {
+async fn serving(s: &SqsServer) {
     s.sqs
         .create_queue()
         .queue_name("alive")
@@ -47,7 +47,7 @@ fn assert_refused(a: &(u16, Option<String>, String)) {
 
 #[tokio::test]
 async fn deeply_nested_names_are_refused_by_post_and_get_and_the_server_keeps_serving() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let post = s
         .http
         .post(&s.sqs_url)
@@ -89,7 +89,7 @@ async fn deeply_nested_names_are_refused_by_post_and_get_and_the_server_keeps_se
 
 #[tokio::test]
 async fn parameter_count_name_length_and_depth_are_bounded() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let many = |n: usize| {
         let mut f = "Action=ListQueues".to_owned();
         for i in 1..n {
@@ -147,7 +147,7 @@ async fn parameter_count_name_length_and_depth_are_bounded() {
 
 #[tokio::test]
 async fn an_oversized_body_is_refused_with_the_aws_error_shape_before_it_is_read() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let addr = s.sqs_url.trim_start_matches("http://");
     let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
     // The body is announced, never sent: the answer comes from the declared length.

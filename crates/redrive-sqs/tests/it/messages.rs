@@ -6,9 +6,10 @@ use aws_sdk_sqs::types::{
     MessageAttributeValue, MessageSystemAttributeName as S, MessageSystemAttributeNameForSends,
     MessageSystemAttributeValue,
 };
+use redrive_testkit::T0;
 use serde_json::json;
 
-use crate::support::{T0, TestServer, TestValue, aws_attributes_md5, md5_hex};
+use crate::support::{SqsServer, TestValue, aws_attributes_md5, md5_hex};
 
 fn string_attr(ty: &str, v: &str) -> MessageAttributeValue {
     MessageAttributeValue::builder()
@@ -20,8 +21,8 @@ fn string_attr(ty: &str, v: &str) -> MessageAttributeValue {
 
 #[tokio::test]
 async fn send_and_receive_carry_attributes_and_the_aws_md5s() {
-    let s = TestServer::start().await;
-    let url = s.queue("md5", &[]).await;
+    let s = SqsServer::start().await;
+    let url = s.sqs_queue("md5", &[]).await;
     let body = "héllo wörld \u{1F600}\r\n";
     let bin: &[u8] = &[0, 1, 2, 255];
     let trace = "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1";
@@ -63,7 +64,7 @@ async fn send_and_receive_carry_attributes_and_the_aws_md5s() {
         aws_attributes_md5(&[("AWSTraceHeader", "String", TestValue::S(trace))])
     );
 
-    s.advance(2);
+    s.advance_secs(2);
     let got = s
         .sqs
         .receive_message()
@@ -95,7 +96,7 @@ async fn send_and_receive_carry_attributes_and_the_aws_md5s() {
     assert_eq!(sys[&S::SenderId], "AKIDTEST");
 
     // A selection by name and by prefix: the MD5 covers what is returned.
-    s.advance(31);
+    s.advance_secs(31);
     let got = s
         .sqs
         .receive_message()
@@ -122,8 +123,8 @@ async fn send_and_receive_carry_attributes_and_the_aws_md5s() {
 
 #[tokio::test]
 async fn visibility_timeout_hides_and_change_visibility_moves_it() {
-    let s = TestServer::start().await;
-    let url = s.queue("vis", &[("VisibilityTimeout", "10")]).await;
+    let s = SqsServer::start().await;
+    let url = s.sqs_queue("vis", &[("VisibilityTimeout", "10")]).await;
     s.sqs
         .send_message()
         .queue_url(&url)
@@ -151,7 +152,7 @@ async fn visibility_timeout_hides_and_change_visibility_moves_it() {
         "1"
     );
     assert!(receive(None).await.is_empty());
-    s.advance(10);
+    s.advance_secs(10);
     let second = receive(Some(3_600)).await;
     assert_eq!(second.len(), 1);
     assert_eq!(
@@ -159,7 +160,7 @@ async fn visibility_timeout_hides_and_change_visibility_moves_it() {
         "2"
     );
     // An hour-long visibility timeout: beyond the native 5-minute lock range.
-    s.advance(3_000);
+    s.advance_secs(3_000);
     assert!(receive(None).await.is_empty());
     let handle = second[0].receipt_handle.clone().unwrap();
     s.sqs
@@ -186,7 +187,7 @@ async fn visibility_timeout_hides_and_change_visibility_moves_it() {
         .send()
         .await
         .unwrap();
-    s.advance(50);
+    s.advance_secs(50);
     assert!(receive(None).await.is_empty());
     // Delete with the current handle removes it.
     s.sqs
@@ -196,7 +197,7 @@ async fn visibility_timeout_hides_and_change_visibility_moves_it() {
         .send()
         .await
         .unwrap();
-    s.advance(100);
+    s.advance_secs(100);
     assert!(receive(None).await.is_empty());
     assert_eq!(
         s.attr(&url, "ApproximateNumberOfMessagesNotVisible")
@@ -232,8 +233,8 @@ async fn visibility_timeout_hides_and_change_visibility_moves_it() {
 
 #[tokio::test]
 async fn delays_per_queue_and_per_message_use_the_scheduled_time() {
-    let s = TestServer::start().await;
-    let url = s.queue("delayed", &[("DelaySeconds", "5")]).await;
+    let s = SqsServer::start().await;
+    let url = s.sqs_queue("delayed", &[("DelaySeconds", "5")]).await;
     s.sqs
         .send_message()
         .queue_url(&url)
@@ -267,11 +268,11 @@ async fn delays_per_queue_and_per_message_use_the_scheduled_time() {
             .unwrap_or_default()
     };
     assert!(recv().await.is_empty());
-    s.advance(5);
+    s.advance_secs(5);
     let got = recv().await;
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].body.as_deref(), Some("queue delay"));
-    s.advance(15);
+    s.advance_secs(15);
     let got = recv().await;
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].body.as_deref(), Some("message delay"));
@@ -280,9 +281,9 @@ async fn delays_per_queue_and_per_message_use_the_scheduled_time() {
 
 #[tokio::test]
 async fn long_polls_are_woken_by_a_send_or_end_at_the_wait_time() {
-    let s = TestServer::start().await;
-    let url = s.queue("poll", &[]).await;
-    let before = s.clock.sleepers();
+    let s = SqsServer::start().await;
+    let url = s.sqs_queue("poll", &[]).await;
+    let before = s.clock().sleepers();
     let client = s.sqs.clone();
     let u = url.clone();
     let waiting = tokio::spawn(async move {
@@ -319,7 +320,7 @@ async fn long_polls_are_woken_by_a_send_or_end_at_the_wait_time() {
         .send()
         .await
         .unwrap();
-    let before = s.clock.sleepers();
+    let before = s.clock().sleepers();
     let client = s.sqs.clone();
     let u = url.clone();
     let waiting = tokio::spawn(async move {
@@ -333,15 +334,17 @@ async fn long_polls_are_woken_by_a_send_or_end_at_the_wait_time() {
             .unwrap_or_default()
     });
     s.until_parked(before).await;
-    s.advance(20);
+    s.advance_secs(20);
     assert!(waiting.await.unwrap().is_empty());
     s.stop().await;
 }
 
 #[tokio::test]
 async fn messages_expire_after_the_retention_period() {
-    let s = TestServer::start().await;
-    let url = s.queue("short", &[("MessageRetentionPeriod", "60")]).await;
+    let s = SqsServer::start().await;
+    let url = s
+        .sqs_queue("short", &[("MessageRetentionPeriod", "60")])
+        .await;
     s.sqs
         .send_message()
         .queue_url(&url)
@@ -349,7 +352,7 @@ async fn messages_expire_after_the_retention_period() {
         .send()
         .await
         .unwrap();
-    s.advance(61);
+    s.advance_secs(61);
     let got = s
         .sqs
         .receive_message()
@@ -369,8 +372,8 @@ async fn messages_expire_after_the_retention_period() {
 
 #[tokio::test]
 async fn the_native_api_and_sqs_share_queues_and_messages() {
-    let s = TestServer::start().await;
-    let url = s.queue("shared", &[]).await;
+    let s = SqsServer::start().await;
+    let url = s.sqs_queue("shared", &[]).await;
     s.sqs
         .send_message()
         .queue_url(&url)
@@ -381,7 +384,7 @@ async fn the_native_api_and_sqs_share_queues_and_messages() {
         .unwrap();
     let r = s
         .http
-        .post(format!("{}/v1/queues/shared/receive", s.native))
+        .post(format!("{}/v1/queues/shared/receive", s.url))
         .json(&json!({"max_messages": 1}))
         .send()
         .await
@@ -395,7 +398,7 @@ async fn the_native_api_and_sqs_share_queues_and_messages() {
     assert!(stored.contains("\"name\":\"k\""), "{stored}");
     let r = s
         .http
-        .post(format!("{}/v1/queues/shared/messages", s.native))
+        .post(format!("{}/v1/queues/shared/messages", s.url))
         .json(&json!({"body": "from native", "properties": {"n": 7, "flag": true}}))
         .send()
         .await

@@ -6,23 +6,23 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::ListMessageMoveTasksResultEntry;
 
-use crate::support::{TestServer, code};
+use crate::support::{SqsServer, code};
 
 /// A dead-letter queue `dlq` and sources `names` that redrive to it after one receive.
-async fn setup(s: &TestServer, names: &[&str]) -> (String, String, Vec<String>) {
-    let dlq = s.queue("dlq", &[]).await;
+async fn setup(s: &SqsServer, names: &[&str]) -> (String, String, Vec<String>) {
+    let dlq = s.sqs_queue("dlq", &[]).await;
     let dlq_arn = s.attr(&dlq, "QueueArn").await.unwrap();
     let policy = format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":"1"}}"#);
     let mut urls = Vec::new();
     for n in names {
-        urls.push(s.queue(n, &[("RedrivePolicy", &policy)]).await);
+        urls.push(s.sqs_queue(n, &[("RedrivePolicy", &policy)]).await);
     }
     (dlq, dlq_arn, urls)
 }
 
 /// Sends `body` to `url` and receives it twice with a visibility timeout of 0: the second
 /// receive moves it to the dead-letter queue.
-async fn dead_letter(s: &TestServer, url: &str, body: &str) {
+async fn dead_letter(s: &SqsServer, url: &str, body: &str) {
     s.sqs
         .send_message()
         .queue_url(url)
@@ -41,7 +41,7 @@ async fn dead_letter(s: &TestServer, url: &str, body: &str) {
     }
 }
 
-async fn latest(s: &TestServer, arn: &str) -> ListMessageMoveTasksResultEntry {
+async fn latest(s: &SqsServer, arn: &str) -> ListMessageMoveTasksResultEntry {
     let out = s
         .sqs
         .list_message_move_tasks()
@@ -53,7 +53,7 @@ async fn latest(s: &TestServer, arn: &str) -> ListMessageMoveTasksResultEntry {
 }
 
 /// Waits (bounded, by yielding) until the latest task satisfies `ok`: a signal, not time.
-async fn until(s: &TestServer, arn: &str, ok: impl Fn(&ListMessageMoveTasksResultEntry) -> bool) {
+async fn until(s: &SqsServer, arn: &str, ok: impl Fn(&ListMessageMoveTasksResultEntry) -> bool) {
     for _ in 0..5_000 {
         if ok(&latest(s, arn).await) {
             return;
@@ -63,7 +63,7 @@ async fn until(s: &TestServer, arn: &str, ok: impl Fn(&ListMessageMoveTasksResul
     panic!("the move task never reached the expected state");
 }
 
-async fn bodies(s: &TestServer, url: &str) -> Vec<String> {
+async fn bodies(s: &SqsServer, url: &str) -> Vec<String> {
     let mut out: Vec<String> = s
         .sqs
         .receive_message()
@@ -83,7 +83,7 @@ async fn bodies(s: &TestServer, url: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn without_a_destination_each_message_returns_to_its_source_queue() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let (dlq, dlq_arn, urls) = setup(&s, &["orders", "billing"]).await;
     dead_letter(&s, &urls[0], "order-1").await;
     dead_letter(&s, &urls[1], "bill-1").await;
@@ -108,7 +108,7 @@ async fn without_a_destination_each_message_returns_to_its_source_queue() {
     assert_eq!(t.destination_arn, None);
     assert_eq!(t.max_number_of_messages_per_second, None);
     assert_eq!(t.task_handle, None, "only a running task shows its handle");
-    assert_eq!(t.started_timestamp, crate::support::T0.as_millis());
+    assert_eq!(t.started_timestamp, redrive_testkit::T0.as_millis());
     assert_eq!(bodies(&s, &urls[0]).await, ["order-1"]);
     assert_eq!(bodies(&s, &urls[1]).await, ["bill-1"]);
     assert!(bodies(&s, &dlq).await.is_empty());
@@ -127,14 +127,14 @@ async fn without_a_destination_each_message_returns_to_its_source_queue() {
 
 #[tokio::test]
 async fn the_rate_is_kept_on_the_clock_and_cancel_stops_the_task() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let (dlq, dlq_arn, urls) = setup(&s, &["work"]).await;
-    let other = s.queue("elsewhere", &[]).await;
+    let other = s.sqs_queue("elsewhere", &[]).await;
     let other_arn = s.attr(&other, "QueueArn").await.unwrap();
     for i in 0..4 {
         dead_letter(&s, &urls[0], &format!("m{i}")).await;
     }
-    let before = s.clock.sleepers();
+    let before = s.clock().sleepers();
     let handle = s
         .sqs
         .start_message_move_task()
@@ -167,7 +167,7 @@ async fn the_rate_is_kept_on_the_clock_and_cancel_stops_the_task() {
         .unwrap_err()
         .into_service_error();
     assert_eq!(code(&e), "AWS.SimpleQueueService.UnsupportedOperation");
-    s.advance(1);
+    s.advance_secs(1);
     until(&s, &dlq_arn, |t| {
         t.approximate_number_of_messages_moved == 2
     })
@@ -181,7 +181,7 @@ async fn the_rate_is_kept_on_the_clock_and_cancel_stops_the_task() {
         .unwrap();
     assert_eq!(cancelled.approximate_number_of_messages_moved, 2);
     until(&s, &dlq_arn, |t| t.status() == Some("CANCELLED")).await;
-    s.advance(5);
+    s.advance_secs(5);
     tokio::task::yield_now().await;
     assert_eq!(
         latest(&s, &dlq_arn)
@@ -192,7 +192,7 @@ async fn the_rate_is_kept_on_the_clock_and_cancel_stops_the_task() {
     assert_eq!(bodies(&s, &other).await, ["m0", "m1"]);
     assert_eq!(bodies(&s, &dlq).await, ["m2", "m3"]);
     // Both tasks are listed, newest first, with MaxResults.
-    s.advance(60);
+    s.advance_secs(60);
     s.sqs
         .start_message_move_task()
         .source_arn(&dlq_arn)
@@ -217,7 +217,7 @@ async fn the_rate_is_kept_on_the_clock_and_cancel_stops_the_task() {
 
 #[tokio::test]
 async fn move_task_requests_are_checked() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let (_dlq, dlq_arn, urls) = setup(&s, &["src"]).await;
     let src_arn = s.attr(&urls[0], "QueueArn").await.unwrap();
     // The source must be some queue's dead-letter queue.

@@ -1,13 +1,13 @@
 //! The query protocol: form-encoded requests, XML answers with the SQS namespace, request
 //! ids, flattened lists and maps, and XML errors with the query code.
 
-use crate::support::{TestServer, answer, md5_hex};
+use crate::support::{SqsServer, answer, md5_hex};
 
 const NS: &str = "xmlns=\"http://queue.amazonaws.com/doc/2012-11-05/\"";
 
 #[tokio::test]
 async fn form_requests_get_xml_answers_in_the_query_shapes() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let (st, _, xml) = s
         .query(&[
             ("Action", "CreateQueue"),
@@ -134,7 +134,7 @@ async fn form_requests_get_xml_answers_in_the_query_shapes() {
 
 #[tokio::test]
 async fn query_errors_are_xml_with_the_query_code_and_header() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let (st, qe, xml) = s
         .query(&[("Action", "GetQueueUrl"), ("QueueName", "missing")])
         .await;
@@ -166,8 +166,8 @@ async fn query_errors_are_xml_with_the_query_code_and_header() {
 
 #[tokio::test]
 async fn state_changing_actions_are_refused_over_get() {
-    let s = TestServer::start().await;
-    let url = s.queue("g", &[]).await;
+    let s = SqsServer::start().await;
+    let url = s.sqs_queue("g", &[]).await;
     s.sqs
         .send_message()
         .queue_url(&url)
@@ -246,7 +246,7 @@ async fn state_changing_actions_are_refused_over_get() {
 
 #[tokio::test]
 async fn posts_need_their_protocol_content_type() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     let form = "Action=CreateQueue&QueueName=typed";
     for ct in [
         None,
@@ -302,8 +302,8 @@ async fn posts_need_their_protocol_content_type() {
 
 #[tokio::test]
 async fn bytes_that_are_not_utf8_are_refused_never_replaced() {
-    let s = TestServer::start().await;
-    let url = s.queue("bytes", &[]).await;
+    let s = SqsServer::start().await;
+    let url = s.sqs_queue("bytes", &[]).await;
     let post = |body: Vec<u8>| {
         s.http
             .post(&s.sqs_url)

@@ -1,16 +1,20 @@
 //! Queue actions: create (idempotent), URL, list with paging, delete, attributes, tags, purge.
 
 use aws_sdk_sqs::types::QueueAttributeName as A;
+use redrive_testkit::T0;
 
-use crate::support::{T0, TestServer, code};
+use crate::support::{SqsServer, code};
 
 #[tokio::test]
 async fn create_is_idempotent_with_identical_attributes_and_conflicts_otherwise() {
-    let s = TestServer::start().await;
-    let url = s.queue("orders", &[("VisibilityTimeout", "40")]).await;
+    let s = SqsServer::start().await;
+    let url = s.sqs_queue("orders", &[("VisibilityTimeout", "40")]).await;
     assert_eq!(url, format!("{}/000000000000/orders", s.sqs_url));
-    assert_eq!(s.queue("orders", &[("VisibilityTimeout", "40")]).await, url);
-    assert_eq!(s.queue("orders", &[]).await, url);
+    assert_eq!(
+        s.sqs_queue("orders", &[("VisibilityTimeout", "40")]).await,
+        url
+    );
+    assert_eq!(s.sqs_queue("orders", &[]).await, url);
     let e = s
         .sqs
         .create_queue()
@@ -39,9 +43,9 @@ async fn create_is_idempotent_with_identical_attributes_and_conflicts_otherwise(
 
 #[tokio::test]
 async fn list_filters_by_prefix_and_pages() {
-    let s = TestServer::start().await;
+    let s = SqsServer::start().await;
     for n in ["a1", "a2", "a3", "b1"] {
-        s.queue(n, &[]).await;
+        s.sqs_queue(n, &[]).await;
     }
     let all = s.sqs.list_queues().send().await.unwrap();
     assert_eq!(all.queue_urls.unwrap().len(), 4);
@@ -83,8 +87,8 @@ async fn list_filters_by_prefix_and_pages() {
 
 #[tokio::test]
 async fn delete_removes_a_non_empty_queue() {
-    let s = TestServer::start().await;
-    let url = s.queue("gone", &[]).await;
+    let s = SqsServer::start().await;
+    let url = s.sqs_queue("gone", &[]).await;
     s.sqs
         .send_message()
         .queue_url(&url)
@@ -107,8 +111,8 @@ async fn delete_removes_a_non_empty_queue() {
 
 #[tokio::test]
 async fn attributes_have_sqs_defaults_counts_and_whole_second_timestamps() {
-    let s = TestServer::start().await;
-    let url = s.queue("attrs", &[]).await;
+    let s = SqsServer::start().await;
+    let url = s.sqs_queue("attrs", &[]).await;
     let out = s
         .sqs
         .get_queue_attributes()
@@ -141,7 +145,7 @@ async fn attributes_have_sqs_defaults_counts_and_whole_second_timestamps() {
         .unwrap();
     assert_eq!(out.attributes.unwrap().len(), 1);
 
-    s.advance(5);
+    s.advance_secs(5);
     s.sqs
         .set_queue_attributes()
         .queue_url(&url)
@@ -171,8 +175,8 @@ async fn attributes_have_sqs_defaults_counts_and_whole_second_timestamps() {
 
 #[tokio::test]
 async fn tags_are_added_listed_and_removed() {
-    let s = TestServer::start().await;
-    let url = s.queue("tagged", &[]).await;
+    let s = SqsServer::start().await;
+    let url = s.sqs_queue("tagged", &[]).await;
     s.sqs
         .tag_queue()
         .queue_url(&url)
@@ -233,8 +237,8 @@ async fn tags_are_added_listed_and_removed() {
 
 #[tokio::test]
 async fn purge_empties_the_queue_once_per_sixty_seconds_of_the_broker_clock() {
-    let s = TestServer::start().await;
-    let url = s.queue("purged", &[]).await;
+    let s = SqsServer::start().await;
+    let url = s.sqs_queue("purged", &[]).await;
     for b in ["1", "2", "3"] {
         s.sqs
             .send_message()
@@ -272,9 +276,9 @@ async fn purge_empties_the_queue_once_per_sixty_seconds_of_the_broker_clock() {
         .unwrap_err()
         .into_service_error();
     assert!(e.is_purge_queue_in_progress(), "{e:?}");
-    s.advance(59);
+    s.advance_secs(59);
     assert!(s.sqs.purge_queue().queue_url(&url).send().await.is_err());
-    s.advance(1);
+    s.advance_secs(1);
     s.sqs.purge_queue().queue_url(&url).send().await.unwrap();
     s.stop().await;
 }

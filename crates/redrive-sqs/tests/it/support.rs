@@ -1,35 +1,33 @@
-//! The test server (native API and SQS endpoint on one broker), an SDK client, and the MD5
+//! The test kit's server with its SQS endpoint on and an SDK client for it, and the MD5
 //! computations of the AWS documentation, written independently of the crate's own.
 
-use std::sync::Arc;
+use std::ops::Deref;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
 use md5::{Digest, Md5};
-use redrive_broker::Broker;
 use redrive_core::{Clock, ManualClock, Timestamp};
-use redrive_server::Settings;
 use redrive_sqs::SqsConfig;
-use redrive_store_sqlite::{SqliteOptions, SqliteStore};
+use redrive_testkit::TestServer;
 use serde_json::Value;
 
-/// The admin token of servers started with authentication on.
-pub const ADMIN: &str = "rdt_00000000000000000000000000000000000000000000000000000000000000aa";
-
-/// A fixed, realistic start time.
-pub const T0: Timestamp = Timestamp(1_800_000_000_000);
-
-/// A running server with its own SQLite file and manual clock.
-pub struct TestServer {
-    pub native: String,
+/// A test server (native API and SQS endpoint on one broker, SQLite, manual clock) with an
+/// SDK client for its SQS endpoint; everything else is the kit's [`TestServer`].
+pub struct SqsServer {
+    server: TestServer,
+    /// The SQS endpoint.
     pub sqs_url: String,
-    pub clock: ManualClock,
+    /// An SDK client signing with `AKIDTEST` / `secret` at the server's clock.
     pub sqs: Client,
-    pub http: reqwest::Client,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
-    _dir: tempfile::TempDir,
+}
+
+impl Deref for SqsServer {
+    type Target = TestServer;
+
+    fn deref(&self) -> &TestServer {
+        &self.server
+    }
 }
 
 /// The SDK's time: the test clock moved by `skew_ms`, so that signatures carry the
@@ -105,79 +103,41 @@ pub fn sdk_client_skewed(
     Client::from_conf(conf)
 }
 
-impl TestServer {
-    pub async fn start() -> TestServer {
-        TestServer::start_with(SqsConfig::default()).await
+impl SqsServer {
+    pub async fn start() -> SqsServer {
+        SqsServer::start_with(SqsConfig::default()).await
     }
 
     /// A server whose SQS endpoint uses `config` (e.g. with access keys to verify).
-    pub async fn start_with(config: SqsConfig) -> TestServer {
-        TestServer::start_with_access(config, redrive_broker::AccessSettings::default()).await
+    pub async fn start_with(config: SqsConfig) -> SqsServer {
+        SqsServer::start_with_access(config, redrive_broker::AccessSettings::default()).await
     }
 
     /// A server whose broker admits callers as `access` says; with authentication on, the
-    /// admin token is [`ADMIN`].
+    /// admin token is [`redrive_testkit::ADMIN`].
     pub async fn start_with_access(
         config: SqsConfig,
         access: redrive_broker::AccessSettings,
-    ) -> TestServer {
-        let dir = tempfile::tempdir().unwrap();
-        let store =
-            SqliteStore::open(&dir.path().join("redrive.db"), SqliteOptions::default()).unwrap();
-        let store: Arc<SqliteStore> = Arc::new(store);
-        let clock = ManualClock::new(T0);
-        let native_l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let sqs_l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let native = format!("http://{}", native_l.local_addr().unwrap());
-        let sqs_url = format!("http://{}", sqs_l.local_addr().unwrap());
-        let store_dyn: Arc<dyn redrive_store::Store> = store.clone();
-        let broker = Broker::with_access(store_dyn, Arc::new(clock.clone()), access);
-        if broker.auth_enabled() {
-            broker.bootstrap_admin(Some(ADMIN)).await.unwrap();
-        }
-        let router = redrive_sqs::router(broker.clone(), config);
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let settings = Settings {
-            sweep_interval_ms: 1_000,
-            shutdown_timeout_ms: 5_000,
-            ..Settings::default()
-        };
-        let task = tokio::spawn(async move {
-            redrive_server::run_with(settings, broker, native_l, vec![(sqs_l, router)], async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap();
-            store.close();
-        });
-        TestServer {
-            native,
-            sqs: sdk_client(&sqs_url, "AKIDTEST", "secret", &clock),
+    ) -> SqsServer {
+        let server = TestServer::builder().sqs(config).auth(access).start().await;
+        let sqs_url = server
+            .sqs_url
+            .clone()
+            .expect("started with the SQS endpoint");
+        SqsServer {
+            sqs: sdk_client(&sqs_url, "AKIDTEST", "secret", server.clock()),
             sqs_url,
-            clock,
-            http: reqwest::Client::new(),
-            stop: Some(tx),
-            task: Some(task),
-            _dir: dir,
+            server,
         }
     }
 
     /// Stops the server gracefully and waits for it.
-    pub async fn stop(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.task.take() {
-            t.await.unwrap();
-        }
-    }
-
-    pub fn advance(&self, secs: u64) {
-        self.clock.advance(Duration::from_secs(secs));
+    pub async fn stop(self) {
+        self.server.stop().await;
     }
 
     /// Creates a queue with attributes; returns its URL.
-    pub async fn queue(&self, name: &str, attrs: &[(&str, &str)]) -> String {
+    pub async fn sqs_queue(&self, name: &str, attrs: &[(&str, &str)]) -> String {
         let mut req = self.sqs.create_queue().queue_name(name);
         for (k, v) in attrs {
             req = req.attributes((*k).into(), *v);
@@ -206,7 +166,7 @@ impl TestServer {
     pub async fn native_get(&self, path: &str) -> Value {
         let r = self
             .http
-            .get(format!("{}{path}", self.native))
+            .get(format!("{}{path}", self.url))
             .send()
             .await
             .unwrap();
@@ -283,18 +243,6 @@ impl TestServer {
             req = req.header("x-amz-content-sha256", sha256_hex(body));
         }
         answer(req.send().await.unwrap()).await
-    }
-
-    /// Waits (by yielding, bounded) until more tasks sleep on the manual clock than
-    /// `before`: a long poll has parked. This waits for a signal, not for time.
-    pub async fn until_parked(&self, before: usize) {
-        for _ in 0..10_000 {
-            if self.clock.sleepers() > before {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        panic!("the long poll never parked on the clock");
     }
 }
 

@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use crate::support::{Cli, cli, postgres_url};
+use crate::support::{Cli, cli};
 
 async fn connect(url: &str) -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
@@ -72,7 +72,7 @@ fn baseline(url: &str, schema: &str, extra: &[&str]) -> Cli {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_baseline_tables_run_end_to_end() {
-    let Some(url) = postgres_url("the pg-baseline test") else {
+    let Some(url) = redrive_testkit::postgres::url("the pg-baseline test") else {
         return;
     };
     let db = connect(&url).await;

@@ -2,53 +2,25 @@
 //! subscriptions (a real HTTP receiver), publishing, stats, pause/resume, the delete
 //! rules, and refusal of bad input.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::routing::options;
 use redrive_api::message::MessageList;
 use redrive_api::topic::{SubscriptionInfo, SubscriptionList, TopicInfo, TopicList};
+use redrive_testkit::{Receiver, Reply};
 use serde_json::Value;
 
 use crate::support::Server;
 
-/// A webhook receiver on its own runtime thread: agrees to validation and answers 200,
-/// counting POSTs.
-fn receiver() -> (String, Arc<AtomicUsize>, tokio::runtime::Runtime) {
+/// A push endpoint (the kit's receiver: agrees to validation, answers 200) on a runtime
+/// of its own, since the test itself is synchronous.
+fn receiver() -> (Receiver, tokio::runtime::Runtime) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
-    let posts = Arc::new(AtomicUsize::new(0));
-    let app = {
-        let posts = posts.clone();
-        axum::Router::new().route(
-            "/hook",
-            options(|| async {
-                let mut h = HeaderMap::new();
-                h.insert("webhook-allowed-origin", HeaderValue::from_static("*"));
-                (StatusCode::OK, h)
-            })
-            .post(move || {
-                let posts = posts.clone();
-                async move {
-                    posts.fetch_add(1, Ordering::SeqCst);
-                    StatusCode::OK
-                }
-            }),
-        )
-    };
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    rt.spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (url, posts, rt)
+    let rx = rt.block_on(Receiver::webhook(|_, _| Reply::status(200)));
+    (rx, rt)
 }
 
 fn sub_show(s: &Server, name: &str) -> SubscriptionInfo {
@@ -64,7 +36,8 @@ fn topics_subscriptions_publish_and_stats() {
             .arg(dir.path())
             .env("REDRIVE_PUSH_ALLOWED_NETWORKS", "127.0.0.0/8, ::1");
     });
-    let (url, posts, _rt) = receiver();
+    let (rx, rt) = receiver();
+    let url = rx.url.clone();
 
     assert!(
         s.cli(&[
@@ -155,7 +128,10 @@ fn topics_subscriptions_publish_and_stats() {
     assert_eq!(body["id"], "1");
     assert_eq!(body["data"]["n"], 1);
 
-    // The push subscription delivers both events (bounded wait on a real server).
+    // The push subscription delivers both events; the receiver says when they are in.
+    rt.block_on(rx.wait_for(2));
+    // The server counts each delivery once its answer is back (bounded wait on a real
+    // server).
     let mut hook = sub_show(&s, "hook");
     for _ in 0..500 {
         if hook.stats.delivered == 2 {
@@ -165,7 +141,7 @@ fn topics_subscriptions_publish_and_stats() {
         hook = sub_show(&s, "hook");
     }
     assert_eq!(hook.stats.delivered, 2, "{:?}", hook.stats);
-    assert_eq!(posts.load(Ordering::SeqCst), 2);
+    assert_eq!(rx.deliveries().len(), 2);
     let shown = s.cli(&["sub", "show", "orders", "hook"]);
     assert!(shown.ok().contains("delivered"), "{}", shown.stdout);
 

@@ -14,13 +14,14 @@ use std::time::Duration;
 use redrive_api::message::{MessageList, SendResponse, SettleResponse};
 use serde_json::{Value, json};
 
-use crate::support::{Server, postgres_url};
+use redrive_testkit::postgres::{FreshDatabase, SchemaGuard};
 
-/// The test database's URL with a schema of its own for this test, or `None` (skip).
-fn database() -> Option<String> {
-    let url = postgres_url("the multi-node test")?;
-    let sep = if url.contains('?') { '&' } else { '?' };
-    Some(format!("{url}{sep}schema=rd_mn_{:016x}", fastrand::u64(..)))
+use crate::support::Server;
+
+/// A schema of its own on the test database for this test (dropped when the guard goes),
+/// or `None` (skip).
+fn database(what: &str) -> Option<SchemaGuard> {
+    Some(SchemaGuard::fresh(&redrive_testkit::postgres::url(what)?))
 }
 
 fn node(store: &str, dir: &std::path::Path) -> Server {
@@ -49,7 +50,10 @@ async fn post(http: &reqwest::Client, url: String, body: Value) -> Option<(u16, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_nodes_share_one_database_through_a_node_crash() {
-    let Some(store) = database() else { return };
+    let Some(schema) = database("the multi-node test") else {
+        return;
+    };
+    let store = schema.store_url();
     let dir = tempfile::tempdir().unwrap();
     let mut nodes: Vec<Server> = (0..3).map(|_| node(&store, dir.path())).collect();
     let urls: Vec<String> = nodes.iter().map(|n| n.url.clone()).collect();
@@ -305,7 +309,10 @@ async fn sessions(db: &tokio_postgres::Client, app: &str) -> i64 {
 /// exceed N plus its wake-up listener and its clock connection, and every send succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_keeps_to_its_pool_size() {
-    let Some(store) = database() else { return };
+    let Some(schema) = database("the pool size test") else {
+        return;
+    };
+    let store = schema.store_url();
     let app = format!("rd_pool_{:08x}", fastrand::u32(..));
     let store = format!("{store}&pool_size=2&application_name={app}");
     let dir = tempfile::tempdir().unwrap();
@@ -320,8 +327,7 @@ async fn a_node_keeps_to_its_pool_size() {
     .unwrap();
     assert_eq!(st, 201, "{v}");
 
-    let url = std::env::var("REDRIVE_TEST_POSTGRES_URL").unwrap();
-    let (db, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+    let (db, conn) = tokio_postgres::connect(&schema.url, tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(conn);
@@ -360,36 +366,16 @@ async fn a_node_keeps_to_its_pool_size() {
     assert_eq!(q["counts"]["active"], 64 * 20, "{q}");
 }
 
-async fn admin_sql(url: &str, sql: &str) {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let io = tokio::spawn(connection);
-    client.batch_execute(sql).await.unwrap();
-    drop(client);
-    let _ = io.await;
-}
-
 /// A database taken out of service (`ALLOW_CONNECTIONS false`, its sessions ended): every
 /// request is a 503 `unavailable` with `Retry-After`, never a 500, and `/healthz` says
 /// that the store is what is down.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_refusing_connections_is_503_and_healthz_names_the_store() {
-    let Some(admin) = postgres_url("the database outage test") else {
+    let Some(admin) = redrive_testkit::postgres::url("the database outage test") else {
         return;
     };
-    let db = format!("rd_db_{:016x}", fastrand::u64(..));
-    admin_sql(&admin, &format!("CREATE DATABASE {db}")).await;
-    let (before_query, query) = admin
-        .split_once('?')
-        .map_or((admin.as_str(), None), |(a, q)| (a, Some(q)));
-    let base = before_query
-        .rsplit_once('/')
-        .map_or(before_query, |(b, _)| b);
-    let store = match query {
-        Some(q) => format!("{base}/{db}?{q}"),
-        None => format!("{base}/{db}"),
-    };
+    let db = FreshDatabase::create(&admin).await;
+    let store = db.url.clone();
     let dir = tempfile::tempdir().unwrap();
     let mut node = node(&store, dir.path());
     let http = http_client();
@@ -413,15 +399,7 @@ async fn a_database_refusing_connections_is_503_and_healthz_names_the_store() {
         json!({"status": "ok", "store": "ok", "backend": "postgres"})
     );
 
-    admin_sql(
-        &admin,
-        &format!(
-            "ALTER DATABASE {db} ALLOW_CONNECTIONS false; \
-             SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-             WHERE datname = '{db}' AND pid <> pg_backend_pid()"
-        ),
-    )
-    .await;
+    db.refuse_connections().await;
     for i in 0..20 {
         let r = http
             .post(format!("{}/v1/queues/q/messages", node.url))
@@ -442,9 +420,5 @@ async fn a_database_refusing_connections_is_503_and_healthz_names_the_store() {
     assert_eq!(v["kind"], "unavailable", "{v}");
 
     node.kill();
-    admin_sql(
-        &admin,
-        &format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"),
-    )
-    .await;
+    // The database is dropped with `db`.
 }

@@ -234,22 +234,6 @@ impl Cli {
     }
 }
 
-/// `REDRIVE_TEST_POSTGRES_URL`, or `None` when it is not set: then `what` says it is
-/// skipped, and under CI (`CI` set) it fails instead, since CI must run it.
-pub fn postgres_url(what: &str) -> Option<String> {
-    let url = std::env::var("REDRIVE_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|u| !u.trim().is_empty());
-    if url.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none_or(|v| v.is_empty()),
-            "{what} must run in CI, but REDRIVE_TEST_POSTGRES_URL is not set"
-        );
-        eprintln!("{what} skipped: REDRIVE_TEST_POSTGRES_URL is not set");
-    }
-    url
-}
-
 /// Runs `redrive --url URL ARGS...`.
 pub fn cli(url: &str, args: &[&str], stdin: Option<&[u8]>) -> Cli {
     let mut cmd = command();
