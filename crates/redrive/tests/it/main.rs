@@ -3,7 +3,6 @@
 //!
 //! # Layout
 //! - `support`: start/stop a server process, run CLI commands, tiny HTTP probes.
-//! - `bench_pg`: the load tool's raw PostgreSQL baseline against the real server.
 //! - `cli`: the operator commands end to end.
 //! - `cli_access`: tokens, roles, revocation and the audit log end to end.
 //! - `cli_topics`: the topic, subscription and publish commands end to end.
@@ -14,7 +13,6 @@
 // Helpers outside `#[test]` functions are test code too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-mod bench_pg;
 mod cli;
 mod cli_access;
 mod cli_topics;
