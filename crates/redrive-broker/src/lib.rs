@@ -20,6 +20,7 @@
 //! - `forward`: copies of push dead letters into a dead-letter topic.
 //! - `push_stats`: per-subscription delivery counters and the latency histogram.
 //! - `metrics`: counters and the Prometheus rendering.
+//! - `trace`: what the span of each operation records (never a whole lock token).
 
 mod access;
 mod clock;
@@ -36,6 +37,7 @@ mod relay;
 mod sessions;
 mod sweeper;
 mod topics;
+mod trace;
 mod waiters;
 
 use std::sync::Arc;

@@ -8,6 +8,7 @@
 //! - `cli_topics`: the topic, subscription and publish commands end to end.
 //! - `config`: configuration layering and refusal of unknown keys.
 //! - `crash`: SIGKILL under concurrent load, restart, and the durability check.
+//! - `logs`: request and broker-operation spans in the debug log.
 //! - `multinode`: three nodes on one PostgreSQL database through a node crash.
 
 // Helpers outside `#[test]` functions are test code too: a failed unwrap is a failed test.
@@ -18,5 +19,6 @@ mod cli_access;
 mod cli_topics;
 mod config;
 mod crash;
+mod logs;
 mod multinode;
 mod support;
