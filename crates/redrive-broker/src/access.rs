@@ -227,6 +227,7 @@ impl Broker {
     /// authentication off every caller is [`Actor::anonymous`]. Refused: no token, a
     /// malformed one, an unknown, revoked or expired one (`Unauthenticated`), or one over
     /// its rate limit (`RateLimited`).
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn authenticate(
         &self,
         bearer: Option<&str>,
@@ -337,6 +338,7 @@ impl Broker {
 
     /// Refuses `op` on `entity` unless the actor's grants permit it; a refusal is audited
     /// (action `denied:<operation>`).
+    #[tracing::instrument(level = "debug", skip_all, fields(operation = ?op, entity))]
     pub async fn authorize(
         &self,
         actor: &Actor,
@@ -409,6 +411,7 @@ impl Broker {
     }
 
     /// Creates a token (audited). The secret is returned once and never stored.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn create_token(&self, actor: &Actor, spec: TokenSpec) -> BrokerResult<CreatedToken> {
         let name = spec.name.trim();
         if name.is_empty()
@@ -464,12 +467,14 @@ impl Broker {
 
     /// Every token (secrets are not stored; SQS secret keys are left out by the
     /// interfaces).
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn list_tokens(&self) -> BrokerResult<Vec<TokenRecord>> {
         Ok(self.inner.store.list_tokens().await?)
     }
 
     /// Revokes a token (audited): refused from the next request on, on every node; long
     /// polls and move tasks of this node that it started end at once.
+    #[tracing::instrument(level = "debug", skip_all, fields(token_id = %id))]
     pub async fn revoke_token(&self, actor: &Actor, id: &str) -> BrokerResult<TokenRecord> {
         if id.len() > 64 {
             return Err(BrokerError::invalid("id", "not a token id"));
@@ -585,6 +590,7 @@ impl Broker {
 
     /// A page of the audit log: at most `limit` (1 to [`MAX_AUDIT_PAGE`]) entries, each
     /// filter value at most [`MAX_AUDIT_FILTER_LEN`] bytes.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn list_audit(&self, query: &AuditQuery) -> BrokerResult<Vec<AuditEntry>> {
         if query.limit == 0 || query.limit > MAX_AUDIT_PAGE {
             return Err(BrokerError::invalid(
@@ -608,6 +614,7 @@ impl Broker {
     }
 
     /// Reads the whole log and checks its chain.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn verify_audit(&self) -> BrokerResult<Result<ChainSummary, ChainError>> {
         let mut all = Vec::new();
         let mut after = None;

@@ -30,6 +30,7 @@ impl Broker {
     /// A page of dead letters and the cursor of the next page. When the actor may read
     /// payloads (`payload-reader` on the queue) the interfaces show the bodies, and the
     /// page is audited as a payload read first; otherwise only metadata is shown.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue))]
     pub async fn list_dead_letters(
         &self,
         queue: &str,
@@ -79,6 +80,7 @@ impl Broker {
 
     /// One dead letter. When the actor may read payloads the interfaces show the body,
     /// and the read is audited first; otherwise only metadata is shown.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue, dead_letter = %id))]
     pub async fn get_dead_letter(
         &self,
         queue: &str,
@@ -104,6 +106,7 @@ impl Broker {
     }
 
     /// Peek-lock receive from the dead-letter store (Service Bus `$deadletterqueue`).
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue, max))]
     pub async fn receive_dead_letters(
         &self,
         queue: &str,
@@ -142,6 +145,8 @@ impl Broker {
     }
 
     /// Completes (removes) or abandons a dead-letter delivery.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue,
+        lock_token = crate::trace::token_prefix(lock_token), complete))]
     pub async fn settle_dead_letter(
         &self,
         queue: &str,
@@ -174,6 +179,7 @@ impl Broker {
     }
 
     /// Sends a live dead letter back to its queue and archives the record.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue, dead_letter = %id))]
     pub async fn resubmit_dead_letter(
         &self,
         queue: &str,
@@ -205,6 +211,8 @@ impl Broker {
     }
 
     /// Moves a record to another area.
+    #[tracing::instrument(level = "debug", skip_all,
+        fields(queue = %queue, dead_letter = %id, to = ?to))]
     pub async fn move_dead_letter(
         &self,
         queue: &str,

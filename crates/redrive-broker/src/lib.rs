@@ -23,6 +23,7 @@
 //! - `metrics`: counters and the Prometheus rendering.
 //! - `health`: whether the store answers, for `/healthz`.
 //! - [`model`]: the records and errors operations take and answer.
+//! - `trace`: what the span of each operation records (never a whole lock token).
 
 mod access;
 mod clock;
@@ -43,6 +44,7 @@ mod sweeper;
 #[cfg(test)]
 mod tests;
 mod topics;
+mod trace;
 mod waiters;
 
 use std::sync::Arc;

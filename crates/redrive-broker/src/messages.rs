@@ -319,6 +319,8 @@ impl Broker {
 
     /// Sends one message or an atomic batch. Each result says whether the message was a
     /// duplicate inside the queue's detection window.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue,
+        messages = messages.len(), message_id = crate::trace::single_message_id(&messages)))]
     pub async fn send(&self, queue: &str, messages: Vec<Outgoing>) -> BrokerResult<Vec<Enqueued>> {
         let name: EntityName = queue.parse()?;
         if messages.is_empty() {
@@ -422,6 +424,7 @@ impl Broker {
 
     /// [`Broker::receive`] with the lock duration checked against `bounds` (the SQS
     /// endpoint passes its visibility timeout, 0 to 12 hours).
+    #[tracing::instrument(level = "debug", skip_all, name = "receive", fields(queue = %queue))]
     pub async fn receive_with(
         &self,
         queue: &str,
@@ -500,6 +503,8 @@ impl Broker {
     }
 
     /// Receives deferred messages by sequence number.
+    #[tracing::instrument(level = "debug", skip_all,
+        fields(queue = %queue, sequences = sequences.len()))]
     pub async fn receive_deferred(
         &self,
         queue: &str,
@@ -526,6 +531,7 @@ impl Broker {
 
     /// Browses messages from a sequence number without locking them: a payload read,
     /// audited before the payloads are returned.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue, from_sequence))]
     pub async fn peek(
         &self,
         queue: &str,
@@ -563,6 +569,7 @@ impl Broker {
     /// every scheduled one (SQS `PurgeQueue`). Visible messages are taken with a lock and
     /// completed; scheduled ones are cancelled. Messages locked by a receiver stay (their
     /// lock tokens are the receivers'), so do dead letters. Returns how many were removed.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue))]
     pub async fn purge(&self, queue: &str, actor: &Actor) -> BrokerResult<u64> {
         let result = self.purge_unaudited(queue).await;
         let targets = match &result {
@@ -627,6 +634,7 @@ impl Broker {
     }
 
     /// Cancels a scheduled message.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue, sequence))]
     pub async fn cancel_scheduled(&self, queue: &str, sequence: i64) -> BrokerResult<()> {
         let name: EntityName = queue.parse()?;
         self.inner
@@ -653,6 +661,8 @@ impl Broker {
     /// lock instead: the message is visible at once, its delivery count unchanged (the
     /// delivery was counted when it was received), and at the max delivery count it is
     /// dead-lettered as any released message.
+    #[tracing::instrument(level = "debug", skip_all, name = "settle", fields(queue = %queue,
+        settlements = items.len(), lock_token = crate::trace::single_token(&items)))]
     pub async fn settle_with(
         &self,
         queue: &str,

@@ -150,6 +150,7 @@ impl MoveTasks {
 
 impl Broker {
     /// Starts a move task; refused while another task of the same source is active.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %spec.source))]
     pub async fn start_move_task(&self, spec: MoveSpec) -> Result<MoveTask, MoveError> {
         let owner = spec.owner.clone();
         let source = spec.source.clone();
@@ -251,6 +252,7 @@ impl Broker {
     }
 
     /// Asks a running task to stop; answers the task as it is now (status `CANCELLING`).
+    #[tracing::instrument(level = "debug", skip_all, fields(task = %handle))]
     pub async fn cancel_move_task(
         &self,
         handle: &str,

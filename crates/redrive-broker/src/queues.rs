@@ -22,6 +22,7 @@ pub struct QueueView {
 impl Broker {
     /// Creates a queue. The policy is validated; a dead-letter queue must exist and not be
     /// the queue itself.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %name))]
     pub async fn create_queue(&self, name: &str, policy: QueuePolicy) -> BrokerResult<QueueRecord> {
         let name: EntityName = name.parse()?;
         self.check_policy(&name, &policy).await?;
@@ -35,6 +36,7 @@ impl Broker {
     }
 
     /// Replaces a queue's policy (bumping its version).
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %name))]
     pub async fn update_queue(
         &self,
         name: &str,
@@ -175,6 +177,7 @@ impl Broker {
     }
 
     /// One queue with its counts.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %name))]
     pub async fn get_queue(&self, name: &str) -> BrokerResult<QueueView> {
         let name: EntityName = name.parse()?;
         let record = self.inner.store.get_queue(&name).await?;
@@ -182,6 +185,7 @@ impl Broker {
     }
 
     /// The stored policy of a queue.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %name))]
     pub async fn queue_record(&self, name: &str) -> BrokerResult<QueueRecord> {
         let name: EntityName = name.parse()?;
         Ok(self.inner.store.get_queue(&name).await?)
@@ -201,6 +205,7 @@ impl Broker {
     }
 
     /// Every queue with its counts.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn list_queues(&self) -> BrokerResult<Vec<QueueView>> {
         let records = self.inner.store.list_queues().await?;
         let mut out = Vec::with_capacity(records.len());
@@ -212,6 +217,7 @@ impl Broker {
 
     /// Deletes a queue; without `force` only when it holds no messages or live dead
     /// letters.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %name, force))]
     pub async fn delete_queue(&self, name: &str, force: bool, actor: &Actor) -> BrokerResult<()> {
         let name: EntityName = name.parse()?;
         let result = async {
@@ -233,6 +239,7 @@ impl Broker {
     }
 
     /// Prometheus text for `/metrics`.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn render_metrics(&self) -> BrokerResult<String> {
         let views = self.list_queues().await?;
         let gauges: Vec<_> = views

@@ -11,6 +11,7 @@ use crate::{Broker, BrokerError, BrokerResult, MAX_WAIT_MS};
 impl Broker {
     /// Locks a session: the named one, or the next with a visible message. Waits up to
     /// `wait_ms` for one to become available; `None` when none did.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue, session_id))]
     pub async fn accept_session(
         &self,
         queue: &str,
@@ -64,6 +65,8 @@ impl Broker {
     }
 
     /// Extends a session lock.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue,
+        session_id = %session_id, lock_token = crate::trace::token_prefix(lock_token)))]
     pub async fn renew_session(
         &self,
         queue: &str,
@@ -81,6 +84,8 @@ impl Broker {
     }
 
     /// Releases a session lock so another receiver can take the session.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue,
+        session_id = %session_id, lock_token = crate::trace::token_prefix(lock_token)))]
     pub async fn release_session(
         &self,
         queue: &str,

@@ -366,6 +366,7 @@ impl Broker {
     // ---- topics ------------------------------------------------------------------------
 
     /// Creates a topic.
+    #[tracing::instrument(level = "debug", skip_all, fields(topic = %name))]
     pub async fn create_topic(&self, name: &str, policy: TopicPolicy) -> BrokerResult<TopicRecord> {
         let name: EntityName = name.parse()?;
         check_topic_policy(&policy)?;
@@ -379,18 +380,21 @@ impl Broker {
     }
 
     /// One topic.
+    #[tracing::instrument(level = "debug", skip_all, fields(topic = %name))]
     pub async fn get_topic(&self, name: &str) -> BrokerResult<TopicRecord> {
         let name: EntityName = name.parse()?;
         Ok(self.inner.store.get_topic(&name).await?)
     }
 
     /// Every topic.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn list_topics(&self) -> BrokerResult<Vec<TopicRecord>> {
         Ok(self.inner.store.list_topics().await?)
     }
 
     /// Deletes a topic; with subscriptions only with `force` (which deletes them and
     /// their queues).
+    #[tracing::instrument(level = "debug", skip_all, fields(topic = %name, force))]
     pub async fn delete_topic(&self, name: &str, force: bool, actor: &Actor) -> BrokerResult<()> {
         let result = self.delete_topic_inner(name, force).await;
         let targets = if force {
@@ -427,6 +431,7 @@ impl Broker {
 
     /// Creates a subscription with its queue. A push endpoint is checked and, unless
     /// `skip_validation`, must pass the CloudEvents webhook validation handshake.
+    #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic))]
     pub async fn create_subscription(
         &self,
         topic: &str,
@@ -624,6 +629,7 @@ impl Broker {
     }
 
     /// One subscription with its stats.
+    #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic, subscription = %name))]
     pub async fn get_subscription(
         &self,
         topic: &str,
@@ -635,6 +641,7 @@ impl Broker {
     }
 
     /// The subscriptions of a topic with their stats.
+    #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic))]
     pub async fn list_subscriptions(&self, topic: &str) -> BrokerResult<Vec<SubscriptionView>> {
         let topic: EntityName = topic.parse()?;
         let recs = self.inner.store.list_subscriptions(&topic).await?;
@@ -646,6 +653,7 @@ impl Broker {
     }
 
     /// Pauses/resumes a subscription or replaces its filter.
+    #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic, subscription = %name))]
     pub async fn update_subscription(
         &self,
         topic: &str,
@@ -692,6 +700,8 @@ impl Broker {
 
     /// Deletes a subscription and its queue; with undelivered events only with `force`
     /// (they are discarded, logged and counted). Returns how many were discarded.
+    #[tracing::instrument(level = "debug", skip_all,
+        fields(topic = %topic, subscription = %name, force))]
     pub async fn delete_subscription(
         &self,
         topic: &str,
@@ -743,6 +753,7 @@ impl Broker {
     /// Publishes events: all are validated first (one bad event refuses the request and
     /// stores nothing), then fanned out to every subscription whose filter matches, in
     /// one durable store transaction.
+    #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic))]
     pub async fn publish(
         &self,
         topic: &str,

@@ -256,6 +256,33 @@ pub enum Operation {
 }
 
 impl Operation {
+    /// Every operation, in the order of the enum. A new variant makes the tests fail to
+    /// compile (an exhaustive match gives each operation its place here) until it is listed.
+    pub const ALL: &'static [Operation] = &[
+        Operation::Send,
+        Operation::Publish,
+        Operation::CancelScheduled,
+        Operation::Receive,
+        Operation::Settle,
+        Operation::Session,
+        Operation::Peek,
+        Operation::ReadMetadata,
+        Operation::CreateEntity,
+        Operation::UpdatePolicy,
+        Operation::DeleteEntity,
+        Operation::Purge,
+        Operation::CreateSubscription,
+        Operation::ReadDeadLetterMetadata,
+        Operation::ReadDeadLetterPayload,
+        Operation::ConsumeDeadLetters,
+        Operation::MoveDeadLetter,
+        Operation::Replay,
+        Operation::ReadReplays,
+        Operation::ReadMetrics,
+        Operation::ManageTokens,
+        Operation::ReadAudit,
+    ];
+
     /// The roles the operation needs on its entity (all of them). `admin` permits
     /// everything whatever this says.
     pub fn requires(self) -> &'static [Role] {
@@ -373,33 +400,9 @@ mod tests {
     #[test]
     fn each_role_permits_its_operations_only() {
         use Operation::*;
-        let ops = [
-            Send,
-            Publish,
-            CancelScheduled,
-            Receive,
-            Settle,
-            Session,
-            Peek,
-            ReadMetadata,
-            CreateEntity,
-            UpdatePolicy,
-            DeleteEntity,
-            Purge,
-            CreateSubscription,
-            ReadDeadLetterMetadata,
-            ReadDeadLetterPayload,
-            ConsumeDeadLetters,
-            MoveDeadLetter,
-            Replay,
-            ReadReplays,
-            ReadMetrics,
-            ManageTokens,
-            ReadAudit,
-        ];
         for role in Role::ALL {
             let grants = [Grant::all(role)];
-            for op in ops {
+            for &op in Operation::ALL {
                 let expected =
                     role == Role::Admin || (op != ConsumeDeadLetters && op.requires() == [role]);
                 assert_eq!(
@@ -412,6 +415,44 @@ mod tests {
         let both = [g("consumer:q"), g("payload-reader:q")];
         assert!(permits(&both, ConsumeDeadLetters, Some("q")));
         assert!(!permits(&both, ConsumeDeadLetters, Some("r")));
+    }
+
+    /// The place of each operation in [`Operation::ALL`], by an exhaustive match: a new
+    /// variant does not compile until it has an arm here, which is the reminder to list it
+    /// in `ALL` at that place.
+    fn place(op: Operation) -> usize {
+        use Operation::*;
+        match op {
+            Send => 0,
+            Publish => 1,
+            CancelScheduled => 2,
+            Receive => 3,
+            Settle => 4,
+            Session => 5,
+            Peek => 6,
+            ReadMetadata => 7,
+            CreateEntity => 8,
+            UpdatePolicy => 9,
+            DeleteEntity => 10,
+            Purge => 11,
+            CreateSubscription => 12,
+            ReadDeadLetterMetadata => 13,
+            ReadDeadLetterPayload => 14,
+            ConsumeDeadLetters => 15,
+            MoveDeadLetter => 16,
+            Replay => 17,
+            ReadReplays => 18,
+            ReadMetrics => 19,
+            ManageTokens => 20,
+            ReadAudit => 21,
+        }
+    }
+
+    #[test]
+    fn all_lists_every_operation_once_in_order() {
+        for (i, &op) in Operation::ALL.iter().enumerate() {
+            assert_eq!(place(op), i, "{op:?} is at {i} in Operation::ALL");
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! - `guard`: the HTTP-level rules of the native API (host, media type, sizes).
 //! - `serve`: the accept loop of every listener (timeouts, connection limit, TLS).
 //! - `tls`: the TLS acceptor from PEM files.
+//! - `trace`: the span of every request (method, route, request id, status, latency).
 
 pub mod access;
 mod api;
@@ -20,6 +21,7 @@ pub mod error;
 mod guard;
 mod serve;
 mod tls;
+mod trace;
 mod wire;
 pub use wire::{body_in, body_out, outgoing};
 
@@ -167,6 +169,8 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             access::guard,
         ))
+        // The matched route, on the request span `run_with` opens.
+        .route_layer(axum::middleware::from_fn(trace::record_route))
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -236,7 +240,8 @@ pub async fn run_with(
         .local_addr()
         .map_err(|e| anyhow::anyhow!("cannot read the listening address: {e}"))?;
     let metrics = Arc::new(serve::ConnMetrics::default());
-    // The guard is the outermost layer: transport rules answer before anything else.
+    // The guard is the outermost layer but for the request span: transport rules answer
+    // before anything else, inside the span of the request they answer.
     let app = guard::wrap(
         router(AppState {
             broker: broker.clone(),
@@ -246,7 +251,8 @@ pub async fn run_with(
             max_body: MAX_REQUEST_BYTES,
             metrics: metrics.clone(),
         }),
-    );
+    )
+    .layer(axum::middleware::from_fn(trace::request_span));
     let max_connections = effective_max_connections(settings.max_connections);
     if max_connections < settings.max_connections {
         tracing::warn!(

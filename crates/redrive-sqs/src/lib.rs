@@ -134,6 +134,7 @@ use axum::response::Response;
 use redrive_broker::{Actor, Broker};
 use redrive_core::Timestamp;
 use serde_json::{Map, Value};
+use tracing::Instrument as _;
 
 use crate::error::{ErrorKind, SqsError, SqsResult};
 use crate::protocol::Protocol;
@@ -264,7 +265,23 @@ async fn handle(
     body: Body,
 ) -> Response {
     let client = connect.map(|c| c.0.0.ip().to_string());
-    let mut resp = answer(&sqs, method, uri, headers, body, client).await;
+    // One span per request, as the native API has (DEBUG: free at the default level):
+    // the action and the request id are recorded once decoded, the status and latency at
+    // the end. Neither bodies nor receipt handles are recorded.
+    let span = tracing::debug_span!(
+        "sqs_request",
+        method = %method,
+        action = tracing::field::Empty,
+        request_id = tracing::field::Empty,
+        status = tracing::field::Empty,
+        latency_ms = tracing::field::Empty,
+    );
+    let started = std::time::Instant::now();
+    let mut resp = answer(&sqs, method, uri, headers, body, client)
+        .instrument(span.clone())
+        .await;
+    span.record("status", resp.status().as_u16());
+    span.record("latency_ms", started.elapsed().as_micros() as f64 / 1_000.0);
     // The broker's clock, which signatures are checked against: SDKs correct their clock
     // skew from this header.
     let date = auth::http_date(sqs.broker.clock().now().as_millis());
@@ -283,6 +300,7 @@ async fn answer(
     client: Option<String>,
 ) -> Response {
     let request_id = protocol::request_id();
+    tracing::Span::current().record("request_id", tracing::field::display(&request_id));
     let guess = if headers.contains_key("x-amz-target") {
         Protocol::Json
     } else {
@@ -305,6 +323,8 @@ async fn answer(
         Ok(r) => r,
         Err((p, e)) => return protocol::failure(p, &e, &request_id),
     };
+    // The client's text, quoted and escaped.
+    tracing::Span::current().record("action", req.action.as_str());
     if method == Method::GET && !READ_ONLY.contains(&req.action.as_str()) {
         let e = SqsError::new(
             ErrorKind::UnsupportedOperation,

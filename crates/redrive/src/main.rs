@@ -1,25 +1,18 @@
 //! The `redrive` binary: `serve` runs the broker; the other commands operate a running
-//! server over its HTTP API; `bench` is the load tool. This file only parses arguments
-//! and dispatches.
+//! server over its HTTP API (the load tool is `redrive-bench`, a crate of its own). This
+//! file only parses arguments and dispatches.
 
-mod bench;
-mod bench_cpu;
-mod bench_pg;
-mod bench_push;
-mod bench_sqs;
-mod client;
 mod cmd;
 mod config;
-mod failure;
 mod migrate;
-mod output;
 mod serve;
-mod units;
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+// The package's library half (shared with `redrive-bench`), under the names the commands use.
+use redrive::{client, failure, output, units};
 
 use crate::cmd::Ctx;
 
@@ -34,7 +27,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Debug, Parser)]
 #[command(name = "redrive", version, after_help = failure::EXIT_CODES_HELP)]
 struct Cli {
-    /// Server URL for operator commands and bench.
+    /// Server URL for operator commands.
     #[arg(
         long,
         global = true,
@@ -87,8 +80,6 @@ enum Command {
     /// Read and verify the audit log (admin).
     #[command(subcommand)]
     Audit(cmd::access::AuditCommand),
-    /// Load tests against a running server.
-    Bench(bench::BenchArgs),
     #[command(flatten)]
     Topics(cmd::topic::TopicCommands),
 }
@@ -137,7 +128,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Stats(a) => cmd::stats::run(&ctx()?, a).await,
         Command::Token(c) => cmd::access::run_token(&ctx()?, c).await,
         Command::Audit(c) => cmd::access::run_audit(&ctx()?, c).await,
-        Command::Bench(a) => bench::run(&ctx()?, a).await,
         Command::Topics(c) => cmd::topic::run(&ctx()?, c).await,
     }
 }

@@ -12,6 +12,7 @@ use redrive_store_postgres::{DatabaseClock, PostgresOptions, PostgresStore};
 use redrive_store_sqlite::{SqliteOptions, SqliteStore};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::format::FmtSpan;
 
 use crate::config::{self, Config, LogConfig, LogFormat, Overrides, StoreLocation};
 use crate::failure::input_error;
@@ -287,14 +288,24 @@ pub(crate) async fn open_store(
 fn init_logging(log: &LogConfig) -> anyhow::Result<()> {
     let filter = EnvFilter::try_new(&log.level)
         .map_err(|e| input_error(format!("invalid log level {:?}: {e}", log.level)))?;
+    // Every event names the spans it happened in (the request's method, route and id, the
+    // broker operation's queue), and each span logs a line as it closes, with the status and
+    // latency of a request and the busy/idle time of an operation. Those spans are DEBUG
+    // (see redrive-server's `trace`): at the default level neither appears.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_span_events(FmtSpan::CLOSE);
     let installed = match log.format {
         LogFormat::Text => builder
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .try_init(),
-        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .with_ansi(false)
+            .try_init(),
     };
     installed.map_err(|e| anyhow::anyhow!("cannot install the log subscriber: {e}"))
 }

@@ -1,9 +1,17 @@
 //! Durations (`30s`, `500ms`, `5m`, `2h`, `7d`, `1h30m`) and byte sizes (`256`, `64KiB`,
-//! `1MiB`) as typed on the command line, and times given as RFC 3339 or relative to now.
+//! `1MiB`) as typed on the command line, times given as RFC 3339 or relative to now, and
+//! queue names checked before anything is sent.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redrive_core::Timestamp;
+use redrive_core::{EntityName, Timestamp};
+
+/// A clap value parser that checks the queue naming rule before anything is sent.
+pub fn queue_name(s: &str) -> Result<String, String> {
+    s.parse::<EntityName>()
+        .map(|n| n.as_str().to_owned())
+        .map_err(|e| e.to_string())
+}
 
 /// Parses a duration: one or more `<integer><unit>` parts with unit `ms`, `s`, `m`, `h` or
 /// `d` (`1h30m`). A bare `0` is zero. Returns milliseconds.

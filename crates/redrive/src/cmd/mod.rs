@@ -8,9 +8,8 @@ pub mod queue;
 pub mod stats;
 pub mod topic;
 
-use redrive_core::EntityName;
-
 use crate::client::Client;
+pub use crate::units::queue_name;
 
 /// What every operator command gets.
 #[derive(Debug, Clone)]
@@ -19,13 +18,6 @@ pub struct Ctx {
     pub client: Client,
     /// Print the API's JSON instead of tables.
     pub json: bool,
-}
-
-/// A clap value parser that checks the queue naming rule before anything is sent.
-pub fn queue_name(s: &str) -> Result<String, String> {
-    s.parse::<EntityName>()
-        .map(|n| n.as_str().to_owned())
-        .map_err(|e| e.to_string())
 }
 
 /// A clap value parser for dead-letter areas.

@@ -3,22 +3,22 @@
 //!
 //! # Layout
 //! - `support`: start/stop a server process, run CLI commands, tiny HTTP probes.
-//! - `bench_pg`: the load tool's raw PostgreSQL baseline against the real server.
 //! - `cli`: the operator commands end to end.
 //! - `cli_access`: tokens, roles, revocation and the audit log end to end.
 //! - `cli_topics`: the topic, subscription and publish commands end to end.
 //! - `config`: configuration layering and refusal of unknown keys.
 //! - `crash`: SIGKILL under concurrent load, restart, and the durability check.
+//! - `logs`: request and broker-operation spans in the debug log.
 //! - `multinode`: three nodes on one PostgreSQL database through a node crash.
 
 // Helpers outside `#[test]` functions are test code too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-mod bench_pg;
 mod cli;
 mod cli_access;
 mod cli_topics;
 mod config;
 mod crash;
+mod logs;
 mod multinode;
 mod support;

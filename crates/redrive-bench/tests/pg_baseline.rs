@@ -1,4 +1,4 @@
-//! `redrive bench pg-baseline` against the real PostgreSQL server: both table shapes run
+//! `redrive-bench pg-baseline` against the real PostgreSQL server: both table shapes run
 //! end to end, leave the shape they promise (pgmq's `vt` index and `jsonb` message, or the
 //! lean table's single index and `bytea`), consume everything they insert, drop their
 //! schema unless told to keep it, and refuse a schema that already exists.
@@ -6,9 +6,60 @@
 //! Needs `REDRIVE_TEST_POSTGRES_URL`: without it the test says it is skipped, and under
 //! CI it fails.
 
+// Helpers outside `#[test]` functions are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::process::{Command, Stdio};
+
 use serde_json::Value;
 
-use crate::support::{Cli, cli};
+/// The outcome of one `redrive-bench` run.
+struct Run {
+    args: Vec<String>,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// Asserts success and returns stdout.
+    #[track_caller]
+    fn ok(&self) -> &str {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "`redrive-bench {}` failed:\nstdout: {}\nstderr: {}",
+            self.args.join(" "),
+            self.stdout,
+            self.stderr
+        );
+        &self.stdout
+    }
+
+    /// Asserts exit code `code` and that stderr is one `error:` line mentioning `needle`.
+    #[track_caller]
+    fn fails(&self, code: i32, needle: &str) {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "`redrive-bench {}`: expected exit {code}:\nstdout: {}\nstderr: {}",
+            self.args.join(" "),
+            self.stdout,
+            self.stderr
+        );
+        assert!(
+            self.stderr.contains(needle),
+            "`redrive-bench {}`: stderr lacks {needle:?}:\n{}",
+            self.args.join(" "),
+            self.stderr
+        );
+        assert!(
+            self.stderr.starts_with("error:"),
+            "not an error line: {}",
+            self.stderr
+        );
+    }
+}
 
 async fn connect(url: &str) -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
@@ -55,11 +106,13 @@ async fn schema_exists(db: &tokio_postgres::Client, schema: &str) -> bool {
         .is_some()
 }
 
-/// Runs `redrive bench pg-baseline --pg URL --schema SCHEMA EXTRA…` (no server needed).
-fn baseline(url: &str, schema: &str, extra: &[&str]) -> Cli {
+/// Runs `redrive-bench --json pg-baseline --pg URL --schema SCHEMA EXTRA…` (no server
+/// needed; `--url` points nowhere).
+fn baseline(url: &str, schema: &str, extra: &[&str]) -> Run {
     let mut args = vec![
+        "--url",
+        "http://127.0.0.1:9",
         "--json",
-        "bench",
         "pg-baseline",
         "--pg",
         url,
@@ -67,7 +120,19 @@ fn baseline(url: &str, schema: &str, extra: &[&str]) -> Cli {
         schema,
     ];
     args.extend_from_slice(extra);
-    cli("http://127.0.0.1:9", &args, None)
+    let out = Command::new(env!("CARGO_BIN_EXE_redrive-bench"))
+        .args(&args)
+        .env_remove("REDRIVE_URL")
+        .env_remove("REDRIVE_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    Run {
+        args: args.iter().map(|s| (*s).to_owned()).collect(),
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

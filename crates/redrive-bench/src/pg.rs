@@ -1,4 +1,4 @@
-//! `redrive bench pg-baseline`: a raw pgmq-style queue written directly in SQL, the
+//! `redrive-bench pg-baseline`: a raw pgmq-style queue written directly in SQL, the
 //! baseline that redrive's PostgreSQL store is measured against. It needs no redrive
 //! server: it creates a schema of its own, publishes with multi-row `INSERT`s over several
 //! connections, then receives (`FOR UPDATE SKIP LOCKED` + visibility timeout, one
@@ -20,11 +20,11 @@ use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinSet;
 use tokio_postgres::{Client, Config, NoTls};
 
-use crate::bench::{Progress, Report, rate, round2, secs};
-use crate::bench_cpu::{CpuMark, CpuWatch};
+use crate::cpu::{CpuMark, CpuWatch};
 use crate::failure::input_error;
+use crate::report::{Progress, Report, rate, round2, secs};
 
-/// `redrive bench pg-baseline`.
+/// `redrive-bench pg-baseline`.
 #[derive(Debug, Args)]
 pub struct PgBaselineArgs {
     /// PostgreSQL connection URL (postgres://USER@HOST:PORT/DATABASE).

@@ -1,4 +1,4 @@
-//! `redrive bench sqs`: end-to-end throughput through the SQS-compatible endpoint with the
+//! `redrive-bench sqs`: end-to-end throughput through the SQS-compatible endpoint with the
 //! real AWS SDK for Rust — SendMessageBatch of 10, ReceiveMessage of 10, DeleteMessageBatch
 //! — with producers and consumers running at the same time. A tool for people, never a
 //! timed test.
@@ -14,11 +14,11 @@ use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, SendMessageBatchRequest
 use clap::Args;
 use tokio::task::JoinSet;
 
-use crate::bench::Report;
 use crate::failure::input_error;
+use crate::report::Report;
 use crate::units::parse_size;
 
-/// `redrive bench sqs`.
+/// `redrive-bench sqs`.
 #[derive(Debug, Args)]
 pub struct SqsBenchArgs {
     /// The SQS endpoint of the server.

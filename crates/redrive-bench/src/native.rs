@@ -1,72 +1,28 @@
-//! `redrive bench`: load scenarios against a running server (w1 throughput, latency, w2
-//! dead-lettering, fill), with optional sampling of the server's resident memory, and
-//! `pg-baseline`, a raw PostgreSQL queue to compare the PostgreSQL store with (see
-//! `bench_pg`), plus `sqs` (`bench_sqs`) and `push` (`bench_push`). This is a tool for people, never a timed test.
+//! The scenarios against a running server's native API: w1 (throughput, optionally
+//! round-robin over several nodes), latency, w2 (dead-lettering) and fill.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use clap::{Args, Subcommand};
+use clap::Args;
 use redrive_api::message::{
     MessageList, ReceiveRequest, SendMessage, SendRequest, Settle, SettleKind,
 };
 use redrive_api::queue::{CreateQueue, QueuePolicy};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::bench_cpu::CpuWatch;
 use crate::client::Client;
-use crate::cmd::{Ctx, queue_name};
+use crate::cpu::CpuWatch;
 use crate::failure::input_error;
-use crate::output::{Table, print_json};
+use crate::report::{Progress, Report, percentile, rate, round2, secs};
 use crate::units::{parse_duration_ms, parse_size};
 
-/// `redrive bench`.
 #[derive(Debug, Args)]
-pub struct BenchArgs {
-    #[command(subcommand)]
-    scenario: Scenario,
-    /// Sample this server process's resident memory (VmRSS from /proc/PID/status).
-    #[arg(long, global = true, value_name = "PID")]
-    server_pid: Option<u32>,
-    /// Use this queue name instead of a fresh `bench-…` one.
-    #[arg(long, global = true, value_name = "NAME", value_parser = queue_name)]
-    queue: Option<String>,
-    /// Keep the queue afterwards (fill always keeps it).
-    #[arg(long, global = true)]
-    keep: bool,
-}
-
-#[derive(Debug, Subcommand)]
-enum Scenario {
-    /// Throughput: publish N messages in batches, then receive and complete them all.
-    W1(W1Args),
-    /// Send→receive latency at a fixed publish rate with concurrent long-polling consumers.
-    Latency(LatencyArgs),
-    /// Dead-lettering: consumers abandon everything until max delivery count (3) is hit.
-    W2(W2Args),
-    /// Leave N messages waiting in a queue and report the server's memory after.
-    Fill(FillArgs),
-    /// Raw pgmq-style baseline in SQL (no server): inserts, then receive + delete.
-    PgBaseline(crate::bench_pg::PgBaselineArgs),
-    /// SQS endpoint, end to end with the AWS SDK: SendMessageBatch 10, ReceiveMessage 10,
-    /// DeleteMessageBatch, producers and consumers at once.
-    Sqs(crate::bench_sqs::SqsBenchArgs),
-    /// Push delivery: a local receiver, a topic with one push subscription to it, N events
-    /// published; events per second from the first publish to the last event received
-    /// (`--backlog`: the drain of a paused subscription's backlog after its resume;
-    /// `--rate`: publish → first delivery attempt latency at a fixed rate).
-    Push(crate::bench_push::PushBenchArgs),
-    /// Push retries: many push subscriptions to a receiver that answers 500, every event
-    /// waiting in backoff after its first attempt; the server's memory then.
-    PushBackoff(crate::bench_push::PushBackoffArgs),
-}
-
-#[derive(Debug, Args)]
-struct PublishArgs {
+pub(crate) struct PublishArgs {
     /// Body size (e.g. 256, 1KiB).
     #[arg(long, default_value = "256", value_parser = parse_size)]
     size: u64,
@@ -79,7 +35,7 @@ struct PublishArgs {
 }
 
 #[derive(Debug, Args)]
-struct W1Args {
+pub(crate) struct W1Args {
     /// Messages to publish and consume.
     #[arg(long, short = 'n', default_value_t = 200_000)]
     messages: u64,
@@ -97,7 +53,7 @@ struct W1Args {
     /// Another node of the same cluster (repeatable): sends, receives and settles go
     /// round-robin over --url and these.
     #[arg(long, value_name = "URL")]
-    also: Vec<String>,
+    pub(crate) also: Vec<String>,
     /// Also report the CPU time of every `postgres` process on this machine, per message
     /// and phase (next to the load tool's and, with --server-pid, the server's).
     #[arg(long)]
@@ -105,7 +61,7 @@ struct W1Args {
 }
 
 #[derive(Debug, Args)]
-struct LatencyArgs {
+pub(crate) struct LatencyArgs {
     /// Messages per second to publish.
     #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
     rate: u64,
@@ -127,7 +83,7 @@ struct LatencyArgs {
 }
 
 #[derive(Debug, Args)]
-struct W2Args {
+pub(crate) struct W2Args {
     /// Messages to publish (each is delivered 3 times, then dead-lettered).
     #[arg(long, short = 'n', default_value_t = 50_000)]
     messages: u64,
@@ -142,7 +98,7 @@ struct W2Args {
 }
 
 #[derive(Debug, Args)]
-struct FillArgs {
+pub(crate) struct FillArgs {
     /// Messages to leave waiting.
     #[arg(long, short = 'n', default_value_t = 1_000_000)]
     messages: u64,
@@ -150,158 +106,15 @@ struct FillArgs {
     publish: PublishArgs,
 }
 
-/// Runs a scenario and prints its report.
-pub async fn run(ctx: &Ctx, args: BenchArgs) -> anyhow::Result<()> {
-    if let Scenario::PgBaseline(a) = args.scenario {
-        return run_pg_baseline(ctx, a, args.server_pid, args.queue.is_some(), args.keep).await;
-    }
-    if let Scenario::Sqs(a) = args.scenario {
-        let memory = match args.server_pid {
-            Some(pid) => Some(MemorySampler::start(pid)?),
-            None => None,
-        };
-        let mut report = Report::new("sqs", "");
-        let outcome = crate::bench_sqs::run(a, args.keep, &mut report).await;
-        if let Some(m) = memory {
-            m.finish(&mut report).await;
-        }
-        report.queue = outcome?;
-        return print_report(ctx, &report);
-    }
-    if let Scenario::Push(_) | Scenario::PushBackoff(_) = args.scenario {
-        let base = ctx.client.base().as_str().to_owned();
-        let probe = Client::new(&base, Duration::from_secs(120))?.with_token(ctx.client.token());
-        probe
-            .healthz()
-            .await
-            .with_context(|| format!("server at {base}"))?;
-        let memory = match args.server_pid {
-            Some(pid) => Some(MemorySampler::start(pid)?),
-            None => None,
-        };
-        let name = match args.scenario {
-            Scenario::PushBackoff(_) => "push-backoff",
-            _ => "push",
-        };
-        let topic = args
-            .queue
-            .clone()
-            .unwrap_or_else(|| format!("bench-{name}-{}", crate::units::now().0));
-        let mut report = Report::new(name, &topic);
-        let outcome = match args.scenario {
-            Scenario::PushBackoff(a) => {
-                let pid = args.server_pid;
-                crate::bench_push::run_backoff(&base, a, topic, args.keep, pid, &mut report).await
-            }
-            Scenario::Push(a) => {
-                crate::bench_push::run(&base, a, topic, args.keep, &mut report).await
-            }
-            _ => unreachable!("a push scenario"),
-        };
-        if let Some(m) = memory {
-            m.finish(&mut report).await;
-        }
-        report.queue = outcome?;
-        return print_report(ctx, &report);
-    }
-    let client = Client::new(ctx.client.base().as_str(), Duration::from_secs(120))?
-        .with_token(ctx.client.token());
-    let nodes = match &args.scenario {
-        Scenario::W1(a) => nodes(&client, &a.also)?,
-        _ => Nodes::one(client.clone()),
-    };
-    for node in nodes.clients.iter() {
-        node.healthz()
-            .await
-            .with_context(|| format!("server at {}", node.base()))?;
-    }
-    let memory = match args.server_pid {
-        Some(pid) => Some(MemorySampler::start(pid)?),
-        None => None,
-    };
-    let scenario_name = match &args.scenario {
-        Scenario::W1(_) => "w1",
-        Scenario::Latency(_) => "latency",
-        Scenario::W2(_) => "w2",
-        Scenario::Fill(_) => "fill",
-        Scenario::PgBaseline(_) => "pg-baseline",
-        Scenario::Sqs(_) => "sqs",
-        Scenario::Push(_) => "push",
-        Scenario::PushBackoff(_) => "push-backoff",
-    };
-    let queue = args
-        .queue
-        .clone()
-        .unwrap_or_else(|| format!("bench-{scenario_name}-{}", crate::units::now().0));
-    let mut report = Report::new(scenario_name, &queue);
-    let keep = args.keep || matches!(args.scenario, Scenario::Fill(_));
-    let outcome = match args.scenario {
-        Scenario::W1(a) => w1(&nodes, &queue, a, args.server_pid, &mut report).await,
-        Scenario::Latency(a) => latency(&client, &queue, a, &mut report).await,
-        Scenario::W2(a) => w2(&client, &queue, a, &mut report).await,
-        Scenario::Fill(a) => fill(&client, &queue, a, &mut report).await,
-        Scenario::PgBaseline(_)
-        | Scenario::Sqs(_)
-        | Scenario::Push(_)
-        | Scenario::PushBackoff(_) => {
-            unreachable!("handled above")
-        }
-    };
-    if let Some(m) = memory {
-        m.finish(&mut report).await;
-    }
-    if !keep && let Err(e) = client.delete_queue(&queue, true).await {
-        eprintln!("warning: could not delete bench queue {queue}: {e}");
-    }
-    outcome?;
-    print_report(ctx, &report)
-}
-
-fn print_report(ctx: &Ctx, report: &Report) -> anyhow::Result<()> {
-    if ctx.json {
-        print_json(&report.json())
-    } else {
-        print!("{}", report.table().render());
-        Ok(())
-    }
-}
-
-/// `pg-baseline`: no server involved; `--server-pid` may still sample a process (e.g. a
-/// PostgreSQL backend or the postmaster).
-async fn run_pg_baseline(
-    ctx: &Ctx,
-    a: crate::bench_pg::PgBaselineArgs,
-    server_pid: Option<u32>,
-    queue_given: bool,
-    keep: bool,
-) -> anyhow::Result<()> {
-    if queue_given {
-        return Err(input_error(
-            "--queue does not apply to pg-baseline (use --schema NAME)",
-        ));
-    }
-    let memory = match server_pid {
-        Some(pid) => Some(MemorySampler::start(pid)?),
-        None => None,
-    };
-    let mut report = Report::new("pg-baseline", "");
-    let outcome = crate::bench_pg::run(a, keep, &mut report).await;
-    if let Some(m) = memory {
-        m.finish(&mut report).await;
-    }
-    report.queue = outcome?;
-    print_report(ctx, &report)
-}
-
 /// The nodes a scenario spreads its requests over, round-robin.
 #[derive(Clone)]
-struct Nodes {
-    clients: Arc<Vec<Client>>,
+pub(crate) struct Nodes {
+    pub(crate) clients: Arc<Vec<Client>>,
     next: Arc<AtomicU64>,
 }
 
 impl Nodes {
-    fn one(client: Client) -> Nodes {
+    pub(crate) fn one(client: Client) -> Nodes {
         Nodes {
             clients: Arc::new(vec![client]),
             next: Arc::new(AtomicU64::new(0)),
@@ -322,7 +135,7 @@ impl Nodes {
 }
 
 /// `--url` plus every `--also` URL, each checked and given once.
-fn nodes(main: &Client, also: &[String]) -> anyhow::Result<Nodes> {
+pub(crate) fn nodes(main: &Client, also: &[String]) -> anyhow::Result<Nodes> {
     let mut clients = vec![main.clone()];
     for url in also {
         let client = Client::new(url, Duration::from_secs(120))
@@ -344,7 +157,7 @@ fn nodes(main: &Client, also: &[String]) -> anyhow::Result<Nodes> {
 
 // ---- scenarios ------------------------------------------------------------------------
 
-async fn w1(
+pub(crate) async fn w1(
     nodes: &Nodes,
     queue: &str,
     a: W1Args,
@@ -388,7 +201,7 @@ async fn w1(
     Ok(())
 }
 
-async fn latency(
+pub(crate) async fn latency(
     client: &Client,
     queue: &str,
     a: LatencyArgs,
@@ -536,7 +349,12 @@ async fn latency(
     Ok(())
 }
 
-async fn w2(client: &Client, queue: &str, a: W2Args, report: &mut Report) -> anyhow::Result<()> {
+pub(crate) async fn w2(
+    client: &Client,
+    queue: &str,
+    a: W2Args,
+    report: &mut Report,
+) -> anyhow::Result<()> {
     let policy = QueuePolicy {
         max_delivery_count: 3,
         ..QueuePolicy::default()
@@ -614,7 +432,7 @@ async fn w2(client: &Client, queue: &str, a: W2Args, report: &mut Report) -> any
     Ok(())
 }
 
-async fn fill(
+pub(crate) async fn fill(
     client: &Client,
     queue: &str,
     a: FillArgs,
@@ -851,206 +669,9 @@ fn sent_micros(body: &str) -> Option<u128> {
     body.strip_prefix("t=")?.get(..20)?.parse().ok()
 }
 
-/// Nearest-rank percentile of sorted samples (`q` in 0..=1).
-pub(crate) fn percentile(sorted: &[u64], q: f64) -> Option<u64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let n = sorted.len();
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // 0 <= q*n <= n
-    let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
-    Some(sorted[rank - 1])
-}
-
-pub(crate) fn secs(d: Duration) -> f64 {
-    round2(d.as_secs_f64())
-}
-
-/// Per second, rounded to a whole number.
-pub(crate) fn rate(count: u64, d: Duration) -> u64 {
-    let s = d.as_secs_f64();
-    if s <= 0.0 {
-        return 0;
-    }
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // a positive rate
-    let r = (count as f64 / s).round() as u64;
-    r
-}
-
-pub(crate) fn round2(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
-}
-
-// ---- progress and memory ---------------------------------------------------------------
-
-/// Prints `label n/total` on stderr twice a second while stderr is a terminal.
-pub(crate) struct Progress {
-    stop: Arc<AtomicBool>,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Progress {
-    pub(crate) fn start(label: &'static str, total: u64, count: Arc<AtomicU64>) -> Progress {
-        let stop = Arc::new(AtomicBool::new(false));
-        let task = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                while !stop.load(Ordering::SeqCst) {
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    eprint!("\r{label} {}/{total}   ", count.load(Ordering::Relaxed));
-                }
-                eprint!("\r{}\r", " ".repeat(label.len() + 32));
-            })
-        });
-        Progress { stop, task }
-    }
-
-    pub(crate) async fn finish(self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.task {
-            let _ = t.await;
-        }
-    }
-}
-
-/// Samples a process's VmRSS every 100 ms; reports idle (at start), peak, and end.
-struct MemorySampler {
-    pid: u32,
-    idle_kib: u64,
-    peak_kib: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl MemorySampler {
-    fn start(pid: u32) -> anyhow::Result<MemorySampler> {
-        let idle_kib = read_status_kib(pid, "VmRSS").ok_or_else(|| {
-            input_error(format!(
-                "--server-pid {pid}: cannot read VmRSS from /proc/{pid}/status"
-            ))
-        })?;
-        let peak_kib = Arc::new(AtomicU64::new(idle_kib));
-        let stop = Arc::new(AtomicBool::new(false));
-        let task = {
-            let (peak, stop) = (peak_kib.clone(), stop.clone());
-            tokio::spawn(async move {
-                while !stop.load(Ordering::SeqCst) {
-                    if let Some(kib) = read_status_kib(pid, "VmRSS") {
-                        peak.fetch_max(kib, Ordering::Relaxed);
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            })
-        };
-        Ok(MemorySampler {
-            pid,
-            idle_kib,
-            peak_kib,
-            stop,
-            task,
-        })
-    }
-
-    async fn finish(self, report: &mut Report) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = self.task.await;
-        let end = read_status_kib(self.pid, "VmRSS");
-        if let Some(kib) = end {
-            self.peak_kib.fetch_max(kib, Ordering::Relaxed);
-        }
-        let mib = |kib: u64| round2(kib as f64 / 1_024.0);
-        report.add("server_rss_idle", mib(self.idle_kib), "MiB");
-        report.add(
-            "server_rss_peak",
-            mib(self.peak_kib.load(Ordering::Relaxed)),
-            "MiB",
-        );
-        report.add(
-            "server_rss_after",
-            end.map_or(Value::Null, |k| json!(mib(k))),
-            "MiB",
-        );
-        if let Some(hwm) = read_status_kib(self.pid, "VmHWM") {
-            report.add("server_rss_high_water", mib(hwm), "MiB");
-        }
-    }
-}
-
-/// A `kB` field of `/proc/PID/status`.
-pub(crate) fn read_status_kib(pid: u32, field: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status_field_kib(&text, field)
-}
-
-fn status_field_kib(status: &str, field: &str) -> Option<u64> {
-    status.lines().find_map(|line| {
-        let rest = line.strip_prefix(field)?.strip_prefix(':')?;
-        rest.split_whitespace().next()?.parse().ok()
-    })
-}
-
-// ---- report -----------------------------------------------------------------------------
-
-/// Figures of one run, in the order they were added.
-pub(crate) struct Report {
-    scenario: String,
-    queue: String,
-    figures: Vec<(String, Value, &'static str)>,
-}
-
-impl Report {
-    pub(crate) fn new(scenario: &str, queue: &str) -> Report {
-        Report {
-            scenario: scenario.to_owned(),
-            queue: queue.to_owned(),
-            figures: Vec::new(),
-        }
-    }
-
-    pub(crate) fn add(&mut self, name: &str, value: impl Into<Value>, unit: &'static str) {
-        self.figures.push((name.to_owned(), value.into(), unit));
-    }
-
-    fn table(&self) -> Table {
-        let mut t = Table::new(["METRIC", "VALUE", "UNIT"]);
-        t.row(["scenario".to_owned(), self.scenario.clone(), String::new()]);
-        t.row(["queue".to_owned(), self.queue.clone(), String::new()]);
-        for (name, value, unit) in &self.figures {
-            let v = match value {
-                Value::String(s) => s.clone(),
-                Value::Null => "-".to_owned(),
-                other => other.to_string(),
-            };
-            t.row([name.clone(), v, (*unit).to_owned()]);
-        }
-        t
-    }
-
-    pub(crate) fn json(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("scenario".into(), json!(self.scenario));
-        m.insert("queue".into(), json!(self.queue));
-        for (name, value, _) in &self.figures {
-            m.insert(name.clone(), value.clone());
-        }
-        Value::Object(m)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn percentiles_use_nearest_rank() {
-        let s: Vec<u64> = (1..=100).collect();
-        assert_eq!(percentile(&s, 0.50), Some(50));
-        assert_eq!(percentile(&s, 0.90), Some(90));
-        assert_eq!(percentile(&s, 0.99), Some(99));
-        assert_eq!(percentile(&s, 1.0), Some(100));
-        assert_eq!(percentile(&[7], 0.5), Some(7));
-        assert_eq!(percentile(&[], 0.5), None);
-    }
 
     #[test]
     fn stamped_bodies_carry_the_send_time_and_size() {
@@ -1058,24 +679,5 @@ mod tests {
         assert_eq!(b.len(), 256);
         assert_eq!(sent_micros(&b), Some(123_456));
         assert_eq!(sent_micros("garbage"), None);
-    }
-
-    #[test]
-    fn status_fields_parse() {
-        let status = "Name:\tredrive\nVmHWM:\t   20480 kB\nVmRSS:\t   10240 kB\n";
-        assert_eq!(status_field_kib(status, "VmRSS"), Some(10_240));
-        assert_eq!(status_field_kib(status, "VmHWM"), Some(20_480));
-        assert_eq!(status_field_kib(status, "VmSwap"), None);
-    }
-
-    #[test]
-    fn reports_render_as_table_and_json() {
-        let mut r = Report::new("w1", "q");
-        r.add("publish_rate", 1234, "msgs/s");
-        r.add("latency_p99", Value::Null, "ms");
-        let t = r.table().render();
-        assert!(t.contains("publish_rate"), "{t}");
-        assert_eq!(r.json()["publish_rate"], json!(1234));
-        assert_eq!(r.json()["scenario"], json!("w1"));
     }
 }

@@ -1,4 +1,4 @@
-//! `redrive bench push` and `redrive bench push-backoff`: push delivery end to end. The
+//! `redrive-bench push` and `redrive-bench push-backoff`: push delivery end to end. The
 //! bench runs its own HTTP receiver on 127.0.0.1 (it agrees to the validation handshake
 //! and answers every POST, counting events: one per structured request, N per batch
 //! array), creates a topic with push subscriptions to it, publishes through the native
@@ -29,11 +29,11 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::bench::{Report, percentile, rate, read_status_kib, round2, secs};
 use crate::failure::input_error;
+use crate::report::{Report, percentile, rate, read_status_kib, round2, secs};
 use crate::units::parse_size;
 
-/// `redrive bench push`.
+/// `redrive-bench push`.
 #[derive(Debug, Args)]
 pub struct PushBenchArgs {
     /// Events to publish and have delivered (throughput; with --rate, --duration-s decides).
@@ -74,7 +74,7 @@ pub struct PushBenchArgs {
     wait_secs: u64,
 }
 
-/// `redrive bench push-backoff`.
+/// `redrive-bench push-backoff`.
 #[derive(Debug, Args)]
 pub struct PushBackoffArgs {
     /// Events in total (an equal share matches each subscription).

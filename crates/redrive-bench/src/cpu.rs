@@ -10,7 +10,7 @@
 
 use serde_json::Value;
 
-use crate::bench::Report;
+use crate::report::Report;
 
 /// Clock ticks per second in `/proc/PID/stat`.
 const TICKS_PER_SECOND: f64 = 100.0;

@@ -1,0 +1,268 @@
+//! `redrive-bench`, the load tool: scenarios against a running redrive server (w1
+//! throughput, latency, w2 dead-lettering, fill; `native`), with optional sampling of the
+//! server's resident memory and CPU (`report`, `cpu`); `pg-baseline`, a raw PostgreSQL
+//! queue to compare the PostgreSQL store with (`pg`); `sqs` through the SQS endpoint with
+//! the AWS SDK (`sqs`); and push delivery (`push`). A tool for people, never a timed test.
+//!
+//! It is its own crate so that the shipped `redrive` binary carries neither the AWS SDK
+//! nor raw SQL; it talks to the server over HTTP only, through the `redrive` package's
+//! client library, and needs no `redrive` binary of its own (the server it measures is
+//! started by whoever runs it, see docs/benchmarks.md). This file only parses arguments
+//! and dispatches.
+
+mod cpu;
+mod native;
+mod pg;
+mod push;
+mod report;
+mod sqs;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+// The `redrive` package's client library, under the names the scenarios use.
+use redrive::{client, failure, output, units};
+
+use crate::client::Client;
+use crate::failure::input_error;
+use crate::output::print_json;
+use crate::report::{MemorySampler, Report};
+
+/// The same allocator as the `redrive` binary: the load tool's own CPU per message
+/// (`*_cpu_client`) was measured with it when the tool lived in that binary
+/// (docs/benchmarks.md), and it runs on the same cores as the server it measures.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// redrive-bench: load tests against a running redrive server.
+#[derive(Debug, Parser)]
+#[command(name = "redrive-bench", version, after_help = failure::EXIT_CODES_HELP)]
+struct Cli {
+    /// Server URL.
+    #[arg(
+        long,
+        global = true,
+        env = "REDRIVE_URL",
+        default_value = "http://127.0.0.1:7474"
+    )]
+    url: String,
+    /// API token (`rdt_…`) sent with every request; needed when the server has
+    /// authentication on.
+    #[arg(long, global = true, env = "REDRIVE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Print the report as JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    scenario: Scenario,
+    /// Sample this server process's resident memory (VmRSS from /proc/PID/status).
+    #[arg(long, global = true, value_name = "PID")]
+    server_pid: Option<u32>,
+    /// Use this queue name instead of a fresh `bench-…` one.
+    #[arg(long, global = true, value_name = "NAME", value_parser = units::queue_name)]
+    queue: Option<String>,
+    /// Keep the queue afterwards (fill always keeps it).
+    #[arg(long, global = true)]
+    keep: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Scenario {
+    /// Throughput: publish N messages in batches, then receive and complete them all.
+    W1(native::W1Args),
+    /// Send→receive latency at a fixed publish rate with concurrent long-polling consumers.
+    Latency(native::LatencyArgs),
+    /// Dead-lettering: consumers abandon everything until max delivery count (3) is hit.
+    W2(native::W2Args),
+    /// Leave N messages waiting in a queue and report the server's memory after.
+    Fill(native::FillArgs),
+    /// Raw pgmq-style baseline in SQL (no server): inserts, then receive + delete.
+    PgBaseline(pg::PgBaselineArgs),
+    /// SQS endpoint, end to end with the AWS SDK: SendMessageBatch 10, ReceiveMessage 10,
+    /// DeleteMessageBatch, producers and consumers at once.
+    Sqs(sqs::SqsBenchArgs),
+    /// Push delivery: a local receiver, a topic with one push subscription to it, N events
+    /// published; events per second from the first publish to the last event received
+    /// (`--backlog`: the drain of a paused subscription's backlog after its resume;
+    /// `--rate`: publish → first delivery attempt latency at a fixed rate).
+    Push(push::PushBenchArgs),
+    /// Push retries: many push subscriptions to a receiver that answers 500, every event
+    /// waiting in backoff after its first attempt; the server's memory then.
+    PushBackoff(push::PushBackoffArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(failure::exit_code(&e))
+        }
+    }
+}
+
+/// Runs a scenario and prints its report.
+async fn run(args: Cli) -> anyhow::Result<()> {
+    let client = Client::new(&args.url, Duration::from_secs(120))
+        .map_err(|e| input_error(format!("{e:#}")))?
+        .with_token(args.token.clone());
+    let json = args.json;
+    if let Scenario::PgBaseline(a) = args.scenario {
+        return run_pg_baseline(json, a, args.server_pid, args.queue.is_some(), args.keep).await;
+    }
+    if let Scenario::Sqs(a) = args.scenario {
+        let memory = match args.server_pid {
+            Some(pid) => Some(MemorySampler::start(pid)?),
+            None => None,
+        };
+        let mut report = Report::new("sqs", "");
+        let outcome = sqs::run(a, args.keep, &mut report).await;
+        if let Some(m) = memory {
+            m.finish(&mut report).await;
+        }
+        report.queue = outcome?;
+        return print_report(json, &report);
+    }
+    if let Scenario::Push(_) | Scenario::PushBackoff(_) = args.scenario {
+        let base = client.base().as_str().to_owned();
+        client
+            .healthz()
+            .await
+            .with_context(|| format!("server at {base}"))?;
+        let memory = match args.server_pid {
+            Some(pid) => Some(MemorySampler::start(pid)?),
+            None => None,
+        };
+        let name = match args.scenario {
+            Scenario::PushBackoff(_) => "push-backoff",
+            _ => "push",
+        };
+        let topic = args
+            .queue
+            .clone()
+            .unwrap_or_else(|| format!("bench-{name}-{}", units::now().0));
+        let mut report = Report::new(name, &topic);
+        let outcome = match args.scenario {
+            Scenario::PushBackoff(a) => {
+                let pid = args.server_pid;
+                push::run_backoff(&base, a, topic, args.keep, pid, &mut report).await
+            }
+            Scenario::Push(a) => push::run(&base, a, topic, args.keep, &mut report).await,
+            _ => unreachable!("a push scenario"),
+        };
+        if let Some(m) = memory {
+            m.finish(&mut report).await;
+        }
+        report.queue = outcome?;
+        return print_report(json, &report);
+    }
+    let nodes = match &args.scenario {
+        Scenario::W1(a) => native::nodes(&client, &a.also)?,
+        _ => native::Nodes::one(client.clone()),
+    };
+    for node in nodes.clients.iter() {
+        node.healthz()
+            .await
+            .with_context(|| format!("server at {}", node.base()))?;
+    }
+    let memory = match args.server_pid {
+        Some(pid) => Some(MemorySampler::start(pid)?),
+        None => None,
+    };
+    let scenario_name = match &args.scenario {
+        Scenario::W1(_) => "w1",
+        Scenario::Latency(_) => "latency",
+        Scenario::W2(_) => "w2",
+        Scenario::Fill(_) => "fill",
+        Scenario::PgBaseline(_) => "pg-baseline",
+        Scenario::Sqs(_) => "sqs",
+        Scenario::Push(_) => "push",
+        Scenario::PushBackoff(_) => "push-backoff",
+    };
+    let queue = args
+        .queue
+        .clone()
+        .unwrap_or_else(|| format!("bench-{scenario_name}-{}", units::now().0));
+    let mut report = Report::new(scenario_name, &queue);
+    let keep = args.keep || matches!(args.scenario, Scenario::Fill(_));
+    let outcome = match args.scenario {
+        Scenario::W1(a) => native::w1(&nodes, &queue, a, args.server_pid, &mut report).await,
+        Scenario::Latency(a) => native::latency(&client, &queue, a, &mut report).await,
+        Scenario::W2(a) => native::w2(&client, &queue, a, &mut report).await,
+        Scenario::Fill(a) => native::fill(&client, &queue, a, &mut report).await,
+        Scenario::PgBaseline(_)
+        | Scenario::Sqs(_)
+        | Scenario::Push(_)
+        | Scenario::PushBackoff(_) => {
+            unreachable!("handled above")
+        }
+    };
+    if let Some(m) = memory {
+        m.finish(&mut report).await;
+    }
+    if !keep && let Err(e) = client.delete_queue(&queue, true).await {
+        eprintln!("warning: could not delete bench queue {queue}: {e}");
+    }
+    outcome?;
+    print_report(json, &report)
+}
+
+fn print_report(json: bool, report: &Report) -> anyhow::Result<()> {
+    if json {
+        print_json(&report.json())
+    } else {
+        print!("{}", report.table().render());
+        Ok(())
+    }
+}
+
+/// `pg-baseline`: no server involved; `--server-pid` may still sample a process (e.g. a
+/// PostgreSQL backend or the postmaster).
+async fn run_pg_baseline(
+    json: bool,
+    a: pg::PgBaselineArgs,
+    server_pid: Option<u32>,
+    queue_given: bool,
+    keep: bool,
+) -> anyhow::Result<()> {
+    if queue_given {
+        return Err(input_error(
+            "--queue does not apply to pg-baseline (use --schema NAME)",
+        ));
+    }
+    let memory = match server_pid {
+        Some(pid) => Some(MemorySampler::start(pid)?),
+        None => None,
+    };
+    let mut report = Report::new("pg-baseline", "");
+    let outcome = pg::run(a, keep, &mut report).await;
+    if let Some(m) = memory {
+        m.finish(&mut report).await;
+    }
+    report.queue = outcome?;
+    print_report(json, &report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}
