@@ -17,6 +17,7 @@ pub struct StoreHealth {
 
 impl Broker {
     /// One cheap round trip to the store.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn store_health(&self) -> StoreHealth {
         StoreHealth {
             backend: self.inner.store.backend_name(),

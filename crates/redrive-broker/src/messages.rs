@@ -339,6 +339,7 @@ impl Broker {
     /// there) and returns the messages with whatever the interface keeps for its answer.
     /// One read of the queue serves `build` and the send's own checks. A `build` that
     /// returns no message sends nothing (each of a batch's entries was refused).
+    #[tracing::instrument(level = "debug", skip_all, name = "send", fields(queue = %queue))]
     pub async fn send_built<T, E: From<BrokerError>>(
         &self,
         queue: &str,

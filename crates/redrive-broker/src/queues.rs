@@ -77,6 +77,7 @@ impl Broker {
     /// gives one; without it, an update that raced another is made again from the newer
     /// policy (a few times), so that neither change is lost. A refusal of `change` is
     /// answered as it is, and nothing is stored.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %name))]
     pub async fn change_queue_policy<E: From<BrokerError>>(
         &self,
         name: &str,
@@ -106,6 +107,7 @@ impl Broker {
 
     /// The queues whose policy names `queue` as their dead-letter queue, by name.
     /// `QueueNotFound` when `queue` does not exist.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue))]
     pub async fn dead_letter_sources(&self, queue: &str) -> BrokerResult<Vec<EntityName>> {
         let name: EntityName = queue.parse()?;
         self.inner.store.get_queue(&name).await?;

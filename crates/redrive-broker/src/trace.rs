@@ -4,8 +4,6 @@
 //! so that a request's log lines name what it touched. Arguments are skipped by default:
 //! bodies, properties and token secrets are never recorded.
 
-use redrive_store::Settlement;
-
 use crate::messages::Outgoing;
 
 /// Characters of a lock token a log may show.
@@ -32,9 +30,9 @@ pub(crate) fn single_message_id(messages: &[Outgoing]) -> Option<&str> {
 }
 
 /// The token prefix of a settlement of one delivery.
-pub(crate) fn single_token(items: &[Settlement]) -> Option<&str> {
+pub(crate) fn single_token<T>(items: &[(String, T)]) -> Option<&str> {
     match items {
-        [s] => Some(token_prefix(&s.lock_token)),
+        [(token, _)] => Some(token_prefix(token)),
         _ => None,
     }
 }
