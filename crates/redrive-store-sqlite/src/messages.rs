@@ -572,7 +572,7 @@ fn settle_one(
             Err(refusal) => return Ok(Err(refusal)),
         };
     let Some(head) = found else {
-        return Ok(Ok(settled));
+        return Ok(Ok(settled)); // a missing row was refused above
     };
     match write {
         Write::Meta(meta) => stmts.update.write(head.key, &head.meta, &meta)?,
