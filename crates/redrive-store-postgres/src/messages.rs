@@ -13,7 +13,7 @@ use redrive_store::skeleton::messages::{
     self as skeleton, ReceiveMode, Slot, cancellable, check_sessions, dead_letter_target,
     dedup_window, distinct, earliest, fresh, message_not_found, place, slots, token_key,
 };
-use redrive_store::skeleton::{Head, MessageRow, Received, Write};
+use redrive_store::skeleton::{Head, MessageRow, Received, Settling, Write};
 use redrive_store::{
     Delivery, Effects, Enqueued, NewMessage, ReceiveOutcome, ReceiveParams, SettleAction,
     SettleOutcome, Settled, Settlement, StoreResult, StoredMessage, SweepOutcome,
@@ -849,8 +849,12 @@ async fn complete_all(
         let done = token_key(&item.lock_token).and_then(|s| completed.remove(&s));
         let r = match done {
             Some(head) => {
-                match skeleton::settle(&q, Some(&head), item, now, false, &mut out.effects) {
-                    Ok((Write::Delete, settled)) => Ok(settled),
+                match skeleton::settle(&q, Some(head), item, now, false, &mut out.effects) {
+                    Ok(Settling {
+                        write: Write::Delete,
+                        settled,
+                        ..
+                    }) => Ok(settled),
                     // The statement's condition is the machine's: a refusal here is a bug,
                     // and the error rolls the deletion back.
                     _ => {
@@ -897,13 +901,13 @@ async fn settle_one(
     // The machine compares the whole token: a forged suffix or another queue's token is
     // refused.
     let found = token_key(&item.lock_token).and_then(|k| heads.get(&k).cloned());
-    let (write, mut settled) =
-        match skeleton::settle(q, found.as_ref(), item, now, target_missing, effects) {
-            Ok(decided) => decided,
-            Err(refusal) => return Ok(Err(refusal)),
-        };
-    let Some(head) = found else {
-        return Ok(Ok(settled)); // a missing row was refused above
+    let Settling {
+        head,
+        write,
+        mut settled,
+    } = match skeleton::settle(q, found, item, now, target_missing, effects) {
+        Ok(decided) => decided,
+        Err(refusal) => return Ok(Err(refusal)),
     };
     match &write {
         Write::Meta(meta) => {

@@ -857,15 +857,7 @@ async fn whole_log(store: &PostgresStore) -> Vec<redrive_store::AuditEntry> {
 }
 
 fn chained(entries: &[redrive_store::AuditEntry]) -> Vec<redrive_core::audit::ChainedEntry> {
-    entries
-        .iter()
-        .map(|e| redrive_core::audit::ChainedEntry {
-            seq: e.seq,
-            prev_hash: e.prev_hash.clone(),
-            hash: e.hash.clone(),
-            fields: e.fields.clone(),
-        })
-        .collect()
+    entries.iter().cloned().map(Into::into).collect()
 }
 
 /// Two nodes appending at once (50 appends each, all in flight together) write one

@@ -71,6 +71,11 @@ impl QueueCache {
     /// After the commit of a transaction: forgets the queues it changed and caches the
     /// records it loaded (as its end left them, hence as committed).
     pub(crate) fn commit(&self, tx: &mut TxQueues) {
+        // The common group (sends, receives, settlements of cached queues) has nothing to
+        // publish: it does not take the lock.
+        if tx.changed.is_empty() && tx.loaded.is_empty() {
+            return;
+        }
         let mut state = self.state();
         if !tx.changed.is_empty() {
             state.generation += 1;

@@ -12,7 +12,7 @@ use redrive_store::skeleton::messages::{
     self as skeleton, ReceiveMode, cancellable, check_sessions, dead_letter_target, dedup_window,
     distinct, earliest, fresh, message_not_found, place, slots, token_key,
 };
-use redrive_store::skeleton::{Head, MessageRow, Received, Write};
+use redrive_store::skeleton::{Head, MessageRow, Received, Settling, Write};
 use redrive_store::{
     Delivery, Effects, Enqueued, NewMessage, ReceiveOutcome, ReceiveParams, SettleOutcome, Settled,
     Settlement, StoreResult, StoredMessage, SweepOutcome,
@@ -566,13 +566,13 @@ fn settle_one(
         Some(rowid) => crate::rows::query_opt(&mut stmts.lookup, params![rowid, q.id], head)?,
         None => None,
     };
-    let (write, mut settled) =
-        match skeleton::settle(q, found.as_ref(), item, now, target_missing, effects) {
-            Ok(decided) => decided,
-            Err(refusal) => return Ok(Err(refusal)),
-        };
-    let Some(head) = found else {
-        return Ok(Ok(settled));
+    let Settling {
+        head,
+        write,
+        mut settled,
+    } = match skeleton::settle(q, found, item, now, target_missing, effects) {
+        Ok(decided) => decided,
+        Err(refusal) => return Ok(Err(refusal)),
     };
     match write {
         Write::Meta(meta) => stmts.update.write(head.key, &head.meta, &meta)?,

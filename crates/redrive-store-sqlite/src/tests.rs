@@ -774,15 +774,7 @@ fn audit_fields(i: i64) -> redrive_store::AuditFields {
 }
 
 fn chained(entries: &[redrive_store::AuditEntry]) -> Vec<redrive_core::audit::ChainedEntry> {
-    entries
-        .iter()
-        .map(|e| redrive_core::audit::ChainedEntry {
-            seq: e.seq,
-            prev_hash: e.prev_hash.clone(),
-            hash: e.hash.clone(),
-            fields: e.fields.clone(),
-        })
-        .collect()
+    entries.iter().cloned().map(Into::into).collect()
 }
 
 /// An audit row edited behind the store's back (here with plain SQL) no longer verifies;

@@ -3,6 +3,7 @@
 use redrive_core::Timestamp;
 use redrive_core::access::Grant;
 pub use redrive_core::audit::AuditFields;
+use redrive_core::audit::ChainedEntry;
 
 /// A token to store. The secret itself is never stored: only its SHA-256 (`secret_hash`,
 /// lowercase hex), looked up on every request.
@@ -66,6 +67,18 @@ pub struct AuditEntry {
     pub hash: String,
     /// What it says.
     pub fields: AuditFields,
+}
+
+/// The entry as `redrive_core::audit::verify` checks it.
+impl From<AuditEntry> for ChainedEntry {
+    fn from(e: AuditEntry) -> Self {
+        ChainedEntry {
+            seq: e.seq,
+            prev_hash: e.prev_hash,
+            hash: e.hash,
+            fields: e.fields,
+        }
+    }
 }
 
 /// A page of the audit log, oldest first.

@@ -47,15 +47,7 @@ fn entry(at_ms: i64, actor: &str, action: &str, entity: Option<&str>) -> AuditFi
 }
 
 fn chained(entries: &[AuditEntry]) -> Vec<ChainedEntry> {
-    entries
-        .iter()
-        .map(|e| ChainedEntry {
-            seq: e.seq,
-            prev_hash: e.prev_hash.clone(),
-            hash: e.hash.clone(),
-            fields: e.fields.clone(),
-        })
-        .collect()
+    entries.iter().cloned().map(Into::into).collect()
 }
 
 /// The whole log, oldest first, read page by page with the cursor.

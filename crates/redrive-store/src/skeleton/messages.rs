@@ -579,19 +579,28 @@ pub fn dead_letter_target<'q>(q: &'q QueueRow, items: &[Settlement]) -> Option<&
         .then_some(target)
 }
 
+/// A settlement decided: what to store for the row, and the item's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settling {
+    /// The row settled.
+    pub head: Head,
+    /// What to store for it.
+    pub write: Write,
+    /// The item's answer; the backend fills in `dead_letter_id` after dead-lettering.
+    pub settled: Settled,
+}
+
 /// One settlement of the row `head` (`None`: no row has the token's key). The error is
 /// this item's refusal, decided before anything is written: `LockLost`, or
 /// `DeadLetterTargetMissing` for an application's dead-letter when `target_missing`.
-/// Otherwise the write to store and the item's answer (whose `dead_letter_id` the
-/// backend fills in after dead-lettering).
 pub fn settle(
     q: &QueueRow,
-    head: Option<&Head>,
+    head: Option<Head>,
     item: &Settlement,
     now: Timestamp,
     target_missing: bool,
     effects: &mut Effects,
-) -> StoreResult<(Write, Settled)> {
+) -> StoreResult<Settling> {
     let Some(head) = head else {
         return Err(StoreError::LockLost);
     };
@@ -626,7 +635,7 @@ pub fn settle(
     {
         return Err(super::dead_letters::target_missing(q));
     }
-    let write = write_for(q, head, step, description, effects);
+    let write = write_for(q, &head, step, description, effects);
     let settled = Settled {
         sequence: head.sequence,
         message_id: head.message_id.clone(),
@@ -641,7 +650,11 @@ pub fn settle(
     if q.policy.group_ordering && !matches!(item.action, SettleAction::Renew { .. }) {
         effects.wake(&q.name);
     }
-    Ok((write, settled))
+    Ok(Settling {
+        head,
+        write,
+        settled,
+    })
 }
 
 // ---- sweep ------------------------------------------------------------------------------

@@ -43,4 +43,4 @@ mod testing;
 
 pub use columns::{Columns, RowError};
 pub use dead_letters::DeadLetterPlan;
-pub use messages::{Cause, Head, MessageRow, NewRow, Received, Write};
+pub use messages::{Cause, Head, MessageRow, NewRow, Received, Settling, Write};
