@@ -631,12 +631,7 @@ impl Broker {
             let Some(last) = page.last() else { break };
             after = Some(last.seq);
             let full = page.len() as u32 == MAX_AUDIT_PAGE;
-            all.extend(page.into_iter().map(|e| ChainedEntry {
-                seq: e.seq,
-                prev_hash: e.prev_hash,
-                hash: e.hash,
-                fields: e.fields,
-            }));
+            all.extend(page.into_iter().map(ChainedEntry::from));
             if !full {
                 break;
             }
