@@ -10,6 +10,7 @@
 //! - [`clock`]: [`Timestamp`], the [`Clock`] trait and the [`ManualClock`] used in tests.
 //! - [`name`]: validated entity names.
 //! - [`policy`]: the versioned queue policy and redelivery backoff.
+//! - [`replay`]: the automatic replay policy of a queue or subscription.
 //! - [`machine`]: message states and the transitions between them.
 //! - [`dead_letter`]: reasons, evidence quality, route kind and areas of dead-letter records.
 //! - [`message`]: application properties and the property names the broker sets.
@@ -29,6 +30,7 @@ pub mod machine;
 pub mod message;
 pub mod name;
 pub mod policy;
+pub mod replay;
 pub mod sqs;
 
 pub use clock::{Clock, ManualClock, Timestamp};
@@ -37,4 +39,5 @@ pub use machine::{MessageMeta, MessageState};
 pub use message::{Properties, PropertyValue};
 pub use name::EntityName;
 pub use policy::{Backoff, DeadLetterTarget, PolicyError, QueuePolicy};
+pub use replay::{AutoReplay, AutoReplayPatch, ReplayDestination};
 pub use sqs::SqsAttributes;

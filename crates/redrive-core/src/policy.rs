@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::name::EntityName;
+use crate::replay::AutoReplay;
 use crate::sqs::SqsAttributes;
 
 /// Shortest lock a receiver may take.
@@ -56,6 +57,10 @@ pub struct QueuePolicy {
     /// on queues that SQS never touched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sqs: Option<SqsAttributes>,
+    /// Automatic replay of this queue's live dead letters (off unless enabled; a policy
+    /// stored before replay existed reads as off).
+    #[serde(default)]
+    pub auto_replay: AutoReplay,
 }
 
 impl Default for QueuePolicy {
@@ -72,6 +77,7 @@ impl Default for QueuePolicy {
             max_message_size: 1024 * 1024,
             dead_letter_queue: None,
             sqs: None,
+            auto_replay: AutoReplay::default(),
         }
     }
 }
@@ -189,6 +195,7 @@ impl QueuePolicy {
         {
             bad(field, why)?;
         }
+        self.auto_replay.validate()?;
         Ok(())
     }
 
@@ -288,6 +295,36 @@ mod tests {
             ..QueuePolicy::default()
         };
         assert_eq!(p.validate().unwrap_err().field, "redelivery_backoff.max_ms");
+    }
+
+    #[test]
+    fn a_policy_stored_before_auto_replay_reads_as_disabled() {
+        let old = r#"{"lock_duration_ms":30000,"max_delivery_count":10,"default_ttl_ms":null,
+            "dead_letter_on_expiry":false,"duplicate_detection_window_ms":0,
+            "requires_session":false,"redelivery_backoff":{"kind":"none"},
+            "max_message_size":1048576,"dead_letter_queue":null}"#;
+        let p: QueuePolicy = serde_json::from_str(old).expect("old policy reads");
+        assert_eq!(p.auto_replay, AutoReplay::default());
+        assert!(!p.auto_replay.enabled);
+        let v = serde_json::to_value(&p).expect("serializes");
+        assert_eq!(v["auto_replay"]["enabled"], false);
+        let back: QueuePolicy = serde_json::from_value(v).expect("round trip");
+        assert_eq!(back, p);
+    }
+
+    #[test]
+    fn auto_replay_errors_surface_from_the_queue_policy() {
+        let p = QueuePolicy {
+            auto_replay: AutoReplay {
+                max_replay_attempts: 0,
+                ..AutoReplay::default()
+            },
+            ..QueuePolicy::default()
+        };
+        assert_eq!(
+            p.validate().unwrap_err().field,
+            "auto_replay.max_replay_attempts"
+        );
     }
 
     #[test]
