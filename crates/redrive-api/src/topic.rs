@@ -1,6 +1,7 @@
 //! Topics, subscriptions and publishing: `/v1/topics`, `/v1/topics/{topic}`,
 //! `/v1/topics/{topic}/subscriptions[/{sub}]`, `POST /v1/topics/{topic}/events`.
 
+pub use redrive_core::replay::{AutoReplay, AutoReplayPatch, ReplayDestination};
 pub use redrive_events::{
     DeadLetterDestination, DeliverySpec, EndpointValidation, Filter, PushMode, RetryPolicy,
     SubscriptionKind, TopicPolicy,
@@ -89,6 +90,9 @@ pub struct CreateSubscription {
     /// Pull: max delivery count of the queue (default 10).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_delivery_count: Option<u32>,
+    /// Automatic replay of its dead letters; fields left out take their defaults (off).
+    #[serde(default)]
+    pub auto_replay: AutoReplay,
 }
 
 /// `PATCH /v1/topics/{topic}/subscriptions/{sub}`: fields left out stay.
@@ -101,6 +105,9 @@ pub struct UpdateSubscription {
     /// A new filter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<Filter>,
+    /// A change of the auto-replay policy: its fields left out stay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_replay: Option<AutoReplayPatch>,
 }
 
 /// Per-subscription stats: the durable counts of its queue, and the delivery counters
@@ -157,6 +164,9 @@ pub struct SubscriptionInfo {
     pub dead_letter: DeadLetterDestination,
     /// Paused: events are kept, no attempts made.
     pub paused: bool,
+    /// Automatic replay of its dead letters.
+    #[serde(default)]
+    pub auto_replay: AutoReplay,
     /// Version.
     pub version: u64,
     /// RFC 3339.

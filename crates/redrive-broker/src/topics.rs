@@ -19,7 +19,7 @@ use std::fmt::Write;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use redrive_core::{EntityName, Properties, QueuePolicy};
+use redrive_core::{AutoReplay, EntityName, Properties, QueuePolicy};
 use redrive_events::cloudevent::{BATCH, STRUCTURED};
 use redrive_events::{CloudEvent, Filter, RetryPolicy};
 use redrive_store::{
@@ -98,6 +98,8 @@ pub struct SubscriptionInput {
     pub paused: bool,
     /// Max delivery count of a pull subscription's queue (default 10).
     pub max_delivery_count: Option<u32>,
+    /// Automatic replay of its dead letters (off by default).
+    pub auto_replay: AutoReplay,
 }
 
 /// A subscription with its queue's counts and its delivery statistics.
@@ -462,6 +464,7 @@ impl Broker {
             .filter
             .validate()
             .map_err(|e| BrokerError::invalid("filter", e.0))?;
+        input.auto_replay.validate()?;
         let t = self.inner.store.get_topic(&topic).await?;
         let mut queue_policy = QueuePolicy {
             lock_duration_ms: SUBSCRIPTION_LOCK_MS,
@@ -585,6 +588,7 @@ impl Broker {
             delivery: input.delivery,
             dead_letter,
             paused: input.paused,
+            auto_replay: input.auto_replay,
         };
         let rec = self
             .inner
@@ -652,7 +656,8 @@ impl Broker {
         Ok(out)
     }
 
-    /// Pauses/resumes a subscription or replaces its filter.
+    /// Pauses/resumes a subscription, replaces its filter, or changes its auto-replay
+    /// policy (the fields given; each is checked on its own, so the result stays valid).
     #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic, subscription = %name))]
     pub async fn update_subscription(
         &self,
@@ -682,6 +687,9 @@ impl Broker {
         if let Some(f) = &update.filter {
             f.validate()
                 .map_err(|e| BrokerError::invalid("filter", e.0))?;
+        }
+        if let Some(p) = &update.auto_replay {
+            p.validate()?;
         }
         let rec = self
             .inner

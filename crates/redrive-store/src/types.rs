@@ -450,6 +450,11 @@ pub struct SubscriptionSpec {
     /// A paused subscription keeps receiving events; no delivery attempts are made.
     #[serde(default)]
     pub paused: bool,
+    /// Automatic replay of the subscription's live dead letters. The subscription's own
+    /// policy (versioned with it), not its queue's: the queue's `auto_replay` stays off.
+    /// A spec stored before replay existed reads as off.
+    #[serde(default)]
+    pub auto_replay: redrive_core::AutoReplay,
 }
 
 /// A subscription to create.
@@ -493,6 +498,8 @@ pub struct SubscriptionUpdate {
     pub paused: Option<bool>,
     /// A new filter.
     pub filter: Option<redrive_events::Filter>,
+    /// A partial change of the auto-replay policy, validated by the caller.
+    pub auto_replay: Option<redrive_core::AutoReplayPatch>,
 }
 
 /// One event of a publish: its duplicate-detection key and the messages it fans out to.

@@ -44,6 +44,7 @@ fn sub_out(r: &SubscriptionRecord, stats: SubscriptionStats) -> SubscriptionInfo
         delivery: r.spec.delivery.clone(),
         dead_letter: r.spec.dead_letter.clone(),
         paused: r.spec.paused,
+        auto_replay: r.spec.auto_replay.clone(),
         version: r.version,
         created_at: r.created_at.to_rfc3339(),
         updated_at: r.updated_at.to_rfc3339(),
@@ -158,6 +159,7 @@ async fn create_sub(
                 dead_letter: req.dead_letter,
                 paused: req.paused,
                 max_delivery_count: req.max_delivery_count,
+                auto_replay: req.auto_replay,
             },
             &actor,
         )
@@ -206,6 +208,7 @@ async fn update_sub(
             SubscriptionUpdate {
                 paused: req.paused,
                 filter: req.filter,
+                auto_replay: req.auto_replay,
             },
             &actor,
         )

@@ -18,6 +18,7 @@ fn pull_spec() -> SubscriptionSpec {
         delivery: Default::default(),
         dead_letter: DeadLetterDestination::OwnStore,
         paused: false,
+        auto_replay: Default::default(),
     }
 }
 
@@ -205,6 +206,11 @@ pub async fn pause_flag_and_filter_round_trip(t: &TestStore) {
             &SubscriptionUpdate {
                 paused: Some(true),
                 filter: Some(filter.clone()),
+                auto_replay: Some(redrive_core::AutoReplayPatch {
+                    enabled: Some(true),
+                    max_replay_attempts: Some(5),
+                    ..Default::default()
+                }),
             },
             secs(5),
         )
@@ -215,6 +221,15 @@ pub async fn pause_flag_and_filter_round_trip(t: &TestStore) {
     let got = t.s().get_subscription(&tp, &name("audit")).await.unwrap();
     assert_eq!(got, rec);
     assert_eq!(got.spec.filter, filter);
+    assert_eq!(
+        got.spec.auto_replay,
+        redrive_core::AutoReplay {
+            enabled: true,
+            max_replay_attempts: 5,
+            ..Default::default()
+        },
+        "the patch is applied to the stored policy and kept"
+    );
     let resumed = t
         .s()
         .update_subscription(
@@ -222,7 +237,7 @@ pub async fn pause_flag_and_filter_round_trip(t: &TestStore) {
             &name("audit"),
             &SubscriptionUpdate {
                 paused: Some(false),
-                filter: None,
+                ..SubscriptionUpdate::default()
             },
             secs(6),
         )
@@ -230,6 +245,7 @@ pub async fn pause_flag_and_filter_round_trip(t: &TestStore) {
         .unwrap();
     assert!(!resumed.spec.paused);
     assert_eq!(resumed.spec.filter, filter, "a field left out stays");
+    assert_eq!(resumed.spec.auto_replay, got.spec.auto_replay);
     assert_err!(
         t.s()
             .update_subscription(&tp, &name("nope"), &SubscriptionUpdate::default(), T0)

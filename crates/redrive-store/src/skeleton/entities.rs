@@ -240,6 +240,9 @@ pub fn updated_subscription(
     if let Some(f) = &update.filter {
         rec.spec.filter = f.clone();
     }
+    if let Some(p) = &update.auto_replay {
+        rec.spec.auto_replay = rec.spec.auto_replay.patched(p);
+    }
     rec.version += 1;
     rec.updated_at = now;
     rec

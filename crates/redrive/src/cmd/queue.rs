@@ -6,6 +6,7 @@ use redrive_api::queue::{Backoff, CreateQueue, QueueInfo, QueuePolicy, UpdateQue
 use redrive_core::EntityName;
 use serde_json::{Map, Value, json};
 
+use super::replay::{self, ReplayArgs};
 use super::{Ctx, queue_name};
 use crate::failure::input_error;
 use crate::output::{KeyValues, Table, or_dash, print_json};
@@ -90,6 +91,8 @@ pub struct PolicyArgs {
     /// Forward dead letters to this queue, or `none` for the queue's own store.
     #[arg(long, value_name = "QUEUE|none", value_parser = parse_clearable_queue)]
     pub dead_letter_queue: Option<Clearable<EntityName>>,
+    #[command(flatten)]
+    pub replay: ReplayArgs,
 }
 
 /// A value, or `none` to clear it.
@@ -130,6 +133,7 @@ impl PolicyArgs {
         if let Some(v) = &self.dead_letter_queue {
             p.dead_letter_queue.clone_from(&v.0);
         }
+        p.auto_replay = p.auto_replay.patched(&self.replay.patch());
         p
     }
 
@@ -176,6 +180,11 @@ impl PolicyArgs {
                 "dead_letter_queue".into(),
                 v.0.as_ref().map_or(Value::Null, |q| json!(q.as_str())),
             );
+        }
+        let replay = self.replay.patch();
+        if !replay.is_empty() {
+            // The patch serializes only its fields given: a merge patch of the section.
+            m.insert("auto_replay".into(), json!(replay));
         }
         m
     }
@@ -330,8 +339,9 @@ pub fn describe(q: &QueueInfo) -> KeyValues {
             p.dead_letter_queue
                 .as_ref()
                 .map_or_else(|| "(own dead-letter store)".to_owned(), ToString::to_string),
-        )
-        .add("active", c.active.to_string())
+        );
+    replay::describe(&mut kv, &p.auto_replay, "_");
+    kv.add("active", c.active.to_string())
         .add("scheduled", c.scheduled.to_string())
         .add("locked", c.locked.to_string())
         .add("deferred", c.deferred.to_string())

@@ -1,4 +1,4 @@
-//! `redrive topic create|list|show|delete`, `redrive sub create|list|show|pause|resume|delete`
+//! `redrive topic create|list|show|delete`, `redrive sub create|update|list|show|pause|resume|delete`
 //! and `redrive publish`: topics, their subscriptions, and publishing CloudEvents.
 
 use std::io::Read as _;
@@ -7,15 +7,16 @@ use std::path::PathBuf;
 use clap::Subcommand;
 use redrive_api::Problem;
 use redrive_api::topic::{
-    CreateSubscription, CreateTopic, DeadLetterDestination, Filter, PublishResults, PushMode,
-    RetryPolicy, SubscriptionDeleted, SubscriptionInfo, SubscriptionKind, SubscriptionList,
-    SubscriptionType, TopicInfo, TopicList, TopicPolicy, UpdateSubscription,
+    AutoReplay, CreateSubscription, CreateTopic, DeadLetterDestination, Filter, PublishResults,
+    PushMode, RetryPolicy, SubscriptionDeleted, SubscriptionInfo, SubscriptionKind,
+    SubscriptionList, SubscriptionType, TopicInfo, TopicList, TopicPolicy, UpdateSubscription,
 };
 use reqwest::Method;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use super::replay::{self, ReplayArgs};
 use super::{Ctx, queue_name};
 use crate::client::ClientError;
 use crate::failure::input_error;
@@ -111,6 +112,19 @@ pub enum SubCommand {
         /// Push: minutes after publishing when retrying stops (1 to 1440).
         #[arg(long, value_name = "MIN")]
         event_ttl_minutes: Option<u32>,
+        #[command(flatten)]
+        replay: ReplayArgs,
+    },
+    /// Change a subscription's auto-replay policy: only the fields given are changed.
+    Update {
+        /// Topic name.
+        #[arg(value_parser = queue_name)]
+        topic: String,
+        /// Subscription name.
+        #[arg(value_parser = queue_name)]
+        name: String,
+        #[command(flatten)]
+        replay: ReplayArgs,
     },
     /// List a topic's subscriptions with their stats.
     List {
@@ -402,8 +416,9 @@ fn print_sub(s: &SubscriptionInfo) -> anyhow::Result<()> {
         .add("kind", kind_text(&s.kind))
         .add("paused", s.paused.to_string())
         .add("filter", serde_json::to_string(&s.filter)?)
-        .add("dead letter", serde_json::to_string(&s.dead_letter)?)
-        .add("pending", s.stats.pending.to_string())
+        .add("dead letter", serde_json::to_string(&s.dead_letter)?);
+    replay::describe(&mut kv, &s.auto_replay, " ");
+    kv.add("pending", s.stats.pending.to_string())
         .add("in backoff", s.stats.in_backoff.to_string())
         .add("in flight", s.stats.in_flight.to_string())
         .add("dead-lettered", s.stats.dead_lettered.to_string())
@@ -447,7 +462,12 @@ async fn sub(ctx: &Ctx, cmd: SubCommand) -> anyhow::Result<()> {
             max_delivery_count,
             max_attempts,
             event_ttl_minutes,
+            replay,
         } => {
+            let replay = replay.patch();
+            replay
+                .validate()
+                .map_err(|e| input_error(format!("subscription {name}: {e}")))?;
             let mut retry_policy = RetryPolicy::default();
             if let Some(n) = max_attempts {
                 retry_policy.max_delivery_attempts = n;
@@ -480,12 +500,39 @@ async fn sub(ctx: &Ctx, cmd: SubCommand) -> anyhow::Result<()> {
                 dead_letter,
                 paused: false,
                 max_delivery_count,
+                auto_replay: AutoReplay::default().patched(&replay),
             };
             let s: SubscriptionInfo = must(
                 ctx,
                 Method::POST,
                 &["v1", "topics", &topic, "subscriptions"],
                 Some(&req),
+            )
+            .await?;
+            out(s)
+        }
+        SubCommand::Update {
+            topic,
+            name,
+            replay,
+        } => {
+            let patch = replay.patch();
+            if patch.is_empty() {
+                return Err(input_error(
+                    "nothing to update: give at least one auto-replay flag (see --help)",
+                ));
+            }
+            patch
+                .validate()
+                .map_err(|e| input_error(format!("subscription {name}: {e}")))?;
+            let s: SubscriptionInfo = must(
+                ctx,
+                Method::PATCH,
+                &["v1", "topics", &topic, "subscriptions", &name],
+                Some(&UpdateSubscription {
+                    auto_replay: Some(patch),
+                    ..UpdateSubscription::default()
+                }),
             )
             .await?;
             out(s)
@@ -570,7 +617,7 @@ async fn set_paused(
         &["v1", "topics", topic, "subscriptions", name],
         Some(&UpdateSubscription {
             paused: Some(paused),
-            filter: None,
+            ..UpdateSubscription::default()
         }),
     )
     .await
