@@ -282,3 +282,26 @@ async fn purge_empties_the_queue_once_per_sixty_seconds_of_the_broker_clock() {
     s.sqs.purge_queue().queue_url(&url).send().await.unwrap();
     s.stop().await;
 }
+
+#[tokio::test]
+async fn set_queue_attributes_keeps_the_auto_replay_policy() {
+    let s = SqsServer::start().await;
+    s.queue(
+        "kept",
+        serde_json::json!({"auto_replay": {"enabled": true, "max_replay_attempts": 4}}),
+    )
+    .await;
+    let url = s.sqs.get_queue_url().queue_name("kept").send().await.unwrap();
+    s.sqs
+        .set_queue_attributes()
+        .queue_url(url.queue_url.unwrap())
+        .attributes(A::VisibilityTimeout, "120")
+        .send()
+        .await
+        .unwrap();
+    let native = s.native_get("/v1/queues/kept").await;
+    assert_eq!(native["policy"]["lock_duration_ms"], 120_000);
+    assert_eq!(native["policy"]["auto_replay"]["enabled"], true);
+    assert_eq!(native["policy"]["auto_replay"]["max_replay_attempts"], 4);
+    s.stop().await;
+}
