@@ -291,7 +291,13 @@ async fn set_queue_attributes_keeps_the_auto_replay_policy() {
         serde_json::json!({"auto_replay": {"enabled": true, "max_replay_attempts": 4}}),
     )
     .await;
-    let url = s.sqs.get_queue_url().queue_name("kept").send().await.unwrap();
+    let url = s
+        .sqs
+        .get_queue_url()
+        .queue_name("kept")
+        .send()
+        .await
+        .unwrap();
     s.sqs
         .set_queue_attributes()
         .queue_url(url.queue_url.unwrap())

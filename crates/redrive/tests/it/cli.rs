@@ -4,6 +4,7 @@
 use redrive_api::dead_letter::{DeadLetter, DeadLetterPage};
 use redrive_api::message::{BodyEncoding, MessageList, SendResponse};
 use redrive_api::queue::{Backoff, QueueInfo, QueueList};
+use redrive_api::topic::SubscriptionInfo;
 use serde_json::{Value, json};
 
 use crate::support::{Server, cli, free_port};
@@ -370,4 +371,108 @@ fn migrate_brings_a_new_store_to_the_current_schema_and_is_idempotent() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unsupported store"));
+}
+
+#[test]
+fn auto_replay_flags_set_the_policy_and_show_prints_it() {
+    let (s, _dir) = server();
+    s.cli(&[
+        "queue",
+        "create",
+        "orders",
+        "--auto-replay",
+        "--max-replay-attempts",
+        "5",
+        "--replay-delay",
+        "30s",
+        "--replay-chunk-bytes",
+        "512KiB",
+        "--replay-chunk-events",
+        "100",
+    ])
+    .ok();
+    let q: QueueInfo = s.cli(&["--json", "queue", "show", "orders"]).json();
+    let a = &q.policy.auto_replay;
+    assert!(a.enabled);
+    assert_eq!(
+        (
+            a.max_replay_attempts,
+            a.judge_delay_ms,
+            a.max_chunk_bytes,
+            a.max_chunk_events
+        ),
+        (5, 30_000, 512 * 1024, 100)
+    );
+    let shown = s.cli(&["queue", "show", "orders"]);
+    let text = shown.ok();
+    for line in [
+        "auto_replay:",
+        "max_replay_attempts:",
+        "replay_delay:",
+        "replay_chunk_bytes:",
+        "replay_chunk_events:",
+        "replay_destination:",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
+    assert!(text.contains("origin"), "{text}");
+
+    // An update sends only the flags given, at the next version.
+    let q: QueueInfo = s
+        .cli(&["--json", "queue", "update", "orders", "--auto-replay=false"])
+        .json();
+    assert_eq!(q.policy_version, 2);
+    assert!(!q.policy.auto_replay.enabled);
+    assert_eq!(q.policy.auto_replay.max_replay_attempts, 5, "kept");
+
+    // Subscriptions: on create, and changed by `sub update`.
+    s.cli(&["topic", "create", "events"]).ok();
+    s.cli(&["sub", "create", "events", "audit", "--auto-replay"])
+        .ok();
+    let sub: SubscriptionInfo = s
+        .cli(&[
+            "--json",
+            "sub",
+            "update",
+            "events",
+            "audit",
+            "--max-replay-attempts",
+            "9",
+        ])
+        .json();
+    assert_eq!(sub.version, 2);
+    assert!(sub.auto_replay.enabled, "kept");
+    assert_eq!(sub.auto_replay.max_replay_attempts, 9);
+    let shown = s.cli(&["sub", "show", "events", "audit"]);
+    assert!(
+        shown.ok().contains("max replay attempts:"),
+        "{}",
+        shown.stdout
+    );
+    assert!(shown.stdout.contains('9'), "{}", shown.stdout);
+
+    // Out-of-bounds values are refused before anything is sent (exit 2).
+    s.cli(&["queue", "create", "q", "--max-replay-attempts", "0"])
+        .fails(2, "auto_replay.max_replay_attempts");
+    s.cli(&[
+        "sub",
+        "create",
+        "events",
+        "bad",
+        "--replay-chunk-events",
+        "5001",
+    ])
+    .fails(2, "auto_replay.max_chunk_events");
+    s.cli(&["sub", "update", "events", "audit", "--replay-delay", "8d"])
+        .fails(2, "auto_replay.judge_delay_ms");
+    s.cli(&["sub", "update", "events", "audit"])
+        .fails(2, "nothing to update");
+    let sub: SubscriptionInfo = s.cli(&["--json", "sub", "show", "events", "audit"]).json();
+    assert_eq!(sub.version, 2, "refusals changed nothing");
+    let list: QueueList = s.cli(&["--json", "queue", "list"]).json();
+    assert_eq!(
+        list.queues.len(),
+        2,
+        "orders and the subscription's queue only"
+    );
 }
