@@ -446,7 +446,11 @@ mod tests {
         assert!(!permits(&[g("replayer")], ManageRegister, None));
         assert!(permits(&[g("operator")], ManageRegister, None));
         assert!(!permits(&[g("operator:q")], ReadRegister, None));
-        assert!(!permits(&[g("producer"), g("consumer")], ReadRegister, None));
+        assert!(!permits(
+            &[g("producer"), g("consumer")],
+            ReadRegister,
+            None
+        ));
     }
 
     /// The place of each operation in [`Operation::ALL`], by an exhaustive match: a new

@@ -132,8 +132,7 @@ pub fn check_type(t: &str) -> Result<(), RegisterError> {
     let ok = !t.is_empty()
         && t.len() <= MAX_TYPE_LEN
         && t.as_bytes()[0].is_ascii_alphanumeric()
-        && t
-            .bytes()
+        && t.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
     if ok {
         Ok(())
@@ -250,7 +249,9 @@ pub enum RegisterError {
     )]
     BadOrderingAttribute(String),
     /// An ordering attribute on a type that is never replayed.
-    #[error("an ordering attribute is only for an idempotent type (a not_idempotent type is never replayed)")]
+    #[error(
+        "an ordering attribute is only for an idempotent type (a not_idempotent type is never replayed)"
+    )]
     OrderingWithoutReplay,
 }
 
