@@ -5,6 +5,7 @@ pub mod access;
 pub mod dlq;
 pub mod message;
 pub mod queue;
+pub mod register;
 pub mod stats;
 pub mod topic;
 
