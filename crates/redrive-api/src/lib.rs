@@ -11,12 +11,14 @@
 //! - [`dead_letter`]: the dead-letter store.
 //! - [`topic`]: topics, subscriptions and publishing.
 //! - [`access`]: tokens and the audit log.
+//! - [`register`]: the idempotency register of replayable message types.
 
 pub mod access;
 pub mod dead_letter;
 pub mod message;
 pub mod problem;
 pub mod queue;
+pub mod register;
 pub mod topic;
 
 pub use problem::{ErrorCode, Problem};

@@ -137,6 +137,8 @@ codes! {
     TokenExists = ("token_exists", 409, "Token already exists"),
     /// No such token.
     TokenNotFound = ("token_not_found", 404, "Token not found"),
+    /// No idempotency register entry with that key.
+    RegisterEntryNotFound = ("register_entry_not_found", 404, "Register entry not found"),
     /// The request is not well-formed HTTP for this API: conflicting framing headers,
     /// a path that is not UTF-8 once decoded, a missing `Host`.
     MalformedRequest = ("malformed_request", 400, "Malformed request"),

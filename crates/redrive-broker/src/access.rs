@@ -359,7 +359,7 @@ impl Broker {
         }
         Err(BrokerError::Forbidden {
             operation: format!("{op:?}"),
-            needs: need.join(" and "),
+            needs: need.join(if op.needs_any() { " or " } else { " and " }),
             entity: entity.map(str::to_owned),
         })
     }

@@ -38,6 +38,7 @@ pub mod model;
 mod mover;
 mod push_stats;
 mod queues;
+mod register;
 mod relay;
 mod sessions;
 mod sweeper;
@@ -66,6 +67,7 @@ pub use mover::{AUTHORIZATION_REVOKED, MAX_MOVE_RATE, MoveError, MoveSpec, MoveS
 pub use push_stats::{LATENCY_BUCKETS_S, PushCounters};
 pub use queues::QueueView;
 pub use redrive_push::{NetworkError, NetworkPolicy};
+pub use register::RegisterChange;
 pub use relay::WakeupRelay;
 pub use sweeper::{DEFAULT_LEASE_TTL, SWEEP_LEASE, Sweeper};
 pub use topics::{

@@ -5,7 +5,7 @@
 
 pub use redrive_store::{
     AuditEntry, AuditQuery, DeadLetterDelivery, DeadLetterRecord, Delivery, Enqueued,
-    MAX_AUDIT_PAGE, QueueCounts, QueueRecord, SessionLock, SessionRef, Settled, SqsCredentials,
-    StoreError, StoreErrorKind, StoredMessage, SubscriptionRecord, SubscriptionSpec,
-    SubscriptionUpdate, TokenRecord, TopicRecord,
+    MAX_AUDIT_PAGE, MAX_REGISTER_PAGE, QueueCounts, QueueRecord, RegisterRecord, SessionLock,
+    SessionRef, Settled, SqsCredentials, StoreError, StoreErrorKind, StoredMessage,
+    SubscriptionRecord, SubscriptionSpec, SubscriptionUpdate, TokenRecord, TopicRecord,
 };

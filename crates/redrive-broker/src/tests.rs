@@ -9,7 +9,7 @@ use std::time::Duration;
 use redrive_core::{ManualClock, QueuePolicy, Timestamp};
 use redrive_store_sqlite::{SqliteOptions, SqliteStore};
 
-use crate::model::{AuditQuery, StoreError};
+use crate::model::{AuditQuery, MAX_REGISTER_PAGE, StoreError};
 use crate::{
     Actor, Broker, BrokerError, LockBounds, MAX_AUDIT_FILTER_LEN, Outgoing, ReceiveOptions, Settle,
 };
@@ -366,4 +366,82 @@ async fn store_health_names_the_backend_and_its_answer() {
     let h = f.broker.store_health().await;
     assert_eq!(h.backend, "sqlite");
     assert!(h.answer.is_ok());
+}
+
+#[tokio::test]
+async fn register_changes_are_audited_and_an_unchanged_set_is_not() {
+    use redrive_core::register::{Idempotency, RegisterAnswer, RegisterEntry, judge};
+    let f = fixture();
+    let b = &f.broker;
+    let entry = |k: &str, a| RegisterEntry::new(k.parse().expect("key"), a, None).expect("entry");
+    let actions = || async {
+        b.list_audit(&AuditQuery {
+            limit: 100,
+            ..AuditQuery::default()
+        })
+        .await
+        .expect("audit page")
+        .into_iter()
+        .map(|e| (e.fields.action, e.fields.actor_id, e.fields.entity))
+        .collect::<Vec<_>>()
+    };
+    let ops = Actor::system("ops");
+    let set = b
+        .set_register_entry(&ops, entry("order.created", Idempotency::Idempotent))
+        .await
+        .expect("set");
+    assert_eq!((set.previous, set.changed), (None, true));
+    let again = b
+        .set_register_entry(&ops, entry("order.created", Idempotency::Idempotent))
+        .await
+        .expect("set");
+    assert!(!again.changed);
+    assert_eq!(
+        b.apply_register(&[
+            entry("order.created", Idempotency::Idempotent),
+            entry("orders:*", Idempotency::NotIdempotent),
+        ])
+        .await
+        .expect("applied"),
+        1
+    );
+    let reg = b.register().await.expect("register");
+    let q = "orders".parse().expect("name");
+    assert_eq!(judge(&reg, &q, None), RegisterAnswer::NotIdempotent);
+    assert_eq!(
+        judge(&reg, &q, Some("order.created")),
+        RegisterAnswer::Idempotent { ordering: None }
+    );
+    let key = "order.created".parse().expect("key");
+    assert!(
+        b.delete_register_entry(&ops, &key)
+            .await
+            .expect("delete")
+            .is_some()
+    );
+    assert!(
+        b.delete_register_entry(&ops, &key)
+            .await
+            .expect("delete")
+            .is_none()
+    );
+    assert_eq!(
+        actions().await,
+        [
+            ("register.set".to_owned(), "system".to_owned(), None),
+            (
+                "register.set".to_owned(),
+                "system".to_owned(),
+                Some("orders".to_owned())
+            ),
+            ("register.delete".to_owned(), "system".to_owned(), None),
+        ]
+    );
+    for bad in [0, MAX_REGISTER_PAGE + 1] {
+        assert!(matches!(
+            b.list_register(None, bad).await,
+            Err(BrokerError::InvalidRequest { .. })
+        ));
+    }
+    assert_eq!(b.list_register(None, 10).await.expect("page").len(), 1);
 }

@@ -10,8 +10,8 @@
 //! | --- | --- |
 //! | `producer` | send, publish, cancel its scheduled messages |
 //! | `consumer` | receive, settle, renew locks, sessions |
-//! | `operator` | metadata, counts, policies, dead-letter metadata, moves between areas, purges, topics and subscriptions |
-//! | `replayer` | resubmit dead letters, start and cancel move tasks (admit and run replays) |
+//! | `operator` | metadata, counts, policies, dead-letter metadata, moves between areas, purges, topics and subscriptions, the idempotency register (read and change) |
+//! | `replayer` | resubmit dead letters, start and cancel move tasks (admit and run replays), read the idempotency register |
 //! | `payload-reader` | read payload bytes: peek, dead letters with their bodies |
 //! | `admin` | everything, on every entity: tokens and the audit log too |
 //!
@@ -253,6 +253,10 @@ pub enum Operation {
     ManageTokens,
     /// Read and verify the audit log.
     ReadAudit,
+    /// Read the idempotency register (operator or replayer: who plans replays reads it).
+    ReadRegister,
+    /// Set or delete an idempotency register entry.
+    ManageRegister,
 }
 
 impl Operation {
@@ -281,10 +285,12 @@ impl Operation {
         Operation::ReadMetrics,
         Operation::ManageTokens,
         Operation::ReadAudit,
+        Operation::ReadRegister,
+        Operation::ManageRegister,
     ];
 
-    /// The roles the operation needs on its entity (all of them). `admin` permits
-    /// everything whatever this says.
+    /// The roles the operation needs on its entity: all of them, or one of them when
+    /// [`Operation::needs_any`]. `admin` permits everything whatever this says.
     pub fn requires(self) -> &'static [Role] {
         use Operation::*;
         match self {
@@ -301,18 +307,31 @@ impl Operation {
             | ReadDeadLetterMetadata
             | MoveDeadLetter
             | ReadReplays
-            | ReadMetrics => &[Role::Operator],
+            | ReadMetrics
+            | ManageRegister => &[Role::Operator],
+            ReadRegister => &[Role::Operator, Role::Replayer],
             Replay => &[Role::Replayer],
             ManageTokens | ReadAudit => &[Role::Admin],
         }
     }
 
+    /// Whether any one of [`Operation::requires`] suffices (reading the register:
+    /// operator or replayer) rather than all of them.
+    pub fn needs_any(self) -> bool {
+        matches!(self, Operation::ReadRegister)
+    }
+
     /// Whether the operation acts on every entity at once (metrics, tokens, the audit
-    /// log): only an unscoped grant permits it.
+    /// log, the idempotency register, whose types apply to every entity): only an
+    /// unscoped grant permits it.
     pub fn is_global(self) -> bool {
         matches!(
             self,
-            Operation::ReadMetrics | Operation::ManageTokens | Operation::ReadAudit
+            Operation::ReadMetrics
+                | Operation::ManageTokens
+                | Operation::ReadAudit
+                | Operation::ReadRegister
+                | Operation::ManageRegister
         )
     }
 }
@@ -324,7 +343,7 @@ pub fn permits(grants: &[Grant], op: Operation, entity: Option<&str>) -> bool {
     if grants.iter().any(|g| g.role == Role::Admin) {
         return true;
     }
-    op.requires().iter().all(|role| {
+    let held = |role: &Role| {
         grants.iter().any(|g| {
             g.role == *role
                 && if op.is_global() {
@@ -333,7 +352,12 @@ pub fn permits(grants: &[Grant], op: Operation, entity: Option<&str>) -> bool {
                     entity.is_none_or(|e| g.scope.covers(e))
                 }
         })
-    })
+    };
+    if op.needs_any() {
+        op.requires().iter().any(held)
+    } else {
+        op.requires().iter().all(held)
+    }
 }
 
 /// Whether `grants` let the holder see that `entity` exists (any grant covering it): what
@@ -403,8 +427,9 @@ mod tests {
         for role in Role::ALL {
             let grants = [Grant::all(role)];
             for &op in Operation::ALL {
-                let expected =
-                    role == Role::Admin || (op != ConsumeDeadLetters && op.requires() == [role]);
+                let expected = role == Role::Admin
+                    || (op != ConsumeDeadLetters && op.requires() == [role])
+                    || (op.needs_any() && op.requires().contains(&role));
                 assert_eq!(
                     permits(&grants, op, Some("q")),
                     expected,
@@ -415,6 +440,17 @@ mod tests {
         let both = [g("consumer:q"), g("payload-reader:q")];
         assert!(permits(&both, ConsumeDeadLetters, Some("q")));
         assert!(!permits(&both, ConsumeDeadLetters, Some("r")));
+        // The register: operator or replayer reads it, only operator changes it, and
+        // only on every entity.
+        assert!(permits(&[g("replayer")], ReadRegister, None));
+        assert!(!permits(&[g("replayer")], ManageRegister, None));
+        assert!(permits(&[g("operator")], ManageRegister, None));
+        assert!(!permits(&[g("operator:q")], ReadRegister, None));
+        assert!(!permits(
+            &[g("producer"), g("consumer")],
+            ReadRegister,
+            None
+        ));
     }
 
     /// The place of each operation in [`Operation::ALL`], by an exhaustive match: a new
@@ -445,6 +481,8 @@ mod tests {
             ReadMetrics => 19,
             ManageTokens => 20,
             ReadAudit => 21,
+            ReadRegister => 22,
+            ManageRegister => 23,
         }
     }
 

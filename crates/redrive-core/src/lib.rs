@@ -19,6 +19,7 @@
 //! - [`sqs`]: the SQS-only queue attributes kept in the policy's optional `sqs` section.
 //! - [`access`]: roles, grants and the permission table of every operation.
 //! - [`audit`]: the hash chain of the audit log.
+//! - [`register`]: the idempotency register of replayable message types and its rule.
 
 pub mod access;
 pub mod audit;
@@ -31,6 +32,7 @@ pub mod message;
 pub mod name;
 pub mod policy;
 pub mod replay;
+pub mod register;
 pub mod sqs;
 
 pub use clock::{Clock, ManualClock, Timestamp};

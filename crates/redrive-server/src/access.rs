@@ -160,6 +160,14 @@ pub const ROUTES: &[RouteRule] = {
         ),
         (Method::GET, "/v1/audit", &[ReadAudit], None),
         (Method::POST, "/v1/audit/verify", &[ReadAudit], None),
+        (Method::GET, "/v1/register", &[ReadRegister], None),
+        (Method::PUT, "/v1/register/{key}", &[ManageRegister], None),
+        (
+            Method::DELETE,
+            "/v1/register/{key}",
+            &[ManageRegister],
+            None,
+        ),
     ]
 };
 

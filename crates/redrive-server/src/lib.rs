@@ -158,6 +158,7 @@ pub fn router(state: AppState) -> Router {
     let small = DefaultBodyLimit::max(MAX_CONTROL_REQUEST_BYTES);
     Router::new()
         .merge(api::access::router().layer(small))
+        .merge(api::register::router().layer(small))
         .merge(api::queues::router().layer(small))
         .merge(api::messages::router())
         .merge(api::sessions::router().layer(small))

@@ -182,6 +182,7 @@ mod leases;
 mod messages;
 mod pool;
 mod queues;
+mod register;
 mod rows;
 mod schema;
 mod sessions;
@@ -192,8 +193,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use redrive_core::register::{RegisterEntry, RegisterKey};
 use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
-use redrive_store::{AuditEntry, AuditFields, AuditQuery, NewToken, TokenRecord};
+use redrive_store::{AuditEntry, AuditFields, AuditQuery, NewToken, RegisterRecord, TokenRecord};
 use redrive_store::{
     Capabilities, DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Effects, Enqueued,
     NewMessage, QueueCounts, QueueRecord, ReceiveOutcome, ReceiveParams, SessionLock,
@@ -712,6 +714,30 @@ impl Store for PostgresStore {
     ) -> StoreResult<bool> {
         let until = redrive_store::skeleton::columns::after(now, ttl_ms);
         write_tx!(self, |db| leases::try_take(db, name, holder, until, now))
+    }
+
+    async fn put_register_entry(
+        &self,
+        entry: &RegisterEntry,
+        now: Timestamp,
+    ) -> StoreResult<Option<RegisterRecord>> {
+        write_tx!(self, |db| register::put(db, entry, now))
+    }
+
+    async fn delete_register_entry(
+        &self,
+        key: &RegisterKey,
+    ) -> StoreResult<Option<RegisterRecord>> {
+        write_tx!(self, |db| register::delete(db, key))
+    }
+
+    async fn list_register(
+        &self,
+        after: Option<&RegisterKey>,
+        limit: u32,
+    ) -> StoreResult<Vec<RegisterRecord>> {
+        let after = after.map(ToString::to_string);
+        read!(self, |db| register::list(db, after.as_deref(), limit))
     }
 
     async fn create_token(&self, token: &NewToken, now: Timestamp) -> StoreResult<TokenRecord> {

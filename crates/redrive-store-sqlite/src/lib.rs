@@ -75,6 +75,7 @@ mod leases;
 mod messages;
 mod queues;
 mod readers;
+mod register;
 mod rows;
 mod schema;
 mod sessions;
@@ -85,8 +86,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use redrive_core::register::{RegisterEntry, RegisterKey};
 use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
-use redrive_store::{AuditEntry, AuditFields, AuditQuery, NewToken, TokenRecord};
+use redrive_store::{AuditEntry, AuditFields, AuditQuery, NewToken, RegisterRecord, TokenRecord};
 use redrive_store::{
     Capabilities, DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Enqueued, NewMessage,
     QueueCounts, QueueRecord, ReceiveOutcome, ReceiveParams, SessionLock, SettleOutcome,
@@ -512,6 +514,38 @@ impl Store for SqliteStore {
         let fields = fields.clone();
         self.writer
             .write(move |tx| access::prune_audit(tx, before, &fields))
+            .await
+    }
+
+    async fn put_register_entry(
+        &self,
+        entry: &RegisterEntry,
+        now: Timestamp,
+    ) -> StoreResult<Option<RegisterRecord>> {
+        let entry = entry.clone();
+        self.writer
+            .write(move |tx| register::put(tx, &entry, now))
+            .await
+    }
+
+    async fn delete_register_entry(
+        &self,
+        key: &RegisterKey,
+    ) -> StoreResult<Option<RegisterRecord>> {
+        let key = key.clone();
+        self.writer
+            .write(move |tx| register::delete(tx, &key))
+            .await
+    }
+
+    async fn list_register(
+        &self,
+        after: Option<&RegisterKey>,
+        limit: u32,
+    ) -> StoreResult<Vec<RegisterRecord>> {
+        let after = after.map(ToString::to_string);
+        self.readers
+            .read(move |c| register::list(c, after.as_deref(), limit))
             .await
     }
 

@@ -848,7 +848,8 @@ async fn version_4_database_migrates_to_the_access_tables() {
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
-            "DROP TABLE tokens; DROP TABLE audit_log; DELETE FROM schema_migrations WHERE version = 5;",
+            "DROP TABLE tokens; DROP TABLE audit_log; DROP TABLE idempotency_register; \
+             DELETE FROM schema_migrations WHERE version >= 5;",
         )
         .unwrap();
     }
@@ -859,7 +860,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (5, 5));
+    assert_eq!((version, SCHEMA_VERSION), (6, 6));
     assert_eq!(store.peek(&name("q"), 1, 10).await.unwrap().len(), 1);
     let token = NewToken {
         id: "tok_000000000000000a".to_owned(),

@@ -20,14 +20,17 @@
 mod access;
 pub mod dead_letter;
 mod error;
+mod register;
 pub mod skeleton;
 mod types;
 
 pub use access::*;
 pub use error::{StoreError, StoreErrorKind, StoreResult};
+pub use register::*;
 pub use types::*;
 
 use async_trait::async_trait;
+use redrive_core::register::{RegisterEntry, RegisterKey};
 use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
 
 /// The storage backend. Object-safe: the broker holds an `Arc<dyn Store>`.
@@ -279,6 +282,30 @@ pub trait Store: Send + Sync + 'static {
     /// `redrive_core::audit::PRUNED_ACTION`). Returns how many were removed; removes and
     /// appends nothing when none is old enough.
     async fn prune_audit(&self, before: Timestamp, fields: &AuditFields) -> StoreResult<u64>;
+
+    // ---- the idempotency register ---------------------------------------------------
+
+    /// Creates or replaces the entry of `entry.key` at `now` and returns the record it
+    /// replaced (`None`: it is new). A put of an entry equal to the stored one writes
+    /// nothing (see `skeleton::register::put`), so the caller tells a change by comparing.
+    async fn put_register_entry(
+        &self,
+        entry: &RegisterEntry,
+        now: Timestamp,
+    ) -> StoreResult<Option<RegisterRecord>>;
+
+    /// Removes the entry of `key` and returns it (`None`: there was none).
+    async fn delete_register_entry(&self, key: &RegisterKey)
+    -> StoreResult<Option<RegisterRecord>>;
+
+    /// A page of the register in key order (bytewise on the key's text form): entries
+    /// whose key's text is greater than `after`'s, at most `limit` (0 or more than
+    /// [`MAX_REGISTER_PAGE`] means [`MAX_REGISTER_PAGE`]).
+    async fn list_register(
+        &self,
+        after: Option<&RegisterKey>,
+        limit: u32,
+    ) -> StoreResult<Vec<RegisterRecord>>;
 
     // ---- topics and subscriptions --------------------------------------------------
 

@@ -238,6 +238,37 @@ impl Client {
         self.must(Method::POST, url, None::<&()>).await
     }
 
+    /// `GET /v1/register?...`: one page.
+    pub async fn list_register(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<redrive_api::register::RegisterPage, ClientError> {
+        let mut url = self.url(&["v1", "register"]);
+        if let Some(c) = cursor {
+            url.query_pairs_mut().append_pair("cursor", c);
+        }
+        self.must(Method::GET, url, None::<&()>).await
+    }
+
+    /// `PUT /v1/register/{key}`.
+    pub async fn set_register_entry(
+        &self,
+        key: &str,
+        req: &redrive_api::register::SetRegisterEntry,
+    ) -> Result<redrive_api::register::RegisterSet, ClientError> {
+        let url = self.url(&["v1", "register", key]);
+        self.must(Method::PUT, url, Some(req)).await
+    }
+
+    /// `DELETE /v1/register/{key}`.
+    pub async fn delete_register_entry(
+        &self,
+        key: &str,
+    ) -> Result<redrive_api::register::RegisterEntry, ClientError> {
+        let url = self.url(&["v1", "register", key]);
+        self.must(Method::DELETE, url, None::<&()>).await
+    }
+
     /// `GET /v1/audit?...`.
     pub async fn list_audit(&self, query: &AuditQuery) -> Result<AuditPage, ClientError> {
         let mut url = self.url(&["v1", "audit"]);

@@ -43,6 +43,30 @@ pub struct Config {
     pub push_allowed_networks: Vec<String>,
     /// Authentication, rate limits and the audit log (`[auth]`).
     pub auth: AuthConfig,
+    /// Automatic replay of dead letters (`[replay]`).
+    pub replay: ReplayConfig,
+}
+
+/// `[replay]`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplayConfig {
+    /// The idempotency register entries the file states (`[[replay.register]]`), applied
+    /// at start (see [`Config::register_entries`]).
+    pub register: Vec<RegisterItem>,
+}
+
+/// One `[[replay.register]]` entry.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterItem {
+    /// A message type, or `<queue>:*` for that queue's messages without a type.
+    pub key: String,
+    /// `idempotent` or `not_idempotent`.
+    pub answer: String,
+    /// The ordering attribute a time-dependent handler needs (idempotent types only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering_attribute: Option<String>,
 }
 
 /// `[auth]`.
@@ -100,6 +124,7 @@ impl Default for Config {
             sqs_access_keys: Vec::new(),
             auth: AuthConfig::default(),
             push_allowed_networks: Vec::new(),
+            replay: ReplayConfig::default(),
         }
     }
 }
@@ -397,8 +422,34 @@ impl Config {
         Config::layered(file, &env, flags)
     }
 
+    /// The `[[replay.register]]` entries, checked: each is a valid entry (see
+    /// `redrive_core::register`) and no key is stated twice. An error names the entry.
+    pub fn register_entries(&self) -> anyhow::Result<Vec<redrive_core::register::RegisterEntry>> {
+        use redrive_core::register::{Idempotency, RegisterEntry, RegisterKey};
+        let mut out: Vec<RegisterEntry> = Vec::with_capacity(self.replay.register.len());
+        for (i, item) in self.replay.register.iter().enumerate() {
+            let bad = |why: String| {
+                input_error(format!(
+                    "replay.register entry {} ({:?}): {why}",
+                    i + 1,
+                    item.key
+                ))
+            };
+            let key: RegisterKey = item.key.parse().map_err(|e| bad(format!("{e}")))?;
+            let answer: Idempotency = item.answer.parse().map_err(|e| bad(format!("{e}")))?;
+            let entry = RegisterEntry::new(key, answer, item.ordering_attribute.clone())
+                .map_err(|e| bad(e.to_string()))?;
+            if out.iter().any(|e| e.key == entry.key) {
+                return Err(bad("the key is stated more than once".to_owned()));
+            }
+            out.push(entry);
+        }
+        Ok(out)
+    }
+
     /// Checks what serde cannot.
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.register_entries()?;
         if self.server.sweep_interval_ms == 0 {
             return Err(input_error("server.sweep_interval_ms must be positive"));
         }

@@ -80,6 +80,9 @@ enum Command {
     /// Read and verify the audit log (admin).
     #[command(subcommand)]
     Audit(cmd::access::AuditCommand),
+    /// The idempotency register: which message types a replay may republish.
+    #[command(subcommand)]
+    Register(cmd::register::RegisterCommand),
     #[command(flatten)]
     Topics(cmd::topic::TopicCommands),
 }
@@ -128,6 +131,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Stats(a) => cmd::stats::run(&ctx()?, a).await,
         Command::Token(c) => cmd::access::run_token(&ctx()?, c).await,
         Command::Audit(c) => cmd::access::run_audit(&ctx()?, c).await,
+        Command::Register(c) => cmd::register::run(&ctx()?, c).await,
         Command::Topics(c) => cmd::topic::run(&ctx()?, c).await,
     }
 }

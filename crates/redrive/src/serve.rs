@@ -179,6 +179,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             "AUTHENTICATION IS OFF: anyone who can reach this loopback address may read and \
              change everything. Turn it on with --auth (auth.enabled = true)");
     }
+    let register = config.register_entries()?;
+    if !register.is_empty() {
+        let changed = broker
+            .apply_register(&register)
+            .await
+            .context("cannot apply the idempotency register of the configuration")?;
+        info!(
+            entries = register.len(),
+            changed, "idempotency register entries of the configuration applied"
+        );
+    }
     let mut extra = Vec::new();
     if let Some(l) = sqs_listener {
         if let Ok(addr) = l.local_addr() {

@@ -5,5 +5,6 @@ pub(crate) mod dead_letters;
 pub(crate) mod messages;
 pub(crate) mod ops;
 pub(crate) mod queues;
+pub(crate) mod register;
 pub(crate) mod sessions;
 pub(crate) mod topics;

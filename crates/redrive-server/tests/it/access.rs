@@ -50,8 +50,14 @@ fn allowed(role: &str) -> BTreeSet<(&'static str, &'static str)> {
             ("GET", "/v1/topics/{topic}/subscriptions/{sub}"),
             ("PATCH", "/v1/topics/{topic}/subscriptions/{sub}"),
             ("DELETE", "/v1/topics/{topic}/subscriptions/{sub}"),
+            ("GET", "/v1/register"),
+            ("PUT", "/v1/register/{key}"),
+            ("DELETE", "/v1/register/{key}"),
         ],
-        "replayer" => &[("POST", "/v1/queues/{name}/dead-letters/{id}/resubmit")],
+        "replayer" => &[
+            ("POST", "/v1/queues/{name}/dead-letters/{id}/resubmit"),
+            ("GET", "/v1/register"),
+        ],
         "payload-reader" => &[
             ("GET", "/v1/queues/{name}/messages"),
             ("GET", "/v1/queues/{name}/dead-letters"),
@@ -71,6 +77,7 @@ fn concrete(pattern: &str) -> String {
         .replace("{session}", "s")
         .replace("{id}", "dl_x")
         .replace("{sub}", "s")
+        .replace("{key}", "t")
 }
 
 /// Every role × every route: refused with 403 `forbidden` exactly where the hand-written

@@ -12,6 +12,7 @@ mod messages;
 mod ops;
 mod push_outcomes;
 mod queues;
+mod register;
 mod seed_003;
 mod sessions;
 mod topics;

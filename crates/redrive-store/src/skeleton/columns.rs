@@ -79,6 +79,7 @@ pub fn invariant(what: &'static str) -> StoreError {
 ///   [`entities::subscription`](crate::skeleton::entities::subscription).
 /// - `token`, `audit`: [`access::token`](crate::skeleton::access::token),
 ///   [`access::audit_entry`](crate::skeleton::access::audit_entry).
+/// - `register`: [`register::record`](crate::skeleton::register::record).
 #[macro_export]
 macro_rules! columns {
     (head) => {
@@ -112,6 +113,9 @@ macro_rules! columns {
     (audit) => {
         "seq, at, actor_id, actor_name, action, entity, targets, outcome, client, prev_hash, \
          hash"
+    };
+    (register) => {
+        "key, answer, ordering_attribute, updated_at"
     };
 }
 

@@ -19,6 +19,7 @@
 //! - [`entities`]: queue, topic, subscription and session records and the rules of their
 //!   creation, update and deletion, and the fan-out of a publish.
 //! - [`access`]: token and audit rows, the numbering and chaining of audit entries.
+//! - [`register`]: idempotency register rows, and whether a put changes anything.
 //!
 //! # Adding a store operation
 //!
@@ -37,6 +38,7 @@ pub mod columns;
 pub mod dead_letters;
 pub mod entities;
 pub mod messages;
+pub mod register;
 
 #[cfg(test)]
 mod testing;

@@ -6,6 +6,7 @@ pub mod dlq;
 pub mod message;
 pub mod queue;
 pub mod replay;
+pub mod register;
 pub mod stats;
 pub mod topic;
 

@@ -21,4 +21,5 @@ mod config;
 mod crash;
 mod logs;
 mod multinode;
+mod register;
 mod support;
