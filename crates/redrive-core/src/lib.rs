@@ -31,8 +31,8 @@ pub mod machine;
 pub mod message;
 pub mod name;
 pub mod policy;
-pub mod replay;
 pub mod register;
+pub mod replay;
 pub mod sqs;
 
 pub use clock::{Clock, ManualClock, Timestamp};

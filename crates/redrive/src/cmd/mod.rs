@@ -5,8 +5,8 @@ pub mod access;
 pub mod dlq;
 pub mod message;
 pub mod queue;
-pub mod replay;
 pub mod register;
+pub mod replay;
 pub mod stats;
 pub mod topic;
 
