@@ -88,8 +88,11 @@ string_enum! {
     EvidenceQuality {
         /// Every delivery's increment was committed before the delivery left the broker.
         Exact = "exact",
-        /// Some deliveries may not have been counted (or counted without reaching anyone).
+        /// Some deliveries may not have been counted (or counted without reaching anyone),
+        /// or the source's own count is approximate (an import from Event Grid or SQS).
         Approximate = "approximate",
+        /// The source did not say (an import whose evidence lacks the count or the times).
+        Incomplete = "incomplete",
     }
 }
 
@@ -113,6 +116,18 @@ string_enum! {
         Archived = "archived",
         /// Held back from automatic replay; needs an operator.
         Quarantine = "quarantine",
+    }
+}
+
+string_enum! {
+    /// What a dead-letter record's body holds.
+    RecordFormat {
+        /// One message, as it was sent (a message dead-lettered here, or one imported
+        /// message).
+        Message = "message",
+        /// A JSON array of dead-lettered events, each with its own diagnostics (an
+        /// imported Event Grid dead-letter blob): judged event by event.
+        Events = "events",
     }
 }
 

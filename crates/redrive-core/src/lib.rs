@@ -27,6 +27,7 @@ pub mod clock;
 pub mod dead_letter;
 pub mod digest;
 pub mod id;
+pub mod judgement;
 pub mod machine;
 pub mod message;
 pub mod name;
@@ -36,7 +37,7 @@ pub mod replay;
 pub mod sqs;
 
 pub use clock::{Clock, ManualClock, Timestamp};
-pub use dead_letter::{Area, DeadLetterReason, EvidenceQuality, RouteKind};
+pub use dead_letter::{Area, DeadLetterReason, EvidenceQuality, RecordFormat, RouteKind};
 pub use machine::{MessageMeta, MessageState};
 pub use message::{Properties, PropertyValue};
 pub use name::EntityName;
