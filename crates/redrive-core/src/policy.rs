@@ -18,6 +18,27 @@ pub const MAX_LOCK_MS: u64 = 300_000;
 pub const MAX_DEDUP_WINDOW_MS: u64 = 7 * 24 * 3_600_000;
 /// Largest configurable message size (256 MiB).
 pub const MAX_MESSAGE_SIZE_LIMIT: u32 = 256 * 1024 * 1024;
+/// Default retention of dead-letter records, every area (30 days).
+pub const DEFAULT_DEAD_LETTER_RETENTION_MS: u64 = 30 * 24 * 3_600_000;
+/// Longest configurable retention of dead-letter records (10 years); 0 keeps them forever.
+pub const MAX_DEAD_LETTER_RETENTION_MS: u64 = 3_650 * 24 * 3_600_000;
+
+/// The default of [`QueuePolicy::dead_letter_retention_ms`] (for serde).
+pub fn default_dead_letter_retention_ms() -> u64 {
+    DEFAULT_DEAD_LETTER_RETENTION_MS
+}
+
+/// Checks a dead-letter retention (`field` names it in the error).
+pub fn check_dead_letter_retention(ms: u64, field: &'static str) -> Result<(), PolicyError> {
+    if ms > MAX_DEAD_LETTER_RETENTION_MS {
+        return Err(PolicyError {
+            field,
+            why: "must be at most 3650 days (315360000000 ms); 0 keeps records forever".into(),
+        });
+    }
+    Ok(())
+}
+
 /// Highest configurable max delivery count.
 pub const MAX_DELIVERY_COUNT_LIMIT: u32 = 10_000;
 
@@ -61,6 +82,10 @@ pub struct QueuePolicy {
     /// stored before replay existed reads as off).
     #[serde(default)]
     pub auto_replay: AutoReplay,
+    /// How long dead-letter records of every area are kept before the retention rule
+    /// deletes them, ms (default 30 days; `0` keeps them forever and must be said).
+    #[serde(default = "default_dead_letter_retention_ms")]
+    pub dead_letter_retention_ms: u64,
 }
 
 impl Default for QueuePolicy {
@@ -78,6 +103,7 @@ impl Default for QueuePolicy {
             dead_letter_queue: None,
             sqs: None,
             auto_replay: AutoReplay::default(),
+            dead_letter_retention_ms: DEFAULT_DEAD_LETTER_RETENTION_MS,
         }
     }
 }
@@ -196,6 +222,7 @@ impl QueuePolicy {
             bad(field, why)?;
         }
         self.auto_replay.validate()?;
+        check_dead_letter_retention(self.dead_letter_retention_ms, "dead_letter_retention_ms")?;
         Ok(())
     }
 

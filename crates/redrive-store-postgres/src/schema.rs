@@ -21,10 +21,11 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (4, include_str!("migrations/0004_queue_sequences.sql")),
     (5, include_str!("migrations/0005_access.sql")),
     (6, include_str!("migrations/0006_register.sql")),
+    (7, include_str!("migrations/0007_replay.sql")),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: u32 = 6;
+pub const LATEST_VERSION: u32 = 7;
 
 /// First key of the advisory lock that serialises migrations ("rdrv"); the second key is
 /// a hash of the schema name, so that migrations of different schemas do not wait on

@@ -18,10 +18,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("migrations/0004_message_bodies.sql")),
     (5, include_str!("migrations/0005_access.sql")),
     (6, include_str!("migrations/0006_register.sql")),
+    (7, include_str!("migrations/0007_replay.sql")),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: i64 = 6;
+pub const LATEST_VERSION: i64 = 7;
 
 /// How long a connection waits for a lock held by another connection before giving up
 /// with SQLITE_BUSY (mapped to `Unavailable`).

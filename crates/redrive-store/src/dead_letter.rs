@@ -178,6 +178,9 @@ pub fn evidence_record(
         forwarded_to: routing.forwarded_to,
         dlq_delivery_count: 0,
         locked_until: None,
+        format: redrive_core::RecordFormat::Message,
+        replay: crate::ReplayMark::default(),
+        judgement: None,
     }
 }
 

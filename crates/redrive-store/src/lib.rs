@@ -219,8 +219,111 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<Enqueued>;
 
-    /// Moves a record to another area, atomically.
-    async fn move_dead_letter(&self, queue: &EntityName, id: &str, to: Area) -> StoreResult<()>;
+    /// Moves a record to another area at `now`, atomically, with its replay bookkeeping
+    /// as [`skeleton::replay::moved`] says: moved into live on a queue whose policy
+    /// enables replay, it becomes a candidate (a restore is this one move); moved out of
+    /// live, it is a candidate no more. A lock on it is released.
+    async fn move_dead_letter(
+        &self,
+        queue: &EntityName,
+        id: &str,
+        to: Area,
+        now: Timestamp,
+    ) -> StoreResult<()>;
+
+    // ---- automatic replay -----------------------------------------------------------
+
+    /// Claims up to `limit` replay candidates due at `now` — live records whose
+    /// `replay.due_at` is at or before `now` and that no dead-letter receiver holds
+    /// locked — earliest due first, across every queue. Each claimed record's due time
+    /// moves to `now + claim_ms` in the same transaction (returned records show the new
+    /// time), so a judge that dies leaves it to a claim after that.
+    async fn claim_replay_candidates(
+        &self,
+        now: Timestamp,
+        limit: u32,
+        claim_ms: u64,
+    ) -> StoreResult<Vec<DeadLetterRecord>>;
+
+    /// Quarantines a live record whole: to the quarantine area with the judgement (and
+    /// its cause in `replay_cause`), its message id written back without its replay count,
+    /// the body replaced if `q.body` says so, no longer a candidate, unlocked. `Ok(true)`
+    /// when this call moved it; `Ok(false)` when it was no longer live (another judgement
+    /// or an operator got there first: nothing changes); `DeadLetterNotFound` when it is
+    /// gone.
+    async fn quarantine_dead_letter(
+        &self,
+        queue: &EntityName,
+        id: &str,
+        q: &Quarantine,
+        now: Timestamp,
+    ) -> StoreResult<bool>;
+
+    /// Writes the quarantine copy of part of a record ([`skeleton::replay::copy_record`]),
+    /// create-if-absent: `Ok(true)` when this call created it, `Ok(false)` when a record
+    /// with the copy's id exists already (whatever its area). `DeadLetterNotFound` when
+    /// the source record is gone.
+    async fn put_quarantine_copy(
+        &self,
+        queue: &EntityName,
+        copy: &QuarantineCopy,
+    ) -> StoreResult<bool>;
+
+    /// Ends the replay of a live record whose events were republished: archives it with
+    /// the judgement or deletes it. `Ok(true)` when this call did; `Ok(false)` when the
+    /// record is gone or no longer live (nothing changes).
+    async fn finish_replay(
+        &self,
+        queue: &EntityName,
+        id: &str,
+        finish: &ReplayFinish,
+        now: Timestamp,
+    ) -> StoreResult<bool>;
+
+    /// Records a failed judgement of a live record: one more failure, `error` as its
+    /// `last_error`, due again at `retry_at`. Returns the failures so far; `None` when the
+    /// record is gone or no longer live (nothing changes).
+    async fn fail_replay(
+        &self,
+        queue: &EntityName,
+        id: &str,
+        error: &str,
+        retry_at: Timestamp,
+    ) -> StoreResult<Option<u32>>;
+
+    /// The drain at start: makes live records that are not candidates, unlocked, of each
+    /// rule's queue and dead-lettered before its `older_than`, candidates due at its
+    /// `due_at`; at most `limit` in all, oldest first per rule. Archived and quarantined
+    /// records are never touched. Returns how many became candidates.
+    async fn drain_replay_candidates(&self, rules: &[DrainRule], limit: u32) -> StoreResult<u64>;
+
+    /// Retention: deletes up to `limit` records in all (every area) of each rule's queue
+    /// dead-lettered before its `before`, oldest first. Returns how many per queue (only
+    /// queues where some were deleted).
+    async fn expire_dead_letters(
+        &self,
+        rules: &[RetentionRule],
+        limit: u32,
+    ) -> StoreResult<Vec<(EntityName, u64)>>;
+
+    /// Replay counts of the dead-letter store of `queue` (of every queue that has records
+    /// when `None`), by queue name. `flag_after`: failed judgements from which a live
+    /// record counts as `flagged`.
+    async fn replay_counts(
+        &self,
+        queue: Option<&EntityName>,
+        flag_after: u32,
+    ) -> StoreResult<Vec<ReplayCounts>>;
+
+    /// Stores imported records in the live area of `queue`, in one transaction, each as
+    /// [`skeleton::replay::imported`] makes it (a candidate if the queue's policy enables
+    /// replay). `QueueNotFound`. The records' ids are the caller's (new ones).
+    async fn import_dead_letters(
+        &self,
+        queue: &EntityName,
+        records: Vec<DeadLetterRecord>,
+        now: Timestamp,
+    ) -> StoreResult<()>;
 
     // ---- several processes on one store -------------------------------------------
 

@@ -1,8 +1,9 @@
 //! Parameter and row types of the [`Store`](crate::Store) trait.
 
+use redrive_core::judgement::{Judgement, QuarantineCause};
 use redrive_core::{
     Area, DeadLetterReason, EntityName, EvidenceQuality, MessageState, Properties, QueuePolicy,
-    RouteKind, Timestamp,
+    RecordFormat, RouteKind, Timestamp,
 };
 
 /// What a backend can and cannot do. The conformance suite skips, with a logged reason,
@@ -236,6 +237,9 @@ pub struct DeadLettered {
     pub reason: DeadLetterReason,
     /// If forwarded to a dead-letter queue, that queue and the new sequence number.
     pub forwarded_to: Option<(EntityName, i64)>,
+    /// Whether the record is a replay candidate (written live on an entity whose policy
+    /// enables automatic replay): the broker wakes its replay worker.
+    pub candidate: bool,
 }
 
 /// One settlement in a (batch) settle call.
@@ -374,6 +378,118 @@ pub struct DeadLetterRecord {
     pub dlq_delivery_count: u32,
     /// Lock expiry while a dead-letter receiver holds it.
     pub locked_until: Option<Timestamp>,
+    /// What `body` holds: one message, or a list of events (an imported Event Grid blob).
+    pub format: RecordFormat,
+    /// Automatic replay's bookkeeping of this record.
+    pub replay: ReplayMark,
+    /// The judgement of automatic replay that put it where it is (a quarantined or
+    /// archived record), if any.
+    pub judgement: Option<Judgement>,
+}
+
+/// Automatic replay's bookkeeping of a dead-letter record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplayMark {
+    /// A live record with a due time is a replay candidate: the replay worker judges it
+    /// at or after that time. Written in the transaction that makes the record live on
+    /// an entity whose policy enables replay; cleared when it leaves the live area.
+    pub due_at: Option<Timestamp>,
+    /// Judgements of this record that failed (the count resets when it is restored).
+    pub failures: u32,
+    /// The error of the last failed judgement.
+    pub last_error: Option<String>,
+}
+
+/// The part of a live record a judgement quarantines apart from the rest: written
+/// create-if-absent under an id derived from the record and the cause
+/// ([`redrive_core::judgement::quarantine_copy_id`]), with every column of evidence copied
+/// from the record and `body` holding only the quarantined events.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuarantineCopy {
+    /// The record it is copied from.
+    pub from: String,
+    /// The copy's id.
+    pub id: String,
+    /// The quarantined events (their ids without replay counts).
+    pub body: Vec<u8>,
+    /// Lower-case hex SHA-256 of `body`.
+    pub body_sha256: String,
+    /// The judgement, with its cause.
+    pub judgement: Judgement,
+}
+
+/// A live record quarantined whole by a judgement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Quarantine {
+    /// The judgement, with its cause.
+    pub judgement: Judgement,
+    /// A new body for a record of events (their ids written back without replay counts);
+    /// `None` keeps the body (a message, whose id is written back by the store).
+    pub body: Option<Vec<u8>>,
+}
+
+/// How the replay of a live record ends once its events were republished.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplayFinish {
+    /// Moved to the archived area with the judgement (some events were republished).
+    Archive(Judgement),
+    /// Deleted: every event is in a quarantine copy, which is the complete record now.
+    Delete,
+}
+
+/// Which live records of a queue the drain at start makes candidates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainRule {
+    /// The queue (a subscription's: its internal queue).
+    pub queue: EntityName,
+    /// Only records dead-lettered before this (older than the entity's delivery window).
+    pub older_than: Timestamp,
+    /// When they become due.
+    pub due_at: Timestamp,
+}
+
+/// Which records of a queue the retention rule deletes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetentionRule {
+    /// The queue.
+    pub queue: EntityName,
+    /// Records (every area) dead-lettered before this.
+    pub before: Timestamp,
+}
+
+/// The replay counts of one queue's dead-letter store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayCounts {
+    /// The queue.
+    pub queue: EntityName,
+    /// Records in the live area.
+    pub live: u64,
+    /// Live records that are replay candidates.
+    pub candidates: u64,
+    /// Live records whose last judgement failed.
+    pub failing: u64,
+    /// Live records that failed at least the flag threshold of times.
+    pub flagged: u64,
+    /// Records in the archived area.
+    pub archived: u64,
+    /// Records in the quarantine area, by the cause of their judgement (`None`: moved
+    /// there by an operator).
+    pub quarantined: std::collections::BTreeMap<Option<QuarantineCause>, u64>,
+}
+
+impl ReplayCounts {
+    /// All zero, for `queue`.
+    pub fn empty(queue: EntityName) -> ReplayCounts {
+        ReplayCounts {
+            queue,
+            live: 0,
+            candidates: 0,
+            failing: 0,
+            flagged: 0,
+            archived: 0,
+            quarantined: std::collections::BTreeMap::new(),
+        }
+    }
 }
 
 /// A page request over a dead-letter store.
@@ -450,11 +566,17 @@ pub struct SubscriptionSpec {
     /// A paused subscription keeps receiving events; no delivery attempts are made.
     #[serde(default)]
     pub paused: bool,
-    /// Automatic replay of the subscription's live dead letters. The subscription's own
-    /// policy (versioned with it), not its queue's: the queue's `auto_replay` stays off.
+    /// Automatic replay of the subscription's live dead letters: the subscription's own
+    /// policy (versioned with it). The store mirrors it onto the subscription's queue
+    /// ([`crate::skeleton::entities::mirror_subscription`]) in the transaction that
+    /// creates or changes the subscription, so that the dead-letter path reads one policy.
     /// A spec stored before replay existed reads as off.
     #[serde(default)]
     pub auto_replay: redrive_core::AutoReplay,
+    /// Retention of the subscription's dead-letter records, every area, ms (default 30
+    /// days; 0 keeps them forever). Mirrored onto its queue like `auto_replay`.
+    #[serde(default = "redrive_core::policy::default_dead_letter_retention_ms")]
+    pub dead_letter_retention_ms: u64,
 }
 
 /// A subscription to create.
@@ -500,6 +622,8 @@ pub struct SubscriptionUpdate {
     pub filter: Option<redrive_events::Filter>,
     /// A partial change of the auto-replay policy, validated by the caller.
     pub auto_replay: Option<redrive_core::AutoReplayPatch>,
+    /// A new dead-letter retention, validated by the caller.
+    pub dead_letter_retention_ms: Option<u64>,
 }
 
 /// One event of a publish: its duplicate-detection key and the messages it fans out to.

@@ -95,7 +95,8 @@ macro_rules! columns {
          properties, correlation_id, message_type, intent, valid_until, reason, description, \
          delivery_count, count_quality, first_delivered_at, last_delivered_at, enqueued_at, \
          dead_lettered_at, policy_version, route, forwarded_queue, forwarded_sequence, \
-         dlq_delivery_count, locked_until"
+         dlq_delivery_count, locked_until, format, replay_due_at, replay_failures, \
+         last_replay_error, judgement"
     };
     (queue) => {
         "name, policy, policy_version, created_at, updated_at, id"

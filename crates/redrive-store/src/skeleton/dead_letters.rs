@@ -20,8 +20,8 @@ use crate::dead_letter::{
     forwarded_properties,
 };
 use crate::{
-    DeadLetterDelivery, DeadLetterRecord, DeadLettered, Effects, Enqueued, MessageRef, StoreError,
-    StoreResult,
+    DeadLetterDelivery, DeadLetterRecord, DeadLettered, Effects, Enqueued, MessageRef, ReplayMark,
+    StoreError, StoreResult,
 };
 
 /// `DeadLetterTargetMissing`: an application's dead-letter on `q` whose dead-letter
@@ -56,6 +56,9 @@ pub struct DeadLetterPlan {
     source: EntityName,
     policy_version: u64,
     now: Timestamp,
+    /// When a record left live here is judged by automatic replay (the queue's policy
+    /// enables it), if it is.
+    replay_due: Option<Timestamp>,
     /// The dead-letter queue that takes a copy.
     target: Option<QueueRow>,
     /// The dead-letter queue that could not, and why.
@@ -94,6 +97,7 @@ impl DeadLetterPlan {
             source: q.name.clone(),
             policy_version: q.version,
             now,
+            replay_due: super::replay::candidate_due(&q.policy, now),
             target: None,
             unfit: None,
         };
@@ -194,7 +198,7 @@ impl DeadLetterPlan {
             by_broker: self.cause.by_broker,
             forwarded_to: forwarded_to.clone(),
         };
-        let record = evidence_record(
+        let mut record = evidence_record(
             id.clone(),
             self.row.into_stored(&self.source),
             &self.meta,
@@ -203,11 +207,15 @@ impl DeadLetterPlan {
             self.policy_version,
             self.now,
         );
+        if record.area == Area::Live {
+            record.replay.due_at = self.replay_due;
+        }
         effects.dead_lettered.push(DeadLettered {
             message: self.message,
             dead_letter_id: id,
             reason: self.cause.reason,
             forwarded_to,
+            candidate: record.replay.due_at.is_some(),
         });
         record
     }
@@ -251,6 +259,18 @@ pub fn decode(c: &impl Columns) -> StoreResult<DeadLetterRecord> {
         forwarded_to,
         dlq_delivery_count: c.count(26, "dead_letters.dlq_delivery_count")?,
         locked_until: c.time_opt(27)?,
+        format: c.parse(28, "dead_letters.format")?,
+        replay: ReplayMark {
+            due_at: c.time_opt(29)?,
+            failures: c.count(30, "dead_letters.replay_failures")?,
+            last_error: c.text_opt(31)?,
+        },
+        judgement: match c.text_opt(32)? {
+            Some(j) => {
+                Some(serde_json::from_str(&j).map_err(|e| bad_value("dead_letters.judgement", e))?)
+            }
+            None => None,
+        },
     })
 }
 

@@ -8,7 +8,8 @@ use redrive_core::{EntityName, QueuePolicy, Timestamp};
 use super::columns::{Columns, after};
 use crate::{
     NewMessage, NewSubscription, PublishEvent, Published, QueueRecord, SessionLock, StoreError,
-    StoreResult, SubscriptionRecord, SubscriptionUpdate, TopicPolicy, TopicRecord,
+    StoreResult, SubscriptionRecord, SubscriptionSpec, SubscriptionUpdate, TopicPolicy,
+    TopicRecord,
 };
 
 // ---- queues -------------------------------------------------------------------------------
@@ -243,9 +244,24 @@ pub fn updated_subscription(
     if let Some(p) = &update.auto_replay {
         rec.spec.auto_replay = rec.spec.auto_replay.patched(p);
     }
+    if let Some(ms) = update.dead_letter_retention_ms {
+        rec.spec.dead_letter_retention_ms = ms;
+    }
     rec.version += 1;
     rec.updated_at = now;
     rec
+}
+
+/// Mirrors what a subscription's spec says about its dead letters onto its queue's
+/// policy: automatic replay and retention. The store calls it on the queue policy it
+/// stores when a subscription is created, and again (writing the queue's policy in the
+/// same transaction) whenever the subscription changes; the dead-letter path then reads
+/// the queue's policy alone. Says whether anything changed.
+pub fn mirror_subscription(policy: &mut QueuePolicy, spec: &SubscriptionSpec) -> bool {
+    let before = (policy.auto_replay.clone(), policy.dead_letter_retention_ms);
+    policy.auto_replay = spec.auto_replay.clone();
+    policy.dead_letter_retention_ms = spec.dead_letter_retention_ms;
+    before != (policy.auto_replay.clone(), policy.dead_letter_retention_ms)
 }
 
 /// `TopicNotFound`.

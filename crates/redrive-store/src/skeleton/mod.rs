@@ -20,6 +20,8 @@
 //!   creation, update and deletion, and the fan-out of a publish.
 //! - [`access`]: token and audit rows, the numbering and chaining of audit entries.
 //! - [`register`]: idempotency register rows, and whether a put changes anything.
+//! - [`replay`]: automatic replay's bookkeeping: when a record is a candidate, what a
+//!   move between areas does to it, quarantine copies, imported records, the counts.
 //!
 //! # Adding a store operation
 //!
@@ -39,6 +41,7 @@ pub mod dead_letters;
 pub mod entities;
 pub mod messages;
 pub mod register;
+pub mod replay;
 
 #[cfg(test)]
 mod testing;
