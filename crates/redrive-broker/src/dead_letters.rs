@@ -221,7 +221,11 @@ impl Broker {
         actor: &Actor,
     ) -> BrokerResult<()> {
         let name: EntityName = queue.parse()?;
-        let r = self.inner.store.move_dead_letter(&name, id, to).await;
+        let r = self
+            .inner
+            .store
+            .move_dead_letter(&name, id, to, self.now())
+            .await;
         self.audited(
             actor,
             "dead_letter.move",
@@ -232,6 +236,10 @@ impl Broker {
         .await?;
         tracing::info!(queue = %name, dead_letter_id = id, area = %to, actor = %actor.id,
             "dead letter moved");
+        if to == Area::Live {
+            // Moved back to live on an entity that replays, it is a candidate again.
+            self.wake_replay();
+        }
         Ok(())
     }
 }

@@ -15,6 +15,8 @@
 //!   audit log; audited operations take an [`Actor`].
 //! - `dead_letters`: the dead-letter store; operations take an [`Actor`].
 //! - `sweeper`: the background sweep of lock expiries and TTLs.
+//! - `replayer`: automatic replay of dead letters (the judgement, the worker under a
+//!   lease, the drain at start, restore, counts).
 //! - `mover`: message move tasks (dead-letter queue redrive), kept per process.
 //! - `topics`: topics, subscriptions (each owns a queue) and publishing.
 //! - `dispatcher`: push delivery of push subscriptions' events, with retries.
@@ -40,6 +42,7 @@ mod push_stats;
 mod queues;
 mod register;
 mod relay;
+mod replayer;
 mod sessions;
 mod sweeper;
 #[cfg(test)]
@@ -69,7 +72,10 @@ pub use queues::QueueView;
 pub use redrive_push::{NetworkError, NetworkPolicy};
 pub use register::RegisterChange;
 pub use relay::WakeupRelay;
-pub use sweeper::{DEFAULT_LEASE_TTL, SWEEP_LEASE, Sweeper};
+pub use replayer::{
+    REPLAY_BATCH, REPLAY_LEASE, ReplayPass, ReplaySettings, ReplayStatus, Replayer, RestorePreview,
+};
+pub use sweeper::{DEAD_LETTER_RETENTION_INTERVAL, DEFAULT_LEASE_TTL, SWEEP_LEASE, Sweeper};
 pub use topics::{
     EventInput, MAX_PUBLISH_BATCH, PUBLISH_MEDIA_TYPES, PUSH_MAX_DELIVERY_COUNT, PublishedEvent,
     PushInput, SUBSCRIPTION_LOCK_MS, SubscriptionInput, SubscriptionView, VALIDATION_ORIGIN,
@@ -104,6 +110,8 @@ struct Inner {
     access: access::AccessState,
     /// Which private and special addresses push endpoints may be (none by default).
     push_network: redrive_push::NetworkPolicy,
+    /// The replay worker's wake-up and settings.
+    replay: replayer::ReplayState,
 }
 
 impl Broker {
@@ -158,6 +166,7 @@ impl Broker {
                 access_settings: access,
                 access: access::AccessState::default(),
                 push_network,
+                replay: replayer::ReplayState::default(),
             }),
         }
     }
@@ -210,6 +219,9 @@ impl Broker {
             if let Some((q, _)) = &d.forwarded_to {
                 self.inner.waiters.wake(q.as_str());
             }
+        }
+        if effects.dead_lettered.iter().any(|d| d.candidate) {
+            self.wake_replay();
         }
         for e in &effects.expired {
             tracing::info!(

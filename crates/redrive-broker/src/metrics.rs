@@ -22,6 +22,12 @@ pub(crate) enum Counter {
     Expired,
     LockExpired,
     Resubmitted,
+    ReplayRepublished,
+    ReplayQuarantined,
+    ReplayArchived,
+    ReplayFailures,
+    ReplayFlagged,
+    DeadLettersExpired,
 }
 
 impl Counter {
@@ -37,6 +43,12 @@ impl Counter {
             Counter::Expired => "redrive_messages_expired_total",
             Counter::LockExpired => "redrive_locks_expired_total",
             Counter::Resubmitted => "redrive_dead_letters_resubmitted_total",
+            Counter::ReplayRepublished => "redrive_replay_republished_total",
+            Counter::ReplayQuarantined => "redrive_replay_quarantined_total",
+            Counter::ReplayArchived => "redrive_replay_archived_total",
+            Counter::ReplayFailures => "redrive_replay_failures_total",
+            Counter::ReplayFlagged => "redrive_replay_flagged_total",
+            Counter::DeadLettersExpired => "redrive_dead_letters_expired_total",
         }
     }
 
@@ -52,10 +64,32 @@ impl Counter {
             Counter::Expired => "Messages removed on expiry without dead-lettering.",
             Counter::LockExpired => "Locks that ran out unsettled (counted as abandons).",
             Counter::Resubmitted => "Dead letters resubmitted to their queue.",
+            Counter::ReplayRepublished => {
+                "Dead-lettered events republished to their origin by automatic replay."
+            }
+            Counter::ReplayQuarantined => {
+                "Dead-lettered events quarantined by automatic replay, by cause."
+            }
+            Counter::ReplayArchived => {
+                "Dead-letter records archived after their events were republished."
+            }
+            Counter::ReplayFailures => "Replay judgements that failed and will be retried.",
+            Counter::ReplayFlagged => {
+                "Dead-letter records flagged for failing replay judgement repeatedly."
+            }
+            Counter::DeadLettersExpired => "Dead-letter records deleted by the retention rule.",
         }
     }
 
-    const ALL: [Counter; 10] = [
+    /// The name of the third label (`reason` for dead letters, `cause` for quarantines).
+    fn label(self) -> &'static str {
+        match self {
+            Counter::ReplayQuarantined => "cause",
+            _ => "reason",
+        }
+    }
+
+    const ALL: [Counter; 16] = [
         Counter::Sent,
         Counter::Duplicates,
         Counter::Received,
@@ -66,6 +100,12 @@ impl Counter {
         Counter::Expired,
         Counter::LockExpired,
         Counter::Resubmitted,
+        Counter::ReplayRepublished,
+        Counter::ReplayQuarantined,
+        Counter::ReplayArchived,
+        Counter::ReplayFailures,
+        Counter::ReplayFlagged,
+        Counter::DeadLettersExpired,
     ];
 }
 
@@ -106,6 +146,15 @@ impl Metrics {
         }
         let mut c = self.counters.lock().unwrap_or_else(|e| e.into_inner());
         *c.entry((counter, queue.to_owned(), String::new()))
+            .or_insert(0) += n;
+    }
+
+    pub(crate) fn add_labelled(&self, counter: Counter, queue: &str, label: &str, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let mut c = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        *c.entry((counter, queue.to_owned(), label.to_owned()))
             .or_insert(0) += n;
     }
 
@@ -160,9 +209,10 @@ impl Metrics {
                 } else {
                     let _ = writeln!(
                         out,
-                        "{}{{queue=\"{}\",reason=\"{}\"}} {v}",
+                        "{}{{queue=\"{}\",{}=\"{}\"}} {v}",
                         c.name(),
                         escape_label(q),
+                        c.label(),
                         escape_label(r)
                     );
                 }

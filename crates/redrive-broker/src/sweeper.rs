@@ -31,7 +31,15 @@ pub struct Sweeper {
     lease_ttl: Duration,
     /// When the next audit retention pass is due (milliseconds of the broker's clock).
     next_prune_ms: AtomicI64,
+    /// When the next dead-letter retention pass is due.
+    next_retention_ms: AtomicI64,
 }
+
+/// How often the lease holder deletes dead-letter records past their entity's retention.
+pub const DEAD_LETTER_RETENTION_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Records deleted per retention batch.
+const RETENTION_BATCH: u32 = 1_000;
 
 /// How often the lease holder removes audit entries past their retention.
 pub const AUDIT_PRUNE_INTERVAL: Duration = Duration::from_secs(3_600);
@@ -45,6 +53,7 @@ impl Sweeper {
             interval,
             lease_ttl: DEFAULT_LEASE_TTL,
             next_prune_ms: AtomicI64::new(i64::MIN),
+            next_retention_ms: AtomicI64::new(i64::MIN),
         }
     }
 
@@ -95,12 +104,65 @@ impl Sweeper {
                     .store(now.as_millis().saturating_add(every), Ordering::Relaxed);
                 self.broker.prune_audit().await?;
             }
+            if now.as_millis() >= self.next_retention_ms.load(Ordering::Relaxed) {
+                let every =
+                    i64::try_from(DEAD_LETTER_RETENTION_INTERVAL.as_millis()).unwrap_or(i64::MAX);
+                self.next_retention_ms
+                    .store(now.as_millis().saturating_add(every), Ordering::Relaxed);
+                self.broker.expire_dead_letters().await?;
+            }
         }
         Ok(held)
     }
 }
 
 impl Broker {
+    /// The retention rule of every entity: deletes dead-letter records of every area older
+    /// than their queue's (or subscription's) `dead_letter_retention_ms`, in batches, each
+    /// logged and counted. A retention of 0 keeps records forever. Answers how many went.
+    pub async fn expire_dead_letters(&self) -> crate::BrokerResult<u64> {
+        let now = self.now();
+        let rules: Vec<redrive_store::RetentionRule> = self
+            .inner
+            .store
+            .list_queues()
+            .await?
+            .into_iter()
+            .filter(|q| q.policy.dead_letter_retention_ms > 0)
+            .map(|q| redrive_store::RetentionRule {
+                before: now.plus_millis(
+                    -i64::try_from(q.policy.dead_letter_retention_ms).unwrap_or(i64::MAX),
+                ),
+                queue: q.name,
+            })
+            .collect();
+        if rules.is_empty() {
+            return Ok(0);
+        }
+        let mut total = 0;
+        loop {
+            let deleted = self
+                .inner
+                .store
+                .expire_dead_letters(&rules, RETENTION_BATCH)
+                .await?;
+            let n: u64 = deleted.iter().map(|(_, n)| n).sum();
+            for (queue, n) in &deleted {
+                self.inner.metrics.add(
+                    crate::metrics::Counter::DeadLettersExpired,
+                    queue.as_str(),
+                    *n,
+                );
+                tracing::info!(queue = %queue, records = n,
+                    "dead-letter records past their retention deleted");
+            }
+            total += n;
+            if n < u64::from(RETENTION_BATCH) {
+                return Ok(total);
+            }
+        }
+    }
+
     /// One sweep: every due lock expiry and message expiry, in passes of a bounded size.
     pub async fn sweep_once(&self) -> crate::BrokerResult<()> {
         loop {

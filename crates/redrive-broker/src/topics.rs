@@ -100,6 +100,8 @@ pub struct SubscriptionInput {
     pub max_delivery_count: Option<u32>,
     /// Automatic replay of its dead letters (off by default).
     pub auto_replay: AutoReplay,
+    /// Retention of its dead-letter records, ms (`None`: 30 days; 0 keeps them forever).
+    pub dead_letter_retention_ms: Option<u64>,
 }
 
 /// A subscription with its queue's counts and its delivery statistics.
@@ -589,7 +591,14 @@ impl Broker {
             dead_letter,
             paused: input.paused,
             auto_replay: input.auto_replay,
+            dead_letter_retention_ms: input
+                .dead_letter_retention_ms
+                .unwrap_or(redrive_core::policy::DEFAULT_DEAD_LETTER_RETENTION_MS),
         };
+        redrive_core::policy::check_dead_letter_retention(
+            spec.dead_letter_retention_ms,
+            "dead_letter_retention_ms",
+        )?;
         let rec = self
             .inner
             .store
@@ -690,6 +699,9 @@ impl Broker {
         }
         if let Some(p) = &update.auto_replay {
             p.validate()?;
+        }
+        if let Some(ms) = update.dead_letter_retention_ms {
+            redrive_core::policy::check_dead_letter_retention(ms, "dead_letter_retention_ms")?;
         }
         let rec = self
             .inner

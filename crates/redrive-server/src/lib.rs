@@ -33,7 +33,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use redrive_api::ErrorCode;
-use redrive_broker::{Broker, Dispatcher, RevocationWatch, Sweeper, WakeupRelay};
+use redrive_broker::{Broker, Dispatcher, Replayer, RevocationWatch, Sweeper, WakeupRelay};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -87,6 +87,10 @@ pub struct Settings {
     pub tls_key_file: Option<PathBuf>,
     /// How long a TLS handshake may take (milliseconds).
     pub tls_handshake_timeout_ms: u64,
+    /// Whether this node runs the automatic replay worker (default true). Nodes sharing a
+    /// store elect one replaying node among those that run it; a node without it still
+    /// writes candidates, which the replaying node judges.
+    pub replay_worker: bool,
 }
 
 impl Default for Settings {
@@ -103,6 +107,7 @@ impl Default for Settings {
             tls_cert_file: None,
             tls_key_file: None,
             tls_handshake_timeout_ms: 10_000,
+            replay_worker: true,
         }
     }
 }
@@ -219,6 +224,11 @@ pub async fn run_with(
         .with_lease_ttl(Duration::from_millis(settings.lease_ttl_ms))
         .run(cancel.clone()),
     );
+    // Automatic replay of dead letters, on one node at a time (its own lease); the drain
+    // of stranded records runs when it first holds the lease.
+    if settings.replay_worker {
+        tracker.spawn(Replayer::new(broker.clone()).run(cancel.clone()));
+    }
     // Wake-ups from other nodes sharing the store (returns at once for a store that only
     // this process writes).
     tracker.spawn(WakeupRelay::new(broker.clone()).run(cancel.clone()));

@@ -48,12 +48,24 @@ pub struct Config {
 }
 
 /// `[replay]`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ReplayConfig {
+    /// Failed judgements of one dead letter after which it is flagged (metric, error log,
+    /// `last_replay_error`); it is kept and still retried (default 10, 1 to 1000).
+    pub flag_after_failures: u32,
     /// The idempotency register entries the file states (`[[replay.register]]`), applied
     /// at start (see [`Config::register_entries`]).
     pub register: Vec<RegisterItem>,
+}
+
+impl Default for ReplayConfig {
+    fn default() -> Self {
+        ReplayConfig {
+            flag_after_failures: redrive_core::judgement::DEFAULT_FLAG_AFTER_FAILURES,
+            register: Vec::new(),
+        }
+    }
 }
 
 /// One `[[replay.register]]` entry.
@@ -450,6 +462,12 @@ impl Config {
     /// Checks what serde cannot.
     pub fn validate(&self) -> anyhow::Result<()> {
         self.register_entries()?;
+        if !(1..=1_000).contains(&self.replay.flag_after_failures) {
+            return Err(input_error(format!(
+                "replay.flag_after_failures must be between 1 and 1000 (got {})",
+                self.replay.flag_after_failures
+            )));
+        }
         if self.server.sweep_interval_ms == 0 {
             return Err(input_error("server.sweep_interval_ms must be positive"));
         }

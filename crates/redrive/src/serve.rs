@@ -179,6 +179,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             "AUTHENTICATION IS OFF: anyone who can reach this loopback address may read and \
              change everything. Turn it on with --auth (auth.enabled = true)");
     }
+    broker.set_replay_settings(redrive_broker::ReplaySettings {
+        flag_after_failures: config.replay.flag_after_failures,
+        lease_ttl: std::time::Duration::from_millis(config.server.lease_ttl_ms.max(1)),
+        ..redrive_broker::ReplaySettings::default()
+    });
     let register = config.register_entries()?;
     if !register.is_empty() {
         let changed = broker

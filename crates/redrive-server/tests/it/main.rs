@@ -13,6 +13,7 @@ mod ops;
 mod push_outcomes;
 mod queues;
 mod register;
+mod replay;
 mod seed_003;
 mod sessions;
 mod topics;

@@ -1,0 +1,891 @@
+//! Automatic replay of dead letters (see `redrive_core::judgement` for the rules and
+//! `redrive_store::skeleton::replay` for the bookkeeping).
+//!
+//! A live dead letter on an entity whose policy enables replay is a candidate from the
+//! transaction that wrote it: the trigger is durable and never dropped. One process at a
+//! time (the holder of the store lease [`REPLAY_LEASE`]) runs the [`Replayer`]: woken by
+//! every candidate written here (and at least every poll interval, for candidates written
+//! by another node or due later), it claims due candidates and judges each record:
+//!
+//! 1. re-reads the record's area (a claimed record is live; one that is gone or no longer
+//!    live is work already done: the judge returns quietly);
+//! 2. parses its events (a record of events whose payload is not a list of valid events
+//!    is quarantined whole with the parse error) and judges each one;
+//! 3. writes the quarantine first — the record moved whole when every event has one
+//!    cause, otherwise one copy per cause, create-if-absent — and logs and counts a
+//!    quarantine only when this judgement created it;
+//! 4. republishes the rest to the origin, sequentially, in chunks under both budgets; a
+//!    chunk that fails stops those behind it, and the record is judged again after a
+//!    backoff (events already republished go again: the idempotency bar admits them);
+//! 5. archives the original (or deletes it when its quarantine copies hold every event),
+//!    best-effort: a failure there is logged, never retried, because retrying would
+//!    republish events that already went out.
+//!
+//! Everything up to and including the republish is retried with backoff; a record that
+//! keeps failing is flagged (metric, error log, `last_error`) after
+//! [`ReplaySettings::flag_after_failures`] failures and kept, still retried at the
+//! longest backoff. Nothing is discarded.
+//!
+//! At start, the worker drains: live records that are not candidates, of entities that
+//! replay, older than the entity's delivery window, become candidates (records written
+//! before replay was enabled, or moved back to live while it was off). A store that cannot
+//! be read then is logged, and the worker goes on.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use redrive_core::judgement::{
+    self, Destination, EventRef, Judgement, ORIGINAL_ID_PROPERTY, Partition, QuarantineCause,
+    REPLAYED_FROM_PROPERTY,
+};
+use redrive_core::register::Register;
+use redrive_core::{Area, EntityName, PropertyValue, QueuePolicy, RecordFormat, Timestamp};
+use redrive_events::dead_letter_events::{self, DeadLetteredEvent};
+use redrive_events::import::{ImportFormat, ImportedRecord, parse_import};
+use redrive_store::{
+    DeadLetterRecord, DrainRule, NewMessage, Quarantine, QuarantineCopy, ReplayCounts,
+    ReplayFinish, StoreError,
+};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Counter;
+use crate::{Actor, Broker, BrokerError, BrokerResult};
+
+/// Name of the store lease that elects the replaying process.
+pub const REPLAY_LEASE: &str = "replayer";
+
+/// Records claimed per pass.
+pub const REPLAY_BATCH: u32 = 256;
+
+/// Records the drain makes candidates per store call.
+const DRAIN_BATCH: u32 = 1_000;
+
+/// How automatic replay runs on this node.
+#[derive(Debug, Clone)]
+pub struct ReplaySettings {
+    /// Failed judgements after which a record is flagged (default 10).
+    pub flag_after_failures: u32,
+    /// How long a claimed candidate is held before another claim may take it, should
+    /// its judge die (default 60 s).
+    pub claim_ms: u64,
+    /// Longest sleep between two looks for due candidates (default 1 s): bounds the delay
+    /// of candidates written by another node or made due by a judge delay.
+    pub poll_interval: Duration,
+    /// Lease time-to-live: how long after the replaying process dies another one takes
+    /// over (default 5 s).
+    pub lease_ttl: Duration,
+}
+
+impl Default for ReplaySettings {
+    fn default() -> Self {
+        ReplaySettings {
+            flag_after_failures: judgement::DEFAULT_FLAG_AFTER_FAILURES,
+            claim_ms: 60_000,
+            poll_interval: Duration::from_secs(1),
+            lease_ttl: crate::DEFAULT_LEASE_TTL,
+        }
+    }
+}
+
+/// What the broker keeps for automatic replay: the worker's wake-up and settings.
+pub(crate) struct ReplayState {
+    pub(crate) wake: Notify,
+    pub(crate) settings: std::sync::RwLock<ReplaySettings>,
+}
+
+impl Default for ReplayState {
+    fn default() -> Self {
+        ReplayState {
+            wake: Notify::new(),
+            settings: std::sync::RwLock::new(ReplaySettings::default()),
+        }
+    }
+}
+
+/// What one pass over due candidates did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplayPass {
+    /// Records claimed and judged.
+    pub judged: u64,
+    /// Events republished to their origin.
+    pub republished: u64,
+    /// Chunks they were republished in (one store write each).
+    pub chunks: u64,
+    /// Events quarantined by this pass (a quarantine another judgement had written
+    /// already is not counted again), by cause.
+    pub quarantined: BTreeMap<QuarantineCause, u64>,
+    /// Records archived after their republish.
+    pub archived: u64,
+    /// Judgements that failed (the record is retried after a backoff).
+    pub failed: u64,
+    /// Records already judged or gone when their turn came (nothing done).
+    pub already_done: u64,
+}
+
+/// What the next judgement of a quarantined record will do, were it restored now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestorePreview {
+    /// The record.
+    pub id: String,
+    /// Events that would be republished.
+    pub republish: u64,
+    /// Events that would be quarantined again, by cause (a restore clears only the attempt
+    /// cap).
+    pub requarantine: BTreeMap<QuarantineCause, u64>,
+    /// Whether the entity replays automatically (if not, the restored record waits live).
+    pub replay_enabled: bool,
+    /// Whether the restore was done (false for a dry run).
+    pub restored: bool,
+}
+
+/// The replay counts of one entity.
+pub type ReplayStatus = ReplayCounts;
+
+/// The replay worker of one process.
+pub struct Replayer {
+    broker: Broker,
+}
+
+impl Replayer {
+    /// A worker over `broker`, run as its [`ReplaySettings`] say.
+    pub fn new(broker: Broker) -> Self {
+        Replayer { broker }
+    }
+
+    /// Replays until `cancel` fires. Errors are logged and retried at the next look; they
+    /// never end the loop.
+    pub async fn run(self, cancel: CancellationToken) {
+        let b = &self.broker;
+        let mut drained = false;
+        loop {
+            let settings = b.replay_settings();
+            let ttl_ms = u64::try_from(settings.lease_ttl.as_millis()).unwrap_or(u64::MAX);
+            let held = match b
+                .inner
+                .store
+                .try_lease(REPLAY_LEASE, &b.inner.node_id, ttl_ms, b.now())
+                .await
+            {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::warn!(error = %e, "replay lease could not be taken; retrying");
+                    false
+                }
+            };
+            let mut more = false;
+            if held {
+                if !drained {
+                    drained = true;
+                    match b.drain_replay_candidates().await {
+                        Ok(n) if n > 0 => {
+                            tracing::info!(
+                                records = n,
+                                "replay drain made stranded dead letters candidates"
+                            );
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::error!(error = %e,
+                            "replay drain could not read the store; it runs again at the next start"),
+                    }
+                }
+                match b.replay_once().await {
+                    Ok(pass) => more = pass.judged == u64::from(REPLAY_BATCH),
+                    Err(e) => tracing::warn!(error = %e, "replay pass failed; retrying"),
+                }
+            }
+            if more {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            let next = b
+                .now()
+                .plus(settings.poll_interval.min(settings.lease_ttl / 2));
+            tokio::select! {
+                () = b.inner.replay.wake.notified() => {}
+                () = b.inner.clock.sleep_until(next) => {}
+                () = cancel.cancelled() => return,
+            }
+        }
+    }
+}
+
+/// How one judgement ended.
+enum Judged {
+    Done,
+    AlreadyDone,
+}
+
+/// One event of a record, ready to judge and to republish.
+enum Events {
+    /// The record's message.
+    Message,
+    /// Parsed events of a record of events.
+    Parsed(Vec<DeadLetteredEvent>),
+}
+
+impl Broker {
+    /// The replay settings of this node.
+    pub fn replay_settings(&self) -> ReplaySettings {
+        self.inner
+            .replay
+            .settings
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Sets the replay settings of this node (configuration, at start).
+    pub fn set_replay_settings(&self, settings: ReplaySettings) {
+        *self
+            .inner
+            .replay
+            .settings
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = settings;
+    }
+
+    /// Wakes the replay worker (a candidate was written).
+    pub(crate) fn wake_replay(&self) {
+        self.inner.replay.wake.notify_one();
+    }
+
+    /// One pass: claims up to [`REPLAY_BATCH`] due candidates and judges each. Public so
+    /// that tests drive replay on a manual clock.
+    pub async fn replay_once(&self) -> BrokerResult<ReplayPass> {
+        let settings = self.replay_settings();
+        let now = self.now();
+        let claimed = self
+            .inner
+            .store
+            .claim_replay_candidates(now, REPLAY_BATCH, settings.claim_ms)
+            .await?;
+        let mut pass = ReplayPass::default();
+        if claimed.is_empty() {
+            return Ok(pass);
+        }
+        let register = self.register().await?;
+        let mut policies: BTreeMap<EntityName, Option<QueuePolicy>> = BTreeMap::new();
+        let mut audit: BTreeMap<(EntityName, &'static str), Vec<String>> = BTreeMap::new();
+        for record in claimed {
+            pass.judged += 1;
+            let policy = match policies.get(&record.queue) {
+                Some(p) => p.clone(),
+                None => {
+                    let p = match self.inner.store.get_queue(&record.queue).await {
+                        Ok(q) => Some(q.policy),
+                        Err(StoreError::QueueNotFound { .. }) => None,
+                        Err(e) => return Err(e.into()),
+                    };
+                    policies.insert(record.queue.clone(), p.clone());
+                    p
+                }
+            };
+            let Some(policy) = policy else {
+                // The queue went, and its dead letters with it.
+                pass.already_done += 1;
+                continue;
+            };
+            if !policy.auto_replay.enabled {
+                // Replay was turned off after the candidate was written: the record
+                // stays live; its claim runs out and it is looked at again later.
+                continue;
+            }
+            let (queue, id) = (record.queue.clone(), record.id.clone());
+            let failures = record.replay.failures;
+            match self.judge(record, &policy, &register, &mut pass).await {
+                Ok(Judged::Done) => {
+                    audit.entry((queue, "replay.judge")).or_default().push(id);
+                }
+                Ok(Judged::AlreadyDone) => pass.already_done += 1,
+                Err(e) => {
+                    pass.failed += 1;
+                    self.judgement_failed(&queue, &id, failures, &e, &settings)
+                        .await;
+                    audit.entry((queue, "replay.fail")).or_default().push(id);
+                }
+            }
+        }
+        let actor = Actor::system("replay");
+        for ((queue, action), ids) in audit {
+            self.audit(&actor, action, Some(queue.as_str()), ids, "ok")
+                .await?;
+        }
+        Ok(pass)
+    }
+
+    /// Records a failed judgement and flags a record that keeps failing.
+    async fn judgement_failed(
+        &self,
+        queue: &EntityName,
+        id: &str,
+        failed_before: u32,
+        error: &BrokerError,
+        settings: &ReplaySettings,
+    ) {
+        let now = self.now();
+        let message = error.to_string();
+        // The delay grows with the record's failures, this one included.
+        let failures = failed_before.saturating_add(1);
+        let retry_at =
+            now.plus_millis(i64::try_from(judgement::retry_delay_ms(failures)).unwrap_or(i64::MAX));
+        self.inner
+            .metrics
+            .add(Counter::ReplayFailures, queue.as_str(), 1);
+        match self
+            .inner
+            .store
+            .fail_replay(queue, id, &message, retry_at)
+            .await
+        {
+            Ok(Some(n)) if n >= settings.flag_after_failures => {
+                if n == settings.flag_after_failures {
+                    self.inner
+                        .metrics
+                        .add(Counter::ReplayFlagged, queue.as_str(), 1);
+                }
+                tracing::error!(queue = %queue, dead_letter_id = id, failures = n,
+                    error = %message, "replay keeps failing on this dead letter; it is kept and retried");
+            }
+            Ok(Some(n)) => tracing::warn!(queue = %queue, dead_letter_id = id, failures = n,
+                error = %message, "replay judgement failed; retrying after a backoff"),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(queue = %queue, dead_letter_id = id, error = %e,
+                "a failed replay judgement could not be recorded; its claim runs out and it is judged again"),
+        }
+    }
+
+    /// Judges one claimed record (see the module docs for the order of effects).
+    async fn judge(
+        &self,
+        record: DeadLetterRecord,
+        policy: &QueuePolicy,
+        register: &Register,
+        pass: &mut ReplayPass,
+    ) -> BrokerResult<Judged> {
+        let now = self.now();
+        let queue = record.queue.clone();
+        let events = match record.format {
+            RecordFormat::Message => Events::Message,
+            RecordFormat::Events => match dead_letter_events::parse_events(&record.body) {
+                Ok(ev) => Events::Parsed(ev),
+                Err(e) => {
+                    let mut j =
+                        Judgement::new(now.as_millis(), Some(QuarantineCause::SchemaInvalid));
+                    j.error = Some(e.to_string());
+                    return self.quarantine_whole(&record, j, None, 0, pass).await;
+                }
+            },
+        };
+        let refs = event_refs(&record, &events);
+        let destination = Destination { exists: true };
+        let part = judgement::partition(&policy.auto_replay, register, &queue, destination, &refs);
+        let judged_events = |only: Option<QuarantineCause>| -> Vec<judgement::JudgedEvent> {
+            refs.iter()
+                .enumerate()
+                .filter_map(|(i, e)| {
+                    let cause = cause_of(&part, i);
+                    match only {
+                        Some(c) if cause != Some(c) => None,
+                        _ => Some(judgement::judged(e, cause)),
+                    }
+                })
+                .collect()
+        };
+        // 1. Quarantine first.
+        if let Some(cause) = part.single_cause() {
+            let mut j = Judgement::new(now.as_millis(), Some(cause));
+            j.events = judged_events(None);
+            let body = match &events {
+                Events::Message => None,
+                Events::Parsed(ev) => Some(dead_letter_events::quarantine_body(
+                    &ev.iter().collect::<Vec<_>>(),
+                    true,
+                )),
+            };
+            return self
+                .quarantine_whole(&record, j, body, refs.len() as u64, pass)
+                .await;
+        }
+        if let Events::Parsed(ev) = &events {
+            for (cause, idx) in &part.quarantine {
+                let picked: Vec<&DeadLetteredEvent> = idx.iter().map(|&i| &ev[i]).collect();
+                let body = dead_letter_events::quarantine_body(&picked, true);
+                let mut j = Judgement::new(now.as_millis(), Some(*cause));
+                j.copied_from = Some(record.id.clone());
+                j.events = judged_events(Some(*cause));
+                let copy = QuarantineCopy {
+                    from: record.id.clone(),
+                    id: judgement::quarantine_copy_id(&record.id, *cause),
+                    body_sha256: redrive_core::digest::sha256_hex(&body),
+                    body,
+                    judgement: j,
+                };
+                match self.inner.store.put_quarantine_copy(&queue, &copy).await {
+                    Ok(true) => {
+                        self.quarantined(&queue, &record.id, *cause, idx.len() as u64, pass)
+                    }
+                    Ok(false) => {}
+                    Err(StoreError::DeadLetterNotFound { .. }) => return Ok(Judged::AlreadyDone),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        // 2. Republish the rest, chunk by chunk.
+        let outgoing = republished(&record, &events, &part, policy, now)?;
+        let sizes: Vec<usize> = outgoing.iter().map(message_size).collect();
+        let mut outgoing = outgoing.into_iter();
+        for chunk in judgement::chunks(
+            &sizes,
+            policy.auto_replay.max_chunk_bytes,
+            policy.auto_replay.max_chunk_events,
+        ) {
+            let batch: Vec<NewMessage> = outgoing.by_ref().take(chunk.len()).collect();
+            if let Some(big) = batch
+                .iter()
+                .find(|m| m.body.len() > policy.max_message_size as usize)
+            {
+                return Err(BrokerError::invalid(
+                    "republish",
+                    format!(
+                        "event {} is {} bytes, over the origin's max_message_size of {}",
+                        big.message_id,
+                        big.body.len(),
+                        policy.max_message_size
+                    ),
+                ));
+            }
+            let n = batch.len() as u64;
+            self.inner.store.enqueue(&queue, batch, self.now()).await?;
+            self.inner.waiters.wake(queue.as_str());
+            pass.republished += n;
+            pass.chunks += 1;
+            self.inner
+                .metrics
+                .add(Counter::ReplayRepublished, queue.as_str(), n);
+        }
+        // 3. Archive (or delete) the original, best-effort.
+        let finish = if part.republish.is_empty() {
+            ReplayFinish::Delete
+        } else {
+            let mut j = Judgement::new(now.as_millis(), None);
+            j.events = judged_events(None);
+            ReplayFinish::Archive(j)
+        };
+        match self
+            .inner
+            .store
+            .finish_replay(&queue, &record.id, &finish, self.now())
+            .await
+        {
+            Ok(true) => {
+                if matches!(finish, ReplayFinish::Archive(_)) {
+                    pass.archived += 1;
+                    self.inner
+                        .metrics
+                        .add(Counter::ReplayArchived, queue.as_str(), 1);
+                }
+                tracing::info!(queue = %queue, dead_letter_id = %record.id,
+                    republished = part.republish.len(), "dead letter replayed");
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!(queue = %queue, dead_letter_id = %record.id, error = %e,
+                "replayed dead letter could not be archived; it stays live until retention removes it"),
+        }
+        Ok(Judged::Done)
+    }
+
+    async fn quarantine_whole(
+        &self,
+        record: &DeadLetterRecord,
+        judgement: Judgement,
+        body: Option<Vec<u8>>,
+        events: u64,
+        pass: &mut ReplayPass,
+    ) -> BrokerResult<Judged> {
+        let cause = judgement.cause.unwrap_or(QuarantineCause::SchemaInvalid);
+        let error = judgement.error.clone();
+        let q = Quarantine { judgement, body };
+        match self
+            .inner
+            .store
+            .quarantine_dead_letter(&record.queue, &record.id, &q, self.now())
+            .await
+        {
+            Ok(true) => {
+                if let Some(e) = error {
+                    tracing::error!(queue = %record.queue, dead_letter_id = %record.id,
+                        error = %e, "dead letter quarantined: its payload is not a list of events");
+                }
+                self.quarantined(&record.queue, &record.id, cause, events.max(1), pass);
+                Ok(Judged::Done)
+            }
+            Ok(false) | Err(StoreError::DeadLetterNotFound { .. }) => Ok(Judged::AlreadyDone),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Logs and counts a quarantine this judgement created (never one it found).
+    fn quarantined(
+        &self,
+        queue: &EntityName,
+        record: &str,
+        cause: QuarantineCause,
+        events: u64,
+        pass: &mut ReplayPass,
+    ) {
+        *pass.quarantined.entry(cause).or_insert(0) += events;
+        self.inner.metrics.add_labelled(
+            Counter::ReplayQuarantined,
+            queue.as_str(),
+            cause.as_str(),
+            events,
+        );
+        tracing::error!(queue = %queue, dead_letter_id = record, cause = %cause, events,
+            "dead letter events quarantined");
+    }
+
+    /// The drain at start: live records of replaying entities that are not candidates and
+    /// are older than the entity's delivery window become candidates now. Answers how
+    /// many did.
+    pub async fn drain_replay_candidates(&self) -> BrokerResult<u64> {
+        let now = self.now();
+        let queues = self.inner.store.list_queues().await?;
+        let subs = self.inner.store.list_all_subscriptions().await?;
+        let windows: BTreeMap<EntityName, u64> = subs
+            .iter()
+            .map(|s| {
+                let ttl = u64::from(s.spec.retry_policy.event_time_to_live_minutes) * 60_000;
+                (s.queue.clone(), ttl)
+            })
+            .collect();
+        let rules: Vec<DrainRule> = queues
+            .iter()
+            .filter(|q| q.policy.auto_replay.enabled)
+            .map(|q| {
+                let window = windows
+                    .get(&q.name)
+                    .copied()
+                    .unwrap_or(q.policy.lock_duration_ms);
+                DrainRule {
+                    queue: q.name.clone(),
+                    older_than: now.plus_millis(-i64::try_from(window).unwrap_or(i64::MAX)),
+                    due_at: now,
+                }
+            })
+            .collect();
+        if rules.is_empty() {
+            return Ok(0);
+        }
+        let mut total = 0;
+        loop {
+            let n = self
+                .inner
+                .store
+                .drain_replay_candidates(&rules, DRAIN_BATCH)
+                .await?;
+            total += n;
+            if n < u64::from(DRAIN_BATCH) {
+                break;
+            }
+        }
+        if total > 0 {
+            self.wake_replay();
+        }
+        Ok(total)
+    }
+
+    /// Replay counts per entity: of `queue`, or of every queue with dead letters.
+    pub async fn replay_status(&self, queue: Option<&str>) -> BrokerResult<Vec<ReplayStatus>> {
+        let name = queue.map(str::parse::<EntityName>).transpose()?;
+        if let Some(n) = &name {
+            self.inner.store.get_queue(n).await?;
+        }
+        let flag = self.replay_settings().flag_after_failures;
+        let mut counts = self.inner.store.replay_counts(name.as_ref(), flag).await?;
+        if let (Some(n), true) = (&name, counts.is_empty()) {
+            counts.push(ReplayCounts::empty(n.clone()));
+        }
+        Ok(counts)
+    }
+
+    /// Restores a quarantined record (one move back to live, where the entity's replay
+    /// judges it again), after answering what that judgement will do. With `dry_run`,
+    /// only answers. Audited (`dead_letter.restore`).
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue, dead_letter = %id))]
+    pub async fn restore_dead_letter(
+        &self,
+        queue: &str,
+        id: &str,
+        dry_run: bool,
+        actor: &Actor,
+    ) -> BrokerResult<RestorePreview> {
+        let name: EntityName = queue.parse()?;
+        let policy = self.inner.store.get_queue(&name).await?.policy;
+        let record = self.inner.store.get_dead_letter(&name, id).await?;
+        if record.area != Area::Quarantine {
+            return Err(BrokerError::invalid(
+                "id",
+                format!("dead letter {id} is {}, not in quarantine", record.area),
+            ));
+        }
+        let register = self.register().await?;
+        let mut preview = preview(&record, &policy, &register);
+        if dry_run {
+            return Ok(preview);
+        }
+        let r = self
+            .inner
+            .store
+            .move_dead_letter(&name, id, Area::Live, self.now())
+            .await;
+        let mut targets = vec![id.to_owned(), format!("republish={}", preview.republish)];
+        targets.extend(
+            preview
+                .requarantine
+                .iter()
+                .map(|(c, n)| format!("requarantine.{c}={n}")),
+        );
+        self.audited(
+            actor,
+            "dead_letter.restore",
+            Some(name.as_str()),
+            targets,
+            r.map_err(Into::into),
+        )
+        .await?;
+        preview.restored = true;
+        tracing::info!(queue = %name, dead_letter_id = id, actor = %actor.id,
+            republish = preview.republish, "dead letter restored to live");
+        self.wake_replay();
+        Ok(preview)
+    }
+}
+
+/// The events of a record as the judgement sees them.
+fn event_refs<'a>(record: &'a DeadLetterRecord, events: &'a Events) -> Vec<EventRef<'a>> {
+    match events {
+        Events::Message => vec![EventRef {
+            id: &record.message_id,
+            event_type: record.message_type.as_deref(),
+            size: record.body.len(),
+        }],
+        Events::Parsed(ev) => ev.iter().map(dead_letter_events::event_ref).collect(),
+    }
+}
+
+fn cause_of(part: &Partition, i: usize) -> Option<QuarantineCause> {
+    part.quarantine
+        .iter()
+        .find(|(_, idx)| idx.contains(&i))
+        .map(|(c, _)| *c)
+}
+
+/// What the next judgement of `record`, restored now, would do.
+fn preview(record: &DeadLetterRecord, policy: &QueuePolicy, register: &Register) -> RestorePreview {
+    let mut out = RestorePreview {
+        id: record.id.clone(),
+        republish: 0,
+        requarantine: BTreeMap::new(),
+        replay_enabled: policy.auto_replay.enabled,
+        restored: false,
+    };
+    let events = match record.format {
+        RecordFormat::Message => Events::Message,
+        RecordFormat::Events => match dead_letter_events::parse_events(&record.body) {
+            Ok(ev) => Events::Parsed(ev),
+            Err(_) => {
+                out.requarantine.insert(QuarantineCause::SchemaInvalid, 1);
+                return out;
+            }
+        },
+    };
+    let refs = event_refs(record, &events);
+    let part = judgement::partition(
+        &policy.auto_replay,
+        register,
+        &record.queue,
+        Destination { exists: true },
+        &refs,
+    );
+    out.republish = part.republish.len() as u64;
+    out.requarantine = part
+        .quarantine
+        .iter()
+        .map(|(c, idx)| (*c, idx.len() as u64))
+        .collect();
+    out
+}
+
+/// The messages republished for the events the partition lets go.
+fn republished(
+    record: &DeadLetterRecord,
+    events: &Events,
+    part: &Partition,
+    policy: &QueuePolicy,
+    now: Timestamp,
+) -> BrokerResult<Vec<NewMessage>> {
+    let expires_at = policy
+        .default_ttl_ms
+        .map(|t| now.plus_millis(i64::try_from(t).unwrap_or(i64::MAX)));
+    let mut out = Vec::with_capacity(part.republish.len());
+    for (i, new_id) in &part.republish {
+        let (original, _) = redrive_core::id::split_replay_count(new_id);
+        let mut properties = record.properties.clone();
+        properties.insert(
+            ORIGINAL_ID_PROPERTY.to_owned(),
+            PropertyValue::String(original.to_owned()),
+        );
+        properties.insert(
+            REPLAYED_FROM_PROPERTY.to_owned(),
+            PropertyValue::String(record.id.clone()),
+        );
+        let (body, content_type, message_type) = match events {
+            Events::Message => {
+                let structured = record
+                    .content_type
+                    .as_deref()
+                    .is_some_and(|c| c.starts_with(redrive_events::cloudevent::STRUCTURED));
+                let body = if structured {
+                    dead_letter_events::rewrite_event_id(&record.body, new_id, original)
+                        .unwrap_or_else(|_| record.body.clone())
+                } else {
+                    record.body.clone()
+                };
+                (
+                    body,
+                    record.content_type.clone(),
+                    record.message_type.clone(),
+                )
+            }
+            Events::Parsed(ev) => (
+                dead_letter_events::republished(&ev[*i], new_id, original),
+                Some(redrive_events::cloudevent::STRUCTURED.to_owned()),
+                Some(ev[*i].event_type.clone()),
+            ),
+        };
+        out.push(NewMessage {
+            message_id: new_id.clone(),
+            body,
+            content_type,
+            properties,
+            correlation_id: record.correlation_id.clone(),
+            session_id: record.session_id.clone(),
+            message_type,
+            intent: record.intent.clone(),
+            valid_until: record.valid_until,
+            scheduled_at: None,
+            expires_at,
+        });
+    }
+    Ok(out)
+}
+
+/// The bytes a republished message counts against the chunk budget.
+fn message_size(m: &NewMessage) -> usize {
+    m.body.len()
+        + m.properties
+            .iter()
+            .map(|(k, v)| {
+                k.len()
+                    + match v {
+                        PropertyValue::String(s) => s.len(),
+                        _ => 8,
+                    }
+            })
+            .sum::<usize>()
+}
+
+impl Broker {
+    /// Imports dead letters from elsewhere into the live area of `queue`'s dead-letter
+    /// store (`format`: an Event Grid dead-letter blob, SQS `ReceiveMessage` output, or
+    /// redrive's own export), in one transaction; each record becomes a replay candidate
+    /// if the queue replays. Audited (`dead_letter.import`). Answers the new records' ids.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue, format = %format.as_str()))]
+    pub async fn import_dead_letters(
+        &self,
+        queue: &str,
+        format: ImportFormat,
+        bytes: &[u8],
+        actor: &Actor,
+    ) -> BrokerResult<Vec<String>> {
+        let name: EntityName = queue.parse()?;
+        let now = self.now();
+        let parsed = parse_import(format, bytes, now)
+            .map_err(|e| BrokerError::invalid("body", e.to_string()))?;
+        let record = self.inner.store.get_queue(&name).await?;
+        let records: Vec<DeadLetterRecord> = parsed
+            .into_iter()
+            .map(|r| imported_record(&name, record.policy_version, r, now))
+            .collect();
+        let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
+        let result = self
+            .inner
+            .store
+            .import_dead_letters(&name, records, now)
+            .await;
+        let mut targets = vec![
+            format!("format={}", format.as_str()),
+            format!("records={}", ids.len()),
+        ];
+        if let (Some(first), Some(last)) = (ids.first(), ids.last()) {
+            targets.push(format!("first={first}"));
+            targets.push(format!("last={last}"));
+        }
+        self.audited(
+            actor,
+            "dead_letter.import",
+            Some(name.as_str()),
+            targets,
+            result.map_err(Into::into),
+        )
+        .await?;
+        tracing::info!(queue = %name, records = ids.len(), format = format.as_str(),
+            actor = %actor.id, "dead letters imported");
+        self.wake_replay();
+        Ok(ids)
+    }
+}
+
+/// An imported record as a dead-letter record of `queue`, under a new id.
+fn imported_record(
+    queue: &EntityName,
+    policy_version: u64,
+    r: ImportedRecord,
+    now: Timestamp,
+) -> DeadLetterRecord {
+    DeadLetterRecord {
+        id: redrive_core::id::new_dead_letter_id(now),
+        queue: queue.clone(),
+        area: Area::Live,
+        message_id: r.message_id,
+        sequence: 0,
+        session_id: r.session_id,
+        body_sha256: redrive_core::digest::sha256_hex(&r.body),
+        body: r.body,
+        content_type: r.content_type,
+        properties: r.properties,
+        correlation_id: r.correlation_id,
+        message_type: r.message_type,
+        intent: None,
+        valid_until: None,
+        reason: r.reason,
+        description: r.description,
+        delivery_count: r.delivery_count,
+        count_quality: r.count_quality,
+        first_delivered_at: r.first_delivered_at,
+        last_delivered_at: r.last_delivered_at,
+        enqueued_at: r.enqueued_at,
+        dead_lettered_at: r.dead_lettered_at,
+        policy_version,
+        // Another broker's policy routed it there (Event Grid's retry policy, SQS's
+        // redrive policy); redrive's own export keeps nothing else to say.
+        route: redrive_core::RouteKind::Broker,
+        forwarded_to: None,
+        dlq_delivery_count: 0,
+        locked_until: None,
+        format: r.format,
+        replay: redrive_store::ReplayMark::default(),
+        judgement: None,
+    }
+}

@@ -1,0 +1,617 @@
+//! Automatic replay of dead letters (seed 000), on every backend, on the manual clock. The
+//! server runs without its replay worker here: each test drives the judgement one pass at a
+//! time (`Broker::replay_once`), so that what a pass did is exact. The woken worker has its
+//! own test at the end.
+
+use std::collections::BTreeMap;
+
+use redrive_broker::{Actor, ReplayPass, ReplaySettings};
+use redrive_core::Area;
+use redrive_core::judgement::QuarantineCause;
+use redrive_core::register::{Idempotency, RegisterEntry, RegisterKey};
+use redrive_events::import::ImportFormat;
+use redrive_testkit::{Backend, TestServer, default_settings, within};
+use serde_json::{Value, json};
+
+async fn server(backend: Backend) -> TestServer {
+    TestServer::builder()
+        .backend(backend)
+        .settings(redrive_server::Settings {
+            replay_worker: false,
+            ..default_settings()
+        })
+        .start()
+        .await
+}
+
+fn admin() -> Actor {
+    Actor::system("test")
+}
+
+async fn register(s: &TestServer, key: &str, answer: Idempotency) {
+    let entry = RegisterEntry::new(key.parse::<RegisterKey>().unwrap(), answer, None).unwrap();
+    s.broker.set_register_entry(&admin(), entry).await.unwrap();
+}
+
+/// A queue that replays, with its messages' register entry.
+async fn replaying_queue(s: &TestServer, name: &str, extra: Value) {
+    let mut replay = json!({"enabled": true});
+    if let Value::Object(m) = extra {
+        for (k, v) in m {
+            replay[k] = v;
+        }
+    }
+    s.queue(name, json!({"auto_replay": replay})).await;
+}
+
+/// Sends `id` and dead-letters its first delivery; answers the record id.
+async fn dead_letter(s: &TestServer, queue: &str, id: &str) -> String {
+    let (st, v) = s
+        .post(
+            &format!("/v1/queues/{queue}/messages"),
+            json!({"message_id": id, "body": format!("body of {id}")}),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    dead_letter_next(s, queue).await
+}
+
+/// Dead-letters the next delivery of `queue`; answers the record id.
+async fn dead_letter_next(s: &TestServer, queue: &str) -> String {
+    let got = s.receive(queue, 1).await;
+    assert_eq!(got.len(), 1, "a message to dead-letter on {queue}");
+    let (st, v) = s
+        .settle(
+            queue,
+            got[0]["lock_token"].as_str().unwrap(),
+            "dead_letter",
+            json!({"reason": "HandlerFailed"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    v["dead_letter_id"].as_str().unwrap().to_owned()
+}
+
+async fn record(s: &TestServer, queue: &str, id: &str) -> redrive_broker::model::DeadLetterRecord {
+    s.broker
+        .get_dead_letter(queue, id, &admin())
+        .await
+        .unwrap_or_else(|e| panic!("record {id}: {e}"))
+}
+
+async fn records(
+    s: &TestServer,
+    queue: &str,
+    area: Area,
+) -> Vec<redrive_broker::model::DeadLetterRecord> {
+    let filter = redrive_broker::DeadLetterFilter {
+        area: Some(area),
+        limit: Some(1_000),
+        ..Default::default()
+    };
+    s.broker
+        .list_dead_letters(queue, filter, &admin())
+        .await
+        .unwrap()
+        .0
+}
+
+async fn pass(s: &TestServer) -> ReplayPass {
+    s.broker.replay_once().await.expect("a replay pass")
+}
+
+fn causes(p: &ReplayPass) -> BTreeMap<QuarantineCause, u64> {
+    p.quarantined.clone()
+}
+
+/// An Event Grid dead-letter blob of events `(id, type)`, each with `data_len` bytes of data.
+fn blob(events: &[(&str, &str)], data_len: usize) -> Vec<u8> {
+    let data = "x".repeat(data_len);
+    let arr: Vec<Value> = events
+        .iter()
+        .map(|(id, t)| {
+            json!({
+                "specversion": "1.0", "id": id, "source": "/orders", "type": t,
+                "data": {"v": data},
+                "deadLetterReason": "MaxDeliveryAttemptsExceeded",
+                "deliveryAttempts": 10,
+                "lastDeliveryOutcome": "Probation",
+                "publishTime": "2026-12-01T10:00:00Z",
+                "lastDeliveryAttemptTime": "2026-12-01T11:00:00Z"
+            })
+        })
+        .collect();
+    serde_json::to_vec(&arr).unwrap()
+}
+
+async fn import_blob(s: &TestServer, queue: &str, bytes: &[u8]) -> String {
+    let ids = s
+        .broker
+        .import_dead_letters(queue, ImportFormat::EventGrid, bytes, &admin())
+        .await
+        .expect("import");
+    assert_eq!(ids.len(), 1);
+    ids[0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_go_a_a1_a2_and_the_cap_quarantines_with_the_id_written_back() {
+    for backend in Backend::all("the replay cycle test") {
+        let name = backend.name();
+        let s = server(backend).await;
+        replaying_queue(&s, "q", json!({})).await;
+        register(&s, "q:*", Idempotency::Idempotent).await;
+        let mut record_id = dead_letter(&s, "q", "a").await;
+        let r = record(&s, "q", &record_id).await;
+        assert_eq!(
+            r.replay.due_at,
+            Some(s.broker.clock().now()),
+            "{name}: a candidate at once"
+        );
+        for n in 1..=3 {
+            let p = pass(&s).await;
+            assert_eq!(
+                (p.judged, p.republished, p.archived),
+                (1, 1, 1),
+                "{name}: cycle {n}"
+            );
+            let archived = record(&s, "q", &record_id).await;
+            assert_eq!(archived.area, Area::Archived, "{name}");
+            let j = archived.judgement.expect("the judgement is kept");
+            assert_eq!(j.events[0].cause, None);
+            let got = s.receive("q", 1).await;
+            assert_eq!(
+                got[0]["message_id"],
+                format!("a|{n}"),
+                "{name}: never a|1|2"
+            );
+            assert_eq!(got[0]["properties"]["redrive-original-id"], "a", "{name}");
+            assert_eq!(
+                got[0]["properties"]["redrive-replayed-from"],
+                record_id.as_str()
+            );
+            let (st, v) = s
+                .settle(
+                    "q",
+                    got[0]["lock_token"].as_str().unwrap(),
+                    "dead_letter",
+                    json!({"reason": "HandlerFailed"}),
+                )
+                .await;
+            assert_eq!(st, 200, "{v}");
+            record_id = v["dead_letter_id"].as_str().unwrap().to_owned();
+        }
+        let p = pass(&s).await;
+        assert_eq!(p.republished, 0, "{name}");
+        assert_eq!(
+            causes(&p),
+            BTreeMap::from([(QuarantineCause::ReplayAttemptsExhausted, 1)]),
+            "{name}"
+        );
+        let q = record(&s, "q", &record_id).await;
+        assert_eq!(q.area, Area::Quarantine, "{name}");
+        assert_eq!(q.message_id, "a", "{name}: written back without its count");
+        assert_eq!(q.reason, "HandlerFailed", "{name}: the raw evidence stays");
+        let j = q.judgement.expect("judgement");
+        assert_eq!(j.cause, Some(QuarantineCause::ReplayAttemptsExhausted));
+        assert_eq!(j.engine, redrive_core::judgement::ENGINE_VERSION);
+        assert_eq!((j.events[0].id.as_str(), j.events[0].attempts), ("a", 3));
+        assert!(
+            s.metrics().await.contains(
+                "redrive_replay_quarantined_total{queue=\"q\",cause=\"ReplayAttemptsExhausted\"} 1"
+            ),
+            "{name}"
+        );
+        // Judged and gone from live: a pass finds nothing more.
+        assert_eq!(pass(&s).await.judged, 0, "{name}");
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_batch_splits_exactly_and_poison_is_quarantined_before_the_republish() {
+    for backend in Backend::all("the mixed batch test") {
+        let name = backend.name();
+        let s = server(backend).await;
+        replaying_queue(&s, "q", json!({})).await;
+        register(&s, "order.created", Idempotency::Idempotent).await;
+        register(&s, "webhook.post", Idempotency::NotIdempotent).await;
+        let id = import_blob(
+            &s,
+            "q",
+            &blob(
+                &[
+                    ("capped|3", "order.created"),
+                    ("post-1", "webhook.post"),
+                    ("odd-1", "never.registered"),
+                    ("ok-1", "order.created"),
+                    ("ok-2|1", "order.created"),
+                ],
+                8,
+            ),
+        )
+        .await;
+        let p = pass(&s).await;
+        assert_eq!(p.republished, 2, "{name}");
+        assert_eq!(
+            causes(&p),
+            BTreeMap::from([
+                (QuarantineCause::NotIdempotent, 1),
+                (QuarantineCause::TypeNotRegistered, 1),
+                (QuarantineCause::ReplayAttemptsExhausted, 1),
+            ]),
+            "{name}"
+        );
+        assert_eq!(record(&s, "q", &id).await.area, Area::Archived, "{name}");
+        let quarantined = records(&s, "q", Area::Quarantine).await;
+        assert_eq!(quarantined.len(), 3, "{name}: one copy per cause");
+        for r in &quarantined {
+            let j = r.judgement.as_ref().unwrap();
+            assert_eq!(j.copied_from.as_deref(), Some(id.as_str()), "{name}");
+            let events: Vec<Value> = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!(events.len(), 1);
+            assert!(
+                !events[0]["id"].as_str().unwrap().contains('|'),
+                "{name}: ids written back without their count: {}",
+                events[0]["id"]
+            );
+            assert_eq!(
+                events[0]["deadLetterReason"], "MaxDeliveryAttemptsExceeded",
+                "{name}: the raw diagnostics survive into the copy"
+            );
+        }
+        let got = s.receive("q", 10).await;
+        let ids: Vec<&str> = got
+            .iter()
+            .map(|m| m["message_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["ok-1|1", "ok-2|2"], "{name}");
+        let ev: Value = serde_json::from_str(got[1]["body"].as_str().unwrap()).unwrap();
+        assert_eq!(ev["id"], "ok-2|2", "{name}");
+        assert_eq!(ev["redriveoriginalid"], "ok-2", "{name}");
+        assert!(
+            ev.get("deadLetterReason").is_none(),
+            "{name}: diagnostics are not republished"
+        );
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_hold_the_event_and_the_byte_budget() {
+    for backend in Backend::all("the chunk test") {
+        let name = backend.name();
+        let s = server(backend).await;
+        replaying_queue(&s, "q", json!({})).await;
+        register(&s, "tiny", Idempotency::Idempotent).await;
+        let ids: Vec<String> = (0..6_000).map(|i| format!("t{i}")).collect();
+        let events: Vec<(&str, &str)> = ids.iter().map(|i| (i.as_str(), "tiny")).collect();
+        import_blob(&s, "q", &blob(&events, 0)).await;
+        let p = pass(&s).await;
+        assert_eq!(
+            (p.republished, p.chunks),
+            (6_000, 2),
+            "{name}: 5,000 then 1,000"
+        );
+
+        replaying_queue(&s, "big", json!({})).await;
+        register(&s, "large", Idempotency::Idempotent).await;
+        let large: Vec<String> = (0..8).map(|i| format!("l{i}")).collect();
+        let events: Vec<(&str, &str)> = large.iter().map(|i| (i.as_str(), "large")).collect();
+        import_blob(&s, "big", &blob(&events, 200 * 1024)).await;
+        let p = pass(&s).await;
+        assert_eq!(
+            (p.republished, p.chunks),
+            (8, 2),
+            "{name}: five of 200 KiB fit a MiB"
+        );
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_chunk_retries_the_whole_record_after_a_backoff_and_duplicates_are_admitted() {
+    for backend in Backend::all("the chunk failure test") {
+        let name = backend.name();
+        let s = server(backend).await;
+        replaying_queue(&s, "q", json!({"max_chunk_events": 1})).await;
+        register(&s, "e", Idempotency::Idempotent).await;
+        // The second event is larger than the origin takes now.
+        let small = blob(&[("one", "e")], 10);
+        let mut arr: Vec<Value> = serde_json::from_slice(&small).unwrap();
+        let mut big: Vec<Value> = serde_json::from_slice(&blob(&[("two", "e")], 4_000)).unwrap();
+        arr.append(&mut big);
+        let (st, v) = s
+            .patch("/v1/queues/q", json!({"max_message_size": 2_048}))
+            .await;
+        assert_eq!(st, 200, "{v}");
+        let id = import_blob(&s, "q", &serde_json::to_vec(&arr).unwrap()).await;
+        let p = pass(&s).await;
+        assert_eq!(
+            (p.republished, p.failed),
+            (1, 1),
+            "{name}: the first chunk went, the second stopped"
+        );
+        let r = record(&s, "q", &id).await;
+        assert_eq!(r.area, Area::Live, "{name}: the record stays live");
+        assert_eq!(r.replay.failures, 1, "{name}");
+        assert!(
+            r.replay
+                .last_error
+                .as_deref()
+                .unwrap_or("")
+                .contains("max_message_size"),
+            "{name}: {:?}",
+            r.replay.last_error
+        );
+        assert_eq!(pass(&s).await.judged, 0, "{name}: not before its backoff");
+        s.patch("/v1/queues/q", json!({"max_message_size": 1_048_576}))
+            .await;
+        s.advance(1_000);
+        let p = pass(&s).await;
+        assert_eq!((p.republished, p.chunks, p.failed), (2, 2, 0), "{name}");
+        assert_eq!(record(&s, "q", &id).await.area, Area::Archived, "{name}");
+        let got = s.receive("q", 10).await;
+        let ids: Vec<&str> = got
+            .iter()
+            .map(|m| m["message_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            ids,
+            ["one|1", "one|1", "two|1"],
+            "{name}: the duplicate is admitted"
+        );
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_invalid_record_is_quarantined_whole_and_leaves_live() {
+    for backend in Backend::all("the schema test") {
+        let name = backend.name();
+        let s = server(backend).await;
+        replaying_queue(&s, "q", json!({})).await;
+        let not_events = br#"{"hello": "not an array"}"#;
+        let id = import_blob(&s, "q", not_events).await;
+        let missing = br#"[{"specversion": "1.0", "id": "x", "type": "t"}]"#;
+        let id2 = import_blob(&s, "q", missing).await;
+        let p = pass(&s).await;
+        assert_eq!(
+            causes(&p),
+            BTreeMap::from([(QuarantineCause::SchemaInvalid, 2)]),
+            "{name}"
+        );
+        for (id, body) in [(&id, &not_events[..]), (&id2, &missing[..])] {
+            let r = record(&s, "q", id).await;
+            assert_eq!(r.area, Area::Quarantine, "{name}");
+            assert_eq!(r.body, body, "{name}: the payload is kept as it came");
+            let j = r.judgement.unwrap();
+            assert_eq!(j.cause, Some(QuarantineCause::SchemaInvalid));
+            assert!(j.error.is_some(), "{name}: the parse error is recorded");
+        }
+        assert!(records(&s, "q", Area::Live).await.is_empty(), "{name}");
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_resumes_the_cap_at_zero_and_requarantines_the_rest_saying_so_first() {
+    for backend in Backend::all("the restore test") {
+        let name = backend.name();
+        let s = server(backend).await;
+        replaying_queue(&s, "q", json!({"max_replay_attempts": 1})).await;
+        register(&s, "order.created", Idempotency::Idempotent).await;
+        register(&s, "webhook.post", Idempotency::NotIdempotent).await;
+        let capped = import_blob(&s, "q", &blob(&[("a|1", "order.created")], 4)).await;
+        let never = import_blob(&s, "q", &blob(&[("w", "webhook.post")], 4)).await;
+        pass(&s).await;
+        assert_eq!(
+            record(&s, "q", &capped).await.area,
+            Area::Quarantine,
+            "{name}"
+        );
+
+        let preview = s
+            .broker
+            .restore_dead_letter("q", &capped, true, &admin())
+            .await
+            .unwrap();
+        assert_eq!((preview.republish, preview.restored), (1, false), "{name}");
+        assert!(preview.requarantine.is_empty(), "{name}");
+        assert_eq!(
+            record(&s, "q", &capped).await.area,
+            Area::Quarantine,
+            "{name}: a dry run"
+        );
+
+        let done = s
+            .broker
+            .restore_dead_letter("q", &capped, false, &admin())
+            .await
+            .unwrap();
+        assert!(done.restored, "{name}");
+        let p = pass(&s).await;
+        assert_eq!(p.republished, 1, "{name}");
+        let got = s.receive("q", 1).await;
+        assert_eq!(got[0]["message_id"], "a|1", "{name}: resumed at count 0");
+
+        let preview = s
+            .broker
+            .restore_dead_letter("q", &never, false, &admin())
+            .await
+            .unwrap();
+        assert_eq!(
+            preview.requarantine,
+            BTreeMap::from([(QuarantineCause::NotIdempotent, 1)]),
+            "{name}: the answer says so before it is done"
+        );
+        let p = pass(&s).await;
+        assert_eq!(p.republished, 0, "{name}");
+        assert_eq!(
+            record(&s, "q", &never).await.area,
+            Area::Quarantine,
+            "{name}"
+        );
+        let audit = s.audit("action=dead_letter.restore").await;
+        assert_eq!(audit.len(), 2, "{name}: {audit:?}");
+        // Only quarantined records are restored.
+        let live = dead_letter(&s, "q", "z").await;
+        assert!(
+            s.broker
+                .restore_dead_letter("q", &live, true, &admin())
+                .await
+                .is_err()
+        );
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_judgement_is_quiet_and_a_quarantine_is_counted_once_under_concurrent_judges() {
+    for backend in Backend::all("the concurrent judgement test") {
+        let name = backend.name();
+        let s = server(backend).await;
+        // A claim of 0 ms leaves a claimed record due: two judges at one instant both
+        // take it, as two deliveries of one trigger would.
+        s.broker.set_replay_settings(ReplaySettings {
+            claim_ms: 0,
+            ..ReplaySettings::default()
+        });
+        replaying_queue(&s, "q", json!({})).await;
+        register(&s, "ok", Idempotency::Idempotent).await;
+        dead_letter(&s, "q", "unregistered").await;
+        import_blob(&s, "q", &blob(&[("p", "poison.type"), ("g", "ok")], 4)).await;
+        let (a, b) = tokio::join!(s.broker.replay_once(), s.broker.replay_once());
+        let (a, b) = (a.unwrap(), b.unwrap());
+        let total: u64 = a.quarantined.values().sum::<u64>() + b.quarantined.values().sum::<u64>();
+        assert_eq!(
+            total, 2,
+            "{name}: each quarantine counted once: {a:?} {b:?}"
+        );
+        assert!(
+            s.metrics().await.contains(
+                "redrive_replay_quarantined_total{queue=\"q\",cause=\"TypeNotRegistered\"} 2"
+            ),
+            "{name}"
+        );
+        assert_eq!(records(&s, "q", Area::Quarantine).await.len(), 2, "{name}");
+        assert!(records(&s, "q", Area::Live).await.is_empty(), "{name}");
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drain_makes_stranded_records_candidates_and_skips_young_archived_and_quarantined() {
+    for backend in Backend::all("the drain test") {
+        let name = backend.name();
+        let s = server(backend).await;
+        s.queue("q", json!({"lock_duration_ms": 30_000})).await;
+        register(&s, "q:*", Idempotency::Idempotent).await;
+        let old = dead_letter(&s, "q", "old").await;
+        let archived = dead_letter(&s, "q", "archived").await;
+        let quarantined = dead_letter(&s, "q", "quarantined").await;
+        s.broker
+            .move_dead_letter("q", &archived, Area::Archived, &admin())
+            .await
+            .unwrap();
+        s.broker
+            .move_dead_letter("q", &quarantined, Area::Quarantine, &admin())
+            .await
+            .unwrap();
+        s.advance(30_001);
+        let young = dead_letter(&s, "q", "young").await;
+        assert!(
+            record(&s, "q", &old).await.replay.due_at.is_none(),
+            "{name}: replay was off"
+        );
+        s.patch("/v1/queues/q", json!({"auto_replay": {"enabled": true}}))
+            .await;
+        assert_eq!(
+            s.broker.drain_replay_candidates().await.unwrap(),
+            1,
+            "{name}"
+        );
+        assert!(
+            record(&s, "q", &old).await.replay.due_at.is_some(),
+            "{name}"
+        );
+        assert!(
+            record(&s, "q", &young).await.replay.due_at.is_none(),
+            "{name}: inside the window"
+        );
+        assert!(
+            record(&s, "q", &archived).await.replay.due_at.is_none(),
+            "{name}"
+        );
+        assert!(
+            record(&s, "q", &quarantined).await.replay.due_at.is_none(),
+            "{name}"
+        );
+        assert_eq!(pass(&s).await.republished, 1, "{name}");
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_deletes_every_area_at_30_days_with_its_metric() {
+    for backend in Backend::all("the retention test") {
+        let name = backend.name();
+        let s = server(backend).await;
+        s.queue("q", json!({})).await;
+        s.queue("forever", json!({"dead_letter_retention_ms": 0}))
+            .await;
+        let a = dead_letter(&s, "q", "a").await;
+        let b = dead_letter(&s, "q", "b").await;
+        dead_letter(&s, "forever", "f").await;
+        s.broker
+            .move_dead_letter("q", &b, Area::Quarantine, &admin())
+            .await
+            .unwrap();
+        s.advance(30 * 24 * 3_600_000 - 1);
+        assert_eq!(
+            s.broker.expire_dead_letters().await.unwrap(),
+            0,
+            "{name}: not yet"
+        );
+        s.advance(1);
+        let kept = dead_letter(&s, "q", "c").await;
+        assert_eq!(s.broker.expire_dead_letters().await.unwrap(), 2, "{name}");
+        assert!(
+            s.broker.get_dead_letter("q", &a, &admin()).await.is_err(),
+            "{name}"
+        );
+        record(&s, "q", &kept).await;
+        assert_eq!(
+            records(&s, "forever", Area::Live).await.len(),
+            1,
+            "{name}: 0 keeps forever"
+        );
+        assert!(
+            s.metrics()
+                .await
+                .contains("redrive_dead_letters_expired_total{queue=\"q\"} 2"),
+            "{name}"
+        );
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_is_woken_by_the_dead_letter_write() {
+    let s = TestServer::builder().start().await;
+    replaying_queue(&s, "q", json!({})).await;
+    register(&s, "q:*", Idempotency::Idempotent).await;
+    let id = dead_letter(&s, "q", "w").await;
+    within("the worker replays the new dead letter", async {
+        loop {
+            if record(&s, "q", &id).await.area == Area::Archived {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let got = s.receive("q", 1).await;
+    assert_eq!(got[0]["message_id"], "w|1");
+    s.stop().await;
+}
