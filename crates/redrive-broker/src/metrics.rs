@@ -295,6 +295,54 @@ impl Metrics {
     }
 }
 
+/// The replay gauges of every queue with dead letters, read from the store at scrape
+/// time: candidates, failing and flagged records, and quarantined records by cause
+/// (`manual`: moved there by an operator).
+pub(crate) fn render_replay(out: &mut String, counts: &[redrive_store::ReplayCounts]) {
+    let gauges: [(&str, &str, fn(&redrive_store::ReplayCounts) -> u64); 4] = [
+        (
+            "redrive_replay_candidates",
+            "Live dead letters waiting for their replay judgement.",
+            |c| c.candidates,
+        ),
+        (
+            "redrive_replay_failing",
+            "Live dead letters whose last replay judgement failed.",
+            |c| c.failing,
+        ),
+        (
+            "redrive_replay_flagged",
+            "Live dead letters whose replay judgement failed at least the flag threshold of times.",
+            |c| c.flagged,
+        ),
+        (
+            "redrive_dead_letters_archived",
+            "Dead-letter records in the archived area.",
+            |c| c.archived,
+        ),
+    ];
+    for (name, help, f) in gauges {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        for c in counts {
+            let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", escape_label(c.queue.as_str()), f(c));
+        }
+    }
+    let name = "redrive_dead_letters_quarantined";
+    let _ = writeln!(out, "# HELP {name} Dead-letter records in the quarantine area, by cause (manual: moved there by an operator).");
+    let _ = writeln!(out, "# TYPE {name} gauge");
+    for c in counts {
+        for (cause, n) in &c.quarantined {
+            let cause = cause.map_or("manual", |c| c.as_str());
+            let _ = writeln!(
+                out,
+                "{name}{{queue=\"{}\",cause=\"{cause}\"}} {n}",
+                escape_label(c.queue.as_str())
+            );
+        }
+    }
+}
+
 /// A gauge: name, help, and how to read it from the counts.
 type Gauge = (&'static str, &'static str, fn(&QueueCounts) -> u64);
 

@@ -250,6 +250,9 @@ impl Broker {
             .collect();
         let mut out = self.inner.metrics.render(&gauges);
         out.push_str(&self.render_topic_metrics());
+        let flag = self.replay_settings().flag_after_failures;
+        let replay = self.inner.store.replay_counts(None, flag).await?;
+        crate::metrics::render_replay(&mut out, &replay);
         Ok(out)
     }
 }

@@ -615,3 +615,79 @@ async fn the_worker_is_woken_by_the_dead_letter_write() {
     assert_eq!(got[0]["message_id"], "w|1");
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_endpoint_down_past_its_ttl_loses_nothing_every_event_delivered_or_quarantined() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use redrive_testkit::{Receiver, Reply};
+
+    let s = server(Backend::Sqlite).await;
+    let down = Arc::new(AtomicBool::new(true));
+    let flag = down.clone();
+    let rx = Receiver::webhook(move |_, _| {
+        if flag.load(Ordering::SeqCst) {
+            Reply::status(503)
+        } else {
+            Reply::status(200)
+        }
+    })
+    .await;
+    register(&s, "order.created", Idempotency::Idempotent).await;
+    register(&s, "webhook.post", Idempotency::NotIdempotent).await;
+    s.topic("orders", json!({})).await;
+    let (st, v) = s
+        .post(
+            "/v1/topics/orders/subscriptions",
+            json!({"name": "hook", "type": "push", "endpoint": rx.url,
+                   "dead_letter": {"type": "own_store"},
+                   "retry_policy": {"event_time_to_live_minutes": 1,
+                                    "schedule_ms": [40_000], "jitter": 0.0},
+                   "auto_replay": {"enabled": true}}),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let events = [
+        crate::topics::event("e1", "order.created", "/1"),
+        crate::topics::event("e2", "order.created", "/2"),
+        crate::topics::event("e3", "webhook.post", "/3"),
+    ];
+    s.publish("orders", &events).await;
+    crate::topics::until_stats(&s, "hook", json!({"in_backoff": 3})).await;
+    s.advance(40_000);
+    crate::topics::until_stats(&s, "hook", json!({"in_backoff": 0, "dead_lettered": 3})).await;
+    let failed = rx.deliveries().len();
+    assert_eq!(failed, 6, "two attempts each while the endpoint was down");
+
+    down.store(false, Ordering::SeqCst);
+    let p = pass(&s).await;
+    assert_eq!(p.republished, 2);
+    assert_eq!(causes(&p), BTreeMap::from([(QuarantineCause::NotIdempotent, 1)]));
+    let got = rx.wait_for(failed + 2).await;
+    let mut delivered: Vec<(String, String)> = got[failed..]
+        .iter()
+        .map(|r| {
+            let ev = r.json();
+            (
+                ev["id"].as_str().unwrap().to_owned(),
+                ev["redriveoriginalid"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    delivered.sort();
+    assert_eq!(
+        delivered,
+        [
+            ("e1|1".to_owned(), "e1".to_owned()),
+            ("e2|1".to_owned(), "e2".to_owned())
+        ]
+    );
+    let queue = "orders.hook";
+    assert!(records(&s, queue, Area::Live).await.is_empty(), "nothing left undecided");
+    assert_eq!(records(&s, queue, Area::Archived).await.len(), 2);
+    let quarantined = records(&s, queue, Area::Quarantine).await;
+    assert_eq!(quarantined.len(), 1);
+    assert_eq!(quarantined[0].message_id, "e3");
+    s.stop().await;
+}
