@@ -325,11 +325,19 @@ pub(crate) fn render_replay(out: &mut String, counts: &[redrive_store::ReplayCou
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} gauge");
         for c in counts {
-            let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", escape_label(c.queue.as_str()), f(c));
+            let _ = writeln!(
+                out,
+                "{name}{{queue=\"{}\"}} {}",
+                escape_label(c.queue.as_str()),
+                f(c)
+            );
         }
     }
     let name = "redrive_dead_letters_quarantined";
-    let _ = writeln!(out, "# HELP {name} Dead-letter records in the quarantine area, by cause (manual: moved there by an operator).");
+    let _ = writeln!(
+        out,
+        "# HELP {name} Dead-letter records in the quarantine area, by cause (manual: moved there by an operator)."
+    );
     let _ = writeln!(out, "# TYPE {name} gauge");
     for c in counts {
         for (cause, n) in &c.quarantined {

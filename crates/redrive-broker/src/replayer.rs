@@ -56,7 +56,7 @@ use crate::{Actor, Broker, BrokerError, BrokerResult};
 pub const REPLAY_LEASE: &str = "replayer";
 
 /// Records claimed per pass.
-pub const REPLAY_BATCH: u32 = 256;
+pub const REPLAY_BATCH: u32 = 1_000;
 
 /// Records the drain makes candidates per store call.
 const DRAIN_BATCH: u32 = 1_000;
@@ -210,10 +210,65 @@ impl Replayer {
     }
 }
 
-/// How one judgement ended.
-enum Judged {
+/// What the judgement of one record left to do.
+enum Prepared {
+    /// Quarantined whole by this judgement.
     Done,
+    /// Gone or judged already: nothing to do.
     AlreadyDone,
+    /// Nothing to republish; end the record so.
+    Finish(ReplayFinish),
+    /// Republish these messages in these chunks, then end the record so.
+    Republish {
+        messages: Vec<NewMessage>,
+        chunks: Vec<std::ops::Range<usize>>,
+        finish: ReplayFinish,
+    },
+}
+
+/// A claimed record: its queue, id, and failed judgements so far.
+#[derive(Debug, Clone)]
+struct Key {
+    queue: EntityName,
+    id: String,
+    failures: u32,
+}
+
+/// What a pass has left to write, gathered so that it is written in few store calls.
+#[derive(Default)]
+struct Work {
+    /// Records of one chunk, per queue, in claim order.
+    combined: BTreeMap<EntityName, Vec<(Key, Vec<NewMessage>, ReplayFinish)>>,
+    /// Records to end, with the events they sent.
+    finished: Vec<(Key, ReplayFinish, u64)>,
+    /// Records whose judgement failed.
+    failed: Vec<(Key, BrokerError)>,
+    /// Audit entries: record ids per queue and action.
+    audit: BTreeMap<(EntityName, &'static str), Vec<String>>,
+}
+
+impl Work {
+    fn combine(&mut self, key: Key, messages: Vec<NewMessage>, finish: ReplayFinish) {
+        self.combined
+            .entry(key.queue.clone())
+            .or_default()
+            .push((key, messages, finish));
+    }
+
+    fn finish(&mut self, key: Key, finish: ReplayFinish, sent: u64) {
+        self.finished.push((key, finish, sent));
+    }
+
+    fn failed(&mut self, key: Key, e: BrokerError) {
+        self.failed.push((key, e));
+    }
+
+    fn judged(&mut self, key: &Key) {
+        self.audit
+            .entry((key.queue.clone(), "replay.judge"))
+            .or_default()
+            .push(key.id.clone());
+    }
 }
 
 /// One event of a record, ready to judge and to republish.
@@ -252,6 +307,13 @@ impl Broker {
 
     /// One pass: claims up to [`REPLAY_BATCH`] due candidates and judges each. Public so
     /// that tests drive replay on a manual clock.
+    ///
+    /// Quarantines are written record by record, first. The republish of a record whose
+    /// events fit one chunk is combined with other such records of the same queue into
+    /// shared store writes under the same budgets (a failed write fails each of its
+    /// records whole, as its one chunk failing would); a record of several chunks
+    /// republishes them in order on its own. The records are then archived in one store
+    /// call.
     pub async fn replay_once(&self) -> BrokerResult<ReplayPass> {
         let settings = self.replay_settings();
         let now = self.now();
@@ -266,7 +328,7 @@ impl Broker {
         }
         let register = self.register().await?;
         let mut policies: BTreeMap<EntityName, Option<QueuePolicy>> = BTreeMap::new();
-        let mut audit: BTreeMap<(EntityName, &'static str), Vec<String>> = BTreeMap::new();
+        let mut work = Work::default();
         for record in claimed {
             pass.judged += 1;
             let policy = match policies.get(&record.queue) {
@@ -291,27 +353,179 @@ impl Broker {
                 // stays live; its claim runs out and it is looked at again later.
                 continue;
             }
-            let (queue, id) = (record.queue.clone(), record.id.clone());
-            let failures = record.replay.failures;
-            match self.judge(record, &policy, &register, &mut pass).await {
-                Ok(Judged::Done) => {
-                    audit.entry((queue, "replay.judge")).or_default().push(id);
-                }
-                Ok(Judged::AlreadyDone) => pass.already_done += 1,
-                Err(e) => {
-                    pass.failed += 1;
-                    self.judgement_failed(&queue, &id, failures, &e, &settings)
-                        .await;
-                    audit.entry((queue, "replay.fail")).or_default().push(id);
-                }
+            let key = Key {
+                queue: record.queue.clone(),
+                id: record.id.clone(),
+                failures: record.replay.failures,
+            };
+            match self.prepare(record, &policy, &register, &mut pass).await {
+                Ok(Prepared::Done) => work.judged(&key),
+                Ok(Prepared::AlreadyDone) => pass.already_done += 1,
+                Ok(Prepared::Finish(finish)) => work.finish(key, finish, 0),
+                Ok(Prepared::Republish {
+                    messages,
+                    chunks,
+                    finish,
+                }) if chunks.len() <= 1 => work.combine(key, messages, finish),
+                Ok(Prepared::Republish {
+                    messages,
+                    chunks,
+                    finish,
+                }) => match self
+                    .republish_in_order(&key.queue, messages, &chunks, &policy, &mut pass)
+                    .await
+                {
+                    Ok(n) => work.finish(key, finish, n),
+                    Err(e) => work.failed(key, e),
+                },
+                Err(e) => work.failed(key, e),
             }
         }
+        self.republish_combined(&mut work, &policies, &mut pass)
+            .await;
+        self.finish_all(&mut work, &mut pass).await;
+        for (key, e) in std::mem::take(&mut work.failed) {
+            pass.failed += 1;
+            self.judgement_failed(&key.queue, &key.id, key.failures, &e, &settings)
+                .await;
+            work.audit
+                .entry((key.queue, "replay.fail"))
+                .or_default()
+                .push(key.id);
+        }
         let actor = Actor::system("replay");
-        for ((queue, action), ids) in audit {
+        for ((queue, action), ids) in std::mem::take(&mut work.audit) {
             self.audit(&actor, action, Some(queue.as_str()), ids, "ok")
                 .await?;
         }
         Ok(pass)
+    }
+
+    /// Republishes the records whose events fit one chunk, per queue, in shared writes
+    /// under the queue's budgets. A write that fails fails each record in it.
+    async fn republish_combined(
+        &self,
+        work: &mut Work,
+        policies: &BTreeMap<EntityName, Option<QueuePolicy>>,
+        pass: &mut ReplayPass,
+    ) {
+        for (queue, records) in std::mem::take(&mut work.combined) {
+            let Some(Some(policy)) = policies.get(&queue) else {
+                continue;
+            };
+            let budget = &policy.auto_replay;
+            let mut batch: Vec<NewMessage> = Vec::new();
+            let mut owners: Vec<(Key, ReplayFinish, u64)> = Vec::new();
+            let mut bytes = 0usize;
+            let mut records = records.into_iter().peekable();
+            while let Some((key, messages, finish)) = records.next() {
+                bytes += messages.iter().map(message_size).sum::<usize>();
+                let n = messages.len() as u64;
+                batch.extend(messages);
+                owners.push((key, finish, n));
+                let full = match records.peek() {
+                    None => true,
+                    Some((_, next, _)) => {
+                        batch.len() + next.len() > budget.max_chunk_events as usize
+                            || bytes + next.iter().map(message_size).sum::<usize>()
+                                > budget.max_chunk_bytes as usize
+                    }
+                };
+                if !full {
+                    continue;
+                }
+                let n_batch = batch.len() as u64;
+                match self
+                    .inner
+                    .store
+                    .enqueue(&queue, std::mem::take(&mut batch), self.now())
+                    .await
+                {
+                    Ok(_) => {
+                        self.inner.waiters.wake(queue.as_str());
+                        pass.republished += n_batch;
+                        pass.chunks += 1;
+                        self.inner
+                            .metrics
+                            .add(Counter::ReplayRepublished, queue.as_str(), n_batch);
+                        for (key, finish, n) in owners.drain(..) {
+                            work.finish(key, finish, n);
+                        }
+                    }
+                    Err(e) => {
+                        let e: BrokerError = e.into();
+                        for (key, _, _) in owners.drain(..) {
+                            work.failed(key, BrokerError::invalid("republish", e.to_string()));
+                        }
+                    }
+                }
+                bytes = 0;
+            }
+        }
+    }
+
+    /// Archives (or deletes) every record whose events went out, in one store call,
+    /// best-effort: a failure is logged and nothing is retried (retrying would republish
+    /// events that already went out); an un-archived record stays live until retention.
+    async fn finish_all(&self, work: &mut Work, pass: &mut ReplayPass) {
+        let finished = std::mem::take(&mut work.finished);
+        if finished.is_empty() {
+            return;
+        }
+        let items: Vec<(EntityName, String, ReplayFinish)> = finished
+            .iter()
+            .map(|(k, f, _)| (k.queue.clone(), k.id.clone(), f.clone()))
+            .collect();
+        match self.inner.store.finish_replays(&items, self.now()).await {
+            Ok(done) => {
+                for ((key, finish, n), did) in finished.into_iter().zip(done) {
+                    if did && matches!(finish, ReplayFinish::Archive(_)) {
+                        pass.archived += 1;
+                        self.inner
+                            .metrics
+                            .add(Counter::ReplayArchived, key.queue.as_str(), 1);
+                    }
+                    tracing::debug!(queue = %key.queue, dead_letter_id = %key.id,
+                        republished = n, "dead letter replayed");
+                    work.judged(&key);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, records = items.len(),
+                    "replayed dead letters could not be archived; they stay live until retention removes them");
+                for (key, _, _) in finished {
+                    work.judged(&key);
+                }
+            }
+        }
+    }
+
+    /// Republishes one record's chunks in order; a chunk that fails (an event over the
+    /// origin's size limit, a store error) stops those behind it. Answers the events sent.
+    async fn republish_in_order(
+        &self,
+        queue: &EntityName,
+        messages: Vec<NewMessage>,
+        chunks: &[std::ops::Range<usize>],
+        policy: &QueuePolicy,
+        pass: &mut ReplayPass,
+    ) -> BrokerResult<u64> {
+        let mut messages = messages.into_iter();
+        let mut sent = 0;
+        for chunk in chunks {
+            let batch: Vec<NewMessage> = messages.by_ref().take(chunk.len()).collect();
+            check_sizes(&batch, policy)?;
+            let n = batch.len() as u64;
+            self.inner.store.enqueue(queue, batch, self.now()).await?;
+            self.inner.waiters.wake(queue.as_str());
+            sent += n;
+            pass.republished += n;
+            pass.chunks += 1;
+            self.inner
+                .metrics
+                .add(Counter::ReplayRepublished, queue.as_str(), n);
+        }
+        Ok(sent)
     }
 
     /// Records a failed judgement and flags a record that keeps failing.
@@ -355,14 +569,15 @@ impl Broker {
         }
     }
 
-    /// Judges one claimed record (see the module docs for the order of effects).
-    async fn judge(
+    /// Judges one claimed record and writes its quarantine (see the module docs for the
+    /// order of effects); answers what is left to republish.
+    async fn prepare(
         &self,
         record: DeadLetterRecord,
         policy: &QueuePolicy,
         register: &Register,
         pass: &mut ReplayPass,
-    ) -> BrokerResult<Judged> {
+    ) -> BrokerResult<Prepared> {
         let now = self.now();
         let queue = record.queue.clone();
         let events = match record.format {
@@ -423,76 +638,35 @@ impl Broker {
                 };
                 match self.inner.store.put_quarantine_copy(&queue, &copy).await {
                     Ok(true) => {
-                        self.quarantined(&queue, &record.id, *cause, idx.len() as u64, pass)
+                        self.quarantined(&queue, &record.id, *cause, idx.len() as u64, pass);
                     }
                     Ok(false) => {}
-                    Err(StoreError::DeadLetterNotFound { .. }) => return Ok(Judged::AlreadyDone),
+                    Err(StoreError::DeadLetterNotFound { .. }) => return Ok(Prepared::AlreadyDone),
                     Err(e) => return Err(e.into()),
                 }
             }
         }
-        // 2. Republish the rest, chunk by chunk.
-        let outgoing = republished(&record, &events, &part, policy, now)?;
-        let sizes: Vec<usize> = outgoing.iter().map(message_size).collect();
-        let mut outgoing = outgoing.into_iter();
-        for chunk in judgement::chunks(
+        // 2. What is left goes to the origin.
+        if part.republish.is_empty() {
+            return Ok(Prepared::Finish(ReplayFinish::Delete));
+        }
+        let messages = republished(&record, &events, &part, policy, now);
+        let sizes: Vec<usize> = messages.iter().map(message_size).collect();
+        let chunks = judgement::chunks(
             &sizes,
             policy.auto_replay.max_chunk_bytes,
             policy.auto_replay.max_chunk_events,
-        ) {
-            let batch: Vec<NewMessage> = outgoing.by_ref().take(chunk.len()).collect();
-            if let Some(big) = batch
-                .iter()
-                .find(|m| m.body.len() > policy.max_message_size as usize)
-            {
-                return Err(BrokerError::invalid(
-                    "republish",
-                    format!(
-                        "event {} is {} bytes, over the origin's max_message_size of {}",
-                        big.message_id,
-                        big.body.len(),
-                        policy.max_message_size
-                    ),
-                ));
-            }
-            let n = batch.len() as u64;
-            self.inner.store.enqueue(&queue, batch, self.now()).await?;
-            self.inner.waiters.wake(queue.as_str());
-            pass.republished += n;
-            pass.chunks += 1;
-            self.inner
-                .metrics
-                .add(Counter::ReplayRepublished, queue.as_str(), n);
+        );
+        if chunks.len() <= 1 {
+            check_sizes(&messages, policy)?;
         }
-        // 3. Archive (or delete) the original, best-effort.
-        let finish = if part.republish.is_empty() {
-            ReplayFinish::Delete
-        } else {
-            let mut j = Judgement::new(now.as_millis(), None);
-            j.events = judged_events(None);
-            ReplayFinish::Archive(j)
-        };
-        match self
-            .inner
-            .store
-            .finish_replay(&queue, &record.id, &finish, self.now())
-            .await
-        {
-            Ok(true) => {
-                if matches!(finish, ReplayFinish::Archive(_)) {
-                    pass.archived += 1;
-                    self.inner
-                        .metrics
-                        .add(Counter::ReplayArchived, queue.as_str(), 1);
-                }
-                tracing::info!(queue = %queue, dead_letter_id = %record.id,
-                    republished = part.republish.len(), "dead letter replayed");
-            }
-            Ok(false) => {}
-            Err(e) => tracing::warn!(queue = %queue, dead_letter_id = %record.id, error = %e,
-                "replayed dead letter could not be archived; it stays live until retention removes it"),
-        }
-        Ok(Judged::Done)
+        let mut j = Judgement::new(now.as_millis(), None);
+        j.events = judged_events(None);
+        Ok(Prepared::Republish {
+            messages,
+            chunks,
+            finish: ReplayFinish::Archive(j),
+        })
     }
 
     async fn quarantine_whole(
@@ -502,7 +676,7 @@ impl Broker {
         body: Option<Vec<u8>>,
         events: u64,
         pass: &mut ReplayPass,
-    ) -> BrokerResult<Judged> {
+    ) -> BrokerResult<Prepared> {
         let cause = judgement.cause.unwrap_or(QuarantineCause::SchemaInvalid);
         let error = judgement.error.clone();
         let q = Quarantine { judgement, body };
@@ -518,9 +692,9 @@ impl Broker {
                         error = %e, "dead letter quarantined: its payload is not a list of events");
                 }
                 self.quarantined(&record.queue, &record.id, cause, events.max(1), pass);
-                Ok(Judged::Done)
+                Ok(Prepared::Done)
             }
-            Ok(false) | Err(StoreError::DeadLetterNotFound { .. }) => Ok(Judged::AlreadyDone),
+            Ok(false) | Err(StoreError::DeadLetterNotFound { .. }) => Ok(Prepared::AlreadyDone),
             Err(e) => Err(e.into()),
         }
     }
@@ -724,7 +898,7 @@ fn republished(
     part: &Partition,
     policy: &QueuePolicy,
     now: Timestamp,
-) -> BrokerResult<Vec<NewMessage>> {
+) -> Vec<NewMessage> {
     let expires_at = policy
         .default_ttl_ms
         .map(|t| now.plus_millis(i64::try_from(t).unwrap_or(i64::MAX)));
@@ -778,7 +952,27 @@ fn republished(
             expires_at,
         });
     }
-    Ok(out)
+    out
+}
+
+/// `Err` naming the first message over the origin's size limit: the origin would refuse
+/// it from a sender, and takes it no more from a replay.
+fn check_sizes(messages: &[NewMessage], policy: &QueuePolicy) -> BrokerResult<()> {
+    match messages
+        .iter()
+        .find(|m| m.body.len() > policy.max_message_size as usize)
+    {
+        Some(big) => Err(BrokerError::invalid(
+            "republish",
+            format!(
+                "event {} is {} bytes, over the origin's max_message_size of {}",
+                big.message_id,
+                big.body.len(),
+                policy.max_message_size
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The bytes a republished message counts against the chunk budget.

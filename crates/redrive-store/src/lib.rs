@@ -280,6 +280,21 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<bool>;
 
+    /// [`Store::finish_replay`] of several records, answered in order. A backend makes it
+    /// one transaction (the replay worker ends a whole pass of records with one call); the
+    /// default runs them one by one.
+    async fn finish_replays(
+        &self,
+        items: &[(EntityName, String, ReplayFinish)],
+        now: Timestamp,
+    ) -> StoreResult<Vec<bool>> {
+        let mut out = Vec::with_capacity(items.len());
+        for (queue, id, finish) in items {
+            out.push(self.finish_replay(queue, id, finish, now).await?);
+        }
+        Ok(out)
+    }
+
     /// Records a failed judgement of a live record: one more failure, `error` as its
     /// `last_error`, due again at `retry_at`. Returns the failures so far; `None` when the
     /// record is gone or no longer live (nothing changes).

@@ -663,7 +663,10 @@ async fn a_push_endpoint_down_past_its_ttl_loses_nothing_every_event_delivered_o
     down.store(false, Ordering::SeqCst);
     let p = pass(&s).await;
     assert_eq!(p.republished, 2);
-    assert_eq!(causes(&p), BTreeMap::from([(QuarantineCause::NotIdempotent, 1)]));
+    assert_eq!(
+        causes(&p),
+        BTreeMap::from([(QuarantineCause::NotIdempotent, 1)])
+    );
     let got = rx.wait_for(failed + 2).await;
     let mut delivered: Vec<(String, String)> = got[failed..]
         .iter()
@@ -684,7 +687,10 @@ async fn a_push_endpoint_down_past_its_ttl_loses_nothing_every_event_delivered_o
         ]
     );
     let queue = "orders.hook";
-    assert!(records(&s, queue, Area::Live).await.is_empty(), "nothing left undecided");
+    assert!(
+        records(&s, queue, Area::Live).await.is_empty(),
+        "nothing left undecided"
+    );
     assert_eq!(records(&s, queue, Area::Archived).await.len(), 2);
     let quarantined = records(&s, queue, Area::Quarantine).await;
     assert_eq!(quarantined.len(), 1);
