@@ -14,6 +14,7 @@ mod cpu;
 mod native;
 mod pg;
 mod push;
+mod replay;
 mod report;
 mod sqs;
 
@@ -88,6 +89,11 @@ enum Scenario {
     /// (`--backlog`: the drain of a paused subscription's backlog after its resume;
     /// `--rate`: publish → first delivery attempt latency at a fixed rate).
     Push(push::PushBenchArgs),
+    /// Automatic replay: N dead-lettered events written into a replaying queue, timed
+    /// from the first write until every event is republished.
+    Replay(replay::ReplayArgs),
+    /// The judgement of one dead-letter record of N events, in this process (no server).
+    Judge(replay::JudgeArgs),
     /// Push retries: many push subscriptions to a receiver that answers 500, every event
     /// waiting in backoff after its first attempt; the server's memory then.
     PushBackoff(push::PushBackoffArgs),
@@ -120,6 +126,11 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         .map_err(|e| input_error(format!("{e:#}")))?
         .with_token(args.token.clone());
     let json = args.json;
+    if let Scenario::Judge(a) = &args.scenario {
+        let mut report = Report::new("judge", "");
+        replay::judge(a, &mut report)?;
+        return print_report(json, &report);
+    }
     if let Scenario::PgBaseline(a) = args.scenario {
         return run_pg_baseline(json, a, args.server_pid, args.queue.is_some(), args.keep).await;
     }
@@ -191,6 +202,8 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         Scenario::Sqs(_) => "sqs",
         Scenario::Push(_) => "push",
         Scenario::PushBackoff(_) => "push-backoff",
+        Scenario::Replay(_) => "replay",
+        Scenario::Judge(_) => "judge",
     };
     let queue = args
         .queue
@@ -203,7 +216,9 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         Scenario::Latency(a) => native::latency(&client, &queue, a, &mut report).await,
         Scenario::W2(a) => native::w2(&client, &queue, a, &mut report).await,
         Scenario::Fill(a) => native::fill(&client, &queue, a, &mut report).await,
+        Scenario::Replay(a) => replay::run(&client, &queue, a, &mut report).await,
         Scenario::PgBaseline(_)
+        | Scenario::Judge(_)
         | Scenario::Sqs(_)
         | Scenario::Push(_)
         | Scenario::PushBackoff(_) => {
