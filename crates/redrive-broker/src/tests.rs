@@ -445,3 +445,42 @@ async fn register_changes_are_audited_and_an_unchanged_set_is_not() {
     }
     assert_eq!(b.list_register(None, 10).await.expect("page").len(), 1);
 }
+
+#[tokio::test]
+async fn a_store_that_cannot_be_read_fails_the_drain_and_the_replay_worker_keeps_running() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let sqlite = Arc::new(
+        SqliteStore::open(&dir.path().join("r.db"), SqliteOptions::default())
+            .expect("the store opens"),
+    );
+    let store: Arc<dyn redrive_store::Store> = sqlite.clone();
+    let clock = ManualClock::new(T0);
+    let b = Broker::new(store, Arc::new(clock.clone()));
+    b.create_queue(
+        "q",
+        QueuePolicy {
+            auto_replay: redrive_core::AutoReplay {
+                enabled: true,
+                ..redrive_core::AutoReplay::default()
+            },
+            ..QueuePolicy::default()
+        },
+    )
+    .await
+    .unwrap();
+    sqlite.close();
+    assert!(
+        b.drain_replay_candidates().await.is_err(),
+        "the drain reports the store"
+    );
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let worker = tokio::spawn(crate::Replayer::new(b.clone()).run(cancel.clone()));
+    // The worker meets the same store at its first look, logs, and waits for the next.
+    for _ in 0..3 {
+        tokio::task::yield_now().await;
+        clock.advance(Duration::from_secs(1));
+    }
+    assert!(!worker.is_finished(), "a failing store never ends the worker");
+    cancel.cancel();
+    worker.await.expect("the worker ends on cancel, without a panic");
+}
