@@ -480,7 +480,12 @@ async fn a_store_that_cannot_be_read_fails_the_drain_and_the_replay_worker_keeps
         tokio::task::yield_now().await;
         clock.advance(Duration::from_secs(1));
     }
-    assert!(!worker.is_finished(), "a failing store never ends the worker");
+    assert!(
+        !worker.is_finished(),
+        "a failing store never ends the worker"
+    );
     cancel.cancel();
-    worker.await.expect("the worker ends on cancel, without a panic");
+    worker
+        .await
+        .expect("the worker ends on cancel, without a panic");
 }

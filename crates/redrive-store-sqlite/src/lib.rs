@@ -512,6 +512,22 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn finish_replays(
+        &self,
+        items: &[(EntityName, String, ReplayFinish)],
+        _now: Timestamp,
+    ) -> StoreResult<Vec<bool>> {
+        let items = items.to_vec();
+        self.writer
+            .write(move |tx| {
+                items
+                    .iter()
+                    .map(|(queue, id, finish)| replay::finish(tx, queue, id, finish))
+                    .collect()
+            })
+            .await
+    }
+
     async fn fail_replay(
         &self,
         queue: &EntityName,

@@ -160,6 +160,7 @@ async fn create_sub(
                 paused: req.paused,
                 max_delivery_count: req.max_delivery_count,
                 auto_replay: req.auto_replay,
+                dead_letter_retention_ms: None,
             },
             &actor,
         )
@@ -209,6 +210,7 @@ async fn update_sub(
                 paused: req.paused,
                 filter: req.filter,
                 auto_replay: req.auto_replay,
+                dead_letter_retention_ms: None,
             },
             &actor,
         )
