@@ -300,6 +300,15 @@ impl Broker {
             .unwrap_or_else(|e| e.into_inner()) = settings;
     }
 
+    /// Wakes whoever takes messages from `queue` after a republish: its long polls, and
+    /// push delivery (the queue may be a push subscription's).
+    fn wake_republished(&self, queue: &EntityName) {
+        self.inner.waiters.wake(queue.as_str());
+        let state = self.topic_state();
+        state.push_work.notify_one();
+        state.push_published.notify_waiters();
+    }
+
     /// Wakes the replay worker (a candidate was written).
     pub(crate) fn wake_replay(&self) {
         self.inner.replay.wake.notify_one();
@@ -442,7 +451,7 @@ impl Broker {
                     .await
                 {
                     Ok(_) => {
-                        self.inner.waiters.wake(queue.as_str());
+                        self.wake_republished(&queue);
                         pass.republished += n_batch;
                         pass.chunks += 1;
                         self.inner
@@ -517,7 +526,7 @@ impl Broker {
             check_sizes(&batch, policy)?;
             let n = batch.len() as u64;
             self.inner.store.enqueue(queue, batch, self.now()).await?;
-            self.inner.waiters.wake(queue.as_str());
+            self.wake_republished(&queue);
             sent += n;
             pass.republished += n;
             pass.chunks += 1;

@@ -130,8 +130,10 @@ impl Broker {
             .into_iter()
             .filter(|q| q.policy.dead_letter_retention_ms > 0)
             .map(|q| redrive_store::RetentionRule {
+                // A record whose age has reached the retention goes: dead-lettered at or
+                // before `now - retention`.
                 before: now.plus_millis(
-                    -i64::try_from(q.policy.dead_letter_retention_ms).unwrap_or(i64::MAX),
+                    1 - i64::try_from(q.policy.dead_letter_retention_ms).unwrap_or(i64::MAX),
                 ),
                 queue: q.name,
             })

@@ -350,7 +350,7 @@ fn fan_out(
 }
 
 impl Broker {
-    fn topic_state(&self) -> &TopicState {
+    pub(crate) fn topic_state(&self) -> &TopicState {
         &self.inner.topics
     }
 

@@ -757,6 +757,20 @@ impl Store for PostgresStore {
         write_tx!(self, |db| replay::finish(db, queue, id, finish))
     }
 
+    async fn finish_replays(
+        &self,
+        items: &[(EntityName, String, ReplayFinish)],
+        _now: Timestamp,
+    ) -> StoreResult<Vec<bool>> {
+        write_tx!(self, |db| async {
+            let mut out = Vec::with_capacity(items.len());
+            for (queue, id, finish) in items {
+                out.push(replay::finish(db, queue, id, finish).await?);
+            }
+            Ok::<_, StoreError>(out)
+        })
+    }
+
     async fn fail_replay(
         &self,
         queue: &EntityName,

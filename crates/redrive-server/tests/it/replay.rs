@@ -567,18 +567,22 @@ async fn retention_deletes_every_area_at_30_days_with_its_metric() {
             .move_dead_letter("q", &b, Area::Quarantine, &admin())
             .await
             .unwrap();
+        // The sweep of the running server applies the same rule on its own schedule:
+        // the test looks at what is left, whoever removed it.
         s.advance(30 * 24 * 3_600_000 - 1);
-        assert_eq!(
-            s.broker.expire_dead_letters().await.unwrap(),
-            0,
-            "{name}: not yet"
-        );
+        s.broker.expire_dead_letters().await.unwrap();
+        record(&s, "q", &a).await;
+        record(&s, "q", &b).await;
         s.advance(1);
         let kept = dead_letter(&s, "q", "c").await;
-        assert_eq!(s.broker.expire_dead_letters().await.unwrap(), 2, "{name}");
+        s.broker.expire_dead_letters().await.unwrap();
         assert!(
             s.broker.get_dead_letter("q", &a, &admin()).await.is_err(),
             "{name}"
+        );
+        assert!(
+            s.broker.get_dead_letter("q", &b, &admin()).await.is_err(),
+            "{name}: every area"
         );
         record(&s, "q", &kept).await;
         assert_eq!(
