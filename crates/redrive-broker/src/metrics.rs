@@ -299,7 +299,7 @@ impl Metrics {
 /// time: candidates, failing and flagged records, and quarantined records by cause
 /// (`manual`: moved there by an operator).
 pub(crate) fn render_replay(out: &mut String, counts: &[redrive_store::ReplayCounts]) {
-    let gauges: [(&str, &str, fn(&redrive_store::ReplayCounts) -> u64); 4] = [
+    let gauges: [ReplayGauge; 4] = [
         (
             "redrive_replay_candidates",
             "Live dead letters waiting for their replay judgement.",
@@ -350,6 +350,13 @@ pub(crate) fn render_replay(out: &mut String, counts: &[redrive_store::ReplayCou
         }
     }
 }
+
+/// A replay gauge: name, help, and how to read it from the counts.
+type ReplayGauge = (
+    &'static str,
+    &'static str,
+    fn(&redrive_store::ReplayCounts) -> u64,
+);
 
 /// A gauge: name, help, and how to read it from the counts.
 type Gauge = (&'static str, &'static str, fn(&QueueCounts) -> u64);

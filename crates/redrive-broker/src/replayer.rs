@@ -526,7 +526,7 @@ impl Broker {
             check_sizes(&batch, policy)?;
             let n = batch.len() as u64;
             self.inner.store.enqueue(queue, batch, self.now()).await?;
-            self.wake_republished(&queue);
+            self.wake_republished(queue);
             sent += n;
             pass.republished += n;
             pass.chunks += 1;
