@@ -162,6 +162,22 @@ macro_rules! store_conformance_tests {
             register_put_replaces_and_answers_the_previous_entry,
             register_delete_answers_what_it_removed,
             register_list_pages_in_key_order,
+            // automatic replay
+            a_dead_letter_on_a_replaying_queue_is_a_candidate_due_after_the_judge_delay,
+            a_dead_letter_on_a_queue_without_replay_is_not_a_candidate,
+            a_dead_letter_forwarded_to_a_dead_letter_queue_is_not_a_candidate,
+            subscriptions_mirror_replay_and_retention_onto_their_queue,
+            claim_takes_due_live_unlocked_candidates_earliest_first_and_moves_them_on,
+            quarantine_whole_moves_a_live_record_once_and_writes_its_id_back,
+            a_quarantined_record_is_never_claimed,
+            quarantine_copy_is_create_if_absent_and_copies_the_evidence,
+            finish_replay_archives_or_deletes_only_a_live_record,
+            fail_replay_counts_failures_and_makes_the_record_due_at_the_retry_time,
+            drain_makes_old_unlocked_live_records_candidates_up_to_the_limit,
+            retention_deletes_every_area_before_the_cutoff_up_to_the_limit,
+            replay_counts_group_by_area_and_cause,
+            import_stores_live_records_that_are_candidates_where_replay_is_on,
+            moving_into_live_is_a_restore_and_moving_out_ends_the_candidate,
         }
     };
 }

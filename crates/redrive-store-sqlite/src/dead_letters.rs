@@ -3,14 +3,16 @@
 //! dead-letter store.
 
 use redrive_core::{Area, EntityName, Timestamp};
+use redrive_store::skeleton::columns::millis;
 use redrive_store::skeleton::dead_letters::{
     check_lock, check_resubmit, lock_records, not_found, resubmitted,
 };
 use redrive_store::skeleton::entities::QueueRow;
+use redrive_store::skeleton::replay::moved;
 use redrive_store::skeleton::{Cause, DeadLetterPlan, Head};
 use redrive_store::{
-    DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Effects, Enqueued, StoreError,
-    StoreResult,
+    DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Effects, Enqueued, ReplayMark,
+    StoreError, StoreResult,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -52,7 +54,8 @@ pub(crate) fn dead_letter(
     Ok(record.id)
 }
 
-fn load_record(
+/// A record of `queue`, in any area.
+pub(crate) fn load_record(
     conn: &Connection,
     queue: &EntityName,
     id: &str,
@@ -198,32 +201,42 @@ pub(crate) fn resubmit(
     let sequence = allocate_sequences(tx.conn, q.id, 1)?;
     let (row, enqueued) = resubmitted(&q, &record, sequence, now)?;
     insert_message(tx.conn, q.id, now, &row)?;
-    set_area(tx.conn, &record.id, Area::Archived)?;
+    let mark = moved(&q.policy, &record.replay, record.area, Area::Archived, now);
+    set_area(tx.conn, &record.id, Area::Archived, &mark)?;
     Ok(enqueued)
 }
 
-pub(crate) fn move_to(tx: &mut Tx<'_>, queue: &EntityName, id: &str, to: Area) -> StoreResult<()> {
-    tx.queue(queue)?;
-    let exists = tx
-        .conn
-        .prepare_cached("SELECT 1 FROM dead_letters WHERE queue = ?1 AND id = ?2")
-        .db()?
-        .exists(params![queue.as_str(), id])
-        .db()?;
-    if !exists {
-        return Err(not_found(queue, id));
-    }
-    set_area(tx.conn, id, to)
+/// Moves a record to another area at `now` with its replay bookkeeping
+/// ([`moved`]: into live on a queue that replays, a candidate with its failures
+/// forgotten; out of live, a candidate no more), and drops any dead-letter receiver's
+/// lock on it (a lock is a claim on the live record; after a move it settles nothing).
+pub(crate) fn move_to(
+    tx: &mut Tx<'_>,
+    queue: &EntityName,
+    id: &str,
+    to: Area,
+    now: Timestamp,
+) -> StoreResult<()> {
+    let q = tx.queue(queue)?;
+    let record = load_record(tx.conn, queue, id)?.ok_or_else(|| not_found(queue, id))?;
+    let mark = moved(&q.policy, &record.replay, record.area, to, now);
+    set_area(tx.conn, id, to, &mark)
 }
 
-/// Moves a record and drops any dead-letter receiver's lock on it (a lock is a claim on
-/// the live record; after a move it settles nothing).
-fn set_area(conn: &Connection, id: &str, to: Area) -> StoreResult<()> {
+/// Moves a record, writes its replay bookkeeping, and drops any lock on it.
+fn set_area(conn: &Connection, id: &str, to: Area, mark: &ReplayMark) -> StoreResult<()> {
     conn.prepare_cached(
-        "UPDATE dead_letters SET area = ?2, lock_token = NULL, locked_until = NULL WHERE id = ?1",
+        "UPDATE dead_letters SET area = ?2, replay_due_at = ?3, replay_failures = ?4, \
+         last_replay_error = ?5, lock_token = NULL, locked_until = NULL WHERE id = ?1",
     )
     .db()?
-    .execute(params![id, to.as_str()])
+    .execute(params![
+        id,
+        to.as_str(),
+        millis(mark.due_at),
+        i64::from(mark.failures),
+        mark.last_error,
+    ])
     .db()?;
     Ok(())
 }

@@ -23,7 +23,7 @@
 //! # Reads: a pool of read-only connections
 //!
 //! `get_queue`, `list_queues`, `queue_counts`, `peek`, `list_dead_letters`,
-//! `get_dead_letter`, `next_wake`, the token lookups and `list_audit` run on a small pool ([`SqliteOptions::readers`]) of
+//! `get_dead_letter`, `replay_counts`, `next_wake`, the token lookups and `list_audit` run on a small pool ([`SqliteOptions::readers`]) of
 //! read-only connections through `tokio::task::spawn_blocking`, each inside one read
 //! transaction (one consistent snapshot). WAL lets them run while the writer writes, and
 //! a write is acknowledged only after its commit, so a read that starts after an
@@ -58,6 +58,13 @@
 //! so tokens need no index. Settlement still compares the whole token (through the state
 //! machine), so a forged suffix or a reused rowid is a lost lock.
 //!
+//! A dead-letter record carries automatic replay's bookkeeping (schema version 7): a live
+//! record with a `replay_due_at` is a replay candidate, written in the transaction that
+//! makes it live on a queue whose policy enables replay, and claimed through a partial
+//! index over due times; `replay_cause` repeats the cause of a record's judgement only so
+//! that the counts can group by it. What each replay operation writes is
+//! `redrive_store::skeleton::replay`'s (see `replay`).
+//!
 //! A message's contents (body, content type, properties, correlation id, type, intent)
 //! stay in its `messages` row when the body and properties together are at most 512 bytes
 //! (`rows::INLINE_CONTENT_MAX`); larger ones live in `message_bodies`, keyed by the row's
@@ -76,6 +83,7 @@ mod messages;
 mod queues;
 mod readers;
 mod register;
+mod replay;
 mod rows;
 mod schema;
 mod sessions;
@@ -93,6 +101,9 @@ use redrive_store::{
     Capabilities, DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Enqueued, NewMessage,
     QueueCounts, QueueRecord, ReceiveOutcome, ReceiveParams, SessionLock, SettleOutcome,
     Settlement, Store, StoreError, StoreResult, StoredMessage, SweepOutcome,
+};
+use redrive_store::{
+    DrainRule, Quarantine, QuarantineCopy, ReplayCounts, ReplayFinish, RetentionRule,
 };
 use redrive_store::{
     NewSubscription, PublishEvent, Published, SubscriptionRecord, SubscriptionUpdate, TopicPolicy,
@@ -440,10 +451,118 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn move_dead_letter(&self, queue: &EntityName, id: &str, to: Area) -> StoreResult<()> {
+    async fn move_dead_letter(
+        &self,
+        queue: &EntityName,
+        id: &str,
+        to: Area,
+        now: Timestamp,
+    ) -> StoreResult<()> {
         let (queue, id) = (queue.clone(), id.to_owned());
         self.writer
-            .write(move |tx| dead_letters::move_to(tx, &queue, &id, to))
+            .write(move |tx| dead_letters::move_to(tx, &queue, &id, to, now))
+            .await
+    }
+
+    async fn claim_replay_candidates(
+        &self,
+        now: Timestamp,
+        limit: u32,
+        claim_ms: u64,
+    ) -> StoreResult<Vec<DeadLetterRecord>> {
+        self.writer
+            .write(move |tx| replay::claim(tx, now, limit, claim_ms))
+            .await
+    }
+
+    async fn quarantine_dead_letter(
+        &self,
+        queue: &EntityName,
+        id: &str,
+        q: &Quarantine,
+        _now: Timestamp,
+    ) -> StoreResult<bool> {
+        let (queue, id, q) = (queue.clone(), id.to_owned(), q.clone());
+        self.writer
+            .write(move |tx| replay::quarantine(tx, &queue, &id, q))
+            .await
+    }
+
+    async fn put_quarantine_copy(
+        &self,
+        queue: &EntityName,
+        copy: &QuarantineCopy,
+    ) -> StoreResult<bool> {
+        let (queue, copy) = (queue.clone(), copy.clone());
+        self.writer
+            .write(move |tx| replay::put_copy(tx, &queue, &copy))
+            .await
+    }
+
+    async fn finish_replay(
+        &self,
+        queue: &EntityName,
+        id: &str,
+        finish: &ReplayFinish,
+        _now: Timestamp,
+    ) -> StoreResult<bool> {
+        let (queue, id, finish) = (queue.clone(), id.to_owned(), finish.clone());
+        self.writer
+            .write(move |tx| replay::finish(tx, &queue, &id, &finish))
+            .await
+    }
+
+    async fn fail_replay(
+        &self,
+        queue: &EntityName,
+        id: &str,
+        error: &str,
+        retry_at: Timestamp,
+    ) -> StoreResult<Option<u32>> {
+        let (queue, id, error) = (queue.clone(), id.to_owned(), error.to_owned());
+        self.writer
+            .write(move |tx| replay::fail(tx, &queue, &id, &error, retry_at))
+            .await
+    }
+
+    async fn drain_replay_candidates(&self, rules: &[DrainRule], limit: u32) -> StoreResult<u64> {
+        let rules = rules.to_vec();
+        self.writer
+            .write(move |tx| replay::drain(tx, &rules, limit))
+            .await
+    }
+
+    async fn expire_dead_letters(
+        &self,
+        rules: &[RetentionRule],
+        limit: u32,
+    ) -> StoreResult<Vec<(EntityName, u64)>> {
+        let rules = rules.to_vec();
+        self.writer
+            .write(move |tx| replay::expire(tx, &rules, limit))
+            .await
+    }
+
+    async fn replay_counts(
+        &self,
+        queue: Option<&EntityName>,
+        flag_after: u32,
+    ) -> StoreResult<Vec<ReplayCounts>> {
+        let queue = queue.cloned();
+        self.readers
+            .read(move |c| replay::counts(c, queue.as_ref(), flag_after))
+            .await
+    }
+
+    async fn import_dead_letters(
+        &self,
+        queue: &EntityName,
+        records: Vec<DeadLetterRecord>,
+        now: Timestamp,
+    ) -> StoreResult<()> {
+        let queue = queue.clone();
+        self.writer
+            .write(move |tx| replay::import(tx, &queue, records, now))
             .await
     }
 

@@ -7,9 +7,9 @@ use std::str::FromStr;
 
 use redrive_core::{EntityName, MessageMeta, Timestamp};
 use redrive_store::skeleton::columns::{bad_value, invariant, millis, props_to_json, to_int};
-use redrive_store::skeleton::dead_letters;
 use redrive_store::skeleton::entities::{QueueRow, queue_not_found};
 use redrive_store::skeleton::{Columns, Head, MessageRow, NewRow};
+use redrive_store::skeleton::{dead_letters, replay};
 use redrive_store::{DeadLetterRecord, StoreResult};
 use rusqlite::{CachedStatement, Connection, OptionalExtension, Params, Row, Statement, params};
 
@@ -399,18 +399,20 @@ pub(crate) fn insert_message(
     Ok(())
 }
 
-/// Inserts a dead-letter record (unlocked).
+/// Inserts a dead-letter record (unlocked), with its replay bookkeeping and judgement.
 pub(crate) fn insert_record(conn: &Connection, d: &DeadLetterRecord) -> StoreResult<()> {
     let properties = props_to_json(&d.properties)?;
+    let judgement = replay::judgement_column(d.judgement.as_ref())?;
     let version = to_int(d.policy_version, "policy_version")?;
     conn.prepare_cached(
         "INSERT INTO dead_letters (id, queue, area, message_id, sequence, session_id, body, \
          body_sha256, content_type, properties, correlation_id, message_type, intent, \
          valid_until, reason, description, delivery_count, count_quality, first_delivered_at, \
          last_delivered_at, enqueued_at, dead_lettered_at, policy_version, route, \
-         forwarded_queue, forwarded_sequence, dlq_delivery_count) \
+         forwarded_queue, forwarded_sequence, dlq_delivery_count, format, replay_due_at, \
+         replay_failures, last_replay_error, judgement, replay_cause) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-         ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)",
+         ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33)",
     )
     .db()?
     .execute(params![
@@ -441,6 +443,12 @@ pub(crate) fn insert_record(conn: &Connection, d: &DeadLetterRecord) -> StoreRes
         d.forwarded_to.as_ref().map(|(q, _)| q.as_str()),
         d.forwarded_to.as_ref().map(|(_, s)| *s),
         i64::from(d.dlq_delivery_count),
+        d.format.as_str(),
+        millis(d.replay.due_at),
+        i64::from(d.replay.failures),
+        d.replay.last_error,
+        judgement,
+        replay::cause_column(d.judgement.as_ref()),
     ])
     .db()?;
     Ok(())

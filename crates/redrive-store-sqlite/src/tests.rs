@@ -849,6 +849,13 @@ async fn version_4_database_migrates_to_the_access_tables() {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
             "DROP TABLE tokens; DROP TABLE audit_log; DROP TABLE idempotency_register; \
+             DROP INDEX dead_letters_candidates; DROP INDEX dead_letters_age; \
+             ALTER TABLE dead_letters DROP COLUMN format; \
+             ALTER TABLE dead_letters DROP COLUMN replay_due_at; \
+             ALTER TABLE dead_letters DROP COLUMN replay_failures; \
+             ALTER TABLE dead_letters DROP COLUMN last_replay_error; \
+             ALTER TABLE dead_letters DROP COLUMN judgement; \
+             ALTER TABLE dead_letters DROP COLUMN replay_cause; \
              DELETE FROM schema_migrations WHERE version >= 5;",
         )
         .unwrap();
@@ -860,7 +867,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (6, 6));
+    assert_eq!((version, SCHEMA_VERSION), (7, 7));
     assert_eq!(store.peek(&name("q"), 1, 10).await.unwrap().len(), 1);
     let token = NewToken {
         id: "tok_000000000000000a".to_owned(),
@@ -886,6 +893,135 @@ async fn version_4_database_migrates_to_the_access_tables() {
         store.list_audit(&AuditQuery::default()).await.unwrap()[0].seq,
         1
     );
+}
+
+/// A store written at schema version 6 opens at version 7 with its dead letters readable:
+/// records of one message, never judged, and not replay candidates (only a drain makes
+/// existing records candidates), even on a queue whose policy now enables replay.
+#[tokio::test]
+async fn version_6_dead_letters_read_as_messages_and_are_not_candidates() {
+    use redrive_core::{Area, AutoReplay, RecordFormat};
+    use redrive_store::{DrainRule, ReplayMark};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("redrive.db");
+    {
+        let conn = schema::open_writer(&path).unwrap();
+        conn.execute_batch("CREATE TABLE schema_migrations (version INTEGER NOT NULL PRIMARY KEY)")
+            .unwrap();
+        for (v, sql) in schema::MIGRATIONS.iter().filter(|(v, _)| *v <= 6) {
+            conn.execute_batch(sql).unwrap();
+            conn.execute("INSERT INTO schema_migrations (version) VALUES (?1)", [v])
+                .unwrap();
+        }
+        let policy = QueuePolicy {
+            auto_replay: AutoReplay {
+                enabled: true,
+                ..AutoReplay::default()
+            },
+            ..QueuePolicy::default()
+        };
+        conn.execute(
+            "INSERT INTO queues (name, policy, policy_version, created_at, updated_at, \
+             next_sequence) VALUES ('q', ?1, 1, ?2, ?2, 2)",
+            rusqlite::params![serde_json::to_string(&policy).unwrap(), T0.0],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO dead_letters (id, queue, area, message_id, sequence, body, \
+             body_sha256, reason, delivery_count, count_quality, enqueued_at, \
+             dead_lettered_at, policy_version, route, dlq_delivery_count) VALUES \
+             ('dl_old', 'q', 'live', 'm1', 1, x'6869', ?1, 'Bad', 1, 'exact', ?2, ?2, 1, \
+             'application', 0)",
+            rusqlite::params![redrive_core::digest::sha256_hex(b"hi"), T0.0],
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    let version = schema::current_version(&schema::open_reader(&path).unwrap()).unwrap();
+    assert_eq!(version, 7);
+    let q = name("q");
+    let r = store.get_dead_letter(&q, "dl_old").await.unwrap();
+    assert_eq!((r.area, r.message_id.as_str()), (Area::Live, "m1"));
+    assert_eq!(r.body, b"hi");
+    assert_eq!(r.format, RecordFormat::Message);
+    assert_eq!(r.replay, ReplayMark::default());
+    assert_eq!(r.judgement, None);
+    let later = T0.plus_millis(3_600_000);
+    assert!(
+        store
+            .claim_replay_candidates(later, 10, 60_000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let counts = store.replay_counts(Some(&q), 3).await.unwrap();
+    assert_eq!((counts[0].live, counts[0].candidates), (1, 0));
+    // The drain is what makes it a candidate.
+    let drained = store
+        .drain_replay_candidates(
+            &[DrainRule {
+                queue: q.clone(),
+                older_than: later,
+                due_at: later,
+            }],
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(drained, 1);
+    let claimed = store
+        .claim_replay_candidates(later, 10, 60_000)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].id, "dl_old");
+}
+
+/// Automatic replay's queries use their indexes.
+#[test]
+fn replay_queries_use_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = schema::open_writer(&dir.path().join("plan.db")).unwrap();
+    schema::migrate(&conn).unwrap();
+    let plan = |sql: &str| -> String {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let unbound = rusqlite::params_from_iter(std::iter::repeat_n(
+            rusqlite::types::Null,
+            stmt.parameter_count(),
+        ));
+        stmt.query_map(unbound, |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let cases = [
+        (
+            "SELECT id FROM dead_letters WHERE replay_due_at IS NOT NULL \
+             AND replay_due_at <= ?1 AND area = 'live' \
+             AND (locked_until IS NULL OR locked_until <= ?1) \
+             ORDER BY replay_due_at, id LIMIT ?2",
+            "dead_letters_candidates",
+        ),
+        (
+            "SELECT id FROM dead_letters WHERE queue = ?1 AND dead_lettered_at < ?2 \
+             AND area = 'live' AND replay_due_at IS NULL \
+             AND (locked_until IS NULL OR locked_until <= ?3) \
+             ORDER BY dead_lettered_at, id LIMIT ?4",
+            "dead_letters_age",
+        ),
+        (
+            "SELECT id FROM dead_letters WHERE queue = ?1 AND dead_lettered_at < ?2 \
+             ORDER BY dead_lettered_at, id LIMIT ?3",
+            "dead_letters_age",
+        ),
+    ];
+    for (sql, index) in cases {
+        let p = plan(sql);
+        assert!(p.contains(index), "{sql}\n  plan: {p}");
+        assert!(!p.contains("SCAN dead_letters"), "{sql}\n  plan: {p}");
+    }
 }
 
 /// Token lookups and the filtered audit pages use an index.

@@ -5,9 +5,9 @@
 use redrive_core::{EntityName, Timestamp};
 use redrive_store::skeleton::columns::{to_int, to_json};
 use redrive_store::skeleton::entities::{
-    self as skeleton, check_subscription_delete, check_topic_delete, fan_out, new_subscription,
-    new_topic, queue_gone_is_deleted, subscription_exists, subscription_not_found, topic_exists,
-    topic_not_found, topic_window, updated_subscription,
+    self as skeleton, check_subscription_delete, check_topic_delete, fan_out, mirror_subscription,
+    new_subscription, new_topic, queue_gone_is_deleted, subscription_exists,
+    subscription_not_found, topic_exists, topic_not_found, topic_window, updated_subscription,
 };
 use redrive_store::{
     NewSubscription, PublishEvent, Published, StoreResult, SubscriptionRecord, SubscriptionUpdate,
@@ -122,7 +122,9 @@ pub(crate) fn create_subscription(
     if load_sub(tx.conn, &sub.topic, &sub.name)?.is_some() {
         return Err(subscription_exists(sub));
     }
-    queues::create(tx, &sub.queue, &sub.queue_policy, now)?;
+    let mut queue_policy = sub.queue_policy.clone();
+    mirror_subscription(&mut queue_policy, &sub.spec);
+    queues::create(tx, &sub.queue, &queue_policy, now)?;
     tx.conn
         .prepare_cached(
             "INSERT INTO subscriptions (topic, name, queue, spec, version, created_at, \
@@ -163,7 +165,22 @@ pub(crate) fn update_subscription(
             now.0
         ])
         .db()?;
+    mirror_onto_queue(tx, &rec, now)?;
     Ok(rec)
+}
+
+/// Writes what the subscription's spec says about its dead letters onto its queue's
+/// policy, as a policy change of the queue (next version, cache forgotten at commit),
+/// when that changes it. A queue that is gone has nothing to mirror onto.
+fn mirror_onto_queue(tx: &mut Tx<'_>, rec: &SubscriptionRecord, now: Timestamp) -> StoreResult<()> {
+    let Some(q) = tx.queue_opt(rec.queue.as_str())? else {
+        return Ok(());
+    };
+    let mut policy = q.policy.clone();
+    if mirror_subscription(&mut policy, &rec.spec) {
+        queues::update(tx, &rec.queue, &policy, None, now)?;
+    }
+    Ok(())
 }
 
 pub(crate) fn delete_subscription(

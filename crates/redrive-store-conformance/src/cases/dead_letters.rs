@@ -455,7 +455,7 @@ pub async fn dead_letter_list_filters_and_pages(t: &TestStore) {
     assert_eq!(pages.concat(), ids);
 
     t.s()
-        .move_dead_letter(&q, &ids[1], Area::Quarantine)
+        .move_dead_letter(&q, &ids[1], Area::Quarantine, secs(6))
         .await
         .unwrap();
     assert_eq!(list(query(&q, Area::Live)).await.len(), 4);
@@ -480,7 +480,10 @@ pub async fn move_dead_letter_between_areas(t: &TestStore) {
         .await
         .unwrap();
     for area in [Area::Quarantine, Area::Archived, Area::Live] {
-        t.s().move_dead_letter(&q, &id, area).await.unwrap();
+        t.s()
+            .move_dead_letter(&q, &id, area, secs(1))
+            .await
+            .unwrap();
         assert_eq!(t.s().get_dead_letter(&q, &id).await.unwrap().area, area);
     }
     assert_err!(
@@ -490,7 +493,7 @@ pub async fn move_dead_letter_between_areas(t: &TestStore) {
         StoreError::LockLost
     );
     t.s()
-        .move_dead_letter(&q, &id, Area::Quarantine)
+        .move_dead_letter(&q, &id, Area::Quarantine, secs(2))
         .await
         .unwrap();
     assert!(
@@ -507,7 +510,9 @@ pub async fn move_dead_letter_between_areas(t: &TestStore) {
         StoreError::DeadLetterNotFound { .. }
     );
     assert_err!(
-        t.s().move_dead_letter(&q, "dl_nope", Area::Live).await,
+        t.s()
+            .move_dead_letter(&q, "dl_nope", Area::Live, secs(2))
+            .await,
         StoreError::DeadLetterNotFound { .. }
     );
 }

@@ -19,6 +19,7 @@ fn pull_spec() -> SubscriptionSpec {
         dead_letter: DeadLetterDestination::OwnStore,
         paused: false,
         auto_replay: Default::default(),
+        dead_letter_retention_ms: redrive_core::policy::DEFAULT_DEAD_LETTER_RETENTION_MS,
     }
 }
 
@@ -211,6 +212,7 @@ pub async fn pause_flag_and_filter_round_trip(t: &TestStore) {
                     max_replay_attempts: Some(5),
                     ..Default::default()
                 }),
+                dead_letter_retention_ms: None,
             },
             secs(5),
         )
