@@ -3,9 +3,11 @@
 //! dead-letter store.
 
 use redrive_core::{Area, EntityName, Timestamp};
+use redrive_store::skeleton::columns::millis;
 use redrive_store::skeleton::dead_letters::{
     check_lock, check_resubmit, lock_records, not_found, resubmitted,
 };
+use redrive_store::skeleton::replay::moved;
 use redrive_store::skeleton::{Cause, DeadLetterPlan, Head};
 use redrive_store::{
     DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Effects, Enqueued, StoreError,
@@ -212,31 +214,48 @@ pub(crate) async fn resubmit(
     let sequence = allocate_one(db, q.id, record.session_id.as_deref()).await?;
     let (row, enqueued) = resubmitted(&q, &record, sequence, now)?;
     insert_messages(db, q.id, now, &[row]).await?;
-    set_area(db, &record.id, Area::Archived).await?;
+    archive(db, &record.id).await?;
     Ok(enqueued)
 }
 
-pub(crate) async fn move_to(db: &Db<'_>, name: &EntityName, id: &str, to: Area) -> StoreResult<()> {
-    queue(db, name).await?;
-    let changed = db
-        .execute(
-            "UPDATE dead_letters SET area = $3, lock_token = NULL, locked_until = NULL \
-             WHERE queue = $1 AND id = $2",
-            &[&name.as_str(), &id, &to.as_str()],
-        )
-        .await?;
-    if changed == 0 {
-        return Err(not_found(name, id));
-    }
+/// Moves a record: its replay bookkeeping as the skeleton's `moved` says for the queue's
+/// policy (loaded, so the move is decided by the policy in force), any lock released.
+/// The record's row is locked first, so that a concurrent claim, judgement or move sees
+/// what this one left.
+pub(crate) async fn move_to(
+    db: &Db<'_>,
+    name: &EntityName,
+    id: &str,
+    to: Area,
+    now: Timestamp,
+) -> StoreResult<()> {
+    let q = queue(db, name).await?;
+    let record = load_record(db, name, id, true)
+        .await?
+        .ok_or_else(|| not_found(name, id))?;
+    let mark = moved(&q.policy, &record.replay, record.area, to, now);
+    db.execute(
+        "UPDATE dead_letters SET area = $2, lock_token = NULL, locked_until = NULL, \
+         replay_due_at = $3, replay_failures = $4, last_replay_error = $5 WHERE id = $1",
+        &[
+            &record.id,
+            &to.as_str(),
+            &millis(mark.due_at),
+            &i64::from(mark.failures),
+            &mark.last_error,
+        ],
+    )
+    .await?;
     Ok(())
 }
 
-/// Moves a record and drops any dead-letter receiver's lock on it (a lock is a claim on
-/// the live record; after a move it settles nothing).
-async fn set_area(db: &Db<'_>, id: &str, to: Area) -> StoreResult<()> {
+/// Archives a resubmitted record: no longer a candidate, and any dead-letter receiver's
+/// lock dropped (a lock is a claim on the live record; after a move it settles nothing).
+async fn archive(db: &Db<'_>, id: &str) -> StoreResult<()> {
     db.execute(
-        "UPDATE dead_letters SET area = $2, lock_token = NULL, locked_until = NULL WHERE id = $1",
-        &[&id, &to.as_str()],
+        "UPDATE dead_letters SET area = 'archived', lock_token = NULL, locked_until = NULL, \
+         replay_due_at = NULL WHERE id = $1",
+        &[&id],
     )
     .await?;
     Ok(())

@@ -38,6 +38,17 @@
 //!   two settlements of one lock, the second sees what the first left and is refused by
 //!   the state machine. Session locks are taken with one
 //!   `INSERT ... ON CONFLICT DO UPDATE ... WHERE the old lock ran out`, so one node wins.
+//! - **Automatic replay.** The replay worker claims candidates across queues with
+//!   `FOR UPDATE SKIP LOCKED` and moves their due time on in the same transaction, so
+//!   two nodes never claim the same candidate; the drain at start and the retention rule
+//!   take their rows the same way. Every write that ends a judgement (quarantine, finish,
+//!   a failure) is conditional on the record still being live, and its row count is the
+//!   answer: of a judgement and an operator's move, exactly one takes the record out of
+//!   the live area, and a judgement that lost is told so and changes nothing. A
+//!   quarantine copy is written with `INSERT ... ON CONFLICT (id) DO NOTHING` while its
+//!   source is held `FOR SHARE`. A subscription's change writes the mirrored replay and
+//!   retention settings onto its queue's policy in the same transaction, at the next
+//!   policy version, locked as a policy change locks it.
 //!
 //! A transaction that loses a deadlock (`40P01`) or a serialization conflict (`40001`)
 //! was rolled back by the server; it is run again from the start, up to
@@ -46,9 +57,9 @@
 //! is never repeated, since its outcome may be unknown.
 //!
 //! Reads (`get_queue`, `list_queues`, `queue_counts`, `peek`, `next_wake`,
-//! `list_dead_letters`, `get_dead_letter`, token lookups, audit pages) are each one statement outside an explicit
-//! transaction, so one snapshot; only an empty answer takes a second look, to tell it
-//! apart from a missing queue.
+//! `list_dead_letters`, `get_dead_letter`, `replay_counts`, token lookups, audit pages) are
+//! each one statement outside an explicit transaction, so one snapshot; only an empty
+//! answer takes a second look, to tell it apart from a missing queue.
 //!
 //! # Rules
 //!
@@ -167,8 +178,9 @@
 //!   handle every operation queries through.
 //! - `schema` and `migrations/`: versioned migrations.
 //! - `rows`: the shared decoders over `tokio-postgres` rows, queue loading with its row
-//!   lock, batched message writes, inserts.
-//! - `queues`, `messages`, `sessions`, `dead_letters`, `leases`, `topics`: the operations.
+//!   lock, batched message writes, inserts (dead-letter records in batches, for imports).
+//! - `queues`, `messages`, `sessions`, `dead_letters`, `replay`, `leases`, `topics`: the
+//!   operations.
 //! - `access`: tokens and the audit log (appends from every node serialised on the one
 //!   row of `audit_chain`, so they form one chain).
 //! - `wakeups`: LISTEN/NOTIFY between nodes.
@@ -183,6 +195,7 @@ mod messages;
 mod pool;
 mod queues;
 mod register;
+mod replay;
 mod rows;
 mod schema;
 mod sessions;
@@ -200,6 +213,9 @@ use redrive_store::{
     Capabilities, DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Effects, Enqueued,
     NewMessage, QueueCounts, QueueRecord, ReceiveOutcome, ReceiveParams, SessionLock,
     SettleOutcome, Settlement, Store, StoreError, StoreResult, StoredMessage, SweepOutcome,
+};
+use redrive_store::{
+    DrainRule, Quarantine, QuarantineCopy, ReplayCounts, ReplayFinish, RetentionRule,
 };
 use redrive_store::{
     NewSubscription, PublishEvent, Published, SubscriptionRecord, SubscriptionUpdate, TopicPolicy,
@@ -694,8 +710,90 @@ impl Store for PostgresStore {
         )
     }
 
-    async fn move_dead_letter(&self, queue: &EntityName, id: &str, to: Area) -> StoreResult<()> {
-        write_tx!(self, |db| dead_letters::move_to(db, queue, id, to))
+    async fn move_dead_letter(
+        &self,
+        queue: &EntityName,
+        id: &str,
+        to: Area,
+        now: Timestamp,
+    ) -> StoreResult<()> {
+        write_tx!(self, |db| dead_letters::move_to(db, queue, id, to, now))
+    }
+
+    async fn claim_replay_candidates(
+        &self,
+        now: Timestamp,
+        limit: u32,
+        claim_ms: u64,
+    ) -> StoreResult<Vec<DeadLetterRecord>> {
+        write_tx!(self, |db| replay::claim(db, now, limit, claim_ms))
+    }
+
+    async fn quarantine_dead_letter(
+        &self,
+        queue: &EntityName,
+        id: &str,
+        q: &Quarantine,
+        _now: Timestamp,
+    ) -> StoreResult<bool> {
+        write_tx!(self, |db| replay::quarantine(db, queue, id, q))
+    }
+
+    async fn put_quarantine_copy(
+        &self,
+        queue: &EntityName,
+        copy: &QuarantineCopy,
+    ) -> StoreResult<bool> {
+        write_tx!(self, |db| replay::put_copy(db, queue, copy))
+    }
+
+    async fn finish_replay(
+        &self,
+        queue: &EntityName,
+        id: &str,
+        finish: &ReplayFinish,
+        _now: Timestamp,
+    ) -> StoreResult<bool> {
+        write_tx!(self, |db| replay::finish(db, queue, id, finish))
+    }
+
+    async fn fail_replay(
+        &self,
+        queue: &EntityName,
+        id: &str,
+        error: &str,
+        retry_at: Timestamp,
+    ) -> StoreResult<Option<u32>> {
+        write_tx!(self, |db| replay::fail(db, queue, id, error, retry_at))
+    }
+
+    async fn drain_replay_candidates(&self, rules: &[DrainRule], limit: u32) -> StoreResult<u64> {
+        write_tx!(self, |db| replay::drain(db, rules, limit))
+    }
+
+    async fn expire_dead_letters(
+        &self,
+        rules: &[RetentionRule],
+        limit: u32,
+    ) -> StoreResult<Vec<(EntityName, u64)>> {
+        write_tx!(self, |db| replay::expire(db, rules, limit))
+    }
+
+    async fn replay_counts(
+        &self,
+        queue: Option<&EntityName>,
+        flag_after: u32,
+    ) -> StoreResult<Vec<ReplayCounts>> {
+        read!(self, |db| replay::counts(db, queue, flag_after))
+    }
+
+    async fn import_dead_letters(
+        &self,
+        queue: &EntityName,
+        records: Vec<DeadLetterRecord>,
+        now: Timestamp,
+    ) -> StoreResult<()> {
+        write_tx!(self, |db| replay::import(db, queue, &records, now))
     }
 
     fn remote_wakeups(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {

@@ -3,9 +3,9 @@
 use redrive_core::{EntityName, QueuePolicy, Timestamp};
 use redrive_store::skeleton::columns::{to_int, to_json};
 use redrive_store::skeleton::entities::{
-    QueueRow, check_queue_delete, queue_exists, queue_not_found,
+    QueueRow, check_queue_delete, mirror_subscription, queue_exists, queue_not_found,
 };
-use redrive_store::{QueueCounts, QueueRecord, StoreResult};
+use redrive_store::{QueueCounts, QueueRecord, StoreError, StoreResult, SubscriptionSpec};
 
 use crate::pool::Db;
 use crate::rows::{
@@ -77,6 +77,41 @@ pub(crate) async fn update(
     .await?;
     forget_queue(db, name.as_str());
     Ok(next.record())
+}
+
+/// Mirrors a subscription's spec onto its queue's policy (the skeleton's
+/// `mirror_subscription`): with the queue locked as `update` locks it, and, when anything
+/// changed, the policy written at the next version, as `update` writes it, so that
+/// every node's cached copy of the queue is found stale. A queue that is gone has
+/// nothing to mirror onto.
+pub(crate) async fn mirror(
+    db: &Db<'_>,
+    name: &EntityName,
+    spec: &SubscriptionSpec,
+    now: Timestamp,
+) -> StoreResult<()> {
+    let q = match lock_exclusive(db, name).await {
+        Ok(q) => q,
+        Err(StoreError::QueueNotFound { .. }) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let mut policy = q.policy.clone();
+    if !mirror_subscription(&mut policy, spec) {
+        return Ok(());
+    }
+    let next = q.updated(&policy, None, now)?;
+    db.execute(
+        "UPDATE queues SET policy = $2, policy_version = $3, updated_at = $4 WHERE id = $1",
+        &[
+            &next.id,
+            &to_json(&policy)?,
+            &to_int(next.version, "policy_version")?,
+            &now.0,
+        ],
+    )
+    .await?;
+    forget_queue(db, name.as_str());
+    Ok(())
 }
 
 pub(crate) async fn delete(db: &Db<'_>, name: &EntityName, force: bool) -> StoreResult<()> {

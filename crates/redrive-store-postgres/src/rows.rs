@@ -9,9 +9,9 @@ use std::sync::{Arc, PoisonError};
 
 use redrive_core::{EntityName, MessageMeta, Timestamp};
 use redrive_store::skeleton::columns::{invariant, millis, props_to_json, to_int};
-use redrive_store::skeleton::dead_letters;
 use redrive_store::skeleton::entities::{QueueRow, queue_not_found};
 use redrive_store::skeleton::{Columns, Head, MessageRow, NewRow};
+use redrive_store::skeleton::{dead_letters, replay};
 use redrive_store::{DeadLetterRecord, StoreError, StoreResult};
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
@@ -602,54 +602,195 @@ pub(crate) async fn insert_messages(
     .await
 }
 
-// ---- dead letters -------------------------------------------------------------------------
+// ---- dead letters ----------------------------------------------------------------------
 
-/// Inserts a dead-letter record (unlocked).
+/// The `INSERT` of dead-letter records (unlocked) from one array per column, then `$tail`.
+macro_rules! insert_records_sql {
+    ($tail:literal) => {
+        concat!(
+            "INSERT INTO dead_letters (id, queue, area, message_id, sequence, session_id, body, \
+             body_sha256, content_type, properties, correlation_id, message_type, intent, \
+             valid_until, reason, description, delivery_count, count_quality, \
+             first_delivered_at, last_delivered_at, enqueued_at, dead_lettered_at, \
+             policy_version, route, forwarded_queue, forwarded_sequence, dlq_delivery_count, \
+             format, replay_due_at, replay_failures, last_replay_error, judgement, replay_cause) \
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], \
+               $5::bigint[], $6::text[], $7::bytea[], $8::text[], $9::text[], $10::text[], \
+               $11::text[], $12::text[], $13::text[], $14::bigint[], $15::text[], $16::text[], \
+               $17::bigint[], $18::text[], $19::bigint[], $20::bigint[], $21::bigint[], \
+               $22::bigint[], $23::bigint[], $24::text[], $25::text[], $26::bigint[], \
+               $27::bigint[], $28::text[], $29::bigint[], $30::bigint[], $31::text[], \
+               $32::text[], $33::text[])",
+            $tail
+        )
+    };
+}
+
+/// Whether an insert of records that already exist fails or leaves them as they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnConflict {
+    /// A record whose id exists fails the statement (and the operation).
+    Fail,
+    /// A record whose id exists is skipped (create-if-absent).
+    Skip,
+}
+
+/// Most records one `INSERT` of [`insert_records`] carries.
+const RECORDS_PER_STATEMENT: usize = 500;
+/// Most body bytes one `INSERT` of [`insert_records`] carries (a batch holds at least one
+/// record, whatever its size).
+const RECORD_BYTES_PER_STATEMENT: usize = 8 * 1024 * 1024;
+
+/// Inserts one dead-letter record (unlocked).
 pub(crate) async fn insert_record(db: &Db<'_>, d: &DeadLetterRecord) -> StoreResult<()> {
-    let properties = props_to_json(&d.properties)?;
-    let version = to_int(d.policy_version, "policy_version")?;
-    let delivery_count = i64::from(d.delivery_count);
-    let dlq_delivery_count = i64::from(d.dlq_delivery_count);
-    let forwarded_queue = d.forwarded_to.as_ref().map(|(q, _)| q.as_str());
-    let forwarded_sequence = d.forwarded_to.as_ref().map(|(_, s)| *s);
+    insert_records(db, std::slice::from_ref(d), OnConflict::Fail).await?;
+    Ok(())
+}
+
+/// Inserts dead-letter records (unlocked), every column from the record (the replay
+/// columns included: `judgement` and `replay_cause` as the skeleton writes them), in
+/// statements of at most [`RECORDS_PER_STATEMENT`] records and about
+/// [`RECORD_BYTES_PER_STATEMENT`] of bodies. Returns how many were inserted.
+pub(crate) async fn insert_records(
+    db: &Db<'_>,
+    records: &[DeadLetterRecord],
+    on_conflict: OnConflict,
+) -> StoreResult<u64> {
+    let mut inserted = 0;
+    let mut rest = records;
+    while !rest.is_empty() {
+        let mut n = 0;
+        let mut bytes = 0;
+        while n < rest.len() && n < RECORDS_PER_STATEMENT {
+            bytes += rest[n].body.len();
+            if n > 0 && bytes > RECORD_BYTES_PER_STATEMENT {
+                break;
+            }
+            n += 1;
+        }
+        let (batch, tail) = rest.split_at(n);
+        inserted += insert_batch(db, batch, on_conflict).await?;
+        rest = tail;
+    }
+    Ok(inserted)
+}
+
+/// One `INSERT` of [`insert_records`].
+async fn insert_batch(
+    db: &Db<'_>,
+    records: &[DeadLetterRecord],
+    on_conflict: OnConflict,
+) -> StoreResult<u64> {
+    let n = records.len();
+    let mut id = Vec::with_capacity(n);
+    let mut queue = Vec::with_capacity(n);
+    let mut area = Vec::with_capacity(n);
+    let mut message_id = Vec::with_capacity(n);
+    let mut sequence = Vec::with_capacity(n);
+    let mut session_id = Vec::with_capacity(n);
+    let mut body = Vec::with_capacity(n);
+    let mut body_sha256 = Vec::with_capacity(n);
+    let mut content_type = Vec::with_capacity(n);
+    let mut properties = Vec::with_capacity(n);
+    let mut correlation_id = Vec::with_capacity(n);
+    let mut message_type = Vec::with_capacity(n);
+    let mut intent = Vec::with_capacity(n);
+    let mut valid_until = Vec::with_capacity(n);
+    let mut reason = Vec::with_capacity(n);
+    let mut description = Vec::with_capacity(n);
+    let mut delivery_count = Vec::with_capacity(n);
+    let mut count_quality = Vec::with_capacity(n);
+    let mut first_delivered_at = Vec::with_capacity(n);
+    let mut last_delivered_at = Vec::with_capacity(n);
+    let mut enqueued_at = Vec::with_capacity(n);
+    let mut dead_lettered_at = Vec::with_capacity(n);
+    let mut policy_version = Vec::with_capacity(n);
+    let mut route = Vec::with_capacity(n);
+    let mut forwarded_queue = Vec::with_capacity(n);
+    let mut forwarded_sequence = Vec::with_capacity(n);
+    let mut dlq_delivery_count = Vec::with_capacity(n);
+    let mut format = Vec::with_capacity(n);
+    let mut replay_due_at = Vec::with_capacity(n);
+    let mut replay_failures = Vec::with_capacity(n);
+    let mut last_replay_error = Vec::with_capacity(n);
+    let mut judgement = Vec::with_capacity(n);
+    let mut replay_cause = Vec::with_capacity(n);
+    for d in records {
+        id.push(d.id.clone());
+        queue.push(d.queue.as_str().to_owned());
+        area.push(d.area.as_str());
+        message_id.push(d.message_id.clone());
+        sequence.push(d.sequence);
+        session_id.push(d.session_id.clone());
+        body.push(d.body.clone());
+        body_sha256.push(d.body_sha256.clone());
+        content_type.push(d.content_type.clone());
+        properties.push(props_to_json(&d.properties)?);
+        correlation_id.push(d.correlation_id.clone());
+        message_type.push(d.message_type.clone());
+        intent.push(d.intent.clone());
+        valid_until.push(millis(d.valid_until));
+        reason.push(d.reason.clone());
+        description.push(d.description.clone());
+        delivery_count.push(i64::from(d.delivery_count));
+        count_quality.push(d.count_quality.as_str());
+        first_delivered_at.push(millis(d.first_delivered_at));
+        last_delivered_at.push(millis(d.last_delivered_at));
+        enqueued_at.push(d.enqueued_at.0);
+        dead_lettered_at.push(d.dead_lettered_at.0);
+        policy_version.push(to_int(d.policy_version, "policy_version")?);
+        route.push(d.route.as_str());
+        forwarded_queue.push(d.forwarded_to.as_ref().map(|(q, _)| q.as_str().to_owned()));
+        forwarded_sequence.push(d.forwarded_to.as_ref().map(|(_, s)| *s));
+        dlq_delivery_count.push(i64::from(d.dlq_delivery_count));
+        format.push(d.format.as_str());
+        replay_due_at.push(millis(d.replay.due_at));
+        replay_failures.push(i64::from(d.replay.failures));
+        last_replay_error.push(d.replay.last_error.clone());
+        judgement.push(replay::judgement_column(d.judgement.as_ref())?);
+        replay_cause.push(replay::cause_column(d.judgement.as_ref()));
+    }
+    let sql = match on_conflict {
+        OnConflict::Fail => insert_records_sql!(""),
+        OnConflict::Skip => insert_records_sql!(" ON CONFLICT (id) DO NOTHING"),
+    };
     db.execute(
-        "INSERT INTO dead_letters (id, queue, area, message_id, sequence, session_id, body, \
-         body_sha256, content_type, properties, correlation_id, message_type, intent, \
-         valid_until, reason, description, delivery_count, count_quality, first_delivered_at, \
-         last_delivered_at, enqueued_at, dead_lettered_at, policy_version, route, \
-         forwarded_queue, forwarded_sequence, dlq_delivery_count) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-         $18, $19, $20, $21, $22, $23, $24, $25, $26, $27)",
+        sql,
         &[
-            &d.id,
-            &d.queue.as_str(),
-            &d.area.as_str(),
-            &d.message_id,
-            &d.sequence,
-            &d.session_id,
-            &d.body,
-            &d.body_sha256,
-            &d.content_type,
+            &id,
+            &queue,
+            &area,
+            &message_id,
+            &sequence,
+            &session_id,
+            &body,
+            &body_sha256,
+            &content_type,
             &properties,
-            &d.correlation_id,
-            &d.message_type,
-            &d.intent,
-            &millis(d.valid_until),
-            &d.reason,
-            &d.description,
+            &correlation_id,
+            &message_type,
+            &intent,
+            &valid_until,
+            &reason,
+            &description,
             &delivery_count,
-            &d.count_quality.as_str(),
-            &millis(d.first_delivered_at),
-            &millis(d.last_delivered_at),
-            &d.enqueued_at.0,
-            &d.dead_lettered_at.0,
-            &version,
-            &d.route.as_str(),
+            &count_quality,
+            &first_delivered_at,
+            &last_delivered_at,
+            &enqueued_at,
+            &dead_lettered_at,
+            &policy_version,
+            &route,
             &forwarded_queue,
             &forwarded_sequence,
             &dlq_delivery_count,
+            &format,
+            &replay_due_at,
+            &replay_failures,
+            &last_replay_error,
+            &judgement,
+            &replay_cause,
         ],
     )
-    .await?;
-    Ok(())
+    .await
 }

@@ -8,9 +8,9 @@
 use redrive_core::{EntityName, Timestamp};
 use redrive_store::skeleton::columns::{to_int, to_json};
 use redrive_store::skeleton::entities::{
-    self as skeleton, check_subscription_delete, check_topic_delete, fan_out, new_subscription,
-    new_topic, queue_gone_is_deleted, subscription_exists, subscription_not_found, topic_exists,
-    topic_not_found, topic_window, updated_subscription,
+    self as skeleton, check_subscription_delete, check_topic_delete, fan_out, mirror_subscription,
+    new_subscription, new_topic, queue_gone_is_deleted, subscription_exists,
+    subscription_not_found, topic_exists, topic_not_found, topic_window, updated_subscription,
 };
 use redrive_store::{
     NewSubscription, PublishEvent, Published, StoreResult, SubscriptionRecord, SubscriptionUpdate,
@@ -133,7 +133,10 @@ pub(crate) async fn create_subscription(
     if n == 0 {
         return Err(subscription_exists(sub));
     }
-    queues::create(db, &sub.queue, &sub.queue_policy, now).await?;
+    // The queue's policy carries what the subscription says about its dead letters.
+    let mut policy = sub.queue_policy.clone();
+    mirror_subscription(&mut policy, &sub.spec);
+    queues::create(db, &sub.queue, &policy, now).await?;
     Ok(new_subscription(sub, now))
 }
 
@@ -176,6 +179,8 @@ pub(crate) async fn update_subscription(
         ],
     )
     .await?;
+    // Same transaction: the dead-letter path reads the queue's policy alone.
+    queues::mirror(db, &rec.queue, &rec.spec, now).await?;
     Ok(rec)
 }
 

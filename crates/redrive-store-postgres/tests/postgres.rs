@@ -8,13 +8,15 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use redrive_core::{QueuePolicy, Timestamp};
-use redrive_store::{NewMessage, ReceiveParams, Store, StoreError, StoreErrorKind};
+use redrive_core::{Area, QueuePolicy, Timestamp};
+use redrive_store::{
+    DeadLetterRecord, NewMessage, ReceiveParams, Store, StoreError, StoreErrorKind,
+};
 use redrive_store_postgres::{PostgresError, PostgresOptions, PostgresStore, SCHEMA_VERSION};
 
 use redrive_testkit::postgres::{FreshDatabase, SchemaGuard, database};
 
-use redrive_store_conformance::{T0, name};
+use redrive_store_conformance::{T0, TestStore, name, secs};
 
 /// A plain message whose body is its id.
 fn msg(id: &str) -> NewMessage {
@@ -974,6 +976,14 @@ async fn one_node_wins_a_token_name() {
     b.close();
 }
 
+/// Takes a schema back to version 6, as a build of that version left it: the replay
+/// columns and indexes of version 7 gone.
+const BACK_TO_VERSION_6: &str = "DROP INDEX dead_letters_candidates, dead_letters_age; \
+     ALTER TABLE dead_letters DROP COLUMN format, DROP COLUMN replay_due_at, \
+       DROP COLUMN replay_failures, DROP COLUMN last_replay_error, DROP COLUMN judgement, \
+       DROP COLUMN replay_cause; \
+     DELETE FROM redrive_schema_migrations WHERE version >= 7";
+
 /// A schema at version 4 (before tokens and the audit log) is brought to the current
 /// version at connect, its queues kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -986,6 +996,7 @@ async fn a_version_4_schema_gains_the_access_tables() {
         .unwrap();
     store.close();
     // As a build of version 4 left it.
+    raw(&g, BACK_TO_VERSION_6).await;
     raw(
         &g,
         "DROP TABLE tokens, audit_log, audit_chain, idempotency_register; \
@@ -997,10 +1008,10 @@ async fn a_version_4_schema_gains_the_access_tables() {
         "4"
     );
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 6);
+    assert_eq!(SCHEMA_VERSION, 7);
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "6"
+        "7"
     );
     assert_eq!(store.list_queues().await.unwrap().len(), 1);
     let appended = store
@@ -1010,4 +1021,314 @@ async fn a_version_4_schema_gains_the_access_tables() {
     assert_eq!(appended[1].seq, 2);
     assert!(redrive_core::audit::verify(&chained(&whole_log(&store).await)).is_ok());
     store.close();
+}
+
+/// A schema at version 6 (before automatic replay) is brought to version 7 at connect:
+/// its dead letters stay readable (one message each, no replay bookkeeping, no
+/// judgement), can be received and moved, and count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_6_schema_reaches_version_7_and_keeps_its_dead_letters() {
+    let g = SchemaGuard::fresh(&database());
+    let old = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
+    let t = TestStore {
+        store: Arc::clone(&old) as Arc<dyn Store>,
+        reopen: None,
+    };
+    let q = t.queue("orders", QueuePolicy::default()).await;
+    let id = t.dead_letter_one(&q, "m1", "Bad", T0).await;
+    let before = t.s().get_dead_letter(&q, &id).await.unwrap();
+    old.close();
+    raw(&g, BACK_TO_VERSION_6).await;
+    assert_eq!(
+        scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
+        "6"
+    );
+    let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
+    assert_eq!(
+        scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
+        "7"
+    );
+    let after = store.get_dead_letter(&q, &id).await.unwrap();
+    assert_eq!(after, before, "the record reads as it was written");
+    assert_eq!(after.format, redrive_core::RecordFormat::Message);
+    assert_eq!(after.replay, redrive_store::ReplayMark::default());
+    assert_eq!(after.judgement, None);
+    let counts = store.replay_counts(Some(&q), 10).await.unwrap();
+    assert_eq!((counts[0].live, counts[0].candidates), (1, 0));
+    store
+        .move_dead_letter(&q, &id, Area::Archived, secs(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_dead_letter(&q, &id).await.unwrap().area,
+        Area::Archived
+    );
+    store.close();
+}
+
+/// A queue whose policy enables automatic replay at once.
+fn replaying() -> QueuePolicy {
+    QueuePolicy {
+        auto_replay: redrive_core::AutoReplay {
+            enabled: true,
+            ..redrive_core::AutoReplay::default()
+        },
+        ..QueuePolicy::default()
+    }
+}
+
+/// `n` records to import, copies of `template` under new ids.
+fn copies(template: &DeadLetterRecord, prefix: &str, n: usize) -> Vec<DeadLetterRecord> {
+    (0..n)
+        .map(|i| DeadLetterRecord {
+            id: format!("dl_{prefix}{i:06}"),
+            message_id: format!("{prefix}-{i}"),
+            ..template.clone()
+        })
+        .collect()
+}
+
+/// Replay workers on two nodes claim side by side: no candidate is claimed twice, and
+/// together they claim every one. (The import is larger than one insert statement.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_never_claim_the_same_replay_candidate() {
+    const RECORDS: usize = 1_200;
+    let g = SchemaGuard::fresh(&database());
+    let small = PostgresOptions {
+        pool_size: 4,
+        ..g.options()
+    };
+    let a: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, small.clone()).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, small).await.unwrap());
+    let t = TestStore {
+        store: Arc::clone(&a),
+        reopen: None,
+    };
+    let q = t.queue("orders", replaying()).await;
+    let first = t.dead_letter_one(&q, "m0", "Bad", T0).await;
+    let template = a.get_dead_letter(&q, &first).await.unwrap();
+    a.import_dead_letters(&q, copies(&template, "x", RECORDS - 1), T0)
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for store in [&a, &b, &a, &b] {
+        let store = Arc::clone(store);
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let got = store
+                    .claim_replay_candidates(secs(1), 25, 60_000)
+                    .await
+                    .unwrap();
+                if got.is_empty() {
+                    break mine;
+                }
+                for r in &got {
+                    assert_eq!(r.replay.due_at, Some(secs(61)), "moved to the claim's end");
+                }
+                mine.extend(got.into_iter().map(|r| r.id));
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    let distinct: BTreeSet<&String> = all.iter().collect();
+    assert_eq!(distinct.len(), all.len(), "no candidate was claimed twice");
+    assert_eq!(all.len(), RECORDS, "every candidate was claimed");
+    assert!(
+        a.claim_replay_candidates(secs(60), 100, 60_000)
+            .await
+            .unwrap()
+            .is_empty(),
+        "claimed candidates wait for the claim's end"
+    );
+    assert_eq!(
+        b.claim_replay_candidates(secs(61), 10_000, 60_000)
+            .await
+            .unwrap()
+            .len(),
+        RECORDS,
+        "a judge that died leaves them to the next claim"
+    );
+}
+
+/// Judgements and operators on two nodes race for the same live records: for each record
+/// exactly one of a whole quarantine (node a) and an archiving finish (node b) wins, and
+/// the record ends where the winner put it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_judgements_of_one_record_exactly_one_wins() {
+    use redrive_core::judgement::{Judgement, QuarantineCause};
+    use redrive_store::{Quarantine, ReplayFinish};
+
+    const RECORDS: usize = 40;
+    let g = SchemaGuard::fresh(&database());
+    let a: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
+    let t = TestStore {
+        store: Arc::clone(&a),
+        reopen: None,
+    };
+    let q = t.queue("orders", replaying()).await;
+    let first = t.dead_letter_one(&q, "m0", "Bad", T0).await;
+    let template = a.get_dead_letter(&q, &first).await.unwrap();
+    let records = copies(&template, "r", RECORDS);
+    a.import_dead_letters(&q, records.clone(), T0)
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for r in &records {
+        let (a, b, q, id) = (Arc::clone(&a), Arc::clone(&b), q.clone(), r.id.clone());
+        tasks.push(tokio::spawn(async move {
+            let quarantine = Quarantine {
+                judgement: Judgement::new(1, Some(QuarantineCause::NotIdempotent)),
+                body: None,
+            };
+            let archive = ReplayFinish::Archive(Judgement::new(1, None));
+            let (x, y) = tokio::join!(
+                a.quarantine_dead_letter(&q, &id, &quarantine, secs(1)),
+                b.finish_replay(&q, &id, &archive, secs(1)),
+            );
+            (id, x.unwrap(), y.unwrap())
+        }));
+    }
+    for task in tasks {
+        let (id, quarantined, archived) = task.await.unwrap();
+        assert!(quarantined != archived, "{id}: exactly one wins");
+        let area = a.get_dead_letter(&q, &id).await.unwrap().area;
+        let expected = if quarantined {
+            Area::Quarantine
+        } else {
+            Area::Archived
+        };
+        assert_eq!(area, expected, "{id}");
+    }
+    let counts = a.replay_counts(Some(&q), 10).await.unwrap();
+    let quarantined: u64 = counts[0].quarantined.values().sum();
+    assert_eq!(
+        (counts[0].live, counts[0].archived + quarantined),
+        (1, RECORDS as u64)
+    );
+}
+
+/// A subscription change on one node mirrors replay onto its queue's policy at a new
+/// version; another node that has the queue cached sees the new policy on its next
+/// dead letter (the record is a candidate) rather than the one it cached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_change_reaches_a_queue_another_node_has_cached() {
+    use redrive_store::{
+        DeadLetterDestination, NewSubscription, SubscriptionKind, SubscriptionSpec,
+        SubscriptionUpdate, TopicPolicy,
+    };
+
+    let g = SchemaGuard::fresh(&database());
+    let a: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
+    let topic = name("orders");
+    let queue = name("orders.audit");
+    a.create_topic(&topic, &TopicPolicy::default(), T0)
+        .await
+        .unwrap();
+    a.create_subscription(
+        &NewSubscription {
+            topic: topic.clone(),
+            name: name("audit"),
+            queue: queue.clone(),
+            queue_policy: QueuePolicy::default(),
+            spec: SubscriptionSpec {
+                kind: SubscriptionKind::Pull,
+                filter: Default::default(),
+                retry_policy: Default::default(),
+                delivery: Default::default(),
+                dead_letter: DeadLetterDestination::OwnStore,
+                paused: false,
+                auto_replay: Default::default(),
+                dead_letter_retention_ms: 86_400_000,
+            },
+        },
+        T0,
+    )
+    .await
+    .unwrap();
+    let created = a.get_queue(&queue).await.unwrap();
+    assert_eq!(
+        (
+            created.policy.dead_letter_retention_ms,
+            created.policy_version
+        ),
+        (86_400_000, 1),
+        "the retention is mirrored at creation"
+    );
+    let ta = TestStore {
+        store: Arc::clone(&a),
+        reopen: None,
+    };
+    // Node a caches the queue (a send, a receive and a dead letter with replay off).
+    let first = ta.dead_letter_one(&queue, "m0", "Bad", T0).await;
+    assert_eq!(
+        a.get_dead_letter(&queue, &first)
+            .await
+            .unwrap()
+            .replay
+            .due_at,
+        None
+    );
+    ta.send1(&queue, "m1", T0).await;
+
+    let updated = b
+        .update_subscription(
+            &topic,
+            &name("audit"),
+            &SubscriptionUpdate {
+                auto_replay: Some(redrive_core::AutoReplayPatch {
+                    enabled: Some(true),
+                    judge_delay_ms: Some(5_000),
+                    ..Default::default()
+                }),
+                ..SubscriptionUpdate::default()
+            },
+            secs(1),
+        )
+        .await
+        .unwrap();
+    let mirrored = b.get_queue(&queue).await.unwrap();
+    assert_eq!(mirrored.policy.auto_replay, updated.spec.auto_replay);
+    assert_eq!((mirrored.policy_version, mirrored.updated_at), (2, secs(1)));
+
+    // Node a's next dead letter on that queue is decided by the new policy.
+    let d = ta.take(&queue, 1, 30_000, secs(2)).await;
+    let out = a
+        .settle(
+            &queue,
+            vec![redrive_store::Settlement {
+                lock_token: d[0].lock_token.clone(),
+                action: redrive_store::SettleAction::DeadLetter {
+                    reason: "Bad".into(),
+                    description: None,
+                },
+            }],
+            secs(2),
+        )
+        .await
+        .unwrap();
+    assert!(out.effects.dead_lettered[0].candidate);
+    let id = out.effects.dead_lettered[0].dead_letter_id.clone();
+    let record = a.get_dead_letter(&queue, &id).await.unwrap();
+    assert_eq!(record.replay.due_at, Some(secs(7)));
+    assert_eq!(record.policy_version, 2);
+
+    // A change that mirrors nothing new leaves the queue's policy version alone.
+    b.update_subscription(
+        &topic,
+        &name("audit"),
+        &SubscriptionUpdate {
+            paused: Some(true),
+            ..SubscriptionUpdate::default()
+        },
+        secs(3),
+    )
+    .await
+    .unwrap();
+    assert_eq!(b.get_queue(&queue).await.unwrap().policy_version, 2);
 }
