@@ -1,5 +1,7 @@
 //! The dead-letter store of a queue: `/v1/queues/{name}/dead-letters/...`.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -57,7 +59,9 @@ pub struct DeadLetter {
     pub diagnostics: Option<Map<String, Value>>,
     /// Deliveries before dead-lettering.
     pub delivery_count: u32,
-    /// `exact` or `approximate`.
+    /// `exact`, `approximate` (some deliveries may not have been counted, or the source's
+    /// own count is approximate: an import from Event Grid or SQS) or `incomplete` (the
+    /// source did not say: an import whose evidence lacks the count or the times).
     pub delivery_count_quality: String,
     /// RFC 3339.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -87,6 +91,73 @@ pub struct DeadLetter {
     /// Dead-letter receive: RFC 3339 lock expiry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub locked_until: Option<String>,
+    /// What the bytes hold: `message` (one message) or `events` (a JSON array of
+    /// dead-lettered events, judged event by event).
+    #[serde(default = "message_format")]
+    pub format: String,
+    /// Its automatic replay state.
+    #[serde(default)]
+    pub replay: ReplayState,
+    /// The last judgement of automatic replay, on a record it quarantined or archived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judgement: Option<Judgement>,
+}
+
+fn message_format() -> String {
+    "message".to_owned()
+}
+
+/// The automatic replay state of a record.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ReplayState {
+    /// A live record with a due time: automatic replay judges it at or after `due_at`.
+    pub candidate: bool,
+    /// RFC 3339: when it is judged next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_at: Option<String>,
+    /// Judgements of it that failed (reset by a restore).
+    pub failures: u32,
+    /// The error of the last failed judgement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// What automatic replay decided about a record.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Judgement {
+    /// The engine that judged.
+    pub engine: String,
+    /// RFC 3339.
+    pub judged_at: String,
+    /// Why the record is quarantined (every event in it has this cause): `SchemaInvalid`,
+    /// `NotIdempotent`, `TypeNotRegistered`, `NoReplayDestination` or
+    /// `ReplayAttemptsExhausted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
+    /// The record this quarantine copy holds part of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copied_from: Option<String>,
+    /// Why the payload could not be read as events (`SchemaInvalid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Every event judged.
+    #[serde(default)]
+    pub events: Vec<JudgedEvent>,
+}
+
+/// One event of a judgement.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct JudgedEvent {
+    /// The event's id without its replay count.
+    pub id: String,
+    /// Replays it had been through when judged.
+    pub attempts: u32,
+    /// Its type.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub event_type: Option<String>,
+    /// Why it was quarantined; absent: republished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
 }
 
 /// A page of records.
@@ -138,4 +209,50 @@ pub enum DeadLetterAction {
 pub struct MoveDeadLetter {
     /// `live`, `archived` or `quarantine`.
     pub area: String,
+}
+
+/// `POST /v1/queues/{name}/dead-letters/{id}/restore`; the body is optional.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreDeadLetter {
+    /// Only answer what a restore would do (default false).
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// The answer to a restore: what the next judgement of the record will do.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RestoreResult {
+    /// The record.
+    pub id: String,
+    /// Whether it was moved back to live (false for a dry run).
+    pub restored: bool,
+    /// Whether the queue replays automatically (if not, a restored record waits live).
+    pub replay_enabled: bool,
+    /// Events the next judgement will republish.
+    pub republish: u64,
+    /// Events it will quarantine again, by cause (a restore clears only
+    /// `ReplayAttemptsExhausted`).
+    #[serde(default)]
+    pub requarantine: BTreeMap<String, u64>,
+}
+
+/// `POST /v1/queues/{name}/dead-letters/import`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportDeadLetters {
+    /// `eventgrid` (one Event Grid dead-letter blob), `sqs` (the JSON output of SQS
+    /// `ReceiveMessage`) or `json` (JSON Lines of [`DeadLetter`] records, as exported).
+    pub format: String,
+    /// The file's text (at most 64 MiB).
+    pub content: String,
+}
+
+/// The answer to an import.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ImportResult {
+    /// Records stored.
+    pub imported: u64,
+    /// Their ids, in input order.
+    pub ids: Vec<String>,
 }

@@ -12,6 +12,7 @@
 //! - [`topic`]: topics, subscriptions and publishing.
 //! - [`access`]: tokens and the audit log.
 //! - [`register`]: the idempotency register of replayable message types.
+//! - [`replay`]: where each queue's dead letters stand with automatic replay.
 
 pub mod access;
 pub mod dead_letter;
@@ -19,6 +20,7 @@ pub mod message;
 pub mod problem;
 pub mod queue;
 pub mod register;
+pub mod replay;
 pub mod topic;
 
 pub use problem::{ErrorCode, Problem};

@@ -150,6 +150,8 @@ codes! {
     UriTooLong = ("uri_too_long", 414, "URI too long"),
     /// The request's header section is larger than the server reads.
     HeadersTooLarge = ("headers_too_large", 431, "Request header fields too large"),
+    /// A restore of a dead letter that is not in the quarantine area.
+    DeadLetterNotQuarantined = ("dead_letter_not_quarantined", 409, "Dead letter not quarantined"),
     /// Anything unexpected; details are in the server's log, not in the response.
     Internal = ("internal", 500, "Internal error"),
 }

@@ -93,6 +93,10 @@ pub struct CreateSubscription {
     /// Automatic replay of its dead letters; fields left out take their defaults (off).
     #[serde(default)]
     pub auto_replay: AutoReplay,
+    /// How long its dead-letter records (every area) are kept, ms: default 30 days, 0
+    /// keeps them forever, at most 3650 days.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter_retention_ms: Option<u64>,
 }
 
 /// `PATCH /v1/topics/{topic}/subscriptions/{sub}`: fields left out stay.
@@ -108,6 +112,9 @@ pub struct UpdateSubscription {
     /// A change of the auto-replay policy: its fields left out stay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_replay: Option<AutoReplayPatch>,
+    /// A new retention of its dead-letter records, ms (0 keeps them forever).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter_retention_ms: Option<u64>,
 }
 
 /// Per-subscription stats: the durable counts of its queue, and the delivery counters
@@ -167,6 +174,9 @@ pub struct SubscriptionInfo {
     /// Automatic replay of its dead letters.
     #[serde(default)]
     pub auto_replay: AutoReplay,
+    /// How long its dead-letter records (every area) are kept, ms; 0 keeps them forever.
+    #[serde(default = "redrive_core::policy::default_dead_letter_retention_ms")]
+    pub dead_letter_retention_ms: u64,
     /// Version.
     pub version: u64,
     /// RFC 3339.

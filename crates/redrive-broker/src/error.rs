@@ -78,6 +78,14 @@ pub enum BrokerError {
          {{\"type\": \"drop\", \"acknowledged\": true}} to accept dropping undeliverable events"
     )]
     DeadLetterDestinationRequired,
+    /// A restore of a dead letter that is not in the quarantine area; nothing changed.
+    #[error("dead letter {id} is {area}, not in quarantine: only a quarantined record is restored")]
+    DeadLetterNotQuarantined {
+        /// The record.
+        id: String,
+        /// The area it is in.
+        area: String,
+    },
     /// No valid token: missing, malformed, unknown, revoked or expired.
     #[error("{0}")]
     Unauthenticated(String),
@@ -127,6 +135,7 @@ impl BrokerError {
             BrokerError::RateLimited { .. } => "rate_limited".into(),
             BrokerError::TokenRevoked => "token_revoked".into(),
             BrokerError::ShuttingDown => "shutting_down".into(),
+            BrokerError::DeadLetterNotQuarantined { .. } => "dead_letter_not_quarantined".into(),
             BrokerError::Store(s) => format!("{:?}", s.kind()).to_lowercase(),
             _ => "refused".into(),
         }

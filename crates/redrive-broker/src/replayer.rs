@@ -807,10 +807,10 @@ impl Broker {
         let policy = self.inner.store.get_queue(&name).await?.policy;
         let record = self.inner.store.get_dead_letter(&name, id).await?;
         if record.area != Area::Quarantine {
-            return Err(BrokerError::invalid(
-                "id",
-                format!("dead letter {id} is {}, not in quarantine", record.area),
-            ));
+            return Err(BrokerError::DeadLetterNotQuarantined {
+                id: id.to_owned(),
+                area: record.area.as_str().to_owned(),
+            });
         }
         let register = self.register().await?;
         let mut preview = preview(&record, &policy, &register);

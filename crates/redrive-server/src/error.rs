@@ -92,6 +92,11 @@ pub fn problem_for(e: &BrokerError) -> Problem {
         BrokerError::DeadLetterDestinationRequired => {
             Problem::new(C::DeadLetterDestinationRequired, e.to_string())
         }
+        BrokerError::DeadLetterNotQuarantined { id, area } => {
+            Problem::new(C::DeadLetterNotQuarantined, e.to_string())
+                .with("id", id.as_str())
+                .with("area", area.as_str())
+        }
         BrokerError::Store(s) => problem_for_store(s),
         _ => internal(e),
     }
@@ -230,25 +235,49 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = axum::body::Bytes::from_request(req, state)
-            .await
-            .map_err(|e| {
-                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::new(ErrorCode::MessageTooLarge, "the request body is too large")
-                } else if caused_by_timeout(&e) {
-                    ApiError::new(
-                        ErrorCode::RequestTimeout,
-                        "the request body did not arrive in time",
-                    )
-                } else {
-                    ApiError::new(
-                        ErrorCode::MalformedBody,
-                        format!("could not read the body: {e}"),
-                    )
-                }
-            })?;
+        let bytes = body_bytes(req, state).await?;
         read_body(&bytes).map(ApiJson)
     }
+}
+
+/// [`ApiJson`] for a body that may be left out: an empty body reads as `T::default()`.
+pub struct OptionalApiJson<T>(pub T);
+
+impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptionalApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = body_bytes(req, state).await?;
+        if bytes.is_empty() {
+            return Ok(OptionalApiJson(T::default()));
+        }
+        read_body(&bytes).map(OptionalApiJson)
+    }
+}
+
+/// The whole body, within the route's limit (a larger one is a 413); a stalled read is a
+/// 408.
+async fn body_bytes<S: Send + Sync>(
+    req: Request,
+    state: &S,
+) -> Result<axum::body::Bytes, ApiError> {
+    axum::body::Bytes::from_request(req, state)
+        .await
+        .map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(ErrorCode::MessageTooLarge, "the request body is too large")
+            } else if caused_by_timeout(&e) {
+                ApiError::new(
+                    ErrorCode::RequestTimeout,
+                    "the request body did not arrive in time",
+                )
+            } else {
+                ApiError::new(
+                    ErrorCode::MalformedBody,
+                    format!("could not read the body: {e}"),
+                )
+            }
+        })
 }
 
 /// Reads a request body as `T` in one pass that also refuses an object with the same key

@@ -168,6 +168,13 @@ pub fn router(state: AppState) -> Router {
         .merge(api::messages::router())
         .merge(api::sessions::router().layer(small))
         .merge(api::dead_letters::router().layer(small))
+        // An import carries a whole dead-letter file.
+        .merge(
+            api::dead_letters::import_router().layer(DefaultBodyLimit::max(
+                api::dead_letters::MAX_IMPORT_REQUEST_BYTES,
+            )),
+        )
+        .merge(api::replay::router().layer(small))
         .merge(api::ops::router().layer(small))
         .merge(api::topics::router())
         // Every routed request is authenticated and checked against `access::ROUTES`.

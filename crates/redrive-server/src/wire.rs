@@ -3,12 +3,13 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use redrive_api::ErrorCode;
-use redrive_api::dead_letter::DeadLetter;
+use redrive_api::dead_letter::{DeadLetter, JudgedEvent, Judgement, ReplayState, RestoreResult};
 use redrive_api::message::{BodyEncoding, Message, SendMessage};
 use redrive_api::queue::{QueueCounts, QueueInfo};
+use redrive_api::replay::{MANUAL_QUARANTINE, ReplayStatus};
 use redrive_broker::model::{DeadLetterRecord, StoredMessage};
-use redrive_broker::{Outgoing, QueueView};
-use redrive_core::{MessageState, Properties, PropertyValue, Timestamp};
+use redrive_broker::{Outgoing, QueueView, RestorePreview};
+use redrive_core::{Area, MessageState, Properties, PropertyValue, Timestamp};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
@@ -212,5 +213,69 @@ pub fn dead_letter_out(
         dead_letter_delivery_count: r.dlq_delivery_count,
         lock_token: lock.map(|(tok, _)| tok.to_owned()),
         locked_until: lock.map(|(_, u)| t(u)).or(r.locked_until.map(t)),
+        format: r.format.as_str().to_owned(),
+        replay: ReplayState {
+            candidate: r.area == Area::Live && r.replay.due_at.is_some(),
+            due_at: r.replay.due_at.map(t),
+            failures: r.replay.failures,
+            last_error: r.replay.last_error.clone(),
+        },
+        judgement: r.judgement.as_ref().map(judgement_out),
+    }
+}
+
+/// A record's judgement to the wire.
+fn judgement_out(j: &redrive_core::judgement::Judgement) -> Judgement {
+    Judgement {
+        engine: j.engine.clone(),
+        judged_at: t(Timestamp(j.judged_at)),
+        cause: j.cause.map(|c| c.as_str().to_owned()),
+        copied_from: j.copied_from.clone(),
+        error: j.error.clone(),
+        events: j
+            .events
+            .iter()
+            .map(|e| JudgedEvent {
+                id: e.id.clone(),
+                attempts: e.attempts,
+                event_type: e.event_type.clone(),
+                cause: e.cause.map(|c| c.as_str().to_owned()),
+            })
+            .collect(),
+    }
+}
+
+/// A restore's preview to the wire.
+pub fn restore_out(p: &RestorePreview) -> RestoreResult {
+    RestoreResult {
+        id: p.id.clone(),
+        restored: p.restored,
+        replay_enabled: p.replay_enabled,
+        republish: p.republish,
+        requarantine: p
+            .requarantine
+            .iter()
+            .map(|(c, n)| (c.as_str().to_owned(), *n))
+            .collect(),
+    }
+}
+
+/// An entity's replay counts to the wire; a quarantine without a cause is `manual`.
+pub fn replay_status_out(c: &redrive_broker::ReplayStatus) -> ReplayStatus {
+    ReplayStatus {
+        queue: c.queue.to_string(),
+        live: c.live,
+        candidates: c.candidates,
+        failing: c.failing,
+        flagged: c.flagged,
+        archived: c.archived,
+        quarantined: c
+            .quarantined
+            .iter()
+            .map(|(cause, n)| {
+                let key = cause.map_or(MANUAL_QUARANTINE, |c| c.as_str());
+                (key.to_owned(), *n)
+            })
+            .collect(),
     }
 }

@@ -1,5 +1,6 @@
 //! `/v1/queues/{name}/dead-letters`: list (filters, cursor), show, peek-lock receive and
-//! settle, resubmit, move between areas.
+//! settle, resubmit, move between areas, restore from quarantine (with its preview), and
+//! import from elsewhere.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -8,19 +9,20 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use redrive_api::ErrorCode;
 use redrive_api::dead_letter::{
-    DeadLetter, DeadLetterAction, DeadLetterPage, MoveDeadLetter, ReceiveDeadLetters,
-    SettleDeadLetter,
+    DeadLetter, DeadLetterAction, DeadLetterPage, ImportDeadLetters, ImportResult, MoveDeadLetter,
+    ReceiveDeadLetters, RestoreDeadLetter, RestoreResult, SettleDeadLetter,
 };
 use redrive_api::message::SendResult;
-use redrive_broker::{Actor, DeadLetterFilter};
+use redrive_broker::{Actor, BrokerError, DeadLetterFilter};
 use redrive_core::Area;
 use redrive_core::access::Operation;
+use redrive_events::import::{ImportFormat, MAX_IMPORT_BYTES};
 use serde::Deserialize;
 
 use crate::AppState;
 use crate::access::Caller;
-use crate::error::{ApiError, ApiJson, ApiQuery};
-use crate::wire::{dead_letter_out, time_in};
+use crate::error::{ApiError, ApiJson, ApiQuery, OptionalApiJson};
+use crate::wire::{dead_letter_out, restore_out, time_in};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -149,6 +151,80 @@ async fn move_to(
     Ok(StatusCode::NO_CONTENT)
 }
 
+async fn restore(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path((queue, id)): Path<(String, String)>,
+    OptionalApiJson(req): OptionalApiJson<RestoreDeadLetter>,
+) -> Result<Json<RestoreResult>, ApiError> {
+    let preview = s
+        .broker
+        .restore_dead_letter(&queue, &id, req.dry_run, &actor)
+        .await?;
+    Ok(Json(restore_out(&preview)))
+}
+
+/// The format of an import, checked before its content is read.
+fn import_format(s: &str) -> Result<ImportFormat, ApiError> {
+    s.parse().map_err(|_| {
+        let names: Vec<&str> = ImportFormat::ALL.iter().map(|f| f.as_str()).collect();
+        ApiError::from(BrokerError::invalid(
+            "format",
+            format!("{s:?} is not one of {}", names.join(", ")),
+        ))
+    })
+}
+
+async fn import(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(queue): Path<String>,
+    ApiJson(req): ApiJson<ImportDeadLetters>,
+) -> Result<impl IntoResponse, ApiError> {
+    let format = import_format(&req.format)?;
+    if req.content.len() > MAX_IMPORT_BYTES {
+        return Err(ApiError::from(
+            redrive_api::Problem::new(
+                ErrorCode::MessageTooLarge,
+                format!(
+                    "`content` is {} bytes; an import takes at most {MAX_IMPORT_BYTES}",
+                    req.content.len()
+                ),
+            )
+            .with("field", "content")
+            .with("size", req.content.len())
+            .with("limit", MAX_IMPORT_BYTES),
+        ));
+    }
+    let ids = s
+        .broker
+        .import_dead_letters(&queue, format, req.content.as_bytes(), &actor)
+        .await
+        .map_err(|e| match e {
+            // The broker names the bytes it was given; on the wire they are `content`.
+            BrokerError::InvalidRequest { field, why } if field == "body" => {
+                BrokerError::invalid("content", why)
+            }
+            e => e,
+        })?;
+    Ok((
+        StatusCode::CREATED,
+        Json(ImportResult {
+            imported: ids.len() as u64,
+            ids,
+        }),
+    ))
+}
+
+/// Largest request body of an import: room for [`MAX_IMPORT_BYTES`] of content with its
+/// JSON string escapes.
+pub(crate) const MAX_IMPORT_REQUEST_BYTES: usize = 2 * MAX_IMPORT_BYTES;
+
+/// The import route, with its own body limit ([`MAX_IMPORT_REQUEST_BYTES`]).
+pub(crate) fn import_router() -> Router<AppState> {
+    Router::new().route("/v1/queues/{name}/dead-letters/import", post(import))
+}
+
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/v1/queues/{name}/dead-letters", get(list))
@@ -160,4 +236,5 @@ pub(crate) fn router() -> Router<AppState> {
             post(resubmit),
         )
         .route("/v1/queues/{name}/dead-letters/{id}/move", post(move_to))
+        .route("/v1/queues/{name}/dead-letters/{id}/restore", post(restore))
 }

@@ -6,5 +6,6 @@ pub(crate) mod messages;
 pub(crate) mod ops;
 pub(crate) mod queues;
 pub(crate) mod register;
+pub(crate) mod replay;
 pub(crate) mod sessions;
 pub(crate) mod topics;

@@ -45,6 +45,7 @@ fn sub_out(r: &SubscriptionRecord, stats: SubscriptionStats) -> SubscriptionInfo
         dead_letter: r.spec.dead_letter.clone(),
         paused: r.spec.paused,
         auto_replay: r.spec.auto_replay.clone(),
+        dead_letter_retention_ms: r.spec.dead_letter_retention_ms,
         version: r.version,
         created_at: r.created_at.to_rfc3339(),
         updated_at: r.updated_at.to_rfc3339(),
@@ -160,7 +161,7 @@ async fn create_sub(
                 paused: req.paused,
                 max_delivery_count: req.max_delivery_count,
                 auto_replay: req.auto_replay,
-                dead_letter_retention_ms: None,
+                dead_letter_retention_ms: req.dead_letter_retention_ms,
             },
             &actor,
         )
@@ -210,7 +211,7 @@ async fn update_sub(
                 paused: req.paused,
                 filter: req.filter,
                 auto_replay: req.auto_replay,
-                dead_letter_retention_ms: None,
+                dead_letter_retention_ms: req.dead_letter_retention_ms,
             },
             &actor,
         )

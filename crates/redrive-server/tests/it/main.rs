@@ -14,6 +14,7 @@ mod push_outcomes;
 mod queues;
 mod register;
 mod replay;
+mod replay_api;
 mod seed_003;
 mod sessions;
 mod topics;

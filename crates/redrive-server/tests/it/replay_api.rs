@@ -1,0 +1,774 @@
+//! The native API of automatic replay over HTTP, on every backend: restore with its
+//! preview, import of each format, replay status, the records' replay fields, the roles
+//! of the new routes, and dead-letter retention on queues and subscriptions. The server
+//! runs without its replay worker; judgements are driven one pass at a time
+//! (`Broker::replay_once`) on the manual clock.
+
+use redrive_broker::{AccessSettings, ReplaySettings};
+use redrive_testkit::{Backend, TestServer, assert_problem, default_settings};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+async fn server(backend: Backend) -> TestServer {
+    TestServer::builder()
+        .backend(backend)
+        .settings(redrive_server::Settings {
+            replay_worker: false,
+            ..default_settings()
+        })
+        .start()
+        .await
+}
+
+/// A queue whose dead letters replay.
+async fn replaying_queue(s: &TestServer, name: &str) {
+    s.queue(name, json!({"auto_replay": {"enabled": true}}))
+        .await;
+}
+
+/// Sends `body` as `id` (with `extra` fields) and dead-letters its first delivery;
+/// answers the record id.
+async fn dead_letter(s: &TestServer, queue: &str, id: &str, extra: Value) -> String {
+    let mut msg = json!({"message_id": id, "body": format!("body of {id}")});
+    if let Value::Object(m) = extra {
+        for (k, v) in m {
+            msg[k] = v;
+        }
+    }
+    let (st, v) = s.post(&format!("/v1/queues/{queue}/messages"), msg).await;
+    assert_eq!(st, 201, "{v}");
+    let got = s.receive(queue, 1).await;
+    assert_eq!(got.len(), 1, "a message to dead-letter on {queue}");
+    let (st, v) = s
+        .settle(
+            queue,
+            got[0]["lock_token"].as_str().unwrap(),
+            "dead_letter",
+            json!({"reason": "HandlerFailed"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    v["dead_letter_id"].as_str().unwrap().to_owned()
+}
+
+/// One judgement pass; answers how many records it judged.
+async fn pass(s: &TestServer) -> u64 {
+    s.broker.replay_once().await.expect("a replay pass").judged
+}
+
+/// The record as the API shows it.
+async fn shown(s: &TestServer, queue: &str, id: &str) -> Value {
+    let (st, v) = s
+        .get(&format!("/v1/queues/{queue}/dead-letters/{id}"))
+        .await;
+    assert_eq!(st, 200, "{v}");
+    v
+}
+
+async fn register(s: &TestServer, key: &str) {
+    let (st, v) = s
+        .call(
+            Method::PUT,
+            &format!("/v1/register/{key}"),
+            Some(json!({"answer": "idempotent"})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+}
+
+async fn restore(
+    s: &TestServer,
+    queue: &str,
+    id: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    s.call(
+        Method::POST,
+        &format!("/v1/queues/{queue}/dead-letters/{id}/restore"),
+        body,
+    )
+    .await
+}
+
+async fn import(s: &TestServer, queue: &str, format: &str, content: &str) -> (StatusCode, Value) {
+    s.post(
+        &format!("/v1/queues/{queue}/dead-letters/import"),
+        json!({"format": format, "content": content}),
+    )
+    .await
+}
+
+/// The ids of a queue's records in `area`.
+async fn area_ids(s: &TestServer, queue: &str, area: &str) -> Vec<String> {
+    let (st, v) = s
+        .get(&format!("/v1/queues/{queue}/dead-letters?area={area}"))
+        .await;
+    assert_eq!(st, 200, "{v}");
+    v["dead_letters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// An Event Grid dead-letter blob of one event.
+fn event_grid_blob(id: &str) -> String {
+    json!([{
+        "specversion": "1.0", "id": id, "source": "/orders", "type": "order.created",
+        "data": {"n": 1},
+        "deadLetterReason": "MaxDeliveryAttemptsExceeded",
+        "deliveryAttempts": 10,
+        "lastDeliveryOutcome": "Probation",
+        "publishTime": "2026-12-01T10:00:00Z",
+        "lastDeliveryAttemptTime": "2026-12-01T11:00:00Z"
+    }])
+    .to_string()
+}
+
+/// SQS `ReceiveMessage` output: one message with the attributes of its evidence, one
+/// without.
+fn sqs_output() -> String {
+    json!({"Messages": [
+        {
+            "MessageId": "sqs-1", "ReceiptHandle": "AQEB", "Body": "one",
+            "Attributes": {"ApproximateReceiveCount": "4", "SentTimestamp": "1700000000000"}
+        },
+        {"MessageId": "sqs-2", "ReceiptHandle": "AQEB", "Body": "two"}
+    ]})
+    .to_string()
+}
+
+/// redrive's own export: JSON Lines of records.
+fn json_lines() -> String {
+    json!({
+        "id": "dl_elsewhere", "queue": "old", "area": "archived",
+        "message_id": "j-1", "body": "from an export", "body_encoding": "utf8",
+        "reason": "HandlerFailed", "delivery_count": 3, "delivery_count_quality": "exact",
+        "enqueued_time": "2026-01-01T00:00:00Z", "dead_lettered_at": "2026-01-01T00:10:00Z",
+        "format": "message"
+    })
+    .to_string()
+        + "\n"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_previews_then_moves_a_quarantined_record_back_and_is_audited() {
+    for backend in Backend::all("the restore API test") {
+        let name = backend.name();
+        let s = server(backend).await;
+        replaying_queue(&s, "q").await;
+        // No register entry: the judgement quarantines the message.
+        let id = dead_letter(&s, "q", "a", json!({})).await;
+        let before = shown(&s, "q", &id).await;
+        assert_eq!(before["format"], "message", "{name}");
+        assert_eq!(before["delivery_count_quality"], "exact", "{name}");
+        assert_eq!(before["replay"]["candidate"], true, "{name}: {before}");
+        assert!(before["replay"]["due_at"].is_string(), "{name}");
+        assert_eq!(before["replay"]["failures"], 0, "{name}");
+        assert!(before.get("judgement").is_none(), "{name}: not judged yet");
+        assert_eq!(pass(&s).await, 1, "{name}");
+        let q = shown(&s, "q", &id).await;
+        assert_eq!(q["area"], "quarantine", "{name}");
+        assert_eq!(q["replay"]["candidate"], false, "{name}");
+        assert_eq!(q["judgement"]["cause"], "TypeNotRegistered", "{name}: {q}");
+        assert_eq!(q["judgement"]["engine"], "redrive-replay/1", "{name}");
+        assert!(q["judgement"]["judged_at"].is_string(), "{name}");
+        assert_eq!(
+            q["judgement"]["events"],
+            json!([{"id": "a", "attempts": 0, "cause": "TypeNotRegistered"}]),
+            "{name}"
+        );
+
+        // A dry run answers what the next judgement would do, and changes nothing.
+        let (st, v) = restore(&s, "q", &id, Some(json!({"dry_run": true}))).await;
+        assert_eq!(st, 200, "{name}: {v}");
+        assert_eq!(
+            v,
+            json!({"id": id, "restored": false, "replay_enabled": true, "republish": 0,
+                   "requarantine": {"TypeNotRegistered": 1}}),
+            "{name}"
+        );
+        register(&s, "q:*").await;
+        let (st, v) = restore(&s, "q", &id, Some(json!({"dry_run": true}))).await;
+        assert_eq!(st, 200, "{name}: {v}");
+        assert_eq!(
+            (v["republish"].as_u64(), &v["requarantine"]),
+            (Some(1), &json!({}))
+        );
+        assert_eq!(shown(&s, "q", &id).await["area"], "quarantine", "{name}");
+        assert!(
+            s.audit("action=dead_letter.restore").await.is_empty(),
+            "{name}: a dry run is not audited"
+        );
+
+        // The restore: one move back to live, where the record is a candidate again.
+        let (st, v) = restore(&s, "q", &id, None).await;
+        assert_eq!(st, 200, "{name}: {v}");
+        assert_eq!(
+            v,
+            json!({"id": id, "restored": true, "replay_enabled": true, "republish": 1,
+                   "requarantine": {}}),
+            "{name}"
+        );
+        let live = shown(&s, "q", &id).await;
+        assert_eq!(live["area"], "live", "{name}");
+        assert_eq!(live["replay"]["candidate"], true, "{name}");
+        let audit = s.audit("action=dead_letter.restore").await;
+        assert_eq!(audit.len(), 1, "{name}");
+        assert_eq!(audit[0]["entity"], "q", "{name}");
+        assert_eq!(audit[0]["outcome"], "ok", "{name}");
+        assert_eq!(audit[0]["targets"], json!([id, "republish=1"]), "{name}");
+
+        // The record is live now: a restore is refused and changes nothing.
+        let r = restore(&s, "q", &id, Some(json!({}))).await;
+        assert_problem(&r, 409, "dead_letter_not_quarantined");
+        assert_eq!(r.1["area"], "live", "{name}");
+        assert_eq!(shown(&s, "q", &id).await["area"], "live", "{name}");
+        assert_eq!(s.audit("action=dead_letter.restore").await.len(), 1);
+
+        // The next judgement republishes it; the archived record shows its judgement.
+        assert_eq!(pass(&s).await, 1, "{name}");
+        let done = shown(&s, "q", &id).await;
+        assert_eq!(done["area"], "archived", "{name}");
+        assert_eq!(done["replay"]["candidate"], false, "{name}");
+        assert!(done["judgement"].get("cause").is_none(), "{name}: {done}");
+        assert_eq!(
+            done["judgement"]["events"],
+            json!([{"id": "a", "attempts": 0}]),
+            "{name}"
+        );
+        let got = s.receive("q", 1).await;
+        assert_eq!(got[0]["message_id"], "a|1", "{name}");
+
+        // Not found, and bodies the route does not take.
+        assert_problem(
+            &restore(&s, "q", "dl_nothing", None).await,
+            404,
+            "dead_letter_not_found",
+        );
+        assert_problem(
+            &restore(&s, "nope", &id, None).await,
+            404,
+            "queue_not_found",
+        );
+        assert_problem(
+            &restore(&s, "q", &id, Some(json!({"dry_run": "yes"}))).await,
+            400,
+            "malformed_body",
+        );
+        assert_problem(
+            &restore(&s, "q", &id, Some(json!({"force": true}))).await,
+            400,
+            "malformed_body",
+        );
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_import_format_stores_live_records_with_their_format_and_quality() {
+    for backend in Backend::all("the import API test") {
+        let name = backend.name();
+        let s = server(backend).await;
+        s.queue("imp", json!({})).await;
+        replaying_queue(&s, "rep").await;
+
+        let (st, v) = import(&s, "imp", "eventgrid", &event_grid_blob("e-1")).await;
+        assert_eq!(st, 201, "{name}: {v}");
+        assert_eq!(v["imported"], 1, "{name}");
+        let eg = v["ids"][0].as_str().unwrap().to_owned();
+        assert!(eg.starts_with("dl_"), "{name}: {eg}");
+        let r = shown(&s, "imp", &eg).await;
+        assert_eq!(
+            (&r["area"], &r["format"], &r["delivery_count_quality"]),
+            (&json!("live"), &json!("events"), &json!("approximate")),
+            "{name}: {r}"
+        );
+        assert_eq!(r["message_id"], "e-1", "{name}");
+        assert_eq!(r["delivery_count"], 10, "{name}");
+        assert_eq!(
+            r["replay"],
+            json!({"candidate": false, "failures": 0}),
+            "{name}: the queue does not replay"
+        );
+
+        let (st, v) = import(&s, "imp", "sqs", &sqs_output()).await;
+        assert_eq!(st, 201, "{name}: {v}");
+        assert_eq!(v["imported"], 2, "{name}");
+        let ids: Vec<String> = v["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i.as_str().unwrap().to_owned())
+            .collect();
+        let first = shown(&s, "imp", &ids[0]).await;
+        assert_eq!(
+            (
+                &first["message_id"],
+                &first["format"],
+                &first["delivery_count_quality"]
+            ),
+            (&json!("sqs-1"), &json!("message"), &json!("approximate")),
+            "{name}: {first}"
+        );
+        assert_eq!(first["delivery_count"], 4, "{name}");
+        let second = shown(&s, "imp", &ids[1]).await;
+        assert_eq!(second["message_id"], "sqs-2", "{name}");
+        assert_eq!(
+            second["delivery_count_quality"], "incomplete",
+            "{name}: no receive count, no sent time"
+        );
+
+        let (st, v) = import(&s, "rep", "json", &json_lines()).await;
+        assert_eq!(st, 201, "{name}: {v}");
+        let j = shown(&s, "rep", v["ids"][0].as_str().unwrap()).await;
+        assert_eq!(
+            (&j["message_id"], &j["format"], &j["delivery_count_quality"]),
+            (&json!("j-1"), &json!("message"), &json!("exact")),
+            "{name}: the exported quality is kept: {j}"
+        );
+        assert_eq!(
+            j["area"], "live",
+            "{name}: whatever area it was exported from"
+        );
+        assert_eq!(j["queue"], "rep", "{name}");
+        assert_eq!(
+            j["replay"]["candidate"], true,
+            "{name}: an import into a replaying queue is a candidate"
+        );
+
+        assert_eq!(area_ids(&s, "imp", "live").await.len(), 3, "{name}");
+        let audit = s.audit("action=dead_letter.import").await;
+        assert_eq!(audit.len(), 3, "{name}");
+        assert_eq!(audit[1]["entity"], "imp", "{name}");
+        assert_eq!(
+            audit[1]["targets"],
+            json!([
+                "format=sqs",
+                "records=2",
+                format!("first={}", ids[0]),
+                format!("last={}", ids[1])
+            ]),
+            "{name}"
+        );
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_import_is_a_400_naming_the_field_and_stores_nothing() {
+    for backend in Backend::all("the bad import test") {
+        let name = backend.name();
+        let s = server(backend).await;
+        s.queue("imp", json!({})).await;
+
+        let r = import(&s, "imp", "csv", "a,b\n").await;
+        assert_problem(&r, 400, "invalid_request");
+        assert_eq!(r.1["field"], "format", "{name}");
+        assert!(
+            r.1["detail"]
+                .as_str()
+                .unwrap()
+                .contains("eventgrid, sqs, json"),
+            "{name}: {}",
+            r.1
+        );
+        let r = import(&s, "imp", "eventgrid", "[{").await;
+        assert_problem(&r, 400, "invalid_request");
+        assert_eq!(r.1["field"], "content", "{name}");
+        let r = import(&s, "imp", "sqs", "{\"Messages\": [{\"Body\": \"no id\"}]}").await;
+        assert_problem(&r, 400, "invalid_request");
+        assert_eq!(r.1["field"], "content", "{name}");
+        assert!(
+            r.1["detail"].as_str().unwrap().contains("MessageId"),
+            "{name}: the parse error names the field: {}",
+            r.1
+        );
+        // A good line then a line without its body: the whole import is refused.
+        let payloadless = json!({"message_id": "m", "reason": "R", "delivery_count": 1,
+                                 "enqueued_time": "2026-01-01T00:00:00Z"});
+        let content = format!("{}{payloadless}\n", json_lines());
+        let r = import(&s, "imp", "json", &content).await;
+        assert_problem(&r, 400, "invalid_request");
+        assert!(
+            r.1["detail"]
+                .as_str()
+                .unwrap()
+                .contains("record 1 (line 2)"),
+            "{name}: {}",
+            r.1
+        );
+        assert_problem(
+            &import(&s, "imp", "json", "\n\n").await,
+            400,
+            "invalid_request",
+        );
+        // The body's own shape.
+        assert_problem(
+            &s.post(
+                "/v1/queues/imp/dead-letters/import",
+                json!({"format": "json"}),
+            )
+            .await,
+            400,
+            "malformed_body",
+        );
+        assert_problem(
+            &s.post(
+                "/v1/queues/imp/dead-letters/import",
+                json!({"format": "json", "content": json_lines(), "area": "archived"}),
+            )
+            .await,
+            400,
+            "malformed_body",
+        );
+        assert_problem(
+            &import(&s, "nope", "json", &json_lines()).await,
+            404,
+            "queue_not_found",
+        );
+        for area in ["live", "archived", "quarantine"] {
+            assert!(
+                area_ids(&s, "imp", area).await.is_empty(),
+                "{name}: nothing stored in {area}"
+            );
+        }
+        assert!(
+            s.audit("action=dead_letter.import").await.is_empty(),
+            "{name}: a refused import is not an act"
+        );
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_status_counts_follow_judgements_failures_and_manual_quarantine() {
+    for backend in Backend::all("the replay status test") {
+        let name = backend.name();
+        let s = server(backend).await;
+        replaying_queue(&s, "rs").await;
+        s.queue("quiet", json!({})).await;
+        s.queue("other", json!({})).await;
+        register(&s, "ok.type").await;
+        let ok = dead_letter(&s, "rs", "ok-1", json!({"type": "ok.type"})).await;
+        dead_letter(&s, "rs", "odd-1", json!({"type": "odd.type"})).await;
+        dead_letter(&s, "other", "x", json!({})).await;
+
+        let (st, v) = s.get("/v1/replay/rs").await;
+        assert_eq!(st, 200, "{name}: {v}");
+        assert_eq!(
+            v,
+            json!({"queue": "rs", "live": 2, "candidates": 2, "failing": 0, "flagged": 0,
+                   "archived": 0, "quarantined": {}}),
+            "{name}"
+        );
+        assert_eq!(pass(&s).await, 2, "{name}");
+        let (_, v) = s.get("/v1/replay/rs").await;
+        assert_eq!(
+            v,
+            json!({"queue": "rs", "live": 0, "candidates": 0, "failing": 0, "flagged": 0,
+                   "archived": 1, "quarantined": {"TypeNotRegistered": 1}}),
+            "{name}"
+        );
+        assert_eq!(shown(&s, "rs", &ok).await["area"], "archived", "{name}");
+        // The republished message is handled.
+        let got = s.receive("rs", 1).await;
+        assert_eq!(got[0]["message_id"], "ok-1|1", "{name}");
+        let (st, v) = s
+            .settle(
+                "rs",
+                got[0]["lock_token"].as_str().unwrap(),
+                "complete",
+                json!({}),
+            )
+            .await;
+        assert_eq!(st, 200, "{name}: {v}");
+
+        // A record an operator moves to quarantine is counted as manual.
+        let manual = dead_letter(&s, "rs", "m-1", json!({"type": "ok.type"})).await;
+        let (st, v) = s
+            .post(
+                &format!("/v1/queues/rs/dead-letters/{manual}/move"),
+                json!({"area": "quarantine"}),
+            )
+            .await;
+        assert_eq!(st, 204, "{name}: {v}");
+        let (_, v) = s.get("/v1/replay/rs").await;
+        assert_eq!(
+            v["quarantined"],
+            json!({"TypeNotRegistered": 1, "manual": 1}),
+            "{name}"
+        );
+
+        // A judgement that fails (the republish is over the origin's message size now)
+        // counts as failing, and as flagged from the node's threshold.
+        s.broker.set_replay_settings(ReplaySettings {
+            flag_after_failures: 1,
+            ..ReplaySettings::default()
+        });
+        let big = dead_letter(&s, "rs", "big-1", json!({"type": "ok.type"})).await;
+        let (st, v) = s
+            .patch("/v1/queues/rs", json!({"max_message_size": 8}))
+            .await;
+        assert_eq!(st, 200, "{name}: {v}");
+        assert_eq!(pass(&s).await, 1, "{name}");
+        let (_, v) = s.get("/v1/replay/rs").await;
+        assert_eq!(
+            (&v["live"], &v["candidates"], &v["failing"], &v["flagged"]),
+            (&json!(1), &json!(1), &json!(1), &json!(1)),
+            "{name}: {v}"
+        );
+        let r = shown(&s, "rs", &big).await;
+        assert_eq!(r["replay"]["candidate"], true, "{name}: retried later: {r}");
+        assert_eq!(r["replay"]["failures"], 1, "{name}");
+        assert!(
+            r["replay"]["last_error"]
+                .as_str()
+                .unwrap()
+                .contains("max_message_size"),
+            "{name}: {r}"
+        );
+
+        // Every queue with dead letters; one without is left out.
+        let (st, v) = s.get("/v1/replay").await;
+        assert_eq!(st, 200, "{name}: {v}");
+        let queues: Vec<&str> = v["entities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["queue"].as_str().unwrap())
+            .collect();
+        assert_eq!(queues, ["other", "rs"], "{name}");
+        assert_eq!(v["entities"][0]["live"], 1, "{name}");
+        // One queue without dead letters: zeros; an unknown one: 404.
+        let (st, v) = s.get("/v1/replay/quiet").await;
+        assert_eq!(st, 200, "{name}: {v}");
+        assert_eq!(
+            v,
+            json!({"queue": "quiet", "live": 0, "candidates": 0, "failing": 0, "flagged": 0,
+                   "archived": 0, "quarantined": {}}),
+            "{name}"
+        );
+        assert_problem(&s.get("/v1/replay/nope").await, 404, "queue_not_found");
+        assert_problem(&s.get("/v1/replay/bad%20name").await, 400, "invalid_name");
+        s.stop().await;
+    }
+}
+
+fn auth_on() -> AccessSettings {
+    AccessSettings {
+        enabled: true,
+        ..AccessSettings::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_import_and_status_need_operator_and_a_listing_shows_its_scope() {
+    for backend in Backend::all("the replay API roles test") {
+        let name = backend.name();
+        let s = TestServer::builder()
+            .backend(backend)
+            .auth(auth_on())
+            .settings(redrive_server::Settings {
+                replay_worker: false,
+                ..default_settings()
+            })
+            .start()
+            .await;
+        for q in ["a1", "b1"] {
+            let (st, v) = s
+                .admin(Method::POST, "/v1/queues", Some(json!({"name": q})))
+                .await;
+            assert_eq!(st, 201, "{name}: {v}");
+            let (st, v) = s
+                .admin(
+                    Method::POST,
+                    &format!("/v1/queues/{q}/dead-letters/import"),
+                    Some(json!({"format": "json", "content": json_lines()})),
+                )
+                .await;
+            assert_eq!(st, 201, "{name}: {v}");
+        }
+        let import_body = || Some(json!({"format": "json", "content": json_lines()}));
+        let calls = |q: &str| {
+            vec![
+                (
+                    Method::POST,
+                    format!("/v1/queues/{q}/dead-letters/dl_x/restore"),
+                    Some(json!({"dry_run": true})),
+                ),
+                (
+                    Method::POST,
+                    format!("/v1/queues/{q}/dead-letters/import"),
+                    import_body(),
+                ),
+                (Method::GET, "/v1/replay".to_owned(), None),
+                (Method::GET, format!("/v1/replay/{q}"), None),
+            ]
+        };
+        for role in ["payload-reader", "replayer", "consumer"] {
+            let (_, secret) = s.token(&format!("t-{role}"), &[role]).await;
+            for (m, path, body) in calls("a1") {
+                let r = s.call_as(Some(&secret), m, &path, body).await;
+                assert_problem(&r, 403, "forbidden");
+            }
+        }
+        let (_, operator) = s.token("t-operator", &["operator:a*"]).await;
+        for (m, path, body) in calls("a1") {
+            let (st, v) = s.call_as(Some(&operator), m.clone(), &path, body).await;
+            assert!(
+                st != StatusCode::FORBIDDEN && st != StatusCode::UNAUTHORIZED,
+                "{name}: {m} {path}: {st} {v}"
+            );
+        }
+        for (m, path, body) in calls("b1") {
+            if path == "/v1/replay" {
+                continue;
+            }
+            let r = s.call_as(Some(&operator), m, &path, body).await;
+            assert_problem(&r, 403, "forbidden");
+        }
+        let (st, v) = s
+            .call_as(Some(&operator), Method::GET, "/v1/replay", None)
+            .await;
+        assert_eq!(st, 200, "{name}: {v}");
+        let listed: Vec<&str> = v["entities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["queue"].as_str().unwrap())
+            .collect();
+        assert_eq!(listed, ["a1"], "{name}: only what the grant covers");
+        let (st, v) = s.admin(Method::GET, "/v1/replay", None).await;
+        assert_eq!(st, 200, "{name}: {v}");
+        assert_eq!(v["entities"].as_array().unwrap().len(), 2, "{name}");
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letter_retention_round_trips_on_queues_and_subscriptions() {
+    for backend in Backend::all("the retention API test") {
+        let name = backend.name();
+        let s = server(backend).await;
+        // Queues: the default, 0 (forever), a change, and out of range.
+        s.queue("plain", json!({})).await;
+        let (_, v) = s.get("/v1/queues/plain").await;
+        assert_eq!(
+            v["policy"]["dead_letter_retention_ms"], 2_592_000_000u64,
+            "{name}: 30 days by default"
+        );
+        s.queue("forever", json!({"dead_letter_retention_ms": 0}))
+            .await;
+        let (_, v) = s.get("/v1/queues/forever").await;
+        assert_eq!(v["policy"]["dead_letter_retention_ms"], 0, "{name}");
+        let (st, v) = s
+            .patch(
+                "/v1/queues/forever",
+                json!({"dead_letter_retention_ms": 86_400_000}),
+            )
+            .await;
+        assert_eq!(st, 200, "{name}: {v}");
+        assert_eq!(
+            v["policy"]["dead_letter_retention_ms"], 86_400_000,
+            "{name}"
+        );
+        assert_eq!(v["policy_version"], 2, "{name}");
+        let r = s
+            .patch(
+                "/v1/queues/forever",
+                json!({"dead_letter_retention_ms": 315_360_000_001u64}),
+            )
+            .await;
+        assert_problem(&r, 400, "invalid_policy");
+        assert_eq!(r.1["field"], "dead_letter_retention_ms", "{name}");
+        let (_, v) = s.get("/v1/queues/forever").await;
+        assert_eq!(
+            (
+                &v["policy"]["dead_letter_retention_ms"],
+                &v["policy_version"]
+            ),
+            (&json!(86_400_000), &json!(2)),
+            "{name}: a refused change changes nothing"
+        );
+        let r = s
+            .post(
+                "/v1/queues",
+                json!({"name": "toolong", "policy": {"dead_letter_retention_ms": 315_360_000_001u64}}),
+            )
+            .await;
+        assert_problem(&r, 400, "invalid_policy");
+        assert_eq!(r.1["field"], "dead_letter_retention_ms", "{name}");
+        assert_problem(&s.get("/v1/queues/toolong").await, 404, "queue_not_found");
+        let (st, v) = s
+            .patch(
+                "/v1/queues/plain",
+                json!({"dead_letter_retention_ms": 315_360_000_000u64}),
+            )
+            .await;
+        assert_eq!(st, 200, "{name}: the longest retention is allowed: {v}");
+
+        // Subscriptions: the same rules, shown with the subscription and on its queue.
+        s.topic("t", json!({})).await;
+        let (st, v) = s
+            .post(
+                "/v1/topics/t/subscriptions",
+                json!({"name": "keep", "type": "pull", "dead_letter_retention_ms": 0}),
+            )
+            .await;
+        assert_eq!(st, 201, "{name}: {v}");
+        assert_eq!(v["dead_letter_retention_ms"], 0, "{name}");
+        let (st, v) = s
+            .post(
+                "/v1/topics/t/subscriptions",
+                json!({"name": "dflt", "type": "pull"}),
+            )
+            .await;
+        assert_eq!(st, 201, "{name}: {v}");
+        assert_eq!(v["dead_letter_retention_ms"], 2_592_000_000u64, "{name}");
+        let (st, v) = s
+            .patch(
+                "/v1/topics/t/subscriptions/keep",
+                json!({"dead_letter_retention_ms": 3_600_000}),
+            )
+            .await;
+        assert_eq!(st, 200, "{name}: {v}");
+        assert_eq!(v["dead_letter_retention_ms"], 3_600_000, "{name}");
+        let (_, v) = s.get("/v1/topics/t/subscriptions/keep").await;
+        assert_eq!(v["dead_letter_retention_ms"], 3_600_000, "{name}");
+        let (_, q) = s.get("/v1/queues/t.keep").await;
+        assert_eq!(
+            q["policy"]["dead_letter_retention_ms"], 3_600_000,
+            "{name}: mirrored onto its queue: {q}"
+        );
+        let r = s
+            .patch(
+                "/v1/topics/t/subscriptions/keep",
+                json!({"dead_letter_retention_ms": 315_360_000_001u64}),
+            )
+            .await;
+        assert_problem(&r, 400, "invalid_policy");
+        assert_eq!(r.1["field"], "dead_letter_retention_ms", "{name}");
+        let (_, v) = s.get("/v1/topics/t/subscriptions/keep").await;
+        assert_eq!(
+            v["dead_letter_retention_ms"], 3_600_000,
+            "{name}: unchanged"
+        );
+        let r = s
+            .post(
+                "/v1/topics/t/subscriptions",
+                json!({"name": "toolong", "type": "pull",
+                       "dead_letter_retention_ms": 315_360_000_001u64}),
+            )
+            .await;
+        assert_problem(&r, 400, "invalid_policy");
+        assert_eq!(r.1["field"], "dead_letter_retention_ms", "{name}");
+        assert_problem(
+            &s.get("/v1/topics/t/subscriptions/toolong").await,
+            404,
+            "subscription_not_found",
+        );
+        s.stop().await;
+    }
+}
