@@ -245,7 +245,7 @@ pub enum Operation {
     MoveDeadLetter,
     /// Resubmit a dead letter to its source, start or cancel a move task.
     Replay,
-    /// List move tasks.
+    /// List move tasks; read the automatic replay status of entities.
     ReadReplays,
     /// Server metrics of every entity.
     ReadMetrics,
