@@ -8,16 +8,21 @@ use redrive_api::Problem;
 use redrive_api::access::{
     AuditPage, AuditVerification, CreateToken, CreatedToken, Token, TokenList,
 };
-use redrive_api::dead_letter::{DeadLetter, DeadLetterPage, MoveDeadLetter};
+use redrive_api::dead_letter::{
+    DeadLetter, DeadLetterPage, ImportDeadLetters, ImportResult, MoveDeadLetter, RestoreDeadLetter,
+    RestoreResult,
+};
 use redrive_api::message::{
     AcceptSession, MessageList, ReceiveDeferred, ReceiveRequest, SendRequest, SendResponse,
     SendResult, SessionLock, SessionTokenRequest, Settle, SettleRequest, SettleResponse,
     SettleResult,
 };
 use redrive_api::queue::{CreateQueue, QueueInfo, QueueList, UpdateQueue};
+use redrive_api::replay::{ReplayStatus, ReplayStatusList};
 use reqwest::{Method, StatusCode, Url};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 /// A request that did not succeed.
 #[derive(Debug)]
@@ -131,6 +136,16 @@ pub struct DeadLetterQuery {
     /// Page size.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
+}
+
+/// A page of `GET /v1/queues/{name}/dead-letters` with each record as the server sent it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RawDeadLetterPage {
+    /// The records, oldest first.
+    pub dead_letters: Vec<Map<String, Value>>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// Query of `GET /v1/audit`.
@@ -451,24 +466,7 @@ impl Client {
         queue: &str,
         query: &DeadLetterQuery,
     ) -> Result<DeadLetterPage, ClientError> {
-        let mut url = self.url(&["v1", "queues", queue, "dead-letters"]);
-        {
-            let mut q = url.query_pairs_mut();
-            let pairs = [
-                ("area", query.area.clone()),
-                ("reason", query.reason.clone()),
-                ("from", query.from.clone()),
-                ("to", query.to.clone()),
-                ("cursor", query.cursor.clone()),
-                ("limit", query.limit.map(|l| l.to_string())),
-            ];
-            for (k, v) in pairs {
-                if let Some(v) = v {
-                    q.append_pair(k, &v);
-                }
-            }
-        }
-        strip_empty_query(&mut url);
+        let url = dead_letters_url(self.url(&["v1", "queues", queue, "dead-letters"]), query);
         self.must(Method::GET, url, None::<&()>).await
     }
 
@@ -498,6 +496,60 @@ impl Client {
         self.call::<serde_json::Value>(Method::POST, url, Some(&req))
             .await?;
         Ok(())
+    }
+
+    /// `GET /v1/queues/{name}/dead-letters?...` as the server sent it: every field of each
+    /// record kept, including those this client has no type for (what an export writes).
+    pub async fn dead_letters_raw(
+        &self,
+        queue: &str,
+        query: &DeadLetterQuery,
+    ) -> Result<RawDeadLetterPage, ClientError> {
+        let url = dead_letters_url(self.url(&["v1", "queues", queue, "dead-letters"]), query);
+        self.must(Method::GET, url, None::<&()>).await
+    }
+
+    /// `POST /v1/queues/{name}/dead-letters/{id}/restore`: a quarantined record back to
+    /// the live area, or with `dry_run` only what the next judgement would do with it.
+    pub async fn restore_dead_letter(
+        &self,
+        queue: &str,
+        id: &str,
+        dry_run: bool,
+    ) -> Result<RestoreResult, ClientError> {
+        let url = self.url(&["v1", "queues", queue, "dead-letters", id, "restore"]);
+        self.must(Method::POST, url, Some(&RestoreDeadLetter { dry_run }))
+            .await
+    }
+
+    /// `POST /v1/queues/{name}/dead-letters/import`: `content` read as `format`
+    /// (`eventgrid`, `sqs` or `json`); all records are stored, or none.
+    pub async fn import_dead_letters(
+        &self,
+        queue: &str,
+        format: &str,
+        content: String,
+    ) -> Result<ImportResult, ClientError> {
+        let url = self.url(&["v1", "queues", queue, "dead-letters", "import"]);
+        let req = ImportDeadLetters {
+            format: format.to_owned(),
+            content,
+        };
+        self.must(Method::POST, url, Some(&req)).await
+    }
+
+    // ---- replay ---------------------------------------------------------------------
+
+    /// `GET /v1/replay`: the replay counts of every queue with dead letters.
+    pub async fn replay_statuses(&self) -> Result<ReplayStatusList, ClientError> {
+        self.must(Method::GET, self.url(&["v1", "replay"]), None::<&()>)
+            .await
+    }
+
+    /// `GET /v1/replay/{queue}`: the replay counts of one queue.
+    pub async fn replay_status(&self, queue: &str) -> Result<ReplayStatus, ClientError> {
+        self.must(Method::GET, self.url(&["v1", "replay", queue]), None::<&()>)
+            .await
     }
 
     // ---- operations -----------------------------------------------------------------
@@ -567,6 +619,28 @@ impl Client {
             .map(Some)
             .map_err(|source| ClientError::Decode { what, source })
     }
+}
+
+/// `url` with the dead-letter list's query.
+fn dead_letters_url(mut url: Url, query: &DeadLetterQuery) -> Url {
+    {
+        let mut q = url.query_pairs_mut();
+        let pairs = [
+            ("area", query.area.clone()),
+            ("reason", query.reason.clone()),
+            ("from", query.from.clone()),
+            ("to", query.to.clone()),
+            ("cursor", query.cursor.clone()),
+            ("limit", query.limit.map(|l| l.to_string())),
+        ];
+        for (k, v) in pairs {
+            if let Some(v) = v {
+                q.append_pair(k, &v);
+            }
+        }
+    }
+    strip_empty_query(&mut url);
+    url
 }
 
 fn strip_empty_query(url: &mut Url) {

@@ -72,6 +72,9 @@ enum Command {
     /// Inspect and recover dead letters.
     #[command(subcommand)]
     Dlq(cmd::dlq::DlqCommand),
+    /// Automatic replay of dead letters: where each queue's records stand.
+    #[command(subcommand)]
+    Replay(cmd::replay::ReplayCommand),
     /// Show live counts of one queue or of all.
     Stats(cmd::stats::StatsArgs),
     /// Manage API tokens (admin).
@@ -128,6 +131,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Unschedule(a) => cmd::message::unschedule(&ctx()?, a).await,
         Command::Peek(a) => cmd::message::peek(&ctx()?, a).await,
         Command::Dlq(c) => cmd::dlq::run(&ctx()?, c).await,
+        Command::Replay(c) => cmd::replay::run(&ctx()?, c).await,
         Command::Stats(a) => cmd::stats::run(&ctx()?, a).await,
         Command::Token(c) => cmd::access::run_token(&ctx()?, c).await,
         Command::Audit(c) => cmd::access::run_audit(&ctx()?, c).await,

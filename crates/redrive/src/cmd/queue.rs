@@ -134,6 +134,9 @@ impl PolicyArgs {
             p.dead_letter_queue.clone_from(&v.0);
         }
         p.auto_replay = p.auto_replay.patched(&self.replay.patch());
+        if let Some(v) = self.replay.dead_letter_retention {
+            p.dead_letter_retention_ms = v;
+        }
         p
     }
 
@@ -185,6 +188,9 @@ impl PolicyArgs {
         if !replay.is_empty() {
             // The patch serializes only its fields given: a merge patch of the section.
             m.insert("auto_replay".into(), json!(replay));
+        }
+        if let Some(v) = self.replay.dead_letter_retention {
+            m.insert("dead_letter_retention_ms".into(), json!(v));
         }
         m
     }
@@ -341,6 +347,10 @@ pub fn describe(q: &QueueInfo) -> KeyValues {
                 .map_or_else(|| "(own dead-letter store)".to_owned(), ToString::to_string),
         );
     replay::describe(&mut kv, &p.auto_replay, "_");
+    kv.add(
+        "dead_letter_retention",
+        replay::retention_text(p.dead_letter_retention_ms),
+    );
     kv.add("active", c.active.to_string())
         .add("scheduled", c.scheduled.to_string())
         .add("locked", c.locked.to_string())
@@ -482,6 +492,26 @@ mod tests {
             json!({"max_delivery_count": 3, "default_ttl_ms": null})
         );
         assert!(PolicyArgs::default().merge_patch().is_empty());
+    }
+
+    #[test]
+    fn retention_goes_into_the_policy_and_the_patch() {
+        let args = PolicyArgs {
+            replay: ReplayArgs {
+                dead_letter_retention: Some(0),
+                ..ReplayArgs::default()
+            },
+            ..PolicyArgs::default()
+        };
+        assert_eq!(args.policy().dead_letter_retention_ms, 0);
+        assert_eq!(
+            Value::Object(args.merge_patch()),
+            json!({"dead_letter_retention_ms": 0})
+        );
+        assert_eq!(
+            PolicyArgs::default().policy().dead_letter_retention_ms,
+            redrive_core::policy::DEFAULT_DEAD_LETTER_RETENTION_MS
+        );
     }
 
     #[test]

@@ -1,13 +1,21 @@
-//! The auto-replay flags shared by `queue create|update` and `sub create|update`, and how
-//! `queue show` / `sub show` print the policy.
+//! `redrive replay status`: where each queue's dead letters stand in automatic replay; and
+//! the replay flags shared by `queue create|update` and `sub create|update` (auto-replay
+//! and dead-letter retention), with how `queue show` / `sub show` print them.
 
-use clap::Args;
+use std::collections::BTreeMap;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use redrive_core::policy::{MAX_DEAD_LETTER_RETENTION_MS, check_dead_letter_retention};
 use redrive_core::replay::{AutoReplay, AutoReplayPatch, ReplayDestination};
 
-use crate::output::KeyValues;
+use super::{Ctx, queue_name};
+use crate::output::{KeyValues, Table, print_json};
 use crate::units::{format_duration_ms, parse_duration_ms, parse_size_u32};
+use redrive_api::replay::ReplayStatus;
 
-/// Auto-replay flags: only those given are set (a create starts from the defaults).
+/// Auto-replay and retention flags: only those given are set (a create starts from the
+/// defaults).
 #[derive(Debug, Clone, Default, Args)]
 pub struct ReplayArgs {
     /// Replay live dead letters automatically (`=false` turns it off).
@@ -26,10 +34,14 @@ pub struct ReplayArgs {
     /// Event budget of one republished chunk (1 to 5000; default 5000).
     #[arg(long, value_name = "N")]
     pub replay_chunk_events: Option<u32>,
+    /// How long dead-letter records are kept, in every area (e.g. 90d; at most 3650d;
+    /// 0 keeps them forever; default 30d).
+    #[arg(long, value_name = "DUR", value_parser = parse_retention_ms)]
+    pub dead_letter_retention: Option<u64>,
 }
 
 impl ReplayArgs {
-    /// The fields given, as a patch of the auto-replay policy.
+    /// The auto-replay fields given, as a patch of the auto-replay policy.
     pub fn patch(&self) -> AutoReplayPatch {
         AutoReplayPatch {
             enabled: self.auto_replay,
@@ -39,6 +51,34 @@ impl ReplayArgs {
             max_chunk_events: self.replay_chunk_events,
             destination: None,
         }
+    }
+
+    /// Whether no flag at all was given.
+    pub fn is_empty(&self) -> bool {
+        self.patch().is_empty() && self.dead_letter_retention.is_none()
+    }
+}
+
+/// A clap value parser for `--dead-letter-retention`: a duration of at most 3650 days, or
+/// `0` (forever). Returns milliseconds.
+pub fn parse_retention_ms(s: &str) -> Result<u64, String> {
+    let ms = parse_duration_ms(s)?;
+    check_dead_letter_retention(ms, "dead_letter_retention_ms").map_err(|e| {
+        format!(
+            "invalid dead-letter retention {s:?}: {} (at most {})",
+            e.why,
+            format_duration_ms(MAX_DEAD_LETTER_RETENTION_MS)
+        )
+    })?;
+    Ok(ms)
+}
+
+/// A retention as `--dead-letter-retention` reads it, `forever` for 0.
+pub fn retention_text(ms: u64) -> String {
+    if ms == 0 {
+        "forever".to_owned()
+    } else {
+        format_duration_ms(ms)
     }
 }
 
@@ -60,4 +100,144 @@ pub fn describe(kv: &mut KeyValues, a: &AutoReplay, sep: &str) {
                 ReplayDestination::Origin => "origin",
             },
         );
+}
+
+/// `redrive replay ...`.
+#[derive(Debug, Subcommand)]
+pub enum ReplayCommand {
+    /// Replay counts of one queue, or of every queue with dead letters.
+    ///
+    /// Live records, replay candidates, failing and flagged ones, archived ones, and
+    /// quarantined ones by cause (`manual`: moved there by an operator).
+    Status {
+        /// Queue name (every queue with dead letters when left out).
+        #[arg(value_parser = queue_name)]
+        queue: Option<String>,
+    },
+}
+
+/// Runs a `replay` command.
+pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
+    match cmd {
+        ReplayCommand::Status { queue: Some(queue) } => {
+            let status = ctx
+                .client
+                .replay_status(&queue)
+                .await
+                .with_context(|| format!("replay status of {queue}"))?;
+            if ctx.json {
+                return print_json(&status);
+            }
+            print!("{}", status_table(std::slice::from_ref(&status)).render());
+        }
+        ReplayCommand::Status { queue: None } => {
+            let list = ctx
+                .client
+                .replay_statuses()
+                .await
+                .context("replay status")?;
+            if ctx.json {
+                return print_json(&list);
+            }
+            if list.entities.is_empty() {
+                println!("no queue has dead letters");
+            } else {
+                print!("{}", status_table(&list.entities).render());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One row per queue; QUARANTINED is the total, BY-CAUSE its parts.
+pub fn status_table(statuses: &[ReplayStatus]) -> Table {
+    let mut t = Table::new([
+        "QUEUE",
+        "LIVE",
+        "CANDIDATES",
+        "FAILING",
+        "FLAGGED",
+        "ARCHIVED",
+        "QUARANTINED",
+        "BY-CAUSE",
+    ]);
+    for s in statuses {
+        t.row([
+            s.queue.clone(),
+            s.live.to_string(),
+            s.candidates.to_string(),
+            s.failing.to_string(),
+            s.flagged.to_string(),
+            s.archived.to_string(),
+            s.quarantined.values().sum::<u64>().to_string(),
+            counts_text(&s.quarantined),
+        ]);
+    }
+    t
+}
+
+/// `a=1, b=2` in key order, or `-` when empty.
+pub fn counts_text(m: &BTreeMap<String, u64>) -> String {
+    if m.is_empty() {
+        return "-".to_owned();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_takes_durations_and_zero_and_refuses_more_than_ten_years() {
+        assert_eq!(parse_retention_ms("0"), Ok(0));
+        assert_eq!(parse_retention_ms("7d"), Ok(604_800_000));
+        assert_eq!(
+            parse_retention_ms("3650d"),
+            Ok(MAX_DEAD_LETTER_RETENTION_MS)
+        );
+        let err = parse_retention_ms("3651d").unwrap_err();
+        assert!(err.contains("dead-letter retention"), "{err}");
+        assert!(err.contains("3650d"), "{err}");
+        assert!(parse_retention_ms("soon").unwrap_err().contains("duration"));
+        assert_eq!(retention_text(0), "forever");
+        assert_eq!(retention_text(604_800_000), "7d");
+    }
+
+    #[test]
+    fn status_rows_total_the_quarantine_and_list_its_causes() {
+        let s = ReplayStatus {
+            queue: "orders".to_owned(),
+            live: 3,
+            candidates: 2,
+            failing: 1,
+            flagged: 0,
+            archived: 4,
+            quarantined: BTreeMap::from([
+                ("NotIdempotent".to_owned(), 2),
+                ("manual".to_owned(), 1),
+            ]),
+        };
+        let text = status_table(&[s]).render();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("QUEUE"), "{text}");
+        let cells: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(
+            cells,
+            [
+                "orders",
+                "3",
+                "2",
+                "1",
+                "0",
+                "4",
+                "3",
+                "NotIdempotent=2,",
+                "manual=1"
+            ]
+        );
+    }
 }

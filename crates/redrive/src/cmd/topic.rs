@@ -115,7 +115,8 @@ pub enum SubCommand {
         #[command(flatten)]
         replay: ReplayArgs,
     },
-    /// Change a subscription's auto-replay policy: only the fields given are changed.
+    /// Change a subscription's auto-replay policy and dead-letter retention: only the
+    /// fields given are changed.
     Update {
         /// Topic name.
         #[arg(value_parser = queue_name)]
@@ -418,6 +419,10 @@ fn print_sub(s: &SubscriptionInfo) -> anyhow::Result<()> {
         .add("filter", serde_json::to_string(&s.filter)?)
         .add("dead letter", serde_json::to_string(&s.dead_letter)?);
     replay::describe(&mut kv, &s.auto_replay, " ");
+    kv.add(
+        "dead letter retention",
+        replay::retention_text(s.dead_letter_retention_ms),
+    );
     kv.add("pending", s.stats.pending.to_string())
         .add("in backoff", s.stats.in_backoff.to_string())
         .add("in flight", s.stats.in_flight.to_string())
@@ -462,9 +467,9 @@ async fn sub(ctx: &Ctx, cmd: SubCommand) -> anyhow::Result<()> {
             max_delivery_count,
             max_attempts,
             event_ttl_minutes,
-            replay,
+            replay: flags,
         } => {
-            let replay = replay.patch();
+            let replay = flags.patch();
             replay
                 .validate()
                 .map_err(|e| input_error(format!("subscription {name}: {e}")))?;
@@ -501,6 +506,7 @@ async fn sub(ctx: &Ctx, cmd: SubCommand) -> anyhow::Result<()> {
                 paused: false,
                 max_delivery_count,
                 auto_replay: AutoReplay::default().patched(&replay),
+                dead_letter_retention_ms: flags.dead_letter_retention,
             };
             let s: SubscriptionInfo = must(
                 ctx,
@@ -514,14 +520,14 @@ async fn sub(ctx: &Ctx, cmd: SubCommand) -> anyhow::Result<()> {
         SubCommand::Update {
             topic,
             name,
-            replay,
+            replay: flags,
         } => {
-            let patch = replay.patch();
-            if patch.is_empty() {
+            if flags.is_empty() {
                 return Err(input_error(
-                    "nothing to update: give at least one auto-replay flag (see --help)",
+                    "nothing to update: give at least one auto-replay or retention flag (see --help)",
                 ));
             }
+            let patch = flags.patch();
             patch
                 .validate()
                 .map_err(|e| input_error(format!("subscription {name}: {e}")))?;
@@ -530,7 +536,8 @@ async fn sub(ctx: &Ctx, cmd: SubCommand) -> anyhow::Result<()> {
                 Method::PATCH,
                 &["v1", "topics", &topic, "subscriptions", &name],
                 Some(&UpdateSubscription {
-                    auto_replay: Some(patch),
+                    auto_replay: (!patch.is_empty()).then_some(patch),
+                    dead_letter_retention_ms: flags.dead_letter_retention,
                     ..UpdateSubscription::default()
                 }),
             )

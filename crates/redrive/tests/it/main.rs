@@ -5,6 +5,7 @@
 //! - `support`: start/stop a server process, run CLI commands, tiny HTTP probes.
 //! - `cli`: the operator commands end to end.
 //! - `cli_access`: tokens, roles, revocation and the audit log end to end.
+//! - `cli_replay`: dead-letter import, export and restore, replay status, retention.
 //! - `cli_topics`: the topic, subscription and publish commands end to end.
 //! - `config`: configuration layering and refusal of unknown keys.
 //! - `crash`: SIGKILL under concurrent load, restart, and the durability check.
@@ -16,6 +17,7 @@
 
 mod cli;
 mod cli_access;
+mod cli_replay;
 mod cli_topics;
 mod config;
 mod crash;
