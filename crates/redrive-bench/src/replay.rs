@@ -227,6 +227,7 @@ pub(crate) fn judge(a: &JudgeArgs, report: &mut Report) -> anyhow::Result<()> {
         ..AutoReplay::default()
     };
     let mut times = Vec::with_capacity(a.runs);
+
     let mut republished = 0;
     for _ in 0..a.runs.max(1) {
         let t = Instant::now();
@@ -254,6 +255,7 @@ pub(crate) fn judge(a: &JudgeArgs, report: &mut Report) -> anyhow::Result<()> {
         std::hint::black_box(chunks);
     }
     times.sort();
+
     let ms = |d: Duration| round2(d.as_secs_f64() * 1_000.0);
     report.add("events", u64::try_from(a.events)?, "");
     report.add("event_bytes", u64::try_from(a.size)?, "B");

@@ -147,76 +147,121 @@ fn is_json_type(ct: Option<&str>) -> bool {
 }
 
 impl CloudEvent {
+    /// Checks one structured-mode event's attributes, given as `(name, value)` pairs,
+    /// without taking them: every rule [`CloudEvent::from_json`] applies (which calls
+    /// it). Null values count as absent.
+    pub fn check_attributes<'a>(
+        attrs: impl Iterator<Item = (&'a String, &'a Value)> + Clone,
+    ) -> Result<(), EventError> {
+        // The required attributes first, in the order they are reported.
+        for name in ["specversion", "id", "source", "type"] {
+            match attrs
+                .clone()
+                .find(|(n, _)| n.as_str() == name)
+                .map(|(_, v)| v)
+            {
+                Some(Value::String(s)) if !s.is_empty() => {
+                    if name == "specversion" && s != SPEC_VERSION {
+                        return Err(EventError::SpecVersion(s.clone()));
+                    }
+                }
+                Some(Value::String(_) | Value::Null) | None => {
+                    return Err(EventError::Missing(name));
+                }
+                Some(_) => return Err(invalid(name, "must be a string")),
+            }
+        }
+        let (mut data, mut data_base64) = (false, false);
+        for (name, value) in attrs {
+            let string = || -> Result<Option<&str>, EventError> {
+                match value {
+                    Value::Null => Ok(None),
+                    Value::String(s) if !s.is_empty() => Ok(Some(s)),
+                    Value::String(_) => Err(invalid(name, "must not be empty")),
+                    _ => Err(invalid(name, "must be a string")),
+                }
+            };
+            match name.as_str() {
+                "specversion" | "id" | "source" | "type" => {}
+                "subject" | "datacontenttype" | "dataschema" => {
+                    string()?;
+                }
+                "time" => {
+                    if let Some(t) = string()?
+                        && Timestamp::parse_rfc3339(t).is_none()
+                    {
+                        return Err(invalid("time", "must be an RFC 3339 timestamp"));
+                    }
+                }
+                "data" => data = !value.is_null(),
+                "data_base64" => match value {
+                    Value::Null => {}
+                    Value::String(b) => {
+                        B64.decode(b.as_bytes())
+                            .map_err(|e| invalid("data_base64", format!("not base64: {e}")))?;
+                        data_base64 = true;
+                    }
+                    _ => return Err(invalid("data_base64", "must be a base64 string")),
+                },
+                _ => {
+                    check_extension_name(name)?;
+                    match value {
+                        Value::String(_) | Value::Bool(_) | Value::Null => {}
+                        Value::Number(n) if n.as_i64().is_some() => {}
+                        Value::Number(_) => {
+                            return Err(invalid(name, "extension numbers must be integers"));
+                        }
+                        _ => {
+                            return Err(invalid(
+                                name,
+                                "extension values are strings, integers or booleans",
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        if data && data_base64 {
+            return Err(invalid("data", "`data` and `data_base64` are exclusive"));
+        }
+        Ok(())
+    }
+
     /// Parses and validates one structured-mode event.
     pub fn from_json(v: Value) -> Result<CloudEvent, EventError> {
         let Value::Object(mut m) = v else {
             return Err(EventError::NotAnObject);
         };
-        let mut required = |name: &'static str| -> Result<String, EventError> {
-            match m.remove(name) {
-                Some(Value::String(s)) if !s.is_empty() => Ok(s),
-                Some(Value::String(_)) | None | Some(Value::Null) => Err(EventError::Missing(name)),
-                Some(_) => Err(invalid(name, "must be a string")),
-            }
+        CloudEvent::check_attributes(m.iter())?;
+        // Checked: what follows only takes the values out.
+        let mut take = |name: &str| match m.remove(name) {
+            Some(Value::String(s)) => Some(s),
+            _ => None,
         };
-        let specversion = required("specversion")?;
-        if specversion != SPEC_VERSION {
-            return Err(EventError::SpecVersion(specversion));
-        }
-        let id = required("id")?;
-        let source = required("source")?;
-        let event_type = required("type")?;
-        let mut optional = |name: &'static str| -> Result<Option<String>, EventError> {
-            match m.remove(name) {
-                None | Some(Value::Null) => Ok(None),
-                Some(Value::String(s)) if !s.is_empty() => Ok(Some(s)),
-                Some(Value::String(_)) => Err(invalid(name, "must not be empty")),
-                Some(_) => Err(invalid(name, "must be a string")),
-            }
-        };
-        let subject = optional("subject")?;
-        let time = optional("time")?;
-        let datacontenttype = optional("datacontenttype")?;
-        let dataschema = optional("dataschema")?;
-        if let Some(t) = &time
-            && Timestamp::parse_rfc3339(t).is_none()
-        {
-            return Err(invalid("time", "must be an RFC 3339 timestamp"));
-        }
+        let specversion = take("specversion").unwrap_or_default();
+        let id = take("id").unwrap_or_default();
+        let source = take("source").unwrap_or_default();
+        let event_type = take("type").unwrap_or_default();
+        let subject = take("subject");
+        let time = take("time");
+        let datacontenttype = take("datacontenttype");
+        let dataschema = take("dataschema");
         let not_null = |v: Option<Value>| v.filter(|v| !v.is_null());
         let data = match (
             not_null(m.remove("data")),
             not_null(m.remove("data_base64")),
         ) {
-            (Some(_), Some(_)) => {
-                return Err(invalid("data", "`data` and `data_base64` are exclusive"));
-            }
-            (None, None) => None,
-            (Some(d), None) => Some(Data::Json(d)),
-            (None, Some(Value::String(b))) => {
-                Some(Data::Binary(B64.decode(b.as_bytes()).map_err(|e| {
-                    invalid("data_base64", format!("not base64: {e}"))
-                })?))
-            }
-            (None, Some(_)) => return Err(invalid("data_base64", "must be a base64 string")),
+            (Some(d), _) => Some(Data::Json(d)),
+            (None, Some(Value::String(b))) => B64.decode(b.as_bytes()).ok().map(Data::Binary),
+            _ => None,
         };
         let mut extensions = BTreeMap::new();
         for (k, v) in m {
-            check_extension_name(&k)?;
             let ev = match v {
                 Value::String(s) => ExtensionValue::String(s),
                 Value::Bool(b) => ExtensionValue::Boolean(b),
-                Value::Number(n) => ExtensionValue::Integer(
-                    n.as_i64()
-                        .ok_or_else(|| invalid(&k, "extension numbers must be integers"))?,
-                ),
-                Value::Null => continue,
-                _ => {
-                    return Err(invalid(
-                        &k,
-                        "extension values are strings, integers or booleans",
-                    ));
-                }
+                Value::Number(n) => ExtensionValue::Integer(n.as_i64().unwrap_or_default()),
+                _ => continue,
             };
             extensions.insert(k, ev);
         }

@@ -71,8 +71,11 @@ pub struct DeadLetteredEvent {
     pub event_type: String,
     /// The schema it was written in.
     pub schema: EventSchema,
-    /// See [`DeadLetteredEvent::size`].
-    size: usize,
+    /// Its republished form under the id of its next replay (what [`republished`] answers
+    /// for that id), made once while checking it.
+    next: Vec<u8>,
+    /// That id.
+    next_id: String,
 }
 
 impl DeadLetteredEvent {
@@ -80,7 +83,7 @@ impl DeadLetteredEvent {
     /// (`<original id>|<count + 1>`, see [`republished`]): the size the chunk budget
     /// counts. Computed when the record is parsed.
     pub fn size(&self) -> usize {
-        self.size
+        self.next.len()
     }
 }
 
@@ -314,36 +317,74 @@ fn cloud_form(raw: &Map<String, Value>, schema: EventSchema) -> Map<String, Valu
     }
 }
 
+/// The republished form of an event whose CloudEvents attributes are `attrs`: every
+/// attribute but Event Grid's diagnostics, `id` and the original-id extension, then `id`
+/// and that extension. Serialized straight from the borrowed map.
+struct Republish<'a> {
+    attrs: &'a Map<String, Value>,
+    id: &'a str,
+    original: &'a str,
+}
+
+impl serde::Serialize for Republish<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        for (k, v) in kept(self.attrs) {
+            if k != "id" && k != ORIGINAL_ID_EXTENSION {
+                m.serialize_entry(k, v)?;
+            }
+        }
+        m.serialize_entry("id", self.id)?;
+        m.serialize_entry(ORIGINAL_ID_EXTENSION, self.original)?;
+        m.end()
+    }
+}
+
+/// The attributes of a CloudEvents-schema element without Event Grid's diagnostics.
+fn kept(m: &Map<String, Value>) -> impl Iterator<Item = (&String, &Value)> + Clone {
+    m.iter().filter(|(k, _)| !DIAGNOSTICS.contains(&k.as_str()))
+}
+
 /// Reads one element of the array: its schema, id and type, checked so that its
 /// republished form is a valid CloudEvent.
 fn parse_event(value: Value) -> Result<DeadLetteredEvent, EventError> {
     let Value::Object(raw) = value else {
         return Err(EventError::NotAnObject);
     };
-    let schema = if raw.contains_key("specversion") {
-        EventSchema::CloudEvents
+    let (id, event_type, schema, form) = if raw.contains_key("specversion") {
+        CloudEvent::check_attributes(kept(&raw))?;
+        let text = |k: &str| match raw.get(k) {
+            Some(Value::String(s)) => s.clone(),
+            _ => String::new(),
+        };
+        (text("id"), text("type"), EventSchema::CloudEvents, None)
     } else {
         check_event_grid(&raw)?;
-        EventSchema::EventGrid
-    };
-    let mut form = cloud_form(&raw, schema);
-    let (id, event_type) = {
+        let form = cloud_form(&raw, EventSchema::EventGrid);
         let checked = CloudEvent::from_json(Value::Object(form.clone()))?;
-        (checked.id, checked.event_type)
+        (
+            checked.id,
+            checked.event_type,
+            EventSchema::EventGrid,
+            Some(form),
+        )
     };
     let (base, count) = split_replay_count(&id);
-    form.insert(
-        "id".into(),
-        Value::String(with_replay_count(&id, count.saturating_add(1))),
-    );
-    form.insert(ORIGINAL_ID_EXTENSION.into(), Value::String(base.to_owned()));
-    let size = Value::Object(form).to_string().len();
+    let next_id = with_replay_count(&id, count.saturating_add(1));
+    let next = serde_json::to_vec(&Republish {
+        attrs: form.as_ref().unwrap_or(&raw),
+        id: &next_id,
+        original: base,
+    })
+    .unwrap_or_default();
     Ok(DeadLetteredEvent {
         raw,
         id,
         event_type,
         schema,
-        size,
+        next,
+        next_id,
     })
 }
 
@@ -387,13 +428,19 @@ pub fn parse_events(body: &[u8]) -> Result<Vec<DeadLetteredEvent>, SchemaError> 
 /// `dataversion` (left out when empty); `metadataVersion` and anything else outside the
 /// schema is dropped.
 pub fn republished(ev: &DeadLetteredEvent, new_id: &str, original_id: &str) -> Vec<u8> {
-    let mut m = cloud_form(&ev.raw, ev.schema);
-    m.insert("id".into(), Value::String(new_id.to_owned()));
-    m.insert(
-        ORIGINAL_ID_EXTENSION.into(),
-        Value::String(original_id.to_owned()),
-    );
-    Value::Object(m).to_string().into_bytes()
+    if new_id == ev.next_id && original_id == split_replay_count(&ev.id).0 {
+        return ev.next.clone();
+    }
+    let form = match ev.schema {
+        EventSchema::CloudEvents => None,
+        EventSchema::EventGrid => Some(cloud_form(&ev.raw, ev.schema)),
+    };
+    serde_json::to_vec(&Republish {
+        attrs: form.as_ref().unwrap_or(&ev.raw),
+        id: new_id,
+        original: original_id,
+    })
+    .unwrap_or_default()
 }
 
 /// A queue message's structured-mode CloudEvent (what a topic subscription's queue
@@ -444,7 +491,7 @@ pub fn event_ref(ev: &DeadLetteredEvent) -> EventRef<'_> {
     EventRef {
         id: &ev.id,
         event_type: Some(&ev.event_type),
-        size: ev.size,
+        size: ev.size(),
     }
 }
 

@@ -38,17 +38,32 @@ pub(crate) async fn claim(
         return Ok(Vec::new());
     }
     // SKIP LOCKED: claims on other nodes (and records being written) are passed over,
-    // so no candidate is claimed twice.
+    // so no candidate is claimed twice. The candidates in claim order with their sizes
+    // first, then as many whole records as the claim's byte budget takes (the rows left
+    // over are unlocked at the commit).
+    let order = db
+        .query(
+            "SELECT id, octet_length(body)::bigint FROM dead_letters \
+             WHERE replay_due_at <= $1 AND area = 'live' \
+              AND (locked_until IS NULL OR locked_until <= $1) \
+             ORDER BY replay_due_at, id LIMIT $2 FOR UPDATE SKIP LOCKED",
+            &[&now.0, &i64::from(limit)],
+        )
+        .await?;
+    let sizes: Vec<u64> = order
+        .iter()
+        .map(|r| u64::try_from(r.get::<_, i64>(1)).unwrap_or(0))
+        .collect();
+    let take = redrive_store::skeleton::replay::claim_cut(sizes);
+    let ids: Vec<String> = order.iter().take(take).map(|r| r.get(0)).collect();
     let rows = db
         .query(
             concat!(
                 "SELECT ",
                 redrive_store::columns!(dead_letter),
-                " FROM dead_letters WHERE replay_due_at <= $1 AND area = 'live' \
-                  AND (locked_until IS NULL OR locked_until <= $1) \
-                 ORDER BY replay_due_at, id LIMIT $2 FOR UPDATE SKIP LOCKED"
+                " FROM dead_letters WHERE id = ANY($1::text[]) ORDER BY replay_due_at, id"
             ),
-            &[&now.0, &i64::from(limit)],
+            &[&ids],
         )
         .await?;
     let mut records = decode(&rows, record)?;

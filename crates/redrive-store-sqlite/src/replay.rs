@@ -17,7 +17,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::dead_letters::load_record;
 use crate::error::Db;
-use crate::rows::{insert_record, query_all, queue_id, record};
+use crate::rows::{insert_record, query_all, queue_id};
 use crate::writer::Tx;
 
 // ---- writes ---------------------------------------------------------------------------
@@ -30,19 +30,40 @@ pub(crate) fn claim(
     max: u32,
     claim_ms: u64,
 ) -> StoreResult<Vec<DeadLetterRecord>> {
-    let mut records = {
+    // The candidates in claim order with their sizes, then as many whole records as the
+    // claim's byte budget takes.
+    let order: Vec<(String, String, u64)> = {
         let mut stmt = tx
             .conn
-            .prepare_cached(concat!(
-                "SELECT ",
-                redrive_store::columns!(dead_letter),
-                " FROM dead_letters WHERE replay_due_at IS NOT NULL AND replay_due_at <= ?1 \
+            .prepare_cached(
+                "SELECT queue, id, length(body) FROM dead_letters \
+                 WHERE replay_due_at IS NOT NULL AND replay_due_at <= ?1 \
                   AND area = 'live' AND (locked_until IS NULL OR locked_until <= ?1) \
-                 ORDER BY replay_due_at, id LIMIT ?2"
-            ))
+                 ORDER BY replay_due_at, id LIMIT ?2",
+            )
             .db()?;
-        query_all(&mut stmt, params![now.0, i64::from(max)], record)?
+        let rows = stmt
+            .query_map(params![now.0, i64::from(max)], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)?))
+            })
+            .db()?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (q, id, n) = row.db()?;
+            out.push((q, id, u64::try_from(n).unwrap_or(0)));
+        }
+        out
     };
+    let take = redrive_store::skeleton::replay::claim_cut(order.iter().map(|(_, _, n)| *n));
+    let mut records = Vec::with_capacity(take);
+    for (q, id, _) in order.into_iter().take(take) {
+        let q: EntityName = q
+            .parse()
+            .map_err(|e| redrive_store::skeleton::columns::bad_value("dead_letters.queue", e))?;
+        if let Some(r) = load_record(tx.conn, &q, &id)? {
+            records.push(r);
+        }
+    }
     let due = claimed(now, claim_ms);
     let mut update = tx
         .conn

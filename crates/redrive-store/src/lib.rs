@@ -235,7 +235,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Claims up to `limit` replay candidates due at `now` — live records whose
     /// `replay.due_at` is at or before `now` and that no dead-letter receiver holds
-    /// locked — earliest due first, across every queue. Each claimed record's due time
+    /// locked — earliest due first (then by id), across every queue, stopping early at
+    /// [`skeleton::replay::MAX_CLAIM_BYTES`] of bodies ([`skeleton::replay::claim_cut`]). Each claimed record's due time
     /// moves to `now + claim_ms` in the same transaction (returned records show the new
     /// time), so a judge that dies leaves it to a claim after that.
     async fn claim_replay_candidates(

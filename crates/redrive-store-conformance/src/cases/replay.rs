@@ -1109,3 +1109,44 @@ pub async fn moving_into_live_is_a_restore_and_moving_out_ends_the_candidate(t: 
             .is_empty()
     );
 }
+
+/// A claim stops at its byte budget (`MAX_CLAIM_BYTES`), in claim order, and always takes
+/// one record however large; the records it leaves stay due for the next claim.
+pub async fn a_claim_stops_at_its_byte_budget(t: &TestStore) {
+    let src = t.queue("src", QueuePolicy::default()).await;
+    let on = t.queue("on", replaying(0)).await;
+    let id = dl(t, &src, "m1", secs(1)).await;
+    let template = get(t, &src, &id).await;
+    let big = vec![b'x'; 8 * 1024 * 1024];
+    let records: Vec<DeadLetterRecord> = (0..3)
+        .map(|i| DeadLetterRecord {
+            id: redrive_core::id::new_dead_letter_id(secs(2)),
+            message_id: format!("big-{i}"),
+            body: big.clone(),
+            body_sha256: redrive_core::digest::sha256_hex(&big),
+            ..template.clone()
+        })
+        .collect();
+    t.s()
+        .import_dead_letters(&on, records.clone(), secs(3))
+        .await
+        .unwrap();
+    let first = t
+        .s()
+        .claim_replay_candidates(secs(3), 10, 60_000)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = first.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [records[0].id.as_str(), records[1].id.as_str()],
+        "16 MiB of bodies in the first claim"
+    );
+    let second = t
+        .s()
+        .claim_replay_candidates(secs(3), 10, 60_000)
+        .await
+        .unwrap();
+    assert_eq!(second.len(), 1, "the third waited for the next claim");
+    assert_eq!(second[0].id, records[2].id);
+}

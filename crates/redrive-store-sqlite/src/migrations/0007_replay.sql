@@ -15,7 +15,7 @@ ALTER TABLE dead_letters ADD COLUMN judgement TEXT;
 ALTER TABLE dead_letters ADD COLUMN replay_cause TEXT;
 
 -- The replay worker claims candidates by due time, across queues.
-CREATE INDEX dead_letters_candidates ON dead_letters (replay_due_at)
+CREATE INDEX dead_letters_candidates ON dead_letters (replay_due_at, id)
     WHERE replay_due_at IS NOT NULL;
 -- Retention and the drain read each queue's records by age.
 CREATE INDEX dead_letters_age ON dead_letters (queue, dead_lettered_at);

@@ -52,6 +52,25 @@ pub fn moved(
     }
 }
 
+/// Bytes of record bodies one claim hands out at most (always at least one record, however
+/// large): bounds the memory of a replay pass whatever the records hold.
+pub const MAX_CLAIM_BYTES: u64 = 16 * 1024 * 1024;
+
+/// How many of the due candidates, in claim order with these body sizes, one claim takes:
+/// records while the bytes taken before each stay under [`MAX_CLAIM_BYTES`].
+pub fn claim_cut(sizes: impl IntoIterator<Item = u64>) -> usize {
+    let mut taken = 0u64;
+    let mut n = 0;
+    for size in sizes {
+        if n > 0 && taken >= MAX_CLAIM_BYTES {
+            break;
+        }
+        taken = taken.saturating_add(size);
+        n += 1;
+    }
+    n
+}
+
 /// The due time a claimed candidate gets: `now + claim_ms`. A judge that dies leaves the
 /// record to the next claim after that time.
 pub fn claimed(now: Timestamp, claim_ms: u64) -> Timestamp {
@@ -278,6 +297,15 @@ mod tests {
             moved(&p, &failing, Area::Live, Area::Live, Timestamp(40)),
             failing
         );
+    }
+
+    #[test]
+    fn a_claim_stops_at_its_byte_budget_but_takes_at_least_one() {
+        let mib = 1024 * 1024;
+        assert_eq!(claim_cut([8 * mib, 8 * mib, 8 * mib]), 2);
+        assert_eq!(claim_cut([100 * mib, 1]), 1);
+        assert_eq!(claim_cut(std::iter::repeat_n(256, 1_000)), 1_000);
+        assert_eq!(claim_cut([]), 0);
     }
 
     #[test]
