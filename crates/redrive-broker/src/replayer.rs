@@ -56,7 +56,7 @@ use crate::{Actor, Broker, BrokerError, BrokerResult};
 pub const REPLAY_LEASE: &str = "replayer";
 
 /// Records claimed per pass.
-pub const REPLAY_BATCH: u32 = 1_000;
+pub const REPLAY_BATCH: u32 = 2_000;
 
 /// Records the drain makes candidates per store call.
 const DRAIN_BATCH: u32 = 1_000;
@@ -189,9 +189,16 @@ impl Replayer {
                             "replay drain could not read the store; it runs again at the next start"),
                     }
                 }
-                match b.replay_once().await {
-                    Ok(pass) => more = pass.judged == u64::from(REPLAY_BATCH),
-                    Err(e) => tracing::warn!(error = %e, "replay pass failed; retrying"),
+                // Two passes at once (their claims never overlap): one's store writes
+                // share commits with the other's, and one judges while the other writes.
+                // A claim may stop short of the batch (its byte budget): look again at
+                // once while passes find work.
+                let (one, two) = tokio::join!(b.replay_once(), b.replay_once());
+                for pass in [one, two] {
+                    match pass {
+                        Ok(pass) => more |= pass.judged > 0,
+                        Err(e) => tracing::warn!(error = %e, "replay pass failed; retrying"),
+                    }
                 }
             }
             if more {
@@ -207,6 +214,33 @@ impl Replayer {
                 () = cancel.cancelled() => return,
             }
         }
+    }
+}
+
+/// Records of several chunks republishing at once in one pass.
+const MAX_IN_FLIGHT: usize = 2;
+
+/// How a record's republish task ended: the record, how to end it, the events and chunks
+/// sent, and the outcome.
+type RepublishDone = (Key, ReplayFinish, u64, u64, BrokerResult<()>);
+
+/// Takes the end of a republish task into the pass.
+fn settle_task(
+    done: Result<RepublishDone, tokio::task::JoinError>,
+    work: &mut Work,
+    pass: &mut ReplayPass,
+) {
+    match done {
+        Ok((key, finish, sent, chunks, result)) => {
+            pass.republished += sent;
+            pass.chunks += chunks;
+            match result {
+                Ok(()) => work.finish(key, finish, sent),
+                Err(e) => work.failed(key, e),
+            }
+        }
+        // A panicked task's record keeps its claim and is judged again when it runs out.
+        Err(e) => tracing::error!(error = %e, "a replay republish task failed"),
     }
 }
 
@@ -338,6 +372,7 @@ impl Broker {
         let register = self.register().await?;
         let mut policies: BTreeMap<EntityName, Option<QueuePolicy>> = BTreeMap::new();
         let mut work = Work::default();
+        let mut in_flight: tokio::task::JoinSet<RepublishDone> = tokio::task::JoinSet::new();
         for record in claimed {
             pass.judged += 1;
             let policy = match policies.get(&record.queue) {
@@ -380,15 +415,31 @@ impl Broker {
                     messages,
                     chunks,
                     finish,
-                }) => match self
-                    .republish_in_order(&key.queue, messages, &chunks, &policy, &mut pass)
-                    .await
-                {
-                    Ok(n) => work.finish(key, finish, n),
-                    Err(e) => work.failed(key, e),
-                },
+                }) => {
+                    // Records of several chunks republish in tasks of their own (at most
+                    // MAX_IN_FLIGHT at once), so that the next record is judged while the
+                    // store writes this one's chunks; each record's chunks stay in order.
+                    while in_flight.len() >= MAX_IN_FLIGHT {
+                        if let Some(done) = in_flight.join_next().await {
+                            settle_task(done, &mut work, &mut pass);
+                        }
+                    }
+                    let task = self.clone().republish_in_order(
+                        key.queue.clone(),
+                        messages,
+                        chunks,
+                        policy.clone(),
+                    );
+                    in_flight.spawn(async move {
+                        let (sent, chunks, result) = task.await;
+                        (key, finish, sent, chunks, result)
+                    });
+                }
                 Err(e) => work.failed(key, e),
             }
+        }
+        while let Some(done) = in_flight.join_next().await {
+            settle_task(done, &mut work, &mut pass);
         }
         self.republish_combined(&mut work, &policies, &mut pass)
             .await;
@@ -510,31 +561,34 @@ impl Broker {
     }
 
     /// Republishes one record's chunks in order; a chunk that fails (an event over the
-    /// origin's size limit, a store error) stops those behind it. Answers the events sent.
+    /// origin's size limit, a store error) stops those behind it. Answers the events and
+    /// chunks sent, and how it ended.
     async fn republish_in_order(
-        &self,
-        queue: &EntityName,
+        self,
+        queue: EntityName,
         messages: Vec<NewMessage>,
-        chunks: &[std::ops::Range<usize>],
-        policy: &QueuePolicy,
-        pass: &mut ReplayPass,
-    ) -> BrokerResult<u64> {
+        chunks: Vec<std::ops::Range<usize>>,
+        policy: QueuePolicy,
+    ) -> (u64, u64, BrokerResult<()>) {
         let mut messages = messages.into_iter();
-        let mut sent = 0;
+        let (mut sent, mut done) = (0, 0);
         for chunk in chunks {
             let batch: Vec<NewMessage> = messages.by_ref().take(chunk.len()).collect();
-            check_sizes(&batch, policy)?;
+            if let Err(e) = check_sizes(&batch, &policy) {
+                return (sent, done, Err(e));
+            }
             let n = batch.len() as u64;
-            self.inner.store.enqueue(queue, batch, self.now()).await?;
-            self.wake_republished(queue);
+            if let Err(e) = self.inner.store.enqueue(&queue, batch, self.now()).await {
+                return (sent, done, Err(e.into()));
+            }
+            self.wake_republished(&queue);
             sent += n;
-            pass.republished += n;
-            pass.chunks += 1;
+            done += 1;
             self.inner
                 .metrics
                 .add(Counter::ReplayRepublished, queue.as_str(), n);
         }
-        Ok(sent)
+        (sent, done, Ok(()))
     }
 
     /// Records a failed judgement and flags a record that keeps failing.
