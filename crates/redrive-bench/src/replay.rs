@@ -194,7 +194,14 @@ pub(crate) async fn run(
     // rather than by counting the queue's messages, which would compete with the replay
     // for the two cores.
     loop {
-        let st = call(&http, client, reqwest::Method::GET, &["v1", "replay", queue], None).await?;
+        let st = call(
+            &http,
+            client,
+            reqwest::Method::GET,
+            &["v1", "replay", queue],
+            None,
+        )
+        .await?;
         if st["live"].as_u64() == Some(0) {
             break;
         }
