@@ -701,3 +701,47 @@ async fn a_push_endpoint_down_past_its_ttl_loses_nothing_every_event_delivered_o
     assert_eq!(quarantined[0].message_id, "e3");
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_judgement_logs_and_counts_its_quarantine_once() {
+    for backend in Backend::all("the redelivered judgement test") {
+        let name = backend.name();
+        let s = server(backend).await;
+        replaying_queue(&s, "q", json!({"max_chunk_events": 1})).await;
+        register(&s, "e", Idempotency::Idempotent).await;
+        // A poison event, then an event the origin refuses for now: the first judgement
+        // quarantines the poison and fails on the second; the next one finds the
+        // quarantine written and does not write, log or count it again.
+        let mut arr: Vec<Value> =
+            serde_json::from_slice(&blob(&[("poison", "nobody.knows")], 4)).unwrap();
+        arr.extend(serde_json::from_slice::<Vec<Value>>(&blob(&[("big", "e")], 4_000)).unwrap());
+        s.patch("/v1/queues/q", json!({"max_message_size": 2_048}))
+            .await;
+        let id = import_blob(&s, "q", &serde_json::to_vec(&arr).unwrap()).await;
+        let p = pass(&s).await;
+        assert_eq!(
+            causes(&p),
+            BTreeMap::from([(QuarantineCause::TypeNotRegistered, 1)]),
+            "{name}"
+        );
+        assert_eq!(p.failed, 1, "{name}");
+        s.patch("/v1/queues/q", json!({"max_message_size": 1_048_576}))
+            .await;
+        s.advance(1_000);
+        let p = pass(&s).await;
+        assert!(
+            p.quarantined.is_empty(),
+            "{name}: found, not created again: {p:?}"
+        );
+        assert_eq!(p.republished, 1, "{name}");
+        assert_eq!(record(&s, "q", &id).await.area, Area::Archived, "{name}");
+        assert_eq!(records(&s, "q", Area::Quarantine).await.len(), 1, "{name}");
+        assert!(
+            s.metrics().await.contains(
+                "redrive_replay_quarantined_total{queue=\"q\",cause=\"TypeNotRegistered\"} 1"
+            ),
+            "{name}"
+        );
+        s.stop().await;
+    }
+}
