@@ -171,6 +171,7 @@ macro_rules! store_conformance_tests {
             quarantine_whole_moves_a_live_record_once_and_writes_its_id_back,
             a_quarantined_record_is_never_claimed,
             a_claim_stops_at_its_byte_budget,
+            an_operator_move_counts_under_no_judgement_cause,
             quarantine_copy_is_create_if_absent_and_copies_the_evidence,
             finish_replay_archives_or_deletes_only_a_live_record,
             fail_replay_counts_failures_and_makes_the_record_due_at_the_retry_time,

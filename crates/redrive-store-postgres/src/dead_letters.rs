@@ -236,7 +236,8 @@ pub(crate) async fn move_to(
     let mark = moved(&q.policy, &record.replay, record.area, to, now);
     db.execute(
         "UPDATE dead_letters SET area = $2, lock_token = NULL, locked_until = NULL, \
-         replay_due_at = $3, replay_failures = $4, last_replay_error = $5 WHERE id = $1",
+         replay_due_at = $3, replay_failures = $4, last_replay_error = $5, \
+         replay_cause = CASE WHEN area = $2 THEN replay_cause ELSE NULL END WHERE id = $1",
         &[
             &record.id,
             &to.as_str(),

@@ -223,11 +223,14 @@ pub(crate) fn move_to(
     set_area(tx.conn, id, to, &mark)
 }
 
-/// Moves a record, writes its replay bookkeeping, and drops any lock on it.
+/// Moves a record, writes its replay bookkeeping, and drops any lock on it. A move to
+/// another area is not a judgement's: the record no longer counts under the cause of
+/// one (its judgement stays, as history).
 fn set_area(conn: &Connection, id: &str, to: Area, mark: &ReplayMark) -> StoreResult<()> {
     conn.prepare_cached(
         "UPDATE dead_letters SET area = ?2, replay_due_at = ?3, replay_failures = ?4, \
-         last_replay_error = ?5, lock_token = NULL, locked_until = NULL WHERE id = ?1",
+         last_replay_error = ?5, lock_token = NULL, locked_until = NULL, \
+         replay_cause = CASE WHEN area = ?2 THEN replay_cause ELSE NULL END WHERE id = ?1",
     )
     .db()?
     .execute(params![

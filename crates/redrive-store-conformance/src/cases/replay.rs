@@ -1150,3 +1150,42 @@ pub async fn a_claim_stops_at_its_byte_budget(t: &TestStore) {
     assert_eq!(second.len(), 1, "the third waited for the next claim");
     assert_eq!(second[0].id, records[2].id);
 }
+
+/// A record an operator moves counts under no judgement's cause any more: quarantined by
+/// a judgement, restored, then put back in quarantine by hand, it counts as `manual`.
+pub async fn an_operator_move_counts_under_no_judgement_cause(t: &TestStore) {
+    let q = t.queue("orders", replaying(0)).await;
+    let id = dl(t, &q, "m1", secs(1)).await;
+    let quarantine = Quarantine {
+        judgement: judgement(secs(2), Some(QuarantineCause::NotIdempotent)),
+        body: None,
+    };
+    assert!(
+        t.s()
+            .quarantine_dead_letter(&q, &id, &quarantine, secs(2))
+            .await
+            .unwrap()
+    );
+    let counts = |c: Vec<ReplayCounts>| c[0].quarantined.clone();
+    assert_eq!(
+        counts(t.s().replay_counts(Some(&q), 10).await.unwrap()),
+        BTreeMap::from([(Some(QuarantineCause::NotIdempotent), 1)])
+    );
+    t.s()
+        .move_dead_letter(&q, &id, Area::Live, secs(3))
+        .await
+        .unwrap();
+    t.s()
+        .move_dead_letter(&q, &id, Area::Quarantine, secs(4))
+        .await
+        .unwrap();
+    assert_eq!(
+        counts(t.s().replay_counts(Some(&q), 10).await.unwrap()),
+        BTreeMap::from([(None, 1)]),
+        "moved there by hand"
+    );
+    assert!(
+        get(t, &q, &id).await.judgement.is_some(),
+        "the judgement stays as history"
+    );
+}
