@@ -93,6 +93,9 @@ string_enum! {
         Approximate = "approximate",
         /// The source did not say (an import whose evidence lacks the count or the times).
         Incomplete = "incomplete",
+        /// No attempt evidence exists at all: the count and the times are lost or were never
+        /// kept.
+        Unavailable = "unavailable",
     }
 }
 

@@ -20,9 +20,11 @@
 //! - [`access`]: roles, grants and the permission table of every operation.
 //! - [`audit`]: the hash chain of the audit log.
 //! - [`register`]: the idempotency register of replayable message types and its rule.
+//! - [`case`]: recovery cases: their vocabulary, timeline, ownership and decision order.
 
 pub mod access;
 pub mod audit;
+pub mod case;
 pub mod clock;
 pub mod dead_letter;
 pub mod digest;
