@@ -2,9 +2,13 @@
 //! from its queue with a lock, POSTs each to the endpoint with [`redrive_push::Deliverer`],
 //! and settles by [`redrive_events::RetryPolicy::decide`]: delivered → complete; retry at
 //! `t` → abandon with delay `t − now` (the queue keeps the attempt count — the delivery
-//! count — and the time of the next attempt, so both survive a restart); give up →
-//! dead-letter with the reason code and the evidence in the description (see below), or,
-//! for a subscription that accepted dropping, complete with a warning and a count.
+//! count — and the time of the next attempt, so both survive a restart); no retry before
+//! the time to live → abandon until the expiry; give up → dead-letter, routed by the
+//! broker (`routed_by: broker`), with the reason code and the evidence in the description
+//! (see below), or, for a subscription that accepted dropping, complete with a warning and
+//! a count. An event received when its time to live has passed (it waited for the expiry,
+//! or the subscription was paused past it) is given up `TimeToLiveExceeded` without
+//! another attempt: the time to live is exact, neither earlier nor later.
 //!
 //! ## Dead-letter evidence
 //!
@@ -26,7 +30,8 @@
 //! (the error chain of a timeout or connection error, shortened) only when there was one.
 //! `publishTime` is when the event was published (its enqueue time) and
 //! `lastDeliveryAttemptTime` when the last attempt started, both RFC 3339 on the broker's
-//! clock.
+//! clock. An event given up at its expiry without a further attempt has no `last…` fields
+//! (its attempts are counted in `deliveryAttempts`).
 //!
 //! Each push subscription drains in a task of its own (a slow endpoint holds up no other
 //! subscription). Drains start when a publish stores events for a push subscription, when
@@ -57,7 +62,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redrive_core::{EntityName, Timestamp};
-use redrive_events::{AttemptOutcome, CloudEvent, Verdict};
+use redrive_events::{AttemptOutcome, CloudEvent, GiveUp, Verdict};
 use redrive_push::{
     ConcurrencyLimits, Deliverer, DeliveryMode, EncodedEvent, PushTarget, chunk_by,
 };
@@ -307,8 +312,18 @@ impl Dispatcher {
                     Ok(deliveries) => {
                         more = deliveries.len() == room as usize;
                         let mut readable = Vec::with_capacity(deliveries.len());
+                        let now = self.broker.now();
                         for d in deliveries {
                             match read_event(&d, *mode) {
+                                // Its time to live passed while it waited: not attempted.
+                                Ok(e)
+                                    if sub
+                                        .spec
+                                        .retry_policy
+                                        .expired(d.message.enqueued_at, now) =>
+                                {
+                                    done.push(expired(&self.broker, &sub, &d, &e));
+                                }
                                 Ok(e) => readable.push((d, e)),
                                 Err(s) => done.push(s),
                             }
@@ -397,36 +412,102 @@ fn seed(id: &str) -> u64 {
 const MAX_ERROR_CHARS: usize = 1024;
 
 /// Event Grid's dead-letter diagnostics as the JSON object that is the record's
-/// description (see the module docs).
+/// description (see the module docs). `result` is the last attempt's, absent when the
+/// event is given up without one (its time to live passed while it waited); then the
+/// `last…` fields are left out.
 fn evidence(
     reason: &str,
     attempts: u32,
-    result: &redrive_push::Delivery,
+    result: Option<&redrive_push::Delivery>,
     published_at: Timestamp,
     attempted_at: Timestamp,
 ) -> String {
     let mut o = serde_json::Map::new();
     o.insert("deadLetterReason".into(), reason.into());
     o.insert("deliveryAttempts".into(), attempts.into());
-    let outcome = match result.outcome {
-        AttemptOutcome::Status { status, .. } => {
-            o.insert("lastHttpStatusCode".into(), status.into());
-            status.to_string()
+    if let Some(result) = result {
+        let outcome = match result.outcome {
+            AttemptOutcome::Status { status, .. } => {
+                o.insert("lastHttpStatusCode".into(), status.into());
+                status.to_string()
+            }
+            AttemptOutcome::Timeout => "timeout".to_owned(),
+            AttemptOutcome::ConnectionError => "connection error".to_owned(),
+        };
+        o.insert("lastDeliveryOutcome".into(), outcome.into());
+        if let Some(e) = &result.error {
+            let short: String = e.chars().take(MAX_ERROR_CHARS).collect();
+            o.insert("lastDeliveryError".into(), short.into());
         }
-        AttemptOutcome::Timeout => "timeout".to_owned(),
-        AttemptOutcome::ConnectionError => "connection error".to_owned(),
-    };
-    o.insert("lastDeliveryOutcome".into(), outcome.into());
-    if let Some(e) = &result.error {
-        let short: String = e.chars().take(MAX_ERROR_CHARS).collect();
-        o.insert("lastDeliveryError".into(), short.into());
     }
     o.insert("publishTime".into(), published_at.to_rfc3339().into());
-    o.insert(
-        "lastDeliveryAttemptTime".into(),
-        attempted_at.to_rfc3339().into(),
-    );
+    if result.is_some() {
+        o.insert(
+            "lastDeliveryAttemptTime".into(),
+            attempted_at.to_rfc3339().into(),
+        );
+    }
     serde_json::Value::Object(o).to_string()
+}
+
+/// How an event the retry policy gave up is settled: dead-lettered by the broker (the
+/// record says `routed_by: broker`) with `description` as its evidence, or, for a
+/// subscription that accepted dropping, completed with a warning and a count.
+fn give_up(
+    broker: &Broker,
+    sub: &SubscriptionRecord,
+    id: &str,
+    why: GiveUp,
+    last: &str,
+    description: String,
+) -> SettleAction {
+    match &sub.spec.dead_letter {
+        DeadLetterDestination::Drop { .. } => {
+            tracing::warn!(
+                topic = %sub.topic, subscription = %sub.name, %id,
+                reason = why.reason(), %last,
+                "event dropped: undeliverable and the subscription accepts dropping"
+            );
+            broker
+                .inner
+                .topics
+                .dropped(sub.topic.as_str(), sub.name.as_str());
+            SettleAction::Complete
+        }
+        _ => {
+            broker.inner.topics.push.dead_lettered(
+                sub.topic.as_str(),
+                sub.name.as_str(),
+                why.reason(),
+            );
+            SettleAction::DeadLetter {
+                reason: why.reason().to_owned(),
+                description: Some(description),
+                by_broker: true,
+            }
+        }
+    }
+}
+
+/// The settlement of an event whose time to live has passed by `now`, before another
+/// attempt: dead-lettered `TimeToLiveExceeded` (or dropped), without an attempt.
+fn expired(broker: &Broker, sub: &SubscriptionRecord, d: &Delivery, event: &Event) -> Settlement {
+    let m = &d.message;
+    // The receive that found it expired counted a delivery that is not an attempt.
+    let attempts = m.delivery_count.saturating_sub(1);
+    let why = GiveUp::TimeToLiveExceeded;
+    let last = format!("time to live passed after {attempts} attempts");
+    Settlement {
+        lock_token: d.lock_token.clone(),
+        action: give_up(
+            broker,
+            sub,
+            &event.id,
+            why,
+            &last,
+            evidence(why.reason(), attempts, None, m.enqueued_at, broker.now()),
+        ),
+    }
 }
 
 /// Waits for one attempt task and collects its settlements; false when none was left.
@@ -518,6 +599,7 @@ fn read_event(d: &Delivery, mode: PushMode) -> Result<Event, Settlement> {
             action: SettleAction::DeadLetter {
                 reason: "InvalidEvent".to_owned(),
                 description: Some(why),
+                by_broker: true,
             },
         }
     })
@@ -618,37 +700,21 @@ impl Attempter {
                     delay_ms: Some(delay_ms),
                 }
             }
-            Verdict::DeadLetter(why) => match &sub.spec.dead_letter {
-                DeadLetterDestination::Drop { .. } => {
-                    tracing::warn!(
-                        topic = %sub.topic, subscription = %sub.name, id = %event.id,
-                        reason = why.reason(), %last,
-                        "event dropped: undeliverable and the subscription accepts dropping"
-                    );
-                    self.broker
-                        .inner
-                        .topics
-                        .dropped(sub.topic.as_str(), sub.name.as_str());
-                    SettleAction::Complete
+            Verdict::ExpireAt(t) => {
+                let delay_ms = u64::try_from(t.0.saturating_sub(now.0)).unwrap_or(0);
+                tracing::debug!(queue = %m.queue, id = %event.id, attempt, delay_ms, %last, "push attempt failed; no retry fits before the time to live, waiting for it");
+                SettleAction::Abandon {
+                    delay_ms: Some(delay_ms),
                 }
-                _ => {
-                    self.broker.inner.topics.push.dead_lettered(
-                        sub.topic.as_str(),
-                        sub.name.as_str(),
-                        why.reason(),
-                    );
-                    SettleAction::DeadLetter {
-                        reason: why.reason().to_owned(),
-                        description: Some(evidence(
-                            why.reason(),
-                            attempt,
-                            result,
-                            m.enqueued_at,
-                            started,
-                        )),
-                    }
-                }
-            },
+            }
+            Verdict::DeadLetter(why) => give_up(
+                &self.broker,
+                sub,
+                &event.id,
+                why,
+                &last,
+                evidence(why.reason(), attempt, Some(result), m.enqueued_at, started),
+            ),
         };
         Settlement { lock_token, action }
     }

@@ -63,8 +63,8 @@ pub use dispatcher::Dispatcher;
 pub use error::{BrokerError, BrokerResult};
 pub use health::StoreHealth;
 pub use messages::{
-    LockBounds, MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_SQS_LOCK_MS, MAX_WAIT_MS, Outgoing,
-    ReceiveOptions, Settle,
+    BROKER_REASONS, LockBounds, MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_SQS_LOCK_MS, MAX_WAIT_MS,
+    Outgoing, ReceiveOptions, Settle,
 };
 pub use mover::{AUTHORIZATION_REVOKED, MAX_MOVE_RATE, MoveError, MoveSpec, MoveStatus, MoveTask};
 pub use push_stats::{LATENCY_BUCKETS_S, PushCounters};

@@ -125,6 +125,7 @@ impl Settle {
             } => SettleAction::DeadLetter {
                 reason,
                 description,
+                by_broker: false,
             },
             Settle::Renew { lock_ms } => SettleAction::Renew {
                 lock_ms: lock_ms.unwrap_or(default_lock_ms),
@@ -132,6 +133,19 @@ impl Settle {
         }
     }
 }
+
+/// The reason codes the broker writes on the dead letters it routes itself (a queue's
+/// delivery count or time to live, a push subscription's retry policy, an unreadable
+/// stored event). An application's dead-letter settlement may not use them, so that a
+/// filter by reason never mixes the broker's decisions with the application's.
+pub const BROKER_REASONS: [&str; 6] = [
+    "MaxDeliveryCountExceeded",
+    "TTLExpired",
+    "MaxDeliveryAttemptsExceeded",
+    "TimeToLiveExceeded",
+    "EndpointRejected",
+    "InvalidEvent",
+];
 
 /// The bytes a reserved property encoding may take on a queue whose limit is `limit`:
 /// twice the limit (a binary attribute in base64, a string with escapes) plus the header
@@ -742,11 +756,21 @@ impl Broker {
                 SettleAction::DeadLetter {
                     reason,
                     description,
+                    by_broker,
                 } => {
                     if reason.is_empty() || reason.len() > 256 {
                         return Err(BrokerError::invalid(
                             "reason",
                             "must be 1 to 256 characters",
+                        ));
+                    }
+                    if !by_broker && BROKER_REASONS.contains(&reason.as_str()) {
+                        return Err(BrokerError::invalid(
+                            "reason",
+                            format!(
+                                "`{reason}` is a reason code the broker writes; \
+                                 an application's dead letter needs a reason of its own"
+                            ),
                         ));
                     }
                     if description.as_ref().is_some_and(|d| d.len() > 4096) {

@@ -167,6 +167,7 @@ impl TestStore {
             SettleAction::DeadLetter {
                 reason: reason.to_owned(),
                 description: None,
+                by_broker: false,
             },
             now,
         )

@@ -1306,6 +1306,7 @@ async fn a_subscription_change_reaches_a_queue_another_node_has_cached() {
                 action: redrive_store::SettleAction::DeadLetter {
                     reason: "Bad".into(),
                     description: None,
+                    by_broker: false,
                 },
             }],
             secs(2),

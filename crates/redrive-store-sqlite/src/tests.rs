@@ -701,6 +701,7 @@ async fn version_3_messages_keep_their_contents_through_the_migration() {
                     action: SettleAction::DeadLetter {
                         reason: "bad".to_owned(),
                         description: None,
+                        by_broker: false,
                     },
                 },
                 Settlement {

@@ -269,6 +269,11 @@ pub enum SettleAction {
         reason: String,
         /// Description.
         description: Option<String>,
+        /// The broker decided by its own policy (a push subscription's retry policy gave
+        /// the event up): the record says `routed_by: broker`, and a missing dead-letter
+        /// queue falls back to the own store as for the broker's other dead letters.
+        /// False for an application's settlement.
+        by_broker: bool,
     },
     /// Extend the lock.
     Renew {

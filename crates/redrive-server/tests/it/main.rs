@@ -10,6 +10,7 @@ mod auto_replay;
 mod dead_letters;
 mod messages;
 mod ops;
+mod push_fidelity;
 mod push_outcomes;
 mod queues;
 mod register;

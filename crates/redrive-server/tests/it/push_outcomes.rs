@@ -404,8 +404,8 @@ async fn the_whole_default_schedule_is_walked_to_max_attempts() {
     s.publish("orders", &[event("1", "order.created", "/eu/1")])
         .await;
     rx.wait_for(1).await;
-    // 10 s, 30 s, 1 min, 5 min, 10 min, 30 min, 1 h, then hourly.
-    let steps_s: [u64; 9] = [10, 30, 60, 300, 600, 1_800, 3_600, 3_600, 3_600];
+    // 10 s, 30 s, 1 min, 5 min, 10 min, 30 min, 1 h, then 3 h and 6 h (not hourly).
+    let steps_s: [u64; 9] = [10, 30, 60, 300, 600, 1_800, 3_600, 10_800, 21_600];
     let mut at_ms = 0;
     for (i, step) in steps_s.iter().enumerate() {
         until_stats(&s, "hook", json!({"in_backoff": 1, "in_flight": 0})).await;
@@ -428,6 +428,7 @@ async fn the_whole_default_schedule_is_walked_to_max_attempts() {
     assert_eq!(rx.attempts(), want);
     let (rec, evidence) = the_dead_letter(&s).await;
     assert_eq!(rec["delivery_count"], 10);
+    assert_eq!(rec["routed_by"], "broker");
     assert_eq!(evidence["deliveryAttempts"], 10);
     assert_eq!(
         evidence["lastDeliveryAttemptTime"],

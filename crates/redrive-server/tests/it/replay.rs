@@ -660,6 +660,11 @@ async fn a_push_endpoint_down_past_its_ttl_loses_nothing_every_event_delivered_o
     s.publish("orders", &events).await;
     crate::topics::until_stats(&s, "hook", json!({"in_backoff": 3})).await;
     s.advance(40_000);
+    // The second attempts fail too; the next (at 80 s) would fall after the one-minute
+    // time to live, so the events wait for it and are dead-lettered when it passes.
+    rx.wait_for(6).await;
+    crate::topics::until_stats(&s, "hook", json!({"in_backoff": 3, "dead_lettered": 0})).await;
+    s.advance(20_000);
     crate::topics::until_stats(&s, "hook", json!({"in_backoff": 0, "dead_lettered": 3})).await;
     let failed = rx.deliveries().len();
     assert_eq!(failed, 6, "two attempts each while the endpoint was down");

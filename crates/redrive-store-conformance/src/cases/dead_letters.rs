@@ -59,6 +59,7 @@ pub async fn dead_letter_to_another_queue_forwards_copy_and_keeps_evidence(t: &T
                 action: SettleAction::DeadLetter {
                     reason: "Bad".into(),
                     description: Some("why".into()),
+                    by_broker: false,
                 },
             }],
             secs(2),
@@ -164,6 +165,7 @@ pub async fn application_dead_letter_to_missing_queue_is_refused_and_changes_not
             SettleAction::DeadLetter {
                 reason: "Bad".into(),
                 description: None,
+                by_broker: false,
             },
             secs(1),
         )
@@ -261,6 +263,7 @@ pub async fn resubmit_creates_new_sequence_and_archives_record(t: &TestStore) {
             SettleAction::DeadLetter {
                 reason: "Bad".into(),
                 description: None,
+                by_broker: false,
             },
             T0,
         )

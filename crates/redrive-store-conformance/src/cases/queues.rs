@@ -162,6 +162,7 @@ pub async fn delete_non_empty_queue_needs_force(t: &TestStore) {
         SettleAction::DeadLetter {
             reason: "Bad".into(),
             description: None,
+            by_broker: false,
         },
         T0,
     )
@@ -247,6 +248,7 @@ pub async fn counts_add_up(t: &TestStore) {
         SettleAction::DeadLetter {
             reason: "Bad".into(),
             description: None,
+            by_broker: false,
         },
         secs(5),
     )

@@ -38,6 +38,7 @@ async fn dead_letter(t: &TestStore, q: &EntityName, id: &str, now: Timestamp) ->
                 action: SettleAction::DeadLetter {
                     reason: "Bad".into(),
                     description: None,
+                    by_broker: false,
                 },
             }],
             now,
@@ -458,6 +459,7 @@ pub async fn quarantine_copy_is_create_if_absent_and_copies_the_evidence(t: &Tes
             SettleAction::DeadLetter {
                 reason: "Bad".into(),
                 description: Some("why".into()),
+                by_broker: false,
             },
             secs(2),
         )

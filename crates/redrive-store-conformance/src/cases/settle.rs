@@ -53,6 +53,7 @@ pub async fn settle_with_stale_lock_token_is_lock_lost(t: &TestStore) {
         SettleAction::DeadLetter {
             reason: "Bad".into(),
             description: None,
+            by_broker: false,
         },
     ] {
         assert_err!(
@@ -316,6 +317,7 @@ pub async fn application_dead_letter_keeps_reason_and_description(t: &TestStore)
                 action: SettleAction::DeadLetter {
                     reason: "BadFormat".into(),
                     description: Some("field `total` missing".into()),
+                    by_broker: false,
                 },
             }],
             secs(2),

@@ -618,8 +618,15 @@ pub fn settle(
         SettleAction::DeadLetter {
             reason,
             description,
+            by_broker,
         } => (
-            machine::dead_letter(meta, token, now, reason),
+            machine::dead_letter(meta, token, now, reason).map(|step| match step {
+                Step::DeadLetter { reason, .. } if *by_broker => Step::DeadLetter {
+                    reason,
+                    by_broker: true,
+                },
+                other => other,
+            }),
             description.clone(),
         ),
     };
