@@ -66,7 +66,10 @@ pub use messages::{
     BROKER_REASONS, LockBounds, MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_SQS_LOCK_MS, MAX_WAIT_MS,
     Outgoing, ReceiveOptions, Settle,
 };
-pub use mover::{AUTHORIZATION_REVOKED, MAX_MOVE_RATE, MoveError, MoveSpec, MoveStatus, MoveTask};
+pub use mover::{
+    AUTHORIZATION_REVOKED, MAX_MOVE_RATE, MoveError, MoveSpec, MoveStatus, MoveTask,
+    is_move_task_handle,
+};
 pub use push_stats::{LATENCY_BUCKETS_S, PushCounters};
 pub use queues::QueueView;
 pub use redrive_push::{NetworkError, NetworkPolicy};

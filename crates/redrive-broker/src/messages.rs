@@ -129,6 +129,7 @@ impl Settle {
             },
             Settle::Renew { lock_ms } => SettleAction::Renew {
                 lock_ms: lock_ms.unwrap_or(default_lock_ms),
+                cap_from_receive_ms: None,
             },
         }
     }
@@ -675,7 +676,10 @@ impl Broker {
     /// [`LockBounds::Sqs`] a renewal of 0 (SQS `ChangeMessageVisibility` to 0) releases the
     /// lock instead: the message is visible at once, its delivery count unchanged (the
     /// delivery was counted when it was received), and at the max delivery count it is
-    /// dead-lettered as any released message.
+    /// dead-lettered as any released message; any other renewal is refused (that item
+    /// only, nothing changed) when it would make the lock end more than
+    /// [`MAX_SQS_LOCK_MS`] after the receive that took it, as SQS caps a received
+    /// message's visibility at 12 hours from its `ReceiveMessage`.
     #[tracing::instrument(level = "debug", skip_all, name = "settle", fields(queue = %queue,
         settlements = items.len(), lock_token = crate::trace::single_token(&items)))]
     pub async fn settle_with(
@@ -737,8 +741,17 @@ impl Broker {
         let name: EntityName = queue.parse()?;
         if bounds == LockBounds::Sqs {
             for it in &mut items {
-                if it.action == (SettleAction::Renew { lock_ms: 0 }) {
-                    it.action = SettleAction::Abandon { delay_ms: Some(0) };
+                match &mut it.action {
+                    SettleAction::Renew { lock_ms: 0, .. } => {
+                        it.action = SettleAction::Abandon { delay_ms: Some(0) };
+                    }
+                    // SQS: a message's visibility can't exceed 12 hours from the time of
+                    // the ReceiveMessage that took it.
+                    SettleAction::Renew {
+                        cap_from_receive_ms,
+                        ..
+                    } => *cap_from_receive_ms = Some(MAX_SQS_LOCK_MS),
+                    _ => {}
                 }
             }
         }
@@ -750,7 +763,7 @@ impl Broker {
         }
         for it in &items {
             match &it.action {
-                SettleAction::Renew { lock_ms } => {
+                SettleAction::Renew { lock_ms, .. } => {
                     bounds.check(*lock_ms)?;
                 }
                 SettleAction::DeadLetter {

@@ -118,6 +118,21 @@ pub enum MoveError {
     Broker(#[from] BrokerError),
 }
 
+/// How every move task handle starts; 32 lowercase hex digits follow.
+const MOVE_HANDLE_PREFIX: &str = "mv_";
+
+/// Whether `handle` has the shape of a move task handle this broker hands out (whether or
+/// not such a task exists), so that an interface can tell a malformed handle from an
+/// unknown one.
+pub fn is_move_task_handle(handle: &str) -> bool {
+    handle.strip_prefix(MOVE_HANDLE_PREFIX).is_some_and(|hex| {
+        hex.len() == 32
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
 struct Entry {
     task: MoveTask,
     cancel: CancellationToken,
@@ -195,7 +210,11 @@ impl Broker {
         }
         let cancel = self.inner.shutdown.child_token();
         let task = MoveTask {
-            handle: format!("mv_{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..)),
+            handle: format!(
+                "{MOVE_HANDLE_PREFIX}{:016x}{:016x}",
+                fastrand::u64(..),
+                fastrand::u64(..)
+            ),
             spec: spec.clone(),
             status: MoveStatus::Running,
             moved: 0,
@@ -589,6 +608,21 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn handles_have_one_shape() {
+        assert!(is_move_task_handle(&format!("mv_{}", "0a".repeat(16))));
+        for bad in [
+            "",
+            "mv_",
+            "mv_unknown",
+            &format!("mv_{}", "0A".repeat(16)),
+            &format!("mv_{}", "0".repeat(31)),
+            &format!("xx_{}", "0".repeat(32)),
+        ] {
+            assert!(!is_move_task_handle(bad), "{bad}");
+        }
+    }
+
     #[tokio::test]
     async fn cancel_stops_the_task_and_one_task_runs_per_source() {
         let f = fixture().await;
@@ -605,6 +639,7 @@ mod tests {
             owner: Actor::anonymous(),
         };
         let t = b.start_move_task(spec.clone()).await.unwrap();
+        assert!(is_move_task_handle(&t.handle));
         parked_at(&f, "dlq", 1).await;
         assert!(matches!(
             b.start_move_task(spec.clone()).await,

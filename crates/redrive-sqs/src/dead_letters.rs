@@ -4,7 +4,9 @@
 //! the broker process that started them: they are not stored and end at shutdown.
 
 use redrive_broker::model::StoreError;
-use redrive_broker::{BrokerError, MAX_MOVE_RATE, MoveError, MoveSpec, MoveTask};
+use redrive_broker::{
+    BrokerError, MAX_MOVE_RATE, MoveError, MoveSpec, MoveTask, is_move_task_handle,
+};
 use serde_json::{Map, Value, json};
 
 use crate::attributes::name_from_arn;
@@ -30,20 +32,36 @@ fn arn_param(param: &str, arn: &str) -> SqsResult<String> {
         .ok_or_else(|| SqsError::invalid_param(param, arn, "It must be an Amazon SQS queue ARN."))
 }
 
+/// What a refused move-task action means to SQS.
+///
+/// Evidence for the codes: botocore's SQS model (`botocore/data/sqs/2012-11-05/
+/// service-2.json`) lists only `ResourceNotFoundException`, `RequestThrottled`,
+/// `InvalidAddress`, `InvalidSecurity` and `UnsupportedOperation` for
+/// `StartMessageMoveTask` and `CancelMessageMoveTask`; `InvalidParameterValue` is one of
+/// the errors common to all actions (AWS API reference, "Common Errors"). What AWS
+/// answers in each case was recorded against AWS in LocalStack's move-task tests
+/// (`tests/aws/services/sqs/test_sqs_move_task.snapshot.json`, January 2024):
+/// - a second start on a source with a running task: `InvalidParameterValue`, 400,
+///   "There is already a task running. Only one active task is allowed for a source queue
+///   arn at a given time." (`test_start_multiple_move_tasks`);
+/// - cancel with a handle that is not one AWS issues: `InvalidParameterValue`, 400,
+///   "Value for parameter TaskHandle is invalid." (`test_cancel_with_invalid_task_handle`;
+///   see [`cancel_move`]);
+/// - cancel with a well-formed handle naming no task: `ResourceNotFoundException`, 404,
+///   "Task does not exist." (`test_cancel_with_invalid_task_id_in_task_handle`).
 fn move_error(e: MoveError) -> SqsError {
     match e {
-        MoveError::NotFound(_) => SqsError::new(
-            ErrorKind::ResourceNotFound,
-            "The resource that you requested couldn't be found: no such message move task.",
-        ),
+        MoveError::NotFound(_) => {
+            SqsError::new(ErrorKind::ResourceNotFound, "Task does not exist.")
+        }
         MoveError::NotRunning(_) => SqsError::new(
             ErrorKind::ResourceNotFound,
             "A message move task can be cancelled only while its status is RUNNING.",
         ),
         MoveError::AlreadyRunning(_) => SqsError::new(
-            ErrorKind::UnsupportedOperation,
-            "There is already a task running. Only one active message movement task is \
-             supported per queue at any given time.",
+            ErrorKind::InvalidParameterValue,
+            "There is already a task running. Only one active task is allowed for a source \
+             queue arn at a given time.",
         ),
         MoveError::Broker(BrokerError::Store(StoreError::QueueNotFound { queue })) => {
             not_found(&format!("queue {queue}"))
@@ -180,6 +198,14 @@ pub(crate) async fn list_moves(ctx: &Ctx, input: &Map<String, Value>) -> SqsResu
 /// `CancelMessageMoveTask`: stops a running task; answers how many it moved.
 pub(crate) async fn cancel_move(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Value> {
     let handle = req_str(input, "TaskHandle")?;
+    // A handle of another shape than the broker's is malformed, not unknown (see
+    // `move_error` for AWS's answers).
+    if !is_move_task_handle(handle) {
+        return Err(SqsError::new(
+            ErrorKind::InvalidParameterValue,
+            "Value for parameter TaskHandle is invalid.",
+        ));
+    }
     let task = ctx
         .broker()
         .cancel_move_task(handle, &ctx.actor)

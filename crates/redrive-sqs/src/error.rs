@@ -265,6 +265,21 @@ fn from_store(e: StoreError) -> SqsError {
             ErrorKind::MessageNotInflight,
             "The message referred to is not in flight.",
         ),
+        // SQS: "the visibility timeout for a message can't exceed 12 hours from the time
+        // of the ReceiveMessage"; a longer one is an invalid VisibilityTimeout.
+        StoreError::LockCapExceeded {
+            cap_ms,
+            remaining_ms,
+        } => SqsError::new(
+            ErrorKind::InvalidParameterValue,
+            format!(
+                "Value for parameter VisibilityTimeout is invalid. Reason: Total \
+                 VisibilityTimeout for the message is beyond the limit [{} seconds]; {} \
+                 seconds remain since the message was received.",
+                cap_ms / 1_000,
+                remaining_ms / 1_000
+            ),
+        ),
         StoreError::MessageNotFound { .. } => SqsError::new(
             ErrorKind::ReceiptHandleIsInvalid,
             "The input receipt handle is invalid.",

@@ -28,7 +28,10 @@
 //!   checksum), so a handle given to another queue, or a made-up one, is
 //!   `ReceiptHandleIsInvalid`, while a stale handle of the right queue (its lock gone)
 //!   deletes nothing and succeeds, as on AWS. `ChangeMessageVisibility` renews the lock; 0
-//!   releases it. `DeleteMessage` completes. A message received more than `maxReceiveCount` times is
+//!   releases it; as on AWS, a renewal that would end more than 12 hours after the
+//!   receive that took the lock is `InvalidParameterValue` and changes nothing (the store
+//!   checks it against the delivery's receive time, by the broker's clock; a new receive
+//!   starts a new 12 hours). `DeleteMessage` completes. A message received more than `maxReceiveCount` times is
 //!   dead-lettered by the broker: a copy goes to the dead-letter queue and the evidence
 //!   record stays in the source queue's dead-letter store (archived), visible through the
 //!   native dead-letter API.
@@ -63,7 +66,10 @@
 //!   to the queue named by the message's `DeadLetterSource`), complete — at least once,
 //!   at most `MaxNumberOfMessagesPerSecond` per second of the broker's clock. Tasks are
 //!   kept per process (not stored, not seen by other nodes, ended at shutdown); the
-//!   source must be the dead-letter queue of some queue.
+//!   source must be the dead-letter queue of some queue. Refusals are AWS's: a second
+//!   start on a source with a running task is `InvalidParameterValue`; a cancel with a
+//!   malformed handle `InvalidParameterValue`, with a well-formed one naming no task
+//!   `ResourceNotFoundException` (evidence next to the mapping in `dead_letters`).
 //!
 //! # Requests: bounds and refusals
 //!

@@ -52,6 +52,17 @@ pub enum StoreError {
     /// The lock expired, the message was settled already, or the token is unknown.
     #[error("the lock was lost: it expired, or the message was already settled")]
     LockLost,
+    /// A lock renewal would end later than its cap, counted from the receive that took the
+    /// lock (nothing changed).
+    #[error(
+        "the lock may last at most {cap_ms} ms from the receive that took it; {remaining_ms} ms of that remain"
+    )]
+    LockCapExceeded {
+        /// The cap asked for.
+        cap_ms: u64,
+        /// What remains of it now (0 when it has passed).
+        remaining_ms: u64,
+    },
     /// The queue requires sessions and the message or receive names none.
     #[error("queue {queue:?} requires a session id")]
     SessionRequired {
@@ -212,9 +223,9 @@ impl StoreError {
             | StoreError::SessionLocked { .. }
             | StoreError::DeadLetterTargetMissing { .. } => StoreErrorKind::Conflict,
             StoreError::LockLost | StoreError::SessionLockLost => StoreErrorKind::LockLost,
-            StoreError::SessionRequired { .. } | StoreError::SessionNotAllowed { .. } => {
-                StoreErrorKind::Invalid
-            }
+            StoreError::SessionRequired { .. }
+            | StoreError::SessionNotAllowed { .. }
+            | StoreError::LockCapExceeded { .. } => StoreErrorKind::Invalid,
             StoreError::Unavailable { .. } => StoreErrorKind::Unavailable,
             StoreError::Poisoned => StoreErrorKind::Poisoned,
             StoreError::Backend { .. } => StoreErrorKind::Other,

@@ -279,6 +279,12 @@ pub enum SettleAction {
     Renew {
         /// New lock duration from now.
         lock_ms: u64,
+        /// Latest end of the lock, in milliseconds after the receive that took it: a
+        /// renewal that would run past it is refused with
+        /// [`StoreError::LockCapExceeded`](crate::StoreError::LockCapExceeded) and changes
+        /// nothing (SQS caps a received message's visibility at 12 hours from the
+        /// receive). `None`: no cap.
+        cap_from_receive_ms: Option<u64>,
     },
 }
 

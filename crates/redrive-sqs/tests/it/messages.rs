@@ -1,6 +1,7 @@
 //! Messages: send and receive with attributes and MD5s, system attributes, visibility
 //! timeouts, delays, long polling, retention, and the native API on the same queue.
 
+use aws_sdk_sqs::error::ProvideErrorMetadata;
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{
     MessageAttributeValue, MessageSystemAttributeName as S, MessageSystemAttributeNameForSends,
@@ -427,5 +428,156 @@ async fn the_native_api_and_sqs_share_queues_and_messages() {
             ("n", "Number", TestValue::S("7")),
         ])
     );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn visibility_is_capped_at_12_hours_from_the_receive() {
+    let s = SqsServer::start().await;
+    let url = s.sqs_queue("capped", &[]).await;
+    s.sqs
+        .send_message()
+        .queue_url(&url)
+        .message_body("m")
+        .send()
+        .await
+        .unwrap();
+    let receive = || {
+        let r = s
+            .sqs
+            .receive_message()
+            .queue_url(&url)
+            .visibility_timeout(60);
+        async move { r.send().await.unwrap().messages.unwrap_or_default() }
+    };
+    let got = receive().await;
+    assert_eq!(got.len(), 1);
+    let handle = got[0].receipt_handle.clone().unwrap();
+    let change = |secs: i32| {
+        let r = s
+            .sqs
+            .change_message_visibility()
+            .queue_url(&url)
+            .receipt_handle(&handle)
+            .visibility_timeout(secs);
+        async move { r.send().await.map_err(|e| e.into_service_error()) }
+    };
+    // Right after the receive the whole 12 hours are allowed, exactly.
+    change(43_200).await.unwrap();
+    // 1000 s later the allowance is what remains of the 12 hours since the receive.
+    s.advance_secs(1_000);
+    change(42_200).await.unwrap();
+    let e = change(42_201).await.unwrap_err();
+    assert_eq!(crate::support::code(&e), "InvalidParameterValue");
+    assert!(
+        e.message()
+            .unwrap_or_default()
+            .contains("VisibilityTimeout"),
+        "{e:?}"
+    );
+    // A refused change changes nothing: the message stays hidden for the 30 s set last.
+    change(30).await.unwrap();
+    assert_eq!(
+        crate::support::code(&change(42_201).await.unwrap_err()),
+        "InvalidParameterValue"
+    );
+    s.advance_secs(29);
+    assert!(receive().await.is_empty());
+    s.advance_secs(2);
+    let again = receive().await;
+    assert_eq!(
+        again.len(),
+        1,
+        "visible once the last accepted timeout ran out"
+    );
+    // The cap counts from the latest receive: a new receive has the 12 hours again.
+    let handle = again[0].receipt_handle.clone().unwrap();
+    s.sqs
+        .change_message_visibility()
+        .queue_url(&url)
+        .receipt_handle(&handle)
+        .visibility_timeout(43_200)
+        .send()
+        .await
+        .unwrap();
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_visibility_batch_refuses_only_the_entries_past_the_cap() {
+    use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry as CvEntry;
+    let s = SqsServer::start().await;
+    let url = s.sqs_queue("capped-batch", &[]).await;
+    for body in ["a", "b"] {
+        s.sqs
+            .send_message()
+            .queue_url(&url)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+    let got = s
+        .sqs
+        .receive_message()
+        .queue_url(&url)
+        .max_number_of_messages(10)
+        .visibility_timeout(200)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap();
+    assert_eq!(got.len(), 2);
+    s.advance_secs(100);
+    let entry = |id: &str, i: usize, secs: i32| {
+        CvEntry::builder()
+            .id(id)
+            .receipt_handle(got[i].receipt_handle.clone().unwrap())
+            .visibility_timeout(secs)
+            .build()
+            .unwrap()
+    };
+    let out = s
+        .sqs
+        .change_message_visibility_batch()
+        .queue_url(&url)
+        .entries(entry("exact", 0, 43_100))
+        .entries(entry("over", 1, 43_101))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.successful.len(), 1);
+    assert_eq!(out.successful[0].id, "exact");
+    assert_eq!(out.failed.len(), 1);
+    assert_eq!(out.failed[0].id, "over");
+    assert_eq!(out.failed[0].code, "InvalidParameterValue");
+    assert!(out.failed[0].sender_fault);
+    // The refused entry kept its first timeout: visible again 200 s after the receive.
+    s.advance_secs(99);
+    let hidden = s
+        .sqs
+        .receive_message()
+        .queue_url(&url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    assert!(hidden.is_empty());
+    s.advance_secs(1);
+    let back = s
+        .sqs
+        .receive_message()
+        .queue_url(&url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    assert_eq!(back.len(), 1);
+    assert_eq!(back[0].body, got[1].body);
     s.stop().await;
 }

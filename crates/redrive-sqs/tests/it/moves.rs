@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use aws_sdk_sqs::error::ProvideErrorMetadata;
 use aws_sdk_sqs::types::ListMessageMoveTasksResultEntry;
 
 use crate::support::{SqsServer, code};
@@ -157,7 +158,8 @@ async fn the_rate_is_kept_on_the_clock_and_cancel_stops_the_task() {
     assert_eq!(t.task_handle.as_deref(), Some(handle.as_str()));
     assert_eq!(t.destination_arn.as_deref(), Some(other_arn.as_str()));
     assert_eq!(t.max_number_of_messages_per_second, Some(1));
-    // Only one active task per source queue.
+    // Only one active task per source queue: AWS answers a second start with
+    // InvalidParameterValue.
     let e = s
         .sqs
         .start_message_move_task()
@@ -166,7 +168,14 @@ async fn the_rate_is_kept_on_the_clock_and_cancel_stops_the_task() {
         .await
         .unwrap_err()
         .into_service_error();
-    assert_eq!(code(&e), "AWS.SimpleQueueService.UnsupportedOperation");
+    assert_eq!(code(&e), "InvalidParameterValue");
+    assert!(
+        e.message()
+            .unwrap_or_default()
+            .starts_with("There is already a task running."),
+        "{e:?}"
+    );
+    assert_eq!(latest(&s, &dlq_arn).await.task_handle, Some(handle.clone()));
     s.advance_secs(1);
     until(&s, &dlq_arn, |t| {
         t.approximate_number_of_messages_moved == 2
@@ -279,14 +288,28 @@ async fn move_task_requests_are_checked() {
         .await
         .unwrap();
     assert!(none.results.unwrap_or_default().is_empty());
+    // A malformed handle is an invalid parameter; a well-formed one naming no task is a
+    // missing resource, as AWS answers them.
+    for malformed in ["no-such-task", "mv_unknown", ""] {
+        let e = s
+            .sqs
+            .cancel_message_move_task()
+            .task_handle(malformed)
+            .send()
+            .await
+            .unwrap_err()
+            .into_service_error();
+        assert_eq!(code(&e), "InvalidParameterValue", "{malformed:?}");
+    }
     let e = s
         .sqs
         .cancel_message_move_task()
-        .task_handle("no-such-task")
+        .task_handle(format!("mv_{}", "0".repeat(32)))
         .send()
         .await
         .unwrap_err()
         .into_service_error();
     assert_eq!(code(&e), "ResourceNotFoundException");
+    assert_eq!(e.message(), Some("Task does not exist."));
     s.stop().await;
 }

@@ -49,7 +49,10 @@ pub async fn settle_with_stale_lock_token_is_lock_lost(t: &TestStore) {
         SettleAction::Complete,
         SettleAction::Abandon { delay_ms: None },
         SettleAction::Defer,
-        SettleAction::Renew { lock_ms: 10_000 },
+        SettleAction::Renew {
+            lock_ms: 10_000,
+            cap_from_receive_ms: None,
+        },
         SettleAction::DeadLetter {
             reason: "Bad".into(),
             description: None,
@@ -422,7 +425,10 @@ pub async fn renew_extends_lock(t: &TestStore) {
         .settle1(
             &q,
             &d[0].lock_token,
-            SettleAction::Renew { lock_ms: 10_000 },
+            SettleAction::Renew {
+                lock_ms: 10_000,
+                cap_from_receive_ms: None,
+            },
             secs(8),
         )
         .await
@@ -445,10 +451,48 @@ pub async fn renew_extends_lock(t: &TestStore) {
         t.settle1(
             &q,
             &d[0].lock_token,
-            SettleAction::Renew { lock_ms: 10_000 },
+            SettleAction::Renew {
+                lock_ms: 10_000,
+                cap_from_receive_ms: None,
+            },
             secs(30)
         )
         .await,
         StoreError::LockLost
     );
+}
+
+pub async fn renew_past_its_cap_from_the_receive_is_refused(t: &TestStore) {
+    let q = t.queue("orders", QueuePolicy::default()).await;
+    t.send1(&q, "m", T0).await;
+    let d = t.take(&q, 1, 10_000, secs(2)).await;
+    let renew = |lock_ms| SettleAction::Renew {
+        lock_ms,
+        cap_from_receive_ms: Some(60_000),
+    };
+    // Received at 2 s: the lock may end at 62 s, not later.
+    let s = t
+        .settle1(&q, &d[0].lock_token, renew(57_000), secs(5))
+        .await
+        .unwrap();
+    assert_eq!(s.locked_until, Some(secs(62)));
+    assert_err!(
+        t.settle1(&q, &d[0].lock_token, renew(50_001), secs(12))
+            .await,
+        StoreError::LockCapExceeded {
+            cap_ms: 60_000,
+            remaining_ms: 50_000
+        }
+    );
+    // The refusal changed nothing: the lock still ends at 62 s.
+    assert!(t.take(&q, 1, 10_000, secs(61)).await.is_empty());
+    assert_eq!(t.s().next_wake(&q, secs(61)).await.unwrap(), Some(secs(62)));
+    // A new receive counts from itself.
+    let again = t.take(&q, 1, 10_000, secs(62)).await;
+    assert_eq!(again.len(), 1);
+    let s = t
+        .settle1(&q, &again[0].lock_token, renew(60_000), secs(62))
+        .await
+        .unwrap();
+    assert_eq!(s.locked_until, Some(secs(122)));
 }

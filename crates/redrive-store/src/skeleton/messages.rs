@@ -614,7 +614,7 @@ pub fn settle(
             None,
         ),
         SettleAction::Defer => (machine::defer(meta, token, now), None),
-        SettleAction::Renew { lock_ms } => (machine::renew(meta, token, now, *lock_ms), None),
+        SettleAction::Renew { lock_ms, .. } => (machine::renew(meta, token, now, *lock_ms), None),
         SettleAction::DeadLetter {
             reason,
             description,
@@ -631,6 +631,13 @@ pub fn settle(
         ),
     };
     let step = step.map_err(|_| StoreError::LockLost)?;
+    if let SettleAction::Renew {
+        lock_ms,
+        cap_from_receive_ms: Some(cap_ms),
+    } = item.action
+    {
+        check_lock_cap(meta.last_delivered_at, now, lock_ms, cap_ms)?;
+    }
     if target_missing
         && matches!(
             step,
@@ -664,6 +671,29 @@ pub fn settle(
     })
 }
 
+/// Refuses a renewal at `now` by `lock_ms` that would end more than `cap_ms` after
+/// `received_at`, the receive that took the lock (the renewal of a held lock: the latest
+/// delivery is the one that took it). Ending exactly at the cap is allowed.
+pub fn check_lock_cap(
+    received_at: Option<Timestamp>,
+    now: Timestamp,
+    lock_ms: u64,
+    cap_ms: u64,
+) -> StoreResult<()> {
+    let Some(received_at) = received_at else {
+        return Ok(());
+    };
+    let elapsed = u64::try_from(now.0.saturating_sub(received_at.0)).unwrap_or(0);
+    let remaining_ms = cap_ms.saturating_sub(elapsed);
+    if lock_ms > remaining_ms {
+        return Err(StoreError::LockCapExceeded {
+            cap_ms,
+            remaining_ms,
+        });
+    }
+    Ok(())
+}
+
 // ---- sweep ------------------------------------------------------------------------------
 
 /// What the sweep (or the receive path of its queue) does to `head` at `now`: an expired
@@ -685,6 +715,32 @@ pub fn sweep(q: &QueueRow, head: &Head, now: Timestamp, effects: &mut Effects) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lock_cap_counts_from_the_receive() {
+        let received = Some(Timestamp(1_000));
+        assert!(check_lock_cap(received, Timestamp(1_000), 10_000, 10_000).is_ok());
+        assert!(check_lock_cap(received, Timestamp(4_000), 7_000, 10_000).is_ok());
+        assert!(matches!(
+            check_lock_cap(received, Timestamp(4_000), 7_001, 10_000),
+            Err(StoreError::LockCapExceeded {
+                cap_ms: 10_000,
+                remaining_ms: 7_000
+            })
+        ));
+        assert!(matches!(
+            check_lock_cap(received, Timestamp(20_000), 0, 10_000),
+            Ok(())
+        ));
+        assert!(matches!(
+            check_lock_cap(received, Timestamp(20_000), 1, 10_000),
+            Err(StoreError::LockCapExceeded {
+                remaining_ms: 0,
+                ..
+            })
+        ));
+        assert!(check_lock_cap(None, Timestamp(0), u64::MAX, 0).is_ok());
+    }
     use crate::skeleton::testing::message as m;
 
     #[test]
