@@ -152,6 +152,8 @@ codes! {
     HeadersTooLarge = ("headers_too_large", 431, "Request header fields too large"),
     /// A restore of a dead letter that is not in the quarantine area.
     DeadLetterNotQuarantined = ("dead_letter_not_quarantined", 409, "Dead letter not quarantined"),
+    /// A delete (without force) of a queue that others name as their dead-letter target.
+    QueueIsDeadLetterTarget = ("queue_is_dead_letter_target", 409, "Queue is a dead-letter target"),
     /// Anything unexpected; details are in the server's log, not in the response.
     Internal = ("internal", 500, "Internal error"),
 }

@@ -86,6 +86,19 @@ pub enum BrokerError {
         /// The area it is in.
         area: String,
     },
+    /// A delete (without force) of a queue another queue or subscription names as its
+    /// dead-letter target; nothing changed.
+    #[error(
+        "queue {queue} is the dead-letter target of {}: change their dead-letter target \
+         first, or delete with force (their dead letters then stay in their own stores)",
+        dependants.join(", ")
+    )]
+    QueueIsDeadLetterTarget {
+        /// The queue.
+        queue: String,
+        /// The queues and subscriptions (`<topic>/<subscription>`) that name it.
+        dependants: Vec<String>,
+    },
     /// No valid token: missing, malformed, unknown, revoked or expired.
     #[error("{0}")]
     Unauthenticated(String),
@@ -136,6 +149,7 @@ impl BrokerError {
             BrokerError::TokenRevoked => "token_revoked".into(),
             BrokerError::ShuttingDown => "shutting_down".into(),
             BrokerError::DeadLetterNotQuarantined { .. } => "dead_letter_not_quarantined".into(),
+            BrokerError::QueueIsDeadLetterTarget { .. } => "queue_is_dead_letter_target".into(),
             BrokerError::Store(s) => format!("{:?}", s.kind()).to_lowercase(),
             _ => "refused".into(),
         }

@@ -122,6 +122,41 @@ impl Broker {
             .collect())
     }
 
+    /// Dead-letter routing fails loudly rather than quietly: a queue that other queues or
+    /// subscriptions name as their dead-letter target is not deleted without force
+    /// (`QueueIsDeadLetterTarget`, naming them). The SQS endpoint deletes as SQS does.
+    async fn refuse_dead_letter_target(&self, name: &EntityName) -> BrokerResult<()> {
+        let subs = self.inner.store.list_all_subscriptions().await?;
+        // A subscription's queue is reported as its subscription.
+        let sub_queues: Vec<&EntityName> = subs.iter().map(|s| &s.queue).collect();
+        let mut dependants: Vec<String> = self
+            .inner
+            .store
+            .list_queues()
+            .await?
+            .into_iter()
+            .filter(|r| r.policy.dead_letter_queue.as_ref() == Some(name))
+            .filter(|r| !sub_queues.contains(&&r.name))
+            .map(|r| r.name.to_string())
+            .collect();
+        for sub in &subs {
+            let forwards_here = matches!(
+                &sub.spec.dead_letter,
+                redrive_store::DeadLetterDestination::Queue { name: target } if target == name
+            );
+            if forwards_here {
+                dependants.push(format!("{}/{}", sub.topic, sub.name));
+            }
+        }
+        if dependants.is_empty() {
+            return Ok(());
+        }
+        Err(BrokerError::QueueIsDeadLetterTarget {
+            queue: name.to_string(),
+            dependants,
+        })
+    }
+
     /// A subscription's queue (`<topic>.<subscription>`) is managed with its subscription:
     /// deleting it or changing its policy through the queue API would leave the
     /// subscription without its queue or with rules it did not set.
@@ -224,6 +259,9 @@ impl Broker {
         let name: EntityName = name.parse()?;
         let result = async {
             self.refuse_subscription_queue(&name).await?;
+            if !force {
+                self.refuse_dead_letter_target(&name).await?;
+            }
             Ok(self.inner.store.delete_queue(&name, force).await?)
         }
         .await;

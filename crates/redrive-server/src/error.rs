@@ -97,6 +97,11 @@ pub fn problem_for(e: &BrokerError) -> Problem {
                 .with("id", id.as_str())
                 .with("area", area.as_str())
         }
+        BrokerError::QueueIsDeadLetterTarget { queue, dependants } => {
+            Problem::new(C::QueueIsDeadLetterTarget, e.to_string())
+                .with("queue", queue.as_str())
+                .with("dependants", dependants.clone())
+        }
         BrokerError::Store(s) => problem_for_store(s),
         _ => internal(e),
     }

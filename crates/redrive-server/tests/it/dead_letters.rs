@@ -302,3 +302,34 @@ async fn dead_letter_queue_target_receives_a_copy_and_the_evidence_stays() {
     assert_eq!(rec["reason"], "MaxDeliveryCountExceeded");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn a_queue_others_dead_letter_into_is_not_deleted_without_force() {
+    let s = TestServer::start().await;
+    s.queue("dlq", json!({})).await;
+    s.queue("orders", json!({"dead_letter_queue": "dlq"})).await;
+    s.topic("events", json!({})).await;
+    let (st, v) = s
+        .post(
+            "/v1/topics/events/subscriptions",
+            json!({"name": "pull", "type": "pull",
+                   "dead_letter": {"type": "queue", "name": "dlq"}}),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let r = s.delete("/v1/queues/dlq").await;
+    assert_problem(&r, 409, "queue_is_dead_letter_target");
+    assert_eq!(
+        r.1["dependants"],
+        json!(["orders", "events/pull"]),
+        "{}",
+        r.1
+    );
+    let (st, _) = s.get("/v1/queues/dlq").await;
+    assert_eq!(st, 200, "nothing changed");
+    // A queue nobody names goes as before; with force, a target goes too.
+    s.queue("plain", json!({})).await;
+    assert_eq!(s.delete("/v1/queues/plain").await.0, 204);
+    assert_eq!(s.delete("/v1/queues/dlq?force=true").await.0, 204);
+    s.stop().await;
+}
