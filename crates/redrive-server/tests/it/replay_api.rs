@@ -9,16 +9,7 @@ use redrive_testkit::{Backend, TestServer, assert_problem, default_settings};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-async fn server(backend: Backend) -> TestServer {
-    TestServer::builder()
-        .backend(backend)
-        .settings(redrive_server::Settings {
-            replay_worker: false,
-            ..default_settings()
-        })
-        .start()
-        .await
-}
+use crate::replay::{dead_letter_next, server};
 
 /// A queue whose dead letters replay.
 async fn replaying_queue(s: &TestServer, name: &str) {
@@ -37,18 +28,7 @@ async fn dead_letter(s: &TestServer, queue: &str, id: &str, extra: Value) -> Str
     }
     let (st, v) = s.post(&format!("/v1/queues/{queue}/messages"), msg).await;
     assert_eq!(st, 201, "{v}");
-    let got = s.receive(queue, 1).await;
-    assert_eq!(got.len(), 1, "a message to dead-letter on {queue}");
-    let (st, v) = s
-        .settle(
-            queue,
-            got[0]["lock_token"].as_str().unwrap(),
-            "dead_letter",
-            json!({"reason": "HandlerFailed"}),
-        )
-        .await;
-    assert_eq!(st, 200, "{v}");
-    v["dead_letter_id"].as_str().unwrap().to_owned()
+    dead_letter_next(s, queue).await
 }
 
 /// One judgement pass; answers how many records it judged.
