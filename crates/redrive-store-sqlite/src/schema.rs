@@ -19,6 +19,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (5, include_str!("migrations/0005_access.sql")),
     (6, include_str!("migrations/0006_register.sql")),
     (7, include_str!("migrations/0007_replay.sql")),
+    (8, include_str!("migrations/0008_cases.sql")),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).

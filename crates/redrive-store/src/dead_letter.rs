@@ -130,6 +130,10 @@ pub struct Routing {
     pub by_broker: bool,
     /// The dead-letter queue and sequence number of the forwarded copy.
     pub forwarded_to: Option<(EntityName, i64)>,
+    /// Whether the configured destination took it.
+    pub route_target: redrive_core::case::RouteTarget,
+    /// The dead-letter queue that could not (a fallback).
+    pub missing_target: Option<String>,
 }
 
 /// The evidence record `id` of `message`, dead-lettered at `now` for `reason` under
@@ -181,6 +185,8 @@ pub fn evidence_record(
         format: redrive_core::RecordFormat::Message,
         replay: crate::ReplayMark::default(),
         judgement: None,
+        route_target: routing.route_target,
+        missing_target: routing.missing_target,
     }
 }
 
@@ -237,6 +243,8 @@ mod tests {
             description: Some("why".to_owned()),
             by_broker: true,
             forwarded_to: Some((n("orders-dlq"), 41)),
+            route_target: redrive_core::case::RouteTarget::Written,
+            missing_target: None,
         };
         let r = evidence_record(
             "dl_1".to_owned(),
@@ -275,6 +283,8 @@ mod tests {
                 description: None,
                 by_broker: false,
                 forwarded_to: None,
+                route_target: redrive_core::case::RouteTarget::Written,
+                missing_target: None,
             },
             5,
             t(10),

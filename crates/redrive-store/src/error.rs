@@ -162,6 +162,28 @@ pub enum StoreError {
         /// The id asked for.
         id: String,
     },
+    /// No case with that id.
+    #[error("case {id:?} does not exist")]
+    CaseNotFound {
+        /// The id asked for.
+        id: String,
+    },
+    /// The case changed since it was read: nothing was written.
+    #[error("case {id:?} changed (now at version {version}); read it again")]
+    CaseChanged {
+        /// The case.
+        id: String,
+        /// Its current version.
+        version: u64,
+    },
+    /// A timeline would grow past its bound.
+    #[error("case {id:?} holds the most timeline entries a case may ({max})")]
+    TimelineFull {
+        /// The case.
+        id: String,
+        /// The bound.
+        max: usize,
+    },
     /// Transient: the backend is busy or unreachable. Retrying may succeed; nothing was
     /// acknowledged.
     #[error("storage unavailable: {source}")]
@@ -211,7 +233,11 @@ impl StoreError {
             | StoreError::DeadLetterNotFound { .. }
             | StoreError::TopicNotFound { .. }
             | StoreError::SubscriptionNotFound { .. }
-            | StoreError::TokenNotFound { .. } => StoreErrorKind::NotFound,
+            | StoreError::TokenNotFound { .. }
+            | StoreError::CaseNotFound { .. } => StoreErrorKind::NotFound,
+            StoreError::CaseChanged { .. } | StoreError::TimelineFull { .. } => {
+                StoreErrorKind::Conflict
+            }
             StoreError::TopicExists { .. }
             | StoreError::TopicHasSubscriptions { .. }
             | StoreError::SubscriptionExists { .. }

@@ -18,6 +18,7 @@
 //! [`skeleton`]; each backend keeps only its SQL and its transactions.
 
 mod access;
+mod case;
 pub mod dead_letter;
 mod error;
 mod register;
@@ -25,6 +26,7 @@ pub mod skeleton;
 mod types;
 
 pub use access::*;
+pub use case::*;
 pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use register::*;
 pub use types::*;
@@ -340,6 +342,58 @@ pub trait Store: Send + Sync + 'static {
         records: Vec<DeadLetterRecord>,
         now: Timestamp,
     ) -> StoreResult<()>;
+
+    // ---- recovery cases ------------------------------------------------------------
+    //
+    // Cases are opened by the writes above (see `skeleton::cases`); these read and change
+    // them.
+
+    /// The case `id` (`CaseNotFound`).
+    async fn get_case(&self, id: &str) -> StoreResult<CaseRecord>;
+
+    /// The timeline of case `id`, oldest first (`CaseNotFound`).
+    async fn case_timeline(&self, id: &str) -> StoreResult<Vec<redrive_core::case::TimelineEntry>>;
+
+    /// The cases `query` matches, by id ascending, after its cursor, at most its limit
+    /// (capped at [`MAX_CASE_PAGE`]).
+    async fn list_cases(&self, query: &CaseQuery) -> StoreResult<Vec<CaseRecord>>;
+
+    /// Counts of the cases `query` matches (its cursor and limit ignored).
+    async fn case_counts(&self, query: &CaseQuery) -> StoreResult<CaseCounts>;
+
+    /// Writes one update of a case in one transaction: its mutable part, the appended
+    /// timeline entries, a kept payload, and the repair of its record. `CaseNotFound`;
+    /// `CaseChanged` (nothing written) when the case is no longer at `update.version`.
+    /// Returns the case as written (its version one more).
+    async fn update_case(&self, update: &CaseUpdate) -> StoreResult<CaseRecord>;
+
+    /// The bytes kept with case `id` under `digest`, if any.
+    async fn case_payload(&self, id: &str, digest: &str) -> StoreResult<Option<Vec<u8>>>;
+
+    /// Up to `limit` cases whose `next_check_at` is at or before `now`, earliest first.
+    async fn due_cases(&self, now: Timestamp, limit: u32) -> StoreResult<Vec<CaseRecord>>;
+
+    /// Payload retention: for up to `limit` cases whose `payload_until` has passed at
+    /// `now` and whose payload is not yet deleted, deletes their dead-letter record and the
+    /// bytes kept with them, and sets `payload_deleted_at` to `now` (the case, its digest
+    /// and its timeline stay). Returns the ids of the cases.
+    async fn drop_case_payloads(&self, now: Timestamp, limit: u32) -> StoreResult<Vec<String>>;
+
+    /// Records what a producer said about an intent. The first word on an intent stands:
+    /// returns the stored record (the given one, or the earlier one unchanged).
+    async fn put_intent(&self, intent: &IntentRecord) -> StoreResult<IntentRecord>;
+
+    /// What a producer said about `intent_id`, if anything.
+    async fn get_intent(&self, intent_id: &str) -> StoreResult<Option<IntentRecord>>;
+
+    /// Registers (or replaces) the effect authority of a message type.
+    async fn put_effect_authority(&self, authority: &EffectAuthority) -> StoreResult<()>;
+
+    /// Removes the effect authority of `message_type`; whether one was registered.
+    async fn delete_effect_authority(&self, message_type: &str) -> StoreResult<bool>;
+
+    /// Every effect authority, by message type.
+    async fn list_effect_authorities(&self) -> StoreResult<Vec<EffectAuthority>>;
 
     // ---- several processes on one store -------------------------------------------
 

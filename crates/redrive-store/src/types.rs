@@ -240,6 +240,11 @@ pub struct DeadLettered {
     /// Whether the record is a replay candidate (written live on an entity whose policy
     /// enables automatic replay): the broker wakes its replay worker.
     pub candidate: bool,
+    /// The dead-letter queue that could not take it, when the record fell back to the
+    /// entity's own store (the broker counts and logs it at error level).
+    pub fell_back_from: Option<EntityName>,
+    /// The case opened for the record, if one was (it is not settled by automatic replay).
+    pub case_opened: bool,
 }
 
 /// One settlement in a (batch) settle call.
@@ -396,6 +401,13 @@ pub struct DeadLetterRecord {
     /// The judgement of automatic replay that put it where it is (a quarantined or
     /// archived record), if any.
     pub judgement: Option<Judgement>,
+    /// Whether the configured dead-letter destination took it: `fell_back` when the
+    /// dead-letter queue was missing or unfit and the record stayed in this store (the
+    /// attempt evidence is then at most incomplete), `unknown` for an import that does not
+    /// say.
+    pub route_target: redrive_core::case::RouteTarget,
+    /// The dead-letter queue that could not take it (`fell_back` only).
+    pub missing_target: Option<String>,
 }
 
 /// Automatic replay's bookkeeping of a dead-letter record.

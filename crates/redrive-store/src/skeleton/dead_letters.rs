@@ -10,6 +10,7 @@
 //! it, inserts the record the plan finishes with, and removes the message.
 
 use redrive_core::message::RESUBMITTED_FROM_PROPERTY;
+use redrive_core::case::RouteTarget;
 use redrive_core::{Area, EntityName, MessageMeta, PropertyValue, Timestamp};
 
 use super::columns::{Columns, after, bad_value};
@@ -183,11 +184,11 @@ impl DeadLetterPlan {
             }
             _ => None,
         };
-        if let Some((target, unfit)) = &self.unfit {
-            tracing::warn!(queue = %self.source, target = %target, why = unfit.why(),
-                "dead-letter queue unusable; record kept in the queue's own store");
-        }
         let id = redrive_core::id::new_dead_letter_id(self.now);
+        let (route_target, missing_target) = match &self.unfit {
+            Some((target, _)) => (RouteTarget::FellBack, Some(target.to_string())),
+            None => (RouteTarget::Written, None),
+        };
         let routing = Routing {
             area: if forwarded_to.is_some() {
                 Area::Archived
@@ -197,6 +198,8 @@ impl DeadLetterPlan {
             description: self.cause.description,
             by_broker: self.cause.by_broker,
             forwarded_to: forwarded_to.clone(),
+            route_target,
+            missing_target,
         };
         let mut record = evidence_record(
             id.clone(),
@@ -216,6 +219,8 @@ impl DeadLetterPlan {
             reason: self.cause.reason,
             forwarded_to,
             candidate: record.replay.due_at.is_some(),
+            fell_back_from: self.unfit.map(|(target, _)| target),
+            case_opened: super::cases::opens_case(&record),
         });
         record
     }
@@ -271,6 +276,8 @@ pub fn decode(c: &impl Columns) -> StoreResult<DeadLetterRecord> {
             }
             None => None,
         },
+        route_target: c.parse(33, "dead_letters.route_target")?,
+        missing_target: c.text_opt(34)?,
     })
 }
 

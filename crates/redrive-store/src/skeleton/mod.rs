@@ -20,6 +20,8 @@
 //!   creation, update and deletion, and the fan-out of a publish.
 //! - [`access`]: token and audit rows, the numbering and chaining of audit entries.
 //! - [`register`]: idempotency register rows, and whether a put changes anything.
+//! - [`cases`]: when a dead-letter record opens a recovery case (the statements both
+//!   backends run), case rows, timeline entries and their columns.
 //! - [`replay`]: automatic replay's bookkeeping: when a record is a candidate, what a
 //!   move between areas does to it, quarantine copies, imported records, the counts.
 //!
@@ -36,6 +38,7 @@
 //! 4. One conformance case in `redrive-store-conformance`, which every backend runs.
 
 pub mod access;
+pub mod cases;
 pub mod columns;
 pub mod dead_letters;
 pub mod entities;
