@@ -99,6 +99,16 @@ pub enum BrokerError {
         /// The queues and subscriptions (`<topic>/<subscription>`) that name it.
         dependants: Vec<String>,
     },
+    /// A case operation the case's state refuses (claimed by another owner, not the
+    /// owner, closed, not eligible, an intent decided already…); nothing changed.
+    #[error("{why}")]
+    CaseConflict {
+        /// A stable code (`case_claimed`, `not_case_owner`, `case_closed`,
+        /// `case_not_eligible`, `intent_decided`, `no_effect_authority`, `payload_gone`…).
+        code: String,
+        /// What and why.
+        why: String,
+    },
     /// No valid token: missing, malformed, unknown, revoked or expired.
     #[error("{0}")]
     Unauthenticated(String),
@@ -150,6 +160,7 @@ impl BrokerError {
             BrokerError::ShuttingDown => "shutting_down".into(),
             BrokerError::DeadLetterNotQuarantined { .. } => "dead_letter_not_quarantined".into(),
             BrokerError::QueueIsDeadLetterTarget { .. } => "queue_is_dead_letter_target".into(),
+            BrokerError::CaseConflict { code, .. } => code.clone(),
             BrokerError::Store(s) => format!("{:?}", s.kind()).to_lowercase(),
             _ => "refused".into(),
         }

@@ -15,6 +15,8 @@
 //!   audit log; audited operations take an [`Actor`].
 //! - `dead_letters`: the dead-letter store; operations take an [`Actor`].
 //! - `sweeper`: the background sweep of lock expiries and TTLs.
+//! - [`cases`]: recovery cases (seed 001): the advance, a person's decisions, intents,
+//!   effect authorities, the case worker.
 //! - `replayer`: automatic replay of dead letters (the judgement, the worker under a
 //!   lease, the drain at start, restore, counts).
 //! - `mover`: message move tasks (dead-letter queue redrive), kept per process.
@@ -28,6 +30,7 @@
 //! - `trace`: what the span of each operation records (never a whole lock token).
 
 mod access;
+pub mod cases;
 mod clock;
 mod dead_letters;
 mod dispatcher;
@@ -57,6 +60,7 @@ pub use access::{
     AccessSettings, Actor, CreatedToken, DEFAULT_AUDIT_RETENTION_DAYS, MAX_AUDIT_FILTER_LEN,
     MAX_GRANTS, RevocationWatch, TOKEN_PREFIX, TokenSpec, looks_like_token, secret_hash,
 };
+pub use cases::{CaseSettings, CaseWorker};
 pub use clock::SystemClock;
 pub use dead_letters::DeadLetterFilter;
 pub use dispatcher::Dispatcher;
@@ -115,6 +119,8 @@ struct Inner {
     push_network: redrive_push::NetworkPolicy,
     /// The replay worker's wake-up and settings.
     replay: replayer::ReplayState,
+    /// The case worker's wake-up, settings and HTTP client.
+    cases: cases::CaseState,
 }
 
 impl Broker {
@@ -170,6 +176,7 @@ impl Broker {
                 access: access::AccessState::default(),
                 push_network,
                 replay: replayer::ReplayState::default(),
+                cases: cases::CaseState::default(),
             }),
         }
     }
@@ -222,9 +229,22 @@ impl Broker {
             if let Some((q, _)) = &d.forwarded_to {
                 self.inner.waiters.wake(q.as_str());
             }
+            if let Some(target) = &d.fell_back_from {
+                // Seed 003: fail loudly when the dead-letter destination is unavailable.
+                tracing::error!(
+                    queue = %d.message.queue,
+                    target = %target,
+                    dead_letter_id = %d.dead_letter_id,
+                    route_evidence = "incomplete",
+                    "dead-letter queue missing or unfit: record kept in the queue's own store"
+                );
+            }
         }
         if effects.dead_lettered.iter().any(|d| d.candidate) {
             self.wake_replay();
+        }
+        if effects.dead_lettered.iter().any(|d| d.case_opened) {
+            self.wake_cases();
         }
         for e in &effects.expired {
             tracing::info!(

@@ -28,6 +28,10 @@ pub(crate) enum Counter {
     ReplayFailures,
     ReplayFlagged,
     DeadLettersExpired,
+    DeadLetterFallbacks,
+    CasesEscalated,
+    CasesClosed,
+    EffectLookups,
 }
 
 impl Counter {
@@ -49,6 +53,10 @@ impl Counter {
             Counter::ReplayFailures => "redrive_replay_failures_total",
             Counter::ReplayFlagged => "redrive_replay_flagged_total",
             Counter::DeadLettersExpired => "redrive_dead_letters_expired_total",
+            Counter::DeadLetterFallbacks => "redrive_dead_letter_fallbacks_total",
+            Counter::CasesEscalated => "redrive_cases_escalated_total",
+            Counter::CasesClosed => "redrive_cases_closed_total",
+            Counter::EffectLookups => "redrive_effect_lookups_total",
         }
     }
 
@@ -78,6 +86,12 @@ impl Counter {
                 "Dead-letter records flagged for failing replay judgement repeatedly."
             }
             Counter::DeadLettersExpired => "Dead-letter records deleted by the retention rule.",
+            Counter::DeadLetterFallbacks => {
+                "Broker-routed dead letters kept in the queue's own store because its dead-letter queue was missing or unfit, by target."
+            }
+            Counter::CasesEscalated => "Recovery cases escalated, by what is missing.",
+            Counter::CasesClosed => "Recovery cases closed, by terminal state.",
+            Counter::EffectLookups => "Effect authority lookups, by answer.",
         }
     }
 
@@ -85,11 +99,15 @@ impl Counter {
     fn label(self) -> &'static str {
         match self {
             Counter::ReplayQuarantined => "cause",
+            Counter::DeadLetterFallbacks => "target",
+            Counter::CasesEscalated => "missing",
+            Counter::CasesClosed => "state",
+            Counter::EffectLookups => "answer",
             _ => "reason",
         }
     }
 
-    const ALL: [Counter; 16] = [
+    const ALL: [Counter; 20] = [
         Counter::Sent,
         Counter::Duplicates,
         Counter::Received,
@@ -106,6 +124,10 @@ impl Counter {
         Counter::ReplayFailures,
         Counter::ReplayFlagged,
         Counter::DeadLettersExpired,
+        Counter::DeadLetterFallbacks,
+        Counter::CasesEscalated,
+        Counter::CasesClosed,
+        Counter::EffectLookups,
     ];
 }
 
@@ -173,6 +195,14 @@ impl Metrics {
                 d.reason.as_str().to_owned(),
             );
             *c.entry(key).or_insert(0) += 1;
+            if let Some(target) = &d.fell_back_from {
+                *c.entry((
+                    Counter::DeadLetterFallbacks,
+                    d.message.queue.to_string(),
+                    target.to_string(),
+                ))
+                .or_insert(0) += 1;
+            }
         }
         for e in &effects.expired {
             *c.entry((Counter::Expired, e.queue.to_string(), String::new()))

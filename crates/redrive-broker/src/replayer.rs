@@ -1144,5 +1144,9 @@ fn imported_record(
         format: r.format,
         replay: redrive_store::ReplayMark::default(),
         judgement: None,
+        // The other broker's dead-letter destination took it (here it is); its attempt
+        // evidence keeps the quality the import gave it.
+        route_target: redrive_core::case::RouteTarget::Written,
+        missing_target: None,
     }
 }

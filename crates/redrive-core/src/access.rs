@@ -8,11 +8,11 @@
 //!
 //! | role | may |
 //! | --- | --- |
-//! | `producer` | send, publish, cancel its scheduled messages |
+//! | `producer` | send, publish, cancel its scheduled messages, cancel or supersede its intents |
 //! | `consumer` | receive, settle, renew locks, sessions |
-//! | `operator` | metadata, counts, policies, dead-letter metadata, moves between areas, purges, topics and subscriptions, the idempotency register (read and change) |
-//! | `replayer` | resubmit dead letters, start and cancel move tasks (admit and run replays), read the idempotency register |
-//! | `payload-reader` | read payload bytes: peek, dead letters with their bodies |
+//! | `operator` | metadata, counts, policies, dead-letter metadata, moves between areas, purges, topics and subscriptions, the idempotency register and effect authorities (read and change), recovery cases (read and work, without payloads) |
+//! | `replayer` | resubmit dead letters, start and cancel move tasks (admit and run replays, a case's replay too), read the idempotency register |
+//! | `payload-reader` | read payload bytes: peek, dead letters with their bodies, a case's payload |
 //! | `admin` | everything, on every entity: tokens and the audit log too |
 //!
 //! Receiving from a dead-letter store hands out payloads, so it needs `consumer` *and*
@@ -257,6 +257,18 @@ pub enum Operation {
     ReadRegister,
     /// Set or delete an idempotency register entry.
     ManageRegister,
+    /// Recovery cases of an entity's dead letters: list, search, count, show (metadata
+    /// only, never the payload).
+    ReadCases,
+    /// Work a case: claim, renew, release, note, diagnose, correct, transform, test,
+    /// reconcile, review, close.
+    WorkCases,
+    /// Read a case's payload bytes (the exact dead-lettered bytes or a transformation).
+    ReadCasePayload,
+    /// Admit one replay of a case.
+    ReplayCase,
+    /// Cancel or supersede an intent (its producer).
+    UpdateIntent,
 }
 
 impl Operation {
@@ -287,6 +299,11 @@ impl Operation {
         Operation::ReadAudit,
         Operation::ReadRegister,
         Operation::ManageRegister,
+        Operation::ReadCases,
+        Operation::WorkCases,
+        Operation::ReadCasePayload,
+        Operation::ReplayCase,
+        Operation::UpdateIntent,
     ];
 
     /// The roles the operation needs on its entity: all of them, or one of them when
@@ -294,9 +311,9 @@ impl Operation {
     pub fn requires(self) -> &'static [Role] {
         use Operation::*;
         match self {
-            Send | Publish | CancelScheduled => &[Role::Producer],
+            Send | Publish | CancelScheduled | UpdateIntent => &[Role::Producer],
             Receive | Settle | Session => &[Role::Consumer],
-            Peek | ReadDeadLetterPayload => &[Role::PayloadReader],
+            Peek | ReadDeadLetterPayload | ReadCasePayload => &[Role::PayloadReader],
             ConsumeDeadLetters => &[Role::Consumer, Role::PayloadReader],
             ReadMetadata
             | CreateEntity
@@ -308,9 +325,11 @@ impl Operation {
             | MoveDeadLetter
             | ReadReplays
             | ReadMetrics
-            | ManageRegister => &[Role::Operator],
+            | ManageRegister
+            | ReadCases
+            | WorkCases => &[Role::Operator],
             ReadRegister => &[Role::Operator, Role::Replayer],
-            Replay => &[Role::Replayer],
+            Replay | ReplayCase => &[Role::Replayer],
             ManageTokens | ReadAudit => &[Role::Admin],
         }
     }
@@ -483,7 +502,40 @@ mod tests {
             ReadAudit => 21,
             ReadRegister => 22,
             ManageRegister => 23,
+            ReadCases => 24,
+            WorkCases => 25,
+            ReadCasePayload => 26,
+            ReplayCase => 27,
+            UpdateIntent => 28,
         }
+    }
+
+    #[test]
+    fn case_work_is_the_operators_its_payload_the_payload_readers_its_replay_the_replayers() {
+        use Operation::*;
+        let op = [g("operator:orders")];
+        assert!(permits(&op, ReadCases, Some("orders")));
+        assert!(permits(&op, WorkCases, Some("orders")));
+        assert!(!permits(&op, WorkCases, Some("billing")));
+        assert!(!permits(&op, ReadCasePayload, Some("orders")));
+        assert!(!permits(&op, ReplayCase, Some("orders")));
+        assert!(permits(
+            &[g("payload-reader:orders")],
+            ReadCasePayload,
+            Some("orders")
+        ));
+        assert!(permits(&[g("replayer:orders")], ReplayCase, Some("orders")));
+        assert!(!permits(&[g("replayer:orders")], WorkCases, Some("orders")));
+        assert!(permits(
+            &[g("producer:orders")],
+            UpdateIntent,
+            Some("orders")
+        ));
+        assert!(!permits(
+            &[g("consumer:orders")],
+            UpdateIntent,
+            Some("orders")
+        ));
     }
 
     #[test]

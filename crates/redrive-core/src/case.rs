@@ -157,6 +157,30 @@ named_enum! {
 }
 
 impl RouteRule {
+    /// The rule a dead letter was routed under, from who routed it and its reason code. An
+    /// application's dead letter is [`RouteRule::Application`] whatever its reason says
+    /// (its reason is a classification by code, bound to the consumer, never the broker's).
+    /// A broker's reason names its rule: expiry (`TTLExpired`, `TimeToLiveExceeded`, any
+    /// reason naming an expiry), a filter (a reason naming a filter), a size refusal (a
+    /// reason naming a size or a message too large); every other broker reason is a
+    /// delivery threshold (`MaxDeliveryCountExceeded`, `MaxDeliveryAttemptsExceeded`, an
+    /// endpoint's refusal).
+    pub fn of(route: Route, reason: &str) -> RouteRule {
+        if route == Route::ApplicationQuarantined {
+            return RouteRule::Application;
+        }
+        let r = reason.to_ascii_lowercase();
+        if r.contains("ttl") || r.contains("timetolive") || r.contains("expired") {
+            RouteRule::Expiry
+        } else if r.contains("filter") {
+            RouteRule::Filter
+        } else if r.contains("size") || r.contains("toolarge") {
+            RouteRule::Size
+        } else {
+            RouteRule::DeliveryThreshold
+        }
+    }
+
     /// Whether routing under this rule follows a consumer's observed failure. Expiry,
     /// filter and size routing say nothing about the consumer or the payload: they stay
     /// routing evidence and are never recorded as a failure of processing.
@@ -1293,6 +1317,29 @@ mod tests {
 
     fn escalate(missing: Missing) -> Decision {
         Decision::Escalate { missing }
+    }
+
+    #[test]
+    fn the_rule_comes_from_the_route_and_the_reason() {
+        let b = Route::BrokerRouted;
+        assert_eq!(
+            RouteRule::of(b, "MaxDeliveryCountExceeded"),
+            RouteRule::DeliveryThreshold
+        );
+        assert_eq!(
+            RouteRule::of(b, "MaxDeliveryAttemptsExceeded"),
+            RouteRule::DeliveryThreshold
+        );
+        assert_eq!(RouteRule::of(b, "TTLExpired"), RouteRule::Expiry);
+        assert_eq!(RouteRule::of(b, "TimeToLiveExceeded"), RouteRule::Expiry);
+        assert_eq!(
+            RouteRule::of(b, "FilterEvaluationException"),
+            RouteRule::Filter
+        );
+        assert_eq!(RouteRule::of(b, "MessageSizeExceeded"), RouteRule::Size);
+        let a = Route::ApplicationQuarantined;
+        assert_eq!(RouteRule::of(a, "TTLExpired"), RouteRule::Application);
+        assert_eq!(RouteRule::of(a, "bad-payload"), RouteRule::Application);
     }
 
     #[test]

@@ -40,7 +40,10 @@ pub fn opens_case(d: &DeadLetterRecord) -> bool {
 
 /// The case id of a record: `case_` and the record id without its `dl_` prefix.
 pub fn case_id(record_id: &str) -> String {
-    format!("case_{}", record_id.strip_prefix("dl_").unwrap_or(record_id))
+    format!(
+        "case_{}",
+        record_id.strip_prefix("dl_").unwrap_or(record_id)
+    )
 }
 
 /// Opens the case of record `$1` at `$2` (ms) with review deadline `$3` (ms), if the

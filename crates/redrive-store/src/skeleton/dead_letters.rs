@@ -9,8 +9,8 @@
 //! area and description. The backend then draws the copy's sequence number and inserts
 //! it, inserts the record the plan finishes with, and removes the message.
 
-use redrive_core::message::RESUBMITTED_FROM_PROPERTY;
 use redrive_core::case::RouteTarget;
+use redrive_core::message::RESUBMITTED_FROM_PROPERTY;
 use redrive_core::{Area, EntityName, MessageMeta, PropertyValue, Timestamp};
 
 use super::columns::{Columns, after, bad_value};

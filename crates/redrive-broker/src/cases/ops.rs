@@ -1,0 +1,1948 @@
+//! The operations on cases: the advance (what the broker decides by itself) and what a
+//! person asks for. Every write is one conditional [`CaseUpdate`]; a case that changed
+//! since it was read is read again and the step retried.
+
+use std::collections::BTreeMap;
+
+use redrive_core::case::{
+    self, CaseError, CaseState, Closure, Decision, EffectAnswer, Missing, Repair, RepetitionPolicy,
+    RouteCheck, RouteRule, RouteTarget, TimelineEntry,
+};
+use redrive_core::judgement::{ORIGINAL_ID_PROPERTY, QuarantineCause, REPLAYED_FROM_PROPERTY};
+use redrive_core::register::judge;
+use redrive_core::{EntityName, PropertyValue, Timestamp};
+use redrive_store::{
+    CasePayload, CaseQuery, CaseRecord, CaseUpdate, EffectAuthority, IntentRecord, IntentStatus,
+    StoreError,
+};
+
+use super::data::{
+    self, CaseData, Correction, CorrectionKind, Diagnosis, EffectRecord, IsolatedTest, Known, Note,
+    ReplayRecord, ReplayStatus, ReviewRecord, RouteEvidence, TestOutcome, TransformationRecord,
+};
+use super::{MAX_CASE_LEASE_MS, MAX_CHANGED_FIELDS, MAX_EXTEND_MS, MAX_TEXT_LEN, effect};
+use crate::metrics::Counter;
+use crate::{Actor, Broker, BrokerError, BrokerResult, Outgoing};
+
+/// Steps one advance takes at most (each a write); a case needs a handful.
+const MAX_STEPS: usize = 12;
+
+/// A case as the interfaces show it: its record, its data, the next decision. The
+/// timeline is read apart ([`Broker::case_timeline`]).
+#[derive(Debug, Clone)]
+pub struct CaseView {
+    /// The stored case.
+    pub case: CaseRecord,
+    /// Its data.
+    pub data: CaseData,
+    /// The next decision now, in words (`escalate:effect_authority`, `needs_diagnosis`…).
+    pub next: String,
+    /// Whether it is past its review deadline while open.
+    pub overdue: bool,
+}
+
+/// An isolated test as asked for.
+#[derive(Debug, Clone)]
+pub struct TestInput {
+    /// The correction tested (the latest when absent).
+    pub correction_version: Option<u32>,
+    /// The fixture's bytes; the case's exact payload (or its latest transformation) when
+    /// absent.
+    pub fixture: Option<Vec<u8>>,
+    /// The isolated destination: a sink queue.
+    pub destination: String,
+    /// Whether the broker sends the fixture to the sink (a queue) now.
+    pub send: bool,
+    /// The outcome observed there.
+    pub outcome: TestOutcome,
+    /// Its evidence.
+    pub evidence: String,
+}
+
+/// A transformation as asked for.
+#[derive(Debug, Clone)]
+pub struct TransformInput {
+    /// The transformed bytes.
+    pub body: Vec<u8>,
+    /// The deterministic transformation's version.
+    pub transformation_version: String,
+    /// Every changed field.
+    pub changed_fields: Vec<String>,
+    /// The authority that permits it.
+    pub authority: String,
+    /// Whether the intent stays equivalent.
+    pub equivalent: bool,
+    /// The failure shape it addresses.
+    pub addresses: String,
+}
+
+/// A review decision on an overdue case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReviewDecision {
+    /// Archive the record and close the case `indeterminate`.
+    Archive,
+    /// Delete the payload now and close the case `indeterminate`.
+    Delete,
+    /// Keep it under its owner for this long more, ms.
+    Extend(u64),
+}
+
+/// What an intent update did.
+#[derive(Debug, Clone)]
+pub struct IntentOutcome {
+    /// The stored word on the intent (the first one stands).
+    pub intent: IntentRecord,
+    /// The cases it closed.
+    pub closed: Vec<String>,
+}
+
+fn entry(
+    now: Timestamp,
+    actor: &str,
+    state: CaseState,
+    evidence: impl Into<String>,
+) -> TimelineEntry {
+    TimelineEntry {
+        at: now,
+        actor: actor.to_owned(),
+        state,
+        evidence: evidence.into(),
+        fields: BTreeMap::new(),
+    }
+}
+
+fn with(mut e: TimelineEntry, fields: &[(&str, String)]) -> TimelineEntry {
+    for (k, v) in fields {
+        e.fields.insert((*k).to_owned(), v.clone());
+    }
+    e
+}
+
+fn conflict(code: &str, why: impl Into<String>) -> BrokerError {
+    BrokerError::CaseConflict {
+        code: code.to_owned(),
+        why: why.into(),
+    }
+}
+
+fn case_error(e: CaseError) -> BrokerError {
+    let code = match &e {
+        CaseError::Claimed { .. } => "case_claimed",
+        CaseError::NotOwner { .. } => "not_case_owner",
+        CaseError::Closed { .. } => "case_closed",
+        _ => "case_state",
+    };
+    conflict(code, e.to_string())
+}
+
+fn check_text(field: &str, s: &str, required: bool) -> BrokerResult<()> {
+    if required && s.trim().is_empty() {
+        return Err(BrokerError::invalid(field, "must not be empty"));
+    }
+    if s.len() > MAX_TEXT_LEN {
+        return Err(BrokerError::invalid(
+            field,
+            format!("at most {MAX_TEXT_LEN} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// One step's write, prepared from a case as read.
+struct Step {
+    set: redrive_store::CaseMut,
+    append: Vec<TimelineEntry>,
+    payload: Option<CasePayload>,
+    archive_record: bool,
+    data: CaseData,
+}
+
+impl Step {
+    fn of(case: &CaseRecord) -> Step {
+        Step {
+            set: case.m.clone(),
+            append: Vec::new(),
+            payload: None,
+            archive_record: false,
+            data: CaseData::of(case),
+        }
+    }
+
+    /// Appends an entry if the timeline allows it after what is appended so far.
+    fn push(&mut self, e: TimelineEntry) -> Result<(), CaseError> {
+        case::may_append(Some(self.set.state), e.state)?;
+        self.set.state = e.state;
+        if let Some(t) = e.state.terminal() {
+            self.set.closed_at = Some(e.at);
+            let _ = t;
+        }
+        self.append.push(e);
+        Ok(())
+    }
+}
+
+impl Broker {
+    async fn write_step(&self, case: &CaseRecord, mut step: Step) -> BrokerResult<CaseRecord> {
+        step.set.data = step.data.to_value();
+        let update = CaseUpdate {
+            id: case.id.clone(),
+            version: case.version,
+            set: step.set,
+            append: step.append,
+            payload: step.payload,
+            archive_record: step.archive_record,
+        };
+        Ok(self.inner.store.update_case(&update).await?)
+    }
+
+    /// What the broker knows now about `case` beyond its record.
+    pub(crate) async fn known(&self, case: &CaseRecord) -> BrokerResult<Known> {
+        let store = &self.inner.store;
+        let (record_area, schema_invalid) =
+            match store.get_dead_letter(&case.queue, &case.record_id).await {
+                Ok(r) => (
+                    Some(r.area),
+                    r.judgement
+                        .as_ref()
+                        .and_then(|j| j.cause)
+                        .is_some_and(|c| c == QuarantineCause::SchemaInvalid),
+                ),
+                Err(StoreError::DeadLetterNotFound { .. } | StoreError::QueueNotFound { .. }) => {
+                    (None, false)
+                }
+                Err(e) => return Err(e.into()),
+            };
+        let queue = match store.get_queue(&case.queue).await {
+            Ok(q) => Some(q),
+            Err(StoreError::QueueNotFound { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let authority = self.authority_for(case.message_type.as_deref()).await?;
+        let register = self.register().await?;
+        let answer = judge(&register, &case.queue, case.message_type.as_deref());
+        let blocked_by = match &case.session_id {
+            None => 0,
+            Some(session) => {
+                let open = store
+                    .list_cases(&CaseQuery {
+                        queue: Some(case.queue.clone()),
+                        open: true,
+                        until: Some(case.dead_lettered_at),
+                        limit: redrive_store::MAX_CASE_PAGE,
+                        ..CaseQuery::default()
+                    })
+                    .await?;
+                open.iter()
+                    .filter(|c| c.id != case.id && c.session_id.as_deref() == Some(session))
+                    .count() as u64
+            }
+        };
+        Ok(Known {
+            record_area,
+            schema_invalid,
+            retention_bounded: queue
+                .as_ref()
+                .is_none_or(|q| q.policy.dead_letter_retention_ms > 0),
+            intent: store.get_intent(&case.intent_id).await?,
+            has_authority: authority.is_some(),
+            repetition: RepetitionPolicy::from_register(&answer, authority.is_some()),
+            destination_exists: queue.is_some(),
+            blocked_by,
+        })
+    }
+
+    async fn authority_for(
+        &self,
+        message_type: Option<&str>,
+    ) -> BrokerResult<Option<EffectAuthority>> {
+        let Some(t) = message_type else {
+            return Ok(None);
+        };
+        Ok(self
+            .inner
+            .store
+            .list_effect_authorities()
+            .await?
+            .into_iter()
+            .find(|a| a.message_type == t))
+    }
+
+    /// The view of a case now.
+    pub async fn get_case(&self, id: &str) -> BrokerResult<CaseView> {
+        let case = self.inner.store.get_case(id).await?;
+        self.case_view(case).await
+    }
+
+    pub(crate) async fn case_view(&self, case: CaseRecord) -> BrokerResult<CaseView> {
+        let data = CaseData::of(&case);
+        let now = self.now();
+        let next = if case.m.state.terminal().is_some() {
+            format!("closed:{}", case.m.state)
+        } else {
+            let known = self.known(&case).await?;
+            data::describe(&case::decide(&data::facts(&case, &data, &known), now))
+        };
+        let overdue = case.m.closed_at.is_none() && case.m.review_deadline <= now;
+        Ok(CaseView {
+            case,
+            data,
+            next,
+            overdue,
+        })
+    }
+
+    /// The timeline of a case, oldest first.
+    pub async fn case_timeline(&self, id: &str) -> BrokerResult<Vec<TimelineEntry>> {
+        Ok(self.inner.store.case_timeline(id).await?)
+    }
+
+    /// Cases a query matches (metadata only).
+    pub async fn list_cases(&self, query: &CaseQuery) -> BrokerResult<Vec<CaseRecord>> {
+        if query.limit > redrive_store::MAX_CASE_PAGE {
+            return Err(BrokerError::invalid(
+                "limit",
+                format!("at most {}", redrive_store::MAX_CASE_PAGE),
+            ));
+        }
+        Ok(self.inner.store.list_cases(query).await?)
+    }
+
+    /// Counts of the cases a query matches.
+    pub async fn case_counts(&self, query: &CaseQuery) -> BrokerResult<redrive_store::CaseCounts> {
+        Ok(self.inner.store.case_counts(query).await?)
+    }
+
+    /// The payload of a case: its exact bytes, or the transformation `digest` kept with
+    /// it. An audited read.
+    pub async fn case_payload(
+        &self,
+        id: &str,
+        digest: Option<&str>,
+        actor: &Actor,
+    ) -> BrokerResult<(String, Vec<u8>)> {
+        let case = self.inner.store.get_case(id).await?;
+        let result = async {
+            match digest.filter(|d| *d != case.body_sha256) {
+                Some(d) => match self.inner.store.case_payload(id, d).await? {
+                    Some(b) => Ok((d.to_owned(), b)),
+                    None => Err(conflict(
+                        "payload_gone",
+                        format!("case {id} keeps no payload with digest {d}"),
+                    )),
+                },
+                None => {
+                    if case.m.payload_deleted_at.is_some() {
+                        return Err(conflict(
+                            "payload_gone",
+                            format!("the payload of case {id} was deleted under its retention rule; its digest {} remains", case.body_sha256),
+                        ));
+                    }
+                    match self
+                        .inner
+                        .store
+                        .get_dead_letter(&case.queue, &case.record_id)
+                        .await
+                    {
+                        Ok(r) => Ok((r.body_sha256, r.body)),
+                        Err(StoreError::DeadLetterNotFound { .. }) => Err(conflict(
+                            "payload_gone",
+                            format!("the record of case {id} is gone; its digest {} remains", case.body_sha256),
+                        )),
+                        Err(e) => Err(e.into()),
+                    }
+                }
+            }
+        }
+        .await;
+        self.audited(
+            actor,
+            "case.payload_read",
+            Some(case.queue.as_str()),
+            vec![
+                id.to_owned(),
+                format!("digest={}", digest.unwrap_or(&case.body_sha256)),
+            ],
+            result,
+        )
+        .await
+    }
+
+    /// Advances a case as far as the broker may by itself. Returns the case as left.
+    pub async fn advance_case(&self, id: &str) -> BrokerResult<CaseRecord> {
+        let mut case = self.inner.store.get_case(id).await?;
+        for _ in 0..MAX_STEPS {
+            if case.m.state.terminal().is_some() {
+                return Ok(case);
+            }
+            match self.step(&case).await? {
+                None => return Ok(case),
+                Some((step, done)) => match self.write_step(&case, step).await {
+                    Ok(written) => {
+                        case = written;
+                        if done {
+                            return Ok(case);
+                        }
+                    }
+                    Err(BrokerError::Store(StoreError::CaseChanged { .. })) => {
+                        case = self.inner.store.get_case(id).await?;
+                    }
+                    Err(e) => return Err(e),
+                },
+            }
+        }
+        Ok(case)
+    }
+
+    /// The next step of a case: what to write, and whether the case then waits.
+    async fn step(&self, case: &CaseRecord) -> BrokerResult<Option<(Step, bool)>> {
+        let now = self.now();
+        let settings = self.case_settings();
+        let mut step = Step::of(case);
+        let known = self.known(case).await?;
+        // Route verification comes first, and a misconfigured route is checked again.
+        let recheck = step
+            .data
+            .route
+            .as_ref()
+            .is_some_and(|r| r.check == RouteCheck::Misconfigured);
+        if step.data.route.is_none() || recheck {
+            self.verify_route(case, &mut step, &settings, now).await?;
+            return Ok(Some((step, false)));
+        }
+        let facts = data::facts(case, &step.data, &known);
+        let decision = case::decide(&facts, now);
+        step.data.next = Some(data::describe(&decision));
+        let broker = "broker";
+        match decision {
+            Decision::Closed(_) => Ok(None),
+            Decision::Close(closure) => {
+                let e = match &closure {
+                    Closure::Completed { binding } => with(
+                        entry(
+                            now,
+                            broker,
+                            CaseState::Completed,
+                            "the effect exists: completed without a replay",
+                        ),
+                        &[("binding", binding.clone())],
+                    ),
+                    Closure::Cancelled => entry(
+                        now,
+                        broker,
+                        CaseState::Cancelled,
+                        "the producer cancelled the intent: closed without execution",
+                    ),
+                    Closure::Superseded => {
+                        let by = known
+                            .intent
+                            .as_ref()
+                            .and_then(|i| i.superseded_by.clone())
+                            .unwrap_or_default();
+                        with(
+                            entry(
+                                now,
+                                broker,
+                                CaseState::Superseded,
+                                format!("superseded by intent {by}: closed without execution"),
+                            ),
+                            &[("superseded_by", by)],
+                        )
+                    }
+                    Closure::Expired { deadline } => with(
+                        entry(
+                            now,
+                            broker,
+                            CaseState::Expired,
+                            format!(
+                                "the value window ended at {}: expired, not a consumer failure",
+                                deadline.to_rfc3339()
+                            ),
+                        ),
+                        &[
+                            ("deadline", deadline.to_rfc3339()),
+                            (
+                                "rule",
+                                step.data
+                                    .route
+                                    .as_ref()
+                                    .map(|r| r.rule.to_string())
+                                    .unwrap_or_default(),
+                            ),
+                        ],
+                    ),
+                    Closure::Rejected => entry(
+                        now,
+                        broker,
+                        CaseState::Rejected,
+                        "the payload violates the current schema and no approved transformation makes it valid",
+                    ),
+                };
+                self.close_into(&mut step, e, case, &settings, now)?;
+                Ok(Some((step, true)))
+            }
+            Decision::Repair(Repair::ArchiveRecord) => {
+                // State repair: the effect exists, the record goes, the case completes.
+                let binding = step
+                    .data
+                    .effect
+                    .as_ref()
+                    .map(|e| e.evidence.clone())
+                    .unwrap_or_default();
+                step.archive_record = true;
+                let e = with(
+                    entry(
+                        now,
+                        broker,
+                        CaseState::Completed,
+                        "the effect exists: the dead-letter record was archived (state repair), not replayed",
+                    ),
+                    &[("binding", binding), ("repair", "archive_record".into())],
+                );
+                self.close_into(&mut step, e, case, &settings, now)?;
+                Ok(Some((step, true)))
+            }
+            Decision::Reconcile => {
+                self.reconcile_into(case, &mut step, now, broker).await?;
+                Ok(Some((step, false)))
+            }
+            Decision::ObserveReplay => {
+                // An in-flight replay with an authority is observed by asking it again.
+                if known.has_authority {
+                    let before = step.data.effect.clone();
+                    self.reconcile_into(case, &mut step, now, broker).await?;
+                    if step.data.effect.as_ref().map(|e| e.answer)
+                        == before.as_ref().map(|e| e.answer)
+                        && step
+                            .data
+                            .effect
+                            .as_ref()
+                            .is_some_and(|e| e.answer == EffectAnswer::Absent)
+                    {
+                        // Nothing new: look again later.
+                        step.append.clear();
+                        step.set.state = case.m.state;
+                        step.set.next_check_at = Some(now.plus_millis(60_000));
+                        return Ok(Some((step, true)));
+                    }
+                    return Ok(Some((step, false)));
+                }
+                step.set.next_check_at = Some(step.set.review_deadline.max(now));
+                Ok(Some((step, true)))
+            }
+            Decision::StopReplay { trigger } => {
+                if let Some(last) = step.data.replays.last_mut() {
+                    last.status = ReplayStatus::Stopped;
+                }
+                let e = with(
+                    entry(
+                        now,
+                        broker,
+                        CaseState::ReplayStopped,
+                        format!("replay stopped: {trigger}"),
+                    ),
+                    &[("trigger", trigger.to_string())],
+                );
+                if step.push(e.clone()).is_err() {
+                    step.push(entry(
+                        now,
+                        broker,
+                        CaseState::FailureClassified,
+                        format!("replay outcome: {trigger}"),
+                    ))
+                    .map_err(case_error)?;
+                    step.push(e).map_err(case_error)?;
+                }
+                Ok(Some((step, false)))
+            }
+            Decision::ReplayEligible => {
+                if step.set.state != CaseState::ReplayEligible {
+                    let _ = step.push(entry(
+                        now,
+                        broker,
+                        CaseState::ReplayEligible,
+                        "every gate passes: one bounded replay may be admitted by the owner",
+                    ));
+                }
+                step.set.next_check_at = Some(step.set.review_deadline.max(now));
+                if step.append.is_empty() && step.data.next == CaseData::of(case).next {
+                    return Ok(None);
+                }
+                Ok(Some((step, true)))
+            }
+            Decision::Escalate { missing } => {
+                let what = missing.to_string();
+                if case.m.state == CaseState::Escalated
+                    && step.data.escalated_for.as_deref() == Some(what.as_str())
+                {
+                    return Ok(None);
+                }
+                let text = escalation_text(missing, case, &step.data);
+                step.push(with(
+                    entry(now, broker, CaseState::Escalated, text.clone()),
+                    &[("missing", what.clone())],
+                ))
+                .map_err(case_error)?;
+                step.data.escalated_for = Some(what.clone());
+                step.set.next_check_at = next_check(case, &step, now);
+                self.inner.metrics.add_labelled(
+                    Counter::CasesEscalated,
+                    case.queue.as_str(),
+                    &what,
+                    1,
+                );
+                tracing::error!(case_id = %case.id, queue = %case.queue, missing = %what, "recovery case escalated: {text}");
+                self.post_escalation(case, &what, &text).await;
+                Ok(Some((step, true)))
+            }
+            other => {
+                let Some(state) = data::waiting_state(&other) else {
+                    return Ok(None);
+                };
+                // A case waiting on its owner's next step (diagnosis, correction, test) keeps
+                // the state that step left; an idle one is retained.
+                let idle = matches!(
+                    other,
+                    Decision::Hold { .. }
+                        | Decision::Review { .. }
+                        | Decision::AssignOwner
+                        | Decision::Repair(_)
+                        | Decision::NewIntent
+                ) || matches!(
+                    case.m.state,
+                    CaseState::RouteVerified
+                        | CaseState::FailureClassified
+                        | CaseState::EffectAbsent
+                        | CaseState::AttemptsApproximate
+                );
+                let changed_next = step.data.next != CaseData::of(case).next;
+                if idle && case.m.state != state {
+                    let owner = case::owner_at(step.set.lease.as_ref(), now)
+                        .unwrap_or("nobody")
+                        .to_owned();
+                    step.push(with(
+                        entry(
+                            now,
+                            broker,
+                            state,
+                            format!(
+                                "unresolved: {}; owner {owner}; review by {}",
+                                data::describe(&other),
+                                step.set.review_deadline.to_rfc3339()
+                            ),
+                        ),
+                        &[("next", data::describe(&other)), ("owner", owner)],
+                    ))
+                    .map_err(case_error)?;
+                } else if !changed_next && step.set.next_check_at == next_check(case, &step, now) {
+                    return Ok(None);
+                }
+                step.data.escalated_for = None;
+                step.set.next_check_at = next_check(case, &step, now);
+                Ok(Some((step, true)))
+            }
+        }
+    }
+
+    fn close_into(
+        &self,
+        step: &mut Step,
+        e: TimelineEntry,
+        case: &CaseRecord,
+        settings: &super::CaseSettings,
+        now: Timestamp,
+    ) -> BrokerResult<()> {
+        let state = e.state;
+        step.push(e).map_err(case_error)?;
+        let retention = settings
+            .rule(case.queue.as_str())
+            .and_then(|r| r.payload_retention_ms)
+            .unwrap_or(settings.payload_retention_ms);
+        step.set.payload_until =
+            Some(now.plus_millis(i64::try_from(retention).unwrap_or(i64::MAX)));
+        step.set.next_check_at = None;
+        step.data.next = Some(format!("closed:{state}"));
+        step.data.escalated_for = None;
+        self.inner.metrics.add_labelled(
+            Counter::CasesClosed,
+            case.queue.as_str(),
+            state.as_str(),
+            1,
+        );
+        tracing::info!(case_id = %case.id, queue = %case.queue, state = %state, "recovery case closed");
+        Ok(())
+    }
+
+    async fn reconcile_into(
+        &self,
+        case: &CaseRecord,
+        step: &mut Step,
+        now: Timestamp,
+        actor: &str,
+    ) -> BrokerResult<()> {
+        let Some(authority) = self.authority_for(case.message_type.as_deref()).await? else {
+            return Err(conflict(
+                "no_effect_authority",
+                format!(
+                    "no effect authority is registered for message type {:?}",
+                    case.message_type.as_deref().unwrap_or("")
+                ),
+            ));
+        };
+        let (answer, evidence) =
+            effect::ask(&self.case_client(), self.push_network(), &authority, case).await;
+        self.inner.metrics.add_labelled(
+            Counter::EffectLookups,
+            case.queue.as_str(),
+            answer.as_str(),
+            1,
+        );
+        let state = match answer {
+            EffectAnswer::Present => CaseState::EffectPresent,
+            EffectAnswer::Absent => CaseState::EffectAbsent,
+            EffectAnswer::Indeterminate | EffectAnswer::Unreachable => {
+                CaseState::EffectIndeterminate
+            }
+        };
+        step.data.effect = Some(EffectRecord {
+            answer,
+            evidence: evidence.clone(),
+            authority: authority.url.clone(),
+            at_ms: now.as_millis(),
+        });
+        step.push(with(
+            entry(
+                now,
+                actor,
+                state,
+                format!("effect authority answered {answer}: {evidence}"),
+            ),
+            &[("authority", authority.url), ("answer", answer.to_string())],
+        ))
+        .map_err(case_error)?;
+        Ok(())
+    }
+
+    async fn verify_route(
+        &self,
+        case: &CaseRecord,
+        step: &mut Step,
+        settings: &super::CaseSettings,
+        now: Timestamp,
+    ) -> BrokerResult<()> {
+        let record = match self
+            .inner
+            .store
+            .get_dead_letter(&case.queue, &case.record_id)
+            .await
+        {
+            Ok(r) => Some(r),
+            Err(StoreError::DeadLetterNotFound { .. } | StoreError::QueueNotFound { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let first = step.data.route.is_none();
+        let rule = RouteRule::of(case.m.route, &case.reason);
+        let (target, missing) = record.as_ref().map_or((RouteTarget::Unknown, None), |r| {
+            (r.route_target, r.missing_target.clone())
+        });
+        let still_missing = match &missing {
+            Some(t) => match t.parse::<EntityName>() {
+                Ok(n) => matches!(
+                    self.inner.store.get_queue(&n).await,
+                    Err(StoreError::QueueNotFound { .. })
+                ),
+                Err(_) => true,
+            },
+            None => false,
+        };
+        let counted = record
+            .as_ref()
+            .map_or(case.m.evidence_quality, |r| r.count_quality);
+        let quality = case::verified_quality(counted, target);
+        let check = if still_missing {
+            RouteCheck::Misconfigured
+        } else {
+            RouteCheck::Verified
+        };
+        let destination = record
+            .as_ref()
+            .and_then(|r| r.forwarded_to.as_ref().map(|(q, _)| q.to_string()))
+            .unwrap_or_else(|| "own_store".to_owned());
+        let attempts = case::attempt_history(rule, Some(case.delivery_count));
+        step.data.route = Some(RouteEvidence {
+            checked_at_ms: now.as_millis(),
+            check,
+            rule,
+            target,
+            missing_target: missing.clone(),
+            destination: destination.clone(),
+            attempts,
+            quality,
+            policy_version: case.policy_version,
+        });
+        step.set.evidence_quality = quality;
+        let mut fields = vec![
+            ("rule", rule.to_string()),
+            ("target", target.to_string()),
+            ("destination", destination),
+            ("policy_version", case.policy_version.to_string()),
+            ("evidence_quality", quality.to_string()),
+            (
+                "attempts",
+                attempts.map_or_else(
+                    || "none (routed before delivery)".to_owned(),
+                    |a| a.to_string(),
+                ),
+            ),
+        ];
+        if let Some(m) = &missing {
+            fields.push(("missing_target", m.clone()));
+        }
+        if first {
+            let rule_cfg = settings.rule(case.queue.as_str());
+            step.set.review_deadline =
+                case::review_deadline(case.opened_at, rule_cfg.and_then(|r| r.review_ms));
+            step.data.labels = settings.labels.clone();
+            if let Some(r) = &record {
+                let allow = rule_cfg.map(|r| r.redact_allow.clone()).unwrap_or_default();
+                step.data.context = Some(data::Redacted {
+                    policy_version: data::redaction_version(&allow),
+                    fields: data::redact(&r.body, &r.properties, &allow),
+                });
+                let prop = |n: &str| match r.properties.get(n) {
+                    Some(PropertyValue::String(s)) => Some(s.clone()),
+                    _ => None,
+                };
+                step.data.schema_version = prop("dataschema").or_else(|| prop("schema_version"));
+                step.set.source = prop("source");
+                step.set.subject = prop("subject");
+            }
+        }
+        if check == RouteCheck::Misconfigured {
+            let target_name = missing.clone().unwrap_or_default();
+            if first {
+                step.push(with(
+                    entry(now, "broker", CaseState::Retained, format!("dead-letter queue {target_name} was missing at routing and still is: repair the configuration; the attempt history is incomplete")),
+                    &fields,
+                ))
+                .map_err(case_error)?;
+            }
+            // Checked again until the configuration is repaired.
+            step.set.next_check_at = Some(now.plus_millis(60_000));
+            return Ok(());
+        }
+        let evidence = match (&missing, rule) {
+            (Some(t), _) => format!(
+                "dead-letter queue {t} was missing at routing (repaired since); the attempt history is incomplete"
+            ),
+            (None, RouteRule::Filter | RouteRule::Size) => format!(
+                "routed under the {rule} rule before ordinary delivery: routing evidence, not a payload diagnosis; no receive history"
+            ),
+            _ => format!(
+                "routed under the {rule} rule, policy version {}",
+                case.policy_version
+            ),
+        };
+        step.push(with(
+            entry(now, "broker", CaseState::RouteVerified, evidence),
+            &fields,
+        ))
+        .map_err(case_error)?;
+        if quality == redrive_core::dead_letter::EvidenceQuality::Approximate {
+            step.push(entry(
+                now,
+                "broker",
+                CaseState::AttemptsApproximate,
+                "the provider's semantics support no exact delivery count",
+            ))
+            .map_err(case_error)?;
+        }
+        if first && rule.observes_consumer_failure() {
+            let observed = record
+                .as_ref()
+                .and_then(|r| r.description.clone())
+                .or_else(|| case.description.clone())
+                .unwrap_or_default();
+            step.push(with(
+                entry(
+                    now,
+                    "broker",
+                    CaseState::FailureClassified,
+                    format!("observed: {} — {observed}", case.reason),
+                ),
+                &[("reason", case.reason.clone()), ("observation", observed)],
+            ))
+            .map_err(case_error)?;
+            // A dead letter of a replay this broker admitted is that replay's outcome.
+            self.replay_failed(case, now).await?;
+        }
+        step.set.next_check_at = Some(now);
+        Ok(())
+    }
+
+    /// Marks the in-flight replay whose message this case's record is as failed: it
+    /// repeated the failure.
+    async fn replay_failed(&self, case: &CaseRecord, now: Timestamp) -> BrokerResult<()> {
+        let (_, n) = redrive_core::id::split_replay_count(&case.message_id);
+        if n == 0 {
+            return Ok(());
+        }
+        let others = self
+            .inner
+            .store
+            .list_cases(&CaseQuery {
+                intent_id: Some(case.intent_id.clone()),
+                open: true,
+                limit: 100,
+                ..CaseQuery::default()
+            })
+            .await?;
+        for other in others.into_iter().filter(|o| o.id != case.id) {
+            let mut step = Step::of(&other);
+            let Some(last) = step.data.replays.last_mut() else {
+                continue;
+            };
+            if last.status != ReplayStatus::InFlight || last.message_id != case.message_id {
+                continue;
+            }
+            last.status = ReplayStatus::Failed;
+            step.push(with(
+                entry(
+                    now,
+                    "broker",
+                    CaseState::FailureClassified,
+                    format!(
+                        "the replay {} was dead-lettered again ({}): it repeated the failure",
+                        case.message_id, case.reason
+                    ),
+                ),
+                &[("replay_case", case.id.clone())],
+            ))
+            .map_err(case_error)?;
+            step.set.next_check_at = Some(now);
+            match self.write_step(&other, step).await {
+                Ok(_) | Err(BrokerError::Store(StoreError::CaseChanged { .. })) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_escalation(&self, case: &CaseRecord, missing: &str, text: &str) {
+        let Some(url) = self.case_settings().escalation_webhook else {
+            return;
+        };
+        if let Err(f) = self.push_network().check_literal(&url) {
+            tracing::error!(url = %url, error = %f, "escalation webhook not allowed");
+            return;
+        }
+        let body = serde_json::json!({
+            "case_id": case.id,
+            "queue": case.queue.as_str(),
+            "intent_id": case.intent_id,
+            "reason": case.reason,
+            "missing": missing,
+            "evidence": text,
+            "review_deadline": case.m.review_deadline.to_rfc3339(),
+        });
+        let r = self
+            .case_client()
+            .post(&url)
+            .timeout(std::time::Duration::from_secs(5))
+            .json(&body)
+            .send()
+            .await;
+        match r {
+            Ok(resp) if resp.status().is_success() => {}
+            Ok(resp) => {
+                tracing::error!(url = %url, status = %resp.status(), "escalation webhook refused the escalation")
+            }
+            Err(e) => tracing::error!(url = %url, error = %e, "escalation webhook unreachable"),
+        }
+    }
+
+    /// Loads a case for a person's change: open, and leased by `actor` unless `claim`.
+    async fn for_owner(&self, id: &str, actor: &Actor) -> BrokerResult<CaseRecord> {
+        let case = self.inner.store.get_case(id).await?;
+        if let Some(t) = case.m.state.terminal() {
+            return Err(conflict(
+                "case_closed",
+                format!("case {id} is closed ({t})"),
+            ));
+        }
+        let now = self.now();
+        match case::owner_at(case.m.lease.as_ref(), now) {
+            Some(o) if o == actor.name => Ok(case),
+            Some(o) => Err(conflict(
+                "case_claimed",
+                format!("case {id} is claimed by {o}; only its owner changes it"),
+            )),
+            None => Err(conflict(
+                "not_case_owner",
+                format!("claim case {id} first: one owner at a time works a case"),
+            )),
+        }
+    }
+
+    /// A person's change: built from the case as read, written conditionally, retried on
+    /// a concurrent change, audited, then the case advanced.
+    async fn person_change<F>(
+        &self,
+        id: &str,
+        actor: &Actor,
+        action: &str,
+        targets: Vec<String>,
+        need_owner: bool,
+        mut build: F,
+    ) -> BrokerResult<CaseView>
+    where
+        F: FnMut(&CaseRecord, &mut Step, Timestamp) -> BrokerResult<()>,
+    {
+        let mut result = Err(conflict(
+            "case_busy",
+            format!("case {id} kept changing; try again"),
+        ));
+        let mut queue = None;
+        for _ in 0..4 {
+            let case = if need_owner {
+                match self.for_owner(id, actor).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            } else {
+                self.inner.store.get_case(id).await?
+            };
+            queue = Some(case.queue.clone());
+            let mut step = Step::of(&case);
+            let now = self.now();
+            if let Err(e) = build(&case, &mut step, now) {
+                result = Err(e);
+                break;
+            }
+            match self.write_step(&case, step).await {
+                Ok(c) => {
+                    result = Ok(c);
+                    break;
+                }
+                Err(BrokerError::Store(StoreError::CaseChanged { .. })) => continue,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        let mut all = vec![id.to_owned()];
+        all.extend(targets);
+        let written = self
+            .audited(
+                actor,
+                action,
+                queue.as_ref().map(EntityName::as_str),
+                all,
+                result,
+            )
+            .await?;
+        let advanced = self.advance_case(&written.id).await?;
+        self.case_view(advanced).await
+    }
+
+    /// Claims a case for `actor` (or renews its own claim) for `lease_ms`.
+    pub async fn claim_case(
+        &self,
+        id: &str,
+        lease_ms: Option<u64>,
+        actor: &Actor,
+    ) -> BrokerResult<CaseView> {
+        let ms = lease_ms.unwrap_or(self.case_settings().default_lease_ms);
+        if ms == 0 || ms > MAX_CASE_LEASE_MS {
+            return Err(BrokerError::invalid(
+                "lease_ms",
+                format!("must be between 1 and {MAX_CASE_LEASE_MS}"),
+            ));
+        }
+        self.person_change(
+            id,
+            actor,
+            "case.claim",
+            vec![format!("lease_ms={ms}")],
+            false,
+            |case, step, now| {
+                if let Some(t) = case.m.state.terminal() {
+                    return Err(conflict(
+                        "case_closed",
+                        format!("case {} is closed ({t})", case.id),
+                    ));
+                }
+                let lease =
+                    case::claim(case.m.lease.as_ref(), &actor.name, now, ms).map_err(case_error)?;
+                if case.m.state == CaseState::Escalated {
+                    step.push(with(
+                        entry(
+                            now,
+                            &actor.name,
+                            CaseState::Retained,
+                            format!("claimed by {}: retained under its owner", actor.name),
+                        ),
+                        &[("owner", actor.name.clone())],
+                    ))
+                    .map_err(case_error)?;
+                    step.data.escalated_for = None;
+                }
+                step.set.lease = Some(lease);
+                Ok(())
+            },
+        )
+        .await
+    }
+
+    /// Releases `actor`'s claim on a case.
+    pub async fn release_case(&self, id: &str, actor: &Actor) -> BrokerResult<CaseView> {
+        self.person_change(
+            id,
+            actor,
+            "case.release",
+            vec![],
+            false,
+            |case, step, now| {
+                case::release(case.m.lease.as_ref(), &actor.name, now).map_err(case_error)?;
+                step.set.lease = None;
+                Ok(())
+            },
+        )
+        .await
+    }
+
+    /// Adds a note (no state change).
+    pub async fn note_case(&self, id: &str, text: &str, actor: &Actor) -> BrokerResult<CaseView> {
+        check_text("text", text, true)?;
+        self.person_change(id, actor, "case.note", vec![], false, |_, step, now| {
+            step.data.notes.push(Note {
+                text: text.to_owned(),
+                actor: actor.name.clone(),
+                at_ms: now.as_millis(),
+            });
+            Ok(())
+        })
+        .await
+    }
+
+    /// Records a diagnosis (the owner's hypothesis and its disconfirming evidence).
+    pub async fn diagnose_case(
+        &self,
+        id: &str,
+        hypothesis: &str,
+        disconfirming: &str,
+        actor: &Actor,
+    ) -> BrokerResult<CaseView> {
+        check_text("hypothesis", hypothesis, true)?;
+        check_text("disconfirming_evidence", disconfirming, true)?;
+        self.person_change(id, actor, "case.diagnose", vec![], true, |_, step, now| {
+            step.data.diagnoses.push(Diagnosis {
+                hypothesis: hypothesis.to_owned(),
+                disconfirming_evidence: disconfirming.to_owned(),
+                owner: actor.name.clone(),
+                at_ms: now.as_millis(),
+            });
+            step.push(with(
+                entry(
+                    now,
+                    &actor.name,
+                    CaseState::DiagnosisProposed,
+                    format!("hypothesis: {hypothesis}"),
+                ),
+                &[("disconfirming_evidence", disconfirming.to_owned())],
+            ))
+            .map_err(case_error)
+        })
+        .await
+    }
+
+    /// Records a correction: a versioned change that claims to address a failure shape.
+    pub async fn correct_case(
+        &self,
+        id: &str,
+        kind: CorrectionKind,
+        identity: &str,
+        addresses: &str,
+        actor: &Actor,
+    ) -> BrokerResult<CaseView> {
+        check_text("identity", identity, true)?;
+        check_text("addresses", addresses, true)?;
+        self.person_change(id, actor, "case.correct", vec![format!("identity={identity}")], true, |_, step, now| {
+            let version = u32::try_from(step.data.corrections.len() + 1).unwrap_or(u32::MAX);
+            step.data.corrections.push(Correction {
+                version,
+                kind,
+                identity: identity.to_owned(),
+                addresses: addresses.to_owned(),
+                actor: actor.name.clone(),
+                at_ms: now.as_millis(),
+            });
+            step.push(with(
+                entry(now, &actor.name, CaseState::CorrectionIdentified, format!("correction {version} ({kind:?}) {identity} claims to address: {addresses}")),
+                &[("correction_version", version.to_string()), ("identity", identity.to_owned())],
+            ))
+            .map_err(case_error)
+        })
+        .await
+    }
+
+    /// Records a payload transformation: a new payload identity kept with the case (the
+    /// original stays as it is), and the correction it stands for.
+    pub async fn transform_case(
+        &self,
+        id: &str,
+        input: TransformInput,
+        actor: &Actor,
+    ) -> BrokerResult<CaseView> {
+        check_text(
+            "transformation_version",
+            &input.transformation_version,
+            true,
+        )?;
+        check_text("authority", &input.authority, true)?;
+        check_text("addresses", &input.addresses, true)?;
+        if input.changed_fields.is_empty() || input.changed_fields.len() > MAX_CHANGED_FIELDS {
+            return Err(BrokerError::invalid(
+                "changed_fields",
+                format!("name 1 to {MAX_CHANGED_FIELDS} fields"),
+            ));
+        }
+        for f in &input.changed_fields {
+            check_text("changed_fields", f, true)?;
+        }
+        let digest = redrive_core::digest::sha256_hex(&input.body);
+        let d2 = digest.clone();
+        self.person_change(
+            id,
+            actor,
+            "case.transform",
+            vec![
+                format!("digest={digest}"),
+                format!("equivalent={}", input.equivalent),
+            ],
+            true,
+            move |case, step, now| {
+                if case.body_sha256 == d2 {
+                    return Err(BrokerError::invalid(
+                        "body",
+                        "the transformation leaves the payload as it is",
+                    ));
+                }
+                let version = u32::try_from(step.data.corrections.len() + 1).unwrap_or(u32::MAX);
+                step.data.transformations.push(TransformationRecord {
+                    digest: d2.clone(),
+                    size: input.body.len() as u64,
+                    transformation_version: input.transformation_version.clone(),
+                    changed_fields: input.changed_fields.clone(),
+                    authority: input.authority.clone(),
+                    equivalent: input.equivalent,
+                    actor: actor.name.clone(),
+                    at_ms: now.as_millis(),
+                });
+                step.data.corrections.push(Correction {
+                    version,
+                    kind: CorrectionKind::Data,
+                    identity: format!("transformation {} ({})", input.transformation_version, d2),
+                    addresses: input.addresses.clone(),
+                    actor: actor.name.clone(),
+                    at_ms: now.as_millis(),
+                });
+                step.payload = Some(CasePayload {
+                    digest: d2.clone(),
+                    body: input.body.clone(),
+                });
+                step.push(with(
+                    entry(
+                        now,
+                        &actor.name,
+                        CaseState::CorrectionIdentified,
+                        format!(
+                            "transformation {} makes payload {} from {}; {}",
+                            input.transformation_version,
+                            d2,
+                            case.body_sha256,
+                            if input.equivalent {
+                                "equivalent intent"
+                            } else {
+                                "NOT equivalent: a new intent, never a replay"
+                            }
+                        ),
+                    ),
+                    &[
+                        ("correction_version", version.to_string()),
+                        ("original_digest", case.body_sha256.clone()),
+                        ("transformed_digest", d2.clone()),
+                        ("changed_fields", input.changed_fields.join(",")),
+                        ("authority", input.authority.clone()),
+                        ("equivalent", input.equivalent.to_string()),
+                    ],
+                ))
+                .map_err(case_error)
+            },
+        )
+        .await
+    }
+
+    /// Records an isolated test of a correction (sending the fixture to an isolated sink
+    /// queue first when asked). A pass on this case's exact payload is evidence
+    /// (`correction_isolated`), not recovery; a pass on another fixture leaves the case
+    /// where it was.
+    pub async fn test_case(
+        &self,
+        id: &str,
+        input: TestInput,
+        actor: &Actor,
+    ) -> BrokerResult<CaseView> {
+        check_text("evidence", &input.evidence, true)?;
+        let case = self.for_owner(id, actor).await?;
+        let data = CaseData::of(&case);
+        let Some(latest) = data.correction() else {
+            return Err(conflict(
+                "no_correction",
+                format!("case {id} has no correction to test"),
+            ));
+        };
+        let version = input.correction_version.unwrap_or(latest.version);
+        if !data.corrections.iter().any(|c| c.version == version) {
+            return Err(BrokerError::invalid(
+                "correction_version",
+                format!("case {id} has no correction {version}"),
+            ));
+        }
+        let sink: EntityName = input
+            .destination
+            .parse()
+            .map_err(|e| BrokerError::invalid("destination", format!("{e}")))?;
+        let forwarded = data
+            .route
+            .as_ref()
+            .map(|r| r.destination.clone())
+            .unwrap_or_default();
+        if sink == case.queue || sink.as_str() == forwarded {
+            return Err(BrokerError::invalid(
+                "destination",
+                "an isolated test runs away from the live path: not the case's queue or its dead-letter queue",
+            ));
+        }
+        let transformed = data.transformations.last().map(|t| t.digest.clone());
+        let fixture = match &input.fixture {
+            Some(b) => b.clone(),
+            None => match &transformed {
+                Some(d) => self.inner.store.case_payload(id, d).await?.ok_or_else(|| {
+                    conflict("payload_gone", "the transformation's bytes are gone")
+                })?,
+                None => self.case_payload(id, None, actor).await?.1,
+            },
+        };
+        let digest = redrive_core::digest::sha256_hex(&fixture);
+        let exact = digest == case.body_sha256 || transformed.as_deref() == Some(digest.as_str());
+        if input.send {
+            let mut props = redrive_core::Properties::new();
+            props.insert(
+                "redrive-case-test".into(),
+                PropertyValue::String(id.to_owned()),
+            );
+            self.send(
+                sink.as_str(),
+                vec![Outgoing {
+                    message_id: Some(format!("{id}-test-{}", data.tests.len() + 1)),
+                    body: fixture,
+                    properties: props,
+                    message_type: case.message_type.clone(),
+                    ..Outgoing::default()
+                }],
+            )
+            .await?;
+        }
+        self.person_change(id, actor, "case.test", vec![format!("correction={version}"), format!("fixture={digest}"), format!("outcome={:?}", input.outcome).to_lowercase()], true, |_, step, now| {
+            step.data.tests.push(IsolatedTest {
+                correction_version: version,
+                fixture_digest: digest.clone(),
+                exact_payload: exact,
+                destination: sink.to_string(),
+                sent: input.send,
+                outcome: input.outcome,
+                evidence: input.evidence.clone(),
+                actor: actor.name.clone(),
+                at_ms: now.as_millis(),
+            });
+            let fields = [("correction_version", version.to_string()), ("fixture_digest", digest.clone()), ("exact_payload", exact.to_string()), ("destination", sink.to_string())];
+            match (input.outcome, exact) {
+                (TestOutcome::Pass, true) => {
+                    if step.set.state != CaseState::CorrectionIdentified {
+                        let c = step.data.corrections.iter().find(|c| c.version == version).cloned();
+                        let ident = c.map(|c| c.identity).unwrap_or_default();
+                        step.push(entry(now, &actor.name, CaseState::CorrectionIdentified, format!("correction {version} ({ident}) under test"))).map_err(case_error)?;
+                    }
+                    step.push(with(entry(now, &actor.name, CaseState::CorrectionIsolated, format!("correction {version} passed an isolated test on this exact payload at {sink}: evidence, not recovery — {}", input.evidence)), &fields)).map_err(case_error)
+                }
+                (TestOutcome::Fail, _) => step.push(with(entry(now, &actor.name, CaseState::FailureClassified, format!("correction {version} failed its isolated test at {sink}: {}", input.evidence)), &fields)).map_err(case_error),
+                // A pass on another fixture is kept as a record only.
+                (TestOutcome::Pass, false) => Ok(()),
+            }
+        })
+        .await
+    }
+
+    /// Asks the effect authority now and records its answer.
+    pub async fn reconcile_case(&self, id: &str, actor: &Actor) -> BrokerResult<CaseView> {
+        let case = self.inner.store.get_case(id).await?;
+        if let Some(t) = case.m.state.terminal() {
+            return Err(conflict(
+                "case_closed",
+                format!("case {id} is closed ({t})"),
+            ));
+        }
+        let mut step = Step::of(&case);
+        let now = self.now();
+        let r = match self
+            .reconcile_into(&case, &mut step, now, &actor.name)
+            .await
+        {
+            Ok(()) => self.write_step(&case, step).await,
+            Err(e) => Err(e),
+        };
+        let written = self
+            .audited(
+                actor,
+                "case.reconcile",
+                Some(case.queue.as_str()),
+                vec![id.to_owned()],
+                r,
+            )
+            .await?;
+        let advanced = self.advance_case(&written.id).await?;
+        self.case_view(advanced).await
+    }
+
+    /// Closes a case as `rejected` or `indeterminate` (the terminal states only a person
+    /// decides).
+    pub async fn close_case(
+        &self,
+        id: &str,
+        terminal: case::Terminal,
+        evidence: &str,
+        actor: &Actor,
+    ) -> BrokerResult<CaseView> {
+        check_text("evidence", evidence, true)?;
+        if !matches!(
+            terminal,
+            case::Terminal::Rejected | case::Terminal::Indeterminate
+        ) {
+            return Err(BrokerError::invalid(
+                "state",
+                "a person closes a case rejected or indeterminate; completed needs effect evidence, cancelled and superseded the producer's word, expired the value window",
+            ));
+        }
+        let settings = self.case_settings();
+        self.person_change(
+            id,
+            actor,
+            "case.close",
+            vec![format!("state={terminal}")],
+            true,
+            |case, step, now| {
+                if case.m.state == CaseState::ReplayAdmitted && terminal == case::Terminal::Rejected
+                {
+                    return Err(conflict(
+                        "case_state",
+                        "a replay is in flight: observe it or close indeterminate",
+                    ));
+                }
+                let e = entry(now, &actor.name, terminal.into(), evidence.to_owned());
+                self.close_into(step, e, case, &settings, now)
+            },
+        )
+        .await
+    }
+
+    /// The owner's decision on an overdue case: archive, delete, or extend its review.
+    pub async fn review_case(
+        &self,
+        id: &str,
+        decision: ReviewDecision,
+        policy: &str,
+        actor: &Actor,
+    ) -> BrokerResult<CaseView> {
+        check_text("policy", policy, true)?;
+        if let ReviewDecision::Extend(ms) = decision
+            && (ms == 0 || ms > MAX_EXTEND_MS)
+        {
+            return Err(BrokerError::invalid(
+                "extend_ms",
+                format!("must be between 1 and {MAX_EXTEND_MS}"),
+            ));
+        }
+        let settings = self.case_settings();
+        let name = match &decision {
+            ReviewDecision::Archive => "archive".to_owned(),
+            ReviewDecision::Delete => "delete".to_owned(),
+            ReviewDecision::Extend(ms) => format!("extend:{ms}"),
+        };
+        self.person_change(
+            id,
+            actor,
+            "case.review",
+            vec![format!("decision={name}"), format!("policy={policy}")],
+            true,
+            |case, step, now| {
+                if case.m.review_deadline > now {
+                    return Err(conflict(
+                        "case_not_due",
+                        format!(
+                            "case {} is not due for review until {}",
+                            case.id,
+                            case.m.review_deadline.to_rfc3339()
+                        ),
+                    ));
+                }
+                step.data.reviews.push(ReviewRecord {
+                    decision: name.clone(),
+                    policy: policy.to_owned(),
+                    actor: actor.name.clone(),
+                    at_ms: now.as_millis(),
+                });
+                match decision {
+                    ReviewDecision::Extend(ms) => {
+                        step.set.review_deadline =
+                            now.plus_millis(i64::try_from(ms).unwrap_or(i64::MAX));
+                        step.data.escalated_for = None;
+                        step.push(with(
+                            entry(
+                                now,
+                                &actor.name,
+                                CaseState::Retained,
+                                format!(
+                                    "review extended under policy {policy} to {}",
+                                    step.set.review_deadline.to_rfc3339()
+                                ),
+                            ),
+                            &[("policy", policy.to_owned())],
+                        ))
+                        .map_err(case_error)?;
+                        step.set.next_check_at = Some(step.set.review_deadline);
+                        Ok(())
+                    }
+                    ReviewDecision::Archive => {
+                        step.archive_record = true;
+                        let e = with(
+                            entry(
+                                now,
+                                &actor.name,
+                                CaseState::Indeterminate,
+                                format!("unresolved at review: archived under policy {policy}"),
+                            ),
+                            &[("policy", policy.to_owned()), ("review", "archive".into())],
+                        );
+                        self.close_into(step, e, case, &settings, now)
+                    }
+                    ReviewDecision::Delete => {
+                        let e = with(
+                            entry(
+                                now,
+                                &actor.name,
+                                CaseState::Indeterminate,
+                                format!(
+                                    "unresolved at review: payload deleted under policy {policy}"
+                                ),
+                            ),
+                            &[("policy", policy.to_owned()), ("review", "delete".into())],
+                        );
+                        self.close_into(step, e, case, &settings, now)?;
+                        step.set.payload_until = Some(now);
+                        Ok(())
+                    }
+                }
+            },
+        )
+        .await
+    }
+
+    /// Admits one replay of a case by its owner: the effect is reconciled now, every gate
+    /// must pass, then the payload (or its equivalent transformation) goes to the case's
+    /// queue as `<id>|<n>` and the case waits for its effect.
+    pub async fn replay_case(&self, id: &str, actor: &Actor) -> BrokerResult<CaseView> {
+        let case = self.for_owner(id, actor).await?;
+        // Reconcile now, not at planning time.
+        if self
+            .authority_for(case.message_type.as_deref())
+            .await?
+            .is_some()
+        {
+            self.reconcile_case(id, actor).await?;
+        } else {
+            self.advance_case(id).await?;
+        }
+        let case = self.for_owner(id, actor).await?;
+        let known = self.known(&case).await?;
+        let data = CaseData::of(&case);
+        let now = self.now();
+        let decision = case::decide(&data::facts(&case, &data, &known), now);
+        if decision != Decision::ReplayEligible {
+            let r: BrokerResult<CaseView> = Err(conflict(
+                "case_not_eligible",
+                format!(
+                    "case {id} is not replay eligible: {}",
+                    data::describe(&decision)
+                ),
+            ));
+            return self
+                .audited(
+                    actor,
+                    "case.replay",
+                    Some(case.queue.as_str()),
+                    vec![id.to_owned()],
+                    r,
+                )
+                .await;
+        }
+        let record = self
+            .inner
+            .store
+            .get_dead_letter(&case.queue, &case.record_id)
+            .await?;
+        let (body, digest) = match data.transformations.last() {
+            Some(t) if t.equivalent => (
+                self.inner
+                    .store
+                    .case_payload(id, &t.digest)
+                    .await?
+                    .ok_or_else(|| {
+                        conflict("payload_gone", "the transformation's bytes are gone")
+                    })?,
+                t.digest.clone(),
+            ),
+            _ => (record.body.clone(), record.body_sha256.clone()),
+        };
+        let (base, n) = redrive_core::id::split_replay_count(&record.message_id);
+        let message_id = format!("{base}|{}", n + 1);
+        let mut step = Step::of(&case);
+        if step
+            .push(entry(
+                now,
+                &actor.name,
+                CaseState::ReplayEligible,
+                "every gate passes at admission",
+            ))
+            .is_err()
+        {
+            step.push(entry(
+                now,
+                &actor.name,
+                CaseState::IntentActive,
+                "the intent is active and inside its value window at admission",
+            ))
+            .map_err(case_error)?;
+            step.push(entry(
+                now,
+                &actor.name,
+                CaseState::ReplayEligible,
+                "every gate passes at admission",
+            ))
+            .map_err(case_error)?;
+        }
+        let correction = data.correction().map(|c| c.version);
+        step.push(with(
+            entry(
+                now,
+                &actor.name,
+                CaseState::ReplayAdmitted,
+                format!(
+                    "one replay admitted by {} to {} as {message_id}",
+                    actor.name, case.queue
+                ),
+            ),
+            &[
+                ("message_id", message_id.clone()),
+                ("destination", case.queue.to_string()),
+                ("digest", digest.clone()),
+                ("budget", "one item".into()),
+                (
+                    "correction_version",
+                    correction.map(|c| c.to_string()).unwrap_or_default(),
+                ),
+            ],
+        ))
+        .map_err(case_error)?;
+        step.data.replays.push(ReplayRecord {
+            message_id: message_id.clone(),
+            destination: case.queue.to_string(),
+            digest,
+            correction_version: correction,
+            owner: actor.name.clone(),
+            status: ReplayStatus::InFlight,
+            at_ms: now.as_millis(),
+        });
+        step.set.next_check_at = Some(now.plus_millis(60_000));
+        let written = self.write_step(&case, step).await;
+        let written = self
+            .audited(
+                actor,
+                "case.replay",
+                Some(case.queue.as_str()),
+                vec![id.to_owned(), format!("message_id={message_id}")],
+                written,
+            )
+            .await?;
+        let mut props = record.properties.clone();
+        props.insert(
+            ORIGINAL_ID_PROPERTY.into(),
+            PropertyValue::String(base.to_owned()),
+        );
+        props.insert(
+            REPLAYED_FROM_PROPERTY.into(),
+            PropertyValue::String(record.id.clone()),
+        );
+        let sent = self
+            .send(
+                case.queue.as_str(),
+                vec![Outgoing {
+                    message_id: Some(message_id.clone()),
+                    body,
+                    content_type: record.content_type.clone(),
+                    properties: props,
+                    correlation_id: record.correlation_id.clone(),
+                    session_id: record.session_id.clone(),
+                    message_type: record.message_type.clone(),
+                    intent: record.intent.clone(),
+                    valid_until: record.valid_until,
+                    ..Outgoing::default()
+                }],
+            )
+            .await;
+        if let Err(e) = sent {
+            let mut step = Step::of(&written);
+            if let Some(last) = step.data.replays.last_mut() {
+                last.status = ReplayStatus::Stopped;
+            }
+            step.push(entry(
+                self.now(),
+                "broker",
+                CaseState::ReplayStopped,
+                format!("the replay could not be delivered: {e}"),
+            ))
+            .map_err(case_error)?;
+            self.write_step(&written, step).await?;
+            return Err(e);
+        }
+        tracing::info!(case_id = %id, message_id = %message_id, owner = %actor.name, "case replay admitted");
+        self.case_view(written).await
+    }
+
+    /// A producer's cancel or supersede of an intent: its open cases close without
+    /// execution; the first word on an intent stands (a different later one is refused).
+    pub async fn update_intent(
+        &self,
+        intent_id: &str,
+        status: IntentStatus,
+        superseded_by: Option<&str>,
+        reason: Option<&str>,
+        actor: &Actor,
+    ) -> BrokerResult<IntentOutcome> {
+        check_text("intent_id", intent_id, true)?;
+        if intent_id.len() > 256 {
+            return Err(BrokerError::invalid("intent_id", "at most 256 bytes"));
+        }
+        if let Some(r) = reason {
+            check_text("reason", r, false)?;
+        }
+        match (status, superseded_by) {
+            (IntentStatus::Superseded, None) => {
+                return Err(BrokerError::invalid(
+                    "by",
+                    "a superseded intent names the intent that replaces it",
+                ));
+            }
+            (IntentStatus::Superseded, Some(b))
+                if b == intent_id || b.is_empty() || b.len() > 256 =>
+            {
+                return Err(BrokerError::invalid(
+                    "by",
+                    "another intent id, at most 256 bytes",
+                ));
+            }
+            _ => {}
+        }
+        let wanted = IntentRecord {
+            intent_id: intent_id.to_owned(),
+            status,
+            superseded_by: superseded_by.map(str::to_owned),
+            reason: reason.map(str::to_owned),
+            actor: actor.name.clone(),
+            at: self.now(),
+        };
+        let stored = self.inner.store.put_intent(&wanted).await;
+        let action = match status {
+            IntentStatus::Cancelled => "intent.cancel",
+            IntentStatus::Superseded => "intent.supersede",
+        };
+        let stored = self
+            .audited(
+                actor,
+                action,
+                None,
+                vec![intent_id.to_owned()],
+                stored.map_err(Into::into),
+            )
+            .await?;
+        if stored.status != status || stored.superseded_by != wanted.superseded_by {
+            return Err(conflict(
+                "intent_decided",
+                format!("intent {intent_id} was {} already", stored.status.as_str()),
+            ));
+        }
+        let open = self
+            .inner
+            .store
+            .list_cases(&CaseQuery {
+                intent_id: Some(intent_id.to_owned()),
+                open: true,
+                limit: redrive_store::MAX_CASE_PAGE,
+                ..CaseQuery::default()
+            })
+            .await?;
+        let mut closed = Vec::new();
+        for c in open {
+            let after = self.advance_case(&c.id).await?;
+            if after.m.state.terminal().is_some() {
+                closed.push(after.id);
+            }
+        }
+        Ok(IntentOutcome {
+            intent: stored,
+            closed,
+        })
+    }
+
+    /// What a producer said about an intent, if anything.
+    pub async fn get_intent(&self, intent_id: &str) -> BrokerResult<Option<IntentRecord>> {
+        Ok(self.inner.store.get_intent(intent_id).await?)
+    }
+
+    /// Registers (or replaces) the effect authority of a message type.
+    pub async fn put_effect_authority(
+        &self,
+        message_type: &str,
+        url: &str,
+        timeout_ms: Option<u64>,
+        actor: &Actor,
+    ) -> BrokerResult<EffectAuthority> {
+        redrive_core::register::check_type(message_type)
+            .map_err(|e| BrokerError::invalid("message_type", e.to_string()))?;
+        let timeout_ms = timeout_ms.unwrap_or(effect::DEFAULT_TIMEOUT_MS);
+        effect::check(url, timeout_ms)?;
+        let a = EffectAuthority {
+            message_type: message_type.to_owned(),
+            url: url.to_owned(),
+            timeout_ms,
+            updated_at: self.now(),
+        };
+        let r = self
+            .inner
+            .store
+            .put_effect_authority(&a)
+            .await
+            .map(|()| a.clone());
+        self.audited(
+            actor,
+            "effect_authority.put",
+            None,
+            vec![message_type.to_owned(), format!("url={url}")],
+            r.map_err(Into::into),
+        )
+        .await
+    }
+
+    /// Removes the effect authority of a message type; whether there was one.
+    pub async fn delete_effect_authority(
+        &self,
+        message_type: &str,
+        actor: &Actor,
+    ) -> BrokerResult<bool> {
+        let r = self.inner.store.delete_effect_authority(message_type).await;
+        self.audited(
+            actor,
+            "effect_authority.delete",
+            None,
+            vec![message_type.to_owned()],
+            r.map_err(Into::into),
+        )
+        .await
+    }
+
+    /// Every effect authority.
+    pub async fn list_effect_authorities(&self) -> BrokerResult<Vec<EffectAuthority>> {
+        Ok(self.inner.store.list_effect_authorities().await?)
+    }
+
+    /// Registers the authorities of the configuration (at start); returns how many.
+    pub async fn apply_effect_authorities(
+        &self,
+        list: &[(String, String, Option<u64>)],
+    ) -> BrokerResult<usize> {
+        let actor = Actor::system("config");
+        for (t, url, timeout) in list {
+            self.put_effect_authority(t, url, *timeout, &actor).await?;
+        }
+        Ok(list.len())
+    }
+}
+
+fn next_check(case: &CaseRecord, step: &Step, now: Timestamp) -> Option<Timestamp> {
+    let mut next: Option<Timestamp> = None;
+    let mut consider = |t: Timestamp| {
+        if t > now {
+            next = Some(next.map_or(t, |n: Timestamp| n.min(t)));
+        }
+    };
+    consider(step.set.review_deadline);
+    if let Some(v) = case.valid_until {
+        consider(v);
+    }
+    if let Some(l) = &step.set.lease {
+        consider(l.until);
+    }
+    next
+}
+
+fn escalation_text(missing: Missing, case: &CaseRecord, data: &CaseData) -> String {
+    match missing {
+        Missing::EffectAuthority => match &data.effect {
+            Some(e) => format!(
+                "the effect authority {} could not establish the effect of intent {} ({}): {}; no replay until it does",
+                e.authority, case.intent_id, e.answer, e.evidence
+            ),
+            None => format!(
+                "message type {:?} is not idempotent and has no effect authority: no replay can be shown safe",
+                case.message_type.as_deref().unwrap_or("")
+            ),
+        },
+        Missing::Owner => format!(
+            "review deadline {} passed with no owner: archive, delete or extend under a named policy",
+            case.m.review_deadline.to_rfc3339()
+        ),
+        Missing::RetentionRule => format!(
+            "queue {} keeps dead letters forever: bound the payload's retention",
+            case.queue
+        ),
+        Missing::RepeatSafety => format!(
+            "message type {:?} may not be delivered again: reject it, or send a new intent",
+            case.message_type.as_deref().unwrap_or("")
+        ),
+        Missing::PayloadIdentity => "the exact payload bytes are gone".to_owned(),
+        Missing::RouteEvidence => {
+            "neither broker routing nor application quarantine can be shown".to_owned()
+        }
+        Missing::CurrentAuthorization => {
+            "the authority that admitted the intent has changed".to_owned()
+        }
+        Missing::ReplayDestination => format!(
+            "queue {} no longer exists: no replay destination",
+            case.queue
+        ),
+        Missing::ReplayBudget => "no replay budget is named".to_owned(),
+    }
+}

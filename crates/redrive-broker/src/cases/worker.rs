@@ -1,0 +1,125 @@
+//! The case worker: advances cases whose check time has come, and deletes the payloads of
+//! closed cases past their retention. One node at a time, under the store lease
+//! [`CASES_LEASE`](super::CASES_LEASE).
+
+use tokio_util::sync::CancellationToken;
+
+use super::{CASE_BATCH, CASES_LEASE};
+use crate::{Broker, BrokerResult};
+
+/// What one look of the worker did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CasePass {
+    /// Cases advanced.
+    pub advanced: u64,
+    /// Cases whose payload was deleted under their retention rule.
+    pub payloads_deleted: u64,
+}
+
+/// The case worker.
+pub struct CaseWorker {
+    broker: Broker,
+}
+
+impl CaseWorker {
+    /// A worker over `broker`.
+    pub fn new(broker: Broker) -> Self {
+        CaseWorker { broker }
+    }
+
+    /// Works until `cancel` fires. Errors are logged and retried at the next look.
+    pub async fn run(self, cancel: CancellationToken) {
+        let b = &self.broker;
+        loop {
+            let settings = b.case_settings();
+            let ttl_ms = u64::try_from(settings.lease_ttl.as_millis()).unwrap_or(u64::MAX);
+            let held = match b
+                .inner
+                .store
+                .try_lease(CASES_LEASE, &b.inner.node_id, ttl_ms, b.now())
+                .await
+            {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::warn!(error = %e, "case lease could not be taken; retrying");
+                    false
+                }
+            };
+            let mut more = false;
+            if held {
+                match b.cases_once().await {
+                    Ok(p) => more = p.advanced >= u64::from(CASE_BATCH),
+                    Err(e) => tracing::warn!(error = %e, "case pass failed; retrying"),
+                }
+            }
+            if more {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            let next = b
+                .now()
+                .plus(settings.poll_interval.min(settings.lease_ttl / 2));
+            tokio::select! {
+                () = b.inner.cases.wake.notified() => {}
+                () = b.inner.clock.sleep_until(next) => {}
+                () = cancel.cancelled() => return,
+            }
+        }
+    }
+}
+
+impl Broker {
+    /// One look: advances up to [`CASE_BATCH`] due cases and deletes due payloads. Public
+    /// so that tests drive cases on a manual clock.
+    pub async fn cases_once(&self) -> BrokerResult<CasePass> {
+        let now = self.now();
+        let due = self.inner.store.due_cases(now, CASE_BATCH).await?;
+        let mut pass = CasePass::default();
+        for case in due {
+            match self.advance_case(&case.id).await {
+                Ok(after) => {
+                    pass.advanced += 1;
+                    // A case whose check time did not move would be due again at once.
+                    if after.m.next_check_at.is_some_and(|t| t <= now)
+                        && after.version == case.version
+                    {
+                        self.park(&after).await?;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(case_id = %case.id, error = %e, "case could not be advanced; parked for a minute");
+                    let fresh = self.inner.store.get_case(&case.id).await?;
+                    self.park(&fresh).await?;
+                }
+            }
+        }
+        let dropped = self.inner.store.drop_case_payloads(now, CASE_BATCH).await?;
+        for id in &dropped {
+            tracing::info!(case_id = %id, "case payload deleted under its retention rule");
+        }
+        pass.payloads_deleted = dropped.len() as u64;
+        Ok(pass)
+    }
+
+    /// Moves a case's check a minute on.
+    async fn park(&self, case: &redrive_store::CaseRecord) -> BrokerResult<()> {
+        let mut set = case.m.clone();
+        set.next_check_at = Some(self.now().plus_millis(60_000));
+        let r = self
+            .inner
+            .store
+            .update_case(&redrive_store::CaseUpdate {
+                id: case.id.clone(),
+                version: case.version,
+                set,
+                append: Vec::new(),
+                payload: None,
+                archive_record: false,
+            })
+            .await;
+        match r {
+            Ok(_) | Err(redrive_store::StoreError::CaseChanged { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
