@@ -12,9 +12,11 @@
 //! - [`topic`]: topics, subscriptions and publishing.
 //! - [`access`]: tokens and the audit log.
 //! - [`register`]: the idempotency register of replayable message types.
+//! - [`case`]: recovery cases, intents and effect authorities.
 //! - [`replay`]: where each queue's dead letters stand with automatic replay.
 
 pub mod access;
+pub mod case;
 pub mod dead_letter;
 pub mod message;
 pub mod problem;

@@ -102,6 +102,9 @@ pub fn problem_for(e: &BrokerError) -> Problem {
                 .with("queue", queue.as_str())
                 .with("dependants", dependants.clone())
         }
+        BrokerError::CaseConflict { code, .. } => {
+            Problem::new(C::CaseConflict, e.to_string()).with("reason", code.as_str())
+        }
         BrokerError::Store(s) => problem_for_store(s),
         _ => internal(e),
     }
@@ -157,6 +160,13 @@ fn problem_for_store(e: &StoreError) -> Problem {
         StoreError::SessionLockLost => C::SessionLockLost,
         StoreError::DeadLetterNotFound { .. } => C::DeadLetterNotFound,
         StoreError::DeadLetterTargetMissing { .. } => C::DeadLetterTargetMissing,
+        StoreError::CaseNotFound { .. } => C::CaseNotFound,
+        StoreError::CaseChanged { .. } => {
+            return Problem::new(C::CaseConflict, e.to_string()).with("reason", "case_changed");
+        }
+        StoreError::TimelineFull { .. } => {
+            return Problem::new(C::CaseConflict, e.to_string()).with("reason", "timeline_full");
+        }
         StoreError::Unavailable { .. } => {
             tracing::warn!(error = %e, "storage unavailable");
             return Problem::new(C::Unavailable, "storage is temporarily unavailable; retry");

@@ -1,0 +1,669 @@
+//! `/v1/cases`: recovery cases (list, search, count, show, work them, replay one),
+//! `/v1/intents/{id}` (a producer's cancel or supersede) and `/v1/effect-authorities`.
+//!
+//! A case's entity is its queue, which the path does not name: the route table admits
+//! any holder of the operation's role (`crate::access::ROUTES`), and each handler checks
+//! the role on the case's queue once the case is read (a listing shows only the cases of
+//! queues the caller may read). Payload bytes are a separate read (`payload-reader`),
+//! audited by the broker; everything that changes a case is audited too.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use redrive_api::ErrorCode;
+use redrive_api::case::{
+    CancelIntent, Case, CaseCounts, CaseEntry, CaseLease, CasePage, CasePayload, CaseSummary,
+    ClaimCase, CloseCase, CorrectCase, DiagnoseCase, EffectAuthority, EffectAuthorityList,
+    Intent, NoteCase, ReviewCase, SetEffectAuthority, SupersedeIntent, TestCase, TransformCase,
+};
+use redrive_broker::cases::data::{CorrectionKind, TestOutcome};
+use redrive_broker::cases::{CaseView, ReviewDecision, TestInput, TransformInput};
+use redrive_broker::model::{CaseQuery, CaseRecord, IntentStatus, MAX_CASE_PAGE};
+use redrive_broker::{Actor, BrokerError};
+use redrive_core::Timestamp;
+use redrive_core::access::Operation;
+use redrive_core::case::{CaseState, TimelineEntry};
+use serde::Deserialize;
+
+use crate::AppState;
+use crate::access::Caller;
+use crate::error::{ApiError, ApiJson, ApiQuery, OptionalApiJson};
+use crate::wire::{body_in, body_out, time_in};
+
+/// Longest filter value a search takes, bytes.
+const MAX_FILTER_LEN: usize = 512;
+
+fn t(ts: Timestamp) -> String {
+    ts.to_rfc3339()
+}
+
+fn summary(c: &CaseRecord, next: String, now: Timestamp) -> CaseSummary {
+    let m = &c.m;
+    CaseSummary {
+        id: c.id.clone(),
+        record_id: c.record_id.clone(),
+        queue: c.queue.to_string(),
+        message_id: c.message_id.clone(),
+        intent_id: c.intent_id.clone(),
+        message_type: c.message_type.clone(),
+        session_id: c.session_id.clone(),
+        reason: c.reason.clone(),
+        description: c.description.clone(),
+        route: m.route.to_string(),
+        evidence_quality: m.evidence_quality.to_string(),
+        state: m.state.to_string(),
+        next,
+        lease: m.lease.as_ref().map(|l| CaseLease {
+            owner: l.owner.clone(),
+            until: t(l.until),
+            live: l.is_live(now),
+        }),
+        review_deadline: t(m.review_deadline),
+        overdue: m.closed_at.is_none() && m.review_deadline <= now,
+        dead_lettered_at: t(c.dead_lettered_at),
+        opened_at: t(c.opened_at),
+        closed_at: m.closed_at.map(t),
+        valid_until: c.valid_until.map(t),
+        source: m.source.clone(),
+        subject: m.subject.clone(),
+        payload_sha256: c.body_sha256.clone(),
+        payload_size: c.body_size,
+        payload_deleted_at: m.payload_deleted_at.map(t),
+        delivery_count: c.delivery_count,
+        policy_version: c.policy_version,
+        version: c.version,
+    }
+}
+
+fn listed_next(c: &CaseRecord) -> String {
+    if c.m.state.terminal().is_some() {
+        return format!("closed:{}", c.m.state);
+    }
+    c.m.data
+        .get("next")
+        .and_then(|v| v.as_str())
+        .unwrap_or("verify_route")
+        .to_owned()
+}
+
+fn entry_out(e: &TimelineEntry) -> CaseEntry {
+    CaseEntry {
+        at: t(e.at),
+        actor: e.actor.clone(),
+        state: e.state.to_string(),
+        evidence: e.evidence.clone(),
+        fields: e.fields.clone(),
+    }
+}
+
+fn case_out(v: CaseView, timeline: &[TimelineEntry], now: Timestamp) -> Case {
+    Case {
+        summary: summary(&v.case, v.next.clone(), now),
+        record: v.case.m.data.clone(),
+        timeline: timeline.iter().map(entry_out).collect(),
+    }
+}
+
+/// Refuses unless the caller may do `op` on the case's queue.
+fn check(actor: &Actor, op: Operation, queue: &str) -> Result<(), ApiError> {
+    if actor.permits(op, Some(queue)) {
+        return Ok(());
+    }
+    let needs: Vec<&str> = op.requires().iter().map(|r| r.as_str()).collect();
+    Err(BrokerError::Forbidden {
+        operation: format!("{op:?}"),
+        needs: needs.join(" and "),
+        entity: Some(queue.to_owned()),
+    }
+    .into())
+}
+
+async fn show_case(s: &AppState, actor: &Actor, id: &str) -> Result<Json<Case>, ApiError> {
+    let view = s.broker.get_case(id).await?;
+    check(actor, Operation::ReadCases, view.case.queue.as_str())?;
+    let timeline = s.broker.case_timeline(id).await?;
+    Ok(Json(case_out(view, &timeline, s.broker.clock().now())))
+}
+
+/// Checks `op` on the case's queue before a change.
+async fn may(s: &AppState, actor: &Actor, id: &str, op: Operation) -> Result<(), ApiError> {
+    let case = s.broker.get_case(id).await?;
+    check(actor, op, case.case.queue.as_str())
+}
+
+fn text(field: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
+    match v {
+        Some(s) if s.len() > MAX_FILTER_LEN => Err(BrokerError::invalid(
+            field,
+            format!("at most {MAX_FILTER_LEN} bytes"),
+        )
+        .into()),
+        Some(s) if s.is_empty() => Err(BrokerError::invalid(field, "must not be empty").into()),
+        v => Ok(v),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Search {
+    queue: Option<String>,
+    reason: Option<String>,
+    #[serde(rename = "type")]
+    message_type: Option<String>,
+    source: Option<String>,
+    subject: Option<String>,
+    state: Option<String>,
+    open: Option<bool>,
+    owner: Option<String>,
+    overdue: Option<bool>,
+    from: Option<String>,
+    to: Option<String>,
+    evidence_quality: Option<String>,
+    q: Option<String>,
+    intent: Option<String>,
+    cursor: Option<String>,
+    limit: Option<u32>,
+}
+
+fn query_of(q: Search, now: Timestamp) -> Result<CaseQuery, ApiError> {
+    let states = match text("state", q.state)? {
+        None => Vec::new(),
+        Some(s) => s
+            .split(',')
+            .map(|p| {
+                p.parse::<CaseState>()
+                    .map_err(|e| ApiError::from(BrokerError::invalid("state", e.to_string())))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    let limit = q.limit.unwrap_or(100);
+    if limit == 0 || limit > MAX_CASE_PAGE {
+        return Err(BrokerError::invalid("limit", format!("between 1 and {MAX_CASE_PAGE}")).into());
+    }
+    Ok(CaseQuery {
+        queue: text("queue", q.queue)?
+            .map(|n| n.parse().map_err(BrokerError::from))
+            .transpose()?,
+        reason: text("reason", q.reason)?,
+        message_type: text("type", q.message_type)?,
+        source: text("source", q.source)?,
+        subject: text("subject", q.subject)?,
+        states,
+        open: q.open.unwrap_or(false),
+        owner: text("owner", q.owner)?,
+        overdue_at: q.overdue.unwrap_or(false).then_some(now),
+        since: time_in("from", q.from)?,
+        until: time_in("to", q.to)?,
+        evidence_quality: text("evidence_quality", q.evidence_quality)?
+            .map(|s| {
+                s.parse()
+                    .map_err(|e| BrokerError::invalid("evidence_quality", format!("{e}")))
+            })
+            .transpose()?,
+        text: text("q", q.q)?,
+        intent_id: text("intent", q.intent)?,
+        after: text("cursor", q.cursor)?,
+        limit,
+    })
+}
+
+async fn list(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    ApiQuery(q): ApiQuery<Search>,
+) -> Result<Json<CasePage>, ApiError> {
+    let now = s.broker.clock().now();
+    let query = query_of(q, now)?;
+    if let Some(queue) = &query.queue {
+        check(&actor, Operation::ReadCases, queue.as_str())?;
+    }
+    let cases = s.broker.list_cases(&query).await?;
+    let full = cases.len() == query.limit as usize;
+    let next_cursor = full.then(|| cases.last().map(|c| c.id.clone())).flatten();
+    Ok(Json(CasePage {
+        cases: cases
+            .iter()
+            .filter(|c| actor.permits(Operation::ReadCases, Some(c.queue.as_str())))
+            .map(|c| summary(c, listed_next(c), now))
+            .collect(),
+        next_cursor,
+    }))
+}
+
+async fn counts(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    ApiQuery(q): ApiQuery<Search>,
+) -> Result<Json<CaseCounts>, ApiError> {
+    let now = s.broker.clock().now();
+    let query = query_of(q, now)?;
+    match &query.queue {
+        Some(queue) => check(&actor, Operation::ReadCases, queue.as_str())?,
+        // Counts over every queue need the role on every queue (an unscoped grant).
+        None => check(&actor, Operation::ReadCases, "*")?,
+    }
+    let c = s.broker.case_counts(&query).await?;
+    Ok(Json(CaseCounts {
+        total: c.total,
+        by_reason: c.by_reason,
+        by_type: c.by_type,
+        by_state: c.by_state,
+        oldest_opened_at: c.oldest_opened_at.map(t),
+    }))
+}
+
+async fn show(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Case>, ApiError> {
+    show_case(&s, &actor, &id).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PayloadQuery {
+    digest: Option<String>,
+}
+
+async fn payload(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<PayloadQuery>,
+) -> Result<Json<CasePayload>, ApiError> {
+    may(&s, &actor, &id, Operation::ReadCasePayload).await?;
+    let digest = text("digest", q.digest)?;
+    let (sha256, bytes) = s.broker.case_payload(&id, digest.as_deref(), &actor).await?;
+    let (body, body_encoding) = body_out(&bytes);
+    Ok(Json(CasePayload {
+        case_id: id,
+        sha256,
+        body,
+        body_encoding,
+    }))
+}
+
+/// Answers a change with the case as it is now (with its timeline).
+async fn changed(s: &AppState, actor: &Actor, v: CaseView) -> Result<Json<Case>, ApiError> {
+    let timeline = s.broker.case_timeline(&v.case.id).await?;
+    let _ = actor;
+    Ok(Json(case_out(v, &timeline, s.broker.clock().now())))
+}
+
+async fn claim(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+    OptionalApiJson(req): OptionalApiJson<ClaimCase>,
+) -> Result<Json<Case>, ApiError> {
+    may(&s, &actor, &id, Operation::WorkCases).await?;
+    let v = s.broker.claim_case(&id, req.lease_ms, &actor).await?;
+    changed(&s, &actor, v).await
+}
+
+async fn release(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Case>, ApiError> {
+    may(&s, &actor, &id, Operation::WorkCases).await?;
+    let v = s.broker.release_case(&id, &actor).await?;
+    changed(&s, &actor, v).await
+}
+
+async fn note(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<NoteCase>,
+) -> Result<Json<Case>, ApiError> {
+    may(&s, &actor, &id, Operation::WorkCases).await?;
+    let v = s.broker.note_case(&id, &req.text, &actor).await?;
+    changed(&s, &actor, v).await
+}
+
+async fn diagnose(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<DiagnoseCase>,
+) -> Result<Json<Case>, ApiError> {
+    may(&s, &actor, &id, Operation::WorkCases).await?;
+    let v = s
+        .broker
+        .diagnose_case(&id, &req.hypothesis, &req.disconfirming_evidence, &actor)
+        .await?;
+    changed(&s, &actor, v).await
+}
+
+fn correction_kind(s: &str) -> Result<CorrectionKind, ApiError> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned())).map_err(|_| {
+        BrokerError::invalid(
+            "kind",
+            format!("{s:?} is not one of code, config, data, permission, dependency, policy"),
+        )
+        .into()
+    })
+}
+
+async fn correct(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<CorrectCase>,
+) -> Result<Json<Case>, ApiError> {
+    let kind = correction_kind(&req.kind)?;
+    may(&s, &actor, &id, Operation::WorkCases).await?;
+    let v = s
+        .broker
+        .correct_case(&id, kind, &req.identity, &req.addresses, &actor)
+        .await?;
+    changed(&s, &actor, v).await
+}
+
+async fn transform(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<TransformCase>,
+) -> Result<Json<Case>, ApiError> {
+    let body = body_in(req.body, req.body_encoding)?;
+    may(&s, &actor, &id, Operation::WorkCases).await?;
+    let v = s
+        .broker
+        .transform_case(
+            &id,
+            TransformInput {
+                body,
+                transformation_version: req.transformation_version,
+                changed_fields: req.changed_fields,
+                authority: req.authority,
+                equivalent: req.equivalent,
+                addresses: req.addresses,
+            },
+            &actor,
+        )
+        .await?;
+    changed(&s, &actor, v).await
+}
+
+async fn test(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<TestCase>,
+) -> Result<Json<Case>, ApiError> {
+    let outcome = match req.outcome.as_str() {
+        "pass" => TestOutcome::Pass,
+        "fail" => TestOutcome::Fail,
+        other => {
+            return Err(BrokerError::invalid("outcome", format!("{other:?} is not pass or fail")).into());
+        }
+    };
+    let fixture = req
+        .fixture
+        .map(|f| body_in(f, req.fixture_encoding))
+        .transpose()?;
+    may(&s, &actor, &id, Operation::WorkCases).await?;
+    // The exact payload is read for the test: the caller must be allowed to read it.
+    if fixture.is_none() {
+        may(&s, &actor, &id, Operation::ReadCasePayload).await?;
+    }
+    let v = s
+        .broker
+        .test_case(
+            &id,
+            TestInput {
+                correction_version: req.correction_version,
+                fixture,
+                destination: req.destination,
+                send: req.send,
+                outcome,
+                evidence: req.evidence,
+            },
+            &actor,
+        )
+        .await?;
+    changed(&s, &actor, v).await
+}
+
+async fn reconcile(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Case>, ApiError> {
+    may(&s, &actor, &id, Operation::WorkCases).await?;
+    let v = s.broker.reconcile_case(&id, &actor).await?;
+    changed(&s, &actor, v).await
+}
+
+async fn close(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<CloseCase>,
+) -> Result<Json<Case>, ApiError> {
+    let terminal = req.state.parse().map_err(|_| {
+        ApiError::from(BrokerError::invalid(
+            "state",
+            format!("{:?} is not rejected or indeterminate", req.state),
+        ))
+    })?;
+    may(&s, &actor, &id, Operation::WorkCases).await?;
+    let v = s.broker.close_case(&id, terminal, &req.evidence, &actor).await?;
+    changed(&s, &actor, v).await
+}
+
+async fn review(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<ReviewCase>,
+) -> Result<Json<Case>, ApiError> {
+    let decision = match (req.decision.as_str(), req.extend_ms) {
+        ("archive", None) => ReviewDecision::Archive,
+        ("delete", None) => ReviewDecision::Delete,
+        ("extend", Some(ms)) => ReviewDecision::Extend(ms),
+        ("extend", None) => {
+            return Err(BrokerError::invalid("extend_ms", "extend needs extend_ms").into());
+        }
+        ("archive" | "delete", Some(_)) => {
+            return Err(BrokerError::invalid("extend_ms", "only extend takes extend_ms").into());
+        }
+        (other, _) => {
+            return Err(BrokerError::invalid(
+                "decision",
+                format!("{other:?} is not archive, delete or extend"),
+            )
+            .into());
+        }
+    };
+    may(&s, &actor, &id, Operation::WorkCases).await?;
+    let v = s.broker.review_case(&id, decision, &req.policy, &actor).await?;
+    changed(&s, &actor, v).await
+}
+
+async fn replay(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Case>, ApiError> {
+    may(&s, &actor, &id, Operation::ReplayCase).await?;
+    let v = s.broker.replay_case(&id, &actor).await?;
+    changed(&s, &actor, v).await
+}
+
+fn intent_id(id: &str) -> Result<(), ApiError> {
+    if id.is_empty() || id.len() > 256 {
+        return Err(BrokerError::invalid("id", "an intent id is 1 to 256 bytes").into());
+    }
+    Ok(())
+}
+
+/// The ids of an intent's cases the caller may see, and whether it may update the
+/// intent on every one of their queues.
+async fn intent_cases(
+    s: &AppState,
+    actor: &Actor,
+    id: &str,
+    op: Operation,
+) -> Result<Vec<String>, ApiError> {
+    let cases = s
+        .broker
+        .list_cases(&CaseQuery {
+            intent_id: Some(id.to_owned()),
+            limit: MAX_CASE_PAGE,
+            ..CaseQuery::default()
+        })
+        .await?;
+    for c in &cases {
+        if op == Operation::UpdateIntent && c.m.closed_at.is_none() {
+            check(actor, op, c.queue.as_str())?;
+        }
+    }
+    Ok(cases
+        .iter()
+        .filter(|c| actor.permits(Operation::ReadCases, Some(c.queue.as_str())) || actor.permits(op, Some(c.queue.as_str())))
+        .map(|c| c.id.clone())
+        .collect())
+}
+
+fn intent_out(
+    id: &str,
+    record: Option<&redrive_broker::model::IntentRecord>,
+    cases: Vec<String>,
+    closed: Vec<String>,
+) -> Intent {
+    Intent {
+        intent_id: id.to_owned(),
+        status: record.map_or("active", |r| r.status.as_str()).to_owned(),
+        superseded_by: record.and_then(|r| r.superseded_by.clone()),
+        reason: record.and_then(|r| r.reason.clone()),
+        actor: record.map(|r| r.actor.clone()),
+        at: record.map(|r| t(r.at)),
+        cases,
+        closed,
+    }
+}
+
+async fn get_intent(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Intent>, ApiError> {
+    intent_id(&id)?;
+    let record = s.broker.get_intent(&id).await?;
+    let cases = intent_cases(&s, &actor, &id, Operation::ReadCases).await?;
+    Ok(Json(intent_out(&id, record.as_ref(), cases, Vec::new())))
+}
+
+async fn cancel_intent(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+    OptionalApiJson(req): OptionalApiJson<CancelIntent>,
+) -> Result<Json<Intent>, ApiError> {
+    intent_id(&id)?;
+    intent_cases(&s, &actor, &id, Operation::UpdateIntent).await?;
+    let out = s
+        .broker
+        .update_intent(&id, IntentStatus::Cancelled, None, req.reason.as_deref(), &actor)
+        .await?;
+    let cases = intent_cases(&s, &actor, &id, Operation::UpdateIntent).await?;
+    Ok(Json(intent_out(&id, Some(&out.intent), cases, out.closed)))
+}
+
+async fn supersede_intent(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<SupersedeIntent>,
+) -> Result<Json<Intent>, ApiError> {
+    intent_id(&id)?;
+    intent_cases(&s, &actor, &id, Operation::UpdateIntent).await?;
+    let out = s
+        .broker
+        .update_intent(
+            &id,
+            IntentStatus::Superseded,
+            Some(&req.by),
+            req.reason.as_deref(),
+            &actor,
+        )
+        .await?;
+    let cases = intent_cases(&s, &actor, &id, Operation::UpdateIntent).await?;
+    Ok(Json(intent_out(&id, Some(&out.intent), cases, out.closed)))
+}
+
+fn authority_out(a: &redrive_broker::model::EffectAuthority) -> EffectAuthority {
+    EffectAuthority {
+        message_type: a.message_type.clone(),
+        url: a.url.clone(),
+        timeout_ms: a.timeout_ms,
+        updated_at: t(a.updated_at),
+    }
+}
+
+async fn list_authorities(State(s): State<AppState>) -> Result<Json<EffectAuthorityList>, ApiError> {
+    let list = s.broker.list_effect_authorities().await?;
+    Ok(Json(EffectAuthorityList {
+        authorities: list.iter().map(authority_out).collect(),
+    }))
+}
+
+async fn put_authority(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(message_type): Path<String>,
+    ApiJson(req): ApiJson<SetEffectAuthority>,
+) -> Result<Json<EffectAuthority>, ApiError> {
+    let a = s
+        .broker
+        .put_effect_authority(&message_type, &req.url, req.timeout_ms, &actor)
+        .await?;
+    Ok(Json(authority_out(&a)))
+}
+
+async fn delete_authority(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(message_type): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    if s.broker.delete_effect_authority(&message_type, &actor).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!("no effect authority is registered for {message_type:?}"),
+        ))
+    }
+}
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/cases", get(list))
+        .route("/v1/cases/counts", get(counts))
+        .route("/v1/cases/{id}", get(show))
+        .route("/v1/cases/{id}/payload", get(payload))
+        .route("/v1/cases/{id}/claim", post(claim))
+        .route("/v1/cases/{id}/release", post(release))
+        .route("/v1/cases/{id}/notes", post(note))
+        .route("/v1/cases/{id}/diagnosis", post(diagnose))
+        .route("/v1/cases/{id}/corrections", post(correct))
+        .route("/v1/cases/{id}/transformations", post(transform))
+        .route("/v1/cases/{id}/tests", post(test))
+        .route("/v1/cases/{id}/reconcile", post(reconcile))
+        .route("/v1/cases/{id}/close", post(close))
+        .route("/v1/cases/{id}/review", post(review))
+        .route("/v1/cases/{id}/replay", post(replay))
+        .route("/v1/intents/{id}", get(get_intent))
+        .route("/v1/intents/{id}/cancel", post(cancel_intent))
+        .route("/v1/intents/{id}/supersede", post(supersede_intent))
+        .route("/v1/effect-authorities", get(list_authorities))
+        .route(
+            "/v1/effect-authorities/{type}",
+            put(put_authority).delete(delete_authority),
+        )
+}
