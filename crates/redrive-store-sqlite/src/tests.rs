@@ -857,6 +857,10 @@ async fn version_4_database_migrates_to_the_access_tables() {
              ALTER TABLE dead_letters DROP COLUMN last_replay_error; \
              ALTER TABLE dead_letters DROP COLUMN judgement; \
              ALTER TABLE dead_letters DROP COLUMN replay_cause; \
+             ALTER TABLE dead_letters DROP COLUMN route_target; \
+             ALTER TABLE dead_letters DROP COLUMN missing_target; \
+             DROP TABLE cases; DROP TABLE case_timeline; DROP TABLE case_payloads; \
+             DROP TABLE intents; DROP TABLE effect_authorities; \
              DELETE FROM schema_migrations WHERE version >= 5;",
         )
         .unwrap();
@@ -868,7 +872,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (7, 7));
+    assert_eq!((version, SCHEMA_VERSION), (8, 8));
     assert_eq!(store.peek(&name("q"), 1, 10).await.unwrap().len(), 1);
     let token = NewToken {
         id: "tok_000000000000000a".to_owned(),
@@ -896,9 +900,11 @@ async fn version_4_database_migrates_to_the_access_tables() {
     );
 }
 
-/// A store written at schema version 6 opens at version 7 with its dead letters readable:
-/// records of one message, never judged, and not replay candidates (only a drain makes
-/// existing records candidates), even on a queue whose policy now enables replay.
+/// A store written at schema version 6 opens at the latest version with its dead letters
+/// readable: records of one message, never judged, and not replay candidates (only a drain
+/// makes existing records candidates), even on a queue whose policy now enables replay.
+/// Not being candidates, they stand for cases, which version 8 opens as of their
+/// dead-letter time.
 #[tokio::test]
 async fn version_6_dead_letters_read_as_messages_and_are_not_candidates() {
     use redrive_core::{Area, AutoReplay, RecordFormat};
@@ -940,10 +946,16 @@ async fn version_6_dead_letters_read_as_messages_and_are_not_candidates() {
     }
     let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
     let version = schema::current_version(&schema::open_reader(&path).unwrap()).unwrap();
-    assert_eq!(version, 7);
+    assert_eq!(version, SCHEMA_VERSION);
     let q = name("q");
     let r = store.get_dead_letter(&q, "dl_old").await.unwrap();
     assert_eq!((r.area, r.message_id.as_str()), (Area::Live, "m1"));
+    assert_eq!(r.route_target, redrive_core::case::RouteTarget::Written);
+    assert_eq!(r.missing_target, None);
+    let case = store.get_case("case_old").await.unwrap();
+    assert_eq!((case.record_id.as_str(), case.opened_at), ("dl_old", T0));
+    assert_eq!((case.intent_id.as_str(), case.body_size), ("m1", 2));
+    assert_eq!(store.case_timeline("case_old").await.unwrap().len(), 1);
     assert_eq!(r.body, b"hi");
     assert_eq!(r.format, RecordFormat::Message);
     assert_eq!(r.replay, ReplayMark::default());
