@@ -28,6 +28,18 @@ use crate::writer::Tx;
 /// The page size of a listing whose limit is 0.
 const DEFAULT_PAGE: u32 = 100;
 
+/// After the columns of a `SELECT`: the cases due for a check at `?1`, earliest first, at
+/// most `?2` (through the partial index `cases_due`).
+pub(crate) const DUE: &str = "FROM cases WHERE next_check_at IS NOT NULL \
+     AND next_check_at <= ?1 ORDER BY next_check_at, id LIMIT ?2";
+
+/// After the columns of a `SELECT`: the cases whose payload retention ran out at `?1` and
+/// whose payload is not deleted yet, at most `?2` (through the partial index
+/// `cases_payload_due`).
+pub(crate) const PAYLOAD_DUE: &str = "FROM cases WHERE payload_until IS NOT NULL \
+     AND payload_until <= ?1 AND payload_deleted_at IS NULL \
+     ORDER BY payload_until, id LIMIT ?2";
+
 // ---- the opening ------------------------------------------------------------------------
 
 /// Opens the case of record `record_id` at `now` if the record is one and has none (the
@@ -228,10 +240,7 @@ pub(crate) fn payload(conn: &Connection, id: &str, digest: &str) -> StoreResult<
 
 pub(crate) fn due(conn: &Connection, now: Timestamp, limit: u32) -> StoreResult<Vec<CaseRecord>> {
     let mut stmt = conn
-        .prepare_cached(&format!(
-            "SELECT {CASE_COLUMNS} FROM cases WHERE next_check_at IS NOT NULL \
-             AND next_check_at <= ?1 ORDER BY next_check_at, id LIMIT ?2"
-        ))
+        .prepare_cached(&format!("SELECT {CASE_COLUMNS} {DUE}"))
         .db()?;
     query_all(&mut stmt, params![now.0, i64::from(limit)], case)
 }
@@ -382,11 +391,7 @@ pub(crate) fn drop_payloads(
     let conn = tx.conn;
     let due: Vec<(String, String)> = {
         let mut stmt = conn
-            .prepare_cached(
-                "SELECT id, record_id FROM cases WHERE payload_until IS NOT NULL \
-                 AND payload_until <= ?1 AND payload_deleted_at IS NULL \
-                 ORDER BY payload_until, id LIMIT ?2",
-            )
+            .prepare_cached(&format!("SELECT id, record_id {PAYLOAD_DUE}"))
             .db()?;
         query_all(&mut stmt, params![now.0, i64::from(limit)], |r| {
             Ok((r.get(0).db()?, r.get(1).db()?))

@@ -1037,6 +1037,54 @@ fn replay_queries_use_indexes() {
     }
 }
 
+/// The case worker's queries, the opening and the searches by queue or intent use their
+/// indexes.
+#[test]
+fn case_queries_use_indexes() {
+    use redrive_store::skeleton::cases::{OPEN_CASE, OPEN_TIMELINE};
+
+    let dir = tempfile::tempdir().unwrap();
+    let conn = schema::open_writer(&dir.path().join("plan.db")).unwrap();
+    schema::migrate(&conn).unwrap();
+    let plan = |sql: &str| -> String {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let unbound = rusqlite::params_from_iter(std::iter::repeat_n(
+            rusqlite::types::Null,
+            stmt.parameter_count(),
+        ));
+        stmt.query_map(unbound, |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let due = format!("SELECT id {}", crate::cases::DUE);
+    let payload_due = format!("SELECT id, record_id {}", crate::cases::PAYLOAD_DUE);
+    let cases = [
+        (due.as_str(), "cases_due"),
+        (payload_due.as_str(), "cases_payload_due"),
+        (
+            "SELECT id FROM cases WHERE queue = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
+            "cases_queue",
+        ),
+        (
+            "SELECT id FROM cases WHERE intent_id = ?1 ORDER BY id LIMIT ?2",
+            "cases_intent",
+        ),
+    ];
+    for (sql, index) in cases {
+        let p = plan(sql);
+        assert!(p.contains(index), "{sql}\n  plan: {p}");
+        assert!(!p.contains("SCAN cases"), "{sql}\n  plan: {p}");
+    }
+    for sql in [OPEN_CASE, OPEN_TIMELINE] {
+        let p = plan(sql);
+        assert!(!p.contains("SCAN dead_letters"), "{sql}\n  plan: {p}");
+        assert!(!p.contains("SCAN c"), "{sql}\n  plan: {p}");
+        assert!(!p.contains("SCAN t"), "{sql}\n  plan: {p}");
+    }
+}
+
 /// Token lookups and the filtered audit pages use an index.
 #[test]
 fn access_queries_use_indexes() {
