@@ -194,6 +194,7 @@ macro_rules! store_conformance_tests {
             moving_a_record_into_quarantine_opens_its_case_once,
             import_opens_cases_where_no_replay_settles_the_records,
             the_opening_rule_agrees_with_the_cases_the_store_opened,
+            cases_survive_reopen,
         }
     };
 }

@@ -1231,3 +1231,60 @@ pub async fn the_opening_rule_agrees_with_the_cases_the_store_opened(t: &TestSto
     no_case(t, &candidate).await;
     no_case(t, &settled).await;
 }
+
+/// A case as updated, its timeline, its kept payload, intents and effect authorities are
+/// there after a reopen.
+pub async fn cases_survive_reopen(t: &TestStore) {
+    let durable = t.store.capabilities().durable;
+    let Some(reopen) = t.reopen.as_ref().filter(|_| durable) else {
+        eprintln!("skipping cases_survive_reopen: the store cannot be reopened durably");
+        return;
+    };
+    let q = t.queue("orders", QueuePolicy::default()).await;
+    let id = dl(t, &q, "m1", secs(1)).await.dead_letter_id;
+    let c = case_of(t, &id).await;
+    let body = b"kept".to_vec();
+    let digest = redrive_core::digest::sha256_hex(&body);
+    let written = t
+        .s()
+        .update_case(&CaseUpdate {
+            payload: Some(CasePayload {
+                digest: digest.clone(),
+                body: body.clone(),
+            }),
+            ..update(
+                &c,
+                CaseMut {
+                    state: CaseState::Retained,
+                    ..c.m.clone()
+                },
+                vec![entry(secs(2), "alice", CaseState::Retained, "kept")],
+            )
+        })
+        .await
+        .unwrap();
+    let timeline = t.s().case_timeline(&c.id).await.unwrap();
+    let intent = IntentRecord {
+        intent_id: "m1".into(),
+        status: IntentStatus::Cancelled,
+        superseded_by: None,
+        reason: None,
+        actor: "producer".into(),
+        at: secs(3),
+    };
+    t.s().put_intent(&intent).await.unwrap();
+    let authority = EffectAuthority {
+        message_type: "order.created".into(),
+        url: "https://orders.example/effects".into(),
+        timeout_ms: 1_000,
+        updated_at: secs(3),
+    };
+    t.s().put_effect_authority(&authority).await.unwrap();
+
+    let s = reopen();
+    assert_eq!(s.get_case(&c.id).await.unwrap(), written);
+    assert_eq!(s.case_timeline(&c.id).await.unwrap(), timeline);
+    assert_eq!(s.case_payload(&c.id, &digest).await.unwrap(), Some(body));
+    assert_eq!(s.get_intent("m1").await.unwrap(), Some(intent));
+    assert_eq!(s.list_effect_authorities().await.unwrap(), vec![authority]);
+}
