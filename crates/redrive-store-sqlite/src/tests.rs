@@ -1037,6 +1037,105 @@ fn replay_queries_use_indexes() {
     }
 }
 
+/// A case opens in the transaction of the write that makes its record one: when the
+/// opening fails, the move or import fails whole and leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_opening_fails_the_write_that_needed_it() {
+    use redrive_core::Area;
+    use redrive_store::skeleton::cases::case_id;
+
+    let (_dir, _path, store) = open(SqliteOptions::default());
+    let replaying = QueuePolicy {
+        auto_replay: redrive_core::AutoReplay {
+            enabled: true,
+            ..redrive_core::AutoReplay::default()
+        },
+        ..QueuePolicy::default()
+    };
+    let q = queue(&store, "q", replaying).await;
+    let plain = queue(&store, "plain", QueuePolicy::default()).await;
+    store.enqueue(&q, vec![msg("m1")], T0).await.unwrap();
+    let d = store
+        .receive(redrive_store_conformance::params(&q, 1, 30_000, T0, None))
+        .await
+        .unwrap()
+        .deliveries;
+    let out = store
+        .settle(
+            &q,
+            vec![redrive_store::Settlement {
+                lock_token: d[0].lock_token.clone(),
+                action: redrive_store::SettleAction::DeadLetter {
+                    reason: "Bad".into(),
+                    description: None,
+                    by_broker: false,
+                },
+            }],
+            T0,
+        )
+        .await
+        .unwrap();
+    let id = out.effects.dead_lettered[0].dead_letter_id.clone();
+    let template = store.get_dead_letter(&q, &id).await.unwrap();
+    let refuse = |sql: &'static str| {
+        let (done, wait) = std::sync::mpsc::channel();
+        store.writer.raw(move |conn| {
+            conn.execute_batch(sql).unwrap();
+            done.send(()).unwrap();
+        });
+        wait.recv().unwrap();
+    };
+    refuse(
+        "CREATE TRIGGER refuse_cases BEFORE INSERT ON cases \
+         BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+    );
+    assert!(
+        store
+            .move_dead_letter(&q, &id, Area::Quarantine, T0)
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        store.get_dead_letter(&q, &id).await.unwrap().area,
+        Area::Live,
+        "the move was rolled back with the opening"
+    );
+    let imported = redrive_store::DeadLetterRecord {
+        id: redrive_core::id::new_dead_letter_id(T0),
+        ..template
+    };
+    assert!(
+        store
+            .import_dead_letters(&plain, vec![imported.clone()], T0)
+            .await
+            .is_err()
+    );
+    assert!(matches!(
+        store.get_dead_letter(&plain, &imported.id).await,
+        Err(StoreError::DeadLetterNotFound { .. })
+    ));
+    assert!(!store.is_poisoned(), "one job failed, nothing more");
+
+    refuse("DROP TRIGGER refuse_cases;");
+    store
+        .move_dead_letter(&q, &id, Area::Quarantine, T0)
+        .await
+        .unwrap();
+    assert_eq!(store.get_case(&case_id(&id)).await.unwrap().record_id, id);
+    store
+        .import_dead_letters(&plain, vec![imported.clone()], T0)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .case_timeline(&case_id(&imported.id))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
 /// The case worker's queries, the opening and the searches by queue or intent use their
 /// indexes.
 #[test]
