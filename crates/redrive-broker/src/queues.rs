@@ -291,6 +291,7 @@ impl Broker {
         let flag = self.replay_settings().flag_after_failures;
         let replay = self.inner.store.replay_counts(None, flag).await?;
         crate::metrics::render_replay(&mut out, &replay);
+        self.render_case_metrics(&mut out).await?;
         Ok(out)
     }
 }

@@ -33,7 +33,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use redrive_api::ErrorCode;
-use redrive_broker::{Broker, Dispatcher, Replayer, RevocationWatch, Sweeper, WakeupRelay};
+use redrive_broker::{Broker, CaseWorker, Dispatcher, Replayer, RevocationWatch, Sweeper, WakeupRelay};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -91,6 +91,9 @@ pub struct Settings {
     /// store elect one replaying node among those that run it; a node without it still
     /// writes candidates, which the replaying node judges.
     pub replay_worker: bool,
+    /// Whether this node runs the recovery case worker (default true): one node among
+    /// those that run it holds its lease.
+    pub case_worker: bool,
 }
 
 impl Default for Settings {
@@ -108,6 +111,7 @@ impl Default for Settings {
             tls_key_file: None,
             tls_handshake_timeout_ms: 10_000,
             replay_worker: true,
+            case_worker: true,
         }
     }
 }
@@ -237,6 +241,11 @@ pub async fn run_with(
     // of stranded records runs when it first holds the lease.
     if settings.replay_worker {
         tracker.spawn(Replayer::new(broker.clone()).run(cancel.clone()));
+    }
+    // Recovery cases: route verification, effect lookups, escalation and payload
+    // retention, on one node at a time (its own lease).
+    if settings.case_worker {
+        tracker.spawn(CaseWorker::new(broker.clone()).run(cancel.clone()));
     }
     // Wake-ups from other nodes sharing the store (returns at once for a store that only
     // this process writes).

@@ -45,6 +45,72 @@ pub struct Config {
     pub auth: AuthConfig,
     /// Automatic replay of dead letters (`[replay]`).
     pub replay: ReplayConfig,
+    /// Recovery cases (`[cases]`).
+    pub cases: CasesConfig,
+}
+
+/// `[cases]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CasesConfig {
+    /// A claim's length when the caller names none (milliseconds or `15m`).
+    pub claim: String,
+    /// How long a closed case keeps its payload bytes unless a rule says otherwise
+    /// (default `7d`); the digest and the timeline stay.
+    pub payload_retention: String,
+    /// Where escalations are also posted as JSON (optional; the push network policy
+    /// applies).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub escalation_webhook: Option<String>,
+    /// This node's labels, recorded in every case's source identity (`region`, `tenant`).
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Per-entity rules (`[[cases.rule]]`): the first that covers a queue applies.
+    pub rule: Vec<CaseRuleItem>,
+    /// Effect authorities registered at start (`[[cases.effect_authority]]`).
+    pub effect_authority: Vec<EffectAuthorityItem>,
+}
+
+impl Default for CasesConfig {
+    fn default() -> Self {
+        CasesConfig {
+            claim: "15m".to_owned(),
+            payload_retention: "7d".to_owned(),
+            escalation_webhook: None,
+            labels: std::collections::BTreeMap::new(),
+            rule: Vec::new(),
+            effect_authority: Vec::new(),
+        }
+    }
+}
+
+/// One `[[cases.rule]]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CaseRuleItem {
+    /// A queue name, or a prefix ending in `*`.
+    pub entity: String,
+    /// Review deadline after a case opens (default `24h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<String>,
+    /// How long a closed case keeps its payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_retention: Option<String>,
+    /// The redaction allowlist: `body.<json path>` and `properties.<name>`.
+    #[serde(default)]
+    pub redact_allow: Vec<String>,
+}
+
+/// One `[[cases.effect_authority]]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct EffectAuthorityItem {
+    /// The message type it answers for.
+    pub message_type: String,
+    /// The endpoint.
+    pub url: String,
+    /// How long an answer may take (default `5s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
 }
 
 /// `[replay]`.
@@ -137,6 +203,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             push_allowed_networks: Vec::new(),
             replay: ReplayConfig::default(),
+            cases: CasesConfig::default(),
         }
     }
 }
@@ -459,9 +526,75 @@ impl Config {
         Ok(out)
     }
 
+    /// The case settings of `[cases]`, checked.
+    pub fn case_settings(&self) -> anyhow::Result<redrive_broker::CaseSettings> {
+        let c = &self.cases;
+        let ms = |field: &str, v: &str| {
+            parse_millis(v).map_err(|e| input_error(format!("cases.{field}: {e}")))
+        };
+        let mut rules = Vec::with_capacity(c.rule.len());
+        for (i, r) in c.rule.iter().enumerate() {
+            let field = |f: &str| format!("rule[{}].{f}", i + 1);
+            if r.entity.is_empty() {
+                return Err(input_error(format!("cases.{}: must not be empty", field("entity"))));
+            }
+            for p in &r.redact_allow {
+                if !(p.starts_with("body.") || p.starts_with("properties.")) {
+                    return Err(input_error(format!(
+                        "cases.{}: {p:?} must start with body. or properties.",
+                        field("redact_allow")
+                    )));
+                }
+            }
+            rules.push(redrive_broker::cases::CaseRule {
+                entity: r.entity.clone(),
+                review_ms: r.review.as_deref().map(|v| ms(&field("review"), v)).transpose()?,
+                payload_retention_ms: r
+                    .payload_retention
+                    .as_deref()
+                    .map(|v| ms(&field("payload_retention"), v))
+                    .transpose()?,
+                redact_allow: r.redact_allow.clone(),
+            });
+        }
+        let default_lease_ms = ms("claim", &c.claim)?;
+        if default_lease_ms == 0 || default_lease_ms > redrive_broker::cases::MAX_CASE_LEASE_MS {
+            return Err(input_error("cases.claim must be between 1 ms and 24h"));
+        }
+        Ok(redrive_broker::CaseSettings {
+            worker: self.server.case_worker,
+            default_lease_ms,
+            payload_retention_ms: ms("payload_retention", &c.payload_retention)?,
+            rules,
+            labels: c.labels.clone(),
+            escalation_webhook: c.escalation_webhook.clone(),
+            lease_ttl: std::time::Duration::from_millis(self.server.lease_ttl_ms.max(1)),
+            ..redrive_broker::CaseSettings::default()
+        })
+    }
+
+    /// The `[[cases.effect_authority]]` entries: (type, url, timeout ms).
+    pub fn effect_authorities(&self) -> anyhow::Result<Vec<(String, String, Option<u64>)>> {
+        self.cases
+            .effect_authority
+            .iter()
+            .map(|a| {
+                let timeout = a
+                    .timeout
+                    .as_deref()
+                    .map(parse_millis)
+                    .transpose()
+                    .map_err(|e| input_error(format!("cases.effect_authority {:?}: timeout: {e}", a.message_type)))?;
+                Ok((a.message_type.clone(), a.url.clone(), timeout))
+            })
+            .collect()
+    }
+
     /// Checks what serde cannot.
     pub fn validate(&self) -> anyhow::Result<()> {
         self.register_entries()?;
+        self.case_settings()?;
+        self.effect_authorities()?;
         if !(1..=1_000).contains(&self.replay.flag_after_failures) {
             return Err(input_error(format!(
                 "replay.flag_after_failures must be between 1 and 1000 (got {})",

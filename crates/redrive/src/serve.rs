@@ -184,6 +184,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         lease_ttl: std::time::Duration::from_millis(config.server.lease_ttl_ms.max(1)),
         ..redrive_broker::ReplaySettings::default()
     });
+    broker.set_case_settings(config.case_settings()?);
+    let authorities = config.effect_authorities()?;
+    if !authorities.is_empty() {
+        broker
+            .apply_effect_authorities(&authorities)
+            .await
+            .context("cannot register the effect authorities of the configuration")?;
+        info!(
+            authorities = authorities.len(),
+            "effect authorities of the configuration registered"
+        );
+    }
     let register = config.register_entries()?;
     if !register.is_empty() {
         let changed = broker

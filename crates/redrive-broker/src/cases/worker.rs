@@ -101,6 +101,45 @@ impl Broker {
         Ok(pass)
     }
 
+    /// The case gauges, read from the store at scrape time: open cases by state, overdue
+    /// and escalated cases, and the age of the oldest unresolved one.
+    pub(crate) async fn render_case_metrics(&self, out: &mut String) -> BrokerResult<()> {
+        use std::fmt::Write as _;
+        let now = self.now();
+        let open = redrive_store::CaseQuery {
+            open: true,
+            ..redrive_store::CaseQuery::default()
+        };
+        let counts = self.inner.store.case_counts(&open).await?;
+        let overdue = self
+            .inner
+            .store
+            .case_counts(&redrive_store::CaseQuery {
+                overdue_at: Some(now),
+                ..open.clone()
+            })
+            .await?;
+        let _ = writeln!(out, "# HELP redrive_cases Open recovery cases, by state.");
+        let _ = writeln!(out, "# TYPE redrive_cases gauge");
+        for (state, n) in &counts.by_state {
+            let _ = writeln!(out, "redrive_cases{{state=\"{state}\"}} {n}");
+        }
+        let _ = writeln!(out, "# HELP redrive_cases_overdue Open recovery cases past their review deadline.");
+        let _ = writeln!(out, "# TYPE redrive_cases_overdue gauge");
+        let _ = writeln!(out, "redrive_cases_overdue {}", overdue.total);
+        let escalated = counts.by_state.get("escalated").copied().unwrap_or(0);
+        let _ = writeln!(out, "# HELP redrive_cases_escalated Open recovery cases waiting on an escalation.");
+        let _ = writeln!(out, "# TYPE redrive_cases_escalated gauge");
+        let _ = writeln!(out, "redrive_cases_escalated {escalated}");
+        let age = counts
+            .oldest_opened_at
+            .map_or(0, |t| now.since(t).as_secs());
+        let _ = writeln!(out, "# HELP redrive_case_oldest_unresolved_seconds Age of the oldest open recovery case.");
+        let _ = writeln!(out, "# TYPE redrive_case_oldest_unresolved_seconds gauge");
+        let _ = writeln!(out, "redrive_case_oldest_unresolved_seconds {age}");
+        Ok(())
+    }
+
     /// Moves a case's check a minute on.
     async fn park(&self, case: &redrive_store::CaseRecord) -> BrokerResult<()> {
         let mut set = case.m.clone();
