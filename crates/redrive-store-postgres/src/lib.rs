@@ -187,6 +187,7 @@
 //! - `error`: [`PostgresError`] and the mapping into [`StoreError`].
 
 mod access;
+mod cases;
 mod clock;
 mod dead_letters;
 mod error;
@@ -214,6 +215,7 @@ use redrive_store::{
     NewMessage, QueueCounts, QueueRecord, ReceiveOutcome, ReceiveParams, SessionLock,
     SettleOutcome, Settlement, Store, StoreError, StoreResult, StoredMessage, SweepOutcome,
 };
+use redrive_store::{CaseCounts, CaseQuery, CaseRecord, CaseUpdate, EffectAuthority, IntentRecord};
 use redrive_store::{
     DrainRule, Quarantine, QuarantineCopy, ReplayCounts, ReplayFinish, RetentionRule,
 };
@@ -734,9 +736,9 @@ impl Store for PostgresStore {
         queue: &EntityName,
         id: &str,
         q: &Quarantine,
-        _now: Timestamp,
+        now: Timestamp,
     ) -> StoreResult<bool> {
-        write_tx!(self, |db| replay::quarantine(db, queue, id, q))
+        write_tx!(self, |db| replay::quarantine(db, queue, id, q, now))
     }
 
     async fn put_quarantine_copy(
@@ -808,6 +810,58 @@ impl Store for PostgresStore {
         now: Timestamp,
     ) -> StoreResult<()> {
         write_tx!(self, |db| replay::import(db, queue, &records, now))
+    }
+
+    async fn get_case(&self, id: &str) -> StoreResult<CaseRecord> {
+        read!(self, |db| cases::get_one(db, id))
+    }
+
+    async fn case_timeline(&self, id: &str) -> StoreResult<Vec<redrive_core::case::TimelineEntry>> {
+        read!(self, |db| cases::timeline(db, id))
+    }
+
+    async fn list_cases(&self, query: &CaseQuery) -> StoreResult<Vec<CaseRecord>> {
+        read!(self, |db| cases::list(db, query))
+    }
+
+    async fn case_counts(&self, query: &CaseQuery) -> StoreResult<CaseCounts> {
+        read!(self, |db| cases::counts(db, query))
+    }
+
+    async fn update_case(&self, update: &CaseUpdate) -> StoreResult<CaseRecord> {
+        write_tx!(self, |db| cases::update(db, update))
+    }
+
+    async fn case_payload(&self, id: &str, digest: &str) -> StoreResult<Option<Vec<u8>>> {
+        read!(self, |db| cases::payload(db, id, digest))
+    }
+
+    async fn due_cases(&self, now: Timestamp, limit: u32) -> StoreResult<Vec<CaseRecord>> {
+        read!(self, |db| cases::due(db, now, limit))
+    }
+
+    async fn drop_case_payloads(&self, now: Timestamp, limit: u32) -> StoreResult<Vec<String>> {
+        write_tx!(self, |db| cases::drop_payloads(db, now, limit))
+    }
+
+    async fn put_intent(&self, intent: &IntentRecord) -> StoreResult<IntentRecord> {
+        write_tx!(self, |db| cases::put_intent(db, intent))
+    }
+
+    async fn get_intent(&self, intent_id: &str) -> StoreResult<Option<IntentRecord>> {
+        read!(self, |db| cases::get_intent(db, intent_id))
+    }
+
+    async fn put_effect_authority(&self, authority: &EffectAuthority) -> StoreResult<()> {
+        write_tx!(self, |db| cases::put_authority(db, authority))
+    }
+
+    async fn delete_effect_authority(&self, message_type: &str) -> StoreResult<bool> {
+        write_tx!(self, |db| cases::delete_authority(db, message_type))
+    }
+
+    async fn list_effect_authorities(&self) -> StoreResult<Vec<EffectAuthority>> {
+        read!(self, |db| cases::list_authorities(db))
     }
 
     fn remote_wakeups(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
