@@ -49,6 +49,15 @@
 //!   source is held `FOR SHARE`. A subscription's change writes the mirrored replay and
 //!   retention settings onto its queue's policy in the same transaction, at the next
 //!   policy version, locked as a policy change locks it.
+//! - **Recovery cases.** Every write that inserts a dead-letter record or moves one
+//!   between areas (a dead letter, a quarantine, a quarantine copy, an import, a move, a
+//!   resubmission) runs the shared opening statements of `redrive_store::skeleton::cases`
+//!   over the records' ids in its own transaction, so a record that stands for a case
+//!   never exists without it; a record that has one keeps it (`ON CONFLICT DO NOTHING`).
+//!   `update_case` locks the case's row and compares the version read: of two updates
+//!   from one version the second waits, then is told `CaseChanged` and writes nothing.
+//!   Payload retention takes its cases `FOR UPDATE SKIP LOCKED`. An intent's first word
+//!   is kept with `INSERT ... ON CONFLICT DO NOTHING`, then read back.
 //!
 //! A transaction that loses a deadlock (`40P01`) or a serialization conflict (`40001`)
 //! was rolled back by the server; it is run again from the start, up to
@@ -57,7 +66,8 @@
 //! is never repeated, since its outcome may be unknown.
 //!
 //! Reads (`get_queue`, `list_queues`, `queue_counts`, `peek`, `next_wake`,
-//! `list_dead_letters`, `get_dead_letter`, `replay_counts`, token lookups, audit pages) are
+//! `list_dead_letters`, `get_dead_letter`, `replay_counts`, cases with their searches,
+//! counts, timelines and payloads, intents, effect authorities, token lookups, audit pages) are
 //! each one statement outside an explicit transaction, so one snapshot; only an empty
 //! answer takes a second look, to tell it apart from a missing queue.
 //!
@@ -181,6 +191,9 @@
 //!   lock, batched message writes, inserts (dead-letter records in batches, for imports).
 //! - `queues`, `messages`, `sessions`, `dead_letters`, `replay`, `leases`, `topics`: the
 //!   operations.
+//! - `cases`: the opening of recovery cases, their reads, searches (filters bound as
+//!   parameters of a statement built per search) and updates, intents and effect
+//!   authorities.
 //! - `access`: tokens and the audit log (appends from every node serialised on the one
 //!   row of `audit_chain`, so they form one chain).
 //! - `wakeups`: LISTEN/NOTIFY between nodes.
