@@ -181,6 +181,20 @@ macro_rules! store_conformance_tests {
             replay_counts_group_by_area_and_cause,
             import_stores_live_records_that_are_candidates_where_replay_is_on,
             moving_into_live_is_a_restore_and_moving_out_ends_the_candidate,
+            // recovery cases
+            a_dead_letter_without_auto_replay_opens_a_case_with_the_record_identity,
+            a_dead_letter_on_a_replaying_queue_opens_its_case_only_when_quarantined,
+            a_forwarded_dead_letter_opens_a_case_and_a_fallback_is_incomplete_evidence,
+            update_case_is_conditional_on_the_version_read_and_writes_everything_at_once,
+            list_cases_filters_and_pages_and_counts_group_them,
+            due_cases_are_those_whose_check_time_came_earliest_first,
+            drop_case_payloads_deletes_the_record_and_kept_bytes_and_keeps_the_case,
+            the_first_word_on_an_intent_stands,
+            effect_authorities_are_put_replaced_listed_and_deleted,
+            moving_a_record_into_quarantine_opens_its_case_once,
+            import_opens_cases_where_no_replay_settles_the_records,
+            the_opening_rule_agrees_with_the_cases_the_store_opened,
+            cases_survive_reopen,
         }
     };
 }

@@ -49,7 +49,7 @@ pub(crate) fn dead_letter(
         None => None,
     };
     let record = plan.finish(forwarded, effects);
-    insert_record(tx.conn, &record)?;
+    insert_record(tx.conn, &record, now)?;
     delete_row(tx.conn, head.key)?;
     Ok(record.id)
 }
@@ -202,7 +202,7 @@ pub(crate) fn resubmit(
     let (row, enqueued) = resubmitted(&q, &record, sequence, now)?;
     insert_message(tx.conn, q.id, now, &row)?;
     let mark = moved(&q.policy, &record.replay, record.area, Area::Archived, now);
-    set_area(tx.conn, &record.id, Area::Archived, &mark)?;
+    set_area(tx.conn, &record.id, Area::Archived, &mark, now)?;
     Ok(enqueued)
 }
 
@@ -220,13 +220,21 @@ pub(crate) fn move_to(
     let q = tx.queue(queue)?;
     let record = load_record(tx.conn, queue, id)?.ok_or_else(|| not_found(queue, id))?;
     let mark = moved(&q.policy, &record.replay, record.area, to, now);
-    set_area(tx.conn, id, to, &mark)
+    set_area(tx.conn, id, to, &mark, now)
 }
 
 /// Moves a record, writes its replay bookkeeping, and drops any lock on it. A move to
 /// another area is not a judgement's: the record no longer counts under the cause of
-/// one (its judgement stays, as history).
-fn set_area(conn: &Connection, id: &str, to: Area, mark: &ReplayMark) -> StoreResult<()> {
+/// one (its judgement stays, as history). Opens the record's case at `now` if it stands
+/// for one in its new area ([`crate::cases::open`]; a case it had stays, whatever the
+/// area).
+fn set_area(
+    conn: &Connection,
+    id: &str,
+    to: Area,
+    mark: &ReplayMark,
+    now: Timestamp,
+) -> StoreResult<()> {
     conn.prepare_cached(
         "UPDATE dead_letters SET area = ?2, replay_due_at = ?3, replay_failures = ?4, \
          last_replay_error = ?5, lock_token = NULL, locked_until = NULL, \
@@ -241,5 +249,5 @@ fn set_area(conn: &Connection, id: &str, to: Area, mark: &ReplayMark) -> StoreRe
         mark.last_error,
     ])
     .db()?;
-    Ok(())
+    crate::cases::open(conn, id, now)
 }

@@ -23,7 +23,9 @@
 //! # Reads: a pool of read-only connections
 //!
 //! `get_queue`, `list_queues`, `queue_counts`, `peek`, `list_dead_letters`,
-//! `get_dead_letter`, `replay_counts`, `next_wake`, the token lookups and `list_audit` run on a small pool ([`SqliteOptions::readers`]) of
+//! `get_dead_letter`, `replay_counts`, `next_wake`, the token lookups, `list_audit` and the
+//! case reads (`get_case`, `case_timeline`, `list_cases`, `case_counts`, `case_payload`,
+//! `due_cases`, `get_intent`, `list_effect_authorities`) run on a small pool ([`SqliteOptions::readers`]) of
 //! read-only connections through `tokio::task::spawn_blocking`, each inside one read
 //! transaction (one consistent snapshot). WAL lets them run while the writer writes, and
 //! a write is acknowledged only after its commit, so a read that starts after an
@@ -65,6 +67,13 @@
 //! that the counts can group by it. What each replay operation writes is
 //! `redrive_store::skeleton::replay`'s (see `replay`).
 //!
+//! Recovery cases (schema version 8) are opened by the store itself: every write that
+//! inserts a dead-letter record or changes its area runs the shared opening statements
+//! (`redrive_store::skeleton::cases::OPEN_CASE`, `OPEN_TIMELINE`) in its own transaction,
+//! right after that write (see `cases::open`); the statements check whether the record
+//! stands for a case, so a record that is none opens nothing and one that has a case keeps
+//! it. A case update is one writer job, conditional on the version its caller read.
+//!
 //! A message's contents (body, content type, properties, correlation id, type, intent)
 //! stay in its `messages` row when the body and properties together are at most 512 bytes
 //! (`rows::INLINE_CONTENT_MAX`); larger ones live in `message_bodies`, keyed by the row's
@@ -75,6 +84,7 @@
 
 mod access;
 mod cache;
+mod cases;
 mod dead_letters;
 mod error;
 mod files;
@@ -94,6 +104,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use redrive_core::case::TimelineEntry;
 use redrive_core::register::{RegisterEntry, RegisterKey};
 use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
 use redrive_store::{AuditEntry, AuditFields, AuditQuery, NewToken, RegisterRecord, TokenRecord};
@@ -102,6 +113,7 @@ use redrive_store::{
     QueueCounts, QueueRecord, ReceiveOutcome, ReceiveParams, SessionLock, SettleOutcome,
     Settlement, Store, StoreError, StoreResult, StoredMessage, SweepOutcome,
 };
+use redrive_store::{CaseCounts, CaseQuery, CaseRecord, CaseUpdate, EffectAuthority, IntentRecord};
 use redrive_store::{
     DrainRule, Quarantine, QuarantineCopy, ReplayCounts, ReplayFinish, RetentionRule,
 };
@@ -480,11 +492,11 @@ impl Store for SqliteStore {
         queue: &EntityName,
         id: &str,
         q: &Quarantine,
-        _now: Timestamp,
+        now: Timestamp,
     ) -> StoreResult<bool> {
         let (queue, id, q) = (queue.clone(), id.to_owned(), q.clone());
         self.writer
-            .write(move |tx| replay::quarantine(tx, &queue, &id, q))
+            .write(move |tx| replay::quarantine(tx, &queue, &id, q, now))
             .await
     }
 
@@ -580,6 +592,82 @@ impl Store for SqliteStore {
         self.writer
             .write(move |tx| replay::import(tx, &queue, records, now))
             .await
+    }
+
+    async fn get_case(&self, id: &str) -> StoreResult<CaseRecord> {
+        let id = id.to_owned();
+        self.readers.read(move |c| cases::get(c, &id)).await
+    }
+
+    async fn case_timeline(&self, id: &str) -> StoreResult<Vec<TimelineEntry>> {
+        let id = id.to_owned();
+        self.readers.read(move |c| cases::timeline(c, &id)).await
+    }
+
+    async fn list_cases(&self, query: &CaseQuery) -> StoreResult<Vec<CaseRecord>> {
+        let query = query.clone();
+        self.readers.read(move |c| cases::list(c, &query)).await
+    }
+
+    async fn case_counts(&self, query: &CaseQuery) -> StoreResult<CaseCounts> {
+        let query = query.clone();
+        self.readers.read(move |c| cases::counts(c, &query)).await
+    }
+
+    async fn update_case(&self, update: &CaseUpdate) -> StoreResult<CaseRecord> {
+        let update = update.clone();
+        self.writer
+            .write(move |tx| cases::update(tx, &update))
+            .await
+    }
+
+    async fn case_payload(&self, id: &str, digest: &str) -> StoreResult<Option<Vec<u8>>> {
+        let (id, digest) = (id.to_owned(), digest.to_owned());
+        self.readers
+            .read(move |c| cases::payload(c, &id, &digest))
+            .await
+    }
+
+    async fn due_cases(&self, now: Timestamp, limit: u32) -> StoreResult<Vec<CaseRecord>> {
+        self.readers.read(move |c| cases::due(c, now, limit)).await
+    }
+
+    async fn drop_case_payloads(&self, now: Timestamp, limit: u32) -> StoreResult<Vec<String>> {
+        self.writer
+            .write(move |tx| cases::drop_payloads(tx, now, limit))
+            .await
+    }
+
+    async fn put_intent(&self, intent: &IntentRecord) -> StoreResult<IntentRecord> {
+        let intent = intent.clone();
+        self.writer
+            .write(move |tx| cases::put_intent(tx, &intent))
+            .await
+    }
+
+    async fn get_intent(&self, intent_id: &str) -> StoreResult<Option<IntentRecord>> {
+        let intent_id = intent_id.to_owned();
+        self.readers
+            .read(move |c| cases::get_intent(c, &intent_id))
+            .await
+    }
+
+    async fn put_effect_authority(&self, authority: &EffectAuthority) -> StoreResult<()> {
+        let authority = authority.clone();
+        self.writer
+            .write(move |tx| cases::put_authority(tx, &authority))
+            .await
+    }
+
+    async fn delete_effect_authority(&self, message_type: &str) -> StoreResult<bool> {
+        let message_type = message_type.to_owned();
+        self.writer
+            .write(move |tx| cases::delete_authority(tx, &message_type))
+            .await
+    }
+
+    async fn list_effect_authorities(&self) -> StoreResult<Vec<EffectAuthority>> {
+        self.readers.read(cases::list_authorities).await
     }
 
     async fn try_lease(

@@ -76,12 +76,14 @@ pub(crate) fn claim(
     Ok(records)
 }
 
-/// Quarantines a live record whole; `false` when it is no longer live.
+/// Quarantines a live record whole and opens its case at `now`; `false` when it is no
+/// longer live.
 pub(crate) fn quarantine(
     tx: &mut Tx<'_>,
     queue: &EntityName,
     id: &str,
     q: Quarantine,
+    now: Timestamp,
 ) -> StoreResult<bool> {
     let found = load_record(tx.conn, queue, id)?.ok_or_else(|| not_found(queue, id))?;
     if found.area != Area::Live {
@@ -108,10 +110,15 @@ pub(crate) fn quarantine(
             w.cause
         ])
         .db()?;
-    Ok(n > 0)
+    if n == 0 {
+        return Ok(false);
+    }
+    crate::cases::open(tx.conn, id, now)?;
+    Ok(true)
 }
 
-/// Writes a quarantine copy if no record has its id; `false` when one has.
+/// Writes a quarantine copy if no record has its id; `false` when one has. Its case opens
+/// at the judgement's time (the trait gives this write no other).
 pub(crate) fn put_copy(
     tx: &mut Tx<'_>,
     queue: &EntityName,
@@ -128,7 +135,8 @@ pub(crate) fn put_copy(
     if exists {
         return Ok(false);
     }
-    insert_record(tx.conn, &copy_record(&source, copy))?;
+    let now = Timestamp(copy.judgement.judged_at);
+    insert_record(tx.conn, &copy_record(&source, copy), now)?;
     Ok(true)
 }
 
@@ -278,7 +286,11 @@ pub(crate) fn import(
 ) -> StoreResult<()> {
     let q = tx.queue(queue)?;
     for r in records {
-        insert_record(tx.conn, &imported(&q.name, &q.policy, q.version, r, now))?;
+        insert_record(
+            tx.conn,
+            &imported(&q.name, &q.policy, q.version, r, now),
+            now,
+        )?;
     }
     Ok(())
 }

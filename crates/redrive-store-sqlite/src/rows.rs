@@ -399,8 +399,13 @@ pub(crate) fn insert_message(
     Ok(())
 }
 
-/// Inserts a dead-letter record (unlocked), with its replay bookkeeping and judgement.
-pub(crate) fn insert_record(conn: &Connection, d: &DeadLetterRecord) -> StoreResult<()> {
+/// Inserts a dead-letter record (unlocked), with its replay bookkeeping and judgement, and
+/// opens its case at `now` if it stands for one ([`crate::cases::open`]).
+pub(crate) fn insert_record(
+    conn: &Connection,
+    d: &DeadLetterRecord,
+    now: Timestamp,
+) -> StoreResult<()> {
     let properties = props_to_json(&d.properties)?;
     let judgement = replay::judgement_column(d.judgement.as_ref())?;
     let version = to_int(d.policy_version, "policy_version")?;
@@ -410,9 +415,11 @@ pub(crate) fn insert_record(conn: &Connection, d: &DeadLetterRecord) -> StoreRes
          valid_until, reason, description, delivery_count, count_quality, first_delivered_at, \
          last_delivered_at, enqueued_at, dead_lettered_at, policy_version, route, \
          forwarded_queue, forwarded_sequence, dlq_delivery_count, format, replay_due_at, \
-         replay_failures, last_replay_error, judgement, replay_cause) \
+         replay_failures, last_replay_error, judgement, replay_cause, route_target, \
+         missing_target) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-         ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33)",
+         ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, \
+         ?35)",
     )
     .db()?
     .execute(params![
@@ -449,7 +456,9 @@ pub(crate) fn insert_record(conn: &Connection, d: &DeadLetterRecord) -> StoreRes
         d.replay.last_error,
         judgement,
         replay::cause_column(d.judgement.as_ref()),
+        d.route_target.as_str(),
+        d.missing_target,
     ])
     .db()?;
-    Ok(())
+    crate::cases::open(conn, &d.id, now)
 }

@@ -857,6 +857,10 @@ async fn version_4_database_migrates_to_the_access_tables() {
              ALTER TABLE dead_letters DROP COLUMN last_replay_error; \
              ALTER TABLE dead_letters DROP COLUMN judgement; \
              ALTER TABLE dead_letters DROP COLUMN replay_cause; \
+             ALTER TABLE dead_letters DROP COLUMN route_target; \
+             ALTER TABLE dead_letters DROP COLUMN missing_target; \
+             DROP TABLE cases; DROP TABLE case_timeline; DROP TABLE case_payloads; \
+             DROP TABLE intents; DROP TABLE effect_authorities; \
              DELETE FROM schema_migrations WHERE version >= 5;",
         )
         .unwrap();
@@ -868,7 +872,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (7, 7));
+    assert_eq!((version, SCHEMA_VERSION), (8, 8));
     assert_eq!(store.peek(&name("q"), 1, 10).await.unwrap().len(), 1);
     let token = NewToken {
         id: "tok_000000000000000a".to_owned(),
@@ -896,9 +900,11 @@ async fn version_4_database_migrates_to_the_access_tables() {
     );
 }
 
-/// A store written at schema version 6 opens at version 7 with its dead letters readable:
-/// records of one message, never judged, and not replay candidates (only a drain makes
-/// existing records candidates), even on a queue whose policy now enables replay.
+/// A store written at schema version 6 opens at the latest version with its dead letters
+/// readable: records of one message, never judged, and not replay candidates (only a drain
+/// makes existing records candidates), even on a queue whose policy now enables replay.
+/// Not being candidates, they stand for cases, which version 8 opens as of their
+/// dead-letter time.
 #[tokio::test]
 async fn version_6_dead_letters_read_as_messages_and_are_not_candidates() {
     use redrive_core::{Area, AutoReplay, RecordFormat};
@@ -940,10 +946,16 @@ async fn version_6_dead_letters_read_as_messages_and_are_not_candidates() {
     }
     let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
     let version = schema::current_version(&schema::open_reader(&path).unwrap()).unwrap();
-    assert_eq!(version, 7);
+    assert_eq!(version, SCHEMA_VERSION);
     let q = name("q");
     let r = store.get_dead_letter(&q, "dl_old").await.unwrap();
     assert_eq!((r.area, r.message_id.as_str()), (Area::Live, "m1"));
+    assert_eq!(r.route_target, redrive_core::case::RouteTarget::Written);
+    assert_eq!(r.missing_target, None);
+    let case = store.get_case("case_old").await.unwrap();
+    assert_eq!((case.record_id.as_str(), case.opened_at), ("dl_old", T0));
+    assert_eq!((case.intent_id.as_str(), case.body_size), ("m1", 2));
+    assert_eq!(store.case_timeline("case_old").await.unwrap().len(), 1);
     assert_eq!(r.body, b"hi");
     assert_eq!(r.format, RecordFormat::Message);
     assert_eq!(r.replay, ReplayMark::default());
@@ -1022,6 +1034,153 @@ fn replay_queries_use_indexes() {
         let p = plan(sql);
         assert!(p.contains(index), "{sql}\n  plan: {p}");
         assert!(!p.contains("SCAN dead_letters"), "{sql}\n  plan: {p}");
+    }
+}
+
+/// A case opens in the transaction of the write that makes its record one: when the
+/// opening fails, the move or import fails whole and leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_opening_fails_the_write_that_needed_it() {
+    use redrive_core::Area;
+    use redrive_store::skeleton::cases::case_id;
+
+    let (_dir, _path, store) = open(SqliteOptions::default());
+    let replaying = QueuePolicy {
+        auto_replay: redrive_core::AutoReplay {
+            enabled: true,
+            ..redrive_core::AutoReplay::default()
+        },
+        ..QueuePolicy::default()
+    };
+    let q = queue(&store, "q", replaying).await;
+    let plain = queue(&store, "plain", QueuePolicy::default()).await;
+    store.enqueue(&q, vec![msg("m1")], T0).await.unwrap();
+    let d = store
+        .receive(redrive_store_conformance::params(&q, 1, 30_000, T0, None))
+        .await
+        .unwrap()
+        .deliveries;
+    let out = store
+        .settle(
+            &q,
+            vec![redrive_store::Settlement {
+                lock_token: d[0].lock_token.clone(),
+                action: redrive_store::SettleAction::DeadLetter {
+                    reason: "Bad".into(),
+                    description: None,
+                    by_broker: false,
+                },
+            }],
+            T0,
+        )
+        .await
+        .unwrap();
+    let id = out.effects.dead_lettered[0].dead_letter_id.clone();
+    let template = store.get_dead_letter(&q, &id).await.unwrap();
+    let refuse = |sql: &'static str| {
+        let (done, wait) = std::sync::mpsc::channel();
+        store.writer.raw(move |conn| {
+            conn.execute_batch(sql).unwrap();
+            done.send(()).unwrap();
+        });
+        wait.recv().unwrap();
+    };
+    refuse(
+        "CREATE TRIGGER refuse_cases BEFORE INSERT ON cases \
+         BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+    );
+    assert!(
+        store
+            .move_dead_letter(&q, &id, Area::Quarantine, T0)
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        store.get_dead_letter(&q, &id).await.unwrap().area,
+        Area::Live,
+        "the move was rolled back with the opening"
+    );
+    let imported = redrive_store::DeadLetterRecord {
+        id: redrive_core::id::new_dead_letter_id(T0),
+        ..template
+    };
+    assert!(
+        store
+            .import_dead_letters(&plain, vec![imported.clone()], T0)
+            .await
+            .is_err()
+    );
+    assert!(matches!(
+        store.get_dead_letter(&plain, &imported.id).await,
+        Err(StoreError::DeadLetterNotFound { .. })
+    ));
+    assert!(!store.is_poisoned(), "one job failed, nothing more");
+
+    refuse("DROP TRIGGER refuse_cases;");
+    store
+        .move_dead_letter(&q, &id, Area::Quarantine, T0)
+        .await
+        .unwrap();
+    assert_eq!(store.get_case(&case_id(&id)).await.unwrap().record_id, id);
+    store
+        .import_dead_letters(&plain, vec![imported.clone()], T0)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .case_timeline(&case_id(&imported.id))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+/// The case worker's queries, the opening and the searches by queue or intent use their
+/// indexes.
+#[test]
+fn case_queries_use_indexes() {
+    use redrive_store::skeleton::cases::{OPEN_CASE, OPEN_TIMELINE};
+
+    let dir = tempfile::tempdir().unwrap();
+    let conn = schema::open_writer(&dir.path().join("plan.db")).unwrap();
+    schema::migrate(&conn).unwrap();
+    let plan = |sql: &str| -> String {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let unbound = rusqlite::params_from_iter(std::iter::repeat_n(
+            rusqlite::types::Null,
+            stmt.parameter_count(),
+        ));
+        stmt.query_map(unbound, |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let due = format!("SELECT id {}", crate::cases::DUE);
+    let payload_due = format!("SELECT id, record_id {}", crate::cases::PAYLOAD_DUE);
+    let cases = [
+        (due.as_str(), "cases_due"),
+        (payload_due.as_str(), "cases_payload_due"),
+        (
+            "SELECT id FROM cases WHERE queue = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
+            "cases_queue",
+        ),
+        (
+            "SELECT id FROM cases WHERE intent_id = ?1 ORDER BY id LIMIT ?2",
+            "cases_intent",
+        ),
+    ];
+    for (sql, index) in cases {
+        let p = plan(sql);
+        assert!(p.contains(index), "{sql}\n  plan: {p}");
+        assert!(!p.contains("SCAN cases"), "{sql}\n  plan: {p}");
+    }
+    for sql in [OPEN_CASE, OPEN_TIMELINE] {
+        let p = plan(sql);
+        assert!(!p.contains("SCAN dead_letters"), "{sql}\n  plan: {p}");
+        assert!(!p.contains("SCAN c"), "{sql}\n  plan: {p}");
+        assert!(!p.contains("SCAN t"), "{sql}\n  plan: {p}");
     }
 }
 

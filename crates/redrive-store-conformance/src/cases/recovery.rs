@@ -1,0 +1,1290 @@
+//! Recovery cases: which dead-letter writes open one and what it starts with, conditional
+//! updates, searches and counts, the cases due for a check, payload retention, intents
+//! and effect authorities.
+
+use std::collections::BTreeMap;
+
+use redrive_core::EntityName;
+use redrive_core::case::{CaseState, Lease, Route, RouteTarget, TimelineEntry};
+use redrive_core::judgement::{Judgement, QuarantineCause, quarantine_copy_id};
+use redrive_store::skeleton::cases::{case_id, default_review_deadline, opens_case};
+use redrive_store::{
+    CaseMut, CasePayload, CaseQuery, CaseRecord, CaseUpdate, DeadLetterRecord, DeadLettered,
+    EffectAuthority, IntentRecord, IntentStatus, MAX_TIMELINE_ENTRIES, Quarantine, QuarantineCopy,
+    ReplayFinish,
+};
+
+use super::prelude::*;
+
+/// A policy with automatic replay on, judging a second after a record becomes live.
+fn replaying() -> QueuePolicy {
+    policy(|p| {
+        p.auto_replay.enabled = true;
+        p.auto_replay.judge_delay_ms = 1_000;
+    })
+}
+
+/// Sends `m`, receives it and dead-letters it at `now` by the application's decision
+/// (reason `reason`, description `description`); returns what the settlement reported.
+async fn app_dead_letter(
+    t: &TestStore,
+    q: &EntityName,
+    m: NewMessage,
+    reason: &str,
+    description: Option<&str>,
+    now: Timestamp,
+) -> DeadLettered {
+    let id = m.message_id.clone();
+    t.send(q, vec![m], now).await;
+    let d = t.take(q, 1, 30_000, now).await;
+    assert_eq!(d.len(), 1, "the message just sent is received");
+    assert_eq!(d[0].message.message_id, id);
+    let out = t
+        .s()
+        .settle(
+            q,
+            vec![Settlement {
+                lock_token: d[0].lock_token.clone(),
+                action: SettleAction::DeadLetter {
+                    reason: reason.to_owned(),
+                    description: description.map(str::to_owned),
+                    by_broker: false,
+                },
+            }],
+            now,
+        )
+        .await
+        .unwrap();
+    assert!(out.results[0].is_ok(), "{:?}", out.results);
+    assert_eq!(out.effects.dead_lettered.len(), 1);
+    out.effects.dead_lettered[0].clone()
+}
+
+/// Dead-letters `id` (body = id) by the application with reason `Bad` at `now`.
+async fn dl(t: &TestStore, q: &EntityName, id: &str, now: Timestamp) -> DeadLettered {
+    app_dead_letter(t, q, msg(id, id.as_bytes()), "Bad", None, now).await
+}
+
+/// Sends `m` to a queue whose `max_delivery_count` is 1, receives it at `now` and abandons
+/// it a second later: the broker dead-letters it. Returns what the settlement reported.
+async fn broker_dead_letter(
+    t: &TestStore,
+    q: &EntityName,
+    m: NewMessage,
+    now: Timestamp,
+) -> DeadLettered {
+    t.send(q, vec![m], now).await;
+    let d = t.take(q, 1, 30_000, now).await;
+    assert_eq!(d.len(), 1, "the message just sent is received");
+    let out = t
+        .s()
+        .settle(
+            q,
+            vec![Settlement {
+                lock_token: d[0].lock_token.clone(),
+                action: SettleAction::Abandon { delay_ms: None },
+            }],
+            now.plus_millis(1_000),
+        )
+        .await
+        .unwrap();
+    assert!(out.results[0].is_ok(), "{:?}", out.results);
+    assert_eq!(
+        out.effects.dead_lettered.len(),
+        1,
+        "the last delivery gave up"
+    );
+    out.effects.dead_lettered[0].clone()
+}
+
+async fn record(t: &TestStore, q: &EntityName, id: &str) -> DeadLetterRecord {
+    t.s().get_dead_letter(q, id).await.unwrap()
+}
+
+/// The case of record `record_id`, which must exist.
+async fn case_of(t: &TestStore, record_id: &str) -> CaseRecord {
+    t.s().get_case(&case_id(record_id)).await.unwrap()
+}
+
+/// Asserts that record `id` of `q` has no case.
+async fn no_case(t: &TestStore, record_id: &str) {
+    assert_err!(
+        t.s().get_case(&case_id(record_id)).await,
+        StoreError::CaseNotFound { .. }
+    );
+}
+
+/// Asserts that the opening rule over the stored record agrees with whether the store
+/// opened a case for it (for records that were not moved after they were written).
+async fn rule_agrees(t: &TestStore, q: &EntityName, record_id: &str) {
+    let r = record(t, q, record_id).await;
+    let has = t.s().get_case(&case_id(record_id)).await.is_ok();
+    assert_eq!(
+        opens_case(&r),
+        has,
+        "the rule and the store agree on {record_id} ({:?})",
+        r.area
+    );
+}
+
+/// A case's update writing `set` and appending `append` over `c` as read.
+fn update(c: &CaseRecord, set: CaseMut, append: Vec<TimelineEntry>) -> CaseUpdate {
+    CaseUpdate {
+        id: c.id.clone(),
+        version: c.version,
+        set,
+        append,
+        payload: None,
+        archive_record: false,
+    }
+}
+
+fn entry(at: Timestamp, actor: &str, state: CaseState, evidence: &str) -> TimelineEntry {
+    TimelineEntry {
+        at,
+        actor: actor.to_owned(),
+        state,
+        evidence: evidence.to_owned(),
+        fields: BTreeMap::new(),
+    }
+}
+
+/// Writes `f` applied to the mutable part of `record_id`'s case, expecting success.
+async fn change(t: &TestStore, record_id: &str, f: impl FnOnce(&mut CaseMut)) -> CaseRecord {
+    let c = case_of(t, record_id).await;
+    let mut set = c.m.clone();
+    f(&mut set);
+    t.s()
+        .update_case(&update(&c, set, Vec::new()))
+        .await
+        .unwrap()
+}
+
+fn ids(cases: &[CaseRecord]) -> Vec<String> {
+    cases.iter().map(|c| c.id.clone()).collect()
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+fn judgement(at: Timestamp, cause: Option<QuarantineCause>) -> Judgement {
+    Judgement::new(at.0, cause)
+}
+
+pub async fn a_dead_letter_without_auto_replay_opens_a_case_with_the_record_identity(
+    t: &TestStore,
+) {
+    let q = t
+        .queue("orders", policy(|p| p.max_delivery_count = 1))
+        .await;
+    let m = NewMessage {
+        message_type: Some("order.created".into()),
+        intent: Some("intent-1".into()),
+        valid_until: Some(secs(3_600)),
+        session_id: None,
+        ..msg("m1", b"payload")
+    };
+    let e = broker_dead_letter(t, &q, m, secs(1)).await;
+    assert!(e.case_opened, "not settled by automatic replay: a case");
+    assert!(!e.candidate);
+    assert_eq!(e.fell_back_from, None);
+    let r = record(t, &q, &e.dead_letter_id).await;
+    assert_eq!(
+        (r.route_target, r.missing_target.as_deref()),
+        (RouteTarget::Written, None)
+    );
+    let c = case_of(t, &e.dead_letter_id).await;
+    assert_eq!(c.id, case_id(&r.id));
+    assert!(c.id.starts_with("case_"));
+    assert_eq!(c.record_id, r.id);
+    assert_eq!(c.queue, q);
+    assert_eq!(c.message_id, "m1");
+    assert_eq!(c.intent_id, "intent-1", "the message's intent");
+    assert_eq!(c.message_type.as_deref(), Some("order.created"));
+    assert_eq!(c.reason, "MaxDeliveryCountExceeded");
+    assert_eq!(c.description, r.description);
+    assert_eq!(c.delivery_count, 1);
+    assert_eq!(c.policy_version, 1);
+    assert_eq!(c.body_sha256, redrive_core::digest::sha256_hex(b"payload"));
+    assert_eq!(c.body_size, 7);
+    assert_eq!(c.valid_until, Some(secs(3_600)));
+    assert_eq!(c.dead_lettered_at, secs(2));
+    assert_eq!(c.opened_at, secs(2));
+    assert_eq!(c.version, 1);
+    assert_eq!(c.m.state, CaseState::RouteObserved);
+    assert_eq!(c.m.route, Route::BrokerRouted);
+    assert_eq!(c.m.evidence_quality, r.count_quality);
+    assert_eq!(c.m.lease, None);
+    assert_eq!(c.m.review_deadline.0, default_review_deadline(secs(2)));
+    assert_eq!(
+        c.m.next_check_at,
+        Some(secs(2)),
+        "the case worker looks at it now"
+    );
+    assert_eq!(
+        (c.m.closed_at, c.m.payload_until, c.m.payload_deleted_at),
+        (None, None, None)
+    );
+    assert!(c.m.data.as_object().is_some_and(|o| o.is_empty()));
+    let tl = t.s().case_timeline(&c.id).await.unwrap();
+    assert_eq!(tl.len(), 1);
+    assert_eq!(
+        (tl[0].at, tl[0].actor.as_str(), tl[0].state),
+        (secs(2), "broker", CaseState::RouteObserved)
+    );
+    assert!(tl[0].evidence.contains("MaxDeliveryCountExceeded"));
+    rule_agrees(t, &q, &r.id).await;
+
+    // The application's dead letter of a message without an intent: the intent is its id.
+    let e = app_dead_letter(t, &q, msg("m2", b"xy"), "Bad", Some("disk full"), secs(5)).await;
+    assert!(e.case_opened);
+    let c = case_of(t, &e.dead_letter_id).await;
+    assert_eq!(c.intent_id, "m2", "no intent: the message id");
+    assert_eq!(c.m.route, Route::ApplicationQuarantined);
+    assert_eq!(
+        (c.reason.as_str(), c.description.as_deref()),
+        ("Bad", Some("disk full"))
+    );
+    assert_eq!(
+        (c.message_type, c.valid_until, c.body_size),
+        (None, None, 2)
+    );
+    assert_eq!(c.opened_at, secs(5));
+    rule_agrees(t, &q, &e.dead_letter_id).await;
+}
+
+pub async fn a_dead_letter_on_a_replaying_queue_opens_its_case_only_when_quarantined(
+    t: &TestStore,
+) {
+    let q = t.queue("orders", replaying()).await;
+    let e = dl(t, &q, "m1", secs(1)).await;
+    assert!(e.candidate);
+    assert!(!e.case_opened, "automatic replay judges it first");
+    no_case(t, &e.dead_letter_id).await;
+    rule_agrees(t, &q, &e.dead_letter_id).await;
+    let quarantine = Quarantine {
+        judgement: judgement(secs(2), Some(QuarantineCause::NotIdempotent)),
+        body: None,
+    };
+    assert!(
+        t.s()
+            .quarantine_dead_letter(&q, &e.dead_letter_id, &quarantine, secs(2))
+            .await
+            .unwrap()
+    );
+    let c = case_of(t, &e.dead_letter_id).await;
+    assert_eq!((c.opened_at, c.version), (secs(2), 1));
+    assert_eq!(c.dead_lettered_at, secs(1));
+    assert_eq!(c.m.state, CaseState::RouteObserved);
+    assert_eq!(c.m.route, Route::ApplicationQuarantined);
+    let tl = t.s().case_timeline(&c.id).await.unwrap();
+    assert_eq!(tl.len(), 1);
+    assert_eq!(tl[0].at, secs(2));
+    rule_agrees(t, &q, &e.dead_letter_id).await;
+    // A second quarantine of the same record does nothing, and opens nothing twice.
+    assert!(
+        !t.s()
+            .quarantine_dead_letter(&q, &e.dead_letter_id, &quarantine, secs(3))
+            .await
+            .unwrap()
+    );
+    assert_eq!(t.s().case_timeline(&c.id).await.unwrap().len(), 1);
+
+    // A quarantine copy of part of a record is a case; the record itself stays a candidate.
+    let src = dl(t, &q, "m2", secs(4)).await;
+    let cause = QuarantineCause::TypeNotRegistered;
+    let body = b"[2]".to_vec();
+    let copy = QuarantineCopy {
+        from: src.dead_letter_id.clone(),
+        id: quarantine_copy_id(&src.dead_letter_id, cause),
+        body: body.clone(),
+        body_sha256: redrive_core::digest::sha256_hex(&body),
+        judgement: Judgement {
+            copied_from: Some(src.dead_letter_id.clone()),
+            ..judgement(secs(5), Some(cause))
+        },
+    };
+    assert!(t.s().put_quarantine_copy(&q, &copy).await.unwrap());
+    let c = case_of(t, &copy.id).await;
+    assert_eq!(c.record_id, copy.id);
+    assert_eq!(
+        (c.body_sha256.as_str(), c.body_size),
+        (copy.body_sha256.as_str(), 3)
+    );
+    assert_eq!(c.message_id, "m2");
+    assert_eq!(t.s().case_timeline(&c.id).await.unwrap().len(), 1);
+    rule_agrees(t, &q, &copy.id).await;
+    no_case(t, &src.dead_letter_id).await;
+    assert!(!t.s().put_quarantine_copy(&q, &copy).await.unwrap());
+    assert_eq!(t.s().case_timeline(&c.id).await.unwrap().len(), 1);
+
+    // A judgement that settles a candidate (archived with it) opens nothing.
+    let settled = dl(t, &q, "m3", secs(6)).await;
+    assert!(
+        t.s()
+            .finish_replay(
+                &q,
+                &settled.dead_letter_id,
+                &ReplayFinish::Archive(judgement(secs(7), None)),
+                secs(7),
+            )
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        record(t, &q, &settled.dead_letter_id).await.area,
+        Area::Archived
+    );
+    no_case(t, &settled.dead_letter_id).await;
+    rule_agrees(t, &q, &settled.dead_letter_id).await;
+}
+
+pub async fn a_forwarded_dead_letter_opens_a_case_and_a_fallback_is_incomplete_evidence(
+    t: &TestStore,
+) {
+    t.queue("orders-dlq", QueuePolicy::default()).await;
+    // Forwarded: the archived record stands for the item now waiting in the dead-letter
+    // queue, even where automatic replay is on (a forwarded record is no candidate).
+    let q = t
+        .queue(
+            "orders",
+            policy(|p| {
+                p.dead_letter_queue = Some(name("orders-dlq"));
+                p.max_delivery_count = 1;
+                p.auto_replay.enabled = true;
+            }),
+        )
+        .await;
+    let e = broker_dead_letter(t, &q, msg("m1", b"a"), secs(1)).await;
+    assert!(e.forwarded_to.is_some());
+    assert!(e.case_opened);
+    assert_eq!(e.fell_back_from, None);
+    let r = record(t, &q, &e.dead_letter_id).await;
+    assert_eq!(r.area, Area::Archived);
+    assert_eq!(r.route_target, RouteTarget::Written);
+    let c = case_of(t, &r.id).await;
+    assert_eq!(
+        (c.queue.clone(), c.m.route),
+        (q.clone(), Route::BrokerRouted)
+    );
+    assert_eq!(c.m.evidence_quality, r.count_quality);
+    rule_agrees(t, &q, &r.id).await;
+
+    // Its dead-letter queue is missing: the record falls back to the queue's own store,
+    // says so, and the case's attempt evidence is at most incomplete.
+    let f = t
+        .queue(
+            "payments",
+            policy(|p| {
+                p.dead_letter_queue = Some(name("gone"));
+                p.max_delivery_count = 1;
+            }),
+        )
+        .await;
+    let e = broker_dead_letter(t, &f, msg("m2", b"b"), secs(3)).await;
+    assert_eq!(e.forwarded_to, None);
+    assert_eq!(e.fell_back_from, Some(name("gone")));
+    assert!(e.case_opened);
+    let r = record(t, &f, &e.dead_letter_id).await;
+    assert_eq!(r.area, Area::Live);
+    assert_eq!(r.route_target, RouteTarget::FellBack);
+    assert_eq!(r.missing_target.as_deref(), Some("gone"));
+    assert_eq!(r.count_quality, EvidenceQuality::Exact);
+    let c = case_of(t, &r.id).await;
+    assert_eq!(c.m.evidence_quality, EvidenceQuality::Incomplete);
+    assert_eq!(c.m.route, Route::BrokerRouted);
+    rule_agrees(t, &f, &r.id).await;
+}
+
+pub async fn update_case_is_conditional_on_the_version_read_and_writes_everything_at_once(
+    t: &TestStore,
+) {
+    let q = t.queue("orders", QueuePolicy::default()).await;
+    let e = dl(t, &q, "m1", secs(1)).await;
+    let c = case_of(t, &e.dead_letter_id).await;
+    assert_eq!(c.version, 1);
+    let set = CaseMut {
+        state: CaseState::Retained,
+        route: Route::RouteIndeterminate,
+        evidence_quality: EvidenceQuality::Approximate,
+        lease: Some(Lease {
+            owner: "alice".into(),
+            until: secs(100),
+        }),
+        review_deadline: secs(500),
+        next_check_at: Some(secs(200)),
+        closed_at: Some(secs(300)),
+        payload_until: Some(secs(400)),
+        payload_deleted_at: None,
+        source: Some("svc".into()),
+        subject: Some("order/1".into()),
+        data: serde_json::json!({"diagnosis": {"text": "schema drift"}, "n": 2}),
+    };
+    let mut fields = BTreeMap::new();
+    fields.insert("policy_version".to_owned(), "1".to_owned());
+    let appended = vec![
+        TimelineEntry {
+            fields,
+            ..entry(
+                secs(10),
+                "alice",
+                CaseState::PayloadPreserved,
+                "digest matches",
+            )
+        },
+        entry(secs(11), "alice", CaseState::Retained, "kept for review"),
+    ];
+    let body = b"transformed".to_vec();
+    let digest = redrive_core::digest::sha256_hex(&body);
+
+    // Read at another version: nothing is written.
+    let stale = CaseUpdate {
+        version: 2,
+        payload: Some(CasePayload {
+            digest: digest.clone(),
+            body: body.clone(),
+        }),
+        archive_record: true,
+        ..update(&c, set.clone(), appended.clone())
+    };
+    assert_err!(
+        t.s().update_case(&stale).await,
+        StoreError::CaseChanged { version: 1, .. }
+    );
+    assert_eq!(case_of(t, &e.dead_letter_id).await, c, "nothing written");
+    assert_eq!(t.s().case_timeline(&c.id).await.unwrap().len(), 1);
+    assert_eq!(t.s().case_payload(&c.id, &digest).await.unwrap(), None);
+    assert_eq!(record(t, &q, &e.dead_letter_id).await.area, Area::Live);
+
+    // A timeline may not grow past its bound: refused whole.
+    let too_many = update(
+        &c,
+        set.clone(),
+        vec![entry(secs(9), "alice", CaseState::Retained, "x"); MAX_TIMELINE_ENTRIES],
+    );
+    assert_err!(
+        t.s().update_case(&too_many).await,
+        StoreError::TimelineFull { .. }
+    );
+    assert_eq!(case_of(t, &e.dead_letter_id).await, c, "nothing written");
+
+    // At the version read: everything in one write.
+    let written = t
+        .s()
+        .update_case(&CaseUpdate {
+            version: 1,
+            ..stale.clone()
+        })
+        .await
+        .unwrap();
+    assert_eq!(written.version, 2);
+    assert_eq!(written.m, set, "every mutable field as written");
+    assert_eq!(
+        CaseRecord {
+            version: 1,
+            m: c.m.clone(),
+            ..written.clone()
+        },
+        c,
+        "the identity stays"
+    );
+    assert_eq!(case_of(t, &e.dead_letter_id).await, written);
+    let tl = t.s().case_timeline(&c.id).await.unwrap();
+    assert_eq!(tl.len(), 3);
+    assert_eq!(tl[0].state, CaseState::RouteObserved);
+    assert_eq!(
+        &tl[1..],
+        &appended[..],
+        "appended in order, with times and fields"
+    );
+    assert_eq!(
+        t.s().case_payload(&c.id, &digest).await.unwrap(),
+        Some(body.clone())
+    );
+    assert_eq!(t.s().case_payload(&c.id, "other").await.unwrap(), None);
+    let r = record(t, &q, &e.dead_letter_id).await;
+    assert_eq!(r.area, Area::Archived, "the record's state repaired");
+    assert_eq!(r.locked_until, None);
+
+    // The version read is now stale.
+    assert_err!(
+        t.s()
+            .update_case(&update(&c, set.clone(), Vec::new()))
+            .await,
+        StoreError::CaseChanged { version: 2, .. }
+    );
+    // Clearing optional fields writes them as cleared.
+    let cleared = CaseMut {
+        lease: None,
+        next_check_at: None,
+        closed_at: None,
+        payload_until: None,
+        source: None,
+        subject: None,
+        data: serde_json::json!({}),
+        ..set.clone()
+    };
+    let again = t
+        .s()
+        .update_case(&update(&written, cleared.clone(), Vec::new()))
+        .await
+        .unwrap();
+    assert_eq!((again.version, again.m.clone()), (3, cleared));
+    assert_eq!(t.s().case_timeline(&c.id).await.unwrap().len(), 3);
+
+    // The repair moves only a live record: a quarantined one stays.
+    let e2 = dl(t, &q, "m2", secs(20)).await;
+    t.s()
+        .move_dead_letter(&q, &e2.dead_letter_id, Area::Quarantine, secs(21))
+        .await
+        .unwrap();
+    let c2 = case_of(t, &e2.dead_letter_id).await;
+    let u = CaseUpdate {
+        archive_record: true,
+        ..update(&c2, c2.m.clone(), Vec::new())
+    };
+    assert_eq!(t.s().update_case(&u).await.unwrap().version, 2);
+    assert_eq!(
+        record(t, &q, &e2.dead_letter_id).await.area,
+        Area::Quarantine
+    );
+
+    // Unknown cases.
+    let unknown = CaseUpdate {
+        id: "case_unknown".into(),
+        ..update(&c, set, Vec::new())
+    };
+    assert_err!(
+        t.s().update_case(&unknown).await,
+        StoreError::CaseNotFound { .. }
+    );
+    assert_err!(
+        t.s().get_case("case_unknown").await,
+        StoreError::CaseNotFound { .. }
+    );
+    assert_err!(
+        t.s().case_timeline("case_unknown").await,
+        StoreError::CaseNotFound { .. }
+    );
+    assert_eq!(
+        t.s().case_payload("case_unknown", &digest).await.unwrap(),
+        None
+    );
+}
+
+pub async fn list_cases_filters_and_pages_and_counts_group_them(t: &TestStore) {
+    let a = t.queue("a", QueuePolicy::default()).await;
+    let b = t.queue("b", QueuePolicy::default()).await;
+    let typed = |id: &str| NewMessage {
+        message_type: Some("t1".into()),
+        ..msg(id, id.as_bytes())
+    };
+    let r1 = app_dead_letter(
+        t,
+        &a,
+        typed("m1"),
+        "Bad",
+        Some("disk full on host-1"),
+        secs(1),
+    )
+    .await
+    .dead_letter_id;
+    let r2 = app_dead_letter(t, &a, msg("m2", b"2"), "Worse", None, secs(2))
+        .await
+        .dead_letter_id;
+    let m3 = NewMessage {
+        intent: Some("i-3".into()),
+        ..typed("m3")
+    };
+    let r3 = app_dead_letter(t, &b, m3, "Bad", Some("timeout"), secs(3))
+        .await
+        .dead_letter_id;
+    let r4 = app_dead_letter(t, &b, msg("m4", b"4"), "Other", None, secs(4))
+        .await
+        .dead_letter_id;
+    let (c1, c2, c3, c4) = (case_id(&r1), case_id(&r2), case_id(&r3), case_id(&r4));
+    change(t, &r1, |m| {
+        m.lease = Some(Lease {
+            owner: "alice".into(),
+            until: secs(100),
+        });
+        m.state = CaseState::Retained;
+        m.source = Some("svc-a".into());
+        m.subject = Some("s1".into());
+        m.evidence_quality = EvidenceQuality::Approximate;
+        m.review_deadline = secs(50);
+    })
+    .await;
+    change(t, &r2, |m| {
+        m.state = CaseState::Cancelled;
+        m.closed_at = Some(secs(60));
+        m.review_deadline = secs(40);
+    })
+    .await;
+    change(t, &r3, |m| m.review_deadline = secs(1_000)).await;
+
+    let list = |q: CaseQuery| async move { ids(&t.s().list_cases(&q).await.unwrap()) };
+    let all = sorted(vec![c1.clone(), c2.clone(), c3.clone(), c4.clone()]);
+    assert_eq!(
+        list(CaseQuery::default()).await,
+        all,
+        "limit 0: a default page"
+    );
+    let checks: Vec<(CaseQuery, Vec<&String>)> = vec![
+        (
+            CaseQuery {
+                queue: Some(a.clone()),
+                ..Default::default()
+            },
+            vec![&c1, &c2],
+        ),
+        (
+            CaseQuery {
+                reason: Some("Bad".into()),
+                ..Default::default()
+            },
+            vec![&c1, &c3],
+        ),
+        (
+            CaseQuery {
+                message_type: Some("t1".into()),
+                ..Default::default()
+            },
+            vec![&c1, &c3],
+        ),
+        (
+            CaseQuery {
+                source: Some("svc-a".into()),
+                ..Default::default()
+            },
+            vec![&c1],
+        ),
+        (
+            CaseQuery {
+                subject: Some("s1".into()),
+                ..Default::default()
+            },
+            vec![&c1],
+        ),
+        (
+            CaseQuery {
+                states: vec![CaseState::RouteObserved],
+                ..Default::default()
+            },
+            vec![&c3, &c4],
+        ),
+        (
+            CaseQuery {
+                states: vec![CaseState::Retained, CaseState::Cancelled],
+                ..Default::default()
+            },
+            vec![&c1, &c2],
+        ),
+        (
+            CaseQuery {
+                open: true,
+                ..Default::default()
+            },
+            vec![&c1, &c3, &c4],
+        ),
+        (
+            CaseQuery {
+                owner: Some("alice".into()),
+                ..Default::default()
+            },
+            vec![&c1],
+        ),
+        (
+            CaseQuery {
+                overdue_at: Some(secs(55)),
+                ..Default::default()
+            },
+            vec![&c1],
+        ),
+        (
+            CaseQuery {
+                since: Some(secs(2)),
+                ..Default::default()
+            },
+            vec![&c2, &c3, &c4],
+        ),
+        (
+            CaseQuery {
+                until: Some(secs(3)),
+                ..Default::default()
+            },
+            vec![&c1, &c2],
+        ),
+        (
+            CaseQuery {
+                since: Some(secs(2)),
+                until: Some(secs(4)),
+                ..Default::default()
+            },
+            vec![&c2, &c3],
+        ),
+        (
+            CaseQuery {
+                evidence_quality: Some(EvidenceQuality::Approximate),
+                ..Default::default()
+            },
+            vec![&c1],
+        ),
+        (
+            CaseQuery {
+                text: Some("host".into()),
+                ..Default::default()
+            },
+            vec![&c1],
+        ),
+        (
+            CaseQuery {
+                text: Some("Host".into()),
+                ..Default::default()
+            },
+            vec![],
+        ),
+        (
+            CaseQuery {
+                intent_id: Some("i-3".into()),
+                ..Default::default()
+            },
+            vec![&c3],
+        ),
+        (
+            CaseQuery {
+                intent_id: Some("m2".into()),
+                ..Default::default()
+            },
+            vec![&c2],
+        ),
+        (
+            CaseQuery {
+                queue: Some(b.clone()),
+                reason: Some("Bad".into()),
+                ..Default::default()
+            },
+            vec![&c3],
+        ),
+    ];
+    for (query, want) in checks {
+        let want = sorted(want.into_iter().cloned().collect());
+        assert_eq!(list(query.clone()).await, want, "{query:?}");
+    }
+
+    // Paging by the cursor returns every case once, in id order.
+    let mut paged = Vec::new();
+    let mut after = None;
+    loop {
+        let page = list(CaseQuery {
+            after: after.clone(),
+            limit: 1,
+            ..Default::default()
+        })
+        .await;
+        assert!(page.len() <= 1, "the limit holds");
+        let Some(last) = page.last().cloned() else {
+            break;
+        };
+        paged.extend(page);
+        after = Some(last);
+    }
+    assert_eq!(paged, all);
+
+    // Counts group what the filters match; the cursor and the limit do not count.
+    let counts = t
+        .s()
+        .case_counts(&CaseQuery {
+            after: Some(all[3].clone()),
+            limit: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(counts.total, 4);
+    assert_eq!(
+        counts.by_reason,
+        BTreeMap::from([("Bad".into(), 2), ("Other".into(), 1), ("Worse".into(), 1)])
+    );
+    assert_eq!(
+        counts.by_type,
+        BTreeMap::from([(String::new(), 2), ("t1".into(), 2)])
+    );
+    assert_eq!(
+        counts.by_state,
+        BTreeMap::from([
+            ("cancelled".into(), 1),
+            ("retained".into(), 1),
+            ("route_observed".into(), 2)
+        ])
+    );
+    assert_eq!(counts.oldest_opened_at, Some(secs(1)));
+    let counts = t
+        .s()
+        .case_counts(&CaseQuery {
+            queue: Some(b.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(counts.total, 2);
+    assert_eq!(counts.oldest_opened_at, Some(secs(3)));
+    assert_eq!(
+        counts.by_reason,
+        BTreeMap::from([("Bad".into(), 1), ("Other".into(), 1)])
+    );
+    let none = t
+        .s()
+        .case_counts(&CaseQuery {
+            reason: Some("nothing".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(none, Default::default());
+}
+
+pub async fn due_cases_are_those_whose_check_time_came_earliest_first(t: &TestStore) {
+    let q = t.queue("orders", QueuePolicy::default()).await;
+    let mut records = Vec::new();
+    for (i, id) in ["m1", "m2", "m3", "m4"].iter().enumerate() {
+        let at = secs(i64::try_from(i).unwrap() + 1);
+        records.push(dl(t, &q, id, at).await.dead_letter_id);
+    }
+    assert!(t.s().due_cases(T0, 10).await.unwrap().is_empty());
+    change(t, &records[0], |m| m.next_check_at = Some(secs(30))).await;
+    change(t, &records[1], |m| m.next_check_at = None).await;
+    change(t, &records[2], |m| m.next_check_at = Some(secs(20))).await;
+    let due = |now, limit| async move { ids(&t.s().due_cases(now, limit).await.unwrap()) };
+    let c = |i: usize| case_id(&records[i]);
+    assert_eq!(due(secs(4), 10).await, vec![c(3)], "opened due at once");
+    assert_eq!(due(secs(25), 10).await, vec![c(3), c(2)]);
+    assert_eq!(due(secs(30), 10).await, vec![c(3), c(2), c(0)]);
+    assert_eq!(due(secs(30), 2).await, vec![c(3), c(2)], "the limit holds");
+    assert_eq!(
+        due(secs(1_000_000), 10).await.len(),
+        3,
+        "nothing scheduled: never due"
+    );
+}
+
+pub async fn drop_case_payloads_deletes_the_record_and_kept_bytes_and_keeps_the_case(
+    t: &TestStore,
+) {
+    let q = t.queue("orders", QueuePolicy::default()).await;
+    let r1 = dl(t, &q, "m1", secs(1)).await.dead_letter_id;
+    let r2 = dl(t, &q, "m2", secs(2)).await.dead_letter_id;
+    let r3 = dl(t, &q, "m3", secs(3)).await.dead_letter_id;
+    let body = b"kept".to_vec();
+    let digest = redrive_core::digest::sha256_hex(&body);
+    let c1 = case_of(t, &r1).await;
+    let mut set = c1.m.clone();
+    set.state = CaseState::Rejected;
+    set.payload_until = Some(secs(100));
+    set.closed_at = Some(secs(50));
+    let c1 = t
+        .s()
+        .update_case(&CaseUpdate {
+            payload: Some(CasePayload {
+                digest: digest.clone(),
+                body: body.clone(),
+            }),
+            ..update(
+                &c1,
+                set,
+                vec![entry(secs(50), "bob", CaseState::Rejected, "no")],
+            )
+        })
+        .await
+        .unwrap();
+    change(t, &r2, |m| m.payload_until = Some(secs(200))).await;
+    assert!(
+        t.s()
+            .drop_case_payloads(secs(99), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    assert_eq!(
+        t.s().drop_case_payloads(secs(150), 10).await.unwrap(),
+        vec![c1.id.clone()]
+    );
+    assert_err!(
+        t.s().get_dead_letter(&q, &r1).await,
+        StoreError::DeadLetterNotFound { .. }
+    );
+    assert_eq!(t.s().case_payload(&c1.id, &digest).await.unwrap(), None);
+    let after = case_of(t, &r1).await;
+    assert_eq!(after.m.payload_deleted_at, Some(secs(150)));
+    assert_eq!(after.version, c1.version + 1);
+    assert_eq!(
+        (after.body_sha256.as_str(), after.m.state),
+        (c1.body_sha256.as_str(), CaseState::Rejected),
+        "the case and its digest stay"
+    );
+    assert_eq!(t.s().case_timeline(&c1.id).await.unwrap().len(), 2);
+    assert!(
+        t.s()
+            .drop_case_payloads(secs(150), 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "each once"
+    );
+    assert_eq!(record(t, &q, &r2).await.id, r2, "not due yet: kept");
+
+    assert_eq!(
+        t.s().drop_case_payloads(secs(250), 1).await.unwrap(),
+        vec![case_id(&r2)]
+    );
+    assert!(
+        t.s()
+            .drop_case_payloads(secs(250), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(record(t, &q, &r3).await.id, r3, "no retention set: kept");
+    assert_eq!(case_of(t, &r3).await.m.payload_deleted_at, None);
+}
+
+pub async fn the_first_word_on_an_intent_stands(t: &TestStore) {
+    let first = IntentRecord {
+        intent_id: "intent-1".into(),
+        status: IntentStatus::Cancelled,
+        superseded_by: None,
+        reason: Some("customer cancelled".into()),
+        actor: "orders-service".into(),
+        at: secs(1),
+    };
+    assert_eq!(t.s().put_intent(&first).await.unwrap(), first);
+    let later = IntentRecord {
+        status: IntentStatus::Superseded,
+        superseded_by: Some("intent-2".into()),
+        reason: None,
+        actor: "other".into(),
+        at: secs(2),
+        ..first.clone()
+    };
+    assert_eq!(
+        t.s().put_intent(&later).await.unwrap(),
+        first,
+        "the first stands"
+    );
+    assert_eq!(t.s().get_intent("intent-1").await.unwrap(), Some(first));
+    assert_eq!(t.s().get_intent("intent-9").await.unwrap(), None);
+    let other = IntentRecord {
+        intent_id: "intent-3".into(),
+        ..later
+    };
+    assert_eq!(t.s().put_intent(&other).await.unwrap(), other);
+    assert_eq!(t.s().get_intent("intent-3").await.unwrap(), Some(other));
+}
+
+pub async fn effect_authorities_are_put_replaced_listed_and_deleted(t: &TestStore) {
+    assert!(t.s().list_effect_authorities().await.unwrap().is_empty());
+    let auth = |ty: &str, url: &str, timeout_ms: u64, at: Timestamp| EffectAuthority {
+        message_type: ty.into(),
+        url: url.into(),
+        timeout_ms,
+        updated_at: at,
+    };
+    let b = auth("order.paid", "https://pay.example/effects", 2_000, secs(1));
+    let a = auth(
+        "order.created",
+        "http://orders.internal/effects",
+        500,
+        secs(2),
+    );
+    t.s().put_effect_authority(&b).await.unwrap();
+    t.s().put_effect_authority(&a).await.unwrap();
+    assert_eq!(
+        t.s().list_effect_authorities().await.unwrap(),
+        vec![a.clone(), b.clone()],
+        "by message type"
+    );
+    let b2 = auth("order.paid", "https://pay2.example/effects", 9_000, secs(3));
+    t.s().put_effect_authority(&b2).await.unwrap();
+    assert_eq!(
+        t.s().list_effect_authorities().await.unwrap(),
+        vec![a.clone(), b2.clone()],
+        "replaced"
+    );
+    assert!(
+        t.s()
+            .delete_effect_authority("order.created")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !t.s()
+            .delete_effect_authority("order.created")
+            .await
+            .unwrap()
+    );
+    assert_eq!(t.s().list_effect_authorities().await.unwrap(), vec![b2]);
+}
+
+pub async fn moving_a_record_into_quarantine_opens_its_case_once(t: &TestStore) {
+    let q = t.queue("orders", replaying()).await;
+    let id = dl(t, &q, "m1", secs(1)).await.dead_letter_id;
+    no_case(t, &id).await;
+    t.s()
+        .move_dead_letter(&q, &id, Area::Quarantine, secs(2))
+        .await
+        .unwrap();
+    let c = case_of(t, &id).await;
+    assert_eq!(c.opened_at, secs(2));
+    rule_agrees(t, &q, &id).await;
+    // Back to live (a candidate again) and into quarantine again: still the one case.
+    t.s()
+        .move_dead_letter(&q, &id, Area::Live, secs(3))
+        .await
+        .unwrap();
+    assert!(record(t, &q, &id).await.replay.due_at.is_some());
+    assert_eq!(case_of(t, &id).await, c, "a case once opened stays");
+    t.s()
+        .move_dead_letter(&q, &id, Area::Quarantine, secs(4))
+        .await
+        .unwrap();
+    assert_eq!(case_of(t, &id).await, c);
+    let all = t
+        .s()
+        .list_cases(&CaseQuery {
+            queue: Some(q.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(&all), vec![c.id.clone()], "no duplicate");
+    let tl = t.s().case_timeline(&c.id).await.unwrap();
+    assert_eq!(tl.len(), 1, "only the opening");
+    assert_eq!(tl[0].at, secs(2));
+
+    // A candidate moved to the archive by hand is settled, not a case.
+    let other = dl(t, &q, "m2", secs(5)).await.dead_letter_id;
+    t.s()
+        .move_dead_letter(&q, &other, Area::Archived, secs(6))
+        .await
+        .unwrap();
+    no_case(t, &other).await;
+    rule_agrees(t, &q, &other).await;
+    // On a queue without replay, a record moved back to live from the archive is one.
+    let plain = t.queue("plain", QueuePolicy::default()).await;
+    let p = dl(t, &plain, "m3", secs(7)).await.dead_letter_id;
+    let opened = case_of(t, &p).await;
+    t.s()
+        .move_dead_letter(&plain, &p, Area::Archived, secs(8))
+        .await
+        .unwrap();
+    t.s()
+        .move_dead_letter(&plain, &p, Area::Live, secs(9))
+        .await
+        .unwrap();
+    assert_eq!(case_of(t, &p).await, opened, "the same case");
+}
+
+pub async fn import_opens_cases_where_no_replay_settles_the_records(t: &TestStore) {
+    let src = t.queue("src", QueuePolicy::default()).await;
+    let off = t.queue("off", QueuePolicy::default()).await;
+    let on = t.queue("on", replaying()).await;
+    let id = dl(t, &src, "m1", secs(1)).await.dead_letter_id;
+    let template = record(t, &src, &id).await;
+    let imported = |n: &str, intent: Option<&str>| DeadLetterRecord {
+        id: redrive_core::id::new_dead_letter_id(secs(2)),
+        message_id: n.to_owned(),
+        intent: intent.map(str::to_owned),
+        message_type: Some("order.created".into()),
+        reason: "Imported".into(),
+        route: RouteKind::Broker,
+        route_target: RouteTarget::Unknown,
+        missing_target: None,
+        count_quality: EvidenceQuality::Exact,
+        ..template.clone()
+    };
+    let (r1, r2) = (imported("i-1", Some("intent-9")), imported("i-2", None));
+    t.s()
+        .import_dead_letters(&off, vec![r1.clone(), r2.clone()], secs(10))
+        .await
+        .unwrap();
+    let c1 = case_of(t, &r1.id).await;
+    assert_eq!(c1.queue, off);
+    assert_eq!(c1.opened_at, secs(10));
+    assert_eq!(
+        (c1.message_id.as_str(), c1.intent_id.as_str()),
+        ("i-1", "intent-9")
+    );
+    assert_eq!(c1.reason, "Imported");
+    assert_eq!(c1.m.route, Route::BrokerRouted);
+    assert_eq!(
+        c1.m.evidence_quality,
+        EvidenceQuality::Incomplete,
+        "no word of where it went: at most incomplete"
+    );
+    assert_eq!(t.s().case_timeline(&c1.id).await.unwrap().len(), 1);
+    assert_eq!(case_of(t, &r2.id).await.intent_id, "i-2");
+    let stored = record(t, &off, &r1.id).await;
+    assert_eq!(stored.route_target, RouteTarget::Unknown);
+    rule_agrees(t, &off, &r1.id).await;
+    rule_agrees(t, &off, &r2.id).await;
+
+    let r3 = imported("i-3", None);
+    t.s()
+        .import_dead_letters(&on, vec![r3.clone()], secs(10))
+        .await
+        .unwrap();
+    no_case(t, &r3.id).await;
+    rule_agrees(t, &on, &r3.id).await;
+}
+
+/// `skeleton::cases::opens_case` over every record a store holds agrees with whether the
+/// store opened a case for it, across every way a record is written.
+pub async fn the_opening_rule_agrees_with_the_cases_the_store_opened(t: &TestStore) {
+    t.queue("dlq", QueuePolicy::default()).await;
+    let plain = t.queue("plain", policy(|p| p.max_delivery_count = 1)).await;
+    let on = t.queue("on", replaying()).await;
+    let fwd = t
+        .queue(
+            "fwd",
+            policy(|p| {
+                p.dead_letter_queue = Some(name("dlq"));
+                p.max_delivery_count = 1;
+            }),
+        )
+        .await;
+    let fallback = t
+        .queue(
+            "fallback",
+            policy(|p| {
+                p.dead_letter_queue = Some(name("gone"));
+                p.max_delivery_count = 1;
+                p.auto_replay.enabled = true;
+            }),
+        )
+        .await;
+    dl(t, &plain, "a1", secs(1)).await;
+    broker_dead_letter(t, &plain, msg("a2", b"x"), secs(1)).await;
+    let candidate = dl(t, &on, "b1", secs(2)).await.dead_letter_id;
+    let quarantined = dl(t, &on, "b2", secs(2)).await.dead_letter_id;
+    assert!(
+        t.s()
+            .quarantine_dead_letter(
+                &on,
+                &quarantined,
+                &Quarantine {
+                    judgement: judgement(secs(3), Some(QuarantineCause::NotIdempotent)),
+                    body: None,
+                },
+                secs(3),
+            )
+            .await
+            .unwrap()
+    );
+    let settled = dl(t, &on, "b3", secs(2)).await.dead_letter_id;
+    t.s()
+        .finish_replay(
+            &on,
+            &settled,
+            &ReplayFinish::Archive(judgement(secs(3), None)),
+            secs(3),
+        )
+        .await
+        .unwrap();
+    broker_dead_letter(t, &fwd, msg("c1", b"y"), secs(4)).await;
+    let fell = broker_dead_letter(t, &fallback, msg("d1", b"z"), secs(5)).await;
+    assert!(
+        fell.candidate,
+        "a fallback on a replaying queue is a candidate"
+    );
+    assert!(!fell.case_opened);
+    let mut seen = 0;
+    for q in [&plain, &on, &fwd, &fallback] {
+        for area in [Area::Live, Area::Quarantine, Area::Archived] {
+            let records = t
+                .s()
+                .list_dead_letters(&DeadLetterQuery {
+                    queue: q.clone(),
+                    area,
+                    reason: None,
+                    from: None,
+                    to: None,
+                    after: None,
+                    limit: 100,
+                })
+                .await
+                .unwrap();
+            for r in records {
+                rule_agrees(t, q, &r.id).await;
+                seen += 1;
+            }
+        }
+    }
+    assert_eq!(seen, 7, "every record written above");
+    let opened = t.s().case_counts(&CaseQuery::default()).await.unwrap();
+    assert_eq!(
+        opened.total, 4,
+        "plain (2), the quarantined and the forwarded record"
+    );
+    no_case(t, &candidate).await;
+    no_case(t, &settled).await;
+}
+
+/// A case as updated, its timeline, its kept payload, intents and effect authorities are
+/// there after a reopen.
+pub async fn cases_survive_reopen(t: &TestStore) {
+    let durable = t.store.capabilities().durable;
+    let Some(reopen) = t.reopen.as_ref().filter(|_| durable) else {
+        eprintln!("skipping cases_survive_reopen: the store cannot be reopened durably");
+        return;
+    };
+    let q = t.queue("orders", QueuePolicy::default()).await;
+    let id = dl(t, &q, "m1", secs(1)).await.dead_letter_id;
+    let c = case_of(t, &id).await;
+    let body = b"kept".to_vec();
+    let digest = redrive_core::digest::sha256_hex(&body);
+    let written = t
+        .s()
+        .update_case(&CaseUpdate {
+            payload: Some(CasePayload {
+                digest: digest.clone(),
+                body: body.clone(),
+            }),
+            ..update(
+                &c,
+                CaseMut {
+                    state: CaseState::Retained,
+                    ..c.m.clone()
+                },
+                vec![entry(secs(2), "alice", CaseState::Retained, "kept")],
+            )
+        })
+        .await
+        .unwrap();
+    let timeline = t.s().case_timeline(&c.id).await.unwrap();
+    let intent = IntentRecord {
+        intent_id: "m1".into(),
+        status: IntentStatus::Cancelled,
+        superseded_by: None,
+        reason: None,
+        actor: "producer".into(),
+        at: secs(3),
+    };
+    t.s().put_intent(&intent).await.unwrap();
+    let authority = EffectAuthority {
+        message_type: "order.created".into(),
+        url: "https://orders.example/effects".into(),
+        timeout_ms: 1_000,
+        updated_at: secs(3),
+    };
+    t.s().put_effect_authority(&authority).await.unwrap();
+
+    let s = reopen();
+    assert_eq!(s.get_case(&c.id).await.unwrap(), written);
+    assert_eq!(s.case_timeline(&c.id).await.unwrap(), timeline);
+    assert_eq!(s.case_payload(&c.id, &digest).await.unwrap(), Some(body));
+    assert_eq!(s.get_intent("m1").await.unwrap(), Some(intent));
+    assert_eq!(s.list_effect_authorities().await.unwrap(), vec![authority]);
+}
