@@ -48,7 +48,7 @@ pub(crate) async fn dead_letter(
         None => None,
     };
     let record = plan.finish(forwarded, effects);
-    insert_record(db, &record).await?;
+    insert_record(db, &record, now).await?;
     writes.forget(head.key);
     delete_rows(db, q.id, &[head.key]).await?;
     Ok(record.id)
@@ -215,6 +215,7 @@ pub(crate) async fn resubmit(
     let (row, enqueued) = resubmitted(&q, &record, sequence, now)?;
     insert_messages(db, q.id, now, &[row]).await?;
     archive(db, &record.id).await?;
+    crate::cases::open_one(db, &record.id, now).await?;
     Ok(enqueued)
 }
 
@@ -247,7 +248,7 @@ pub(crate) async fn move_to(
         ],
     )
     .await?;
-    Ok(())
+    crate::cases::open_one(db, &record.id, now).await
 }
 
 /// Archives a resubmitted record: no longer a candidate, and any dead-letter receiver's

@@ -49,6 +49,15 @@
 //!   source is held `FOR SHARE`. A subscription's change writes the mirrored replay and
 //!   retention settings onto its queue's policy in the same transaction, at the next
 //!   policy version, locked as a policy change locks it.
+//! - **Recovery cases.** Every write that inserts a dead-letter record or moves one
+//!   between areas (a dead letter, a quarantine, a quarantine copy, an import, a move, a
+//!   resubmission) runs the shared opening statements of `redrive_store::skeleton::cases`
+//!   over the records' ids in its own transaction, so a record that stands for a case
+//!   never exists without it; a record that has one keeps it (`ON CONFLICT DO NOTHING`).
+//!   `update_case` locks the case's row and compares the version read: of two updates
+//!   from one version the second waits, then is told `CaseChanged` and writes nothing.
+//!   Payload retention takes its cases `FOR UPDATE SKIP LOCKED`. An intent's first word
+//!   is kept with `INSERT ... ON CONFLICT DO NOTHING`, then read back.
 //!
 //! A transaction that loses a deadlock (`40P01`) or a serialization conflict (`40001`)
 //! was rolled back by the server; it is run again from the start, up to
@@ -57,7 +66,8 @@
 //! is never repeated, since its outcome may be unknown.
 //!
 //! Reads (`get_queue`, `list_queues`, `queue_counts`, `peek`, `next_wake`,
-//! `list_dead_letters`, `get_dead_letter`, `replay_counts`, token lookups, audit pages) are
+//! `list_dead_letters`, `get_dead_letter`, `replay_counts`, cases with their searches,
+//! counts, timelines and payloads, intents, effect authorities, token lookups, audit pages) are
 //! each one statement outside an explicit transaction, so one snapshot; only an empty
 //! answer takes a second look, to tell it apart from a missing queue.
 //!
@@ -181,12 +191,16 @@
 //!   lock, batched message writes, inserts (dead-letter records in batches, for imports).
 //! - `queues`, `messages`, `sessions`, `dead_letters`, `replay`, `leases`, `topics`: the
 //!   operations.
+//! - `cases`: the opening of recovery cases, their reads, searches (filters bound as
+//!   parameters of a statement built per search) and updates, intents and effect
+//!   authorities.
 //! - `access`: tokens and the audit log (appends from every node serialised on the one
 //!   row of `audit_chain`, so they form one chain).
 //! - `wakeups`: LISTEN/NOTIFY between nodes.
 //! - `error`: [`PostgresError`] and the mapping into [`StoreError`].
 
 mod access;
+mod cases;
 mod clock;
 mod dead_letters;
 mod error;
@@ -214,6 +228,7 @@ use redrive_store::{
     NewMessage, QueueCounts, QueueRecord, ReceiveOutcome, ReceiveParams, SessionLock,
     SettleOutcome, Settlement, Store, StoreError, StoreResult, StoredMessage, SweepOutcome,
 };
+use redrive_store::{CaseCounts, CaseQuery, CaseRecord, CaseUpdate, EffectAuthority, IntentRecord};
 use redrive_store::{
     DrainRule, Quarantine, QuarantineCopy, ReplayCounts, ReplayFinish, RetentionRule,
 };
@@ -734,9 +749,9 @@ impl Store for PostgresStore {
         queue: &EntityName,
         id: &str,
         q: &Quarantine,
-        _now: Timestamp,
+        now: Timestamp,
     ) -> StoreResult<bool> {
-        write_tx!(self, |db| replay::quarantine(db, queue, id, q))
+        write_tx!(self, |db| replay::quarantine(db, queue, id, q, now))
     }
 
     async fn put_quarantine_copy(
@@ -808,6 +823,58 @@ impl Store for PostgresStore {
         now: Timestamp,
     ) -> StoreResult<()> {
         write_tx!(self, |db| replay::import(db, queue, &records, now))
+    }
+
+    async fn get_case(&self, id: &str) -> StoreResult<CaseRecord> {
+        read!(self, |db| cases::get_one(db, id))
+    }
+
+    async fn case_timeline(&self, id: &str) -> StoreResult<Vec<redrive_core::case::TimelineEntry>> {
+        read!(self, |db| cases::timeline(db, id))
+    }
+
+    async fn list_cases(&self, query: &CaseQuery) -> StoreResult<Vec<CaseRecord>> {
+        read!(self, |db| cases::list(db, query))
+    }
+
+    async fn case_counts(&self, query: &CaseQuery) -> StoreResult<CaseCounts> {
+        read!(self, |db| cases::counts(db, query))
+    }
+
+    async fn update_case(&self, update: &CaseUpdate) -> StoreResult<CaseRecord> {
+        write_tx!(self, |db| cases::update(db, update))
+    }
+
+    async fn case_payload(&self, id: &str, digest: &str) -> StoreResult<Option<Vec<u8>>> {
+        read!(self, |db| cases::payload(db, id, digest))
+    }
+
+    async fn due_cases(&self, now: Timestamp, limit: u32) -> StoreResult<Vec<CaseRecord>> {
+        read!(self, |db| cases::due(db, now, limit))
+    }
+
+    async fn drop_case_payloads(&self, now: Timestamp, limit: u32) -> StoreResult<Vec<String>> {
+        write_tx!(self, |db| cases::drop_payloads(db, now, limit))
+    }
+
+    async fn put_intent(&self, intent: &IntentRecord) -> StoreResult<IntentRecord> {
+        write_tx!(self, |db| cases::put_intent(db, intent))
+    }
+
+    async fn get_intent(&self, intent_id: &str) -> StoreResult<Option<IntentRecord>> {
+        read!(self, |db| cases::get_intent(db, intent_id))
+    }
+
+    async fn put_effect_authority(&self, authority: &EffectAuthority) -> StoreResult<()> {
+        write_tx!(self, |db| cases::put_authority(db, authority))
+    }
+
+    async fn delete_effect_authority(&self, message_type: &str) -> StoreResult<bool> {
+        write_tx!(self, |db| cases::delete_authority(db, message_type))
+    }
+
+    async fn list_effect_authorities(&self) -> StoreResult<Vec<EffectAuthority>> {
+        read!(self, |db| cases::list_authorities(db))
     }
 
     fn remote_wakeups(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {

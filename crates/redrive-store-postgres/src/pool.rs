@@ -479,6 +479,16 @@ impl<'a> Db<'a> {
             .await
     }
 
+    /// All rows of a query whose text is built per call (a search over optional
+    /// filters): prepared unnamed each time rather than cached, its values bound as
+    /// parameters all the same.
+    pub(crate) async fn query_built(&self, sql: &str, params: &Owned) -> StoreResult<Vec<Row>> {
+        let client = self.client;
+        let params = owned_refs(params);
+        self.run(Box::pin(async move { client.query(sql, &params).await }))
+            .await
+    }
+
     /// At most one row.
     pub(crate) async fn query_opt(
         &self,

@@ -90,6 +90,7 @@ pub(crate) async fn quarantine(
     queue: &EntityName,
     id: &str,
     q: &Quarantine,
+    now: Timestamp,
 ) -> StoreResult<bool> {
     // Locked: a concurrent move or judgement of the record waits, or went first.
     let found = db
@@ -130,7 +131,11 @@ pub(crate) async fn quarantine(
             ],
         )
         .await?;
-    Ok(changed == 1)
+    if changed != 1 {
+        return Ok(false);
+    }
+    crate::cases::open_one(db, id, now).await?;
+    Ok(true)
 }
 
 /// Writes a quarantine copy, create-if-absent; `DeadLetterNotFound` when its source is
@@ -158,7 +163,9 @@ pub(crate) async fn put_copy(
     let made = copy_record(&record(&source)?, copy);
     // ON CONFLICT: of two writers of one copy id (whatever the area of an existing
     // record), one inserts and the other waits on the key and then does nothing.
-    let inserted = insert_records(db, std::slice::from_ref(&made), OnConflict::Skip).await?;
+    // The trait gives no clock here: the case opens at the judgement's time.
+    let now = Timestamp(copy.judgement.judged_at);
+    let inserted = insert_records(db, std::slice::from_ref(&made), OnConflict::Skip, now).await?;
     Ok(inserted == 1)
 }
 
@@ -358,6 +365,6 @@ pub(crate) async fn import(
         .iter()
         .map(|r| imported(&q.name, &q.policy, q.version, r.clone(), now))
         .collect();
-    insert_records(db, &made, OnConflict::Fail).await?;
+    insert_records(db, &made, OnConflict::Fail, now).await?;
     Ok(())
 }

@@ -613,14 +613,15 @@ macro_rules! insert_records_sql {
              valid_until, reason, description, delivery_count, count_quality, \
              first_delivered_at, last_delivered_at, enqueued_at, dead_lettered_at, \
              policy_version, route, forwarded_queue, forwarded_sequence, dlq_delivery_count, \
-             format, replay_due_at, replay_failures, last_replay_error, judgement, replay_cause) \
+             format, replay_due_at, replay_failures, last_replay_error, judgement, replay_cause, \
+             route_target, missing_target) \
              SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], \
                $5::bigint[], $6::text[], $7::bytea[], $8::text[], $9::text[], $10::text[], \
                $11::text[], $12::text[], $13::text[], $14::bigint[], $15::text[], $16::text[], \
                $17::bigint[], $18::text[], $19::bigint[], $20::bigint[], $21::bigint[], \
                $22::bigint[], $23::bigint[], $24::text[], $25::text[], $26::bigint[], \
                $27::bigint[], $28::text[], $29::bigint[], $30::bigint[], $31::text[], \
-               $32::text[], $33::text[])",
+               $32::text[], $33::text[], $34::text[], $35::text[])",
             $tail
         )
     };
@@ -641,20 +642,27 @@ const RECORDS_PER_STATEMENT: usize = 500;
 /// record, whatever its size).
 const RECORD_BYTES_PER_STATEMENT: usize = 8 * 1024 * 1024;
 
-/// Inserts one dead-letter record (unlocked).
-pub(crate) async fn insert_record(db: &Db<'_>, d: &DeadLetterRecord) -> StoreResult<()> {
-    insert_records(db, std::slice::from_ref(d), OnConflict::Fail).await?;
+/// Inserts one dead-letter record (unlocked) and opens its case, if it is one, at `now`.
+pub(crate) async fn insert_record(
+    db: &Db<'_>,
+    d: &DeadLetterRecord,
+    now: Timestamp,
+) -> StoreResult<()> {
+    insert_records(db, std::slice::from_ref(d), OnConflict::Fail, now).await?;
     Ok(())
 }
 
 /// Inserts dead-letter records (unlocked), every column from the record (the replay
 /// columns included: `judgement` and `replay_cause` as the skeleton writes them), in
 /// statements of at most [`RECORDS_PER_STATEMENT`] records and about
-/// [`RECORD_BYTES_PER_STATEMENT`] of bodies. Returns how many were inserted.
+/// [`RECORD_BYTES_PER_STATEMENT`] of bodies, then opens the cases of those that are
+/// cases (`crate::cases::open`, at `now`; a record skipped because its id exists keeps
+/// whatever case it has). Returns how many were inserted.
 pub(crate) async fn insert_records(
     db: &Db<'_>,
     records: &[DeadLetterRecord],
     on_conflict: OnConflict,
+    now: Timestamp,
 ) -> StoreResult<u64> {
     let mut inserted = 0;
     let mut rest = records;
@@ -672,6 +680,7 @@ pub(crate) async fn insert_records(
         inserted += insert_batch(db, batch, on_conflict).await?;
         rest = tail;
     }
+    crate::cases::open(db, records.iter().map(|r| r.id.clone()).collect(), now).await?;
     Ok(inserted)
 }
 
@@ -715,6 +724,8 @@ async fn insert_batch(
     let mut last_replay_error = Vec::with_capacity(n);
     let mut judgement = Vec::with_capacity(n);
     let mut replay_cause = Vec::with_capacity(n);
+    let mut route_target = Vec::with_capacity(n);
+    let mut missing_target = Vec::with_capacity(n);
     for d in records {
         id.push(d.id.clone());
         queue.push(d.queue.as_str().to_owned());
@@ -749,6 +760,8 @@ async fn insert_batch(
         last_replay_error.push(d.replay.last_error.clone());
         judgement.push(replay::judgement_column(d.judgement.as_ref())?);
         replay_cause.push(replay::cause_column(d.judgement.as_ref()));
+        route_target.push(d.route_target.as_str());
+        missing_target.push(d.missing_target.clone());
     }
     let sql = match on_conflict {
         OnConflict::Fail => insert_records_sql!(""),
@@ -790,6 +803,8 @@ async fn insert_batch(
             &last_replay_error,
             &judgement,
             &replay_cause,
+            &route_target,
+            &missing_target,
         ],
     )
     .await

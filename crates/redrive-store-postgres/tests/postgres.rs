@@ -8,7 +8,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use redrive_core::case::{CaseState, RouteTarget, TimelineEntry};
 use redrive_core::{Area, QueuePolicy, Timestamp};
+use redrive_store::skeleton::cases::case_id;
 use redrive_store::{
     DeadLetterRecord, NewMessage, ReceiveParams, Store, StoreError, StoreErrorKind,
 };
@@ -976,9 +978,19 @@ async fn one_node_wins_a_token_name() {
     b.close();
 }
 
-/// Takes a schema back to version 6, as a build of that version left it: the replay
-/// columns and indexes of version 7 gone.
-const BACK_TO_VERSION_6: &str = "DROP INDEX dead_letters_candidates, dead_letters_age; \
+/// Takes a schema back to version 7, as a build of that version left it: the case tables
+/// and the route columns of version 8 gone.
+const BACK_TO_VERSION_7: &str = "DROP TABLE cases, case_timeline, case_payloads, intents, \
+       effect_authorities; \
+     ALTER TABLE dead_letters DROP COLUMN route_target, DROP COLUMN missing_target; \
+     DELETE FROM redrive_schema_migrations WHERE version >= 8";
+
+/// Takes a schema back to version 6, as a build of that version left it: version 8
+/// undone, then the replay columns and indexes of version 7 gone.
+const BACK_TO_VERSION_6: &str = "DROP TABLE cases, case_timeline, case_payloads, intents, \
+       effect_authorities; \
+     ALTER TABLE dead_letters DROP COLUMN route_target, DROP COLUMN missing_target; \
+     DROP INDEX dead_letters_candidates, dead_letters_age; \
      ALTER TABLE dead_letters DROP COLUMN format, DROP COLUMN replay_due_at, \
        DROP COLUMN replay_failures, DROP COLUMN last_replay_error, DROP COLUMN judgement, \
        DROP COLUMN replay_cause; \
@@ -1008,10 +1020,10 @@ async fn a_version_4_schema_gains_the_access_tables() {
         "4"
     );
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 7);
+    assert_eq!(SCHEMA_VERSION, 8);
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "7"
+        "8"
     );
     assert_eq!(store.list_queues().await.unwrap().len(), 1);
     let appended = store
@@ -1023,11 +1035,12 @@ async fn a_version_4_schema_gains_the_access_tables() {
     store.close();
 }
 
-/// A schema at version 6 (before automatic replay) is brought to version 7 at connect:
-/// its dead letters stay readable (one message each, no replay bookkeeping, no
-/// judgement), can be received and moved, and count.
+/// A schema at version 6 (before automatic replay) is brought to the current version at
+/// connect: its dead letters stay readable (one message each, no replay bookkeeping, no
+/// judgement, their destination taken), can be received and moved, and count; the one
+/// that stands for a case has one, opened as of its dead-letter time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_6_schema_reaches_version_7_and_keeps_its_dead_letters() {
+async fn a_version_6_schema_reaches_the_current_version_and_keeps_its_dead_letters() {
     let g = SchemaGuard::fresh(&database());
     let old = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
     let t = TestStore {
@@ -1046,13 +1059,19 @@ async fn a_version_6_schema_reaches_version_7_and_keeps_its_dead_letters() {
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "7"
+        SCHEMA_VERSION.to_string()
     );
     let after = store.get_dead_letter(&q, &id).await.unwrap();
     assert_eq!(after, before, "the record reads as it was written");
     assert_eq!(after.format, redrive_core::RecordFormat::Message);
     assert_eq!(after.replay, redrive_store::ReplayMark::default());
     assert_eq!(after.judgement, None);
+    assert_eq!(after.route_target, RouteTarget::Written);
+    let case = store.get_case(&case_id(&id)).await.unwrap();
+    assert_eq!(
+        (case.record_id.as_str(), case.opened_at, case.version),
+        (id.as_str(), after.dead_lettered_at, 1)
+    );
     let counts = store.replay_counts(Some(&q), 10).await.unwrap();
     assert_eq!((counts[0].live, counts[0].candidates), (1, 0));
     store
@@ -1203,6 +1222,10 @@ async fn of_two_judgements_of_one_record_exactly_one_wins() {
             Area::Archived
         };
         assert_eq!(area, expected, "{id}");
+        // The quarantine opened the record's case in its own write; the archive, which
+        // settled it, opened none.
+        let case = b.get_case(&case_id(&id)).await;
+        assert_eq!(case.is_ok(), quarantined, "{id}: {case:?}");
     }
     let counts = a.replay_counts(Some(&q), 10).await.unwrap();
     let quarantined: u64 = counts[0].quarantined.values().sum();
@@ -1332,4 +1355,402 @@ async fn a_subscription_change_reaches_a_queue_another_node_has_cached() {
     .await
     .unwrap();
     assert_eq!(b.get_queue(&queue).await.unwrap().policy_version, 2);
+}
+
+/// A schema at version 7 (before recovery cases) is brought to the current version at
+/// connect, and the records kept before then that stand for a case get one, opened as of
+/// their dead-letter time with its first timeline entry: a record no replay will judge
+/// and a quarantined one do, a replay candidate does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_7_schema_opens_the_cases_of_its_records() {
+    use redrive_core::judgement::{Judgement, QuarantineCause};
+
+    let g = SchemaGuard::fresh(&database());
+    let old = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
+    let t = TestStore {
+        store: Arc::clone(&old) as Arc<dyn Store>,
+        reopen: None,
+    };
+    let plain = t.queue("plain", QueuePolicy::default()).await;
+    let replay = t.queue("replayed", replaying()).await;
+    let kept = t.dead_letter_one(&plain, "m1", "Bad", T0).await;
+    let candidate = t.dead_letter_one(&replay, "m2", "Bad", secs(1)).await;
+    let held = t.dead_letter_one(&replay, "m3", "Bad", secs(2)).await;
+    let quarantine = redrive_store::Quarantine {
+        judgement: Judgement::new(secs(3).0, Some(QuarantineCause::NotIdempotent)),
+        body: None,
+    };
+    assert!(
+        old.quarantine_dead_letter(&replay, &held, &quarantine, secs(3))
+            .await
+            .unwrap()
+    );
+    old.close();
+    raw(&g, BACK_TO_VERSION_7).await;
+    let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
+    assert_eq!(
+        scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
+        SCHEMA_VERSION.to_string()
+    );
+    for (id, queue, dead_lettered_at) in [(&kept, &plain, T0), (&held, &replay, secs(2))] {
+        let case = store.get_case(&case_id(id)).await.unwrap();
+        assert_eq!(&case.queue, queue);
+        assert_eq!(
+            (case.opened_at, case.dead_lettered_at, case.m.state),
+            (dead_lettered_at, dead_lettered_at, CaseState::RouteObserved)
+        );
+        let timeline = store.case_timeline(&case.id).await.unwrap();
+        assert_eq!(timeline.len(), 1, "{id}");
+        assert_eq!(timeline[0].at, dead_lettered_at);
+    }
+    assert!(matches!(
+        store.get_case(&case_id(&candidate)).await,
+        Err(StoreError::CaseNotFound { .. })
+    ));
+    let all = store
+        .list_cases(&redrive_store::CaseQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 2);
+    store.close();
+}
+
+/// A dead letter that no replay will judge opens its case in the write that made it; a
+/// replay candidate opens none until a judgement quarantines it, and then at that time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_opens_its_case_in_the_write_that_made_it() {
+    use redrive_core::judgement::{Judgement, QuarantineCause};
+
+    let g = SchemaGuard::fresh(&database());
+    let store: Arc<dyn Store> =
+        Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
+    let t = TestStore {
+        store: Arc::clone(&store),
+        reopen: None,
+    };
+    let q = t.queue("orders", QueuePolicy::default()).await;
+    let id = t.dead_letter_one(&q, "m1", "Bad", T0).await;
+    let case = store.get_case(&case_id(&id)).await.unwrap();
+    assert_eq!(
+        (
+            case.record_id.as_str(),
+            case.message_id.as_str(),
+            case.intent_id.as_str(),
+            case.reason.as_str(),
+            case.version,
+        ),
+        (id.as_str(), "m1", "m1", "Bad", 1)
+    );
+    assert_eq!((case.opened_at, case.m.next_check_at), (T0, Some(T0)));
+    assert_eq!(
+        case.m.review_deadline.0,
+        redrive_store::skeleton::cases::default_review_deadline(T0)
+    );
+    assert_eq!(
+        (case.body_size, case.body_sha256.as_str()),
+        (2, redrive_core::digest::sha256_hex(b"m1").as_str())
+    );
+    let timeline = store.case_timeline(&case.id).await.unwrap();
+    assert_eq!(timeline.len(), 1);
+    assert_eq!(
+        (
+            timeline[0].state,
+            timeline[0].actor.as_str(),
+            timeline[0].at
+        ),
+        (CaseState::RouteObserved, "broker", T0)
+    );
+
+    let r = t.queue("replayed", replaying()).await;
+    let candidate = t.dead_letter_one(&r, "m2", "Bad", secs(1)).await;
+    assert!(matches!(
+        store.get_case(&case_id(&candidate)).await,
+        Err(StoreError::CaseNotFound { .. })
+    ));
+    let quarantine = redrive_store::Quarantine {
+        judgement: Judgement::new(secs(5).0, Some(QuarantineCause::NotIdempotent)),
+        body: None,
+    };
+    assert!(
+        store
+            .quarantine_dead_letter(&r, &candidate, &quarantine, secs(5))
+            .await
+            .unwrap()
+    );
+    let case = store.get_case(&case_id(&candidate)).await.unwrap();
+    assert_eq!((case.opened_at, case.dead_lettered_at), (secs(5), secs(1)));
+    // Moving it back and forth keeps the one case.
+    store
+        .move_dead_letter(&r, &candidate, Area::Live, secs(6))
+        .await
+        .unwrap();
+    store
+        .move_dead_letter(&r, &candidate, Area::Quarantine, secs(7))
+        .await
+        .unwrap();
+    let again = store.get_case(&case_id(&candidate)).await.unwrap();
+    assert_eq!(again, case);
+    assert_eq!(store.case_timeline(&case.id).await.unwrap().len(), 1);
+}
+
+/// An entry that moves a case to `state`, by `actor`.
+fn entry(actor: &str, state: CaseState, at: Timestamp) -> TimelineEntry {
+    TimelineEntry {
+        at,
+        actor: actor.to_owned(),
+        state,
+        evidence: format!("{actor} says {state}"),
+        fields: Default::default(),
+    }
+}
+
+/// `n` cases on a queue that does not replay, through `store`: their ids.
+async fn open_cases(store: &Arc<dyn Store>, n: usize) -> Vec<String> {
+    let t = TestStore {
+        store: Arc::clone(store),
+        reopen: None,
+    };
+    let q = t.queue("orders", QueuePolicy::default()).await;
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let id = t.dead_letter_one(&q, &format!("m{i}"), "Bad", T0).await;
+        ids.push(case_id(&id));
+    }
+    ids
+}
+
+/// Two nodes update the same cases from the same version at once: for each, exactly one
+/// update is written (version 2, its entry appended); the other is told the version it
+/// lost to and wrote nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_updates_of_one_case_from_two_nodes_exactly_one_is_written() {
+    const CASES: usize = 20;
+    let g = SchemaGuard::fresh(&database());
+    let a: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
+    let ids = open_cases(&a, CASES).await;
+    let mut tasks = Vec::new();
+    for id in &ids {
+        let (a, b, id) = (Arc::clone(&a), Arc::clone(&b), id.clone());
+        tasks.push(tokio::spawn(async move {
+            let read = a.get_case(&id).await.unwrap();
+            let update = |who: &str, state| {
+                let mut set = read.m.clone();
+                set.state = state;
+                set.subject = Some(who.to_owned());
+                redrive_store::CaseUpdate {
+                    id: id.clone(),
+                    version: read.version,
+                    set,
+                    append: vec![entry(who, state, secs(1))],
+                    payload: None,
+                    archive_record: false,
+                }
+            };
+            let (by_a, by_b) = (
+                update("alice", CaseState::Retained),
+                update("bob", CaseState::Escalated),
+            );
+            let (x, y) = tokio::join!(a.update_case(&by_a), b.update_case(&by_b));
+            (id, x, y)
+        }));
+    }
+    for task in tasks {
+        let (id, x, y) = task.await.unwrap();
+        let (won, lost, winner) = match (x, y) {
+            (Ok(w), Err(l)) => (w, l, "alice"),
+            (Err(l), Ok(w)) => (w, l, "bob"),
+            other => panic!("{id}: exactly one update is written, not {other:?}"),
+        };
+        assert!(
+            matches!(&lost, StoreError::CaseChanged { version: 2, .. }),
+            "{id}: {lost:?}"
+        );
+        assert_eq!(won.version, 2);
+        assert_eq!(a.get_case(&id).await.unwrap(), won, "{id}");
+        assert_eq!(won.m.subject.as_deref(), Some(winner));
+        let timeline = b.case_timeline(&id).await.unwrap();
+        assert_eq!(
+            timeline
+                .iter()
+                .map(|e| e.actor.as_str())
+                .collect::<Vec<_>>(),
+            vec!["broker", winner],
+            "{id}"
+        );
+    }
+}
+
+/// Payload retention run by two nodes at once takes every due case exactly once: the
+/// record and the kept bytes go, the case and its timeline stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payload_retention_on_two_nodes_takes_each_case_once() {
+    const CASES: usize = 30;
+    let g = SchemaGuard::fresh(&database());
+    let a: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
+    let ids = open_cases(&a, CASES).await;
+    for id in &ids {
+        let read = a.get_case(id).await.unwrap();
+        let mut set = read.m.clone();
+        set.closed_at = Some(secs(1));
+        set.payload_until = Some(secs(2));
+        a.update_case(&redrive_store::CaseUpdate {
+            id: id.clone(),
+            version: read.version,
+            set,
+            append: vec![entry("alice", CaseState::Retained, secs(1))],
+            payload: Some(redrive_store::CasePayload {
+                digest: "d".repeat(64),
+                body: b"kept".to_vec(),
+            }),
+            archive_record: false,
+        })
+        .await
+        .unwrap();
+    }
+    assert!(a.drop_case_payloads(secs(1), 100).await.unwrap().is_empty());
+    let (x, y) = tokio::join!(
+        a.drop_case_payloads(secs(2), 100),
+        b.drop_case_payloads(secs(2), 100)
+    );
+    let (x, y) = (x.unwrap(), y.unwrap());
+    let mut taken: Vec<String> = x.iter().chain(y.iter()).cloned().collect();
+    taken.sort();
+    let mut expected = ids.clone();
+    expected.sort();
+    assert_eq!(taken, expected, "every due case once");
+    for id in &ids {
+        let case = a.get_case(id).await.unwrap();
+        assert_eq!(
+            (case.m.payload_deleted_at, case.version),
+            (Some(secs(2)), 3)
+        );
+        assert_eq!(a.case_timeline(id).await.unwrap().len(), 2);
+        assert_eq!(a.case_payload(id, &"d".repeat(64)).await.unwrap(), None);
+        assert!(matches!(
+            a.get_dead_letter(&case.queue, &case.record_id).await,
+            Err(StoreError::DeadLetterNotFound { .. })
+        ));
+    }
+    assert!(a.drop_case_payloads(secs(3), 100).await.unwrap().is_empty());
+}
+
+/// Searches and counts of cases: every filter is a bound value (a hostile one matches
+/// nothing and breaks nothing), pages follow the cursor, counts group the same matches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_of_cases_filters_pages_and_counts() {
+    use redrive_store::CaseQuery;
+
+    let g = SchemaGuard::fresh(&database());
+    let store: Arc<dyn Store> =
+        Arc::new(PostgresStore::connect(&g.url, g.options()).await.unwrap());
+    let t = TestStore {
+        store: Arc::clone(&store),
+        reopen: None,
+    };
+    let orders = t.queue("orders", QueuePolicy::default()).await;
+    let billing = t.queue("billing", QueuePolicy::default()).await;
+    let mut ids = Vec::new();
+    for (i, (q, reason)) in [
+        (&orders, "Bad"),
+        (&orders, "Bad"),
+        (&orders, "Worse"),
+        (&billing, "Bad"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let at = secs(i64::try_from(i).unwrap());
+        let id = t.dead_letter_one(q, &format!("m{i}"), reason, at).await;
+        ids.push(case_id(&id));
+    }
+    // One closed, retained.
+    let read = store.get_case(&ids[1]).await.unwrap();
+    let mut set = read.m.clone();
+    set.state = CaseState::Retained;
+    set.closed_at = Some(secs(10));
+    store
+        .update_case(&redrive_store::CaseUpdate {
+            id: ids[1].clone(),
+            version: 1,
+            set,
+            append: vec![entry("alice", CaseState::Retained, secs(10))],
+            payload: None,
+            archive_record: false,
+        })
+        .await
+        .unwrap();
+    let found = |q: CaseQuery| {
+        let store = Arc::clone(&store);
+        async move {
+            store
+                .list_cases(&q)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|c| c.id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(found(CaseQuery::default()).await, ids);
+    let of_orders = CaseQuery {
+        queue: Some(orders.clone()),
+        reason: Some("Bad".into()),
+        ..CaseQuery::default()
+    };
+    assert_eq!(found(of_orders.clone()).await, ids[..2].to_vec());
+    let open = CaseQuery {
+        open: true,
+        ..of_orders.clone()
+    };
+    assert_eq!(found(open).await, ids[..1].to_vec());
+    let retained = CaseQuery {
+        states: vec![CaseState::Retained],
+        ..CaseQuery::default()
+    };
+    assert_eq!(found(retained).await, ids[1..2].to_vec());
+    let window = CaseQuery {
+        since: Some(secs(1)),
+        until: Some(secs(3)),
+        ..CaseQuery::default()
+    };
+    assert_eq!(found(window).await, ids[1..3].to_vec());
+    let page = CaseQuery {
+        after: Some(ids[0].clone()),
+        limit: 2,
+        ..CaseQuery::default()
+    };
+    assert_eq!(found(page).await, ids[1..3].to_vec());
+    let hostile = CaseQuery {
+        reason: Some("Bad' OR '1'='1".into()),
+        text: Some("%".into()),
+        ..CaseQuery::default()
+    };
+    assert!(found(hostile.clone()).await.is_empty());
+    assert_eq!(store.case_counts(&hostile).await.unwrap().total, 0);
+
+    let counts = store.case_counts(&CaseQuery::default()).await.unwrap();
+    assert_eq!(counts.total, 4);
+    assert_eq!(
+        counts.by_reason.into_iter().collect::<Vec<_>>(),
+        vec![("Bad".to_owned(), 3), ("Worse".to_owned(), 1)]
+    );
+    assert_eq!(
+        counts.by_type.into_iter().collect::<Vec<_>>(),
+        vec![(String::new(), 4)]
+    );
+    assert_eq!(
+        counts.by_state.into_iter().collect::<Vec<_>>(),
+        vec![("retained".to_owned(), 1), ("route_observed".to_owned(), 3)]
+    );
+    assert_eq!(counts.oldest_opened_at, Some(T0));
+    let none = store
+        .case_counts(&CaseQuery {
+            queue: Some(name("nowhere")),
+            ..CaseQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(none, redrive_store::CaseCounts::default());
 }
