@@ -1620,14 +1620,15 @@ impl Broker {
         let (base, n) = redrive_core::id::split_replay_count(&record.message_id);
         let message_id = format!("{base}|{}", n + 1);
         let mut step = Step::of(&case);
-        if step
-            .push(entry(
-                now,
-                &actor.name,
-                CaseState::ReplayEligible,
-                "every gate passes at admission",
-            ))
-            .is_err()
+        if step.set.state != CaseState::ReplayEligible
+            && step
+                .push(entry(
+                    now,
+                    &actor.name,
+                    CaseState::ReplayEligible,
+                    "every gate passes at admission",
+                ))
+                .is_err()
         {
             step.push(entry(
                 now,

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod access;
+mod cases;
 mod auto_replay;
 mod dead_letters;
 mod messages;
