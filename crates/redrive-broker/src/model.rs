@@ -4,9 +4,9 @@
 //! parameters (settlements, receive parameters, new rows) stay behind the broker.
 
 pub use redrive_store::{
-    AuditEntry, AuditQuery, CaseCounts, CaseQuery, CaseRecord, EffectAuthority, IntentRecord,
-    IntentStatus, MAX_CASE_PAGE, DeadLetterDelivery, DeadLetterRecord, Delivery, Enqueued,
-    MAX_AUDIT_PAGE, MAX_REGISTER_PAGE, QueueCounts, QueueRecord, RegisterRecord, SessionLock,
-    SessionRef, Settled, SqsCredentials, StoreError, StoreErrorKind, StoredMessage,
+    AuditEntry, AuditQuery, CaseCounts, CaseQuery, CaseRecord, DeadLetterDelivery,
+    DeadLetterRecord, Delivery, EffectAuthority, Enqueued, IntentRecord, IntentStatus,
+    MAX_AUDIT_PAGE, MAX_CASE_PAGE, MAX_REGISTER_PAGE, QueueCounts, QueueRecord, RegisterRecord,
+    SessionLock, SessionRef, Settled, SqsCredentials, StoreError, StoreErrorKind, StoredMessage,
     SubscriptionRecord, SubscriptionSpec, SubscriptionUpdate, TokenRecord, TopicRecord,
 };

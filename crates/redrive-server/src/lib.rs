@@ -33,7 +33,9 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use redrive_api::ErrorCode;
-use redrive_broker::{Broker, CaseWorker, Dispatcher, Replayer, RevocationWatch, Sweeper, WakeupRelay};
+use redrive_broker::{
+    Broker, CaseWorker, Dispatcher, Replayer, RevocationWatch, Sweeper, WakeupRelay,
+};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;

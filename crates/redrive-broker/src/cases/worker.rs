@@ -124,17 +124,26 @@ impl Broker {
         for (state, n) in &counts.by_state {
             let _ = writeln!(out, "redrive_cases{{state=\"{state}\"}} {n}");
         }
-        let _ = writeln!(out, "# HELP redrive_cases_overdue Open recovery cases past their review deadline.");
+        let _ = writeln!(
+            out,
+            "# HELP redrive_cases_overdue Open recovery cases past their review deadline."
+        );
         let _ = writeln!(out, "# TYPE redrive_cases_overdue gauge");
         let _ = writeln!(out, "redrive_cases_overdue {}", overdue.total);
         let escalated = counts.by_state.get("escalated").copied().unwrap_or(0);
-        let _ = writeln!(out, "# HELP redrive_cases_escalated Open recovery cases waiting on an escalation.");
+        let _ = writeln!(
+            out,
+            "# HELP redrive_cases_escalated Open recovery cases waiting on an escalation."
+        );
         let _ = writeln!(out, "# TYPE redrive_cases_escalated gauge");
         let _ = writeln!(out, "redrive_cases_escalated {escalated}");
         let age = counts
             .oldest_opened_at
             .map_or(0, |t| now.since(t).as_secs());
-        let _ = writeln!(out, "# HELP redrive_case_oldest_unresolved_seconds Age of the oldest open recovery case.");
+        let _ = writeln!(
+            out,
+            "# HELP redrive_case_oldest_unresolved_seconds Age of the oldest open recovery case."
+        );
         let _ = writeln!(out, "# TYPE redrive_case_oldest_unresolved_seconds gauge");
         let _ = writeln!(out, "redrive_case_oldest_unresolved_seconds {age}");
         Ok(())

@@ -14,8 +14,8 @@ use axum::{Json, Router};
 use redrive_api::ErrorCode;
 use redrive_api::case::{
     CancelIntent, Case, CaseCounts, CaseEntry, CaseLease, CasePage, CasePayload, CaseSummary,
-    ClaimCase, CloseCase, CorrectCase, DiagnoseCase, EffectAuthority, EffectAuthorityList,
-    Intent, NoteCase, ReviewCase, SetEffectAuthority, SupersedeIntent, TestCase, TransformCase,
+    ClaimCase, CloseCase, CorrectCase, DiagnoseCase, EffectAuthority, EffectAuthorityList, Intent,
+    NoteCase, ReviewCase, SetEffectAuthority, SupersedeIntent, TestCase, TransformCase,
 };
 use redrive_broker::cases::data::{CorrectionKind, TestOutcome};
 use redrive_broker::cases::{CaseView, ReviewDecision, TestInput, TransformInput};
@@ -134,11 +134,9 @@ async fn may(s: &AppState, actor: &Actor, id: &str, op: Operation) -> Result<(),
 
 fn text(field: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
     match v {
-        Some(s) if s.len() > MAX_FILTER_LEN => Err(BrokerError::invalid(
-            field,
-            format!("at most {MAX_FILTER_LEN} bytes"),
-        )
-        .into()),
+        Some(s) if s.len() > MAX_FILTER_LEN => {
+            Err(BrokerError::invalid(field, format!("at most {MAX_FILTER_LEN} bytes")).into())
+        }
         Some(s) if s.is_empty() => Err(BrokerError::invalid(field, "must not be empty").into()),
         v => Ok(v),
     }
@@ -275,7 +273,10 @@ async fn payload(
 ) -> Result<Json<CasePayload>, ApiError> {
     may(&s, &actor, &id, Operation::ReadCasePayload).await?;
     let digest = text("digest", q.digest)?;
-    let (sha256, bytes) = s.broker.case_payload(&id, digest.as_deref(), &actor).await?;
+    let (sha256, bytes) = s
+        .broker
+        .case_payload(&id, digest.as_deref(), &actor)
+        .await?;
     let (body, body_encoding) = body_out(&bytes);
     Ok(Json(CasePayload {
         case_id: id,
@@ -399,7 +400,9 @@ async fn test(
         "pass" => TestOutcome::Pass,
         "fail" => TestOutcome::Fail,
         other => {
-            return Err(BrokerError::invalid("outcome", format!("{other:?} is not pass or fail")).into());
+            return Err(
+                BrokerError::invalid("outcome", format!("{other:?} is not pass or fail")).into(),
+            );
         }
     };
     let fixture = req
@@ -452,7 +455,10 @@ async fn close(
         ))
     })?;
     may(&s, &actor, &id, Operation::WorkCases).await?;
-    let v = s.broker.close_case(&id, terminal, &req.evidence, &actor).await?;
+    let v = s
+        .broker
+        .close_case(&id, terminal, &req.evidence, &actor)
+        .await?;
     changed(&s, &actor, v).await
 }
 
@@ -481,7 +487,10 @@ async fn review(
         }
     };
     may(&s, &actor, &id, Operation::WorkCases).await?;
-    let v = s.broker.review_case(&id, decision, &req.policy, &actor).await?;
+    let v = s
+        .broker
+        .review_case(&id, decision, &req.policy, &actor)
+        .await?;
     changed(&s, &actor, v).await
 }
 
@@ -525,7 +534,10 @@ async fn intent_cases(
     }
     Ok(cases
         .iter()
-        .filter(|c| actor.permits(Operation::ReadCases, Some(c.queue.as_str())) || actor.permits(op, Some(c.queue.as_str())))
+        .filter(|c| {
+            actor.permits(Operation::ReadCases, Some(c.queue.as_str()))
+                || actor.permits(op, Some(c.queue.as_str()))
+        })
         .map(|c| c.id.clone())
         .collect())
 }
@@ -569,7 +581,13 @@ async fn cancel_intent(
     intent_cases(&s, &actor, &id, Operation::UpdateIntent).await?;
     let out = s
         .broker
-        .update_intent(&id, IntentStatus::Cancelled, None, req.reason.as_deref(), &actor)
+        .update_intent(
+            &id,
+            IntentStatus::Cancelled,
+            None,
+            req.reason.as_deref(),
+            &actor,
+        )
         .await?;
     let cases = intent_cases(&s, &actor, &id, Operation::UpdateIntent).await?;
     Ok(Json(intent_out(&id, Some(&out.intent), cases, out.closed)))
@@ -606,7 +624,9 @@ fn authority_out(a: &redrive_broker::model::EffectAuthority) -> EffectAuthority 
     }
 }
 
-async fn list_authorities(State(s): State<AppState>) -> Result<Json<EffectAuthorityList>, ApiError> {
+async fn list_authorities(
+    State(s): State<AppState>,
+) -> Result<Json<EffectAuthorityList>, ApiError> {
     let list = s.broker.list_effect_authorities().await?;
     Ok(Json(EffectAuthorityList {
         authorities: list.iter().map(authority_out).collect(),
@@ -631,7 +651,10 @@ async fn delete_authority(
     Caller(actor): Caller,
     Path(message_type): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    if s.broker.delete_effect_authority(&message_type, &actor).await? {
+    if s.broker
+        .delete_effect_authority(&message_type, &actor)
+        .await?
+    {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::new(

@@ -6,8 +6,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod access;
-mod cases;
 mod auto_replay;
+mod cases;
 mod dead_letters;
 mod messages;
 mod ops;
