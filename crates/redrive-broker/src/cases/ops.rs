@@ -149,7 +149,7 @@ fn check_text(field: &str, s: &str, required: bool) -> BrokerResult<()> {
 }
 
 /// One step's write, prepared from a case as read.
-struct Step {
+pub(crate) struct Step {
     set: redrive_store::CaseMut,
     append: Vec<TimelineEntry>,
     payload: Option<CasePayload>,
@@ -158,7 +158,7 @@ struct Step {
 }
 
 impl Step {
-    fn of(case: &CaseRecord) -> Step {
+    pub(crate) fn of(case: &CaseRecord) -> Step {
         Step {
             set: case.m.clone(),
             append: Vec::new(),
@@ -1892,7 +1892,9 @@ impl Broker {
     }
 }
 
-fn next_check(case: &CaseRecord, step: &Step, now: Timestamp) -> Option<Timestamp> {
+/// When a case waiting at `now` is looked at next: its review deadline, its value window's
+/// end or its claim's expiry, whichever comes first (none: nothing scheduled).
+pub(crate) fn next_check(case: &CaseRecord, step: &Step, now: Timestamp) -> Option<Timestamp> {
     let mut next: Option<Timestamp> = None;
     let mut consider = |t: Timestamp| {
         if t > now {

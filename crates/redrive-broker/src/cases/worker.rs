@@ -79,17 +79,20 @@ impl Broker {
             match self.advance_case(&case.id).await {
                 Ok(after) => {
                     pass.advanced += 1;
-                    // A case whose check time did not move would be due again at once.
+                    // A case whose check time did not move would be due again at once: it
+                    // waits for its next deadline (or for a change).
                     if after.m.next_check_at.is_some_and(|t| t <= now)
                         && after.version == case.version
                     {
-                        self.park(&after).await?;
+                        let step = super::ops::Step::of(&after);
+                        let next = super::ops::next_check(&after, &step, now);
+                        self.park(&after, next).await?;
                     }
                 }
                 Err(e) => {
                     tracing::warn!(case_id = %case.id, error = %e, "case could not be advanced; parked for a minute");
                     let fresh = self.inner.store.get_case(&case.id).await?;
-                    self.park(&fresh).await?;
+                    self.park(&fresh, Some(now.plus_millis(60_000))).await?;
                 }
             }
         }
@@ -149,10 +152,14 @@ impl Broker {
         Ok(())
     }
 
-    /// Moves a case's check a minute on.
-    async fn park(&self, case: &redrive_store::CaseRecord) -> BrokerResult<()> {
+    /// Moves a case's check to `next`.
+    async fn park(
+        &self,
+        case: &redrive_store::CaseRecord,
+        next: Option<redrive_core::Timestamp>,
+    ) -> BrokerResult<()> {
         let mut set = case.m.clone();
-        set.next_check_at = Some(self.now().plus_millis(60_000));
+        set.next_check_at = next;
         let r = self
             .inner
             .store

@@ -22,6 +22,8 @@ fn allowed(role: &str) -> BTreeSet<(&'static str, &'static str)> {
             ("POST", "/v1/queues/{name}/messages"),
             ("DELETE", "/v1/queues/{name}/messages/scheduled/{seq}"),
             ("POST", "/v1/topics/{topic}/events"),
+            ("POST", "/v1/intents/{id}/cancel"),
+            ("POST", "/v1/intents/{id}/supersede"),
         ],
         "consumer" => &[
             ("POST", "/v1/queues/{name}/messages/deferred/receive"),
@@ -57,15 +59,35 @@ fn allowed(role: &str) -> BTreeSet<(&'static str, &'static str)> {
             ("GET", "/v1/register"),
             ("PUT", "/v1/register/{key}"),
             ("DELETE", "/v1/register/{key}"),
+            ("GET", "/v1/cases"),
+            ("GET", "/v1/cases/counts"),
+            ("GET", "/v1/cases/{id}"),
+            ("POST", "/v1/cases/{id}/claim"),
+            ("POST", "/v1/cases/{id}/release"),
+            ("POST", "/v1/cases/{id}/notes"),
+            ("POST", "/v1/cases/{id}/diagnosis"),
+            ("POST", "/v1/cases/{id}/corrections"),
+            ("POST", "/v1/cases/{id}/transformations"),
+            ("POST", "/v1/cases/{id}/tests"),
+            ("POST", "/v1/cases/{id}/reconcile"),
+            ("POST", "/v1/cases/{id}/close"),
+            ("POST", "/v1/cases/{id}/review"),
+            ("GET", "/v1/intents/{id}"),
+            ("GET", "/v1/effect-authorities"),
+            ("PUT", "/v1/effect-authorities/{type}"),
+            ("DELETE", "/v1/effect-authorities/{type}"),
         ],
         "replayer" => &[
             ("POST", "/v1/queues/{name}/dead-letters/{id}/resubmit"),
             ("GET", "/v1/register"),
+            ("POST", "/v1/cases/{id}/replay"),
+            ("GET", "/v1/effect-authorities"),
         ],
         "payload-reader" => &[
             ("GET", "/v1/queues/{name}/messages"),
             ("GET", "/v1/queues/{name}/dead-letters"),
             ("GET", "/v1/queues/{name}/dead-letters/{id}"),
+            ("GET", "/v1/cases/{id}/payload"),
         ],
         _ => &[],
     };
@@ -82,6 +104,7 @@ fn concrete(pattern: &str) -> String {
         .replace("{id}", "dl_x")
         .replace("{sub}", "s")
         .replace("{key}", "t")
+        .replace("{type}", "t")
 }
 
 /// Every role × every route: refused with 403 `forbidden` exactly where the hand-written

@@ -334,7 +334,7 @@ async fn to_eligible(s: &TestServer, id: &str, sandbox: &str) -> Value {
 
 /// Imports JSON-Lines records into `queue`; answers the record ids.
 async fn import(s: &TestServer, queue: &str, lines: &[Value]) -> Vec<String> {
-    let times = json!({"enqueued_time": "2026-11-30T10:00:00Z", "dead_lettered_at": "2026-11-30T11:00:00Z"});
+    let times = json!({"enqueued_time": "2027-01-15T06:00:00Z", "dead_lettered_at": "2027-01-15T07:00:00Z"});
     let content: Vec<String> = lines
         .iter()
         .map(|l| {
@@ -964,4 +964,283 @@ async fn one_owner_at_a_time_and_payloads_only_for_payload_readers() {
     let reads = s.audit("action=case.payload_read").await;
     assert_eq!(reads.len(), 1);
     assert_eq!(reads[0]["actor_name"], "bob");
+}
+
+/// Row 5: a code correction that passes its isolated test does not make an invalid
+/// payload valid: a record automatic replay quarantined as schema-invalid is rejected
+/// under its policy once the correction is tested, unless an equivalent transformation
+/// makes it valid.
+#[tokio::test]
+async fn a_code_correction_does_not_make_an_invalid_payload_valid() {
+    for backend in Backend::all("the schema validity test") {
+        let s = server(backend).await;
+        s.queue("events", json!({"auto_replay": {"enabled": true}}))
+            .await;
+        s.queue("sandbox", json!({})).await;
+        // Its type may be replayed: what holds it is its payload, nothing else.
+        register(&s, "t", Idempotency::Idempotent).await;
+        let ids = s
+            .broker
+            .import_dead_letters(
+                "events",
+                redrive_events::import::ImportFormat::EventGrid,
+                br#"[{"specversion": "1.0", "id": "x", "type": "t"}]"#,
+                &Actor::system("test"),
+            )
+            .await
+            .unwrap();
+        // A candidate is not a case until the judgement quarantines it.
+        let (st, _) = s.get(&format!("/v1/cases/{}", case_id(&ids[0]))).await;
+        assert_eq!(st, 404);
+        s.broker.replay_once().await.unwrap();
+        let id = case_id(&ids[0]);
+        work(&s).await;
+        let c = case(&s, &id).await;
+        assert_ne!(c["state"], "rejected", "{c}");
+        let c = to_eligible(&s, &id, "sandbox").await;
+        assert_eq!(c["state"], "rejected", "{c}");
+        assert!(!states(&c).contains(&"replay_admitted".to_owned()));
+    }
+}
+
+/// Row 4: a revoked token's old admission is not authority: the replay is refused.
+#[tokio::test]
+async fn a_revoked_token_cannot_replay() {
+    let s = TestServer::builder()
+        .settings(redrive_server::Settings {
+            replay_worker: false,
+            case_worker: false,
+            ..default_settings()
+        })
+        .auth(redrive_broker::AccessSettings {
+            enabled: true,
+            ..redrive_broker::AccessSettings::default()
+        })
+        .start()
+        .await;
+    s.admin(
+        reqwest::Method::POST,
+        "/v1/queues",
+        Some(json!({"name": "orders"})),
+    )
+    .await;
+    s.admin(
+        reqwest::Method::POST,
+        "/v1/queues",
+        Some(json!({"name": "sandbox"})),
+    )
+    .await;
+    register(&s, "order.placed", Idempotency::Idempotent).await;
+    let (tok_id, owner) = s
+        .token(
+            "ops",
+            &["operator:*", "replayer:orders", "payload-reader:orders"],
+        )
+        .await;
+    let (st, v) = s
+        .admin(
+            reqwest::Method::POST,
+            "/v1/queues/orders/messages",
+            Some(json!({"message_id": "o-70", "body": "b", "type": "order.placed"})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let (_, got) = s
+        .admin(
+            reqwest::Method::POST,
+            "/v1/queues/orders/receive",
+            Some(json!({"max_messages": 1})),
+        )
+        .await;
+    let lock = got["messages"][0]["lock_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (_, v) = s
+        .admin(
+            reqwest::Method::POST,
+            "/v1/queues/orders/settle",
+            Some(json!({"lock_token": lock, "action": "dead_letter", "reason": "Boom"})),
+        )
+        .await;
+    let id = case_id(v["dead_letter_id"].as_str().unwrap());
+    work(&s).await;
+    let call = |path: String, body: Value| {
+        let s = &s;
+        let owner = owner.clone();
+        async move {
+            s.call_as(Some(&owner), reqwest::Method::POST, &path, Some(body))
+                .await
+        }
+    };
+    for (action, body) in [
+        ("claim", json!({"lease_ms": HOUR})),
+        (
+            "diagnosis",
+            json!({"hypothesis": "h", "disconfirming_evidence": "d"}),
+        ),
+        (
+            "corrections",
+            json!({"kind": "code", "identity": "c", "addresses": "a"}),
+        ),
+        (
+            "tests",
+            json!({"destination": "sandbox", "outcome": "pass", "evidence": "ok"}),
+        ),
+    ] {
+        let (st, v) = call(format!("/v1/cases/{id}/{action}"), body).await;
+        assert_eq!(st, 200, "{action}: {v}");
+    }
+    let (st, v) = s
+        .admin(
+            reqwest::Method::POST,
+            &format!("/v1/tokens/{tok_id}/revoke"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = call(format!("/v1/cases/{id}/replay"), json!({})).await;
+    assert_eq!(st, 401, "{v}");
+    let (_, got) = s
+        .admin(
+            reqwest::Method::POST,
+            "/v1/queues/orders/receive",
+            Some(json!({"max_messages": 1})),
+        )
+        .await;
+    assert_eq!(got["messages"], json!([]), "nothing was replayed");
+}
+
+/// A transformation is a new payload identity kept beside the original; an equivalent one
+/// is replayed in its place, a non-equivalent one never (a new intent).
+#[tokio::test]
+async fn transformations_keep_both_identities_and_only_equivalent_ones_replay() {
+    for backend in Backend::all("the transformation test") {
+        let s = server(backend).await;
+        s.queue("orders", json!({})).await;
+        s.queue("sandbox", json!({})).await;
+        register(&s, "order.placed", Idempotency::Idempotent).await;
+        let a = case_id(
+            &dead_letter(
+                &s,
+                "orders",
+                "o-80",
+                json!({"type": "order.placed"}),
+                "Boom",
+            )
+            .await,
+        );
+        let b = case_id(
+            &dead_letter(
+                &s,
+                "orders",
+                "o-81",
+                json!({"type": "order.placed"}),
+                "Boom",
+            )
+            .await,
+        );
+        work(&s).await;
+        for id in [&a, &b] {
+            act(&s, id, "claim", json!({"lease_ms": HOUR})).await;
+            act(
+                &s,
+                id,
+                "diagnosis",
+                json!({"hypothesis": "h", "disconfirming_evidence": "d"}),
+            )
+            .await;
+        }
+        let t = |equivalent: bool| {
+            json!({
+                "body": "{\"order\":\"o-8x\",\"sku\":\"A-1\"}", "transformation_version": "sku-fix/2",
+                "changed_fields": ["sku"], "authority": "catalog team", "equivalent": equivalent,
+                "addresses": "unknown sku"
+            })
+        };
+        let c = act(&s, &a, "transformations", t(true)).await;
+        let original = c["payload_sha256"].as_str().unwrap().to_owned();
+        let digest = c["record"]["transformations"][0]["digest"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert_ne!(original, digest);
+        let entry = c["timeline"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(entry["fields"]["original_digest"], original.as_str());
+        assert_eq!(entry["fields"]["transformed_digest"], digest.as_str());
+        // The original bytes and the transformed ones are both kept.
+        let (_, p) = s.get(&format!("/v1/cases/{a}/payload")).await;
+        assert!(p["body"].as_str().unwrap().contains("o-80"));
+        let (_, p) = s
+            .get(&format!("/v1/cases/{a}/payload?digest={digest}"))
+            .await;
+        assert!(p["body"].as_str().unwrap().contains("A-1"), "{p}");
+        // The test of the transformation on its own bytes is the exact fixture.
+        let c = act(
+            &s,
+            &a,
+            "tests",
+            json!({"destination": "sandbox", "outcome": "pass", "evidence": "ok"}),
+        )
+        .await;
+        assert_eq!(c["next"], "replay_eligible", "{c}");
+        act(&s, &a, "replay", json!({})).await;
+        let got = s.receive("orders", 1).await;
+        assert_eq!(got[0]["message_id"], "o-80|1");
+        assert!(got[0]["body"].as_str().unwrap().contains("A-1"));
+        let c = act(&s, &b, "transformations", t(false)).await;
+        assert_eq!(c["next"], "new_intent", "{c}");
+        let (st, v) = s.post(&format!("/v1/cases/{b}/replay"), json!({})).await;
+        assert_problem(&(st, v), 409, "case_conflict");
+    }
+}
+
+/// The redaction allowlist of the entity governs the diagnostic context (its version
+/// recorded), the node's labels are the source identity, the review deadline follows the
+/// entity's rule, and an escalation is also posted to the webhook.
+#[tokio::test]
+async fn entity_rules_govern_context_review_and_escalation() {
+    let s = server(Backend::Sqlite).await;
+    let hook = Receiver::always(204).await;
+    let mut settings = s.broker.case_settings();
+    settings.rules.push(redrive_broker::cases::CaseRule {
+        entity: "pay*".into(),
+        review_ms: Some(HOUR),
+        payload_retention_ms: None,
+        redact_allow: vec!["body.order".into(), "properties.tenant".into()],
+    });
+    settings.labels.insert("region".into(), "eu-1".into());
+    settings.escalation_webhook = Some(hook.url.clone());
+    s.broker.set_case_settings(settings);
+    s.queue("payments", json!({})).await;
+    register(&s, "payments:*", Idempotency::Idempotent).await;
+    let record = dead_letter(
+        &s,
+        "payments",
+        "p-1",
+        json!({"properties": {"tenant": "t-9", "token": "secret"}}),
+        "Boom",
+    )
+    .await;
+    let id = case_id(&record);
+    work(&s).await;
+    let c = case(&s, &id).await;
+    let ctx = &c["record"]["context"];
+    assert_eq!(ctx["fields"]["body.order"], "p-1", "{c}");
+    assert_eq!(ctx["fields"]["properties.tenant"], "t-9");
+    assert!(
+        !c.to_string().contains("4111") && !c.to_string().contains("secret"),
+        "{c}"
+    );
+    assert_eq!(ctx["policy_version"].as_str().unwrap().len(), 12);
+    assert_eq!(c["record"]["labels"]["region"], "eu-1");
+    assert_eq!(c["review_deadline"], "2027-01-15T09:00:00.000Z", "{c}");
+    s.advance(HOUR + 1_000);
+    work(&s).await;
+    let c = case(&s, &id).await;
+    assert_eq!(c["state"], "escalated", "{c}");
+    let posted = hook.wait_for(1).await;
+    let body = posted[0].json();
+    assert_eq!(body["case_id"], id.as_str());
+    assert_eq!(body["missing"], "owner");
 }
