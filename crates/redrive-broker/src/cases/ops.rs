@@ -139,6 +139,12 @@ fn check_text(field: &str, s: &str, required: bool) -> BrokerResult<()> {
     if required && s.trim().is_empty() {
         return Err(BrokerError::invalid(field, "must not be empty"));
     }
+    if s.contains('\0') {
+        return Err(BrokerError::invalid(
+            field,
+            "must not contain NUL characters",
+        ));
+    }
     if s.len() > MAX_TEXT_LEN {
         return Err(BrokerError::invalid(
             field,
@@ -1749,6 +1755,9 @@ impl Broker {
         }
         if let Some(r) = reason {
             check_text("reason", r, false)?;
+        }
+        if let Some(b) = superseded_by {
+            check_text("by", b, true)?;
         }
         match (status, superseded_by) {
             (IntentStatus::Superseded, None) => {

@@ -138,6 +138,9 @@ fn text(field: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
             Err(BrokerError::invalid(field, format!("at most {MAX_FILTER_LEN} bytes")).into())
         }
         Some(s) if s.is_empty() => Err(BrokerError::invalid(field, "must not be empty").into()),
+        Some(s) if s.contains('\0') => {
+            Err(BrokerError::invalid(field, "must not contain NUL characters").into())
+        }
         v => Ok(v),
     }
 }
@@ -505,7 +508,7 @@ async fn replay(
 }
 
 fn intent_id(id: &str) -> Result<(), ApiError> {
-    if id.is_empty() || id.len() > 256 {
+    if id.is_empty() || id.len() > 256 || id.contains('\0') {
         return Err(BrokerError::invalid("id", "an intent id is 1 to 256 bytes").into());
     }
     Ok(())
