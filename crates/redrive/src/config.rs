@@ -536,7 +536,10 @@ impl Config {
         for (i, r) in c.rule.iter().enumerate() {
             let field = |f: &str| format!("rule[{}].{f}", i + 1);
             if r.entity.is_empty() {
-                return Err(input_error(format!("cases.{}: must not be empty", field("entity"))));
+                return Err(input_error(format!(
+                    "cases.{}: must not be empty",
+                    field("entity")
+                )));
             }
             for p in &r.redact_allow {
                 if !(p.starts_with("body.") || p.starts_with("properties.")) {
@@ -548,7 +551,11 @@ impl Config {
             }
             rules.push(redrive_broker::cases::CaseRule {
                 entity: r.entity.clone(),
-                review_ms: r.review.as_deref().map(|v| ms(&field("review"), v)).transpose()?,
+                review_ms: r
+                    .review
+                    .as_deref()
+                    .map(|v| ms(&field("review"), v))
+                    .transpose()?,
                 payload_retention_ms: r
                     .payload_retention
                     .as_deref()
@@ -584,7 +591,12 @@ impl Config {
                     .as_deref()
                     .map(parse_millis)
                     .transpose()
-                    .map_err(|e| input_error(format!("cases.effect_authority {:?}: timeout: {e}", a.message_type)))?;
+                    .map_err(|e| {
+                        input_error(format!(
+                            "cases.effect_authority {:?}: timeout: {e}",
+                            a.message_type
+                        ))
+                    })?;
                 Ok((a.message_type.clone(), a.url.clone(), timeout))
             })
             .collect()
