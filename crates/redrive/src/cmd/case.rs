@@ -636,11 +636,20 @@ pub fn list_table(cases: &[CaseSummary]) -> Table {
 
 /// Counts as `key: value` lines.
 pub fn describe_counts(c: &CaseCounts) -> KeyValues {
+    // The API counts messages without a type under "".
+    let by_type: std::collections::BTreeMap<String, u64> = c
+        .by_type
+        .iter()
+        .map(|(k, v)| {
+            let k = if k.is_empty() { "(none)" } else { k.as_str() };
+            (k.to_owned(), *v)
+        })
+        .collect();
     let mut kv = KeyValues::new();
     kv.add("total", c.total.to_string())
         .add("by state", counts_text(&c.by_state))
         .add("by reason", counts_text(&c.by_reason))
-        .add("by type", counts_text(&c.by_type))
+        .add("by type", counts_text(&by_type))
         .add("oldest opened", or_dash(c.oldest_opened_at.as_deref()));
     kv
 }
@@ -893,6 +902,20 @@ mod tests {
                 "2026-12-02T00:00:00Z",
                 "OVERDUE"
             ]
+        );
+    }
+
+    #[test]
+    fn counts_name_the_untyped_messages() {
+        let c = CaseCounts {
+            total: 2,
+            by_type: [("".to_owned(), 1), ("order.created".to_owned(), 1)].into(),
+            ..CaseCounts::default()
+        };
+        let text = describe_counts(&c).render();
+        assert!(
+            text.contains("by type:        (none)=1, order.created=1\n"),
+            "{text}"
         );
     }
 

@@ -138,6 +138,12 @@ fn a_dead_letter_opens_a_case_one_owner_works_and_a_cancelled_intent_closes() {
         "first timeline line: {out}"
     );
 
+    // The exact bytes are a separate read, for a payload reader (here the admin).
+    let payload = s.cli(&["--token", &admin, "case", "payload", &id]);
+    assert_eq!(payload.ok(), "poison pill");
+    s.cli(&["--token", &alice, "case", "payload", &id])
+        .fails(1, "payload-reader");
+
     // Nobody holds it: a change without a claim is refused, naming why.
     s.cli(&[
         "--token",
