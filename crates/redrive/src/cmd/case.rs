@@ -67,7 +67,7 @@ pub enum CaseCommand {
         /// Case id.
         id: String,
     },
-    /// Add a note to the timeline (the claim's owner only).
+    /// Add a note to the case (kept in its record, not on the timeline; the claim's owner only).
     Note {
         /// Case id.
         id: String,
