@@ -8,6 +8,11 @@ use redrive_api::Problem;
 use redrive_api::access::{
     AuditPage, AuditVerification, CreateToken, CreatedToken, Token, TokenList,
 };
+use redrive_api::case::{
+    CancelIntent, Case, CaseCounts, CasePage, CasePayload, ClaimCase, CloseCase, CorrectCase,
+    DiagnoseCase, EffectAuthority, EffectAuthorityList, Intent, NoteCase, ReviewCase,
+    SetEffectAuthority, SupersedeIntent, TestCase, TransformCase,
+};
 use redrive_api::dead_letter::{
     DeadLetter, DeadLetterPage, ImportDeadLetters, ImportResult, MoveDeadLetter, RestoreDeadLetter,
     RestoreResult,
@@ -81,6 +86,12 @@ impl fmt::Display for ClientError {
                 write!(f, " ({}", p.code)?;
                 if let Some(field) = p.extra.get("field").and_then(|v| v.as_str()) {
                     write!(f, ", field {field}")?;
+                }
+                // A case conflict's reason is a stable code the detail does not repeat.
+                if p.code == "case_conflict"
+                    && let Some(reason) = p.extra.get("reason").and_then(|v| v.as_str())
+                {
+                    write!(f, ", {reason}")?;
                 }
                 write!(f, ")")
             }
@@ -172,6 +183,88 @@ pub struct AuditQuery {
     /// Page size.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
+}
+
+/// Search of `GET /v1/cases` and `GET /v1/cases/counts`; every filter is optional and
+/// they combine with AND.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CaseQuery {
+    /// The queue (a subscription's is `<topic>.<subscription>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// Dead-letter reason code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Message type.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub message_type: Option<String>,
+    /// The event's or message's `source`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// The event's or message's `subject`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// States, comma-separated (`diagnosis_proposed,correction_identified`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Only open cases.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open: Option<bool>,
+    /// The claim's owner.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Only open cases past their review deadline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overdue: Option<bool>,
+    /// RFC 3339 lower bound of the opening.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// RFC 3339 upper bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Evidence quality (`exact`, `approximate`, `incomplete`, `unavailable`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence_quality: Option<String>,
+    /// Free text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub q: Option<String>,
+    /// Intent id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intent: Option<String>,
+    /// Page cursor (listing only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// Page size (listing only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+impl CaseQuery {
+    /// The query's `(name, value)` pairs, in the order the fields are declared.
+    fn pairs(&self) -> Vec<(&'static str, String)> {
+        let flag = |b: Option<bool>| b.map(|b| b.to_string());
+        [
+            ("queue", self.queue.clone()),
+            ("reason", self.reason.clone()),
+            ("type", self.message_type.clone()),
+            ("source", self.source.clone()),
+            ("subject", self.subject.clone()),
+            ("state", self.state.clone()),
+            ("open", flag(self.open)),
+            ("owner", self.owner.clone()),
+            ("overdue", flag(self.overdue)),
+            ("from", self.from.clone()),
+            ("to", self.to.clone()),
+            ("evidence_quality", self.evidence_quality.clone()),
+            ("q", self.q.clone()),
+            ("intent", self.intent.clone()),
+            ("cursor", self.cursor.clone()),
+            ("limit", self.limit.map(|l| l.to_string())),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect()
+    }
 }
 
 /// Cheap to clone; clones share one connection pool.
@@ -552,6 +645,161 @@ impl Client {
             .await
     }
 
+    // ---- recovery cases -------------------------------------------------------------
+
+    /// `GET /v1/cases?...`: one page of cases, metadata only.
+    pub async fn list_cases(&self, query: &CaseQuery) -> Result<CasePage, ClientError> {
+        let url = with_pairs(self.url(&["v1", "cases"]), &query.pairs());
+        self.must(Method::GET, url, None::<&()>).await
+    }
+
+    /// `GET /v1/cases/counts?...` (`cursor` and `limit` are not sent).
+    pub async fn case_counts(&self, query: &CaseQuery) -> Result<CaseCounts, ClientError> {
+        let pairs: Vec<_> = query
+            .pairs()
+            .into_iter()
+            .filter(|(k, _)| !matches!(*k, "cursor" | "limit"))
+            .collect();
+        let url = with_pairs(self.url(&["v1", "cases", "counts"]), &pairs);
+        self.must(Method::GET, url, None::<&()>).await
+    }
+
+    /// `GET /v1/cases/{id}`: the case, its record and its timeline.
+    pub async fn get_case(&self, id: &str) -> Result<Case, ClientError> {
+        self.must(Method::GET, self.url(&["v1", "cases", id]), None::<&()>)
+            .await
+    }
+
+    /// `GET /v1/cases/{id}/payload[?digest=]`: the exact bytes, or the transformation
+    /// with that digest (role `payload-reader`; audited).
+    pub async fn case_payload(
+        &self,
+        id: &str,
+        digest: Option<&str>,
+    ) -> Result<CasePayload, ClientError> {
+        let mut url = self.url(&["v1", "cases", id, "payload"]);
+        if let Some(d) = digest {
+            url.query_pairs_mut().append_pair("digest", d);
+        }
+        self.must(Method::GET, url, None::<&()>).await
+    }
+
+    /// A `POST /v1/cases/{id}/{action}` answered with the case as it is now.
+    async fn case_change(
+        &self,
+        id: &str,
+        action: &str,
+        body: Option<&impl Serialize>,
+    ) -> Result<Case, ClientError> {
+        let url = self.url(&["v1", "cases", id, action]);
+        self.must(Method::POST, url, body).await
+    }
+
+    /// `POST /v1/cases/{id}/claim`: claim (or renew) for `lease_ms` (the node's default
+    /// when `None`).
+    pub async fn claim_case(&self, id: &str, lease_ms: Option<u64>) -> Result<Case, ClientError> {
+        self.case_change(id, "claim", Some(&ClaimCase { lease_ms }))
+            .await
+    }
+
+    /// `POST /v1/cases/{id}/release`.
+    pub async fn release_case(&self, id: &str) -> Result<Case, ClientError> {
+        self.case_change(id, "release", None::<&()>).await
+    }
+
+    /// `POST /v1/cases/{id}/notes`.
+    pub async fn note_case(&self, id: &str, req: &NoteCase) -> Result<Case, ClientError> {
+        self.case_change(id, "notes", Some(req)).await
+    }
+
+    /// `POST /v1/cases/{id}/diagnosis`.
+    pub async fn diagnose_case(&self, id: &str, req: &DiagnoseCase) -> Result<Case, ClientError> {
+        self.case_change(id, "diagnosis", Some(req)).await
+    }
+
+    /// `POST /v1/cases/{id}/corrections`.
+    pub async fn correct_case(&self, id: &str, req: &CorrectCase) -> Result<Case, ClientError> {
+        self.case_change(id, "corrections", Some(req)).await
+    }
+
+    /// `POST /v1/cases/{id}/transformations`.
+    pub async fn transform_case(&self, id: &str, req: &TransformCase) -> Result<Case, ClientError> {
+        self.case_change(id, "transformations", Some(req)).await
+    }
+
+    /// `POST /v1/cases/{id}/tests`.
+    pub async fn test_case(&self, id: &str, req: &TestCase) -> Result<Case, ClientError> {
+        self.case_change(id, "tests", Some(req)).await
+    }
+
+    /// `POST /v1/cases/{id}/reconcile`: ask the effect authority now.
+    pub async fn reconcile_case(&self, id: &str) -> Result<Case, ClientError> {
+        self.case_change(id, "reconcile", None::<&()>).await
+    }
+
+    /// `POST /v1/cases/{id}/close`.
+    pub async fn close_case(&self, id: &str, req: &CloseCase) -> Result<Case, ClientError> {
+        self.case_change(id, "close", Some(req)).await
+    }
+
+    /// `POST /v1/cases/{id}/review`.
+    pub async fn review_case(&self, id: &str, req: &ReviewCase) -> Result<Case, ClientError> {
+        self.case_change(id, "review", Some(req)).await
+    }
+
+    /// `POST /v1/cases/{id}/replay` (role `replayer`).
+    pub async fn replay_case(&self, id: &str) -> Result<Case, ClientError> {
+        self.case_change(id, "replay", None::<&()>).await
+    }
+
+    // ---- intents and effect authorities ---------------------------------------------
+
+    /// `GET /v1/intents/{id}`.
+    pub async fn get_intent(&self, id: &str) -> Result<Intent, ClientError> {
+        self.must(Method::GET, self.url(&["v1", "intents", id]), None::<&()>)
+            .await
+    }
+
+    /// `POST /v1/intents/{id}/cancel`: closes the intent's open cases.
+    pub async fn cancel_intent(&self, id: &str, req: &CancelIntent) -> Result<Intent, ClientError> {
+        let url = self.url(&["v1", "intents", id, "cancel"]);
+        self.must(Method::POST, url, Some(req)).await
+    }
+
+    /// `POST /v1/intents/{id}/supersede`: closes the intent's open cases.
+    pub async fn supersede_intent(
+        &self,
+        id: &str,
+        req: &SupersedeIntent,
+    ) -> Result<Intent, ClientError> {
+        let url = self.url(&["v1", "intents", id, "supersede"]);
+        self.must(Method::POST, url, Some(req)).await
+    }
+
+    /// `GET /v1/effect-authorities`.
+    pub async fn list_effect_authorities(&self) -> Result<EffectAuthorityList, ClientError> {
+        let url = self.url(&["v1", "effect-authorities"]);
+        self.must(Method::GET, url, None::<&()>).await
+    }
+
+    /// `PUT /v1/effect-authorities/{type}`.
+    pub async fn set_effect_authority(
+        &self,
+        message_type: &str,
+        req: &SetEffectAuthority,
+    ) -> Result<EffectAuthority, ClientError> {
+        let url = self.url(&["v1", "effect-authorities", message_type]);
+        self.must(Method::PUT, url, Some(req)).await
+    }
+
+    /// `DELETE /v1/effect-authorities/{type}`.
+    pub async fn delete_effect_authority(&self, message_type: &str) -> Result<(), ClientError> {
+        let url = self.url(&["v1", "effect-authorities", message_type]);
+        self.call::<serde_json::Value>(Method::DELETE, url, None::<&()>)
+            .await?;
+        Ok(())
+    }
+
     // ---- operations -----------------------------------------------------------------
 
     /// `GET /healthz`: Ok when the server answers 2xx.
@@ -640,6 +888,17 @@ fn dead_letters_url(mut url: Url, query: &DeadLetterQuery) -> Url {
         }
     }
     strip_empty_query(&mut url);
+    url
+}
+
+/// `url` with `pairs` as its query (none when empty).
+fn with_pairs(mut url: Url, pairs: &[(&str, String)]) -> Url {
+    if !pairs.is_empty() {
+        let mut q = url.query_pairs_mut();
+        for (k, v) in pairs {
+            q.append_pair(k, v);
+        }
+    }
     url
 }
 

@@ -86,6 +86,15 @@ enum Command {
     /// The idempotency register: which message types a replay may republish.
     #[command(subcommand)]
     Register(cmd::register::RegisterCommand),
+    /// Recovery cases: search, show and work them (claim first), replay one.
+    #[command(subcommand)]
+    Case(cmd::case::CaseCommand),
+    /// A producer's intents: show, cancel or supersede one (its open cases close).
+    #[command(subcommand)]
+    Intent(cmd::case::IntentCommand),
+    /// Effect authorities: who answers whether a message type's effect happened.
+    #[command(subcommand)]
+    EffectAuthority(cmd::case::EffectAuthorityCommand),
     #[command(flatten)]
     Topics(cmd::topic::TopicCommands),
 }
@@ -136,6 +145,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token(c) => cmd::access::run_token(&ctx()?, c).await,
         Command::Audit(c) => cmd::access::run_audit(&ctx()?, c).await,
         Command::Register(c) => cmd::register::run(&ctx()?, c).await,
+        Command::Case(c) => cmd::case::run(&ctx()?, c).await,
+        Command::Intent(c) => cmd::case::run_intent(&ctx()?, c).await,
+        Command::EffectAuthority(c) => cmd::case::run_effect_authority(&ctx()?, c).await,
         Command::Topics(c) => cmd::topic::run(&ctx()?, c).await,
     }
 }

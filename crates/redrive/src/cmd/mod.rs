@@ -2,6 +2,7 @@
 //! tables by default and the API's JSON with `--json`.
 
 pub mod access;
+pub mod case;
 pub mod dlq;
 pub mod message;
 pub mod queue;

@@ -4,6 +4,7 @@
 //! # Layout
 //! - `support`: start/stop a server process, run CLI commands, tiny HTTP probes.
 //! - `cli`: the operator commands end to end.
+//! - `cli_cases`: recovery cases, intents and effect authorities end to end.
 //! - `cli_access`: tokens, roles, revocation and the audit log end to end.
 //! - `cli_replay`: dead-letter import, export and restore, replay status, retention.
 //! - `cli_topics`: the topic, subscription and publish commands end to end.
@@ -17,6 +18,7 @@
 
 mod cli;
 mod cli_access;
+mod cli_cases;
 mod cli_replay;
 mod cli_topics;
 mod config;
