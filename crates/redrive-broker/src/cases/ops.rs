@@ -577,9 +577,9 @@ impl Broker {
             }
             Decision::Escalate { missing } => {
                 let what = missing.to_string();
-                if case.m.state == CaseState::Escalated
-                    && step.data.escalated_for.as_deref() == Some(what.as_str())
-                {
+                // Escalated once for what is missing: a person's changes in between do not
+                // escalate it again while the same thing is missing.
+                if step.data.escalated_for.as_deref() == Some(what.as_str()) {
                     return Ok(None);
                 }
                 let text = escalation_text(missing, case, &step.data);
@@ -688,10 +688,7 @@ impl Broker {
         let Some(authority) = self.authority_for(case.message_type.as_deref()).await? else {
             return Err(conflict(
                 "no_effect_authority",
-                format!(
-                    "no effect authority is registered for message type {:?}",
-                    case.message_type.as_deref().unwrap_or("")
-                ),
+                format!("no effect authority is registered for {}", type_words(case)),
             ));
         };
         let (answer, evidence) =
@@ -1094,6 +1091,9 @@ impl Broker {
                         &[("owner", actor.name.clone())],
                     ))
                     .map_err(case_error)?;
+                }
+                // A claim answers an escalation for a missing owner, not any other.
+                if step.data.escalated_for.as_deref() == Some("owner") {
                     step.data.escalated_for = None;
                 }
                 step.set.lease = Some(lease);
@@ -1920,6 +1920,14 @@ pub(crate) fn next_check(case: &CaseRecord, step: &Step, now: Timestamp) -> Opti
     next
 }
 
+/// `message type "x"`, or `a message without a type` (for texts).
+fn type_words(case: &CaseRecord) -> String {
+    match case.message_type.as_deref() {
+        Some(t) if !t.is_empty() => format!("message type {t:?}"),
+        _ => format!("a message of {} without a type", case.queue),
+    }
+}
+
 fn escalation_text(missing: Missing, case: &CaseRecord, data: &CaseData) -> String {
     match missing {
         Missing::EffectAuthority => match &data.effect {
@@ -1928,8 +1936,8 @@ fn escalation_text(missing: Missing, case: &CaseRecord, data: &CaseData) -> Stri
                 e.authority, case.intent_id, e.answer, e.evidence
             ),
             None => format!(
-                "message type {:?} is not idempotent and has no effect authority: no replay can be shown safe",
-                case.message_type.as_deref().unwrap_or("")
+                "{} is not idempotent and has no effect authority: no replay can be shown safe",
+                type_words(case)
             ),
         },
         Missing::Owner => format!(
@@ -1941,8 +1949,10 @@ fn escalation_text(missing: Missing, case: &CaseRecord, data: &CaseData) -> Stri
             case.queue
         ),
         Missing::RepeatSafety => format!(
-            "message type {:?} may not be delivered again: reject it, or send a new intent",
-            case.message_type.as_deref().unwrap_or("")
+            "{} may not be delivered again: the idempotency register does not say it is \
+             idempotent and no effect authority reconciles it; register it, reject it, or send \
+             a new intent",
+            type_words(case)
         ),
         Missing::PayloadIdentity => "the exact payload bytes are gone".to_owned(),
         Missing::RouteEvidence => {

@@ -290,9 +290,8 @@ async fn payload(
 }
 
 /// Answers a change with the case as it is now (with its timeline).
-async fn changed(s: &AppState, actor: &Actor, v: CaseView) -> Result<Json<Case>, ApiError> {
+async fn changed(s: &AppState, v: CaseView) -> Result<Json<Case>, ApiError> {
     let timeline = s.broker.case_timeline(&v.case.id).await?;
-    let _ = actor;
     Ok(Json(case_out(v, &timeline, s.broker.clock().now())))
 }
 
@@ -304,7 +303,7 @@ async fn claim(
 ) -> Result<Json<Case>, ApiError> {
     may(&s, &actor, &id, Operation::WorkCases).await?;
     let v = s.broker.claim_case(&id, req.lease_ms, &actor).await?;
-    changed(&s, &actor, v).await
+    changed(&s, v).await
 }
 
 async fn release(
@@ -314,7 +313,7 @@ async fn release(
 ) -> Result<Json<Case>, ApiError> {
     may(&s, &actor, &id, Operation::WorkCases).await?;
     let v = s.broker.release_case(&id, &actor).await?;
-    changed(&s, &actor, v).await
+    changed(&s, v).await
 }
 
 async fn note(
@@ -325,7 +324,7 @@ async fn note(
 ) -> Result<Json<Case>, ApiError> {
     may(&s, &actor, &id, Operation::WorkCases).await?;
     let v = s.broker.note_case(&id, &req.text, &actor).await?;
-    changed(&s, &actor, v).await
+    changed(&s, v).await
 }
 
 async fn diagnose(
@@ -339,7 +338,7 @@ async fn diagnose(
         .broker
         .diagnose_case(&id, &req.hypothesis, &req.disconfirming_evidence, &actor)
         .await?;
-    changed(&s, &actor, v).await
+    changed(&s, v).await
 }
 
 fn correction_kind(s: &str) -> Result<CorrectionKind, ApiError> {
@@ -364,7 +363,7 @@ async fn correct(
         .broker
         .correct_case(&id, kind, &req.identity, &req.addresses, &actor)
         .await?;
-    changed(&s, &actor, v).await
+    changed(&s, v).await
 }
 
 async fn transform(
@@ -390,7 +389,7 @@ async fn transform(
             &actor,
         )
         .await?;
-    changed(&s, &actor, v).await
+    changed(&s, v).await
 }
 
 async fn test(
@@ -432,7 +431,7 @@ async fn test(
             &actor,
         )
         .await?;
-    changed(&s, &actor, v).await
+    changed(&s, v).await
 }
 
 async fn reconcile(
@@ -442,7 +441,7 @@ async fn reconcile(
 ) -> Result<Json<Case>, ApiError> {
     may(&s, &actor, &id, Operation::WorkCases).await?;
     let v = s.broker.reconcile_case(&id, &actor).await?;
-    changed(&s, &actor, v).await
+    changed(&s, v).await
 }
 
 async fn close(
@@ -462,7 +461,7 @@ async fn close(
         .broker
         .close_case(&id, terminal, &req.evidence, &actor)
         .await?;
-    changed(&s, &actor, v).await
+    changed(&s, v).await
 }
 
 async fn review(
@@ -494,7 +493,7 @@ async fn review(
         .broker
         .review_case(&id, decision, &req.policy, &actor)
         .await?;
-    changed(&s, &actor, v).await
+    changed(&s, v).await
 }
 
 async fn replay(
@@ -504,7 +503,7 @@ async fn replay(
 ) -> Result<Json<Case>, ApiError> {
     may(&s, &actor, &id, Operation::ReplayCase).await?;
     let v = s.broker.replay_case(&id, &actor).await?;
-    changed(&s, &actor, v).await
+    changed(&s, v).await
 }
 
 fn intent_id(id: &str) -> Result<(), ApiError> {
