@@ -154,12 +154,14 @@ codes! {
     DeadLetterNotQuarantined = ("dead_letter_not_quarantined", 409, "Dead letter not quarantined"),
     /// A delete (without force) of a queue that others name as their dead-letter target.
     QueueIsDeadLetterTarget = ("queue_is_dead_letter_target", 409, "Queue is a dead-letter target"),
+    /// No effect authority is registered for that message type.
+    EffectAuthorityNotFound = ("effect_authority_not_found", 404, "Effect authority not found"),
     /// No recovery case with that id.
     CaseNotFound = ("case_not_found", 404, "Case not found"),
     /// A case operation its state refuses; `reason` says which (`case_claimed` with
     /// `owner`, `not_case_owner`, `case_closed`, `case_not_eligible`, `case_not_due`,
     /// `intent_decided`, `no_effect_authority`, `no_correction`, `payload_gone`,
-    /// `case_state`, `case_changed`, `timeline_full`). Nothing changed.
+    /// `case_state`, `case_changed`, `case_busy`, `timeline_full`). Nothing changed.
     CaseConflict = ("case_conflict", 409, "Case conflict"),
     /// Anything unexpected; details are in the server's log, not in the response.
     Internal = ("internal", 500, "Internal error"),

@@ -108,6 +108,8 @@ pub enum BrokerError {
         code: String,
         /// What and why.
         why: String,
+        /// The current owner, when another owner's claim is in the way.
+        owner: Option<String>,
     },
     /// No valid token: missing, malformed, unknown, revoked or expired.
     #[error("{0}")]

@@ -102,8 +102,12 @@ pub fn problem_for(e: &BrokerError) -> Problem {
                 .with("queue", queue.as_str())
                 .with("dependants", dependants.clone())
         }
-        BrokerError::CaseConflict { code, .. } => {
-            Problem::new(C::CaseConflict, e.to_string()).with("reason", code.as_str())
+        BrokerError::CaseConflict { code, owner, .. } => {
+            let p = Problem::new(C::CaseConflict, e.to_string()).with("reason", code.as_str());
+            match owner {
+                Some(o) => p.with("owner", o.as_str()),
+                None => p,
+            }
         }
         BrokerError::Store(s) => problem_for_store(s),
         _ => internal(e),

@@ -181,8 +181,9 @@ pub fn router(state: AppState) -> Router {
             )),
         )
         .merge(api::replay::router().layer(small))
+        .merge(api::cases::router().layer(small))
         // A transformation carries a payload.
-        .merge(api::cases::router())
+        .merge(api::cases::payload_router())
         .merge(api::ops::router().layer(small))
         .merge(api::topics::router())
         // Every routed request is authenticated and checked against `access::ROUTES`.

@@ -159,6 +159,20 @@ pub enum CorrectionKind {
     Policy,
 }
 
+impl CorrectionKind {
+    /// Its name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CorrectionKind::Code => "code",
+            CorrectionKind::Config => "config",
+            CorrectionKind::Data => "data",
+            CorrectionKind::Permission => "permission",
+            CorrectionKind::Dependency => "dependency",
+            CorrectionKind::Policy => "policy",
+        }
+    }
+}
+
 /// A recorded, versioned change that claims to address a failure shape.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Correction {

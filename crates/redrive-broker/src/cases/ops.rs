@@ -24,6 +24,9 @@ use super::{MAX_CASE_LEASE_MS, MAX_CHANGED_FIELDS, MAX_EXTEND_MS, MAX_TEXT_LEN, 
 use crate::metrics::Counter;
 use crate::{Actor, Broker, BrokerError, BrokerResult, Outgoing};
 
+/// How often an effect authority that could not be reached is asked again, ms.
+pub const UNREACHABLE_RETRY_MS: i64 = 5 * 60 * 1000;
+
 /// Steps one advance takes at most (each a write); a case needs a handful.
 const MAX_STEPS: usize = 12;
 
@@ -122,10 +125,22 @@ fn conflict(code: &str, why: impl Into<String>) -> BrokerError {
     BrokerError::CaseConflict {
         code: code.to_owned(),
         why: why.into(),
+        owner: None,
+    }
+}
+
+fn claimed(why: impl Into<String>, owner: &str) -> BrokerError {
+    BrokerError::CaseConflict {
+        code: "case_claimed".to_owned(),
+        why: why.into(),
+        owner: Some(owner.to_owned()),
     }
 }
 
 fn case_error(e: CaseError) -> BrokerError {
+    if let CaseError::Claimed { owner, .. } = &e {
+        return claimed(e.to_string(), owner);
+    }
     let code = match &e {
         CaseError::Claimed { .. } => "case_claimed",
         CaseError::NotOwner { .. } => "not_case_owner",
@@ -500,7 +515,7 @@ impl Broker {
                         now,
                         broker,
                         CaseState::Completed,
-                        "the effect exists: the dead-letter record was archived (state repair), not replayed",
+                        "the effect exists: the dead-letter record was archived (state repair) rather than delivered again",
                     ),
                     &[("binding", binding), ("repair", "archive_record".into())],
                 );
@@ -579,8 +594,33 @@ impl Broker {
                 let what = missing.to_string();
                 // Escalated once for what is missing: a person's changes in between do not
                 // escalate it again while the same thing is missing.
+                let unreachable = step
+                    .data
+                    .effect
+                    .as_ref()
+                    .filter(|e| e.answer == EffectAnswer::Unreachable)
+                    .map(|e| e.at_ms);
                 if step.data.escalated_for.as_deref() == Some(what.as_str()) {
-                    return Ok(None);
+                    // An authority that could not be reached is asked again every
+                    // UNREACHABLE_RETRY_MS; the timeline records only a changed answer.
+                    let Some(at) = unreachable.filter(|_| known.has_authority) else {
+                        return Ok(None);
+                    };
+                    if now.as_millis() - at < UNREACHABLE_RETRY_MS {
+                        return Ok(None);
+                    }
+                    let before = step.set.state;
+                    self.reconcile_into(case, &mut step, now, broker).await?;
+                    if step.data.effect.as_ref().map(|e| e.answer)
+                        == Some(EffectAnswer::Unreachable)
+                    {
+                        step.append.clear();
+                        step.set.state = before;
+                        step.set.next_check_at = Some(now.plus_millis(UNREACHABLE_RETRY_MS));
+                        return Ok(Some((step, true)));
+                    }
+                    step.data.escalated_for = None;
+                    return Ok(Some((step, false)));
                 }
                 let text = escalation_text(missing, case, &step.data);
                 step.push(with(
@@ -590,6 +630,11 @@ impl Broker {
                 .map_err(case_error)?;
                 step.data.escalated_for = Some(what.clone());
                 step.set.next_check_at = next_check(case, &step, now);
+                if unreachable.is_some() {
+                    let retry = now.plus_millis(UNREACHABLE_RETRY_MS);
+                    step.set.next_check_at =
+                        Some(step.set.next_check_at.map_or(retry, |t| t.min(retry)));
+                }
                 self.inner.metrics.add_labelled(
                     Counter::CasesEscalated,
                     case.queue.as_str(),
@@ -975,9 +1020,9 @@ impl Broker {
         let now = self.now();
         match case::owner_at(case.m.lease.as_ref(), now) {
             Some(o) if o == actor.name => Ok(case),
-            Some(o) => Err(conflict(
-                "case_claimed",
+            Some(o) => Err(claimed(
                 format!("case {id} is claimed by {o}; only its owner changes it"),
+                o,
             )),
             None => Err(conflict(
                 "not_case_owner",
@@ -1176,22 +1221,40 @@ impl Broker {
     ) -> BrokerResult<CaseView> {
         check_text("identity", identity, true)?;
         check_text("addresses", addresses, true)?;
-        self.person_change(id, actor, "case.correct", vec![format!("identity={identity}")], true, |_, step, now| {
-            let version = u32::try_from(step.data.corrections.len() + 1).unwrap_or(u32::MAX);
-            step.data.corrections.push(Correction {
-                version,
-                kind,
-                identity: identity.to_owned(),
-                addresses: addresses.to_owned(),
-                actor: actor.name.clone(),
-                at_ms: now.as_millis(),
-            });
-            step.push(with(
-                entry(now, &actor.name, CaseState::CorrectionIdentified, format!("correction {version} ({kind:?}) {identity} claims to address: {addresses}")),
-                &[("correction_version", version.to_string()), ("identity", identity.to_owned())],
-            ))
-            .map_err(case_error)
-        })
+        self.person_change(
+            id,
+            actor,
+            "case.correct",
+            vec![format!("identity={identity}")],
+            true,
+            |_, step, now| {
+                let version = u32::try_from(step.data.corrections.len() + 1).unwrap_or(u32::MAX);
+                step.data.corrections.push(Correction {
+                    version,
+                    kind,
+                    identity: identity.to_owned(),
+                    addresses: addresses.to_owned(),
+                    actor: actor.name.clone(),
+                    at_ms: now.as_millis(),
+                });
+                step.push(with(
+                    entry(
+                        now,
+                        &actor.name,
+                        CaseState::CorrectionIdentified,
+                        format!(
+                            "correction {version} ({}) {identity} claims to address: {addresses}",
+                            kind.as_str()
+                        ),
+                    ),
+                    &[
+                        ("correction_version", version.to_string()),
+                        ("identity", identity.to_owned()),
+                    ],
+                ))
+                .map_err(case_error)
+            },
+        )
         .await
     }
 
@@ -1436,14 +1499,31 @@ impl Broker {
         check_text("evidence", evidence, true)?;
         if !matches!(
             terminal,
-            case::Terminal::Rejected | case::Terminal::Indeterminate
+            case::Terminal::Rejected | case::Terminal::Indeterminate | case::Terminal::Completed
         ) {
             return Err(BrokerError::invalid(
                 "state",
-                "a person closes a case rejected or indeterminate; completed needs effect evidence, cancelled and superseded the producer's word, expired the value window",
+                "a person closes a case rejected, indeterminate, or completed (a type without an effect authority); cancelled and superseded are the producer's word, expired the value window's",
             ));
         }
         let settings = self.case_settings();
+        // Completed needs intent-bound evidence: an effect authority gives it where one is
+        // registered; without one, the closer attests it, recorded as the binding.
+        let case = self.inner.store.get_case(id).await?;
+        if terminal == case::Terminal::Completed
+            && self
+                .authority_for(case.message_type.as_deref())
+                .await?
+                .is_some()
+        {
+            return Err(conflict(
+                "case_state",
+                format!(
+                    "an effect authority answers for {}: reconcile instead, its answer completes the case",
+                    type_words(&case)
+                ),
+            ));
+        }
         self.person_change(
             id,
             actor,
@@ -1457,6 +1537,36 @@ impl Broker {
                         "case_state",
                         "a replay is in flight: observe it or close indeterminate",
                     ));
+                }
+                if terminal == case::Terminal::Completed {
+                    step.push(with(
+                        entry(
+                            now,
+                            &actor.name,
+                            CaseState::EffectPresent,
+                            format!("the effect exists, attested by {}: {evidence}", actor.name),
+                        ),
+                        &[("attested_by", actor.name.clone())],
+                    ))
+                    .map_err(case_error)?;
+                    if let Some(last) = step
+                        .data
+                        .replays
+                        .last_mut()
+                        .filter(|r| r.status == ReplayStatus::InFlight)
+                    {
+                        last.status = ReplayStatus::Completed;
+                    }
+                    let e = with(
+                        entry(
+                            now,
+                            &actor.name,
+                            CaseState::Completed,
+                            "completed on attested effect evidence",
+                        ),
+                        &[("binding", evidence.to_owned())],
+                    );
+                    return self.close_into(step, e, case, &settings, now);
                 }
                 let e = entry(now, &actor.name, terminal.into(), evidence.to_owned());
                 self.close_into(step, e, case, &settings, now)
@@ -1684,6 +1794,7 @@ impl Broker {
             at_ms: now.as_millis(),
         });
         step.set.next_check_at = Some(now.plus_millis(60_000));
+        step.data.next = Some("observe_replay".to_owned());
         let written = self.write_step(&case, step).await;
         let written = self
             .audited(
@@ -1844,6 +1955,15 @@ impl Broker {
             .map_err(|e| BrokerError::invalid("message_type", e.to_string()))?;
         let timeout_ms = timeout_ms.unwrap_or(effect::DEFAULT_TIMEOUT_MS);
         effect::check(url, timeout_ms)?;
+        // The push network policy applies to authorities too: refused now, not at every
+        // lookup.
+        self.push_network()
+            .check_url(url)
+            .await
+            .map_err(|f| BrokerError::EndpointForbidden {
+                endpoint: url.to_owned(),
+                why: f.to_string(),
+            })?;
         let a = EffectAuthority {
             message_type: message_type.to_owned(),
             url: url.to_owned(),

@@ -660,12 +660,18 @@ async fn delete_authority(
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::new(
-            ErrorCode::NotFound,
+            ErrorCode::EffectAuthorityNotFound,
             format!("no effect authority is registered for {message_type:?}"),
         ))
     }
 }
 
+/// The route that carries a payload (a transformation), with the API's largest body.
+pub(crate) fn payload_router() -> Router<AppState> {
+    Router::new().route("/v1/cases/{id}/transformations", post(transform))
+}
+
+/// Every other route of cases, intents and effect authorities (small bodies).
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/v1/cases", get(list))
@@ -677,7 +683,6 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/v1/cases/{id}/notes", post(note))
         .route("/v1/cases/{id}/diagnosis", post(diagnose))
         .route("/v1/cases/{id}/corrections", post(correct))
-        .route("/v1/cases/{id}/transformations", post(transform))
         .route("/v1/cases/{id}/tests", post(test))
         .route("/v1/cases/{id}/reconcile", post(reconcile))
         .route("/v1/cases/{id}/close", post(close))

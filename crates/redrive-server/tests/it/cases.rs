@@ -476,6 +476,7 @@ async fn an_effect_that_cannot_be_established_escalates_with_the_authority_named
             "Timeout",
         )
         .await;
+        work(&s).await;
         authority.fail(503);
         let b = dead_letter(
             &s,
@@ -508,6 +509,23 @@ async fn an_effect_that_cannot_be_established_escalates_with_the_authority_named
             ),
             "{m}"
         );
+        // The unreachable authority is asked again after a while (quietly while it stays
+        // unreachable); once it answers, the case goes on from its answer.
+        s.advance(60_000);
+        work(&s).await;
+        assert_eq!(
+            authority.questions().len(),
+            2,
+            "not asked again before the retry time"
+        );
+        authority.answer("absent", "no ledger entry for o-4");
+        s.advance(5 * 60_000);
+        work(&s).await;
+        assert_eq!(authority.questions().len(), 3);
+        let cb = case(&s, &case_id(&b)).await;
+        assert_eq!(cb["record"]["effect"]["answer"], "absent", "{cb}");
+        assert!(states(&cb).contains(&"effect_absent".to_owned()));
+        assert_ne!(cb["next"], "escalate:effect_authority");
         // An escalated case is not replayed.
         act(&s, &case_id(&a), "claim", json!({})).await;
         let (st, v) = s
@@ -1243,4 +1261,79 @@ async fn entity_rules_govern_context_review_and_escalation() {
     let body = posted[0].json();
     assert_eq!(body["case_id"], id.as_str());
     assert_eq!(body["missing"], "owner");
+}
+
+/// Without an effect authority, the owner attests the effect of a replay and closes the
+/// case completed (the attestation is the binding); with one, only its answer completes.
+#[tokio::test]
+async fn an_owner_attests_the_effect_where_no_authority_answers() {
+    for backend in Backend::all("the attested completion test") {
+        let s = server(backend).await;
+        s.queue("orders", json!({})).await;
+        s.queue("sandbox", json!({})).await;
+        register(&s, "order.placed", Idempotency::Idempotent).await;
+        let record = dead_letter(
+            &s,
+            "orders",
+            "o-90",
+            json!({"type": "order.placed"}),
+            "Boom",
+        )
+        .await;
+        let id = case_id(&record);
+        work(&s).await;
+        to_eligible(&s, &id, "sandbox").await;
+        act(&s, &id, "replay", json!({})).await;
+        let c = act(
+            &s,
+            &id,
+            "close",
+            json!({"state": "completed", "evidence": "order o-90 row 5512 in orders db"}),
+        )
+        .await;
+        assert_eq!(c["state"], "completed", "{c}");
+        let st = states(&c);
+        assert_eq!(&st[st.len() - 2..], ["effect_present", "completed"]);
+        let last = c["timeline"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(
+            last["fields"]["binding"],
+            "order o-90 row 5512 in orders db"
+        );
+        assert_eq!(c["record"]["replays"][0]["status"], "completed");
+        // With an authority registered, a person cannot close it completed.
+        register(&s, "order.paid", Idempotency::NotIdempotent).await;
+        let authority = Authority::start("absent", "none").await;
+        authority.register(&s, "order.paid").await;
+        s.queue("payments", json!({})).await;
+        let other = case_id(
+            &dead_letter(
+                &s,
+                "payments",
+                "o-91",
+                json!({"type": "order.paid"}),
+                "Boom",
+            )
+            .await,
+        );
+        work(&s).await;
+        act(&s, &other, "claim", json!({})).await;
+        let (st, v) = s
+            .post(
+                &format!("/v1/cases/{other}/close"),
+                json!({"state": "completed", "evidence": "trust me"}),
+            )
+            .await;
+        assert_problem(&(st, v), 409, "case_conflict");
+        // An authority on an address the network policy refuses is refused at once.
+        let (st, v) = s
+            .call(
+                reqwest::Method::PUT,
+                "/v1/effect-authorities/order.x",
+                Some(json!({"url": "http://169.254.169.254/latest"})),
+            )
+            .await;
+        assert_problem(&(st, v), 400, "endpoint_forbidden");
+        let (st, v) = s.delete("/v1/effect-authorities/order.nothing").await;
+        assert_problem(&(st, v), 404, "effect_authority_not_found");
+    }
 }
