@@ -27,6 +27,10 @@ pub struct CaseData {
     /// The payload's schema version (its `dataschema` or `schema_version` property).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema_version: Option<String>,
+    /// What another delivery of the intent may do, from the register (and whether an
+    /// effect authority answers for the type) when the case was last written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repetition: Option<RepetitionPolicy>,
     /// Diagnostic context copied from the payload and properties under the entity's
     /// redaction policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]

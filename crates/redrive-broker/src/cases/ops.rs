@@ -420,6 +420,7 @@ impl Broker {
         let settings = self.case_settings();
         let mut step = Step::of(case);
         let known = self.known(case).await?;
+        step.data.repetition = Some(known.repetition);
         // Route verification comes first, and a misconfigured route is checked again.
         let recheck = step
             .data

@@ -1337,3 +1337,21 @@ async fn an_owner_attests_the_effect_where_no_authority_answers() {
         assert_problem(&(st, v), 404, "effect_authority_not_found");
     }
 }
+
+/// Row 12: a queue that keeps dead letters forever holds payloads in indefinite
+/// retention: its cases are escalated for a retention rule before anything else.
+#[tokio::test]
+async fn indefinite_retention_is_escalated() {
+    for backend in Backend::all("the indefinite retention test") {
+        let s = server(backend).await;
+        s.queue("vault", json!({"dead_letter_retention_ms": 0}))
+            .await;
+        register(&s, "vault:*", Idempotency::Idempotent).await;
+        let id = case_id(&dead_letter(&s, "vault", "v-1", json!({}), "Boom").await);
+        work(&s).await;
+        let c = case(&s, &id).await;
+        assert_eq!(c["next"], "escalate:retention_rule", "{c}");
+        assert_eq!(c["state"], "escalated");
+        assert_eq!(c["record"]["repetition"], "idempotency_protected");
+    }
+}

@@ -117,8 +117,8 @@ fn blob(events: &[(&str, &str)], data_len: usize) -> Vec<u8> {
                 "deadLetterReason": "MaxDeliveryAttemptsExceeded",
                 "deliveryAttempts": 10,
                 "lastDeliveryOutcome": "Probation",
-                "publishTime": "2026-12-01T10:00:00Z",
-                "lastDeliveryAttemptTime": "2026-12-01T11:00:00Z"
+                "publishTime": "2027-01-14T10:00:00Z",
+                "lastDeliveryAttemptTime": "2027-01-14T11:00:00Z"
             })
         })
         .collect();

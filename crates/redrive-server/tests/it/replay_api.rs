@@ -100,8 +100,8 @@ fn event_grid_blob(id: &str) -> String {
         "deadLetterReason": "MaxDeliveryAttemptsExceeded",
         "deliveryAttempts": 10,
         "lastDeliveryOutcome": "Probation",
-        "publishTime": "2026-12-01T10:00:00Z",
-        "lastDeliveryAttemptTime": "2026-12-01T11:00:00Z"
+        "publishTime": "2027-01-14T10:00:00Z",
+        "lastDeliveryAttemptTime": "2027-01-14T11:00:00Z"
     }])
     .to_string()
 }
@@ -125,7 +125,7 @@ fn json_lines() -> String {
         "id": "dl_elsewhere", "queue": "old", "area": "archived",
         "message_id": "j-1", "body": "from an export", "body_encoding": "utf8",
         "reason": "HandlerFailed", "delivery_count": 3, "delivery_count_quality": "exact",
-        "enqueued_time": "2026-01-01T00:00:00Z", "dead_lettered_at": "2026-01-01T00:10:00Z",
+        "enqueued_time": "2027-01-14T00:00:00Z", "dead_lettered_at": "2027-01-14T00:10:00Z",
         "format": "message"
     })
     .to_string()

@@ -270,7 +270,7 @@ fn effect_authorities_set_list_and_delete() {
         "effect-authority",
         "set",
         "order.created",
-        "http://127.0.0.1:9/effects",
+        "http://ledger.example.invalid/effects",
         "--timeout",
         "2s",
     ]);
@@ -278,7 +278,10 @@ fn effect_authorities_set_list_and_delete() {
     let list: EffectAuthorityList = s.cli(&["--json", "effect-authority", "list"]).json();
     assert_eq!(list.authorities.len(), 1);
     assert_eq!(list.authorities[0].message_type, "order.created");
-    assert_eq!(list.authorities[0].url, "http://127.0.0.1:9/effects");
+    assert_eq!(
+        list.authorities[0].url,
+        "http://ledger.example.invalid/effects"
+    );
     assert_eq!(list.authorities[0].timeout_ms, 2000);
     let table = s.cli(&["effect-authority", "list"]);
     assert!(table.ok().contains("order.created"), "{}", table.stdout);
