@@ -61,7 +61,8 @@ pub struct QueuePolicy {
     pub requires_session: bool,
     /// Group ordering without session locks (SQS FIFO message groups): messages that carry
     /// a session id (their *group*) are delivered in sequence order within the group, and
-    /// no message of a group is delivered while an earlier one of it is locked. Other
+    /// no message of a group is delivered while any message of it is locked (SQS: none of
+    /// a group while one of it is in flight). Other
     /// groups are independent, messages without a session id are plain, and one receive
     /// may return several groups and several consecutive messages of one group. Not
     /// together with `requires_session`.

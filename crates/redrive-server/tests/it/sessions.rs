@@ -153,3 +153,52 @@ async fn an_expired_session_lock_frees_the_session() {
     assert_ne!(l1["lock_token"], l2["lock_token"]);
     s.stop().await;
 }
+
+/// A session is one ordered stream held as a whole: while any message of it is locked —
+/// a later one taken in the same batch included — none is delivered, so a message
+/// abandoned from a batch comes back only after the rest of its batch is settled, and
+/// the session's order holds.
+#[tokio::test]
+async fn an_abandoned_message_of_a_batch_waits_for_the_rest_of_its_batch() {
+    let s = TestServer::start().await;
+    s.queue("sq", json!({"requires_session": true})).await;
+    for body in ["m1", "m2", "m3", "m4"] {
+        send_session(&s, "sq", "a", body).await;
+    }
+    let (_, lock) = s
+        .post("/v1/queues/sq/sessions/accept", json!({"session_id": "a"}))
+        .await;
+    let tok = lock["lock_token"].as_str().unwrap().to_owned();
+    let recv = |max: u32| {
+        s.post(
+            "/v1/queues/sq/receive",
+            json!({"session_id": "a", "session_lock_token": tok, "max_messages": max}),
+        )
+    };
+    let (_, batch) = recv(3).await;
+    let tokens: Vec<String> = batch["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["lock_token"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(tokens.len(), 3);
+    s.settle("sq", &tokens[0], "abandon", json!({})).await;
+    let (_, v) = recv(5).await;
+    assert_eq!(
+        v["messages"],
+        json!([]),
+        "m1 (abandoned) waits while m2 and m3 of its batch are locked"
+    );
+    s.settle("sq", &tokens[1], "complete", json!({})).await;
+    s.settle("sq", &tokens[2], "complete", json!({})).await;
+    let (_, v) = recv(5).await;
+    let bodies: Vec<&str> = v["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["body"].as_str().unwrap())
+        .collect();
+    assert_eq!(bodies, ["m1", "m4"]);
+    s.stop().await;
+}
