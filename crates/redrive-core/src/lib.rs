@@ -33,6 +33,7 @@ pub mod judgement;
 pub mod machine;
 pub mod message;
 pub mod name;
+pub mod plan;
 pub mod policy;
 pub mod register;
 pub mod replay;
