@@ -9,7 +9,11 @@
 //! visibility timeout, retries with the same id "return the same messages and receipt
 //! handles", and a retry within the deduplication interval resets the visibility timeout.
 //!
-//! The map is kept per process: a retry that reaches another node (sharing a PostgreSQL
+//! AWS does not say what a retry answers once a message was modified; here it is served as
+//! a new receive, which never hands a message out again under an old handle. Entries are
+//! per caller, queue and id (one caller cannot replay another's in-flight messages). The 5
+//! minutes count from the receive that answered; a retry does not extend them. The map is
+//! kept per process: a retry that reaches another node (sharing a PostgreSQL
 //! store) is served there as a new receive. It is bounded: entries end 5 minutes after
 //! their receive on the broker's clock, at most [`MAX_ENTRIES`] are kept and at most
 //! [`MAX_BYTES`] of answers, the oldest going first. A retry whose entry is gone is a new

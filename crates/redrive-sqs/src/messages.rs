@@ -840,7 +840,8 @@ pub(crate) async fn receive(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<
 /// the deduplication interval, it resets the visibility timeout"). `None` when a message
 /// is no longer held by its handle (its visibility timeout ran out, a later receive took
 /// it, or it was settled outside this endpoint): the retry is then a new receive, and
-/// none of the old handles' messages is handed out again under them.
+/// none of the old handles' messages is handed out again under them (those of them still
+/// held keep the reset visibility timeout under their old handles).
 async fn replay(
     ctx: &Ctx,
     queue: &str,
