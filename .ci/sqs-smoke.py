@@ -8,8 +8,9 @@ MD5OfBody and MD5OfMessageAttributes), deletes; then sends a poison message and 
 it maxReceiveCount+1 times with VisibilityTimeout=0 until it moves, and checks that it is
 in the dead-letter queue with its DeadLetterQueueSourceArn, and moves it back with a
 message move task. Then a FIFO queue: two
-messages of one group come in order, and a repeated deduplication id is not enqueued
-again. Exits non-zero on failure.
+messages of one group come in order, a receive retried with the same
+ReceiveRequestAttemptId returns the same messages and receipt handles, and a repeated
+deduplication id is not enqueued again. Exits non-zero on failure.
 """
 
 import hashlib
@@ -41,7 +42,7 @@ def md5_of_attributes(attrs):
 
 
 def fifo_check(sqs, run):
-    """Order within a message group, and deduplication, on a FIFO queue."""
+    """Order within a message group, receive retries, and deduplication, on a FIFO queue."""
     url = sqs.create_queue(
         QueueName=f"smoke-{run}.fifo", Attributes={"FifoQueue": "true"}
     )["QueueUrl"]
@@ -60,15 +61,30 @@ def fifo_check(sqs, run):
         QueueUrl=url,
         MaxNumberOfMessages=10,
         MessageSystemAttributeNames=["All"],
+        ReceiveRequestAttemptId=f"smoke-{run}",
     )["Messages"]
     assert [m["Body"] for m in got] == ["one", "two"], got
     assert got[0]["Attributes"]["MessageGroupId"] == "g", got[0]
     assert got[0]["Attributes"]["SequenceNumber"] == first["SequenceNumber"], got[0]
+    # A retry with the same ReceiveRequestAttemptId (as after a lost answer) returns the
+    # same messages with the same receipt handles.
+    retried = sqs.receive_message(
+        QueueUrl=url,
+        MaxNumberOfMessages=10,
+        MessageSystemAttributeNames=["All"],
+        ReceiveRequestAttemptId=f"smoke-{run}",
+    )["Messages"]
+    assert [(m["MessageId"], m["ReceiptHandle"]) for m in retried] == [
+        (m["MessageId"], m["ReceiptHandle"]) for m in got
+    ], (got, retried)
     for m in got:
         sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
     assert not sqs.receive_message(QueueUrl=url).get("Messages"), "the duplicate was enqueued"
     sqs.delete_queue(QueueUrl=url)
-    print("fifo: a group came in order and the duplicate was not enqueued")
+    print(
+        "fifo: a group came in order, a retried receive returned the same receipt handles, "
+        "and the duplicate was not enqueued"
+    )
 
 
 def main():

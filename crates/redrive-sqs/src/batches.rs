@@ -159,6 +159,12 @@ async fn settle_batch(ctx: &Ctx, input: &Map<String, Value>, delete: bool) -> Sq
     }
     let mut successful = Vec::new();
     if !items.is_empty() {
+        {
+            let mut attempts = ctx.attempts();
+            for (token, _) in &items {
+                attempts.modified(&queue, token);
+            }
+        }
         let out = ctx
             .broker()
             .settle_with(&queue, items, LockBounds::Sqs)

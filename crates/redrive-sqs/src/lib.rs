@@ -58,8 +58,21 @@
 //!   window gets the same `MessageId` again (a new `SequenceNumber`). `FifoThroughputLimit`
 //!   is accepted and reported, never throttles. Per-message `DelaySeconds` is refused on
 //!   FIFO queues (the queue's `DelaySeconds` applies); a FIFO queue's dead-letter queue
-//!   must be FIFO, a standard queue's standard. `ReceiveRequestAttemptId` is accepted
-//!   and not used for retries.
+//!   must be FIFO, a standard queue's standard.
+//! - **`ReceiveRequestAttemptId`** (FIFO queues; as the `ReceiveMessage` API reference
+//!   documents it): a receive retried with the same id, on the same queue, by the same
+//!   caller, within 5 minutes of the receive (the broker's clock) answers the same
+//!   messages with the same receipt handles while every one of them is still held by its
+//!   handle, and resets their visibility timeout to the retry's. Once one of them was
+//!   deleted or had its visibility changed through this endpoint, or is no longer held
+//!   by its handle (its visibility timeout ran out, a later receive took it), the retry
+//!   is a new receive: nothing is handed out again under an old handle. The 5 minutes
+//!   count from the first receive; a receive that answered nothing is not kept (its
+//!   retry is a new receive). The id must be 1 to 128 alphanumeric or punctuation
+//!   characters. Standard queues accept it and ignore it, as AWS does. The answers are
+//!   kept **per node**, in memory (at most 10,000 receives and 64 MiB, the oldest
+//!   dropped first; nothing survives a restart): a retry sent to another node sharing a
+//!   PostgreSQL store, or after its entry was dropped, is served as a new receive.
 //! - **Message move tasks** (`StartMessageMoveTask`, `ListMessageMoveTasks`,
 //!   `CancelMessageMoveTask`) run in the broker (`redrive_broker::MoveSpec`): receive
 //!   with a lock from the dead-letter queue, send to the destination (or, without one,
@@ -113,10 +126,12 @@
 //! - `md5`: `MD5OfMessageBody`, `MD5OfMessageAttributes`, `MD5OfMessageSystemAttributes`.
 //! - `auth`: SigV4 verification when access keys are configured.
 //! - `receipts`: receipt handles (queue + lock token).
+//! - `attempts`: the recent FIFO receives that carried a `ReceiveRequestAttemptId`.
 //! - `queues`, `attributes`, `tags`, `messages`, `batches`, `dead_letters` (with the
 //!   message move tasks): the actions.
 
 pub mod access;
+mod attempts;
 mod attributes;
 mod auth;
 mod batches;
@@ -181,6 +196,8 @@ pub(crate) struct Sqs {
     pub(crate) config: SqsConfig,
     /// Last purge per queue, on the broker's clock (SQS allows one per 60 s).
     pub(crate) purges: Mutex<HashMap<String, Timestamp>>,
+    /// Recent FIFO receives that carried a `ReceiveRequestAttemptId` (per process).
+    pub(crate) attempts: Mutex<attempts::Attempts>,
 }
 
 /// One request's context: the endpoint, the queue URL base and the caller.
@@ -200,6 +217,15 @@ impl Ctx {
 
     pub(crate) fn now(&self) -> Timestamp {
         self.sqs.broker.clock().now()
+    }
+
+    /// The recent attempt-id receives (a poisoned lock still holds a consistent map: every
+    /// change to it is made without panicking in between).
+    pub(crate) fn attempts(&self) -> std::sync::MutexGuard<'_, attempts::Attempts> {
+        self.sqs
+            .attempts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The URL of queue `name`.
@@ -258,6 +284,7 @@ pub fn router(broker: Broker, config: SqsConfig) -> Router {
         broker,
         config,
         purges: Mutex::new(HashMap::new()),
+        attempts: Mutex::new(attempts::Attempts::default()),
     });
     Router::new().fallback(handle).with_state(state)
 }

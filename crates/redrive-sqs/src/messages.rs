@@ -17,6 +17,7 @@ use redrive_core::{Properties, PropertyValue, QueuePolicy};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use crate::attempts::{AttemptKey, Recorded};
 use crate::attributes::{effective, fifo_attr};
 use crate::error::{ErrorKind, SqsError, SqsResult};
 use crate::md5::{AttrValue, Attribute, attributes_md5, body_md5};
@@ -765,13 +766,16 @@ pub(crate) async fn receive(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<
         20,
         "WaitTimeSeconds must be >= 0 and <= 20.",
     )?;
-    if let Some(id) = opt_str(input, "ReceiveRequestAttemptId")?
-        && (id.is_empty() || id.len() > 128)
+    // AWS: at most 128 characters, alphanumeric or punctuation.
+    let attempt = opt_str(input, "ReceiveRequestAttemptId")?;
+    if let Some(id) = attempt
+        && !valid_fifo_id(id)
     {
         return Err(SqsError::invalid_param(
             "ReceiveRequestAttemptId",
             id,
-            "must be 1 to 128 characters.",
+            "ReceiveRequestAttemptId can only include alphanumeric and punctuation characters. \
+             1 to 128 in length.",
         ));
     }
     let sel = selection(input)?;
@@ -779,6 +783,21 @@ pub(crate) async fn receive(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<
     let s = effective(&record.policy);
     let visibility = visibility.unwrap_or(i64::from(s.visibility_timeout_s));
     let wait = wait.unwrap_or(i64::from(s.receive_wait_s));
+    // The attempt id applies to FIFO queues only; a standard queue accepts and ignores it,
+    // as AWS does.
+    let key = attempt
+        .filter(|_| is_fifo(&queue))
+        .map(|id| AttemptKey::new(&ctx.actor.id, &queue, id));
+    if let Some(key) = &key {
+        let prior = ctx.attempts().lookup(key, ctx.now());
+        if let Some(prior) = prior {
+            if let Some(out) = replay(ctx, &queue, &prior, visibility).await? {
+                return Ok(out);
+            }
+            ctx.attempts().remove(key);
+        }
+    }
+    let started = ctx.now();
     let deliveries = ctx
         .broker()
         .receive_with(
@@ -795,13 +814,66 @@ pub(crate) async fn receive(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<
         )
         .await?;
     if deliveries.is_empty() {
+        // Nothing to hand out again: a retry of an empty answer is a new receive.
         return Ok(json!({}));
     }
     let msgs: Vec<Value> = deliveries
         .iter()
         .map(|d| message_out(ctx, d, &sel))
         .collect();
+    if let Some(key) = key {
+        let recorded = Recorded {
+            messages: msgs.clone(),
+            tokens: deliveries.iter().map(|d| d.lock_token.clone()).collect(),
+            started,
+        };
+        let now = ctx.now();
+        ctx.attempts().record(key, recorded, now);
+    }
     Ok(json!({ "Messages": msgs }))
+}
+
+/// A retry of a FIFO receive with the same `ReceiveRequestAttemptId` (see `attempts`, after
+/// the `ReceiveMessage` API reference): while every message is still held by the receipt
+/// handle it was answered with, the same messages and handles again, each message's
+/// visibility timeout reset to `visibility_s` from now (as AWS: "If a retry occurs within
+/// the deduplication interval, it resets the visibility timeout"). `None` when a message
+/// is no longer held by its handle (its visibility timeout ran out, a later receive took
+/// it, or it was settled outside this endpoint): the retry is then a new receive, and
+/// none of the old handles' messages is handed out again under them (those of them still
+/// held keep the reset visibility timeout under their old handles).
+async fn replay(
+    ctx: &Ctx,
+    queue: &str,
+    prior: &Recorded,
+    visibility_s: i64,
+) -> SqsResult<Option<Value>> {
+    let now = ctx.now();
+    // A renewal may not end more than 12 hours after the receive that took the lock; the
+    // original receive began at `started`, so this stays inside the broker's cap.
+    let since = now.as_millis().saturating_sub(prior.started.as_millis());
+    let left_ms = (MAX_VISIBILITY_S * 1_000).saturating_sub(since).max(0);
+    let lock_ms = u64::try_from((visibility_s * 1_000).min(left_ms)).unwrap_or(0);
+    let items = prior
+        .tokens
+        .iter()
+        .map(|t| {
+            (
+                t.clone(),
+                Settle::Renew {
+                    lock_ms: Some(lock_ms),
+                },
+            )
+        })
+        .collect();
+    let renewed = ctx
+        .broker()
+        .settle_with(queue, items, LockBounds::Sqs)
+        .await?;
+    if renewed.iter().any(Result::is_err) {
+        return Ok(None);
+    }
+    Ok(Some(json!({ "Messages": prior.messages })))
 }
 
 // ---- settle -----------------------------------------------------------------------------
@@ -832,6 +904,7 @@ pub(crate) fn settle_refusal(e: BrokerError, delete: bool) -> Option<SqsError> {
 pub(crate) async fn delete(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Value> {
     let queue = queue_from_input(input)?;
     let handle = receipts::lock_token(req_str(input, "ReceiptHandle")?, &queue)?;
+    ctx.attempts().modified(&queue, &handle);
     let settled = ctx
         .broker()
         .settle_one(&queue, handle, Settle::Complete, LockBounds::Sqs)
@@ -849,6 +922,7 @@ pub(crate) async fn change_visibility(ctx: &Ctx, input: &Map<String, Value>) -> 
     let queue = queue_from_input(input)?;
     let handle = receipts::lock_token(req_str(input, "ReceiptHandle")?, &queue)?;
     let lock_ms = visibility_ms(input)?;
+    ctx.attempts().modified(&queue, &handle);
     let action = Settle::Renew {
         lock_ms: Some(lock_ms),
     };

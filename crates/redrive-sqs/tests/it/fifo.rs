@@ -36,14 +36,17 @@ async fn send(
     (out.message_id.unwrap(), out.sequence_number.unwrap())
 }
 
-/// Receives up to `max` with a visibility timeout of 30 s: (body, receipt handle) pairs.
+/// Receives up to `max` with a visibility timeout of 30 s, each receive with an attempt id
+/// of its own (a repeated id would be a retry): (body, receipt handle) pairs.
 async fn recv(s: &SqsServer, url: &str, max: i32) -> Vec<(String, String)> {
+    static ATTEMPT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let attempt = ATTEMPT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     s.sqs
         .receive_message()
         .queue_url(url)
         .max_number_of_messages(max)
         .visibility_timeout(30)
-        .receive_request_attempt_id("attempt-1")
+        .receive_request_attempt_id(format!("attempt-{attempt}"))
         .send()
         .await
         .unwrap()

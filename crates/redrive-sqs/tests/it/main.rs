@@ -6,6 +6,7 @@
 // Test support code: a failed setup step should panic the test.
 #![allow(clippy::unwrap_used)]
 
+mod attempts;
 mod auth;
 mod batches;
 mod dead_letters;
