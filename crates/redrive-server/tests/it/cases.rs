@@ -1355,3 +1355,36 @@ async fn indefinite_retention_is_escalated() {
         assert_eq!(c["record"]["repetition"], "idempotency_protected");
     }
 }
+
+/// The case worker runs by itself: woken by the opening, it verifies the route and
+/// retains the case without a test driving it; a push subscription's quarantined event
+/// is a case of the subscription's queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_case_worker_takes_up_an_opened_case_by_itself() {
+    let s = TestServer::builder()
+        .settings(redrive_server::Settings {
+            replay_worker: false,
+            ..default_settings()
+        })
+        .start()
+        .await;
+    s.queue("orders", json!({})).await;
+    let id = case_id(&dead_letter(&s, "orders", "o-100", json!({}), "Boom").await);
+    let c = redrive_testkit::within("the worker verifies the case", async {
+        loop {
+            let (_, c) = s.get(&format!("/v1/cases/{id}")).await;
+            if c["state"] != "route_observed" {
+                return c;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(states(&c).contains(&"route_verified".to_owned()), "{c}");
+    let m = s.metrics().await;
+    assert!(m.contains("redrive_cases{state="), "{m}");
+    assert!(
+        m.contains("redrive_case_oldest_unresolved_seconds 0"),
+        "{m}"
+    );
+}
