@@ -916,7 +916,11 @@ impl Broker {
                     now,
                     "broker",
                     CaseState::FailureClassified,
-                    format!("observed: {} — {observed}", case.reason),
+                    if observed.is_empty() {
+                        format!("observed: {}", case.reason)
+                    } else {
+                        format!("observed: {} — {observed}", case.reason)
+                    },
                 ),
                 &[("reason", case.reason.clone()), ("observation", observed)],
             ))

@@ -108,12 +108,13 @@ pub enum CaseCommand {
         /// Case id.
         id: String,
     },
-    /// Close a case as rejected or indeterminate, with the evidence.
+    /// Close a case as rejected or indeterminate, or completed on attested evidence (a type
+    /// without an effect authority), with the evidence.
     Close {
         /// Case id.
         id: String,
         /// The terminal state.
-        #[arg(long, value_parser = ["rejected", "indeterminate"])]
+        #[arg(long, value_parser = ["rejected", "indeterminate", "completed"])]
         state: String,
         /// The evidence (the policy and the validation failure, or why the effect cannot
         /// be established).
