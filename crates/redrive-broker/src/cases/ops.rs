@@ -1289,12 +1289,15 @@ impl Broker {
         }
         let digest = redrive_core::digest::sha256_hex(&input.body);
         let d2 = digest.clone();
+        // Both payload identities are bound in the audit entry.
+        let original = self.inner.store.get_case(id).await?.body_sha256;
         self.person_change(
             id,
             actor,
             "case.transform",
             vec![
-                format!("digest={digest}"),
+                format!("original={original}"),
+                format!("transformed={digest}"),
                 format!("equivalent={}", input.equivalent),
             ],
             true,

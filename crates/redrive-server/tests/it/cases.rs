@@ -1186,6 +1186,15 @@ async fn transformations_keep_both_identities_and_only_equivalent_ones_replay() 
         let entry = c["timeline"].as_array().unwrap().last().unwrap().clone();
         assert_eq!(entry["fields"]["original_digest"], original.as_str());
         assert_eq!(entry["fields"]["transformed_digest"], digest.as_str());
+        let audit = s.audit("action=case.transform").await;
+        assert!(
+            audit[0]["targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t == &json!(format!("original={original}"))),
+            "{audit:?}"
+        );
         // The original bytes and the transformed ones are both kept.
         let (_, p) = s.get(&format!("/v1/cases/{a}/payload")).await;
         assert!(p["body"].as_str().unwrap().contains("o-80"));
