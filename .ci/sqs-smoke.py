@@ -10,7 +10,8 @@ in the dead-letter queue with its DeadLetterQueueSourceArn, and moves it back wi
 message move task. Then a FIFO queue: two
 messages of one group come in order, a receive retried with the same
 ReceiveRequestAttemptId returns the same messages and receipt handles, and a repeated
-deduplication id is not enqueued again. Exits non-zero on failure.
+deduplication id is not enqueued again. Then PurgeQueue removes a message in flight too,
+and its receipt handle goes stale. Exits non-zero on failure.
 """
 
 import hashlib
@@ -22,6 +23,7 @@ import uuid
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import ClientError
 
 
 def md5_of_attributes(attrs):
@@ -85,6 +87,33 @@ def fifo_check(sqs, run):
         "fifo: a group came in order, a retried receive returned the same receipt handles, "
         "and the duplicate was not enqueued"
     )
+
+
+def purge_check(sqs, run):
+    """PurgeQueue removes messages in flight too; their receipt handles go stale."""
+    url = sqs.create_queue(QueueName=f"smoke-purge-{run}")["QueueUrl"]
+    for b in ["taken", "waiting"]:
+        sqs.send_message(QueueUrl=url, MessageBody=b)
+    got = sqs.receive_message(QueueUrl=url, VisibilityTimeout=600)["Messages"]
+    assert [m["Body"] for m in got] == ["taken"], got
+    handle = got[0]["ReceiptHandle"]
+    sqs.purge_queue(QueueUrl=url)
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
+    assert counts == {n: "0" for n in names}, counts
+    # A stale handle deletes nothing and succeeds (as on AWS); the message sent after the
+    # purge stays. Its visibility cannot change: the message is not in flight.
+    sqs.send_message(QueueUrl=url, MessageBody="after")
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
+    try:
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=0)
+        raise AssertionError("ChangeMessageVisibility of a purged message succeeded")
+    except ClientError as e:
+        assert "MessageNotInflight" in e.response["Error"]["Code"], e.response
+    left = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["Body"] for m in left] == ["after"], left
+    sqs.delete_queue(QueueUrl=url)
+    print("purge: the message in flight was removed and its receipt handle went stale")
 
 
 def main():
@@ -196,6 +225,7 @@ def main():
     print("message move task returned the poison message to its source queue")
 
     fifo_check(sqs, run)
+    purge_check(sqs, run)
 
     sqs.delete_queue(QueueUrl=url)
     sqs.delete_queue(QueueUrl=dlq_url)

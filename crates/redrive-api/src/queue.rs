@@ -1,5 +1,5 @@
 //! Queue management: `POST /v1/queues`, `GET|PATCH|DELETE /v1/queues/{name}`,
-//! `GET /v1/queues`.
+//! `GET /v1/queues`, `POST /v1/queues/{name}/purge`.
 
 pub use redrive_core::policy::{Backoff, QueuePolicy};
 use serde::{Deserialize, Serialize};
@@ -67,4 +67,12 @@ pub struct QueueCounts {
 pub struct QueueList {
     /// Every queue, by name.
     pub queues: Vec<QueueInfo>,
+}
+
+/// The answer to `POST /v1/queues/{name}/purge`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PurgeResult {
+    /// Messages removed, whatever their state (locked by a receiver, deferred and
+    /// scheduled ones included).
+    pub removed: u64,
 }

@@ -555,7 +555,17 @@ impl Broker {
         limit: u32,
         actor: &Actor,
     ) -> BrokerResult<Vec<StoredMessage>> {
-        let result = self.peek_unaudited(queue, from_sequence, limit).await;
+        let result = async {
+            let name: EntityName = queue.parse()?;
+            if limit == 0 || limit > MAX_RECEIVE_BATCH {
+                return Err(BrokerError::invalid(
+                    "limit",
+                    format!("must be between 1 and {MAX_RECEIVE_BATCH}"),
+                ));
+            }
+            Ok(self.inner.store.peek(&name, from_sequence, limit).await?)
+        }
+        .await;
         let targets = match &result {
             Ok(page) => page.iter().map(|m| m.message_id.clone()).collect(),
             Err(_) => vec![format!("from_sequence={from_sequence}")],
@@ -564,27 +574,11 @@ impl Broker {
             .await
     }
 
-    /// [`Broker::peek`] for the broker's own use (purge), which hands no payload out.
-    async fn peek_unaudited(
-        &self,
-        queue: &str,
-        from_sequence: i64,
-        limit: u32,
-    ) -> BrokerResult<Vec<StoredMessage>> {
-        let name: EntityName = queue.parse()?;
-        if limit == 0 || limit > MAX_RECEIVE_BATCH {
-            return Err(BrokerError::invalid(
-                "limit",
-                format!("must be between 1 and {MAX_RECEIVE_BATCH}"),
-            ));
-        }
-        Ok(self.inner.store.peek(&name, from_sequence, limit).await?)
-    }
-
-    /// Removes the messages of a queue that no receiver holds: every visible message and
-    /// every scheduled one (SQS `PurgeQueue`). Visible messages are taken with a lock and
-    /// completed; scheduled ones are cancelled. Messages locked by a receiver stay (their
-    /// lock tokens are the receivers'), so do dead letters. Returns how many were removed.
+    /// Removes every message of a queue, whatever its state: visible, scheduled, locked
+    /// by a receiver, deferred (SQS `PurgeQueue`, which deletes messages in flight too).
+    /// An administrative act, audited as `queue.purge` with `removed=<n>`: the holder of a
+    /// purged message's lock loses it (its settlement answers lock lost). Dead-letter
+    /// records stay. Returns how many messages were removed.
     #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue))]
     pub async fn purge(&self, queue: &str, actor: &Actor) -> BrokerResult<u64> {
         let result = self.purge_unaudited(queue).await;
@@ -598,53 +592,7 @@ impl Broker {
 
     async fn purge_unaudited(&self, queue: &str) -> BrokerResult<u64> {
         let name: EntityName = queue.parse()?;
-        let record = self.inner.store.get_queue(&name).await?;
-        let mut removed = 0u64;
-        if !record.policy.requires_session {
-            loop {
-                let got = self
-                    .receive_with(
-                        queue,
-                        ReceiveOptions {
-                            max: MAX_RECEIVE_BATCH,
-                            lock_ms: Some(policy::MAX_LOCK_MS),
-                            wait_ms: 0,
-                            session: None,
-                            until_revoked: None,
-                        },
-                        LockBounds::Native,
-                    )
-                    .await?;
-                if got.is_empty() {
-                    break;
-                }
-                let items = got
-                    .into_iter()
-                    .map(|d| Settlement {
-                        lock_token: d.lock_token,
-                        action: SettleAction::Complete,
-                    })
-                    .collect();
-                let out = self.settle_items(queue, items, LockBounds::Native).await?;
-                removed += out.results.iter().filter(|r| r.is_ok()).count() as u64;
-            }
-        }
-        let now = self.now();
-        let mut from = 1;
-        loop {
-            let page = self.peek_unaudited(queue, from, MAX_RECEIVE_BATCH).await?;
-            let Some(last) = page.last() else { break };
-            from = last.sequence + 1;
-            for m in &page {
-                let scheduled = m.state == redrive_core::MessageState::Available
-                    && m.visible_at > now
-                    && m.delivery_count == 0
-                    && m.scheduled_at.is_some();
-                if scheduled && self.cancel_scheduled(queue, m.sequence).await.is_ok() {
-                    removed += 1;
-                }
-            }
-        }
+        let removed = self.inner.store.purge_messages(&name, self.now()).await?;
         tracing::info!(queue = %name, removed, "queue purged");
         Ok(removed)
     }

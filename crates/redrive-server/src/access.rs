@@ -44,6 +44,7 @@ pub const ROUTES: &[RouteRule] = {
         (Method::GET, "/v1/queues/{name}", &[ReadMetadata], Q),
         (Method::PATCH, "/v1/queues/{name}", &[UpdatePolicy], Q),
         (Method::DELETE, "/v1/queues/{name}", &[DeleteEntity], Q),
+        (Method::POST, "/v1/queues/{name}/purge", &[Purge], Q),
         (Method::GET, "/v1/queues/{name}/messages", &[Peek], Q),
         (Method::POST, "/v1/queues/{name}/messages", &[Send], Q),
         (

@@ -190,7 +190,8 @@ pub(crate) async fn delete(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<V
     Ok(json!({}))
 }
 
-/// `PurgeQueue`: one per 60 seconds per queue, timed by the broker's clock.
+/// `PurgeQueue`: removes every message, in flight ones too (their receipt handles go
+/// stale); one per 60 seconds per queue, timed by the broker's clock.
 pub(crate) async fn purge(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Value> {
     let queue = queue_from_input(input)?;
     ctx.broker().queue_record(&queue).await?;

@@ -60,6 +60,8 @@ macro_rules! store_conformance_tests {
             delete_empty_queue_without_force,
             counts_add_up,
             ping_answers_and_names_its_backend,
+            purge_removes_every_message_in_flight_too_and_keeps_dead_letters,
+            purge_releases_the_queue_s_session_locks,
             // leases
             lease_is_held_by_one_holder_until_it_runs_out,
             // enqueue

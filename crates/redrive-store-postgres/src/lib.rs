@@ -584,6 +584,10 @@ impl Store for PostgresStore {
         ))
     }
 
+    async fn purge_messages(&self, queue: &EntityName, _now: Timestamp) -> StoreResult<u64> {
+        write_tx!(self, |db| messages::purge(db, queue))
+    }
+
     async fn receive(&self, params: ReceiveParams) -> StoreResult<ReceiveOutcome> {
         write_tx!(self, |db| messages::receive(db, &params), |out| woken(
             &out.effects

@@ -288,6 +288,19 @@ pub(crate) async fn cancel_scheduled(
     delete_rows(db, q.id, &[sequence]).await
 }
 
+/// Removes every message of the queue and releases its session locks. A message a
+/// concurrent operation holds (`FOR UPDATE`) is removed once that operation committed: the
+/// delete waits for it and finds the row again.
+pub(crate) async fn purge(db: &Db<'_>, name: &EntityName) -> StoreResult<u64> {
+    let q = queue(db, name).await?;
+    let removed = db
+        .execute("DELETE FROM messages WHERE queue_id = $1", &[&q.id])
+        .await?;
+    db.execute("DELETE FROM sessions WHERE queue_id = $1", &[&q.id])
+        .await?;
+    Ok(removed)
+}
+
 // ---- receive ----------------------------------------------------------------------------
 
 /// Receives one candidate (row locked by the caller); returns the delivery if it was

@@ -306,6 +306,13 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn purge_messages(&self, queue: &EntityName, _now: Timestamp) -> StoreResult<u64> {
+        let queue = queue.clone();
+        self.writer
+            .write(move |tx| messages::purge(tx, &queue))
+            .await
+    }
+
     async fn receive(&self, params: ReceiveParams) -> StoreResult<ReceiveOutcome> {
         self.writer
             .write(move |tx| messages::receive(tx, params))

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use redrive_core::machine::Refusal;
 use redrive_core::{EntityName, Timestamp};
-use redrive_store::skeleton::columns::limit;
+use redrive_store::skeleton::columns::{bad_value, limit};
 use redrive_store::skeleton::entities::QueueRow;
 use redrive_store::skeleton::messages::{
     self as skeleton, ReceiveMode, cancellable, check_sessions, dead_letter_target, dedup_window,
@@ -205,6 +205,24 @@ pub(crate) fn cancel_scheduled(
         Some((h, scheduled)) if cancellable(&h, scheduled, now) => delete_row(tx.conn, h.key),
         _ => Err(message_not_found(queue, sequence)),
     }
+}
+
+/// Removes every message of the queue and releases its session locks (contents kept
+/// apart go with their rows: see the `messages_delete_body` trigger).
+pub(crate) fn purge(tx: &mut Tx<'_>, queue: &EntityName) -> StoreResult<u64> {
+    let q = tx.queue(queue)?;
+    let removed = tx
+        .conn
+        .prepare_cached("DELETE FROM messages WHERE queue_id = ?1")
+        .db()?
+        .execute([q.id])
+        .db()?;
+    tx.conn
+        .prepare_cached("DELETE FROM sessions WHERE queue_id = ?1")
+        .db()?
+        .execute([q.id])
+        .db()?;
+    u64::try_from(removed).map_err(|e| bad_value("removed", e))
 }
 
 // ---- receive ----------------------------------------------------------------------------

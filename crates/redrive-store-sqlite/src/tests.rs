@@ -745,6 +745,17 @@ async fn version_3_messages_keep_their_contents_through_the_migration() {
     assert_eq!(peeked[1].body, large.body);
     assert_eq!(peeked[1].content_type.as_deref(), Some("text/plain"));
     assert!(peeked[1].properties.is_empty());
+    // A purge takes the contents kept apart with the messages.
+    assert_eq!(
+        store.purge_messages(&q, T0.plus_millis(5)).await.unwrap(),
+        2
+    );
+    assert_eq!(apart(&path), 0);
+    store
+        .enqueue(&q, vec![large.clone()], T0.plus_millis(6))
+        .await
+        .unwrap();
+    assert_eq!(apart(&path), 1);
     store.delete_queue(&q, true).await.unwrap();
     assert_eq!(apart(&path), 0);
     store.close();

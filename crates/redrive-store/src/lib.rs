@@ -104,6 +104,14 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<()>;
 
+    /// Removes every message of the queue whatever its state — available, scheduled,
+    /// locked, deferred — in one transaction (SQS `PurgeQueue`: in-flight messages too).
+    /// A lock token of a removed message settles no more (`LockLost`). Dead-letter records
+    /// are not messages and stay; the queue's session locks are released; its
+    /// duplicate-detection entries stay. Answers how many messages were removed.
+    /// `QueueNotFound`.
+    async fn purge_messages(&self, queue: &EntityName, now: Timestamp) -> StoreResult<u64>;
+
     /// Peek-lock receive of up to `max` visible messages, oldest first. Expired locks and
     /// expired messages of the queue met on the way are settled first (see `Effects`).
     /// With a session, takes only that session's messages, in sequence order, and none

@@ -22,7 +22,7 @@ use redrive_api::message::{
     SendResult, SessionLock, SessionTokenRequest, Settle, SettleRequest, SettleResponse,
     SettleResult,
 };
-use redrive_api::queue::{CreateQueue, QueueInfo, QueueList, UpdateQueue};
+use redrive_api::queue::{CreateQueue, PurgeResult, QueueInfo, QueueList, UpdateQueue};
 use redrive_api::replay::{ReplayStatus, ReplayStatusList};
 use reqwest::{Method, StatusCode, Url};
 use serde::de::DeserializeOwned;
@@ -446,6 +446,12 @@ impl Client {
         self.call::<serde_json::Value>(Method::DELETE, url, None::<&()>)
             .await?;
         Ok(())
+    }
+
+    /// `POST /v1/queues/{name}/purge`: removes every message, locked ones too.
+    pub async fn purge_queue(&self, name: &str) -> Result<PurgeResult, ClientError> {
+        let url = self.url(&["v1", "queues", name, "purge"]);
+        self.must(Method::POST, url, None::<&()>).await
     }
 
     // ---- messages -------------------------------------------------------------------

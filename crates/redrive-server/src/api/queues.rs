@@ -1,12 +1,13 @@
-//! `/v1/queues`: create, list, show, update (JSON merge patch of the policy), delete.
+//! `/v1/queues`: create, list, show, update (JSON merge patch of the policy), delete,
+//! purge.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use redrive_api::ErrorCode;
-use redrive_api::queue::{CreateQueue, QueueList, QueuePolicy};
+use redrive_api::queue::{CreateQueue, PurgeResult, QueueList, QueuePolicy};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -137,10 +138,22 @@ async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Removes every message of the queue, locked ones too (their holders' settlements
+/// answer `lock_lost`); dead letters stay. Audited by the broker.
+async fn purge(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(name): Path<String>,
+) -> Result<Json<PurgeResult>, ApiError> {
+    let removed = s.broker.purge(&name, &actor).await?;
+    Ok(Json(PurgeResult { removed }))
+}
+
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/v1/queues", get(list).post(create))
         .route("/v1/queues/{name}", get(show).patch(update).delete(delete))
+        .route("/v1/queues/{name}/purge", post(purge))
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@ fn allowed(role: &str) -> BTreeSet<(&'static str, &'static str)> {
             ("GET", q),
             ("PATCH", q),
             ("DELETE", q),
+            ("POST", "/v1/queues/{name}/purge"),
             ("GET", "/v1/queues/{name}/dead-letters"),
             ("GET", "/v1/queues/{name}/dead-letters/{id}"),
             ("POST", "/v1/queues/{name}/dead-letters/{id}/move"),

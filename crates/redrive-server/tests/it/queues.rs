@@ -3,6 +3,7 @@
 use serde_json::json;
 
 use redrive_testkit::{TestServer, assert_problem};
+use reqwest::Method;
 
 #[tokio::test]
 async fn queue_lifecycle_create_show_list_update_delete() {
@@ -139,5 +140,92 @@ async fn deleting_a_non_empty_queue_needs_force() {
     let (st, _) = s.delete("/v1/queues/orders?force=true").await;
     assert_eq!(st, 204);
     assert_problem(&s.get("/v1/queues/orders").await, 404, "queue_not_found");
+    s.stop().await;
+}
+
+/// A purge is the operator's: it removes messages locked by a receiver too, whose
+/// settlement then answers `lock_lost`, and it is audited.
+#[tokio::test]
+async fn purge_removes_locked_messages_and_their_holders_lose_the_lock() {
+    let s = TestServer::builder()
+        .auth(redrive_broker::AccessSettings {
+            enabled: true,
+            ..redrive_broker::AccessSettings::default()
+        })
+        .start()
+        .await;
+    let (_, ops) = s.token("ops", &["operator"]).await;
+    let (_, worker) = s.token("worker", &["consumer", "producer"]).await;
+    let as_ops = |method: Method, path: &'static str| s.call_as(Some(&ops), method, path, None);
+    let (st, v) = s
+        .call_as(
+            Some(&ops),
+            Method::POST,
+            "/v1/queues",
+            Some(json!({"name": "orders"})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let (st, v) = s
+        .call_as(
+            Some(&worker),
+            Method::POST,
+            "/v1/queues/orders/messages",
+            Some(json!({"messages": [{"body": "a"}, {"body": "b"}, {"body": "c"}]})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let (st, v) = s
+        .call_as(
+            Some(&worker),
+            Method::POST,
+            "/v1/queues/orders/receive",
+            Some(json!({"max_messages": 1})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let token = v["messages"][0]["lock_token"].as_str().unwrap().to_owned();
+
+    // The receiver may not purge: the lock token is no right over the queue.
+    assert_problem(
+        &s.call_as(Some(&worker), Method::POST, "/v1/queues/orders/purge", None)
+            .await,
+        403,
+        "forbidden",
+    );
+    let (st, v) = as_ops(Method::POST, "/v1/queues/orders/purge").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v, json!({"removed": 3}), "the locked message counts");
+    let (_, q) = as_ops(Method::GET, "/v1/queues/orders").await;
+    let c = &q["counts"];
+    assert_eq!(
+        (&c["active"], &c["locked"], &c["scheduled"], &c["deferred"]),
+        (&json!(0), &json!(0), &json!(0), &json!(0)),
+        "{q}"
+    );
+
+    // The holder's settlement finds its lock gone.
+    assert_problem(
+        &s.call_as(
+            Some(&worker),
+            Method::POST,
+            "/v1/queues/orders/settle",
+            Some(json!({"lock_token": token, "action": "complete"})),
+        )
+        .await,
+        409,
+        "lock_lost",
+    );
+    let purges = s.audit("action=queue.purge").await;
+    assert_eq!(purges.len(), 1, "{purges:?}");
+    assert_eq!(purges[0]["actor_name"], "ops");
+    assert_eq!(purges[0]["entity"], "orders");
+    assert_eq!(purges[0]["targets"], json!(["removed=3"]));
+    assert_eq!(purges[0]["outcome"], "ok");
+    assert_problem(
+        &as_ops(Method::POST, "/v1/queues/missing/purge").await,
+        404,
+        "queue_not_found",
+    );
     s.stop().await;
 }

@@ -283,6 +283,90 @@ async fn purge_empties_the_queue_once_per_sixty_seconds_of_the_broker_clock() {
     s.stop().await;
 }
 
+/// SQS: PurgeQueue "deletes all messages in a queue … including messages in flight". The
+/// receiver's handle of a purged message is then stale: a delete with it deletes nothing
+/// and succeeds (as with any old handle on AWS), and its visibility cannot change.
+#[tokio::test]
+async fn purge_removes_messages_in_flight_and_their_handles_go_stale() {
+    let s = SqsServer::start().await;
+    let url = s.sqs_queue("inflight", &[]).await;
+    for b in ["taken", "waiting"] {
+        s.sqs
+            .send_message()
+            .queue_url(&url)
+            .message_body(b)
+            .send()
+            .await
+            .unwrap();
+    }
+    let got = s
+        .sqs
+        .receive_message()
+        .queue_url(&url)
+        .visibility_timeout(600)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].body(), Some("taken"));
+    let handle = got[0].receipt_handle().unwrap().to_owned();
+    assert_eq!(
+        s.attr(&url, "ApproximateNumberOfMessagesNotVisible")
+            .await
+            .unwrap(),
+        "1"
+    );
+
+    s.sqs.purge_queue().queue_url(&url).send().await.unwrap();
+    for attr in [
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+    ] {
+        assert_eq!(s.attr(&url, attr).await.unwrap(), "0", "{attr}");
+    }
+    // A message sent after the purge stays, whatever the old handle does.
+    s.sqs
+        .send_message()
+        .queue_url(&url)
+        .message_body("after")
+        .send()
+        .await
+        .unwrap();
+    s.sqs
+        .delete_message()
+        .queue_url(&url)
+        .receipt_handle(&handle)
+        .send()
+        .await
+        .unwrap();
+    let e = s
+        .sqs
+        .change_message_visibility()
+        .queue_url(&url)
+        .receipt_handle(&handle)
+        .visibility_timeout(0)
+        .send()
+        .await
+        .unwrap_err()
+        .into_service_error();
+    assert_eq!(code(&e), "AWS.SimpleQueueService.MessageNotInflight");
+    let left = s
+        .sqs
+        .receive_message()
+        .queue_url(&url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    let bodies: Vec<_> = left.iter().filter_map(|m| m.body()).collect();
+    assert_eq!(bodies, ["after"], "only the message sent after the purge");
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn set_queue_attributes_keeps_the_auto_replay_policy() {
     let s = SqsServer::start().await;

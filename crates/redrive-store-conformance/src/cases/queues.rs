@@ -1,4 +1,4 @@
-//! Queues: create, update with versions, delete, counts.
+//! Queues: create, update with versions, delete, counts, purge.
 
 use super::prelude::*;
 
@@ -312,4 +312,130 @@ pub async fn ping_answers_and_names_its_backend(t: &TestStore) {
     );
     // A ping changes nothing.
     assert!(t.store.list_queues().await.unwrap().is_empty());
+}
+
+pub async fn purge_removes_every_message_in_flight_too_and_keeps_dead_letters(t: &TestStore) {
+    let q = t.queue("orders", QueuePolicy::default()).await;
+    let other = t.queue("other", QueuePolicy::default()).await;
+    t.send1(&other, "kept", T0).await;
+    let dead = t.dead_letter_one(&q, "dead", "Bad", T0).await;
+    // Five messages: locked, deferred, visible (with contents larger than any row keeps
+    // inline), scheduled, and one more locked to be settled after the purge.
+    t.send(&q, vec![msg("locked", b"l"), msg("deferred", b"d")], T0)
+        .await;
+    let d = t.take(&q, 2, 300_000, T0).await;
+    assert_eq!(d.len(), 2);
+    t.settle1(&q, &d[1].lock_token, SettleAction::Defer, T0)
+        .await
+        .unwrap();
+    t.send(
+        &q,
+        vec![
+            msg("visible", &vec![7u8; 256 * 1024]),
+            NewMessage {
+                scheduled_at: Some(secs(600)),
+                ..msg("scheduled", b"s")
+            },
+        ],
+        secs(1),
+    )
+    .await;
+    let c = t.counts(&q, secs(1)).await;
+    assert_eq!(
+        (c.active, c.scheduled, c.locked, c.deferred, c.dead_lettered),
+        (1, 1, 1, 1, 1)
+    );
+
+    assert_eq!(t.s().purge_messages(&q, secs(2)).await.unwrap(), 4);
+    assert!(t.sequences(&q).await.is_empty());
+    let c = t.counts(&q, secs(2)).await;
+    assert_eq!(c.messages(), 0);
+    assert_eq!(c.dead_lettered, 1, "dead-letter records are not messages");
+    assert_eq!(t.s().get_dead_letter(&q, &dead).await.unwrap().id, dead);
+    // The holder of a purged message's lock has lost it, whatever it does.
+    for action in [
+        SettleAction::Complete,
+        SettleAction::Abandon { delay_ms: None },
+        SettleAction::Renew {
+            lock_ms: 10_000,
+            cap_from_receive_ms: None,
+        },
+    ] {
+        assert_err!(
+            t.settle1(&q, &d[0].lock_token, action, secs(3)).await,
+            StoreError::LockLost
+        );
+    }
+    // Nothing comes back: not the scheduled one at its time, not the deferred one.
+    assert!(t.take(&q, 10, 30_000, secs(700)).await.is_empty());
+    assert_err!(
+        t.s()
+            .receive_deferred(&q, &[d[1].message.sequence], 30_000, secs(700))
+            .await,
+        StoreError::MessageNotFound { .. }
+    );
+    assert_eq!(t.s().next_wake(&q, secs(3)).await.unwrap(), None);
+    // Another queue is untouched.
+    assert_eq!(t.sequences(&other).await.len(), 1);
+    // The queue keeps working, its sequence numbers going on.
+    let last = d[1].message.sequence;
+    let seq = t.send1(&q, "after", secs(701)).await;
+    assert!(seq > last, "sequence numbers are not reused");
+    let got = t.take(&q, 10, 30_000, secs(701)).await;
+    assert_eq!(seqs(&got), [seq]);
+    t.settle1(&q, &got[0].lock_token, SettleAction::Complete, secs(702))
+        .await
+        .unwrap();
+    // An empty queue purges to nothing; an unknown one is not found.
+    assert_eq!(t.s().purge_messages(&q, secs(703)).await.unwrap(), 0);
+    assert_err!(
+        t.s().purge_messages(&name("missing"), secs(703)).await,
+        StoreError::QueueNotFound { .. }
+    );
+}
+
+pub async fn purge_releases_the_queue_s_session_locks(t: &TestStore) {
+    let q = t
+        .queue("orders", policy(|p| p.requires_session = true))
+        .await;
+    t.send(&q, vec![session_msg("a1", "s1")], T0).await;
+    let held = t
+        .s()
+        .accept_session(&q, Some("s1"), 300_000, T0)
+        .await
+        .unwrap()
+        .expect("named session");
+    let d = t
+        .s()
+        .receive(params(
+            &q,
+            1,
+            30_000,
+            T0,
+            Some(SessionRef {
+                session_id: held.session_id.clone(),
+                lock_token: held.lock_token.clone(),
+            }),
+        ))
+        .await
+        .unwrap()
+        .deliveries;
+    assert_eq!(d.len(), 1);
+    assert_eq!(t.s().purge_messages(&q, secs(1)).await.unwrap(), 1);
+    // The session is free for another receiver at once; the old lock is gone.
+    t.send(&q, vec![session_msg("a2", "s1")], secs(2)).await;
+    let next = t
+        .s()
+        .accept_session(&q, None, 30_000, secs(2))
+        .await
+        .unwrap()
+        .expect("the session is free");
+    assert_eq!(next.session_id, "s1");
+    assert_ne!(next.lock_token, held.lock_token);
+    assert_err!(
+        t.s()
+            .renew_session(&q, "s1", &held.lock_token, 30_000, secs(2))
+            .await,
+        StoreError::SessionLockLost
+    );
 }

@@ -1,4 +1,4 @@
-//! `redrive queue create|update|show|list|delete`: queues and their policies.
+//! `redrive queue create|update|show|list|delete|purge`: queues and their policies.
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
@@ -50,6 +50,13 @@ pub enum QueueCommand {
         /// Delete even with messages or live dead letters; they are lost.
         #[arg(long)]
         force: bool,
+    },
+    /// Remove every message of a queue, whatever its state: messages locked by receivers
+    /// too (their settlements then fail with lock_lost). Dead letters stay. Audited.
+    Purge {
+        /// Queue name.
+        #[arg(value_parser = queue_name)]
+        name: String,
     },
 }
 
@@ -307,6 +314,18 @@ pub async fn run(ctx: &Ctx, cmd: QueueCommand) -> anyhow::Result<()> {
                 return print_json(&json!({"deleted": name}));
             }
             println!("deleted queue {name}");
+        }
+        QueueCommand::Purge { name } => {
+            let out = ctx
+                .client
+                .purge_queue(&name)
+                .await
+                .with_context(|| format!("purge queue {name}"))?;
+            if ctx.json {
+                return print_json(&out);
+            }
+            let s = if out.removed == 1 { "" } else { "s" };
+            println!("purged queue {name}: {} message{s} removed", out.removed);
         }
     }
     Ok(())

@@ -243,6 +243,34 @@ fn receive_without_action_prints_lock_tokens_then_settle_by_token() {
 }
 
 #[test]
+fn queue_purge_removes_locked_messages_too() {
+    let (s, _dir) = server();
+    s.cli(&["queue", "create", "jobs"]).ok();
+    s.cli(&["send", "jobs", "one"]).ok();
+    s.cli(&["send", "jobs", "two"]).ok();
+    let received: Value = s
+        .cli(&["--json", "receive", "jobs", "--max", "1", "--lock", "1m"])
+        .json();
+    let token = received["messages"][0]["lock_token"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a lock token in {received}"))
+        .to_owned();
+
+    let out = s.cli(&["queue", "purge", "jobs"]);
+    assert!(
+        out.ok().contains("purged queue jobs: 2 messages removed"),
+        "{}",
+        out.stdout
+    );
+    s.cli(&["settle", "jobs", &token, "complete"])
+        .fails(1, "lock_lost");
+    let again: Value = s.cli(&["--json", "queue", "purge", "jobs"]).json();
+    assert_eq!(again, json!({"removed": 0}));
+    s.cli(&["queue", "purge", "missing"])
+        .fails(1, "queue_not_found");
+}
+
+#[test]
 fn dead_letters_list_show_and_resubmit() {
     let (s, _dir) = server();
     s.cli(&["queue", "create", "billing"]).ok();
