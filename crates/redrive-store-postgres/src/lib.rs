@@ -224,7 +224,6 @@ use async_trait::async_trait;
 use redrive_core::register::{RegisterEntry, RegisterKey};
 use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
 use redrive_store::{AuditEntry, AuditFields, AuditQuery, NewToken, RegisterRecord, TokenRecord};
-use redrive_store::{MoveTaskProgress, MoveTaskRecord};
 use redrive_store::{
     Capabilities, DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Effects, Enqueued,
     NewMessage, QueueCounts, QueueRecord, ReceiveOutcome, ReceiveParams, SessionLock,
@@ -234,6 +233,7 @@ use redrive_store::{CaseCounts, CaseQuery, CaseRecord, CaseUpdate, EffectAuthori
 use redrive_store::{
     DrainRule, Quarantine, QuarantineCopy, ReplayCounts, ReplayFinish, RetentionRule,
 };
+use redrive_store::{MoveTaskProgress, MoveTaskRecord};
 use redrive_store::{
     NewSubscription, PublishEvent, Published, SubscriptionRecord, SubscriptionUpdate, TopicPolicy,
     TopicRecord,
@@ -929,11 +929,7 @@ impl Store for PostgresStore {
         read!(self, |db| move_tasks::get(db, handle))
     }
 
-    async fn list_move_tasks(
-        &self,
-        source: &str,
-        limit: u32,
-    ) -> StoreResult<Vec<MoveTaskRecord>> {
+    async fn list_move_tasks(&self, source: &str, limit: u32) -> StoreResult<Vec<MoveTaskRecord>> {
         read!(self, |db| move_tasks::list(db, source, limit))
     }
 
@@ -944,7 +940,9 @@ impl Store for PostgresStore {
         progress: &MoveTaskProgress,
         now: Timestamp,
     ) -> StoreResult<Option<MoveTaskRecord>> {
-        write_tx!(self, |db| move_tasks::update(db, handle, runner, progress, now))
+        write_tx!(self, |db| move_tasks::update(
+            db, handle, runner, progress, now
+        ))
     }
 
     async fn cancel_move_task(&self, handle: &str, now: Timestamp) -> StoreResult<MoveTaskRecord> {
@@ -958,7 +956,9 @@ impl Store for PostgresStore {
         now: Timestamp,
         limit: u32,
     ) -> StoreResult<Vec<MoveTaskRecord>> {
-        write_tx!(self, |db| move_tasks::claim(db, runner, lease_ms, now, limit))
+        write_tx!(self, |db| move_tasks::claim(
+            db, runner, lease_ms, now, limit
+        ))
     }
 
     async fn create_token(&self, token: &NewToken, now: Timestamp) -> StoreResult<TokenRecord> {

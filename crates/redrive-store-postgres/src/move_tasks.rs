@@ -151,7 +151,11 @@ pub(crate) async fn update(
     Ok(Some(w))
 }
 
-pub(crate) async fn cancel(db: &Db<'_>, handle: &str, now: Timestamp) -> StoreResult<MoveTaskRecord> {
+pub(crate) async fn cancel(
+    db: &Db<'_>,
+    handle: &str,
+    now: Timestamp,
+) -> StoreResult<MoveTaskRecord> {
     let stored = locked(db, handle)
         .await?
         .ok_or_else(|| StoreError::MoveTaskNotFound {

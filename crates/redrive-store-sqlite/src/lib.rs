@@ -109,7 +109,6 @@ use redrive_core::case::TimelineEntry;
 use redrive_core::register::{RegisterEntry, RegisterKey};
 use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
 use redrive_store::{AuditEntry, AuditFields, AuditQuery, NewToken, RegisterRecord, TokenRecord};
-use redrive_store::{MoveTaskProgress, MoveTaskRecord};
 use redrive_store::{
     Capabilities, DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Enqueued, NewMessage,
     QueueCounts, QueueRecord, ReceiveOutcome, ReceiveParams, SessionLock, SettleOutcome,
@@ -119,6 +118,7 @@ use redrive_store::{CaseCounts, CaseQuery, CaseRecord, CaseUpdate, EffectAuthori
 use redrive_store::{
     DrainRule, Quarantine, QuarantineCopy, ReplayCounts, ReplayFinish, RetentionRule,
 };
+use redrive_store::{MoveTaskProgress, MoveTaskRecord};
 use redrive_store::{
     NewSubscription, PublishEvent, Published, SubscriptionRecord, SubscriptionUpdate, TopicPolicy,
     TopicRecord,
@@ -788,11 +788,7 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn list_move_tasks(
-        &self,
-        source: &str,
-        limit: u32,
-    ) -> StoreResult<Vec<MoveTaskRecord>> {
+    async fn list_move_tasks(&self, source: &str, limit: u32) -> StoreResult<Vec<MoveTaskRecord>> {
         let source = source.to_owned();
         self.readers
             .read(move |c| move_tasks::list(c, &source, limit))

@@ -125,7 +125,10 @@ pub(crate) fn update(
                   ORDER BY started_at DESC, seq DESC LIMIT ?2)",
             )
             .db()?
-            .execute(params![w.source, to_int(MOVE_TASKS_KEPT_PER_SOURCE, "kept")?])
+            .execute(params![
+                w.source,
+                to_int(MOVE_TASKS_KEPT_PER_SOURCE, "kept")?
+            ])
             .db()?;
     }
     Ok(Some(w))

@@ -495,8 +495,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// The tasks of `source`, most recently started first, at most `limit` (capped at
     /// [`MAX_MOVE_TASK_PAGE`]).
-    async fn list_move_tasks(&self, source: &str, limit: u32)
-    -> StoreResult<Vec<MoveTaskRecord>>;
+    async fn list_move_tasks(&self, source: &str, limit: u32) -> StoreResult<Vec<MoveTaskRecord>>;
 
     /// Writes a runner's progress, heartbeat or end of task `handle`, only while `runner`
     /// runs it and it is active (see [`skeleton::move_tasks::progress`]: a stored

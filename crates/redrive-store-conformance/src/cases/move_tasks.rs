@@ -2,9 +2,7 @@
 //! the runner only, the claim of an orphan once its heartbeat passed, and the retention
 //! of the most recent finished tasks per source.
 
-use redrive_store::{
-    MOVE_TASKS_KEPT_PER_SOURCE, MoveTaskProgress, MoveTaskRecord, MoveTaskStatus,
-};
+use redrive_store::{MOVE_TASKS_KEPT_PER_SOURCE, MoveTaskProgress, MoveTaskRecord, MoveTaskStatus};
 
 use super::prelude::*;
 
@@ -115,7 +113,10 @@ pub async fn a_move_task_cancel_is_asked_of_a_running_task_only(t: &TestStore) {
         StoreError::MoveTaskNotFound { .. }
     );
     let c = t.s().cancel_move_task("mv_a", secs(2)).await.unwrap();
-    assert_eq!((c.status, c.updated_at), (MoveTaskStatus::Cancelling, secs(2)));
+    assert_eq!(
+        (c.status, c.updated_at),
+        (MoveTaskStatus::Cancelling, secs(2))
+    );
     assert_eq!(c.runner.as_deref(), Some("node-1"));
     assert_err!(
         t.s().cancel_move_task("mv_a", secs(3)).await,
@@ -192,7 +193,10 @@ pub async fn move_task_progress_is_written_by_its_runner_only(t: &TestStore) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!((w.moved, w.runner_until, w.updated_at), (3, Some(secs(60)), secs(2)));
+    assert_eq!(
+        (w.moved, w.runner_until, w.updated_at),
+        (3, Some(secs(60)), secs(2))
+    );
     assert_eq!(t.s().get_move_task("mv_a").await.unwrap(), Some(w));
     let failed = t
         .s()
@@ -211,7 +215,11 @@ pub async fn move_task_progress_is_written_by_its_runner_only(t: &TestStore) {
         .unwrap()
         .unwrap();
     assert_eq!(
-        (failed.status, failed.failure_reason.as_deref(), failed.runner),
+        (
+            failed.status,
+            failed.failure_reason.as_deref(),
+            failed.runner
+        ),
         (MoveTaskStatus::Failed, Some("authorization_revoked"), None)
     );
     // A finished task is written no more.
@@ -227,10 +235,7 @@ pub async fn move_task_progress_is_written_by_its_runner_only(t: &TestStore) {
             .unwrap(),
         None
     );
-    assert_eq!(
-        t.s().get_move_task("mv_a").await.unwrap().unwrap().moved,
-        4
-    );
+    assert_eq!(t.s().get_move_task("mv_a").await.unwrap().unwrap().moved, 4);
 }
 
 pub async fn an_orphaned_move_task_is_claimed_once_its_heartbeat_passed(t: &TestStore) {
@@ -362,6 +367,9 @@ pub async fn only_the_most_recent_finished_move_tasks_of_a_source_are_kept(t: &T
         .create_move_task(&task("mv_run", "dlq", "node-1", secs(100)))
         .await
         .unwrap();
-    assert_eq!(handles(t, "dlq", 100).await.len(), MOVE_TASKS_KEPT_PER_SOURCE + 1);
+    assert_eq!(
+        handles(t, "dlq", 100).await.len(),
+        MOVE_TASKS_KEPT_PER_SOURCE + 1
+    );
     assert_eq!(handles(t, "other", 100).await, ["mv_other"]);
 }

@@ -10,8 +10,8 @@
 use redrive_core::Timestamp;
 
 use super::columns::{Columns, after, bad_value};
-use crate::{MAX_MOVE_TASK_PAGE, MoveTaskProgress, MoveTaskRecord, MoveTaskStatus, StoreError};
 use crate::StoreResult;
+use crate::{MAX_MOVE_TASK_PAGE, MoveTaskProgress, MoveTaskRecord, MoveTaskStatus, StoreError};
 
 /// Reads [`columns!(move_task)`](crate::columns).
 pub fn decode(c: &impl Columns) -> StoreResult<MoveTaskRecord> {
@@ -153,15 +153,29 @@ mod tests {
         let t = task(Running, Some("a"), Some(10));
         assert_eq!(progress(&t, "b", &step(Running, 1), Timestamp(5)), None);
         let w = progress(&t, "a", &step(Running, 1), Timestamp(5)).unwrap();
-        assert_eq!((w.status, w.moved, w.failure_reason.as_deref()), (Running, 1, None));
+        assert_eq!(
+            (w.status, w.moved, w.failure_reason.as_deref()),
+            (Running, 1, None)
+        );
         assert_eq!(w.runner_until, Some(Timestamp(50)));
         let c = task(Cancelling, Some("a"), Some(10));
-        assert_eq!(progress(&c, "a", &step(Running, 2), Timestamp(5)).unwrap().status, Cancelling);
+        assert_eq!(
+            progress(&c, "a", &step(Running, 2), Timestamp(5))
+                .unwrap()
+                .status,
+            Cancelling
+        );
         let done = progress(&c, "a", &step(Completed, 2), Timestamp(5)).unwrap();
-        assert_eq!((done.status, done.runner, done.runner_until), (Cancelled, None, None));
+        assert_eq!(
+            (done.status, done.runner, done.runner_until),
+            (Cancelled, None, None)
+        );
         let failed = progress(&t, "a", &step(Failed, 2), Timestamp(5)).unwrap();
         assert_eq!(failed.failure_reason.as_deref(), Some("why"));
-        assert_eq!(progress(&failed, "a", &step(Running, 3), Timestamp(6)), None);
+        assert_eq!(
+            progress(&failed, "a", &step(Running, 3), Timestamp(6)),
+            None
+        );
     }
 
     #[test]
@@ -170,8 +184,14 @@ mod tests {
         let t = task(Running, Some("a"), Some(10));
         assert_eq!(claim(&t, "b", 30, Timestamp(9)), None);
         let c = claim(&t, "b", 30, Timestamp(10)).unwrap();
-        assert_eq!((c.runner.as_deref(), c.runner_until), (Some("b"), Some(Timestamp(40))));
-        assert_eq!(claim(&task(Completed, None, None), "b", 30, Timestamp(99)), None);
+        assert_eq!(
+            (c.runner.as_deref(), c.runner_until),
+            (Some("b"), Some(Timestamp(40)))
+        );
+        assert_eq!(
+            claim(&task(Completed, None, None), "b", 30, Timestamp(99)),
+            None
+        );
         assert_eq!(cancel(&t, Timestamp(3)).unwrap().status, Cancelling);
         assert!(matches!(
             cancel(&task(Cancelling, Some("a"), None), Timestamp(3)),
