@@ -40,6 +40,7 @@ use redrive_store::{
     StoreError, StoredMessage,
 };
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::{
     Actor, Broker, BrokerError, BrokerResult, LockBounds, Outgoing, ReceiveOptions, Settle,
@@ -202,6 +203,8 @@ pub fn is_move_task_handle(handle: &str) -> bool {
 #[derive(Default)]
 pub(crate) struct MoveTasks {
     running: Mutex<HashMap<String, CancellationToken>>,
+    /// The runners of this node, so that shutdown waits until they let their tasks go.
+    runners: TaskTracker,
 }
 
 impl MoveTasks {
@@ -324,7 +327,21 @@ impl Broker {
         // Revoking the owner's token stops the task at once.
         let guard = self.revocation_guard(&owner);
         let broker = self.clone();
-        tokio::spawn(async move { broker.run_move(record, owner, cancel, guard).await });
+        self.inner
+            .moves
+            .runners
+            .spawn(async move { broker.run_move(record, owner, cancel, guard).await });
+    }
+
+    /// Waits until every move task this node runs has stopped — after
+    /// [`Broker::begin_shutdown`], once each has let its task go in the store for another
+    /// node (or this one, restarted) to resume. The server waits on it before it closes
+    /// the store.
+    pub async fn move_tasks_stopped(&self) {
+        let runners = &self.inner.moves.runners;
+        runners.close();
+        runners.wait().await;
+        runners.reopen();
     }
 
     /// The most recent tasks of a source queue, newest first, at most `max`, whichever
@@ -869,18 +886,15 @@ mod tests {
             "its runner's heartbeat holds it"
         );
         b.begin_shutdown();
+        b.move_tasks_stopped().await;
         let store = b.inner.store.clone();
-        let mut let_go = None;
-        for _ in 0..10_000 {
-            let r = store.get_move_task(&t.handle).await.unwrap().unwrap();
-            if r.runner_until.is_none() {
-                let_go = Some(r);
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        let let_go = let_go.expect("the task is let go at shutdown");
+        let let_go = store.get_move_task(&t.handle).await.unwrap().unwrap();
+        assert_eq!(let_go.runner_until, None, "let go at shutdown");
         assert_eq!((let_go.status, let_go.moved), (MoveTaskStatus::Running, 1));
+        // The stopped runner's sleep is dropped but stays on the manual clock until its
+        // deadline passes: pass it, so that the resumed runner is the only sleeper.
+        f.clock.advance(Duration::from_secs(1));
+        assert_eq!(f.clock.sleepers(), 0);
         assert_eq!(b2.resume_move_tasks().await.unwrap(), 1);
         assert_eq!(
             store
