@@ -957,6 +957,65 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_task_whose_owner_was_revoked_while_it_was_orphaned_fails_on_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn redrive_store::Store> = Arc::new(
+            SqliteStore::open(&dir.path().join("r.db"), SqliteOptions::default()).unwrap(),
+        );
+        let clock = ManualClock::new(Timestamp(1_800_000_000_000));
+        let node = || {
+            Broker::with_access(
+                store.clone(),
+                Arc::new(clock.clone()),
+                crate::AccessSettings {
+                    enabled: true,
+                    ..crate::AccessSettings::default()
+                },
+            )
+        };
+        let f = Fixture {
+            broker: node(),
+            clock: clock.clone(),
+            _dir: dir,
+        };
+        let (b, b2) = (&f.broker, &node());
+        dlq_and_dest(b, 3).await;
+        let created = b
+            .create_token(
+                &Actor::system("test"),
+                crate::TokenSpec {
+                    name: "mover".into(),
+                    grants: vec!["replayer".parse().unwrap()],
+                    ..crate::TokenSpec::default()
+                },
+            )
+            .await
+            .unwrap();
+        let owner = b.authenticate(Some(&created.secret), None).await.unwrap();
+        let t = b
+            .start_move_task(MoveSpec {
+                owner: owner.clone(),
+                ..rate_one()
+            })
+            .await
+            .unwrap();
+        parked_at(&f, "dlq", 1).await;
+        b.begin_shutdown();
+        b.move_tasks_stopped().await;
+        // The token is revoked on the other node while nobody runs the task.
+        b2.revoke_token(&Actor::system("test"), &owner.id)
+            .await
+            .unwrap();
+        assert_eq!(b2.resume_move_tasks().await.unwrap(), 0);
+        let ended = task(b2, "dlq").await;
+        assert_eq!(ended.handle, t.handle);
+        assert_eq!(ended.status, MoveStatus::Failed);
+        assert_eq!(ended.failure.as_deref(), Some(AUTHORIZATION_REVOKED));
+        assert_eq!(ended.moved, 1);
+        assert_eq!(count(b2, "dlq").await, 2);
+    }
+
+    #[tokio::test]
     async fn the_rate_is_honoured_second_by_second_and_the_task_completes() {
         let f = fixture().await;
         let b = &f.broker;
