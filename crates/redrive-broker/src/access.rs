@@ -208,7 +208,7 @@ fn new_sqs_credentials() -> BrokerResult<SqsCredentials> {
     })
 }
 
-fn actor_of(record: &TokenRecord) -> Actor {
+pub(crate) fn actor_of(record: &TokenRecord) -> Actor {
     Actor {
         id: record.token.id.clone(),
         name: record.token.name.clone(),

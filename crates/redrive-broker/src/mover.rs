@@ -10,19 +10,41 @@
 //! task sleeps on the injected clock, never on wall time). A message without a source to
 //! return to, or a send that fails, stops the task as failed (the message is released).
 //!
-//! Tasks are kept in the broker, per process: they are not stored, are not visible to
-//! other nodes sharing the store, and end (as failed, "the broker shut down") at shutdown.
+//! Tasks are kept in the store (`redrive_store::MoveTaskRecord`), so every node sharing
+//! it lists and cancels them. One node runs a task at a time, its runner: before each
+//! batch the runner writes the task's progress and renews its heartbeat
+//! ([`MOVE_HEARTBEAT`] of the broker's clock), and reads back whether a cancel was asked
+//! on any node (`CANCELLING`: it stops there and ends the task `CANCELLED`; a cancel asked
+//! on the runner's own node stops it at once). The one-running-task-per-source rule is
+//! the store's, in the transaction that creates the task.
+//!
+//! A task whose runner stops is resumed: at shutdown a runner lets its tasks go (they stay
+//! `RUNNING`, without a heartbeat), and a runner that dies stops renewing its heartbeat.
+//! Every node, on each sweeper tick ([`Broker::resume_move_tasks`]), claims the orphans
+//! whose heartbeat ran out and runs them on, on their owner's authority: the owner's
+//! token is read again from the store, and a task whose owner's token is revoked or gone
+//! fails with `authorization_revoked`. A runner that finds another node has claimed its
+//! task (its heartbeat ran out while it was alive) stops without writing anything more.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use redrive_core::message::{
     DEAD_LETTER_DESCRIPTION_PROPERTY, DEAD_LETTER_REASON_PROPERTY, DEAD_LETTER_SOURCE_PROPERTY,
 };
 use redrive_core::{PropertyValue, Timestamp};
-use redrive_store::{Delivery, SettleAction, Settlement, StoredMessage};
+use redrive_store::skeleton::columns::after;
+use redrive_store::{
+    Delivery, MoveTaskProgress, MoveTaskRecord, MoveTaskStatus, SettleAction, Settlement,
+    StoreError, StoredMessage,
+};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-use crate::{Actor, Broker, BrokerError, LockBounds, Outgoing, ReceiveOptions, Settle};
+use crate::{
+    Actor, Broker, BrokerError, BrokerResult, LockBounds, Outgoing, ReceiveOptions, Settle,
+};
 
 /// Highest move rate a task may ask for (messages per second).
 pub const MAX_MOVE_RATE: u32 = 500;
@@ -30,8 +52,12 @@ pub const MAX_MOVE_RATE: u32 = 500;
 const MOVE_LOCK_MS: u64 = 60_000;
 /// Messages received from the source at a time.
 const MOVE_BATCH: u32 = 10;
-/// Finished tasks kept per source queue (the most recent).
-const KEPT_PER_SOURCE: usize = 10;
+/// How long a runner's heartbeat holds its task (of the broker's clock): renewed before
+/// every batch (at least once a second), so a task whose heartbeat ran out has lost its
+/// runner and another node resumes it.
+pub const MOVE_HEARTBEAT: Duration = Duration::from_secs(30);
+/// Orphaned tasks one look claims.
+const CLAIM_BATCH: u32 = 10;
 
 /// What to move, where, and how fast.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +69,8 @@ pub struct MoveSpec {
     /// At most this many per second (1 to [`MAX_MOVE_RATE`]); `None`: as fast as it goes.
     pub max_per_second: Option<u32>,
     /// Who started it: the task runs on this actor's authority and fails with
-    /// `authorization_revoked` when its token is revoked.
+    /// `authorization_revoked` when its token is revoked. A listed task's owner carries
+    /// its id and name only (grants are read again from its token when the task resumes).
     pub owner: Actor,
 }
 
@@ -57,7 +84,7 @@ pub enum MoveStatus {
     Running,
     /// The source had nothing more to move.
     Completed,
-    /// Cancel asked; the task stops after the message it is moving.
+    /// Cancel asked; the task stops at its next batch.
     Cancelling,
     /// Stopped by a cancel.
     Cancelled,
@@ -68,17 +95,31 @@ pub enum MoveStatus {
 impl MoveStatus {
     /// The SQS name (`RUNNING`, …).
     pub fn as_str(self) -> &'static str {
-        match self {
-            MoveStatus::Running => "RUNNING",
-            MoveStatus::Completed => "COMPLETED",
-            MoveStatus::Cancelling => "CANCELLING",
-            MoveStatus::Cancelled => "CANCELLED",
-            MoveStatus::Failed => "FAILED",
+        MoveTaskStatus::from(self).as_str()
+    }
+}
+
+impl From<MoveTaskStatus> for MoveStatus {
+    fn from(s: MoveTaskStatus) -> Self {
+        match s {
+            MoveTaskStatus::Running => MoveStatus::Running,
+            MoveTaskStatus::Completed => MoveStatus::Completed,
+            MoveTaskStatus::Cancelling => MoveStatus::Cancelling,
+            MoveTaskStatus::Cancelled => MoveStatus::Cancelled,
+            MoveTaskStatus::Failed => MoveStatus::Failed,
         }
     }
+}
 
-    fn active(self) -> bool {
-        matches!(self, MoveStatus::Running | MoveStatus::Cancelling)
+impl From<MoveStatus> for MoveTaskStatus {
+    fn from(s: MoveStatus) -> Self {
+        match s {
+            MoveStatus::Running => MoveTaskStatus::Running,
+            MoveStatus::Completed => MoveTaskStatus::Completed,
+            MoveStatus::Cancelling => MoveTaskStatus::Cancelling,
+            MoveStatus::Cancelled => MoveTaskStatus::Cancelled,
+            MoveStatus::Failed => MoveTaskStatus::Failed,
+        }
     }
 }
 
@@ -99,6 +140,30 @@ pub struct MoveTask {
     pub failure: Option<String>,
     /// When it started.
     pub started_at: Timestamp,
+}
+
+impl From<&MoveTaskRecord> for MoveTask {
+    fn from(r: &MoveTaskRecord) -> Self {
+        MoveTask {
+            handle: r.handle.clone(),
+            spec: MoveSpec {
+                source: r.source.clone(),
+                destination: r.destination.clone(),
+                max_per_second: r.max_per_second,
+                owner: Actor {
+                    id: r.owner_id.clone(),
+                    name: r.owner_name.clone(),
+                    grants: Vec::new(),
+                    client: None,
+                },
+            },
+            status: r.status.into(),
+            moved: r.moved,
+            to_move: r.to_move,
+            failure: r.failure_reason.clone(),
+            started_at: r.started_at,
+        }
+    }
 }
 
 /// Why a move-task operation was refused.
@@ -133,34 +198,40 @@ pub fn is_move_task_handle(handle: &str) -> bool {
     })
 }
 
-struct Entry {
-    task: MoveTask,
-    cancel: CancellationToken,
-}
-
-/// The tasks of this process, oldest first.
+/// The tasks this node runs: a cancel asked here stops its task at once (a cancel asked
+/// elsewhere is seen at the task's next batch).
 #[derive(Default)]
 pub(crate) struct MoveTasks {
-    entries: Mutex<Vec<Entry>>,
+    running: Mutex<HashMap<String, CancellationToken>>,
+    /// The runners of this node, so that shutdown waits until they let their tasks go.
+    runners: TaskTracker,
 }
 
 impl MoveTasks {
-    fn with<T>(&self, f: impl FnOnce(&mut Vec<Entry>) -> T) -> T {
-        // A panic while holding the lock leaves a consistent list (single field updates).
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, CancellationToken>) -> T) -> T {
+        // A panic while holding the lock leaves a consistent map (single inserts/removes).
         let mut g = self
-            .entries
+            .running
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         f(&mut g)
     }
+}
 
-    fn update(&self, handle: &str, f: impl FnOnce(&mut MoveTask)) {
-        self.with(|entries| {
-            if let Some(e) = entries.iter_mut().find(|e| e.task.handle == handle) {
-                f(&mut e.task);
-            }
-        });
-    }
+/// How a task's loop stopped.
+enum Stop {
+    /// The source had nothing more to move.
+    Done,
+    /// A cancel was asked (here, or seen in the store).
+    Cancelled,
+    /// The broker shuts down: the task is let go for another node to resume.
+    ShutDown,
+    /// Another node runs the task now (or it ended): nothing more is written.
+    Lost,
+}
+
+fn heartbeat_ms() -> u64 {
+    u64::try_from(MOVE_HEARTBEAT.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl Broker {
@@ -208,76 +279,88 @@ impl Broker {
         if self.inner.shutdown.is_cancelled() {
             return Err(BrokerError::ShuttingDown.into());
         }
-        let cancel = self.inner.shutdown.child_token();
-        let task = MoveTask {
+        let now = self.now();
+        let record = MoveTaskRecord {
             handle: format!(
                 "{MOVE_HANDLE_PREFIX}{:016x}{:016x}",
                 fastrand::u64(..),
                 fastrand::u64(..)
             ),
-            spec: spec.clone(),
-            status: MoveStatus::Running,
+            source: spec.source.clone(),
+            destination: spec.destination.clone(),
+            max_per_second: spec.max_per_second,
+            status: MoveTaskStatus::Running,
             moved: 0,
             to_move: view.counts.messages(),
-            failure: None,
-            started_at: self.now(),
+            failure_reason: None,
+            owner_id: spec.owner.id.clone(),
+            owner_name: spec.owner.name.clone(),
+            started_at: now,
+            updated_at: now,
+            runner: Some(self.inner.node_id.clone()),
+            runner_until: Some(after(now, heartbeat_ms())),
         };
-        self.inner.moves.with(|entries| {
-            if entries
-                .iter()
-                .any(|e| e.task.spec.source == spec.source && e.task.status.active())
-            {
-                return Err(MoveError::AlreadyRunning(spec.source.clone()));
+        let record = match self.inner.store.create_move_task(&record).await {
+            Ok(r) => r,
+            Err(StoreError::MoveTaskRunning { queue }) => {
+                return Err(MoveError::AlreadyRunning(queue));
             }
-            // Keep the most recent finished tasks of this source only.
-            let finished: Vec<usize> = entries
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| e.task.spec.source == spec.source)
-                .map(|(i, _)| i)
-                .collect();
-            let excess = (finished.len() + 1).saturating_sub(KEPT_PER_SOURCE);
-            for i in finished.into_iter().take(excess).rev() {
-                entries.remove(i);
-            }
-            entries.push(Entry {
-                task: task.clone(),
-                cancel: cancel.clone(),
-            });
-            Ok(())
-        })?;
-        tracing::info!(handle = %task.handle, source = %spec.source,
+            Err(e) => return Err(BrokerError::from(e).into()),
+        };
+        tracing::info!(handle = %record.handle, source = %spec.source,
             destination = ?spec.destination, rate = ?spec.max_per_second,
-            to_move = task.to_move, "message move task started");
-        // Revoking the owner's token stops the task at once.
-        let guard = self.revocation_guard(&spec.owner);
-        let broker = self.clone();
-        let handle = task.handle.clone();
-        tokio::spawn(async move { broker.run_move(handle, spec, cancel, guard).await });
+            to_move = record.to_move, "message move task started");
+        let task = MoveTask {
+            spec: spec.clone(),
+            ..MoveTask::from(&record)
+        };
+        self.spawn_move(record, spec.owner);
         Ok(task)
     }
 
-    /// The most recent tasks of a source queue, newest first, at most `max`.
-    pub fn list_move_tasks(&self, source: &str, max: usize) -> Vec<MoveTask> {
-        self.inner.moves.with(|entries| {
-            entries
-                .iter()
-                .rev()
-                .filter(|e| e.task.spec.source == source)
-                .take(max)
-                .map(|e| e.task.clone())
-                .collect()
-        })
+    /// Runs `record` on this node (its runner now) on `owner`'s authority.
+    fn spawn_move(&self, record: MoveTaskRecord, owner: Actor) {
+        let cancel = self.inner.shutdown.child_token();
+        self.inner
+            .moves
+            .with(|m| m.insert(record.handle.clone(), cancel.clone()));
+        // Revoking the owner's token stops the task at once.
+        let guard = self.revocation_guard(&owner);
+        let broker = self.clone();
+        self.inner
+            .moves
+            .runners
+            .spawn(async move { broker.run_move(record, owner, cancel, guard).await });
     }
 
-    /// Asks a running task to stop; answers the task as it is now (status `CANCELLING`).
+    /// Waits until every move task this node runs has stopped — after
+    /// [`Broker::begin_shutdown`], once each has let its task go in the store for another
+    /// node (or this one, restarted) to resume. The server waits on it before it closes
+    /// the store.
+    pub async fn move_tasks_stopped(&self) {
+        let runners = &self.inner.moves.runners;
+        runners.close();
+        runners.wait().await;
+        runners.reopen();
+    }
+
+    /// The most recent tasks of a source queue, newest first, at most `max`, whichever
+    /// node started them.
+    pub async fn list_move_tasks(&self, source: &str, max: usize) -> BrokerResult<Vec<MoveTask>> {
+        let limit = u32::try_from(max).unwrap_or(u32::MAX);
+        let records = self.inner.store.list_move_tasks(source, limit).await?;
+        Ok(records.iter().map(MoveTask::from).collect())
+    }
+
+    /// Asks a running task to stop, whichever node runs it; answers the task as it is
+    /// now (status `CANCELLING`).
     #[tracing::instrument(level = "debug", skip_all, fields(task = %handle))]
     pub async fn cancel_move_task(
         &self,
         handle: &str,
         actor: &Actor,
     ) -> Result<MoveTask, MoveError> {
-        let result = self.cancel_move_task_inner(handle);
+        let result = self.cancel_move_task_inner(handle).await;
         let (entity, outcome) = match &result {
             Ok(t) => (Some(t.spec.source.clone()), "ok"),
             Err(_) => (None, "error:refused"),
@@ -293,31 +376,133 @@ impl Broker {
         result
     }
 
-    fn cancel_move_task_inner(&self, handle: &str) -> Result<MoveTask, MoveError> {
-        self.inner.moves.with(|entries| {
-            let Some(e) = entries.iter_mut().find(|e| e.task.handle == handle) else {
+    async fn cancel_move_task_inner(&self, handle: &str) -> Result<MoveTask, MoveError> {
+        let record = match self.inner.store.cancel_move_task(handle, self.now()).await {
+            Ok(r) => r,
+            Err(StoreError::MoveTaskNotFound { .. }) => {
                 return Err(MoveError::NotFound(handle.to_owned()));
-            };
-            if e.task.status != MoveStatus::Running {
+            }
+            Err(StoreError::MoveTaskNotRunning { .. }) => {
                 return Err(MoveError::NotRunning(handle.to_owned()));
             }
-            e.task.status = MoveStatus::Cancelling;
-            e.cancel.cancel();
-            tracing::info!(handle, moved = e.task.moved, "message move task cancelling");
-            Ok(e.task.clone())
-        })
+            Err(e) => return Err(BrokerError::from(e).into()),
+        };
+        // Run here: stop it now; elsewhere its runner sees the request at its next batch.
+        if let Some(c) = self.inner.moves.with(|m| m.get(handle).cloned()) {
+            c.cancel();
+        }
+        tracing::info!(handle, moved = record.moved, "message move task cancelling");
+        Ok(MoveTask::from(&record))
+    }
+
+    /// Claims the move tasks whose runner stopped (their heartbeat ran out, or the runner
+    /// let them go at shutdown) and runs them on this node; answers how many. Called on
+    /// every sweeper tick, so a node resumes orphans when it starts and while it runs.
+    pub async fn resume_move_tasks(&self) -> BrokerResult<usize> {
+        if self.inner.shutdown.is_cancelled() {
+            return Ok(0);
+        }
+        let claimed = self
+            .inner
+            .store
+            .claim_move_tasks(&self.inner.node_id, heartbeat_ms(), self.now(), CLAIM_BATCH)
+            .await?;
+        let mut resumed = 0;
+        for record in claimed {
+            if self.inner.moves.with(|m| m.contains_key(&record.handle)) {
+                // Still running here (its heartbeat ran out on the clock between two
+                // batches): the claim only renewed it.
+                continue;
+            }
+            match self.move_owner(&record).await? {
+                Some(owner) => {
+                    tracing::info!(handle = %record.handle, source = %record.source,
+                        moved = record.moved, "message move task resumed");
+                    self.spawn_move(record, owner);
+                    resumed += 1;
+                }
+                None => {
+                    let owner = MoveTask::from(&record).spec.owner;
+                    let end = MoveTaskProgress {
+                        status: MoveTaskStatus::Failed,
+                        moved: record.moved,
+                        failure_reason: Some(AUTHORIZATION_REVOKED.to_owned()),
+                        runner_until: None,
+                    };
+                    self.end_move(&record, &owner, &end).await;
+                }
+            }
+        }
+        Ok(resumed)
+    }
+
+    /// The actor a resumed task runs on: its owner's token read again (`None` when it is
+    /// revoked, expired or gone); `anonymous` and `system` as they are.
+    async fn move_owner(&self, record: &MoveTaskRecord) -> BrokerResult<Option<Actor>> {
+        let listed = MoveTask::from(record).spec.owner;
+        if !listed.is_token() {
+            return Ok(Some(match listed.id.as_str() {
+                "anonymous" => Actor::anonymous(),
+                "system" => Actor::system(&listed.name),
+                _ => listed,
+            }));
+        }
+        let now = self.now();
+        Ok(self
+            .inner
+            .store
+            .list_tokens()
+            .await?
+            .iter()
+            .find(|t| t.token.id == record.owner_id && t.is_active(now))
+            .map(crate::access::actor_of))
+    }
+
+    /// Writes the end of a task this node runs and audits it (when the write took).
+    async fn end_move(&self, record: &MoveTaskRecord, owner: &Actor, end: &MoveTaskProgress) {
+        let handle = &record.handle;
+        let written = match self
+            .inner
+            .store
+            .update_move_task(handle, &self.inner.node_id, end, self.now())
+            .await
+        {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::error!(error = %e, handle, "the end of a move task was not written");
+                return;
+            }
+        };
+        let Some(w) = written else {
+            tracing::info!(handle, "message move task is run by another node now");
+            return;
+        };
+        let mut targets = vec![handle.clone(), format!("moved={}", w.moved)];
+        if let Some(f) = &w.failure_reason {
+            targets.push(format!("failure={f}"));
+        }
+        let outcome = w.status.as_str().to_ascii_lowercase();
+        if let Err(e) = self
+            .audit(owner, "move_task.end", Some(&w.source), targets, &outcome)
+            .await
+        {
+            tracing::error!(error = %e, handle, "audit entry of a move task's end not written");
+        }
     }
 
     async fn run_move(
         &self,
-        handle: String,
-        spec: MoveSpec,
+        record: MoveTaskRecord,
+        owner: Actor,
         cancel: CancellationToken,
         revoked: CancellationToken,
     ) {
+        let handle = record.handle.clone();
+        let spec = MoveTask::from(&record).spec;
+        let mut moved = record.moved;
         let stop = cancel.child_token();
         let result = tokio::select! {
-            r = self.move_loop(&handle, &spec, &stop) => r,
+            r = self.move_loop(&handle, &spec, &stop, &mut moved) => r,
             () = revoked.cancelled() => Err(AUTHORIZATION_REVOKED.to_owned()),
         };
         // A revocation that lands between batches ends the loop through the select; one
@@ -327,58 +512,100 @@ impl Broker {
         } else {
             result
         };
-        let shut_down = self.inner.shutdown.is_cancelled();
-        let mut end = None;
-        self.inner.moves.update(&handle, |t| {
-            match result {
-                Err(reason) => {
-                    t.status = MoveStatus::Failed;
-                    t.failure = Some(reason);
+        self.inner.moves.with(|m| m.remove(&handle));
+        let (status, failure, runner_until) = match result {
+            Err(reason) => (MoveTaskStatus::Failed, Some(reason), None),
+            Ok(Stop::Lost) => {
+                tracing::info!(handle, "message move task is run by another node now");
+                return;
+            }
+            Ok(Stop::ShutDown) => {
+                // Left running, without a heartbeat: another node (or this one, after a
+                // restart) resumes it at once.
+                let go = MoveTaskProgress {
+                    status: MoveTaskStatus::Running,
+                    moved,
+                    failure_reason: None,
+                    runner_until: None,
+                };
+                if let Err(e) = self
+                    .inner
+                    .store
+                    .update_move_task(&handle, &self.inner.node_id, &go, self.now())
+                    .await
+                {
+                    tracing::warn!(error = %e, handle,
+                        "a move task was not let go at shutdown; it resumes when its heartbeat runs out");
                 }
-                Ok(()) if t.status == MoveStatus::Cancelling => t.status = MoveStatus::Cancelled,
-                Ok(()) if shut_down => {
-                    t.status = MoveStatus::Failed;
-                    t.failure = Some("the broker shut down".to_owned());
-                }
-                Ok(()) => t.status = MoveStatus::Completed,
+                tracing::info!(handle, moved, "message move task left for another node");
+                return;
             }
-            end = Some((t.status, t.moved, t.failure.clone()));
-        });
-        if let Some((status, moved, failure)) = end {
-            let mut targets = vec![handle.clone(), format!("moved={moved}")];
-            if let Some(f) = failure {
-                targets.push(format!("failure={f}"));
-            }
-            let outcome = status.as_str().to_ascii_lowercase();
-            if let Err(e) = self
-                .audit(
-                    &spec.owner,
-                    "move_task.end",
-                    Some(&spec.source),
-                    targets,
-                    &outcome,
-                )
-                .await
-            {
-                tracing::error!(error = %e, handle, "audit entry of a move task's end not written");
-            }
-        }
+            Ok(Stop::Cancelled) => (MoveTaskStatus::Cancelled, None, None),
+            Ok(Stop::Done) => (MoveTaskStatus::Completed, None, None),
+        };
+        let end = MoveTaskProgress {
+            status,
+            moved,
+            failure_reason: failure,
+            runner_until,
+        };
+        self.end_move(&record, &owner, &end).await;
         tracing::info!(handle, "message move task ended");
     }
 
-    /// Moves until the source is empty (`Ok`), the task is cancelled (`Ok`), or a message
-    /// cannot be moved (`Err` with the reason).
+    /// Writes progress and renews the heartbeat; says whether to go on.
+    async fn beat(&self, handle: &str, moved: u64) -> Option<Stop> {
+        let now = self.now();
+        let p = MoveTaskProgress {
+            status: MoveTaskStatus::Running,
+            moved,
+            failure_reason: None,
+            runner_until: Some(after(now, heartbeat_ms())),
+        };
+        match self
+            .inner
+            .store
+            .update_move_task(handle, &self.inner.node_id, &p, now)
+            .await
+        {
+            Ok(None) => Some(Stop::Lost),
+            Ok(Some(w)) if w.status == MoveTaskStatus::Cancelling => Some(Stop::Cancelled),
+            Ok(Some(_)) => None,
+            Err(e) => {
+                // The receive that follows meets the same store; a heartbeat missed here
+                // is renewed at the next batch (or the task is resumed elsewhere).
+                tracing::warn!(error = %e, handle, "move task progress not written");
+                None
+            }
+        }
+    }
+
+    /// Moves until the source is empty, the task is cancelled, or the broker shuts down;
+    /// `Err` with the reason when a message cannot be moved. `moved` counts as it goes.
     async fn move_loop(
         &self,
         handle: &str,
         spec: &MoveSpec,
         cancel: &CancellationToken,
-    ) -> Result<(), String> {
+        moved: &mut u64,
+    ) -> Result<Stop, String> {
+        let stopped = |c: &CancellationToken| {
+            if self.inner.shutdown.is_cancelled() {
+                Stop::ShutDown
+            } else if c.is_cancelled() {
+                Stop::Cancelled
+            } else {
+                Stop::Done
+            }
+        };
         let mut window_start = self.now();
         let mut in_window = 0u32;
         loop {
             if cancel.is_cancelled() {
-                return Ok(());
+                return Ok(stopped(cancel));
+            }
+            if let Some(stop) = self.beat(handle, *moved).await {
+                return Ok(stop);
             }
             let mut want = MOVE_BATCH;
             if let Some(rate) = spec.max_per_second {
@@ -386,7 +613,7 @@ impl Broker {
                     let next = window_start.plus_millis(1_000);
                     tokio::select! {
                         () = self.inner.clock.sleep_until(next) => {}
-                        () = cancel.cancelled() => return Ok(()),
+                        () = cancel.cancelled() => return Ok(stopped(cancel)),
                     }
                     window_start = self.now();
                     in_window = 0;
@@ -408,7 +635,7 @@ impl Broker {
                 .await
                 .map_err(|e| format!("receiving from {}: {e}", spec.source))?;
             if got.is_empty() {
-                return Ok(());
+                return Ok(Stop::Done);
             }
             let mut rest = got.into_iter();
             while let Some(d) = rest.next() {
@@ -429,7 +656,7 @@ impl Broker {
                     return Err(reason);
                 }
                 in_window += 1;
-                self.inner.moves.update(handle, |t| t.moved += 1);
+                *moved += 1;
             }
             tokio::task::yield_now().await;
         }
@@ -550,15 +777,21 @@ mod tests {
         b.get_queue(queue).await.unwrap().counts.messages()
     }
 
-    fn task(b: &Broker, source: &str) -> MoveTask {
-        b.list_move_tasks(source, 1).pop().unwrap()
+    async fn task(b: &Broker, source: &str) -> MoveTask {
+        b.list_move_tasks(source, 1).await.unwrap().pop().unwrap()
     }
 
-    /// Waits (yielding, bounded) until `ok` holds: a signal, not a timing rule.
-    async fn until(mut ok: impl FnMut() -> bool) {
+    /// Waits (yielding, bounded) until the newest task of `source` satisfies `ok`: a
+    /// signal, not a timing rule.
+    async fn until_task(
+        b: &Broker,
+        source: &str,
+        mut ok: impl FnMut(&MoveTask) -> bool,
+    ) -> MoveTask {
         for _ in 0..10_000 {
-            if ok() {
-                return;
+            let t = task(b, source).await;
+            if ok(&t) {
+                return t;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
@@ -567,7 +800,219 @@ mod tests {
 
     /// Waits until the task has moved `n` and sleeps on the clock for its next second.
     async fn parked_at(f: &Fixture, source: &str, n: u64) {
-        until(|| task(&f.broker, source).moved == n && f.clock.sleepers() == 1).await;
+        for _ in 0..10_000 {
+            if task(&f.broker, source).await.moved == n && f.clock.sleepers() == 1 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("the task never parked at {n}");
+    }
+
+    /// Another broker (node) over the fixture's store and clock.
+    fn other_node(f: &Fixture) -> Broker {
+        Broker::new(f.broker.inner.store.clone(), Arc::new(f.clock.clone()))
+    }
+
+    fn rate_one() -> MoveSpec {
+        MoveSpec {
+            source: "dlq".to_owned(),
+            destination: Some("dest".to_owned()),
+            max_per_second: Some(1),
+            owner: Actor::anonymous(),
+        }
+    }
+
+    async fn dlq_and_dest(b: &Broker, n: usize) {
+        b.create_queue("dlq", QueuePolicy::default()).await.unwrap();
+        b.create_queue("dest", QueuePolicy::default())
+            .await
+            .unwrap();
+        fill(b, "dlq", n).await;
+    }
+
+    #[tokio::test]
+    async fn a_task_is_listed_and_cancelled_through_another_node() {
+        let f = fixture().await;
+        let (b, b2) = (&f.broker, &other_node(&f));
+        dlq_and_dest(b, 3).await;
+        let t = b.start_move_task(rate_one()).await.unwrap();
+        parked_at(&f, "dlq", 1).await;
+        let seen = b2.list_move_tasks("dlq", 10).await.unwrap();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(
+            (
+                seen[0].handle.as_str(),
+                seen[0].status,
+                seen[0].moved,
+                seen[0].to_move
+            ),
+            (t.handle.as_str(), MoveStatus::Running, 1, 3)
+        );
+        assert!(matches!(
+            b2.start_move_task(rate_one()).await,
+            Err(MoveError::AlreadyRunning(_))
+        ));
+        let c = b2
+            .cancel_move_task(&t.handle, &Actor::anonymous())
+            .await
+            .unwrap();
+        assert_eq!(c.status, MoveStatus::Cancelling);
+        // The runner sees the request at its next batch, when its next second comes.
+        assert_eq!(task(b, "dlq").await.status, MoveStatus::Cancelling);
+        f.clock.advance(Duration::from_secs(1));
+        let ended = until_task(b2, "dlq", |t| t.status == MoveStatus::Cancelled).await;
+        assert_eq!(ended.moved, 1);
+        f.clock.advance(Duration::from_secs(5));
+        tokio::task::yield_now().await;
+        assert_eq!(count(b, "dest").await, 1);
+        assert_eq!(count(b, "dlq").await, 2);
+        assert!(matches!(
+            b2.cancel_move_task(&t.handle, &Actor::anonymous()).await,
+            Err(MoveError::NotRunning(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_task_let_go_at_shutdown_is_resumed_by_another_node_and_completes() {
+        let f = fixture().await;
+        let (b, b2) = (&f.broker, &other_node(&f));
+        dlq_and_dest(b, 3).await;
+        let t = b.start_move_task(rate_one()).await.unwrap();
+        parked_at(&f, "dlq", 1).await;
+        assert_eq!(
+            b2.resume_move_tasks().await.unwrap(),
+            0,
+            "its runner's heartbeat holds it"
+        );
+        b.begin_shutdown();
+        b.move_tasks_stopped().await;
+        let store = b.inner.store.clone();
+        let let_go = store.get_move_task(&t.handle).await.unwrap().unwrap();
+        assert_eq!(let_go.runner_until, None, "let go at shutdown");
+        assert_eq!((let_go.status, let_go.moved), (MoveTaskStatus::Running, 1));
+        // The stopped runner's sleep is dropped but stays on the manual clock until its
+        // deadline passes: pass it, so that the resumed runner is the only sleeper.
+        f.clock.advance(Duration::from_secs(1));
+        assert_eq!(f.clock.sleepers(), 0);
+        assert_eq!(b2.resume_move_tasks().await.unwrap(), 1);
+        assert_eq!(
+            store
+                .get_move_task(&t.handle)
+                .await
+                .unwrap()
+                .unwrap()
+                .runner
+                .as_deref(),
+            Some(b2.node_id())
+        );
+        parked_at(&f, "dlq", 2).await;
+        f.clock.advance(Duration::from_secs(1));
+        parked_at(&f, "dlq", 3).await;
+        f.clock.advance(Duration::from_secs(1));
+        let done = until_task(b2, "dlq", |t| t.status == MoveStatus::Completed).await;
+        assert_eq!((done.moved, done.to_move), (3, 3));
+        assert_eq!(count(b2, "dest").await, 3);
+        assert_eq!(count(b2, "dlq").await, 0);
+    }
+
+    #[tokio::test]
+    async fn a_task_whose_runner_died_is_resumed_once_its_heartbeat_ran_out() {
+        let f = fixture().await;
+        let b = &f.broker;
+        dlq_and_dest(b, 2).await;
+        let now = b.now();
+        let handle = format!("mv_{}", "0".repeat(32));
+        b.inner
+            .store
+            .create_move_task(&MoveTaskRecord {
+                handle: handle.clone(),
+                source: "dlq".to_owned(),
+                destination: Some("dest".to_owned()),
+                max_per_second: None,
+                status: MoveTaskStatus::Running,
+                moved: 0,
+                to_move: 2,
+                failure_reason: None,
+                owner_id: "anonymous".to_owned(),
+                owner_name: "anonymous".to_owned(),
+                started_at: now,
+                updated_at: now,
+                runner: Some("node-gone".to_owned()),
+                runner_until: Some(after(now, heartbeat_ms())),
+            })
+            .await
+            .unwrap();
+        assert_eq!(b.resume_move_tasks().await.unwrap(), 0);
+        f.clock.advance(MOVE_HEARTBEAT - Duration::from_millis(1));
+        assert_eq!(b.resume_move_tasks().await.unwrap(), 0);
+        f.clock.advance(Duration::from_millis(1));
+        assert_eq!(b.resume_move_tasks().await.unwrap(), 1);
+        let done = until_task(b, "dlq", |t| t.status == MoveStatus::Completed).await;
+        assert_eq!((done.handle.as_str(), done.moved), (handle.as_str(), 2));
+        assert_eq!(count(b, "dest").await, 2);
+        // A finished task is never resumed.
+        f.clock.advance(MOVE_HEARTBEAT * 2);
+        assert_eq!(b.resume_move_tasks().await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_task_whose_owner_was_revoked_while_it_was_orphaned_fails_on_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn redrive_store::Store> = Arc::new(
+            SqliteStore::open(&dir.path().join("r.db"), SqliteOptions::default()).unwrap(),
+        );
+        let clock = ManualClock::new(Timestamp(1_800_000_000_000));
+        let node = || {
+            Broker::with_access(
+                store.clone(),
+                Arc::new(clock.clone()),
+                crate::AccessSettings {
+                    enabled: true,
+                    ..crate::AccessSettings::default()
+                },
+            )
+        };
+        let f = Fixture {
+            broker: node(),
+            clock: clock.clone(),
+            _dir: dir,
+        };
+        let (b, b2) = (&f.broker, &node());
+        dlq_and_dest(b, 3).await;
+        let created = b
+            .create_token(
+                &Actor::system("test"),
+                crate::TokenSpec {
+                    name: "mover".into(),
+                    grants: vec!["replayer".parse().unwrap()],
+                    ..crate::TokenSpec::default()
+                },
+            )
+            .await
+            .unwrap();
+        let owner = b.authenticate(Some(&created.secret), None).await.unwrap();
+        let t = b
+            .start_move_task(MoveSpec {
+                owner: owner.clone(),
+                ..rate_one()
+            })
+            .await
+            .unwrap();
+        parked_at(&f, "dlq", 1).await;
+        b.begin_shutdown();
+        b.move_tasks_stopped().await;
+        // The token is revoked on the other node while nobody runs the task.
+        b2.revoke_token(&Actor::system("test"), &owner.id)
+            .await
+            .unwrap();
+        assert_eq!(b2.resume_move_tasks().await.unwrap(), 0);
+        let ended = task(b2, "dlq").await;
+        assert_eq!(ended.handle, t.handle);
+        assert_eq!(ended.status, MoveStatus::Failed);
+        assert_eq!(ended.failure.as_deref(), Some(AUTHORIZATION_REVOKED));
+        assert_eq!(ended.moved, 1);
+        assert_eq!(count(b2, "dlq").await, 2);
     }
 
     #[tokio::test]
@@ -597,8 +1042,8 @@ mod tests {
         parked_at(&f, "dlq", 4).await;
         assert_eq!(count(b, "dest").await, 4);
         f.clock.advance(Duration::from_secs(1));
-        until(|| task(b, "dlq").status == MoveStatus::Completed).await;
-        let t = task(b, "dlq");
+        until_task(b, "dlq", |t| t.status == MoveStatus::Completed).await;
+        let t = task(b, "dlq").await;
         assert_eq!((t.moved, t.to_move), (5, 5));
         assert_eq!(count(b, "dest").await, 5);
         assert_eq!(count(b, "dlq").await, 0);
@@ -650,10 +1095,10 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(c.status, MoveStatus::Cancelling);
-        until(|| task(b, "dlq").status == MoveStatus::Cancelled).await;
+        until_task(b, "dlq", |t| t.status == MoveStatus::Cancelled).await;
         f.clock.advance(Duration::from_secs(5));
         tokio::task::yield_now().await;
-        assert_eq!(task(b, "dlq").moved, 1);
+        assert_eq!(task(b, "dlq").await.moved, 1);
         assert_eq!(count(b, "dlq").await, 2);
         assert_eq!(count(b, "dest").await, 1);
         assert!(matches!(
@@ -662,7 +1107,7 @@ mod tests {
         ));
         // A new task may start once the old one ended; listed newest first.
         b.start_move_task(spec).await.unwrap();
-        let both = b.list_move_tasks("dlq", 10);
+        let both = b.list_move_tasks("dlq", 10).await.unwrap();
         assert_eq!(both.len(), 2);
         assert_eq!(both[1].handle, t.handle);
         assert!(matches!(
@@ -716,8 +1161,8 @@ mod tests {
         })
         .await
         .unwrap();
-        until(|| task(b, "dlq").status == MoveStatus::Completed).await;
-        assert_eq!(task(b, "dlq").moved, 2);
+        until_task(b, "dlq", |t| t.status == MoveStatus::Completed).await;
+        assert_eq!(task(b, "dlq").await.moved, 2);
         for q in ["a", "b"] {
             let back = b.peek(q, 1, 10, &Actor::anonymous()).await.unwrap();
             assert_eq!(back.len(), 1, "{q} got its message back");
@@ -740,8 +1185,8 @@ mod tests {
         })
         .await
         .unwrap();
-        until(|| task(b, "dlq").status == MoveStatus::Failed).await;
-        assert!(task(b, "dlq").failure.unwrap().contains("source"));
+        until_task(b, "dlq", |t| t.status == MoveStatus::Failed).await;
+        assert!(task(b, "dlq").await.failure.unwrap().contains("source"));
         assert_eq!(b.get_queue("dlq").await.unwrap().counts.active, 1);
     }
 
@@ -795,8 +1240,8 @@ mod tests {
         b.revoke_token(&Actor::system("test"), &owner.id)
             .await
             .unwrap();
-        until(|| task(b, "dlq").status == MoveStatus::Failed).await;
-        let ended = task(b, "dlq");
+        until_task(b, "dlq", |t| t.status == MoveStatus::Failed).await;
+        let ended = task(b, "dlq").await;
         assert_eq!(ended.failure.as_deref(), Some(AUTHORIZATION_REVOKED));
         assert_eq!(ended.moved, 1);
         // Nothing more moves, whatever the clock does.

@@ -7,6 +7,9 @@
 //! tick first takes or renews the store lease [`SWEEP_LEASE`]; a process that does not
 //! hold it skips the tick. A holder that dies stops renewing, and another process takes
 //! the lease over once it runs out (at most the lease time-to-live later).
+//!
+//! Every tick, on every process, also resumes the message move tasks whose runner stopped
+//! ([`Broker::resume_move_tasks`]).
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
@@ -83,6 +86,10 @@ impl Sweeper {
 impl Sweeper {
     /// One tick: sweeps if this process holds (or takes) the lease; says whether it did.
     async fn tick(&self) -> crate::BrokerResult<bool> {
+        // Every node, lease or not: move tasks whose runner stopped are resumed here.
+        if let Err(e) = self.broker.resume_move_tasks().await {
+            tracing::warn!(error = %e, "resuming message move tasks failed; retrying at the next tick");
+        }
         let ttl_ms = u64::try_from(self.lease_ttl.as_millis()).unwrap_or(u64::MAX);
         let held = self
             .broker

@@ -331,6 +331,14 @@ pub async fn run_with(
     if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
         tracing::warn!("background workers did not stop within the shutdown timeout");
     }
+    // Message move tasks are let go in the store (left running for another node, or this
+    // one after a restart, to resume) before the caller closes it.
+    if tokio::time::timeout(grace, broker.move_tasks_stopped())
+        .await
+        .is_err()
+    {
+        tracing::warn!("message move tasks did not stop within the shutdown timeout");
+    }
     tracing::info!("server stopped");
     Ok(())
 }

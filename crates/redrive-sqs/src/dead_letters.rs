@@ -1,7 +1,8 @@
 //! Dead-letter actions: `ListDeadLetterSourceQueues` (the queues whose redrive policy
 //! names this queue), and the message move tasks (`StartMessageMoveTask`,
-//! `ListMessageMoveTasks`, `CancelMessageMoveTask`) over the broker's mover. Tasks live in
-//! the broker process that started them: they are not stored and end at shutdown.
+//! `ListMessageMoveTasks`, `CancelMessageMoveTask`) over the broker's mover. Tasks are kept in
+//! the store: any node lists and cancels them, and one whose node stops is resumed by
+//! another (or by the same after a restart).
 
 use redrive_broker::model::StoreError;
 use redrive_broker::{
@@ -189,6 +190,7 @@ pub(crate) async fn list_moves(ctx: &Ctx, input: &Map<String, Value>) -> SqsResu
     let results: Vec<Value> = ctx
         .broker()
         .list_move_tasks(&source, usize::try_from(max).unwrap_or(1))
+        .await?
         .iter()
         .map(|t| task_out(ctx, t))
         .collect();

@@ -78,7 +78,8 @@
 //!   with a lock from the dead-letter queue, send to the destination (or, without one,
 //!   to the queue named by the message's `DeadLetterSource`), complete — at least once,
 //!   at most `MaxNumberOfMessagesPerSecond` per second of the broker's clock. Tasks are
-//!   kept per process (not stored, not seen by other nodes, ended at shutdown); the
+//!   kept in the store (listed and cancelled from any node; a task whose node stops is
+//!   resumed by another, or by the same after a restart); the
 //!   source must be the dead-letter queue of some queue. Refusals are AWS's: a second
 //!   start on a source with a running task is `InvalidParameterValue`; a cancel with a
 //!   malformed handle `InvalidParameterValue`, with a well-formed one naming no task

@@ -197,6 +197,12 @@ macro_rules! store_conformance_tests {
             import_opens_cases_where_no_replay_settles_the_records,
             the_opening_rule_agrees_with_the_cases_the_store_opened,
             cases_survive_reopen,
+            // message move tasks
+            one_move_task_is_active_per_source_and_tasks_round_trip,
+            a_move_task_cancel_is_asked_of_a_running_task_only,
+            move_task_progress_is_written_by_its_runner_only,
+            an_orphaned_move_task_is_claimed_once_its_heartbeat_passed,
+            only_the_most_recent_finished_move_tasks_of_a_source_are_kept,
         }
     };
 }

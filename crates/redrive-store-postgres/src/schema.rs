@@ -23,10 +23,11 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (6, include_str!("migrations/0006_register.sql")),
     (7, include_str!("migrations/0007_replay.sql")),
     (8, include_str!("migrations/0008_cases.sql")),
+    (9, include_str!("migrations/0009_move_tasks.sql")),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: u32 = 8;
+pub const LATEST_VERSION: u32 = 9;
 
 /// First key of the advisory lock that serialises migrations ("rdrv"); the second key is
 /// a hash of the schema name, so that migrations of different schemas do not wait on

@@ -979,15 +979,17 @@ async fn one_node_wins_a_token_name() {
 }
 
 /// Takes a schema back to version 7, as a build of that version left it: the case tables
-/// and the route columns of version 8 gone.
-const BACK_TO_VERSION_7: &str = "DROP TABLE cases, case_timeline, case_payloads, intents, \
+/// and the route columns of version 8 and the move tasks of version 9 gone.
+const BACK_TO_VERSION_7: &str = "DROP TABLE move_tasks; \
+     DROP TABLE cases, case_timeline, case_payloads, intents, \
        effect_authorities; \
      ALTER TABLE dead_letters DROP COLUMN route_target, DROP COLUMN missing_target; \
      DELETE FROM redrive_schema_migrations WHERE version >= 8";
 
 /// Takes a schema back to version 6, as a build of that version left it: version 8
-/// undone, then the replay columns and indexes of version 7 gone.
-const BACK_TO_VERSION_6: &str = "DROP TABLE cases, case_timeline, case_payloads, intents, \
+/// and 9 undone, then the replay columns and indexes of version 7 gone.
+const BACK_TO_VERSION_6: &str = "DROP TABLE move_tasks; \
+     DROP TABLE cases, case_timeline, case_payloads, intents, \
        effect_authorities; \
      ALTER TABLE dead_letters DROP COLUMN route_target, DROP COLUMN missing_target; \
      DROP INDEX dead_letters_candidates, dead_letters_age; \
@@ -1020,10 +1022,10 @@ async fn a_version_4_schema_gains_the_access_tables() {
         "4"
     );
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 8);
+    assert_eq!(SCHEMA_VERSION, 9);
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "8"
+        "9"
     );
     assert_eq!(store.list_queues().await.unwrap().len(), 1);
     let appended = store

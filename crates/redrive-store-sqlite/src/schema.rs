@@ -20,10 +20,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (6, include_str!("migrations/0006_register.sql")),
     (7, include_str!("migrations/0007_replay.sql")),
     (8, include_str!("migrations/0008_cases.sql")),
+    (9, include_str!("migrations/0009_move_tasks.sql")),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: i64 = 8;
+pub const LATEST_VERSION: i64 = 9;
 
 /// How long a connection waits for a lock held by another connection before giving up
 /// with SQLITE_BUSY (mapped to `Unavailable`).

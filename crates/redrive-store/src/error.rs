@@ -184,6 +184,24 @@ pub enum StoreError {
         /// The bound.
         max: usize,
     },
+    /// A move task of that source queue is running or being cancelled.
+    #[error("a message move task is already running for queue {queue:?}")]
+    MoveTaskRunning {
+        /// The source queue.
+        queue: String,
+    },
+    /// No move task with that handle.
+    #[error("no message move task has the handle {handle:?}")]
+    MoveTaskNotFound {
+        /// The handle asked for.
+        handle: String,
+    },
+    /// The move task is not running (a finished or cancelling task cannot be cancelled).
+    #[error("message move task {handle:?} is not running")]
+    MoveTaskNotRunning {
+        /// The task.
+        handle: String,
+    },
     /// Transient: the backend is busy or unreachable. Retrying may succeed; nothing was
     /// acknowledged.
     #[error("storage unavailable: {source}")]
@@ -234,10 +252,12 @@ impl StoreError {
             | StoreError::TopicNotFound { .. }
             | StoreError::SubscriptionNotFound { .. }
             | StoreError::TokenNotFound { .. }
-            | StoreError::CaseNotFound { .. } => StoreErrorKind::NotFound,
-            StoreError::CaseChanged { .. } | StoreError::TimelineFull { .. } => {
-                StoreErrorKind::Conflict
-            }
+            | StoreError::CaseNotFound { .. }
+            | StoreError::MoveTaskNotFound { .. } => StoreErrorKind::NotFound,
+            StoreError::CaseChanged { .. }
+            | StoreError::TimelineFull { .. }
+            | StoreError::MoveTaskRunning { .. }
+            | StoreError::MoveTaskNotRunning { .. } => StoreErrorKind::Conflict,
             StoreError::TopicExists { .. }
             | StoreError::TopicHasSubscriptions { .. }
             | StoreError::SubscriptionExists { .. }

@@ -21,6 +21,7 @@ mod access;
 mod case;
 pub mod dead_letter;
 mod error;
+mod move_task;
 mod register;
 pub mod skeleton;
 mod types;
@@ -28,6 +29,7 @@ mod types;
 pub use access::*;
 pub use case::*;
 pub use error::{StoreError, StoreErrorKind, StoreResult};
+pub use move_task::*;
 pub use register::*;
 pub use types::*;
 
@@ -487,6 +489,52 @@ pub trait Store: Send + Sync + 'static {
         after: Option<&RegisterKey>,
         limit: u32,
     ) -> StoreResult<Vec<RegisterRecord>>;
+
+    // ---- message move tasks --------------------------------------------------------
+
+    /// Stores a new move task (as given: `RUNNING`, its runner and heartbeat). Refused
+    /// with `MoveTaskRunning` while a task of the same source is `RUNNING` or
+    /// `CANCELLING`, in the same transaction: one active task per source, whichever node
+    /// asks.
+    async fn create_move_task(&self, task: &MoveTaskRecord) -> StoreResult<MoveTaskRecord>;
+
+    /// The task `handle`, if it exists.
+    async fn get_move_task(&self, handle: &str) -> StoreResult<Option<MoveTaskRecord>>;
+
+    /// The tasks of `source`, most recently started first, at most `limit` (capped at
+    /// [`MAX_MOVE_TASK_PAGE`]).
+    async fn list_move_tasks(&self, source: &str, limit: u32) -> StoreResult<Vec<MoveTaskRecord>>;
+
+    /// Writes a runner's progress, heartbeat or end of task `handle`, only while `runner`
+    /// runs it and it is active (see [`skeleton::move_tasks::progress`]: a stored
+    /// `CANCELLING` stays until the runner ends the task). A task that ends here is
+    /// kept, with the [`MOVE_TASKS_KEPT_PER_SOURCE`] most recent finished tasks of its
+    /// source; older ones are deleted. Returns the task as written, or `None` (nothing
+    /// written) when it is gone, finished, or another node runs it.
+    async fn update_move_task(
+        &self,
+        handle: &str,
+        runner: &str,
+        progress: &MoveTaskProgress,
+        now: Timestamp,
+    ) -> StoreResult<Option<MoveTaskRecord>>;
+
+    /// Asks a running task to stop: `RUNNING` becomes `CANCELLING` (its runner sees it at
+    /// its next batch). `MoveTaskNotFound`; `MoveTaskNotRunning` when it is not
+    /// `RUNNING`. Returns the task as written.
+    async fn cancel_move_task(&self, handle: &str, now: Timestamp) -> StoreResult<MoveTaskRecord>;
+
+    /// Claims up to `limit` orphaned tasks — `RUNNING` or `CANCELLING` whose heartbeat
+    /// (`runner_until`) is at or before `now`, oldest first — for `runner`, with a
+    /// heartbeat until `now + lease_ms`, each in the transaction that finds it (a task
+    /// goes to one claimer). Returns the claimed tasks as written.
+    async fn claim_move_tasks(
+        &self,
+        runner: &str,
+        lease_ms: u64,
+        now: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<MoveTaskRecord>>;
 
     // ---- topics and subscriptions --------------------------------------------------
 

@@ -1,6 +1,6 @@
 //! Message move tasks: redrive from a dead-letter queue back to each message's source or
-//! to a chosen queue, at a rate timed by the manual clock; listing, cancelling, and the
-//! refusals.
+//! to a chosen queue, at a rate timed by the manual clock; listing, cancelling, the
+//! refusals, and a task that survives a restart of the server.
 
 use std::time::Duration;
 
@@ -311,5 +311,61 @@ async fn move_task_requests_are_checked() {
         .into_service_error();
     assert_eq!(code(&e), "ResourceNotFoundException");
     assert_eq!(e.message(), Some("Task does not exist."));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_running_task_survives_a_restart_and_completes() {
+    let s = SqsServer::start().await;
+    let (dlq, dlq_arn, urls) = setup(&s, &["work"]).await;
+    let other = s.sqs_queue("elsewhere", &[]).await;
+    let other_arn = s.attr(&other, "QueueArn").await.unwrap();
+    for i in 0..3 {
+        dead_letter(&s, &urls[0], &format!("m{i}")).await;
+    }
+    let before = s.clock().sleepers();
+    let handle = s
+        .sqs
+        .start_message_move_task()
+        .source_arn(&dlq_arn)
+        .destination_arn(&other_arn)
+        .max_number_of_messages_per_second(1)
+        .send()
+        .await
+        .unwrap()
+        .task_handle
+        .unwrap();
+    until(&s, &dlq_arn, |t| {
+        t.approximate_number_of_messages_moved == 1
+    })
+    .await;
+    s.until_parked(before).await;
+    // The server stops with the task running: it is left in the store, and the restarted
+    // server resumes it (same handle, its counts kept) and moves on at once.
+    let s = s.restart().await;
+    until(&s, &dlq_arn, |t| {
+        t.approximate_number_of_messages_moved == 2
+    })
+    .await;
+    let t = latest(&s, &dlq_arn).await;
+    assert_eq!(t.status(), Some("RUNNING"));
+    assert_eq!(t.task_handle.as_deref(), Some(handle.as_str()));
+    assert_eq!(t.approximate_number_of_messages_to_move, Some(3));
+    assert_eq!(t.max_number_of_messages_per_second, Some(1));
+    s.advance_secs(1);
+    until(&s, &dlq_arn, |t| {
+        t.approximate_number_of_messages_moved == 3
+    })
+    .await;
+    s.advance_secs(1);
+    until(&s, &dlq_arn, |t| t.status() == Some("COMPLETED")).await;
+    assert_eq!(
+        latest(&s, &dlq_arn)
+            .await
+            .approximate_number_of_messages_moved,
+        3
+    );
+    assert_eq!(bodies(&s, &other).await, ["m0", "m1", "m2"]);
+    assert!(bodies(&s, &dlq).await.is_empty());
     s.stop().await;
 }

@@ -131,6 +131,21 @@ impl SqsServer {
         }
     }
 
+    /// Stops the server gracefully and starts a new one over the same store and clock,
+    /// with a client for its new SQS endpoint.
+    pub async fn restart(self) -> SqsServer {
+        let server = self.server.restart().await;
+        let sqs_url = server
+            .sqs_url
+            .clone()
+            .expect("started with the SQS endpoint");
+        SqsServer {
+            sqs: sdk_client(&sqs_url, "AKIDTEST", "secret", server.clock()),
+            sqs_url,
+            server,
+        }
+    }
+
     /// Stops the server gracefully and waits for it.
     pub async fn stop(self) {
         self.server.stop().await;

@@ -80,6 +80,7 @@ pub fn invariant(what: &'static str) -> StoreError {
 /// - `token`, `audit`: [`access::token`](crate::skeleton::access::token),
 ///   [`access::audit_entry`](crate::skeleton::access::audit_entry).
 /// - `register`: [`register::record`](crate::skeleton::register::record).
+/// - `move_task`: [`move_tasks::decode`](crate::skeleton::move_tasks::decode).
 #[macro_export]
 macro_rules! columns {
     (head) => {
@@ -117,6 +118,10 @@ macro_rules! columns {
     };
     (register) => {
         "key, answer, ordering_attribute, updated_at"
+    };
+    (move_task) => {
+        "handle, source, destination, max_per_second, status, moved, to_move, failure_reason, \
+         owner_id, owner_name, started_at, updated_at, runner, runner_until"
     };
 }
 

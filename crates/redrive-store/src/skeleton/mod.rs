@@ -22,6 +22,8 @@
 //! - [`register`]: idempotency register rows, and whether a put changes anything.
 //! - [`cases`]: when a dead-letter record opens a recovery case (the statements both
 //!   backends run), case rows, timeline entries and their columns.
+//! - [`move_tasks`]: message move task rows, the progress a runner may write, cancel
+//!   requests and the claim of orphaned tasks.
 //! - [`replay`]: automatic replay's bookkeeping: when a record is a candidate, what a
 //!   move between areas does to it, quarantine copies, imported records, the counts.
 //!
@@ -43,6 +45,7 @@ pub mod columns;
 pub mod dead_letters;
 pub mod entities;
 pub mod messages;
+pub mod move_tasks;
 pub mod register;
 pub mod replay;
 
