@@ -1397,3 +1397,33 @@ async fn the_case_worker_takes_up_an_opened_case_by_itself() {
         "{m}"
     );
 }
+
+/// Row 17's other half: an intent whose value window (`valid_until`) ends while its case
+/// waits is expired at that moment, with the deadline as evidence.
+#[tokio::test]
+async fn a_value_window_that_ends_while_the_case_waits_expires_it() {
+    for backend in Backend::all("the value window test") {
+        let s = server(backend).await;
+        s.queue("orders", json!({})).await;
+        register(&s, "orders:*", Idempotency::Idempotent).await;
+        let id = case_id(
+            &dead_letter(
+                &s,
+                "orders",
+                "o-110",
+                json!({"valid_until": "2027-01-15T10:00:00Z"}),
+                "Boom",
+            )
+            .await,
+        );
+        work(&s).await;
+        let c = case(&s, &id).await;
+        assert_eq!(c["state"], "retained", "{c}");
+        s.advance(2 * HOUR + 1_000);
+        work(&s).await;
+        let c = case(&s, &id).await;
+        assert_eq!(c["state"], "expired", "{c}");
+        let last = c["timeline"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["fields"]["deadline"], "2027-01-15T10:00:00.000Z");
+    }
+}
