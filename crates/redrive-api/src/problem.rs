@@ -154,6 +154,9 @@ codes! {
     DeadLetterNotQuarantined = ("dead_letter_not_quarantined", 409, "Dead letter not quarantined"),
     /// A delete (without force) of a queue that others name as their dead-letter target.
     QueueIsDeadLetterTarget = ("queue_is_dead_letter_target", 409, "Queue is a dead-letter target"),
+    /// A replay plan that leaves a budget limit out: an unbounded replay is refused
+    /// (`missing` names the fields).
+    ReplayUnbounded = ("replay_unbounded", 400, "Unbounded replay"),
     /// No effect authority is registered for that message type.
     EffectAuthorityNotFound = ("effect_authority_not_found", 404, "Effect authority not found"),
     /// No recovery case with that id.

@@ -111,6 +111,12 @@ pub enum BrokerError {
         /// The current owner, when another owner's claim is in the way.
         owner: Option<String>,
     },
+    /// A replay plan whose budget leaves limits out: an unbounded replay is refused.
+    #[error("an unbounded replay is refused: name {}", missing.join(", "))]
+    ReplayUnbounded {
+        /// The budget fields left out.
+        missing: Vec<String>,
+    },
     /// No valid token: missing, malformed, unknown, revoked or expired.
     #[error("{0}")]
     Unauthenticated(String),
@@ -163,6 +169,7 @@ impl BrokerError {
             BrokerError::DeadLetterNotQuarantined { .. } => "dead_letter_not_quarantined".into(),
             BrokerError::QueueIsDeadLetterTarget { .. } => "queue_is_dead_letter_target".into(),
             BrokerError::CaseConflict { code, .. } => code.clone(),
+            BrokerError::ReplayUnbounded { .. } => "replay_unbounded".into(),
             BrokerError::Store(s) => format!("{:?}", s.kind()).to_lowercase(),
             _ => "refused".into(),
         }

@@ -17,6 +17,7 @@
 //! - `sweeper`: the background sweep of lock expiries and TTLs.
 //! - [`cases`]: recovery cases (seed 001): the advance, a person's decisions, intents,
 //!   effect authorities, the case worker.
+//! - `replay_plans`: bounded replay — the dry run of a replay plan.
 //! - `replayer`: automatic replay of dead letters (the judgement, the worker under a
 //!   lease, the drain at start, restore, counts).
 //! - `mover`: message move tasks (dead-letter queue redrive), kept per process.
@@ -45,6 +46,7 @@ mod push_stats;
 mod queues;
 mod register;
 mod relay;
+mod replay_plans;
 mod replayer;
 mod sessions;
 mod sweeper;
@@ -79,6 +81,10 @@ pub use queues::QueueView;
 pub use redrive_push::{NetworkError, NetworkPolicy};
 pub use register::RegisterChange;
 pub use relay::WakeupRelay;
+pub use replay_plans::{
+    FAILURE_PERSISTS_MS, MAX_PLAN_ITEMS, MAX_PREVIEW_LIST, MAX_SELECTION_VALUES, PlanPreview,
+    PlanSelectionInput, PreviewItem,
+};
 pub use replayer::{
     REPLAY_BATCH, REPLAY_LEASE, ReplayPass, ReplaySettings, ReplayStatus, Replayer, RestorePreview,
 };

@@ -186,6 +186,13 @@ pub const ROUTES: &[RouteRule] = {
             None,
         ),
         (Method::GET, "/v1/replay/{name}", &[ReadReplays], Q),
+        // The selection's queue is in the body: the handler checks the role on it.
+        (
+            Method::POST,
+            "/v1/replay/plans/preview",
+            &[ReplayCase],
+            None,
+        ),
         (Method::GET, "/metrics", &[ReadMetrics], None),
         (Method::GET, "/v1/topics", &[ReadMetadata], None),
         (Method::POST, "/v1/topics", &[CreateEntity], None),

@@ -109,6 +109,9 @@ pub fn problem_for(e: &BrokerError) -> Problem {
                 None => p,
             }
         }
+        BrokerError::ReplayUnbounded { missing } => {
+            Problem::new(C::ReplayUnbounded, e.to_string()).with("missing", missing.clone())
+        }
         BrokerError::Store(s) => problem_for_store(s),
         _ => internal(e),
     }

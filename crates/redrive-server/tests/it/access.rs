@@ -83,6 +83,7 @@ fn allowed(role: &str) -> BTreeSet<(&'static str, &'static str)> {
             ("GET", "/v1/register"),
             ("POST", "/v1/cases/{id}/replay"),
             ("GET", "/v1/effect-authorities"),
+            ("POST", "/v1/replay/plans/preview"),
         ],
         "payload-reader" => &[
             ("GET", "/v1/queues/{name}/messages"),

@@ -752,3 +752,142 @@ async fn dead_letter_retention_round_trips_on_queues_and_subscriptions() {
         s.stop().await;
     }
 }
+
+/// Bounded replay's dry run (seed 001): an unbounded plan is refused naming what it
+/// leaves out (matrix row 9); the seed's worked example — 240 items at 1 item/s, 64 KiB/s,
+/// 2 concurrent, window 10 — takes at least 240 s; each item names the gate that blocks
+/// it; a destination that is still the failing path is refused; nothing is touched.
+#[tokio::test]
+async fn a_replay_plan_preview_refuses_unbounded_plans_and_names_each_items_gate() {
+    for backend in Backend::all("the plan preview test") {
+        let name = backend.name();
+        let s = crate::replay::server(backend).await;
+        s.queue("orders", json!({})).await;
+        s.queue("repair", json!({})).await;
+        let entry = redrive_core::register::RegisterEntry::new(
+            "orders:*".parse().unwrap(),
+            redrive_core::register::Idempotency::Idempotent,
+            None,
+        )
+        .unwrap();
+        s.broker
+            .set_register_entry(&redrive_broker::Actor::system("test"), entry)
+            .await
+            .unwrap();
+        let body = "x".repeat(40 * 1024);
+        for i in 0..240 {
+            let (st, v) = s
+                .post(
+                    "/v1/queues/orders/messages",
+                    json!({"message_id": format!("o-{i}"), "body": body, "intent": format!("i-{i}")}),
+                )
+                .await;
+            assert_eq!(st, 201, "{name}: {v}");
+        }
+        for _ in 0..24 {
+            let got = s.receive("orders", 10).await;
+            for m in got {
+                s.settle(
+                    "orders",
+                    m["lock_token"].as_str().unwrap(),
+                    "dead_letter",
+                    json!({"reason": "ParseError"}),
+                )
+                .await;
+            }
+        }
+        s.broker.cases_once().await.unwrap();
+        s.broker.cases_once().await.unwrap();
+        s.broker.cases_once().await.unwrap();
+        let (st, v) = s.post("/v1/intents/i-0/cancel", json!({})).await;
+        assert_eq!(st, 200, "{name}: {v}");
+        let dependency = json!({"name": "ledger", "probe_url": "http://ledger.internal/health", "max_error_rate": 0.05, "max_latency_ms": 250});
+        let spec = |budget: Value, destination: Value| {
+            json!({
+                "selection": {"queue": "orders", "reasons": ["ParseError"]},
+                "destination": destination,
+                "budget": budget,
+            })
+        };
+        // Row 9: an unbounded bulk redrive is refused.
+        let r = s
+            .post(
+                "/v1/replay/plans/preview",
+                spec(json!({"items_per_s": 1.0}), Value::Null),
+            )
+            .await;
+        assert_problem(&r, 400, "replay_unbounded");
+        assert_eq!(
+            r.1["missing"],
+            json!(["bytes_per_s", "max_concurrent", "dependency"]),
+            "{name}"
+        );
+        let seed = json!({"items_per_s": 1.0, "bytes_per_s": 64 * 1024, "max_concurrent": 2, "window": 10, "dependency": dependency});
+        // Every item still needs a tested correction.
+        let (st, v) = s
+            .post(
+                "/v1/replay/plans/preview",
+                spec(seed.clone(), json!("repair")),
+            )
+            .await;
+        assert_eq!(st, 200, "{name}: {v}");
+        assert_eq!(
+            v["items"], 239,
+            "{name}: the cancelled intent's case is closed"
+        );
+        assert_eq!(v["bytes"], 239 * 40 * 1024, "{name}");
+        assert_eq!(v["lower_bound_ms"], 239_000, "{name}: one item a second");
+        assert_eq!(v["by_reason"]["ParseError"], 239);
+        assert_eq!(
+            v["blocked"]["no_tested_correction"], 239,
+            "{name}: {}",
+            v["blocked"]
+        );
+        assert_eq!(v["eligible"], 0);
+        assert_eq!(v["item_list"].as_array().unwrap().len(), 239);
+        assert_eq!(v["item_list"][0]["gate"], "no_tested_correction");
+        // One item taken through its gates: the origin, which dead-lettered with its reason
+        // moments ago, is still the failing path; a queue that does not exist is no
+        // destination; after five quiet minutes the origin is valid again.
+        let one = v["item_list"][5]["case_id"].as_str().unwrap().to_owned();
+        for (action, body) in [
+            ("claim", json!({"lease_ms": 3_600_000})),
+            (
+                "diagnosis",
+                json!({"hypothesis": "h", "disconfirming_evidence": "d"}),
+            ),
+            (
+                "corrections",
+                json!({"kind": "code", "identity": "c", "addresses": "parse"}),
+            ),
+            (
+                "tests",
+                json!({"destination": "repair", "outcome": "pass", "evidence": "ok"}),
+            ),
+        ] {
+            let (st, v) = s.post(&format!("/v1/cases/{one}/{action}"), body).await;
+            assert_eq!(st, 200, "{name} {action}: {v}");
+        }
+        let only = |destination: Value| {
+            json!({
+                "selection": {"queue": "orders", "case_ids": [one]},
+                "destination": destination,
+                "budget": seed,
+            })
+        };
+        let (_, v) = s.post("/v1/replay/plans/preview", only(Value::Null)).await;
+        assert_eq!(v["blocked"]["destination_invalid"], 1, "{name}: {v}");
+        let (_, v) = s
+            .post("/v1/replay/plans/preview", only(json!("nowhere")))
+            .await;
+        assert_eq!(v["blocked"]["destination_invalid"], 1, "{name}: {v}");
+        s.advance(6 * 60_000);
+        let (_, v) = s.post("/v1/replay/plans/preview", only(Value::Null)).await;
+        assert_eq!(v["eligible"], 1, "{name}: {v}");
+        assert!(v["item_list"][0].get("gate").is_none(), "{name}: {v}");
+        // Nothing was touched.
+        let (_, page) = s.get("/v1/cases?queue=orders&state=replay_admitted").await;
+        assert_eq!(page["cases"], json!([]), "{name}");
+        s.stop().await;
+    }
+}
