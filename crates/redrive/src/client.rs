@@ -651,6 +651,19 @@ impl Client {
             .await
     }
 
+    /// `POST /v1/replay/plans/preview`: the dry run of a replay plan.
+    pub async fn preview_plan(
+        &self,
+        spec: &redrive_api::replay::PlanSpec,
+    ) -> Result<redrive_api::replay::PlanPreview, ClientError> {
+        self.must(
+            Method::POST,
+            self.url(&["v1", "replay", "plans", "preview"]),
+            Some(spec),
+        )
+        .await
+    }
+
     // ---- recovery cases -------------------------------------------------------------
 
     /// `GET /v1/cases?...`: one page of cases, metadata only.

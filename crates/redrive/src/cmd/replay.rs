@@ -114,6 +114,91 @@ pub enum ReplayCommand {
         #[arg(value_parser = queue_name)]
         queue: Option<String>,
     },
+    /// The dry run of a bounded replay plan: what it would replay, grouped by reason and
+    /// type, its bytes and the least time it takes under the budget, and the gate that
+    /// blocks each item now. Nothing is touched. Every budget limit must be given (the
+    /// window defaults to 10): an unbounded replay is refused.
+    Preview(Box<PreviewArgs>),
+}
+
+/// `redrive replay preview`.
+#[derive(Debug, Args)]
+pub struct PreviewArgs {
+    /// The queue whose dead letters (open cases) are replayed.
+    #[arg(value_parser = queue_name)]
+    pub queue: String,
+    /// Only this reason code (repeatable).
+    #[arg(long = "reason", value_name = "REASON")]
+    pub reasons: Vec<String>,
+    /// Only this message type (repeatable).
+    #[arg(long = "type", value_name = "TYPE")]
+    pub types: Vec<String>,
+    /// Only this case (repeatable).
+    #[arg(long = "case", value_name = "ID")]
+    pub cases: Vec<String>,
+    /// Dead-lettered at or after (RFC 3339).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// Dead-lettered before (RFC 3339).
+    #[arg(long)]
+    pub to: Option<String>,
+    /// Replay to this queue instead of the one the items came from.
+    #[arg(long, value_parser = queue_name)]
+    pub destination: Option<String>,
+    /// Items admitted per second.
+    #[arg(long, value_name = "N")]
+    pub items_per_s: Option<f64>,
+    /// Bytes admitted per second (e.g. 64KiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_u32)]
+    pub bytes_per_s: Option<u32>,
+    /// Deliveries in flight at once.
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<u32>,
+    /// Items per admission window (default 10).
+    #[arg(long, value_name = "N")]
+    pub window: Option<u32>,
+    /// The dependency the replay draws on.
+    #[arg(long, value_name = "NAME", requires_all = ["probe", "max_error_rate", "max_latency"])]
+    pub dependency: Option<String>,
+    /// Its health probe URL.
+    #[arg(long, value_name = "URL")]
+    pub probe: Option<String>,
+    /// The highest error rate (0 to 1) that lets the plan go on.
+    #[arg(long, value_name = "RATE")]
+    pub max_error_rate: Option<f64>,
+    /// The highest latency that lets the plan go on (e.g. 250ms).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_ms)]
+    pub max_latency: Option<u64>,
+}
+
+impl PreviewArgs {
+    /// The plan as the API takes it.
+    pub fn spec(&self) -> redrive_api::replay::PlanSpec {
+        use redrive_api::replay::{PlanBudget, PlanDependency, PlanSelection, PlanSpec};
+        PlanSpec {
+            selection: PlanSelection {
+                queue: self.queue.clone(),
+                reasons: self.reasons.clone(),
+                types: self.types.clone(),
+                from: self.from.clone(),
+                to: self.to.clone(),
+                case_ids: self.cases.clone(),
+            },
+            destination: self.destination.clone(),
+            budget: PlanBudget {
+                items_per_s: self.items_per_s,
+                bytes_per_s: self.bytes_per_s.map(u64::from),
+                max_concurrent: self.concurrency,
+                window: self.window,
+                dependency: self.dependency.clone().map(|name| PlanDependency {
+                    name,
+                    probe_url: self.probe.clone().unwrap_or_default(),
+                    max_error_rate: self.max_error_rate.unwrap_or_default(),
+                    max_latency_ms: self.max_latency.unwrap_or_default(),
+                }),
+            },
+        }
+    }
 }
 
 /// Runs a `replay` command.
@@ -143,6 +228,55 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
                 println!("no queue has dead letters");
             } else {
                 print!("{}", status_table(&list.entities).render());
+            }
+        }
+        ReplayCommand::Preview(args) => {
+            let p = ctx
+                .client
+                .preview_plan(&args.spec())
+                .await
+                .with_context(|| format!("preview a replay of {}", args.queue))?;
+            if ctx.json {
+                return print_json(&p);
+            }
+            let mut kv = KeyValues::new();
+            kv.add("items", p.items.to_string())
+                .add("bytes", p.bytes.to_string())
+                .add("eligible now", p.eligible.to_string())
+                .add(
+                    "at least",
+                    format!("{} under the budget", format_duration_ms(p.lower_bound_ms)),
+                )
+                .add("by reason", counts_text(&p.by_reason))
+                .add(
+                    "by type",
+                    counts_text(
+                        &p.by_type
+                            .iter()
+                            .map(|(k, v)| {
+                                let k = if k.is_empty() { "(none)" } else { k.as_str() };
+                                (k.to_owned(), *v)
+                            })
+                            .collect(),
+                    ),
+                )
+                .add("blocked", counts_text(&p.blocked));
+            print!("{}", kv.render());
+            if !p.item_list.is_empty() {
+                let mut t = Table::new(["CASE", "MESSAGE-ID", "REASON", "BYTES", "GATE"]);
+                for i in &p.item_list {
+                    t.row([
+                        i.case_id.clone(),
+                        i.message_id.clone(),
+                        i.reason.clone(),
+                        i.bytes.to_string(),
+                        i.gate.clone().unwrap_or_else(|| "-".to_owned()),
+                    ]);
+                }
+                print!("{}", t.render());
+            }
+            if p.truncated {
+                println!("(first {} of {} items listed)", p.item_list.len(), p.items);
             }
         }
     }

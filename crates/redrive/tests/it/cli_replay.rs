@@ -675,3 +675,54 @@ fn an_export_without_the_payload_reader_role_fails_and_writes_no_file() {
     let out = as_admin(&["dlq", "export", "orders"]);
     assert!(out.ok().contains("secret body"), "{}", out.stdout);
 }
+
+/// `replay preview`: an unbounded plan exits non-zero naming what it leaves out; a bounded
+/// one prints the items, the lower bound under the budget and each item's gate, and
+/// touches nothing.
+#[test]
+fn replay_preview_refuses_an_unbounded_plan_and_names_each_items_gate() {
+    let (s, _dir) = server();
+    s.cli(&["queue", "create", "orders"]).ok();
+    for id in ["o-1", "o-2"] {
+        dead_letter(&s, "orders", b"payload", id);
+    }
+    s.cli(&["replay", "preview", "orders", "--items-per-s", "1"])
+        .fails(2, "bytes_per_s, max_concurrent, dependency");
+    let budget = [
+        "--items-per-s",
+        "1",
+        "--bytes-per-s",
+        "64KiB",
+        "--concurrency",
+        "2",
+        "--window",
+        "10",
+        "--dependency",
+        "ledger",
+        "--probe",
+        "http://ledger/health",
+        "--max-error-rate",
+        "0.05",
+        "--max-latency",
+        "250ms",
+    ];
+    let mut args = vec!["--json", "replay", "preview", "orders"];
+    args.extend(budget);
+    let p: Value = s.cli(&args).json();
+    assert_eq!(p["items"], 2, "{p}");
+    assert_eq!(p["lower_bound_ms"], 2000, "{p}");
+    assert_eq!(p["by_reason"]["Broken"], 2);
+    assert_eq!(p["item_list"].as_array().unwrap().len(), 2);
+    assert!(p["item_list"][0]["gate"].is_string(), "{p}");
+    let mut args = vec!["replay", "preview", "orders"];
+    args.extend(budget);
+    let text = s.cli(&args);
+    let text = text.ok();
+    assert!(text.contains("at least:"), "{text}");
+    assert!(text.contains("GATE"), "{text}");
+    assert_eq!(
+        records(&s, "orders", "live").len(),
+        2,
+        "nothing was touched"
+    );
+}
