@@ -397,18 +397,33 @@ impl Broker {
             }
             match self.step(&case).await? {
                 None => return Ok(case),
-                Some((step, done)) => match self.write_step(&case, step).await {
-                    Ok(written) => {
-                        case = written;
-                        if done {
-                            return Ok(case);
+                Some((step, done)) => {
+                    let decided = decisions(&step);
+                    match self.write_step(&case, step).await {
+                        Ok(written) => {
+                            // The broker's own decisions about the item are audited, as a
+                            // person's are.
+                            if !decided.is_empty() {
+                                self.audit(
+                                    &Actor::system("cases"),
+                                    "case.decide",
+                                    Some(written.queue.as_str()),
+                                    std::iter::once(written.id.clone()).chain(decided).collect(),
+                                    "ok",
+                                )
+                                .await?;
+                            }
+                            case = written;
+                            if done {
+                                return Ok(case);
+                            }
                         }
+                        Err(BrokerError::Store(StoreError::CaseChanged { .. })) => {
+                            case = self.inner.store.get_case(id).await?;
+                        }
+                        Err(e) => return Err(e),
                     }
-                    Err(BrokerError::Store(StoreError::CaseChanged { .. })) => {
-                        case = self.inner.store.get_case(id).await?;
-                    }
-                    Err(e) => return Err(e),
-                },
+                }
             }
         }
         Ok(case)
@@ -2027,6 +2042,24 @@ impl Broker {
         }
         Ok(list.len())
     }
+}
+
+/// The decisions a step of the broker's records, for the audit log: a closing, an
+/// escalation, a stopped replay, a repaired record (`state=<state>`, `repair=archive_record`).
+fn decisions(step: &Step) -> Vec<String> {
+    let mut out: Vec<String> = step
+        .append
+        .iter()
+        .filter(|e| {
+            e.state.terminal().is_some()
+                || matches!(e.state, CaseState::Escalated | CaseState::ReplayStopped)
+        })
+        .map(|e| format!("state={}", e.state))
+        .collect();
+    if step.archive_record {
+        out.push("repair=archive_record".to_owned());
+    }
+    out
 }
 
 /// When a case waiting at `now` is looked at next: its review deadline, its value window's

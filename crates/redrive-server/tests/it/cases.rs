@@ -450,6 +450,14 @@ async fn an_effect_that_exists_completes_the_case_and_repairs_the_record() {
         assert_eq!(r["area"], "archived", "{r}");
         // Nothing was sent again.
         assert!(s.receive("orders", 1).await.is_empty());
+        // The broker's decision is in the audit log, as a person's would be.
+        let decided = s.audit("action=case.decide").await;
+        assert_eq!(decided.len(), 1, "{decided:?}");
+        assert_eq!(decided[0]["actor_name"], "cases");
+        assert_eq!(
+            decided[0]["targets"],
+            json!([id, "state=completed", "repair=archive_record"])
+        );
         assert!(
             s.metrics()
                 .await
