@@ -202,6 +202,34 @@ pub enum StoreError {
         /// The task.
         handle: String,
     },
+    /// No replay plan with that id.
+    #[error("replay plan {id:?} does not exist")]
+    ReplayPlanNotFound {
+        /// The id asked for.
+        id: String,
+    },
+    /// A replay plan with that id exists.
+    #[error("replay plan {id:?} exists")]
+    ReplayPlanExists {
+        /// The id.
+        id: String,
+    },
+    /// The plan changed since it was read: nothing was written.
+    #[error("replay plan {id:?} changed (now at version {version}); read it again")]
+    ReplayPlanChanged {
+        /// The plan.
+        id: String,
+        /// Its current version.
+        version: u64,
+    },
+    /// Another plan holds the item lease on the case: nothing was written.
+    #[error("case {case_id:?} is admitted by replay plan {plan_id:?}")]
+    ReplayItemTaken {
+        /// The case.
+        case_id: String,
+        /// The plan holding it.
+        plan_id: String,
+    },
     /// Transient: the backend is busy or unreachable. Retrying may succeed; nothing was
     /// acknowledged.
     #[error("storage unavailable: {source}")]
@@ -253,11 +281,15 @@ impl StoreError {
             | StoreError::SubscriptionNotFound { .. }
             | StoreError::TokenNotFound { .. }
             | StoreError::CaseNotFound { .. }
-            | StoreError::MoveTaskNotFound { .. } => StoreErrorKind::NotFound,
+            | StoreError::MoveTaskNotFound { .. }
+            | StoreError::ReplayPlanNotFound { .. } => StoreErrorKind::NotFound,
             StoreError::CaseChanged { .. }
             | StoreError::TimelineFull { .. }
             | StoreError::MoveTaskRunning { .. }
-            | StoreError::MoveTaskNotRunning { .. } => StoreErrorKind::Conflict,
+            | StoreError::MoveTaskNotRunning { .. }
+            | StoreError::ReplayPlanExists { .. }
+            | StoreError::ReplayPlanChanged { .. }
+            | StoreError::ReplayItemTaken { .. } => StoreErrorKind::Conflict,
             StoreError::TopicExists { .. }
             | StoreError::TopicHasSubscriptions { .. }
             | StoreError::SubscriptionExists { .. }

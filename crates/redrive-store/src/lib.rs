@@ -23,6 +23,7 @@ pub mod dead_letter;
 mod error;
 mod move_task;
 mod register;
+mod replay_plan;
 pub mod skeleton;
 mod types;
 
@@ -31,6 +32,7 @@ pub use case::*;
 pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use move_task::*;
 pub use register::*;
+pub use replay_plan::*;
 pub use types::*;
 
 use async_trait::async_trait;
@@ -535,6 +537,39 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
         limit: u32,
     ) -> StoreResult<Vec<MoveTaskRecord>>;
+
+    // ---- bounded replay plans --------------------------------------------------------
+
+    /// Stores a new plan with its items (each `waiting` or `held`, `seq` from 0 in
+    /// admission order), in one transaction. `ReplayPlanExists` if the id is taken.
+    async fn create_replay_plan(
+        &self,
+        plan: &ReplayPlanRecord,
+        items: &[PlanItemRecord],
+    ) -> StoreResult<ReplayPlanRecord>;
+
+    /// One plan. `ReplayPlanNotFound`.
+    async fn get_replay_plan(&self, id: &str) -> StoreResult<ReplayPlanRecord>;
+
+    /// A page of plans by id, filtered by `query`.
+    async fn list_replay_plans(&self, query: &PlanQuery) -> StoreResult<Vec<ReplayPlanRecord>>;
+
+    /// Writes `update` in one transaction if the plan is still at `update.version`
+    /// (`ReplayPlanChanged` otherwise, nothing written): its mutable part, its items by
+    /// `seq`, and the version plus one. An item made `admitted` while another plan's item
+    /// of the same case is `admitted` refuses the whole update with `ReplayItemTaken`.
+    /// `ReplayPlanNotFound`. Returns the plan as written.
+    async fn update_replay_plan(
+        &self,
+        update: &ReplayPlanUpdate,
+    ) -> StoreResult<ReplayPlanRecord>;
+
+    /// A page of a plan's items by `seq`, filtered by `query`. `ReplayPlanNotFound`.
+    async fn replay_plan_items(
+        &self,
+        plan_id: &str,
+        query: &PlanItemQuery,
+    ) -> StoreResult<Vec<PlanItemRecord>>;
 
     // ---- topics and subscriptions --------------------------------------------------
 
