@@ -111,6 +111,15 @@ pub enum BrokerError {
         /// The current owner, when another owner's claim is in the way.
         owner: Option<String>,
     },
+    /// A replay plan cannot do what was asked now (`code` says why: `plan_state`,
+    /// `destination_invalid`, `plan_busy`).
+    #[error("{why}")]
+    PlanConflict {
+        /// The reason's code.
+        code: String,
+        /// Why, in words.
+        why: String,
+    },
     /// A replay plan whose budget leaves limits out: an unbounded replay is refused.
     #[error("an unbounded replay is refused: name {}", missing.join(", "))]
     ReplayUnbounded {
@@ -170,6 +179,7 @@ impl BrokerError {
             BrokerError::QueueIsDeadLetterTarget { .. } => "queue_is_dead_letter_target".into(),
             BrokerError::CaseConflict { code, .. } => code.clone(),
             BrokerError::ReplayUnbounded { .. } => "replay_unbounded".into(),
+            BrokerError::PlanConflict { code, .. } => code.clone(),
             BrokerError::Store(s) => format!("{:?}", s.kind()).to_lowercase(),
             _ => "refused".into(),
         }

@@ -82,8 +82,10 @@ pub use redrive_push::{NetworkError, NetworkPolicy};
 pub use register::RegisterChange;
 pub use relay::WakeupRelay;
 pub use replay_plans::{
-    FAILURE_PERSISTS_MS, MAX_PLAN_ITEMS, MAX_PREVIEW_LIST, MAX_SELECTION_VALUES, PlanPreview,
-    PlanSelectionInput, PreviewItem,
+    BudgetRecord, DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, DependencySpec, FAILURE_PERSISTS_MS,
+    MAX_PLAN_ITEMS, MAX_PLAN_LEASE_MS, MAX_PREVIEW_LIST, MAX_SELECTION_VALUES, NodeReplayBudget,
+    PlanInput, PlanPass, PlanPreview, PlanSelectionInput, PlanSpec, PlanView, PlanWorker,
+    PreviewItem, Reading, RunState,
 };
 pub use replayer::{
     REPLAY_BATCH, REPLAY_LEASE, ReplayPass, ReplaySettings, ReplayStatus, Replayer, RestorePreview,
@@ -127,6 +129,8 @@ struct Inner {
     replay: replayer::ReplayState,
     /// The case worker's wake-up, settings and HTTP client.
     cases: cases::CaseState,
+    /// The plan runner's wake-up and the node-wide replay budget.
+    plans: replay_plans::PlanState,
 }
 
 impl Broker {
@@ -183,6 +187,7 @@ impl Broker {
                 push_network,
                 replay: replayer::ReplayState::default(),
                 cases: cases::CaseState::default(),
+                plans: replay_plans::PlanState::default(),
             }),
         }
     }

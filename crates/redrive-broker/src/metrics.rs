@@ -32,6 +32,9 @@ pub(crate) enum Counter {
     CasesEscalated,
     CasesClosed,
     EffectLookups,
+    PlanItems,
+    PlanBytes,
+    PlansEnded,
 }
 
 impl Counter {
@@ -57,6 +60,9 @@ impl Counter {
             Counter::CasesEscalated => "redrive_cases_escalated_total",
             Counter::CasesClosed => "redrive_cases_closed_total",
             Counter::EffectLookups => "redrive_effect_lookups_total",
+            Counter::PlanItems => "redrive_replay_plan_items_total",
+            Counter::PlanBytes => "redrive_replay_plan_bytes_total",
+            Counter::PlansEnded => "redrive_replay_plans_ended_total",
         }
     }
 
@@ -92,6 +98,13 @@ impl Counter {
             Counter::CasesEscalated => "Recovery cases escalated, by what is missing.",
             Counter::CasesClosed => "Recovery cases closed, by terminal state.",
             Counter::EffectLookups => "Effect authority lookups, by answer.",
+            Counter::PlanItems => {
+                "Items of bounded replay plans, by outcome (admitted, completed, stopped, closed, held)."
+            }
+            Counter::PlanBytes => "Payload bytes admitted by bounded replay plans.",
+            Counter::PlansEnded => {
+                "Bounded replay plans ended, by reason (completed, cancelled, or the stop reason)."
+            }
         }
     }
 
@@ -103,11 +116,12 @@ impl Counter {
             Counter::CasesEscalated => "missing",
             Counter::CasesClosed => "state",
             Counter::EffectLookups => "answer",
+            Counter::PlanItems | Counter::PlanBytes => "outcome",
             _ => "reason",
         }
     }
 
-    const ALL: [Counter; 20] = [
+    const ALL: [Counter; 23] = [
         Counter::Sent,
         Counter::Duplicates,
         Counter::Received,
@@ -128,6 +142,9 @@ impl Counter {
         Counter::CasesEscalated,
         Counter::CasesClosed,
         Counter::EffectLookups,
+        Counter::PlanItems,
+        Counter::PlanBytes,
+        Counter::PlansEnded,
     ];
 }
 

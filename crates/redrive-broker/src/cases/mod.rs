@@ -20,7 +20,7 @@
 
 pub mod data;
 pub mod effect;
-mod ops;
+pub(crate) mod ops;
 mod worker;
 
 use std::collections::BTreeMap;

@@ -90,6 +90,21 @@ pub enum ReviewDecision {
     Extend(u64),
 }
 
+/// Who admits a replay, where, and under what.
+pub(crate) struct ReplayAdmission<'a> {
+    /// The owner admitting it (its name).
+    pub(crate) actor: &'a str,
+    /// Where the replay goes.
+    pub(crate) destination: &'a EntityName,
+    /// The budget it is admitted under, in words.
+    pub(crate) budget: String,
+    /// The plan admitting it, if any.
+    pub(crate) plan_id: Option<&'a str>,
+    /// The item lease written on the case with the admission (a plan's owner holds the
+    /// case while its replay is in flight).
+    pub(crate) lease: Option<redrive_core::case::Lease>,
+}
+
 /// What an intent update did.
 #[derive(Debug, Clone)]
 pub struct IntentOutcome {
@@ -203,7 +218,7 @@ impl Step {
 }
 
 impl Broker {
-    async fn write_step(&self, case: &CaseRecord, mut step: Step) -> BrokerResult<CaseRecord> {
+    pub(crate) async fn write_step(&self, case: &CaseRecord, mut step: Step) -> BrokerResult<CaseRecord> {
         step.set.data = step.data.to_value();
         let update = CaseUpdate {
             id: case.id.clone(),
@@ -272,7 +287,7 @@ impl Broker {
         })
     }
 
-    async fn authority_for(
+    pub(crate) async fn authority_for(
         &self,
         message_type: Option<&str>,
     ) -> BrokerResult<Option<EffectAuthority>> {
@@ -1738,86 +1753,19 @@ impl Broker {
                 )
                 .await;
         }
-        let record = self
-            .inner
-            .store
-            .get_dead_letter(&case.queue, &case.record_id)
+        let (step, message_id, outgoing) = self
+            .prepare_replay(
+                &case,
+                &data,
+                &ReplayAdmission {
+                    actor: &actor.name,
+                    destination: &case.queue,
+                    budget: "one item".into(),
+                    plan_id: None,
+                    lease: None,
+                },
+            )
             .await?;
-        let (body, digest) = match data.transformations.last() {
-            Some(t) if t.equivalent => (
-                self.inner
-                    .store
-                    .case_payload(id, &t.digest)
-                    .await?
-                    .ok_or_else(|| {
-                        conflict("payload_gone", "the transformation's bytes are gone")
-                    })?,
-                t.digest.clone(),
-            ),
-            _ => (record.body.clone(), record.body_sha256.clone()),
-        };
-        let (base, n) = redrive_core::id::split_replay_count(&record.message_id);
-        let message_id = format!("{base}|{}", n + 1);
-        let mut step = Step::of(&case);
-        if step.set.state != CaseState::ReplayEligible
-            && step
-                .push(entry(
-                    now,
-                    &actor.name,
-                    CaseState::ReplayEligible,
-                    "every gate passes at admission",
-                ))
-                .is_err()
-        {
-            step.push(entry(
-                now,
-                &actor.name,
-                CaseState::IntentActive,
-                "the intent is active and inside its value window at admission",
-            ))
-            .map_err(case_error)?;
-            step.push(entry(
-                now,
-                &actor.name,
-                CaseState::ReplayEligible,
-                "every gate passes at admission",
-            ))
-            .map_err(case_error)?;
-        }
-        let correction = data.correction().map(|c| c.version);
-        step.push(with(
-            entry(
-                now,
-                &actor.name,
-                CaseState::ReplayAdmitted,
-                format!(
-                    "one replay admitted by {} to {} as {message_id}",
-                    actor.name, case.queue
-                ),
-            ),
-            &[
-                ("message_id", message_id.clone()),
-                ("destination", case.queue.to_string()),
-                ("digest", digest.clone()),
-                ("budget", "one item".into()),
-                (
-                    "correction_version",
-                    correction.map(|c| c.to_string()).unwrap_or_default(),
-                ),
-            ],
-        ))
-        .map_err(case_error)?;
-        step.data.replays.push(ReplayRecord {
-            message_id: message_id.clone(),
-            destination: case.queue.to_string(),
-            digest,
-            correction_version: correction,
-            owner: actor.name.clone(),
-            status: ReplayStatus::InFlight,
-            at_ms: now.as_millis(),
-        });
-        step.set.next_check_at = Some(now.plus_millis(60_000));
-        step.data.next = Some("observe_replay".to_owned());
         let written = self.write_step(&case, step).await;
         let written = self
             .audited(
@@ -1828,6 +1776,111 @@ impl Broker {
                 written,
             )
             .await?;
+        self.send_replay(&written, &case.queue, outgoing).await?;
+        tracing::info!(case_id = %id, message_id = %message_id, owner = %actor.name, "case replay admitted");
+        self.case_view(written).await
+    }
+
+    /// The write and the message of one replay admission, shared by a case's own replay
+    /// and a plan's: the entries up to `replay_admitted` (with the destination, budget,
+    /// digest, correction version and plan), the replay record, and the message
+    /// `<id>|<n>` carrying the payload (or its latest equivalent transformation). The
+    /// caller writes the step (conditional on the case's version), audits it, then sends.
+    pub(crate) async fn prepare_replay(
+        &self,
+        case: &CaseRecord,
+        data: &CaseData,
+        a: &ReplayAdmission<'_>,
+    ) -> BrokerResult<(Step, String, Outgoing)> {
+        let now = self.now();
+        let record = self
+            .inner
+            .store
+            .get_dead_letter(&case.queue, &case.record_id)
+            .await?;
+        let (body, digest) = match data.transformations.last() {
+            Some(t) if t.equivalent => (
+                self.inner
+                    .store
+                    .case_payload(&case.id, &t.digest)
+                    .await?
+                    .ok_or_else(|| {
+                        conflict("payload_gone", "the transformation's bytes are gone")
+                    })?,
+                t.digest.clone(),
+            ),
+            _ => (record.body.clone(), record.body_sha256.clone()),
+        };
+        let (base, n) = redrive_core::id::split_replay_count(&record.message_id);
+        let message_id = format!("{base}|{}", n + 1);
+        let mut step = Step::of(case);
+        if let Some(lease) = &a.lease {
+            step.set.lease = Some(lease.clone());
+        }
+        if step.set.state != CaseState::ReplayEligible
+            && step
+                .push(entry(
+                    now,
+                    a.actor,
+                    CaseState::ReplayEligible,
+                    "every gate passes at admission",
+                ))
+                .is_err()
+        {
+            step.push(entry(
+                now,
+                a.actor,
+                CaseState::IntentActive,
+                "the intent is active and inside its value window at admission",
+            ))
+            .map_err(case_error)?;
+            step.push(entry(
+                now,
+                a.actor,
+                CaseState::ReplayEligible,
+                "every gate passes at admission",
+            ))
+            .map_err(case_error)?;
+        }
+        let correction = data.correction().map(|c| c.version);
+        let by = match a.plan_id {
+            Some(p) => format!("{} (plan {p})", a.actor),
+            None => a.actor.to_owned(),
+        };
+        step.push(with(
+            entry(
+                now,
+                a.actor,
+                CaseState::ReplayAdmitted,
+                format!(
+                    "one replay admitted by {by} to {} as {message_id}",
+                    a.destination
+                ),
+            ),
+            &[
+                ("message_id", message_id.clone()),
+                ("destination", a.destination.to_string()),
+                ("digest", digest.clone()),
+                ("budget", a.budget.clone()),
+                ("plan_id", a.plan_id.unwrap_or_default().to_owned()),
+                (
+                    "correction_version",
+                    correction.map(|c| c.to_string()).unwrap_or_default(),
+                ),
+            ],
+        ))
+        .map_err(case_error)?;
+        step.data.replays.push(ReplayRecord {
+            message_id: message_id.clone(),
+            destination: a.destination.to_string(),
+            digest,
+            correction_version: correction,
+            owner: a.actor.to_owned(),
+            status: ReplayStatus::InFlight,
+            at_ms: now.as_millis(),
+        });
+        step.set.next_check_at = Some(now.plus_millis(60_000));
+        step.data.next = Some("observe_replay".to_owned());
         let mut props = record.properties.clone();
         props.insert(
             ORIGINAL_ID_PROPERTY.into(),
@@ -1837,40 +1890,45 @@ impl Broker {
             REPLAYED_FROM_PROPERTY.into(),
             PropertyValue::String(record.id.clone()),
         );
-        let sent = self
-            .send(
-                case.queue.as_str(),
-                vec![Outgoing {
-                    message_id: Some(message_id.clone()),
-                    body,
-                    content_type: record.content_type.clone(),
-                    properties: props,
-                    correlation_id: record.correlation_id.clone(),
-                    session_id: record.session_id.clone(),
-                    message_type: record.message_type.clone(),
-                    intent: record.intent.clone(),
-                    valid_until: record.valid_until,
-                    ..Outgoing::default()
-                }],
-            )
-            .await;
-        if let Err(e) = sent {
-            let mut step = Step::of(&written);
-            if let Some(last) = step.data.replays.last_mut() {
-                last.status = ReplayStatus::Stopped;
-            }
-            step.push(entry(
-                self.now(),
-                "broker",
-                CaseState::ReplayStopped,
-                format!("the replay could not be delivered: {e}"),
-            ))
-            .map_err(case_error)?;
-            self.write_step(&written, step).await?;
-            return Err(e);
+        let outgoing = Outgoing {
+            message_id: Some(message_id.clone()),
+            body,
+            content_type: record.content_type.clone(),
+            properties: props,
+            correlation_id: record.correlation_id.clone(),
+            session_id: record.session_id.clone(),
+            message_type: record.message_type.clone(),
+            intent: record.intent.clone(),
+            valid_until: record.valid_until,
+            ..Outgoing::default()
+        };
+        Ok((step, message_id, outgoing))
+    }
+
+    /// Sends an admitted replay to `destination`; a send that fails stops the case's replay
+    /// (`replay_stopped`, the error as evidence) and is returned.
+    pub(crate) async fn send_replay(
+        &self,
+        written: &CaseRecord,
+        destination: &EntityName,
+        outgoing: Outgoing,
+    ) -> BrokerResult<()> {
+        let Err(e) = self.send(destination.as_str(), vec![outgoing]).await else {
+            return Ok(());
+        };
+        let mut step = Step::of(written);
+        if let Some(last) = step.data.replays.last_mut() {
+            last.status = ReplayStatus::Stopped;
         }
-        tracing::info!(case_id = %id, message_id = %message_id, owner = %actor.name, "case replay admitted");
-        self.case_view(written).await
+        step.push(entry(
+            self.now(),
+            "broker",
+            CaseState::ReplayStopped,
+            format!("the replay could not be delivered: {e}"),
+        ))
+        .map_err(case_error)?;
+        self.write_step(written, step).await?;
+        Err(e)
     }
 
     /// A producer's cancel or supersede of an intent: its open cases close without

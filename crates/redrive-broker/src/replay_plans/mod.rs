@@ -15,6 +15,29 @@ use redrive_store::{CaseQuery, CaseRecord, StoreError};
 use crate::cases::data::{self, CaseData};
 use crate::{Broker, BrokerError, BrokerResult};
 
+mod probe;
+mod run;
+mod worker;
+
+pub use probe::Reading;
+pub use run::{
+    BudgetRecord, DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, DependencySpec, MAX_PLAN_LEASE_MS,
+    NodeReplayBudget, PlanInput, PlanPass, PlanSpec, PlanView, RunState,
+};
+pub(crate) use run::PlanState;
+pub use worker::PlanWorker;
+
+/// A budget with every limit named, or the refusal: `ReplayUnbounded` naming what is
+/// left out, `InvalidRequest` for a limit out of range.
+pub(crate) fn checked_budget(budget: &BudgetSpec) -> BrokerResult<redrive_core::plan::Budget> {
+    budget.check().map_err(|e| match e {
+        BudgetError::Unbounded { missing } => BrokerError::ReplayUnbounded {
+            missing: missing.iter().map(|m| (*m).to_owned()).collect(),
+        },
+        BudgetError::OutOfRange { field, why } => BrokerError::invalid(field, why),
+    })
+}
+
 /// Most items one plan selects.
 pub const MAX_PLAN_ITEMS: usize = 10_000;
 /// Most items a preview lists one by one (the counts cover every item).
@@ -148,51 +171,8 @@ impl Broker {
         selection: &PlanSelectionInput,
         budget: &BudgetSpec,
     ) -> BrokerResult<PlanPreview> {
-        let budget = budget.check().map_err(|e| match e {
-            BudgetError::Unbounded { missing } => BrokerError::ReplayUnbounded {
-                missing: missing.iter().map(|m| (*m).to_owned()).collect(),
-            },
-            BudgetError::OutOfRange { field, why } => BrokerError::invalid(field, why),
-        })?;
-        for (field, n) in [
-            ("reasons", selection.reasons.len()),
-            ("types", selection.types.len()),
-            ("case_ids", selection.case_ids.len()),
-        ] {
-            if n > MAX_SELECTION_VALUES {
-                return Err(BrokerError::invalid(
-                    field,
-                    format!("at most {MAX_SELECTION_VALUES} values"),
-                ));
-            }
-        }
-        for v in selection
-            .reasons
-            .iter()
-            .chain(&selection.types)
-            .chain(&selection.case_ids)
-        {
-            if v.is_empty() || v.len() > 256 || v.contains('\0') {
-                return Err(BrokerError::invalid(
-                    "selection",
-                    "reasons, types and case ids are 1 to 256 bytes without NUL characters",
-                ));
-            }
-        }
-        let queue: EntityName = selection.queue.parse()?;
-        // The queue must exist (QueueNotFound otherwise).
-        self.inner.store.get_queue(&queue).await?;
-        let destination: EntityName = match &selection.destination {
-            Some(d) => d
-                .parse()
-                .map_err(|e| BrokerError::invalid("destination", format!("{e}")))?,
-            None => queue.clone(),
-        };
-        let destination_exists = match self.inner.store.get_queue(&destination).await {
-            Ok(_) => true,
-            Err(StoreError::QueueNotFound { .. }) => false,
-            Err(e) => return Err(e.into()),
-        };
+        let budget = checked_budget(budget)?;
+        let (queue, destination, destination_exists) = self.resolve_selection(selection).await?;
         let cases = self.select(&queue, selection).await?;
         let now = self.now();
         let mut out = PlanPreview::default();
@@ -243,8 +223,56 @@ impl Broker {
         Ok(out)
     }
 
+    /// A selection's queue and destination, checked: bounded values, the queue exists;
+    /// and whether the destination does.
+    pub(crate) async fn resolve_selection(
+        &self,
+        selection: &PlanSelectionInput,
+    ) -> BrokerResult<(EntityName, EntityName, bool)> {
+        for (field, n) in [
+            ("reasons", selection.reasons.len()),
+            ("types", selection.types.len()),
+            ("case_ids", selection.case_ids.len()),
+        ] {
+            if n > MAX_SELECTION_VALUES {
+                return Err(BrokerError::invalid(
+                    field,
+                    format!("at most {MAX_SELECTION_VALUES} values"),
+                ));
+            }
+        }
+        for v in selection
+            .reasons
+            .iter()
+            .chain(&selection.types)
+            .chain(&selection.case_ids)
+        {
+            if v.is_empty() || v.len() > 256 || v.contains('\0') {
+                return Err(BrokerError::invalid(
+                    "selection",
+                    "reasons, types and case ids are 1 to 256 bytes without NUL characters",
+                ));
+            }
+        }
+        let queue: EntityName = selection.queue.parse()?;
+        // The queue must exist (QueueNotFound otherwise).
+        self.inner.store.get_queue(&queue).await?;
+        let destination: EntityName = match &selection.destination {
+            Some(d) => d
+                .parse()
+                .map_err(|e| BrokerError::invalid("destination", format!("{e}")))?,
+            None => queue.clone(),
+        };
+        let destination_exists = match self.inner.store.get_queue(&destination).await {
+            Ok(_) => true,
+            Err(StoreError::QueueNotFound { .. }) => false,
+            Err(e) => return Err(e.into()),
+        };
+        Ok((queue, destination, destination_exists))
+    }
+
     /// The open cases a selection names, by id, at most [`MAX_PLAN_ITEMS`].
-    async fn select(
+    pub(crate) async fn select(
         &self,
         queue: &EntityName,
         s: &PlanSelectionInput,
@@ -301,7 +329,7 @@ impl Broker {
     /// Whether `queue` dead-lettered with `reason` within [`FAILURE_PERSISTS_MS`] of `now`:
     /// the failure that produced the items persists there, and replaying into it would make
     /// a loop.
-    async fn failure_persists(
+    pub(crate) async fn failure_persists(
         &self,
         queue: &EntityName,
         reason: &str,

@@ -1,0 +1,1556 @@
+//! Running a replay plan: creation (the selection fixed, the ordering scopes recorded),
+//! start, pause, resume, cancel, and the advance that admits items under the budget and
+//! observes their outcomes.
+//!
+//! # One advance ([`Broker::advance_plan`])
+//!
+//! 1. The owner's lease and current authorization are read: a lease that ran out, or a
+//!    token revoked, expired or no longer granted `replayer` on the source and the
+//!    destination, is a stop condition.
+//! 2. Every admitted item's case is advanced (its replay observed through the effect
+//!    authority): a completed case completes the item; a closed one closes it; a stopped
+//!    replay stops it with its trigger — lost effect evidence and a repeated failure shape
+//!    are stop conditions of the plan.
+//! 3. The dependency is probed once per observation window (and before a window opens).
+//! 4. The stop conditions are checked (`redrive_core::plan::stop`, in the seed's order).
+//! 5. While running, the next waiting items are admitted one at a time, in order, within
+//!    the window, each only after its gates pass now: the case reconciled with its effect
+//!    authority now, its decision eligible, no other owner's claim on it, the destination
+//!    off the failing path, its session's predecessors resolved; then the plan's pacer and
+//!    the node's replay budget must both say now. The admission is written to the plan
+//!    first (the item lease), then to the case (`replay_admitted`, bound to the plan and
+//!    budget), then the replay `<id>|<n>` is sent.
+//! 6. A window whose items all settled opens the next one only if the gates still pass
+//!    (a fresh probe within thresholds); a plan with nothing waiting and nothing in flight
+//!    completes.
+//!
+//! Every write of a plan is conditional on the version read, so one advance at a time
+//! changes a plan, on any node; the pacing state is in the plan, so a resumed plan keeps
+//! its spacing, and an item already admitted is never admitted again.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use redrive_core::case::{self, CaseState, Lease};
+use redrive_core::plan::{Budget, BudgetSpec, Dependency, Observations, Pacer, StopReason};
+use redrive_core::access::Operation;
+use redrive_core::{EntityName, Timestamp};
+use redrive_store::{
+    CaseQuery, CaseRecord, PlanItemQuery, PlanItemRecord, PlanItemState, PlanMut, PlanQuery,
+    PlanStatus, ReplayPlanRecord, ReplayPlanUpdate, StoreError,
+};
+use serde::{Deserialize, Serialize};
+
+use super::probe::{self, Reading};
+use super::{PlanSelectionInput, checked_budget, gate_of};
+use crate::cases::data::{self, CaseData, ReplayStatus};
+use crate::cases::ops::ReplayAdmission;
+use crate::metrics::Counter;
+use crate::{Actor, Broker, BrokerError, BrokerResult};
+
+/// The owner's lease of a plan that names none, ms (renewed by `start` and `resume`).
+pub const DEFAULT_PLAN_LEASE_MS: u64 = 60 * 60 * 1000;
+/// The longest owner's lease, ms.
+pub const MAX_PLAN_LEASE_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+/// The dependency's observation window of a plan that names none, ms.
+pub const DEFAULT_OBSERVE_MS: u64 = 10_000;
+/// How often a running plan with replays in flight looks at them, ms.
+pub const OBSERVE_IN_FLIGHT_MS: i64 = 1_000;
+/// Most items one advance admits (the rest at the next).
+pub const ADMIT_BATCH: usize = 1_000;
+/// How many times an advance reads a plan again when another writer changed it.
+const RETRIES: usize = 3;
+
+/// A plan as asked for.
+#[derive(Debug, Clone, Default)]
+pub struct PlanInput {
+    /// What it replays, and where.
+    pub selection: PlanSelectionInput,
+    /// Its budget: every limit named.
+    pub budget: BudgetSpec,
+    /// The correction every item's case must carry (its identity), if the plan names one.
+    pub correction: Option<String>,
+    /// The owner's lease, ms ([`DEFAULT_PLAN_LEASE_MS`] when absent).
+    pub lease_ms: Option<u64>,
+    /// The dependency's observation window, ms ([`DEFAULT_OBSERVE_MS`] when absent).
+    pub observe_ms: Option<u64>,
+}
+
+/// A plan's dependency reservation, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DependencySpec {
+    /// Its name.
+    pub name: String,
+    /// Its health probe.
+    pub probe_url: String,
+    /// The highest error rate that lets the plan go on.
+    pub max_error_rate: f64,
+    /// The highest latency that lets the plan go on, ms.
+    pub max_latency_ms: u64,
+}
+
+/// A plan's budget, as stored (every limit named).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetRecord {
+    /// Items per second.
+    pub items_per_s: f64,
+    /// Bytes per second.
+    pub bytes_per_s: u64,
+    /// Concurrent deliveries.
+    pub max_concurrent: u32,
+    /// Items per admission window.
+    pub window: u32,
+    /// The dependency reservation.
+    pub dependency: DependencySpec,
+}
+
+impl BudgetRecord {
+    fn of(b: &Budget) -> Self {
+        BudgetRecord {
+            items_per_s: b.items_per_s,
+            bytes_per_s: b.bytes_per_s,
+            max_concurrent: b.max_concurrent,
+            window: b.window,
+            dependency: DependencySpec {
+                name: b.dependency.name.clone(),
+                probe_url: b.dependency.probe_url.clone(),
+                max_error_rate: b.dependency.max_error_rate,
+                max_latency_ms: b.dependency.max_latency_ms,
+            },
+        }
+    }
+
+    /// The budget.
+    pub fn budget(&self) -> Budget {
+        Budget {
+            items_per_s: self.items_per_s,
+            bytes_per_s: self.bytes_per_s,
+            max_concurrent: self.max_concurrent,
+            window: self.window,
+            dependency: Dependency {
+                name: self.dependency.name.clone(),
+                probe_url: self.dependency.probe_url.clone(),
+                max_error_rate: self.dependency.max_error_rate,
+                max_latency_ms: self.dependency.max_latency_ms,
+            },
+        }
+    }
+
+    /// The budget in words, for the case's admission entry.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} items/s, {} bytes/s, {} concurrent, window {}, dependency {} (error rate ≤ {}, latency ≤ {} ms)",
+            self.items_per_s,
+            self.bytes_per_s,
+            self.max_concurrent,
+            self.window,
+            self.dependency.name,
+            self.dependency.max_error_rate,
+            self.dependency.max_latency_ms
+        )
+    }
+}
+
+/// A plan's fixed part: never changed once created (a change is a new plan).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanSpec {
+    /// Only these reasons (any when empty).
+    #[serde(default)]
+    pub reasons: Vec<String>,
+    /// Only these types (any when empty).
+    #[serde(default)]
+    pub types: Vec<String>,
+    /// Dead-lettered at or after (ms).
+    #[serde(default)]
+    pub from_ms: Option<i64>,
+    /// Dead-lettered before (ms).
+    #[serde(default)]
+    pub to_ms: Option<i64>,
+    /// Only these cases (any when empty).
+    #[serde(default)]
+    pub case_ids: Vec<String>,
+    /// The budget.
+    pub budget: BudgetRecord,
+    /// The correction every item's case must carry, if named.
+    #[serde(default)]
+    pub correction: Option<String>,
+    /// The owner's lease, ms.
+    pub lease_ms: u64,
+    /// The dependency's observation window, ms.
+    pub observe_ms: u64,
+    /// The ordering scopes the plan holds whole: each session's open cases, in order.
+    #[serde(default)]
+    pub sessions: BTreeMap<String, Vec<String>>,
+}
+
+impl PlanSpec {
+    /// The spec of a stored plan.
+    pub fn of(plan: &ReplayPlanRecord) -> BrokerResult<PlanSpec> {
+        serde_json::from_value(plan.spec.clone())
+            .map_err(|e| redrive_store::skeleton::columns::bad_value("replay_plans.spec", e).into())
+    }
+}
+
+/// A running plan's state (kept in the plan, so a resumed plan goes on where it was).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunState {
+    /// The pacer: earliest next admission by the item budget, ms.
+    #[serde(default)]
+    pub next_item_ms: f64,
+    /// The pacer: until when admitted bytes hold the byte budget, ms.
+    #[serde(default)]
+    pub bytes_until_ms: f64,
+    /// Replays in flight.
+    #[serde(default)]
+    pub in_flight: u32,
+    /// The current admission window, from 1 (0: none opened yet).
+    #[serde(default)]
+    pub window: u32,
+    /// Items admitted in the current window.
+    #[serde(default)]
+    pub window_admitted: u32,
+    /// Items admitted in all.
+    #[serde(default)]
+    pub admitted: u64,
+    /// Bytes admitted in all.
+    #[serde(default)]
+    pub bytes_admitted: u64,
+    /// Items completed.
+    #[serde(default)]
+    pub completed: u64,
+    /// Items whose replay stopped.
+    #[serde(default)]
+    pub stopped: u64,
+    /// Items closed without a replay.
+    #[serde(default)]
+    pub closed: u64,
+    /// Items a gate holds.
+    #[serde(default)]
+    pub held: u64,
+    /// Replays that repeated a failure: (case, failure shape).
+    #[serde(default)]
+    pub failures: Vec<(String, String)>,
+    /// The baseline reading, before the first admission.
+    #[serde(default)]
+    pub baseline: Option<Reading>,
+    /// The latest readings (at most two).
+    #[serde(default)]
+    pub readings: Vec<Reading>,
+    /// When the dependency was last probed, ms.
+    #[serde(default)]
+    pub probed_ms: Option<i64>,
+    /// When the plan started, ms.
+    #[serde(default)]
+    pub started_ms: Option<i64>,
+    /// When the last item was admitted, ms.
+    #[serde(default)]
+    pub last_admit_ms: Option<i64>,
+    /// What stopped it, in words.
+    #[serde(default)]
+    pub stop_detail: Option<String>,
+}
+
+impl RunState {
+    fn of(plan: &ReplayPlanRecord) -> RunState {
+        serde_json::from_value(plan.m.state.clone()).unwrap_or_default()
+    }
+
+    fn value(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+
+    fn pacer(&self) -> Pacer {
+        Pacer {
+            next_item_ms: self.next_item_ms,
+            bytes_until_ms: self.bytes_until_ms,
+            in_flight: self.in_flight,
+        }
+    }
+
+    fn set_pacer(&mut self, p: &Pacer) {
+        self.next_item_ms = p.next_item_ms;
+        self.bytes_until_ms = p.bytes_until_ms;
+        self.in_flight = p.in_flight;
+    }
+}
+
+/// A plan as the interfaces show it.
+#[derive(Debug, Clone)]
+pub struct PlanView {
+    /// The stored plan.
+    pub plan: ReplayPlanRecord,
+    /// Its fixed part.
+    pub spec: PlanSpec,
+    /// Its run state.
+    pub run: RunState,
+    /// Items still waiting.
+    pub waiting: u64,
+    /// The lower bound of the time the waiting items still take under the budget, ms.
+    pub eta_ms: u64,
+}
+
+/// What one look at the plans did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlanPass {
+    /// Plans advanced.
+    pub advanced: u64,
+    /// The earliest time a plan wants to be looked at again.
+    pub next_at: Option<Timestamp>,
+}
+
+/// The node-wide replay budget, shared by every plan this node runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NodeReplayBudget {
+    /// Items per second over all plans.
+    pub items_per_s: f64,
+    /// Bytes per second over all plans.
+    pub bytes_per_s: u64,
+}
+
+impl Default for NodeReplayBudget {
+    fn default() -> Self {
+        NodeReplayBudget {
+            items_per_s: 1_000.0,
+            bytes_per_s: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// The plan runner's state on this node.
+#[derive(Default)]
+pub(crate) struct PlanState {
+    pub(crate) wake: tokio::sync::Notify,
+    pub(crate) node: std::sync::Mutex<(NodeReplayBudget, Pacer)>,
+}
+
+fn plan_conflict(code: &str, why: impl Into<String>) -> BrokerError {
+    BrokerError::PlanConflict {
+        code: code.to_owned(),
+        why: why.into(),
+    }
+}
+
+/// Where an admitted item's case stands.
+enum Outcome {
+    InFlight,
+    Completed,
+    Closed(String),
+    Stopped(String),
+}
+
+impl Broker {
+    /// Sets the node-wide replay budget.
+    pub fn set_node_replay_budget(&self, budget: NodeReplayBudget) {
+        let mut node = self.inner.plans.node.lock().unwrap_or_else(|p| p.into_inner());
+        node.0 = budget;
+    }
+
+    pub(crate) fn wake_plans(&self) {
+        self.inner.plans.wake.notify_one();
+    }
+
+    /// Creates a plan over the selection, owned by `actor`: refused when its budget is
+    /// unbounded or out of range, when the destination does not exist or is the failing
+    /// path (it dead-lettered one of the items' reasons within
+    /// [`FAILURE_PERSISTS_MS`](super::FAILURE_PERSISTS_MS)), or when `actor` may not
+    /// replay to the destination. The items are fixed now, in order; a session's items are
+    /// held `ordering_missing` unless the plan holds every open case of the session.
+    pub async fn create_plan(&self, input: &PlanInput, actor: &Actor) -> BrokerResult<PlanView> {
+        let r = self.create_plan_inner(input, actor).await;
+        let targets = match &r {
+            Ok(v) => vec![v.plan.id.clone(), format!("items={}", v.plan.items)],
+            Err(_) => Vec::new(),
+        };
+        self.audited(
+            actor,
+            "replay.plan_create",
+            Some(input.selection.queue.as_str()),
+            targets,
+            r,
+        )
+        .await
+    }
+
+    async fn create_plan_inner(&self, input: &PlanInput, actor: &Actor) -> BrokerResult<PlanView> {
+        let budget = checked_budget(&input.budget)?;
+        let lease_ms = input.lease_ms.unwrap_or(DEFAULT_PLAN_LEASE_MS);
+        if lease_ms == 0 || lease_ms > MAX_PLAN_LEASE_MS {
+            return Err(BrokerError::invalid(
+                "lease_ms",
+                format!("must be 1 to {MAX_PLAN_LEASE_MS}"),
+            ));
+        }
+        let observe_ms = input.observe_ms.unwrap_or(DEFAULT_OBSERVE_MS);
+        if !(100..=3_600_000).contains(&observe_ms) {
+            return Err(BrokerError::invalid(
+                "observe_ms",
+                "must be 100 to 3600000",
+            ));
+        }
+        if let Some(c) = &input.correction
+            && (c.trim().is_empty() || c.len() > 256 || c.contains('\0'))
+        {
+            return Err(BrokerError::invalid(
+                "correction",
+                "1 to 256 bytes without NUL characters",
+            ));
+        }
+        let sel = &input.selection;
+        let (queue, destination, destination_exists) = self.resolve_selection(sel).await?;
+        if !destination_exists {
+            return Err(plan_conflict(
+                "destination_invalid",
+                format!("the destination queue {destination} does not exist"),
+            ));
+        }
+        self.authorize(actor, Operation::ReplayCase, Some(destination.as_str()))
+            .await?;
+        let mut cases = self.select(&queue, sel).await?;
+        cases.sort_by(|a, b| {
+            (a.dead_lettered_at, &a.id).cmp(&(b.dead_lettered_at, &b.id))
+        });
+        let now = self.now();
+        let reasons: BTreeSet<&str> = cases.iter().map(|c| c.reason.as_str()).collect();
+        for reason in reasons {
+            if self.failure_persists(&destination, reason, now).await? {
+                return Err(plan_conflict(
+                    "destination_invalid",
+                    format!(
+                        "the destination {destination} is the failing path: it dead-lettered {reason} within the last {} s, and replaying there would repeat the failure",
+                        super::FAILURE_PERSISTS_MS / 1000
+                    ),
+                ));
+            }
+        }
+        // The ordering scopes: a session is admitted only whole.
+        let selected: BTreeSet<&str> = cases.iter().map(|c| c.id.as_str()).collect();
+        let mut sessions: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut missing: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let session_ids: BTreeSet<&str> =
+            cases.iter().filter_map(|c| c.session_id.as_deref()).collect();
+        for session in session_ids {
+            let all = self.session_cases(&queue, session).await?;
+            let absent: Vec<String> = all
+                .iter()
+                .filter(|c| !selected.contains(c.id.as_str()))
+                .map(|c| c.id.clone())
+                .collect();
+            if absent.is_empty() {
+                sessions.insert(
+                    session.to_owned(),
+                    all.iter().map(|c| c.id.clone()).collect(),
+                );
+            } else {
+                missing.insert(session.to_owned(), absent);
+            }
+        }
+        let spec = PlanSpec {
+            reasons: sel.reasons.clone(),
+            types: sel.types.clone(),
+            from_ms: sel.from.map(|t| t.as_millis()),
+            to_ms: sel.to.map(|t| t.as_millis()),
+            case_ids: sel.case_ids.clone(),
+            budget: BudgetRecord::of(&budget),
+            correction: input.correction.clone(),
+            lease_ms,
+            observe_ms,
+            sessions,
+        };
+        let mut run = RunState::default();
+        let items: Vec<PlanItemRecord> = cases
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let held = c.session_id.as_ref().and_then(|s| missing.get(s));
+                if held.is_some() {
+                    run.held += 1;
+                }
+                PlanItemRecord {
+                    seq: i as u32,
+                    case_id: c.id.clone(),
+                    bytes: c.body_size,
+                    state: if held.is_some() {
+                        PlanItemState::Held
+                    } else {
+                        PlanItemState::Waiting
+                    },
+                    window: None,
+                    message_id: None,
+                    detail: held.map(|m| {
+                        format!(
+                            "ordering_missing: the session's open cases {} are not in the plan",
+                            m.join(", ")
+                        )
+                    }),
+                    updated_at: now,
+                }
+            })
+            .collect();
+        let id = redrive_core::id::new_dead_letter_id(now).replacen("dl_", "plan_", 1);
+        let record = ReplayPlanRecord {
+            id,
+            queue: queue.to_string(),
+            destination: destination.to_string(),
+            owner_id: actor.id.clone(),
+            owner_name: actor.name.clone(),
+            spec: serde_json::to_value(&spec).unwrap_or_default(),
+            items: items.len() as u64,
+            created_at: now,
+            version: 0,
+            m: PlanMut {
+                status: PlanStatus::Planned,
+                owner_until: now,
+                stop_reason: None,
+                next_at: None,
+                state: run.value(),
+                updated_at: now,
+            },
+        };
+        let written = self.inner.store.create_replay_plan(&record, &items).await?;
+        self.plan_view(written).await
+    }
+
+    /// The open cases of `session` on `queue`, in dead-letter order.
+    async fn session_cases(
+        &self,
+        queue: &EntityName,
+        session: &str,
+    ) -> BrokerResult<Vec<CaseRecord>> {
+        let mut out = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .inner
+                .store
+                .list_cases(&CaseQuery {
+                    queue: Some(queue.clone()),
+                    open: true,
+                    after: after.clone(),
+                    limit: redrive_store::MAX_CASE_PAGE,
+                    ..CaseQuery::default()
+                })
+                .await?;
+            let full = page.len() == redrive_store::MAX_CASE_PAGE as usize;
+            after = page.last().map(|c| c.id.clone());
+            out.extend(
+                page.into_iter()
+                    .filter(|c| c.session_id.as_deref() == Some(session)),
+            );
+            if !full {
+                break;
+            }
+        }
+        out.sort_by(|a, b| (a.dead_lettered_at, &a.id).cmp(&(b.dead_lettered_at, &b.id)));
+        Ok(out)
+    }
+
+    /// The view of a plan now.
+    pub async fn get_plan(&self, id: &str) -> BrokerResult<PlanView> {
+        let plan = self.inner.store.get_replay_plan(id).await?;
+        self.plan_view(plan).await
+    }
+
+    async fn plan_view(&self, plan: ReplayPlanRecord) -> BrokerResult<PlanView> {
+        let spec = PlanSpec::of(&plan)?;
+        let run = RunState::of(&plan);
+        let (waiting, bytes) = self.waiting_items(&plan.id).await?;
+        let eta_ms = spec.budget.budget().lower_bound_ms(waiting, bytes);
+        Ok(PlanView {
+            plan,
+            spec,
+            run,
+            waiting,
+            eta_ms,
+        })
+    }
+
+    /// How many items of a plan wait, and their bytes.
+    async fn waiting_items(&self, plan_id: &str) -> BrokerResult<(u64, u64)> {
+        let (mut n, mut bytes) = (0, 0);
+        let mut after = None;
+        loop {
+            let page = self
+                .inner
+                .store
+                .replay_plan_items(
+                    plan_id,
+                    &PlanItemQuery {
+                        states: vec![PlanItemState::Waiting],
+                        after_seq: after,
+                        limit: redrive_store::MAX_PLAN_ITEM_PAGE,
+                    },
+                )
+                .await?;
+            n += page.len() as u64;
+            bytes += page.iter().map(|i| i.bytes).sum::<u64>();
+            if page.len() < redrive_store::MAX_PLAN_ITEM_PAGE as usize {
+                return Ok((n, bytes));
+            }
+            after = page.last().map(|i| i.seq);
+        }
+    }
+
+    /// A page of plans.
+    pub async fn list_plans(&self, query: &PlanQuery) -> BrokerResult<Vec<ReplayPlanRecord>> {
+        Ok(self.inner.store.list_replay_plans(query).await?)
+    }
+
+    /// A page of a plan's items.
+    pub async fn plan_items(
+        &self,
+        id: &str,
+        query: &PlanItemQuery,
+    ) -> BrokerResult<Vec<PlanItemRecord>> {
+        Ok(self.inner.store.replay_plan_items(id, query).await?)
+    }
+
+    /// Starts a planned plan: its owner's lease runs from now.
+    pub async fn start_plan(&self, id: &str, actor: &Actor) -> BrokerResult<PlanView> {
+        self.owner_change(id, actor, "replay.plan_start", |plan, run, now| {
+            if plan.m.status != PlanStatus::Planned {
+                return Err(plan_conflict(
+                    "plan_state",
+                    format!("plan {} is {}; only a planned plan starts", plan.id, plan.m.status),
+                ));
+            }
+            let spec = PlanSpec::of(plan)?;
+            run.started_ms = Some(now.as_millis());
+            Ok(PlanMut {
+                status: PlanStatus::Running,
+                owner_until: now.plus_millis(spec.lease_ms as i64),
+                next_at: Some(now),
+                ..plan.m.clone()
+            })
+        })
+        .await
+    }
+
+    /// Pauses a running plan: nothing more is admitted; replays in flight are still
+    /// observed, and no evidence is reset.
+    pub async fn pause_plan(&self, id: &str, actor: &Actor) -> BrokerResult<PlanView> {
+        self.owner_change(id, actor, "replay.plan_pause", |plan, _run, _now| {
+            if plan.m.status != PlanStatus::Running {
+                return Err(plan_conflict(
+                    "plan_state",
+                    format!("plan {} is {}; only a running plan pauses", plan.id, plan.m.status),
+                ));
+            }
+            Ok(PlanMut {
+                status: PlanStatus::Paused,
+                ..plan.m.clone()
+            })
+        })
+        .await
+    }
+
+    /// Resumes a paused plan under the same budget and evidence; the owner's lease is
+    /// renewed from now.
+    pub async fn resume_plan(&self, id: &str, actor: &Actor) -> BrokerResult<PlanView> {
+        self.owner_change(id, actor, "replay.plan_resume", |plan, _run, now| {
+            if plan.m.status != PlanStatus::Paused {
+                return Err(plan_conflict(
+                    "plan_state",
+                    format!("plan {} is {}; only a paused plan resumes", plan.id, plan.m.status),
+                ));
+            }
+            let spec = PlanSpec::of(plan)?;
+            Ok(PlanMut {
+                status: PlanStatus::Running,
+                owner_until: now.plus_millis(spec.lease_ms as i64),
+                next_at: Some(now),
+                ..plan.m.clone()
+            })
+        })
+        .await
+    }
+
+    /// Cancels a plan that has not ended: nothing more is admitted; its replays in flight
+    /// go on being observed by their cases.
+    pub async fn cancel_plan(&self, id: &str, actor: &Actor) -> BrokerResult<PlanView> {
+        self.owner_change(id, actor, "replay.plan_cancel", |plan, _run, _now| {
+            if !(plan.m.status.is_active() || plan.m.status == PlanStatus::Planned) {
+                return Err(plan_conflict(
+                    "plan_state",
+                    format!("plan {} has ended ({})", plan.id, plan.m.status),
+                ));
+            }
+            Ok(PlanMut {
+                status: PlanStatus::Cancelled,
+                next_at: None,
+                ..plan.m.clone()
+            })
+        })
+        .await
+    }
+
+    /// An owner's change of a plan's status: by its owner (or an admin), written
+    /// conditionally (retried when the runner wrote in between), audited.
+    async fn owner_change<F>(
+        &self,
+        id: &str,
+        actor: &Actor,
+        action: &str,
+        f: F,
+    ) -> BrokerResult<PlanView>
+    where
+        F: Fn(&ReplayPlanRecord, &mut RunState, Timestamp) -> BrokerResult<PlanMut>,
+    {
+        let mut result = Err(plan_conflict("plan_busy", "the plan kept changing"));
+        let mut queue = None;
+        for _ in 0..RETRIES * 3 {
+            let plan = self.inner.store.get_replay_plan(id).await?;
+            queue = Some(plan.queue.clone());
+            if plan.owner_id != actor.id && !actor.permits(Operation::ManageTokens, None) {
+                result = Err(BrokerError::Forbidden {
+                    operation: action.to_owned(),
+                    needs: "the plan's owner or admin".to_owned(),
+                    entity: Some(plan.queue.clone()),
+                });
+                break;
+            }
+            let now = self.now();
+            let mut run = RunState::of(&plan);
+            let mut set = match f(&plan, &mut run, now) {
+                Ok(s) => s,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            let mut items = Vec::new();
+            if set.status == PlanStatus::Cancelled {
+                items = self.release_admitted(&plan, &mut run, "plan_cancelled", now).await?;
+            }
+            set.state = run.value();
+            set.updated_at = now;
+            match self
+                .inner
+                .store
+                .update_replay_plan(&ReplayPlanUpdate {
+                    id: plan.id.clone(),
+                    version: plan.version,
+                    set,
+                    items,
+                })
+                .await
+            {
+                Ok(written) => {
+                    result = Ok(written);
+                    break;
+                }
+                Err(StoreError::ReplayPlanChanged { .. }) => continue,
+                Err(e) => {
+                    result = Err(e.into());
+                    break;
+                }
+            }
+        }
+        let targets = vec![id.to_owned()];
+        let written = self
+            .audited(actor, action, queue.as_deref(), targets, result)
+            .await?;
+        self.wake_plans();
+        self.plan_view(written).await
+    }
+
+    /// The admitted items of a plan that ends, released (their replays go on being
+    /// observed by their cases): stopped with `detail`.
+    async fn release_admitted(
+        &self,
+        plan: &ReplayPlanRecord,
+        run: &mut RunState,
+        detail: &str,
+        now: Timestamp,
+    ) -> BrokerResult<Vec<PlanItemRecord>> {
+        let admitted = self.items_in(&plan.id, PlanItemState::Admitted).await?;
+        run.in_flight = 0;
+        Ok(admitted
+            .into_iter()
+            .map(|mut i| {
+                i.state = PlanItemState::Stopped;
+                i.detail = Some(detail.to_owned());
+                i.updated_at = now;
+                i
+            })
+            .collect())
+    }
+
+    async fn items_in(
+        &self,
+        plan_id: &str,
+        state: PlanItemState,
+    ) -> BrokerResult<Vec<PlanItemRecord>> {
+        Ok(self
+            .inner
+            .store
+            .replay_plan_items(
+                plan_id,
+                &PlanItemQuery {
+                    states: vec![state],
+                    after_seq: None,
+                    limit: redrive_store::MAX_PLAN_ITEM_PAGE,
+                },
+            )
+            .await?)
+    }
+
+    /// The plan's owner as an actor now, if it is still authorized to replay from the
+    /// source to the destination (`None`: its token was revoked, expired or changed).
+    async fn plan_owner(&self, plan: &ReplayPlanRecord) -> BrokerResult<Option<Actor>> {
+        let actor = match plan.owner_id.as_str() {
+            "anonymous" => Some(Actor::anonymous()),
+            "system" => Some(Actor::system(&plan.owner_name)),
+            id => {
+                let now = self.now();
+                self.inner
+                    .store
+                    .list_tokens()
+                    .await?
+                    .iter()
+                    .find(|t| t.token.id == id && t.is_active(now))
+                    .map(crate::access::actor_of)
+            }
+        };
+        Ok(actor.filter(|a| {
+            a.permits(Operation::ReplayCase, Some(&plan.queue))
+                && a.permits(Operation::ReplayCase, Some(&plan.destination))
+        }))
+    }
+
+    /// One look at every active plan that is due: public so that tests drive plans on a
+    /// manual clock.
+    pub async fn plans_once(&self) -> BrokerResult<PlanPass> {
+        let mut pass = PlanPass::default();
+        let mut after = None;
+        loop {
+            let page = self
+                .inner
+                .store
+                .list_replay_plans(&PlanQuery {
+                    status: vec![PlanStatus::Running, PlanStatus::Paused],
+                    after: after.clone(),
+                    ..PlanQuery::default()
+                })
+                .await?;
+            let full = page.len() == redrive_store::MAX_PLAN_PAGE as usize;
+            after = page.last().map(|p| p.id.clone());
+            for plan in page {
+                let now = self.now();
+                let due = plan.m.next_at.is_none_or(|t| t <= now);
+                let next = if due {
+                    match self.advance_plan(&plan.id).await {
+                        Ok(p) => {
+                            pass.advanced += 1;
+                            p.m.next_at.filter(|_| p.m.status.is_active())
+                        }
+                        Err(e) => {
+                            tracing::warn!(plan_id = %plan.id, error = %e, "replay plan could not be advanced; retrying");
+                            Some(now.plus_millis(OBSERVE_IN_FLIGHT_MS))
+                        }
+                    }
+                } else {
+                    plan.m.next_at
+                };
+                if let Some(t) = next {
+                    pass.next_at = Some(pass.next_at.map_or(t, |n: Timestamp| n.min(t)));
+                }
+            }
+            if !full {
+                return Ok(pass);
+            }
+        }
+    }
+
+    /// Advances a plan once (see the module docs), retried when another writer changed it
+    /// in between. Returns the plan as written.
+    pub async fn advance_plan(&self, id: &str) -> BrokerResult<ReplayPlanRecord> {
+        let mut last = None;
+        for _ in 0..RETRIES {
+            match self.advance_plan_once(id).await {
+                Ok(p) => return Ok(p),
+                Err(BrokerError::Store(e @ StoreError::ReplayPlanChanged { .. })) => {
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.map_or_else(|| plan_conflict("plan_busy", "the plan kept changing"), Into::into))
+    }
+
+    async fn advance_plan_once(&self, id: &str) -> BrokerResult<ReplayPlanRecord> {
+        let mut plan = self.inner.store.get_replay_plan(id).await?;
+        if !plan.m.status.is_active() {
+            return Ok(plan);
+        }
+        let spec = PlanSpec::of(&plan)?;
+        let budget = spec.budget.budget();
+        let mut run = RunState::of(&plan);
+        let now = self.now();
+        let mut obs = Observations::default();
+        let mut items: BTreeMap<u32, PlanItemRecord> = BTreeMap::new();
+        let mut changed = false;
+
+        // 1. The owner's lease and current authorization.
+        if plan.m.owner_until <= now {
+            obs.lease_lost = true;
+        }
+        if self.plan_owner(&plan).await?.is_none() {
+            obs.authorization_changed = true;
+        }
+
+        // 2. The replays in flight.
+        let mut pacer = run.pacer();
+        for mut item in self.items_in(&plan.id, PlanItemState::Admitted).await? {
+            let outcome = self.item_outcome(&item).await?;
+            let (state, detail) = match outcome {
+                Outcome::InFlight => continue,
+                Outcome::Completed => {
+                    run.completed += 1;
+                    (PlanItemState::Completed, "completed".to_owned())
+                }
+                Outcome::Closed(state) => {
+                    run.closed += 1;
+                    (PlanItemState::Closed, state)
+                }
+                Outcome::Stopped(trigger) => {
+                    run.stopped += 1;
+                    match trigger.as_str() {
+                        "lost_effect_evidence" => obs.effect_indeterminate.push(item.case_id.clone()),
+                        "repeated_failure" => {
+                            let shape = self.failure_shape(&item.case_id).await?;
+                            run.failures.push((item.case_id.clone(), shape));
+                        }
+                        "lost_lease" => obs.lease_lost = true,
+                        "evidence_changed" => obs.authorization_changed = true,
+                        _ => {}
+                    }
+                    (PlanItemState::Stopped, trigger)
+                }
+            };
+            pacer.finish();
+            self.inner
+                .metrics
+                .add_labelled(Counter::PlanItems, &plan.queue, state.as_str(), 1);
+            item.state = state;
+            item.detail = Some(detail);
+            item.updated_at = now;
+            items.insert(item.seq, item);
+            changed = true;
+        }
+        obs.failures = run.failures.clone();
+
+        // 3. The dependency, once per observation window (and before the first window).
+        let running = plan.m.status == PlanStatus::Running;
+        // A window opens when the last one's items all settled (or none opened yet), and
+        // only if the gates still pass: the dependency is read again first.
+        let opening = running
+            && (run.window == 0
+                || (run.window_admitted >= budget.window && pacer.in_flight == 0));
+        let probe_due = opening
+            || run
+                .probed_ms
+                .is_none_or(|t| now.as_millis() - t >= spec.observe_ms as i64);
+        if running && probe_due && !obs.lease_lost && !obs.authorization_changed {
+            self.observe_dependency(&budget, &mut run, &mut obs, now).await;
+            changed = true;
+        }
+
+        // 4. Stop conditions.
+        let stop = redrive_core::plan::stop(&budget, &obs);
+        if let Some(reason) = stop {
+            run.set_pacer(&pacer);
+            return self
+                .stop_plan(&plan, run, items, &reason, now)
+                .await;
+        }
+
+        // 5. Admissions.
+        let mut next_at = None;
+        if running {
+            if opening {
+                run.window += 1;
+                run.window_admitted = 0;
+                changed = true;
+            }
+            let window_room = budget.window.saturating_sub(run.window_admitted);
+            if window_room > 0 {
+                let waiting = self
+                    .inner
+                    .store
+                    .replay_plan_items(
+                        &plan.id,
+                        &PlanItemQuery {
+                            states: vec![PlanItemState::Waiting],
+                            after_seq: None,
+                            limit: (window_room as usize).min(ADMIT_BATCH) as u32,
+                        },
+                    )
+                    .await?;
+                for item in waiting {
+                    if run.window_admitted >= budget.window {
+                        break;
+                    }
+                    match self
+                        .admit_item(&mut plan, &spec, &budget, &mut run, &mut pacer, &mut items, item, now)
+                        .await?
+                    {
+                        Admit::Written => {}
+                        Admit::Held(i) => {
+                            run.held += 1;
+                            self.inner
+                                .metrics
+                                .add_labelled(Counter::PlanItems, &plan.queue, "held", 1);
+                            items.insert(i.seq, i);
+                            changed = true;
+                        }
+                        Admit::Later(t) => {
+                            next_at = t;
+                            break;
+                        }
+                        Admit::Wait => {}
+                        Admit::Stop(reason) => {
+                            run.set_pacer(&pacer);
+                            return self.stop_plan(&plan, run, items, &reason, now).await;
+                        }
+                    }
+                }
+            }
+        }
+        run.set_pacer(&pacer);
+
+        // 6. Completion: nothing waiting, nothing in flight.
+        let mut status = plan.m.status;
+        if running && run.in_flight == 0 {
+            let waiting_left = self
+                .inner
+                .store
+                .replay_plan_items(
+                    &plan.id,
+                    &PlanItemQuery {
+                        states: vec![PlanItemState::Waiting],
+                        after_seq: None,
+                        limit: 1,
+                    },
+                )
+                .await?;
+            let still_waiting = waiting_left
+                .iter()
+                .any(|w| items.get(&w.seq).is_none_or(|i| i.state == PlanItemState::Waiting));
+            if !still_waiting {
+                status = PlanStatus::Completed;
+                changed = true;
+            }
+        }
+        let observe = now.plus_millis(OBSERVE_IN_FLIGHT_MS);
+        let probe_at = run
+            .probed_ms
+            .map(|t| Timestamp(t + spec.observe_ms as i64))
+            .unwrap_or(now);
+        let mut wake = next_at.unwrap_or(probe_at).min(probe_at);
+        if run.in_flight > 0 {
+            wake = wake.min(observe);
+        }
+        let wake = wake.max(now).min(plan.m.owner_until.max(now));
+        if !changed && plan.m.next_at == Some(wake) {
+            return Ok(plan);
+        }
+        let written = self
+            .inner
+            .store
+            .update_replay_plan(&ReplayPlanUpdate {
+                id: plan.id.clone(),
+                version: plan.version,
+                set: PlanMut {
+                    status,
+                    next_at: if status.is_active() { Some(wake) } else { None },
+                    state: run.value(),
+                    updated_at: now,
+                    ..plan.m.clone()
+                },
+                items: items.into_values().collect(),
+            })
+            .await?;
+        if status == PlanStatus::Completed {
+            self.inner
+                .metrics
+                .add_labelled(Counter::PlansEnded, &plan.queue, "completed", 1);
+            self.audit(
+                &Actor::system("replay_plans"),
+                "replay.plan_complete",
+                Some(&plan.queue),
+                vec![plan.id.clone(), format!("completed={}", run.completed)],
+                "ok",
+            )
+            .await?;
+        }
+        Ok(written)
+    }
+
+    /// Reads the dependency's probe into `run` and `obs`.
+    async fn observe_dependency(
+        &self,
+        budget: &Budget,
+        run: &mut RunState,
+        obs: &mut Observations,
+        now: Timestamp,
+    ) {
+        run.probed_ms = Some(now.as_millis());
+        match probe::read(
+            &self.case_client(),
+            self.push_network(),
+            &budget.dependency.probe_url,
+        )
+        .await
+        {
+            Ok(r) => {
+                if run.baseline.is_none() {
+                    run.baseline = Some(r);
+                }
+                run.readings.push(r);
+                if run.readings.len() > 2 {
+                    run.readings.remove(0);
+                }
+                obs.error_rate = Some(r.error_rate);
+                obs.latency_ms = run.readings.iter().map(|r| r.latency_ms).collect();
+            }
+            Err(why) => {
+                obs.budget_unobservable = true;
+                run.stop_detail = Some(why);
+            }
+        }
+    }
+
+    /// Halts a plan with `reason`: recorded, counted, audited; its admitted items released.
+    async fn stop_plan(
+        &self,
+        plan: &ReplayPlanRecord,
+        mut run: RunState,
+        mut items: BTreeMap<u32, PlanItemRecord>,
+        reason: &StopReason,
+        now: Timestamp,
+    ) -> BrokerResult<ReplayPlanRecord> {
+        let detail = stop_words(reason, run.stop_detail.as_deref());
+        run.stop_detail = Some(detail.clone());
+        for i in self
+            .release_admitted(plan, &mut run, &format!("plan_stopped:{}", reason.as_str()), now)
+            .await?
+        {
+            // An item observed in this advance keeps its outcome.
+            items.entry(i.seq).or_insert(i);
+        }
+        let written = self
+            .inner
+            .store
+            .update_replay_plan(&ReplayPlanUpdate {
+                id: plan.id.clone(),
+                version: plan.version,
+                set: PlanMut {
+                    status: PlanStatus::Stopped,
+                    stop_reason: Some(reason.as_str().to_owned()),
+                    next_at: None,
+                    state: run.value(),
+                    updated_at: now,
+                    ..plan.m.clone()
+                },
+                items: items.into_values().collect(),
+            })
+            .await?;
+        self.inner
+            .metrics
+            .add_labelled(Counter::PlansEnded, &plan.queue, reason.as_str(), 1);
+        tracing::error!(plan_id = %plan.id, reason = reason.as_str(), "replay plan stopped: {detail}");
+        self.audit(
+            &Actor::system("replay_plans"),
+            "replay.plan_stop",
+            Some(&plan.queue),
+            vec![plan.id.clone(), format!("reason={}", reason.as_str())],
+            "ok",
+        )
+        .await?;
+        Ok(written)
+    }
+
+    /// Where an admitted item's case stands now (its case advanced first: the replay
+    /// observed through its effect authority).
+    async fn item_outcome(&self, item: &PlanItemRecord) -> BrokerResult<Outcome> {
+        let case = match self.advance_case(&item.case_id).await {
+            Ok(c) => c,
+            Err(BrokerError::Store(StoreError::CaseNotFound { .. })) => {
+                return Ok(Outcome::Closed("case_gone".into()));
+            }
+            Err(e) => {
+                tracing::warn!(case_id = %item.case_id, error = %e, "case could not be advanced");
+                self.inner.store.get_case(&item.case_id).await?
+            }
+        };
+        if let Some(t) = case.m.state.terminal() {
+            return Ok(if t == case::Terminal::Completed {
+                Outcome::Completed
+            } else {
+                Outcome::Closed(t.to_string())
+            });
+        }
+        let data = CaseData::of(&case);
+        let Some(replay) = data
+            .replays
+            .iter()
+            .rev()
+            .find(|r| Some(&r.message_id) == item.message_id.as_ref())
+        else {
+            // The admission never reached the case (a crash between the two writes):
+            // nothing was sent; the item is released.
+            return Ok(Outcome::Stopped("admission_not_recorded".into()));
+        };
+        match replay.status {
+            ReplayStatus::InFlight | ReplayStatus::Failed => Ok(Outcome::InFlight),
+            ReplayStatus::Completed => Ok(Outcome::Completed),
+            ReplayStatus::Stopped => {
+                let timeline = self.inner.store.case_timeline(&case.id).await?;
+                let trigger = timeline
+                    .iter()
+                    .rev()
+                    .find(|e| e.state == CaseState::ReplayStopped)
+                    .and_then(|e| e.fields.get("trigger").cloned())
+                    .unwrap_or_else(|| "delivery_failed".to_owned());
+                Ok(Outcome::Stopped(trigger))
+            }
+        }
+    }
+
+    /// The failure shape a repeated failure showed: the correction's claimed shape, else
+    /// the case's reason.
+    async fn failure_shape(&self, case_id: &str) -> BrokerResult<String> {
+        let case = self.inner.store.get_case(case_id).await?;
+        let data = CaseData::of(&case);
+        Ok(data
+            .correction()
+            .map(|c| c.addresses.clone())
+            .unwrap_or_else(|| case.reason.clone()))
+    }
+
+    /// Tries to admit one waiting item now.
+    #[allow(clippy::too_many_arguments)]
+    async fn admit_item(
+        &self,
+        plan: &mut ReplayPlanRecord,
+        spec: &PlanSpec,
+        budget: &Budget,
+        run: &mut RunState,
+        pacer: &mut Pacer,
+        seen: &mut BTreeMap<u32, PlanItemRecord>,
+        mut item: PlanItemRecord,
+        now: Timestamp,
+    ) -> BrokerResult<Admit> {
+        let hold = |mut item: PlanItemRecord, gate: String| {
+            item.state = PlanItemState::Held;
+            item.detail = Some(gate);
+            item.updated_at = now;
+            Admit::Held(item)
+        };
+        // The pacing first: nothing is asked of anyone for an item that must wait.
+        match pacer.check(budget, item.bytes, now) {
+            redrive_core::plan::Admission::Now => {}
+            redrive_core::plan::Admission::At(t) => return Ok(Admit::Later(Some(t))),
+            redrive_core::plan::Admission::Concurrency => return Ok(Admit::Later(None)),
+            redrive_core::plan::Admission::TooLarge => {
+                let why = format!(
+                    "too_large: {} bytes exceed one second of the byte budget ({} bytes/s); it takes a separate path",
+                    item.bytes, budget.bytes_per_s
+                );
+                return Ok(hold(item, why));
+            }
+        }
+        if let Some(t) = self.node_check(item.bytes, now) {
+            return Ok(Admit::Later(Some(t)));
+        }
+        let case = match self.inner.store.get_case(&item.case_id).await {
+            Ok(c) => c,
+            Err(StoreError::CaseNotFound { .. }) => return Ok(hold(item, "case_gone".into())),
+            Err(e) => return Err(e.into()),
+        };
+        // Ordering: a session goes in its order, each after its predecessor resolved.
+        if let Some(session) = &case.session_id {
+            let Some(order) = spec.sessions.get(session) else {
+                return Ok(hold(item, "ordering_missing".into()));
+            };
+            let now_open = self.session_cases(&case.queue, session).await?;
+            if now_open.iter().any(|c| !order.contains(&c.id)) {
+                return Ok(Admit::Stop(StopReason::OrderingChanged));
+            }
+            let pos = order.iter().position(|c| *c == case.id).unwrap_or(0);
+            for before in &order[..pos] {
+                let pred = self.predecessor_state(&plan.id, before, seen).await?;
+                match pred {
+                    Some(PlanItemState::Completed | PlanItemState::Closed) => {}
+                    Some(PlanItemState::Waiting | PlanItemState::Admitted) => {
+                        return Ok(Admit::Wait);
+                    }
+                    _ => {
+                        return Ok(hold(
+                            item,
+                            format!("ordering_blocked: its predecessor {before} did not complete"),
+                        ));
+                    }
+                }
+            }
+        }
+        // Another owner's claim holds the case.
+        if let Some(o) = case::owner_at(case.m.lease.as_ref(), now)
+            && o != plan.owner_name
+        {
+            return Ok(hold(item, format!("case_claimed: {o} holds it")));
+        }
+        // The destination must be off the failing path now.
+        let destination: EntityName = plan.destination.parse()?;
+        if self.failure_persists(&destination, &case.reason, now).await? {
+            return Ok(hold(item, "destination_invalid: the destination is the failing path".into()));
+        }
+        // Reconcile now, not at planning time.
+        let owner = Actor {
+            id: plan.owner_id.clone(),
+            name: plan.owner_name.clone(),
+            grants: Vec::new(),
+            client: None,
+        };
+        let has_authority = self.authority_for(case.message_type.as_deref()).await?.is_some();
+        if has_authority {
+            match self.reconcile_case(&case.id, &owner).await {
+                Ok(_) => {}
+                Err(BrokerError::CaseConflict { code, why, .. }) => {
+                    return Ok(hold(item, format!("{code}: {why}")));
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            self.advance_case(&case.id).await?;
+        }
+        let case = self.inner.store.get_case(&item.case_id).await?;
+        let data = CaseData::of(&case);
+        if let Some(e) = &data.effect
+            && e.answer == case::EffectAnswer::Unreachable
+        {
+            return Ok(Admit::Stop(StopReason::EffectUnavailable {
+                item: case.id.clone(),
+            }));
+        }
+        if let Some(c) = &spec.correction
+            && data.correction().is_none_or(|k| &k.identity != c)
+        {
+            return Ok(hold(
+                item,
+                format!("no_tested_correction: the case does not carry correction {c}"),
+            ));
+        }
+        let known = self.known(&case).await?;
+        let decision = case::decide(&data::facts(&case, &data, &known), now);
+        if let Some(gate) = gate_of(&decision, &data) {
+            return Ok(hold(item, gate.to_owned()));
+        }
+        // Admit: the plan's item lease first, then the case, then the message.
+        let lease = Lease {
+            owner: plan.owner_name.clone(),
+            until: plan.m.owner_until,
+        };
+        let (step, message_id, outgoing) = self
+            .prepare_replay(
+                &case,
+                &data,
+                &ReplayAdmission {
+                    actor: &plan.owner_name,
+                    destination: &destination,
+                    budget: spec.budget.describe(),
+                    plan_id: Some(&plan.id),
+                    lease: Some(lease),
+                },
+            )
+            .await?;
+        pacer.admit(budget, item.bytes, now);
+        self.node_admit(item.bytes, now);
+        run.admitted += 1;
+        run.bytes_admitted += item.bytes;
+        run.window_admitted += 1;
+        run.last_admit_ms = Some(now.as_millis());
+        item.state = PlanItemState::Admitted;
+        item.window = Some(run.window);
+        item.message_id = Some(message_id.clone());
+        item.detail = None;
+        item.updated_at = now;
+        // The item lease is durable before the case changes or anything is sent.
+        let mut written_items = seen.clone();
+        written_items.insert(item.seq, item.clone());
+        let mut state = run.clone();
+        state.set_pacer(pacer);
+        let update = ReplayPlanUpdate {
+            id: plan.id.clone(),
+            version: plan.version,
+            set: PlanMut {
+                state: state.value(),
+                updated_at: now,
+                next_at: Some(now),
+                ..plan.m.clone()
+            },
+            items: written_items.into_values().collect(),
+        };
+        let written_plan = match self.inner.store.update_replay_plan(&update).await {
+            Ok(p) => p,
+            Err(StoreError::ReplayItemTaken { plan_id, .. }) => {
+                // Undo the pacing of an admission that did not happen.
+                run.admitted -= 1;
+                run.bytes_admitted -= item.bytes;
+                run.window_admitted -= 1;
+                pacer.finish();
+                item.state = PlanItemState::Waiting;
+                item.window = None;
+                item.message_id = None;
+                return Ok(hold(item, format!("item_leased: plan {plan_id} admitted it")));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let written_case = self.write_step(&case, step).await;
+        let written_case = self
+            .audited(
+                &owner,
+                "case.replay",
+                Some(case.queue.as_str()),
+                vec![
+                    case.id.clone(),
+                    format!("message_id={message_id}"),
+                    format!("plan_id={}", plan.id),
+                ],
+                written_case,
+            )
+            .await;
+        // The plan and the items observed so far are written: go on from there.
+        *plan = written_plan;
+        seen.clear();
+        let written_case = match written_case {
+            Ok(c) => c,
+            Err(e) => {
+                // The item stays admitted; the next look finds its case without the
+                // admission and releases it (nothing was sent).
+                tracing::warn!(plan_id = %plan.id, case_id = %case.id, error = %e, "plan admission not recorded on its case");
+                return Ok(Admit::Written);
+            }
+        };
+        if let Err(e) = self.send_replay(&written_case, &destination, outgoing).await {
+            tracing::warn!(plan_id = %plan.id, case_id = %case.id, error = %e, "plan replay could not be sent");
+        }
+        self.inner
+            .metrics
+            .add_labelled(Counter::PlanItems, &plan.queue, "admitted", 1);
+        self.inner
+            .metrics
+            .add_labelled(Counter::PlanBytes, &plan.queue, "admitted", item.bytes);
+        Ok(Admit::Written)
+    }
+
+    async fn predecessor_state(
+        &self,
+        plan_id: &str,
+        case_id: &str,
+        seen: &BTreeMap<u32, PlanItemRecord>,
+    ) -> BrokerResult<Option<PlanItemState>> {
+        if let Some(i) = seen.values().find(|i| i.case_id == case_id) {
+            return Ok(Some(i.state));
+        }
+        for state in PlanItemState::ALL {
+            let found = self
+                .inner
+                .store
+                .replay_plan_items(
+                    plan_id,
+                    &PlanItemQuery {
+                        states: vec![*state],
+                        after_seq: None,
+                        limit: redrive_store::MAX_PLAN_ITEM_PAGE,
+                    },
+                )
+                .await?;
+            if found.iter().any(|i| i.case_id == case_id) {
+                return Ok(Some(*state));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether the node-wide budget lets an item of `bytes` go now (`None`), or when.
+    fn node_check(&self, bytes: u64, now: Timestamp) -> Option<Timestamp> {
+        let node = self.inner.plans.node.lock().unwrap_or_else(|p| p.into_inner());
+        let b = node_budget(&node.0, bytes);
+        match node.1.check(&b, bytes, now) {
+            redrive_core::plan::Admission::At(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    fn node_admit(&self, bytes: u64, now: Timestamp) {
+        let mut node = self.inner.plans.node.lock().unwrap_or_else(|p| p.into_inner());
+        let b = node_budget(&node.0, bytes);
+        node.1.admit(&b, bytes, now);
+        node.1.in_flight = 0;
+    }
+}
+
+/// The node's budget as a pacing budget (concurrency is each plan's).
+fn node_budget(n: &NodeReplayBudget, bytes: u64) -> Budget {
+    Budget {
+        items_per_s: n.items_per_s,
+        // An item larger than a second of the node's bytes still goes, alone.
+        bytes_per_s: n.bytes_per_s.max(bytes),
+        max_concurrent: u32::MAX,
+        window: u32::MAX,
+        dependency: Dependency {
+            name: String::new(),
+            probe_url: String::new(),
+            max_error_rate: 1.0,
+            max_latency_ms: u64::MAX,
+        },
+    }
+}
+
+enum Admit {
+    /// Admitted, and the plan written (with every item observed before it).
+    Written,
+    /// A gate holds it.
+    Held(PlanItemRecord),
+    /// The budget says not yet: at this time (`None`: when a delivery finishes).
+    Later(Option<Timestamp>),
+    /// Its turn has not come (a predecessor in flight); the next item may go.
+    Wait,
+    /// A stop condition.
+    Stop(StopReason),
+}
+
+fn stop_words(reason: &StopReason, detail: Option<&str>) -> String {
+    match reason {
+        StopReason::EffectUnavailable { item } => {
+            format!("authoritative evidence of {item}'s prior effect is unavailable")
+        }
+        StopReason::EffectIndeterminate { item } => {
+            format!("the replay of {item} produced an indeterminate effect")
+        }
+        StopReason::RepeatedFailure { shape, items } => format!(
+            "two replays ({} and {}) showed the same failure shape: {shape}",
+            items[0], items[1]
+        ),
+        StopReason::ErrorRate {
+            observed,
+            threshold,
+        } => format!("the dependency's error rate {observed} crossed its threshold {threshold}"),
+        StopReason::Latency {
+            observed,
+            threshold,
+        } => format!(
+            "the dependency's latency ({} ms, {} ms) crossed its threshold {threshold} ms for two observation windows",
+            observed[0], observed[1]
+        ),
+        StopReason::OrderingChanged => "the ordering evidence changed: a session's open cases differ from the plan's".into(),
+        StopReason::AuthorizationChanged => {
+            "the owner's authorization changed: its token is revoked, expired or no longer grants replayer on the source and destination".into()
+        }
+        StopReason::LeaseLost => "the owner's lease on the plan ran out".into(),
+        StopReason::BudgetUnobservable => format!(
+            "the dependency's capacity could not be observed{}",
+            detail.map(|d| format!(": {d}")).unwrap_or_default()
+        ),
+    }
+}
