@@ -1311,8 +1311,15 @@ impl Broker {
             grants: Vec::new(),
             client: None,
         };
-        let has_authority = self.authority_for(case.message_type.as_deref()).await?.is_some();
-        if has_authority {
+        // A plan replays only items whose effect an authority establishes: the outcome of
+        // every replay must be observable (seed 001's stop rule on lost effect evidence).
+        if self.authority_for(case.message_type.as_deref()).await?.is_none() {
+            return Ok(hold(
+                item,
+                "effect_authority_missing: no effect authority is registered for its type".into(),
+            ));
+        }
+        {
             match self.reconcile_case(&case.id, &owner).await {
                 Ok(_) => {}
                 Err(BrokerError::CaseConflict { code, why, .. }) => {
@@ -1320,8 +1327,6 @@ impl Broker {
                 }
                 Err(e) => return Err(e),
             }
-        } else {
-            self.advance_case(&case.id).await?;
         }
         let case = self.inner.store.get_case(&item.case_id).await?;
         let data = CaseData::of(&case);
@@ -1425,10 +1430,35 @@ impl Broker {
         let written_case = match written_case {
             Ok(c) => c,
             Err(e) => {
-                // The item stays admitted; the next look finds its case without the
-                // admission and releases it (nothing was sent).
-                tracing::warn!(plan_id = %plan.id, case_id = %case.id, error = %e, "plan admission not recorded on its case");
-                return Ok(Admit::Written);
+                // The case changed since its gates were read (another tool reconciled or
+                // replayed it): nothing was sent. The item goes back to waiting, to be
+                // looked at again; should this write fail, the next look finds the case
+                // without the admission and releases the item.
+                tracing::info!(plan_id = %plan.id, case_id = %case.id, error = %e, "plan admission not recorded on its case; the item waits again");
+                run.admitted -= 1;
+                run.bytes_admitted -= item.bytes;
+                run.window_admitted -= 1;
+                pacer.finish();
+                item.state = PlanItemState::Waiting;
+                item.window = None;
+                item.message_id = None;
+                let mut state = run.clone();
+                state.set_pacer(pacer);
+                *plan = self
+                    .inner
+                    .store
+                    .update_replay_plan(&ReplayPlanUpdate {
+                        id: plan.id.clone(),
+                        version: plan.version,
+                        set: PlanMut {
+                            state: state.value(),
+                            updated_at: now,
+                            ..plan.m.clone()
+                        },
+                        items: vec![item],
+                    })
+                    .await?;
+                return Ok(Admit::Later(Some(now.plus_millis(OBSERVE_IN_FLIGHT_MS))));
             }
         };
         if let Err(e) = self.send_replay(&written_case, &destination, outgoing).await {

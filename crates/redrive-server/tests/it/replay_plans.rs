@@ -1,0 +1,1087 @@
+//! Bounded replay plans (seed 001, "Turn 'replay slowly' into a testable budget") over the
+//! API, on every backend, on the manual clock, with a real HTTP effect authority and a
+//! real HTTP dependency probe. The server runs without its workers: each test drives the
+//! plans one look at a time (`Broker::plans_once`), so what a look admitted is exact. One
+//! scenario per row of the seed's failure-shaped test matrix that bounded replay covers
+//! (rows 6, 7, 9, 10, 11 and 13), the seed's worked example, and a restart mid-plan.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use redrive_broker::Actor;
+use redrive_core::register::{Idempotency, RegisterEntry, RegisterKey};
+use redrive_testkit::{Backend, Receiver, Reply, TestServer, assert_problem, default_settings};
+use serde_json::{Value, json};
+
+const HOUR: u64 = 3_600_000;
+const KIB: u64 = 1024;
+
+async fn server(backend: Backend) -> TestServer {
+    TestServer::builder()
+        .backend(backend)
+        .settings(settings())
+        .start()
+        .await
+}
+
+fn settings() -> redrive_server::Settings {
+    redrive_server::Settings {
+        replay_worker: false,
+        case_worker: false,
+        plan_worker: false,
+        ..default_settings()
+    }
+}
+
+/// An effect authority: an intent's effect is present once the test's consumer applied
+/// it, absent before; it can be made to fail.
+#[derive(Clone)]
+struct Ledger {
+    receiver: Arc<Receiver>,
+    applied: Arc<Mutex<BTreeSet<String>>>,
+    failing: Arc<Mutex<Option<u16>>>,
+}
+
+impl Ledger {
+    async fn start() -> Ledger {
+        let applied: Arc<Mutex<BTreeSet<String>>> = Arc::default();
+        let failing: Arc<Mutex<Option<u16>>> = Arc::default();
+        let (a, f) = (applied.clone(), failing.clone());
+        let receiver = Receiver::start(move |req, _| {
+            if let Some(status) = *f.lock().unwrap() {
+                return Reply::status(status);
+            }
+            let intent = req.json()["intent_id"].as_str().unwrap_or_default().to_owned();
+            let effect = if a.lock().unwrap().contains(&intent) {
+                json!({"effect": "present", "evidence": format!("ledger entry for {intent}")})
+            } else {
+                json!({"effect": "absent", "evidence": format!("no ledger entry for {intent}")})
+            };
+            Reply {
+                body: effect.to_string().into_bytes(),
+                ..Reply::status(200).header("content-type", "application/json")
+            }
+        })
+        .await;
+        Ledger {
+            receiver: Arc::new(receiver),
+            applied,
+            failing,
+        }
+    }
+
+    fn apply(&self, intent: &str) {
+        self.applied.lock().unwrap().insert(intent.to_owned());
+    }
+
+    fn fail(&self, status: Option<u16>) {
+        *self.failing.lock().unwrap() = status;
+    }
+
+    async fn register(&self, s: &TestServer, message_type: &str) {
+        let (st, v) = s
+            .call(
+                reqwest::Method::PUT,
+                &format!("/v1/effect-authorities/{message_type}"),
+                Some(json!({"url": self.receiver.url, "timeout_ms": 2000})),
+            )
+            .await;
+        assert_eq!(st, 200, "{v}");
+    }
+}
+
+/// The dependency's health probe: answers what the test sets.
+struct Probe {
+    receiver: Receiver,
+    reading: Arc<Mutex<(u16, Value)>>,
+}
+
+impl Probe {
+    async fn start() -> Probe {
+        let reading = Arc::new(Mutex::new((
+            200,
+            json!({"error_rate": 0.0, "latency_ms": 20}),
+        )));
+        let r = reading.clone();
+        let receiver = Receiver::start(move |_, _| {
+            let (status, body) = r.lock().unwrap().clone();
+            Reply {
+                body: body.to_string().into_bytes(),
+                ..Reply::status(status).header("content-type", "application/json")
+            }
+        })
+        .await;
+        Probe { receiver, reading }
+    }
+
+    fn set(&self, error_rate: f64, latency_ms: u64) {
+        *self.reading.lock().unwrap() = (
+            200,
+            json!({"error_rate": error_rate, "latency_ms": latency_ms}),
+        );
+    }
+
+    fn fail(&self, status: u16) {
+        *self.reading.lock().unwrap() = (status, json!({}));
+    }
+
+    fn dependency(&self) -> Value {
+        json!({"name": "ledger-db", "probe_url": self.receiver.url, "max_error_rate": 0.05, "max_latency_ms": 250})
+    }
+}
+
+/// The seed's budget: one item a second, 64 KiB a second, two concurrent, window ten.
+fn seed_budget(probe: &Probe) -> Value {
+    json!({"items_per_s": 1.0, "bytes_per_s": 64 * KIB, "max_concurrent": 2, "window": 10, "dependency": probe.dependency()})
+}
+
+/// `n` messages of `order.placed` (intent `i-<k>`, body of `size` bytes, in `session` if
+/// given) dead-lettered by their consumer, their cases opened and each worked to
+/// eligibility by the (anonymous) owner: diagnosis, correction `c1`, an isolated test on
+/// the exact payload. Then five quiet minutes pass: the origin is no longer the failing
+/// path. Answers the case ids in dead-letter order.
+async fn eligible(
+    s: &TestServer,
+    queue: &str,
+    tag: &str,
+    n: usize,
+    size: usize,
+    session: Option<&str>,
+) -> Vec<String> {
+    let body = "x".repeat(size);
+    for k in 0..n {
+        let mut msg = json!({"message_id": format!("{tag}-{k}"), "body": body, "type": "order.placed", "intent": format!("{tag}-i-{k}")});
+        if let Some(sid) = session {
+            msg["session_id"] = json!(sid);
+        }
+        let (st, v) = s.post(&format!("/v1/queues/{queue}/messages"), msg).await;
+        assert_eq!(st, 201, "{v}");
+    }
+    let mut left = n;
+    while left > 0 {
+        let got = if session.is_some() {
+            let (st, v) = s
+                .post(
+                    &format!("/v1/queues/{queue}/receive"),
+                    json!({"max_messages": 10}),
+                )
+                .await;
+            assert_eq!(st, 200, "{v}");
+            v["messages"].as_array().unwrap().clone()
+        } else {
+            s.receive(queue, 10).await
+        };
+        assert!(!got.is_empty(), "{left} messages left to dead-letter");
+        for m in got {
+            let (st, v) = s
+                .settle(
+                    queue,
+                    m["lock_token"].as_str().unwrap(),
+                    "dead_letter",
+                    json!({"reason": "ParseError", "description": "parse error at $.order"}),
+                )
+                .await;
+            assert_eq!(st, 200, "{v}");
+            left -= 1;
+        }
+        s.advance(1);
+    }
+    for _ in 0..(n / 100 + 3) {
+        s.broker.cases_once().await.unwrap();
+    }
+    let (st, page) = s
+        .get(&format!("/v1/cases?queue={queue}&open=true&limit=1000"))
+        .await;
+    assert_eq!(st, 200, "{page}");
+    let mut cases: Vec<(String, String)> = page["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["message_id"].as_str().unwrap().starts_with(&format!("{tag}-")))
+        .map(|c| {
+            (
+                c["dead_lettered_at"].as_str().unwrap().to_owned(),
+                c["id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    cases.sort();
+    let ids: Vec<String> = cases.into_iter().map(|(_, id)| id).collect();
+    assert_eq!(ids.len(), n);
+    for id in &ids {
+        for (action, body) in [
+            ("claim", json!({"lease_ms": 48 * HOUR})),
+            (
+                "diagnosis",
+                json!({"hypothesis": "the v2 parser rejects the order field", "disconfirming_evidence": "v1 parses the same bytes"}),
+            ),
+            (
+                "corrections",
+                json!({"kind": "code", "identity": "c1", "addresses": "order field parse"}),
+            ),
+            (
+                "tests",
+                json!({"destination": "sandbox", "outcome": "pass", "evidence": "sandbox consumer completed"}),
+            ),
+        ] {
+            let (st, v) = s.post(&format!("/v1/cases/{id}/{action}"), body).await;
+            assert_eq!(st, 200, "{action} {id}: {v}");
+        }
+    }
+    s.advance(6 * 60_000);
+    ids
+}
+
+/// The fixture every scenario starts from: queues `orders` and `sandbox`, the type
+/// `order.placed` not idempotent with the ledger as its effect authority.
+async fn fixture(s: &TestServer) -> Ledger {
+    s.queue("orders", json!({})).await;
+    s.queue("sandbox", json!({})).await;
+    let entry = RegisterEntry::new(
+        "order.placed".parse::<RegisterKey>().unwrap(),
+        Idempotency::NotIdempotent,
+        None,
+    )
+    .unwrap();
+    s.broker
+        .set_register_entry(&Actor::system("test"), entry)
+        .await
+        .unwrap();
+    let ledger = Ledger::start().await;
+    ledger.register(s, "order.placed").await;
+    ledger
+}
+
+async fn create(s: &TestServer, body: Value) -> Value {
+    let (st, v) = s.post("/v1/replay/plans", body).await;
+    assert_eq!(st, 201, "{v}");
+    v
+}
+
+async fn plan(s: &TestServer, id: &str) -> Value {
+    let (st, v) = s.get(&format!("/v1/replay/plans/{id}")).await;
+    assert_eq!(st, 200, "{v}");
+    v
+}
+
+async fn items(s: &TestServer, id: &str) -> Vec<Value> {
+    let (st, v) = s
+        .get(&format!("/v1/replay/plans/{id}/items?limit=10000"))
+        .await;
+    assert_eq!(st, 200, "{v}");
+    v["items"].as_array().unwrap().clone()
+}
+
+async fn act(s: &TestServer, id: &str, action: &str) -> Value {
+    let (st, v) = s
+        .post(&format!("/v1/replay/plans/{id}/{action}"), json!({}))
+        .await;
+    assert_eq!(st, 200, "{action}: {v}");
+    v
+}
+
+/// The consumer: receives the replays on `queue`, applies each one's effect in the
+/// ledger (unless `fail`: then it dead-letters it again with the same reason), completes
+/// it. Answers the message ids it saw.
+async fn consume(s: &TestServer, queue: &str, ledger: &Ledger, fail: bool) -> Vec<String> {
+    let mut seen = Vec::new();
+    loop {
+        let got = s.receive(queue, 10).await;
+        if got.is_empty() {
+            return seen;
+        }
+        for m in got {
+            let id = m["message_id"].as_str().unwrap().to_owned();
+            let lock = m["lock_token"].as_str().unwrap();
+            if fail {
+                s.settle(
+                    queue,
+                    lock,
+                    "dead_letter",
+                    json!({"reason": "ParseError", "description": "parse error at $.order"}),
+                )
+                .await;
+            } else {
+                let intent = m["intent"].as_str().unwrap_or_default().to_owned();
+                ledger.apply(&intent);
+                let (st, v) = s.settle(queue, lock, "complete", json!({})).await;
+                assert_eq!(st, 200, "{v}");
+            }
+            seen.push(id);
+        }
+    }
+}
+
+/// One step of the clock: the plans look, the consumer works.
+async fn tick(s: &TestServer, ledger: &Ledger, ms: u64) -> Vec<String> {
+    s.broker.plans_once().await.expect("a plan pass");
+    let seen = consume(s, "orders", ledger, false).await;
+    s.advance(ms);
+    seen
+}
+
+/// When each case's replay was admitted (ms), from its timeline.
+async fn admissions(s: &TestServer, cases: &[String]) -> Vec<(i64, String, u64)> {
+    let mut out = Vec::new();
+    for id in cases {
+        let (_, c) = s.get(&format!("/v1/cases/{id}")).await;
+        for e in c["timeline"].as_array().unwrap() {
+            if e["state"] == "replay_admitted" {
+                let at = chrono_ms(e["at"].as_str().unwrap());
+                out.push((at, id.clone(), c["payload_size"].as_u64().unwrap_or(0)));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn chrono_ms(rfc3339: &str) -> i64 {
+    redrive_core::Timestamp::parse_rfc3339(rfc3339)
+        .expect("an RFC 3339 time")
+        .as_millis()
+}
+
+/// The seed's worked example, end to end: 240 items of 40 KiB, one item a second, 64 KiB
+/// a second, two concurrent deliveries, windows of ten. Every admission is spaced a second
+/// apart at least and the bytes never run ahead of 64 KiB/s; never more than two in
+/// flight; windows open one after the other; every item completes bound to its effect;
+/// the whole takes at least the 240 s lower bound.
+#[tokio::test]
+async fn the_seeds_worked_example_runs_within_its_budget() {
+    for backend in Backend::all("the seed's worked example") {
+        let name = backend.name();
+        let s = server(backend).await;
+        let ledger = fixture(&s).await;
+        let probe = Probe::start().await;
+        let cases = eligible(&s, "orders", "orders", 240, 40 * 1024, None).await;
+        let spec = json!({"selection": {"queue": "orders", "reasons": ["ParseError"]}, "budget": seed_budget(&probe)});
+        let (st, preview) = s.post("/v1/replay/plans/preview", spec.clone()).await;
+        assert_eq!(st, 200, "{name}: {preview}");
+        assert_eq!(preview["eligible"], 240, "{name}: {preview}");
+        assert_eq!(preview["lower_bound_ms"], 240_000, "{name}");
+        let p = create(&s, spec).await;
+        let id = p["id"].as_str().unwrap().to_owned();
+        assert_eq!(p["status"], "planned", "{name}: {p}");
+        assert_eq!(p["progress"]["items"], 240, "{name}: {p}");
+        assert_eq!(p["progress"]["eta_ms"], 240_000, "{name}: {p}");
+        let started = s.broker.clock().now().as_millis();
+        act(&s, &id, "start").await;
+        let mut in_flight_max = 0;
+        let mut windows = Vec::new();
+        for _ in 0..2_000 {
+            tick(&s, &ledger, 250).await;
+            let p = plan(&s, &id).await;
+            in_flight_max = in_flight_max.max(p["progress"]["in_flight"].as_u64().unwrap());
+            let w = p["progress"]["window"].as_u64().unwrap();
+            if windows.last() != Some(&w) {
+                windows.push(w);
+            }
+            if p["status"] != "running" {
+                break;
+            }
+        }
+        let p = plan(&s, &id).await;
+        assert_eq!(p["status"], "completed", "{name}: {p}");
+        assert_eq!(p["progress"]["completed"], 240, "{name}: {p}");
+        assert_eq!(p["progress"]["bytes_admitted"], 240 * 40 * 1024, "{name}");
+        assert!(in_flight_max <= 2, "{name}: {in_flight_max} in flight");
+        assert_eq!(windows, (1..=24).collect::<Vec<u64>>(), "{name}");
+        let admitted = admissions(&s, &cases).await;
+        assert_eq!(admitted.len(), 240, "{name}: one replay per item");
+        for pair in admitted.windows(2) {
+            let gap = pair[1].0 - pair[0].0;
+            assert!(gap >= 1_000, "{name}: {gap} ms between admissions");
+            // The byte budget: the earlier item's bytes paid for at 64 KiB/s.
+            let paid = (pair[0].2 * 1000).div_ceil(64 * KIB) as i64;
+            assert!(gap >= paid, "{name}: {gap} ms < {paid} ms for the bytes");
+        }
+        // Over any window of the clock, at most ⌊T·rate⌋ + 1 items.
+        for (i, (t, _, _)) in admitted.iter().enumerate() {
+            let within = admitted[i..]
+                .iter()
+                .take_while(|(u, _, _)| *u < t + 10_000)
+                .count();
+            assert!(within <= 11, "{name}: {within} admissions in 10 s");
+        }
+        let last = admitted.last().unwrap().0;
+        assert!(
+            last - started >= 239_000,
+            "{name}: finished before the lower bound"
+        );
+        // Each case is bound: original → replay `<id>|1` → effect → completed.
+        let (_, c) = s.get(&format!("/v1/cases/{}", cases[17])).await;
+        assert_eq!(c["state"], "completed", "{name}: {c}");
+        let tl = c["timeline"].as_array().unwrap();
+        let adm = tl.iter().find(|e| e["state"] == "replay_admitted").unwrap();
+        assert_eq!(adm["fields"]["plan_id"], id.as_str(), "{name}");
+        assert_eq!(adm["fields"]["message_id"], "orders-17|1", "{name}");
+        assert!(
+            adm["fields"]["budget"]
+                .as_str()
+                .unwrap()
+                .contains("1 items/s"),
+            "{name}: {adm}"
+        );
+        assert!(
+            tl.last().unwrap()["fields"]["binding"]
+                .as_str()
+                .unwrap()
+                .contains("orders-i-17"),
+            "{name}"
+        );
+        // The dependency's baseline was recorded before the first item.
+        assert_eq!(p["baseline"]["latency_ms"], 20, "{name}: {p}");
+        let metrics = s.metrics().await;
+        assert!(
+            metrics.contains("redrive_replay_plan_items_total{queue=\"orders\",outcome=\"admitted\"} 240"),
+            "{name}"
+        );
+        assert!(
+            metrics.contains("redrive_replay_plans_ended_total{queue=\"orders\",reason=\"completed\"} 1"),
+            "{name}"
+        );
+        s.stop().await;
+    }
+}
+
+/// Row 9: an unbounded bulk redrive is refused, and nothing is created.
+#[tokio::test]
+async fn row_9_an_unbounded_plan_is_refused() {
+    for backend in Backend::all("row 9") {
+        let s = server(backend).await;
+        fixture(&s).await;
+        let r = s
+            .post(
+                "/v1/replay/plans",
+                json!({"selection": {"queue": "orders"}, "budget": {"items_per_s": 5.0, "max_concurrent": 2}}),
+            )
+            .await;
+        assert_problem(&r, 400, "replay_unbounded");
+        assert_eq!(r.1["missing"], json!(["bytes_per_s", "dependency"]));
+        let (_, list) = s.get("/v1/replay/plans").await;
+        assert_eq!(list["plans"], json!([]));
+        s.stop().await;
+    }
+}
+
+/// Row 6: the parser is repaired but the dependency is not: the capacity gate blocks the
+/// replay (nothing admitted, the plan stopped naming the dependency's error rate). Latency
+/// over its threshold stops a plan only after two observation windows; a probe that
+/// cannot be read stops it as a budget that cannot be observed.
+#[tokio::test]
+async fn row_6_an_unavailable_dependency_blocks_the_replay() {
+    for backend in Backend::all("row 6") {
+        let name = backend.name();
+        let s = server(backend).await;
+        let ledger = fixture(&s).await;
+        let probe = Probe::start().await;
+        eligible(&s, "orders", "o", 6, 100, None).await;
+        let spec = json!({"selection": {"queue": "orders"}, "budget": seed_budget(&probe), "observe_ms": 5000});
+        // Error rate over the threshold: stopped before the first item.
+        probe.set(0.4, 20);
+        let a = create(&s, spec.clone()).await;
+        let a = a["id"].as_str().unwrap().to_owned();
+        act(&s, &a, "start").await;
+        tick(&s, &ledger, 100).await;
+        let p = plan(&s, &a).await;
+        assert_eq!(p["status"], "stopped", "{name}: {p}");
+        assert_eq!(p["stop_reason"], "dependency_error_rate", "{name}");
+        assert_eq!(p["progress"]["admitted"], 0, "{name}");
+        let (_, flight) = s.get("/v1/cases?queue=orders&state=replay_admitted").await;
+        assert_eq!(flight["cases"], json!([]), "{name}");
+        // Latency: one slow window is observed, the second stops the plan.
+        probe.set(0.0, 20);
+        let b = create(&s, spec.clone()).await;
+        let b = b["id"].as_str().unwrap().to_owned();
+        act(&s, &b, "start").await;
+        tick(&s, &ledger, 1_000).await;
+        assert_eq!(plan(&s, &b).await["progress"]["admitted"], 1, "{name}");
+        probe.set(0.0, 900);
+        for _ in 0..5 {
+            tick(&s, &ledger, 1_000).await;
+        }
+        let p = plan(&s, &b).await;
+        assert_eq!(p["status"], "running", "{name}: one slow window: {p}");
+        for _ in 0..5 {
+            tick(&s, &ledger, 1_000).await;
+        }
+        let p = plan(&s, &b).await;
+        assert_eq!(p["status"], "stopped", "{name}: {p}");
+        assert_eq!(p["stop_reason"], "dependency_latency", "{name}");
+        // A probe that answers 503: the budget cannot be observed.
+        probe.fail(503);
+        let c = create(&s, spec).await;
+        let c = c["id"].as_str().unwrap().to_owned();
+        act(&s, &c, "start").await;
+        tick(&s, &ledger, 100).await;
+        let p = plan(&s, &c).await;
+        assert_eq!(p["stop_reason"], "budget_unobservable", "{name}: {p}");
+        assert!(
+            p["stop_detail"].as_str().unwrap().contains("503"),
+            "{name}: {p}"
+        );
+        let audit = s.audit("action=replay.plan_stop").await;
+        assert_eq!(audit.len(), 3, "{name}: {audit:?}");
+        s.stop().await;
+    }
+}
+
+/// Row 7: a FIFO item is not replayed without its sequence context. A plan that holds
+/// only part of a session's open cases holds them all and names the missing ones; a plan
+/// holding the whole session replays it in order, each item only after the one before
+/// it completed; a new dead letter of the session meanwhile stops the plan.
+#[tokio::test]
+async fn row_7_a_session_is_replayed_whole_and_in_order() {
+    for backend in Backend::all("row 7") {
+        let name = backend.name();
+        let s = server(backend).await;
+        let ledger = Ledger::start().await;
+        s.queue("orders", json!({"requires_session": true})).await;
+        s.queue("sandbox", json!({})).await;
+        let entry = RegisterEntry::new(
+            "order.placed".parse::<RegisterKey>().unwrap(),
+            Idempotency::NotIdempotent,
+            None,
+        )
+        .unwrap();
+        s.broker
+            .set_register_entry(&Actor::system("test"), entry)
+            .await
+            .unwrap();
+        ledger.register(&s, "order.placed").await;
+        let probe = Probe::start().await;
+        let cases = eligible(&s, "orders", "orders", 3, 100, Some("cart-1")).await;
+        let budget = json!({"items_per_s": 10.0, "bytes_per_s": 64 * KIB, "max_concurrent": 2, "window": 10, "dependency": probe.dependency()});
+        // Part of the session: held, the missing cases named.
+        let part = create(
+            &s,
+            json!({"selection": {"queue": "orders", "case_ids": [cases[0], cases[1]]}, "budget": budget}),
+        )
+        .await;
+        let its = items(&s, part["id"].as_str().unwrap()).await;
+        for i in &its {
+            assert_eq!(i["state"], "held", "{name}: {i}");
+            let d = i["detail"].as_str().unwrap();
+            assert!(d.starts_with("ordering_missing"), "{name}: {d}");
+            assert!(d.contains(cases[2].as_str()), "{name}: {d}");
+        }
+        assert_eq!(part["progress"]["held"], 2, "{name}");
+        // The whole session: in order, one at a time although two may be in flight.
+        let whole = create(
+            &s,
+            json!({"selection": {"queue": "orders"}, "budget": budget}),
+        )
+        .await;
+        assert_eq!(
+            whole["sessions"]["cart-1"],
+            json!(cases),
+            "{name}: the plan says which"
+        );
+        let id = whole["id"].as_str().unwrap().to_owned();
+        act(&s, &id, "start").await;
+        let mut order = Vec::new();
+        for _ in 0..60 {
+            s.broker.plans_once().await.unwrap();
+            let p = plan(&s, &id).await;
+            assert!(
+                p["progress"]["in_flight"].as_u64().unwrap() <= 1,
+                "{name}: a session goes one at a time: {p}"
+            );
+            // The session's consumer takes the replays in order.
+            let (_, got) = s
+                .post(
+                    "/v1/queues/orders/receive",
+                    json!({"max_messages": 10}),
+                )
+                .await;
+            for m in got["messages"].as_array().unwrap() {
+                order.push(m["message_id"].as_str().unwrap().to_owned());
+                ledger.apply(m["intent"].as_str().unwrap());
+                s.settle(
+                    "orders",
+                    m["lock_token"].as_str().unwrap(),
+                    "complete",
+                    json!({}),
+                )
+                .await;
+            }
+            s.advance(500);
+            if p["status"] != "running" {
+                break;
+            }
+        }
+        assert_eq!(
+            order,
+            ["orders-0|1", "orders-1|1", "orders-2|1"],
+            "{name}"
+        );
+        assert_eq!(plan(&s, &id).await["status"], "completed", "{name}");
+        // Ordering evidence changes under a running plan: a new dead letter of the
+        // session stops it.
+        let more = eligible(&s, "orders", "c2", 2, 100, Some("cart-2")).await;
+        let p2 = create(
+            &s,
+            json!({"selection": {"queue": "orders", "case_ids": more}, "budget": budget}),
+        )
+        .await;
+        let p2 = p2["id"].as_str().unwrap().to_owned();
+        let (st, v) = s
+            .post(
+                "/v1/queues/orders/messages",
+                json!({"message_id": "late", "body": "b", "type": "order.placed", "session_id": "cart-2"}),
+            )
+            .await;
+        assert_eq!(st, 201, "{v}");
+        let (_, got) = s
+            .post(
+                "/v1/queues/orders/receive",
+                json!({"max_messages": 1}),
+            )
+            .await;
+        let m = &got["messages"][0];
+        assert_eq!(m["message_id"], "late", "{name}");
+        s.settle(
+            "orders",
+            m["lock_token"].as_str().unwrap(),
+            "dead_letter",
+            json!({"reason": "Other"}),
+        )
+        .await;
+        s.broker.cases_once().await.unwrap();
+        act(&s, &p2, "start").await;
+        s.broker.plans_once().await.unwrap();
+        let p = plan(&s, &p2).await;
+        assert_eq!(p["status"], "stopped", "{name}: {p}");
+        assert_eq!(p["stop_reason"], "ordering_changed", "{name}");
+        s.stop().await;
+    }
+}
+
+/// Row 10: a destination that resolves back to the failing path is refused — the origin
+/// while it still dead-letters the items' reason; a queue that does not exist — and once
+/// the failure has stopped the origin is a valid destination again. A replay that
+/// repeats the failure makes the origin the failing path again: the next items are held,
+/// and a second replay with the same failure shape stops the plan.
+#[tokio::test]
+async fn row_10_a_destination_on_the_failing_path_is_refused() {
+    for backend in Backend::all("row 10") {
+        let name = backend.name();
+        let s = server(backend).await;
+        let ledger = fixture(&s).await;
+        let probe = Probe::start().await;
+        let cases = eligible(&s, "orders", "o", 4, 100, None).await;
+        let budget = json!({"items_per_s": 10.0, "bytes_per_s": 64 * KIB, "max_concurrent": 1, "window": 10, "dependency": probe.dependency()});
+        // A fresh dead letter with the same reason: the origin is failing now.
+        let (st, _) = s
+            .post(
+                "/v1/queues/orders/messages",
+                json!({"message_id": "fresh", "body": "b"}),
+            )
+            .await;
+        assert_eq!(st, 201);
+        let got = s.receive("orders", 1).await;
+        s.settle(
+            "orders",
+            got[0]["lock_token"].as_str().unwrap(),
+            "dead_letter",
+            json!({"reason": "ParseError"}),
+        )
+        .await;
+        let spec =
+            json!({"selection": {"queue": "orders", "case_ids": cases}, "budget": budget});
+        let r = s.post("/v1/replay/plans", spec.clone()).await;
+        assert_problem(&r, 409, "plan_conflict");
+        assert_eq!(r.1["reason"], "destination_invalid", "{name}");
+        let mut elsewhere = spec.clone();
+        elsewhere["destination"] = json!("nowhere");
+        let r = s.post("/v1/replay/plans", elsewhere).await;
+        assert_problem(&r, 409, "plan_conflict");
+        // Five quiet minutes: valid again.
+        s.advance(6 * 60_000);
+        let p = create(&s, spec).await;
+        let id = p["id"].as_str().unwrap().to_owned();
+        act(&s, &id, "start").await;
+        // The replays fail again in the same shape.
+        for _ in 0..20 {
+            s.broker.plans_once().await.unwrap();
+            s.broker.cases_once().await.unwrap();
+            consume(&s, "orders", &ledger, true).await;
+            s.broker.cases_once().await.unwrap();
+            s.advance(200);
+            if plan(&s, &id).await["status"] != "running" {
+                break;
+            }
+        }
+        let p = plan(&s, &id).await;
+        assert_eq!(p["status"], "stopped", "{name}: {p}");
+        assert_eq!(p["stop_reason"], "repeated_failure", "{name}: {p}");
+        assert!(
+            p["stop_detail"]
+                .as_str()
+                .unwrap()
+                .contains("order field parse"),
+            "{name}: {p}"
+        );
+        let its = items(&s, &id).await;
+        let stopped = its.iter().filter(|i| i["state"] == "stopped").count();
+        assert!(stopped >= 1, "{name}: {its:?}");
+        assert!(
+            its.iter().any(|i| i["detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("destination_invalid"))),
+            "{name}: the origin failed again, so the next item was held: {its:?}"
+        );
+        // The case whose replay failed is back to diagnosis.
+        let first = its.iter().find(|i| i["state"] == "stopped").unwrap();
+        let (_, c) = s
+            .get(&format!("/v1/cases/{}", first["case_id"].as_str().unwrap()))
+            .await;
+        assert_eq!(c["state"], "replay_stopped", "{name}: {c}");
+        s.stop().await;
+    }
+}
+
+/// Row 11: effect evidence lost during the replay halts the plan (indeterminate), and an
+/// authority that cannot be reached at admission stops it before anything is sent.
+#[tokio::test]
+async fn row_11_lost_effect_evidence_halts_the_plan() {
+    for backend in Backend::all("row 11") {
+        let name = backend.name();
+        let s = server(backend).await;
+        let ledger = fixture(&s).await;
+        let probe = Probe::start().await;
+        let cases = eligible(&s, "orders", "o", 4, 100, None).await;
+        let budget = json!({"items_per_s": 1.0, "bytes_per_s": 64 * KIB, "max_concurrent": 2, "window": 10, "dependency": probe.dependency()});
+        let p = create(
+            &s,
+            json!({"selection": {"queue": "orders", "case_ids": cases[..2]}, "budget": budget}),
+        )
+        .await;
+        let id = p["id"].as_str().unwrap().to_owned();
+        act(&s, &id, "start").await;
+        s.broker.plans_once().await.unwrap();
+        assert_eq!(plan(&s, &id).await["progress"]["admitted"], 1, "{name}");
+        // The replay is delivered, then the ledger stops answering.
+        let got = s.receive("orders", 10).await;
+        assert_eq!(got.len(), 1, "{name}");
+        ledger.fail(Some(500));
+        s.advance(1_000);
+        s.broker.plans_once().await.unwrap();
+        let p = plan(&s, &id).await;
+        assert_eq!(p["status"], "stopped", "{name}: {p}");
+        assert_eq!(p["stop_reason"], "effect_indeterminate", "{name}");
+        assert_eq!(p["progress"]["admitted"], 1, "{name}: no second item");
+        // At admission: nothing is sent.
+        let q = create(
+            &s,
+            json!({"selection": {"queue": "orders", "case_ids": cases[2..]}, "budget": budget}),
+        )
+        .await;
+        let q = q["id"].as_str().unwrap().to_owned();
+        act(&s, &q, "start").await;
+        s.broker.plans_once().await.unwrap();
+        let p = plan(&s, &q).await;
+        assert_eq!(p["stop_reason"], "effect_unavailable", "{name}: {p}");
+        assert_eq!(p["progress"]["admitted"], 0, "{name}");
+        assert!(s.receive("orders", 10).await.is_empty(), "{name}");
+        s.stop().await;
+    }
+}
+
+/// Row 13: two plans over the same items, started together: each item is admitted by
+/// exactly one of them (the item lease), and a person cannot replay an item a plan holds.
+#[tokio::test]
+async fn row_13_two_plans_over_one_item_admit_it_once() {
+    for backend in Backend::all("row 13") {
+        let name = backend.name();
+        let s = server(backend).await;
+        let ledger = fixture(&s).await;
+        let probe = Probe::start().await;
+        let cases = eligible(&s, "orders", "o", 6, 100, None).await;
+        let budget = json!({"items_per_s": 100.0, "bytes_per_s": 64 * KIB, "max_concurrent": 6, "window": 10, "dependency": probe.dependency()});
+        let spec = json!({"selection": {"queue": "orders"}, "budget": budget});
+        let a = create(&s, spec.clone()).await["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let b = create(&s, spec).await["id"].as_str().unwrap().to_owned();
+        act(&s, &a, "start").await;
+        act(&s, &b, "start").await;
+        let (ra, rb) = tokio::join!(s.broker.advance_plan(&a), s.broker.advance_plan(&b));
+        ra.unwrap();
+        rb.unwrap();
+        for _ in 0..10 {
+            s.broker.plans_once().await.unwrap();
+            s.advance(100);
+        }
+        let sent: Vec<String> = consume(&s, "orders", &ledger, false).await;
+        let mut per_case: BTreeMap<String, usize> = BTreeMap::new();
+        for m in &sent {
+            *per_case
+                .entry(m.split('|').next().unwrap().to_owned())
+                .or_default() += 1;
+        }
+        assert_eq!(per_case.len(), 6, "{name}: {sent:?}");
+        assert!(per_case.values().all(|n| *n == 1), "{name}: {sent:?}");
+        assert!(sent.iter().all(|m| m.ends_with("|1")), "{name}: {sent:?}");
+        let admitted_a = plan(&s, &a).await["progress"]["admitted"].as_u64().unwrap();
+        let admitted_b = plan(&s, &b).await["progress"]["admitted"].as_u64().unwrap();
+        assert_eq!(admitted_a + admitted_b, 6, "{name}");
+        // A person's replay of a case a plan holds is refused.
+        let (st, v) = s
+            .post(&format!("/v1/cases/{}/replay", cases[0]), json!({}))
+            .await;
+        assert_problem(&(st, v), 409, "case_conflict");
+        s.stop().await;
+    }
+}
+
+/// A restart mid-plan: the plan resumes from its stored state, keeps its spacing, and
+/// admits no item twice. Pause holds admissions (the clock passing changes nothing),
+/// resume goes on under the same budget, and cancel ends the plan.
+#[tokio::test]
+async fn a_plan_resumes_after_a_restart_without_a_duplicate_admission() {
+    for backend in Backend::all("plan restart") {
+        let name = backend.name();
+        let s = server(backend).await;
+        let ledger = fixture(&s).await;
+        let probe = Probe::start().await;
+        let cases = eligible(&s, "orders", "o", 8, 100, None).await;
+        let budget = json!({"items_per_s": 1.0, "bytes_per_s": 64 * KIB, "max_concurrent": 2, "window": 4, "dependency": probe.dependency()});
+        let id = create(
+            &s,
+            json!({"selection": {"queue": "orders"}, "budget": budget}),
+        )
+        .await["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        act(&s, &id, "start").await;
+        let mut sent = Vec::new();
+        for _ in 0..6 {
+            sent.extend(tick(&s, &ledger, 500).await);
+        }
+        let before = plan(&s, &id).await["progress"]["admitted"]
+            .as_u64()
+            .unwrap();
+        assert!((2..=4).contains(&before), "{name}: {before}");
+        // Pause: the clock passes, nothing is admitted.
+        act(&s, &id, "pause").await;
+        for _ in 0..6 {
+            sent.extend(tick(&s, &ledger, 1_000).await);
+        }
+        let p = plan(&s, &id).await;
+        assert_eq!(p["status"], "paused", "{name}");
+        assert_eq!(p["progress"]["admitted"], before, "{name}: {p}");
+        act(&s, &id, "resume").await;
+        sent.extend(tick(&s, &ledger, 500).await);
+        // Restart on the same store.
+        let s = s.restart().await;
+        for _ in 0..40 {
+            sent.extend(tick(&s, &ledger, 500).await);
+            if plan(&s, &id).await["status"] != "running" {
+                break;
+            }
+        }
+        let p = plan(&s, &id).await;
+        assert_eq!(p["status"], "completed", "{name}: {p}");
+        assert_eq!(p["progress"]["admitted"], 8, "{name}");
+        let unique: BTreeSet<&String> = sent.iter().collect();
+        assert_eq!(unique.len(), sent.len(), "{name}: {sent:?}");
+        assert_eq!(sent.len(), 8, "{name}: {sent:?}");
+        assert!(sent.iter().all(|m| m.ends_with("|1")), "{name}: {sent:?}");
+        let admitted = admissions(&s, &cases).await;
+        for pair in admitted.windows(2) {
+            assert!(pair[1].0 - pair[0].0 >= 1_000, "{name}: {admitted:?}");
+        }
+        // A finished plan cannot be cancelled; a planned one can.
+        let (st, v) = s
+            .post(&format!("/v1/replay/plans/{id}/cancel"), json!({}))
+            .await;
+        assert_problem(&(st, v.clone()), 409, "plan_conflict");
+        assert_eq!(v["reason"], "plan_state", "{name}");
+        s.stop().await;
+    }
+}
+
+/// Row 4 under a plan: the owner's token revoked mid-plan stops it
+/// (`authorization_changed`) before another item goes.
+#[tokio::test]
+async fn a_revoked_owner_stops_the_plan() {
+    let s = TestServer::builder()
+        .settings(settings())
+        .auth(redrive_broker::AccessSettings {
+            enabled: true,
+            ..redrive_broker::AccessSettings::default()
+        })
+        .start()
+        .await;
+    for q in ["orders", "sandbox"] {
+        let (st, v) = s
+            .admin(
+                reqwest::Method::POST,
+                "/v1/queues",
+                Some(json!({"name": q})),
+            )
+            .await;
+        assert_eq!(st, 201, "{v}");
+    }
+    let entry = RegisterEntry::new(
+        "order.placed".parse::<RegisterKey>().unwrap(),
+        Idempotency::NotIdempotent,
+        None,
+    )
+    .unwrap();
+    s.broker
+        .set_register_entry(&Actor::system("test"), entry)
+        .await
+        .unwrap();
+    let ledger = Ledger::start().await;
+    let (st, v) = s
+        .admin(
+            reqwest::Method::PUT,
+            "/v1/effect-authorities/order.placed",
+            Some(json!({"url": ledger.receiver.url, "timeout_ms": 2000})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let probe = Probe::start().await;
+    let (tok_id, owner) = s
+        .token(
+            "ops",
+            &[
+                "operator:*",
+                "replayer:orders",
+                "producer:*",
+                "receiver:*",
+                "payload-reader:orders",
+            ],
+        )
+        .await;
+    let o = Some(owner.as_str());
+    for k in 0..3 {
+        let (st, v) = s
+            .call_as(
+                o,
+                reqwest::Method::POST,
+                "/v1/queues/orders/messages",
+                Some(
+                    json!({"message_id": format!("o-{k}"), "body": "b", "type": "order.placed"}),
+                ),
+            )
+            .await;
+        assert_eq!(st, 201, "{v}");
+        let (_, got) = s
+            .call_as(
+                o,
+                reqwest::Method::POST,
+                "/v1/queues/orders/receive",
+                Some(json!({"max_messages": 1})),
+            )
+            .await;
+        let lock = got["messages"][0]["lock_token"].as_str().unwrap().to_owned();
+        let (st, v) = s
+            .call_as(
+                o,
+                reqwest::Method::POST,
+                "/v1/queues/orders/settle",
+                Some(json!({"lock_token": lock, "action": "dead_letter", "reason": "ParseError"})),
+            )
+            .await;
+        assert!(st.is_success(), "{v}");
+    }
+    s.broker.cases_once().await.unwrap();
+    s.broker.cases_once().await.unwrap();
+    let (_, page) = s
+        .call_as(o, reqwest::Method::GET, "/v1/cases?queue=orders", None)
+        .await;
+    for c in page["cases"].as_array().unwrap() {
+        let id = c["id"].as_str().unwrap();
+        for (action, body) in [
+            ("claim", json!({"lease_ms": 48 * HOUR})),
+            (
+                "diagnosis",
+                json!({"hypothesis": "h", "disconfirming_evidence": "d"}),
+            ),
+            (
+                "corrections",
+                json!({"kind": "code", "identity": "c1", "addresses": "shape"}),
+            ),
+            (
+                "tests",
+                json!({"destination": "sandbox", "outcome": "pass", "evidence": "ok"}),
+            ),
+        ] {
+            let (st, v) = s
+                .call_as(
+                    o,
+                    reqwest::Method::POST,
+                    &format!("/v1/cases/{id}/{action}"),
+                    Some(body),
+                )
+                .await;
+            assert_eq!(st, 200, "{action}: {v}");
+        }
+    }
+    s.advance(6 * 60_000);
+    let budget = json!({"items_per_s": 1.0, "bytes_per_s": 64 * KIB, "max_concurrent": 1, "window": 10, "dependency": probe.dependency()});
+    let (st, p) = s
+        .call_as(
+            o,
+            reqwest::Method::POST,
+            "/v1/replay/plans",
+            Some(json!({"selection": {"queue": "orders"}, "budget": budget})),
+        )
+        .await;
+    assert_eq!(st, 201, "{p}");
+    let id = p["id"].as_str().unwrap().to_owned();
+    // Another replayer may not start someone else's plan.
+    let (_, other) = s.token("other", &["operator:*", "replayer:orders"]).await;
+    let (st, v) = s
+        .call_as(
+            Some(&other),
+            reqwest::Method::POST,
+            &format!("/v1/replay/plans/{id}/start"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 403, "{v}");
+    let (st, v) = s
+        .call_as(
+            o,
+            reqwest::Method::POST,
+            &format!("/v1/replay/plans/{id}/start"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    s.broker.plans_once().await.unwrap();
+    let (_, got) = s
+        .call_as(
+            o,
+            reqwest::Method::POST,
+            "/v1/queues/orders/receive",
+            Some(json!({"max_messages": 10})),
+        )
+        .await;
+    assert_eq!(got["messages"].as_array().unwrap().len(), 1);
+    ledger.apply("o-0");
+    let (st, _) = s
+        .admin(
+            reqwest::Method::POST,
+            &format!("/v1/tokens/{tok_id}/revoke"),
+            None,
+        )
+        .await;
+    assert!(st.is_success());
+    s.advance(2_000);
+    s.broker.plans_once().await.unwrap();
+    let (_, p) = s
+        .admin(reqwest::Method::GET, &format!("/v1/replay/plans/{id}"), None)
+        .await;
+    assert_eq!(p["status"], "stopped", "{p}");
+    assert_eq!(p["stop_reason"], "authorization_changed", "{p}");
+    assert_eq!(p["progress"]["admitted"], 1, "{p}");
+    s.stop().await;
+}
