@@ -292,6 +292,7 @@ impl Broker {
         let replay = self.inner.store.replay_counts(None, flag).await?;
         crate::metrics::render_replay(&mut out, &replay);
         self.render_case_metrics(&mut out).await?;
+        self.render_plan_metrics(&mut out).await?;
         Ok(out)
     }
 }

@@ -258,6 +258,21 @@ impl RunState {
         serde_json::to_value(self).unwrap_or_default()
     }
 
+    /// The observed admission rates (items/s, bytes/s) from the first admission's start to
+    /// the last admission: 0 before two admissions.
+    pub fn observed_rates(&self) -> (f64, f64) {
+        match (self.started_ms, self.last_admit_ms) {
+            (Some(s), Some(l)) if l > s && self.admitted > 1 => {
+                let secs = (l - s) as f64 / 1000.0;
+                (
+                    self.admitted as f64 / secs,
+                    self.bytes_admitted as f64 / secs,
+                )
+            }
+            _ => (0.0, 0.0),
+        }
+    }
+
     fn pacer(&self) -> Pacer {
         Pacer {
             next_item_ms: self.next_item_ms,
@@ -1500,6 +1515,55 @@ impl Broker {
             }
         }
         Ok(None)
+    }
+
+    /// The running plans' gauges, read at scrape time: replays in flight, and how much of
+    /// each budget the plan uses (observed admission rate over the budget's rate, in-flight
+    /// deliveries over the concurrency bound).
+    pub(crate) async fn render_plan_metrics(&self, out: &mut String) -> BrokerResult<()> {
+        use std::fmt::Write as _;
+        let plans = self
+            .inner
+            .store
+            .list_replay_plans(&PlanQuery {
+                status: vec![PlanStatus::Running, PlanStatus::Paused],
+                ..PlanQuery::default()
+            })
+            .await?;
+        let _ = writeln!(
+            out,
+            "# HELP redrive_replay_plans_active Bounded replay plans running or paused."
+        );
+        let _ = writeln!(out, "# TYPE redrive_replay_plans_active gauge");
+        let _ = writeln!(out, "redrive_replay_plans_active {}", plans.len());
+        let _ = writeln!(
+            out,
+            "# HELP redrive_replay_plan_budget_utilisation Share of a running plan's budget in use: observed items/s and bytes/s over their limits, deliveries in flight over the concurrency bound."
+        );
+        let _ = writeln!(out, "# TYPE redrive_replay_plan_budget_utilisation gauge");
+        for plan in &plans {
+            let Ok(spec) = PlanSpec::of(plan) else {
+                continue;
+            };
+            let run = RunState::of(plan);
+            let (items, bytes) = run.observed_rates();
+            let b = &spec.budget;
+            for (budget, v) in [
+                ("items", items / b.items_per_s),
+                ("bytes", bytes / b.bytes_per_s as f64),
+                (
+                    "concurrency",
+                    f64::from(run.in_flight) / f64::from(b.max_concurrent),
+                ),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "redrive_replay_plan_budget_utilisation{{plan=\"{}\",queue=\"{}\",budget=\"{budget}\"}} {v}",
+                    plan.id, plan.queue
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Whether the node-wide budget lets an item of `bytes` go now (`None`), or when.
