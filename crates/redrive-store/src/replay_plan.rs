@@ -65,6 +65,8 @@ macro_rules! named_enum {
 named_enum! {
     /// Where a plan stands.
     PlanStatus, "plan status" {
+        /// Created (its items selected, its identity fixed), not started yet.
+        Planned = "planned",
         /// Admitting items under its budget.
         Running = "running",
         /// Paused by its owner: nothing is admitted; evidence and state are kept.
