@@ -1035,6 +1035,7 @@ impl Broker {
         // 6. Completion: nothing waiting, nothing in flight.
         let mut status = plan.m.status;
         if running && run.in_flight == 0 {
+            // Items this look held are still `waiting` in the store until it writes them.
             let waiting_left = self
                 .inner
                 .store
@@ -1043,7 +1044,7 @@ impl Broker {
                     &PlanItemQuery {
                         states: vec![PlanItemState::Waiting],
                         after_seq: None,
-                        limit: 1,
+                        limit: items.len() as u32 + 1,
                     },
                 )
                 .await?;

@@ -697,22 +697,26 @@ async fn row_10_a_destination_on_the_failing_path_is_refused() {
         elsewhere["destination"] = json!("nowhere");
         let r = s.post("/v1/replay/plans", elsewhere).await;
         assert_problem(&r, 409, "plan_conflict");
-        // Five quiet minutes: valid again.
+        // Five quiet minutes: valid again. Two replays in flight at once fail again in
+        // the same shape: the plan stops.
         s.advance(6 * 60_000);
-        let p = create(&s, spec).await;
+        let two = json!({"items_per_s": 100.0, "bytes_per_s": 64 * KIB, "max_concurrent": 2, "window": 10, "dependency": probe.dependency()});
+        let p = create(
+            &s,
+            json!({"selection": {"queue": "orders", "case_ids": cases[..2]}, "budget": two}),
+        )
+        .await;
         let id = p["id"].as_str().unwrap().to_owned();
         act(&s, &id, "start").await;
-        // The replays fail again in the same shape.
-        for _ in 0..20 {
-            s.broker.plans_once().await.unwrap();
-            s.broker.cases_once().await.unwrap();
-            consume(&s, "orders", &ledger, true).await;
-            s.broker.cases_once().await.unwrap();
-            s.advance(200);
-            if plan(&s, &id).await["status"] != "running" {
-                break;
-            }
-        }
+        s.broker.plans_once().await.unwrap();
+        s.advance(10);
+        s.broker.plans_once().await.unwrap();
+        assert_eq!(plan(&s, &id).await["progress"]["in_flight"], 2, "{name}");
+        consume(&s, "orders", &ledger, true).await;
+        s.broker.cases_once().await.unwrap();
+        s.broker.cases_once().await.unwrap();
+        s.advance(1_000);
+        s.broker.plans_once().await.unwrap();
         let p = plan(&s, &id).await;
         assert_eq!(p["status"], "stopped", "{name}: {p}");
         assert_eq!(p["stop_reason"], "repeated_failure", "{name}: {p}");
@@ -723,21 +727,48 @@ async fn row_10_a_destination_on_the_failing_path_is_refused() {
                 .contains("order field parse"),
             "{name}: {p}"
         );
+        // The cases whose replays failed are back to diagnosis.
+        for i in items(&s, &id).await {
+            assert_eq!(i["state"], "stopped", "{name}: {i}");
+            assert_eq!(i["detail"], "repeated_failure", "{name}: {i}");
+            let (_, c) = s
+                .get(&format!("/v1/cases/{}", i["case_id"].as_str().unwrap()))
+                .await;
+            assert_eq!(c["state"], "replay_stopped", "{name}: {c}");
+        }
+        // One replay at a time: the first fails again, and the origin is the failing path
+        // once more, so the next item is held rather than sent into it.
+        s.advance(6 * 60_000);
+        let one = json!({"items_per_s": 100.0, "bytes_per_s": 64 * KIB, "max_concurrent": 1, "window": 10, "dependency": probe.dependency()});
+        let p = create(
+            &s,
+            json!({"selection": {"queue": "orders", "case_ids": cases[2..]}, "budget": one}),
+        )
+        .await;
+        let id = p["id"].as_str().unwrap().to_owned();
+        act(&s, &id, "start").await;
+        for _ in 0..10 {
+            s.broker.plans_once().await.unwrap();
+            consume(&s, "orders", &ledger, true).await;
+            s.broker.cases_once().await.unwrap();
+            s.broker.cases_once().await.unwrap();
+            s.advance(100);
+            if plan(&s, &id).await["status"] != "running" {
+                break;
+            }
+        }
+        let p = plan(&s, &id).await;
+        assert_eq!(p["status"], "completed", "{name}: {p}");
         let its = items(&s, &id).await;
-        let stopped = its.iter().filter(|i| i["state"] == "stopped").count();
-        assert!(stopped >= 1, "{name}: {its:?}");
+        assert_eq!(its[0]["state"], "stopped", "{name}: {its:?}");
+        assert_eq!(its[1]["state"], "held", "{name}: {its:?}");
         assert!(
-            its.iter().any(|i| i["detail"]
+            its[1]["detail"]
                 .as_str()
-                .is_some_and(|d| d.starts_with("destination_invalid"))),
-            "{name}: the origin failed again, so the next item was held: {its:?}"
+                .unwrap()
+                .starts_with("destination_invalid"),
+            "{name}: {its:?}"
         );
-        // The case whose replay failed is back to diagnosis.
-        let first = its.iter().find(|i| i["state"] == "stopped").unwrap();
-        let (_, c) = s
-            .get(&format!("/v1/cases/{}", first["case_id"].as_str().unwrap()))
-            .await;
-        assert_eq!(c["state"], "replay_stopped", "{name}: {c}");
         s.stop().await;
     }
 }
