@@ -203,6 +203,13 @@ macro_rules! store_conformance_tests {
             move_task_progress_is_written_by_its_runner_only,
             an_orphaned_move_task_is_claimed_once_its_heartbeat_passed,
             only_the_most_recent_finished_move_tasks_of_a_source_are_kept,
+            // bounded replay plans
+            replay_plans_are_stored_with_their_items_read_listed_and_paged,
+            replay_plan_items_filter_by_state_and_page_by_seq,
+            update_replay_plan_is_conditional_on_the_version_read_and_writes_all_or_nothing,
+            an_admitted_case_is_held_by_one_plan_item_at_a_time,
+            concurrent_updates_of_one_plan_version_succeed_once,
+            concurrent_admissions_of_one_case_by_many_plans_succeed_once,
         }
     };
 }

@@ -58,6 +58,11 @@
 //!   from one version the second waits, then is told `CaseChanged` and writes nothing.
 //!   Payload retention takes its cases `FOR UPDATE SKIP LOCKED`. An intent's first word
 //!   is kept with `INSERT ... ON CONFLICT DO NOTHING`, then read back.
+//! - **Bounded replay plans.** `update_replay_plan` locks the plan's row and compares the
+//!   version read, as `update_case` does. The item lease is the unique index over
+//!   admitted items' case ids: an update checks it before writing, and one that loses a
+//!   race for a case to a concurrent plan's admission (the index's unique violation) is
+//!   rolled back and run again like a conflict, then refused with `ReplayItemTaken`.
 //!
 //! A transaction that loses a deadlock (`40P01`) or a serialization conflict (`40001`)
 //! was rolled back by the server; it is run again from the start, up to
@@ -67,9 +72,10 @@
 //!
 //! Reads (`get_queue`, `list_queues`, `queue_counts`, `peek`, `next_wake`,
 //! `list_dead_letters`, `get_dead_letter`, `replay_counts`, cases with their searches,
-//! counts, timelines and payloads, intents, effect authorities, token lookups, audit pages) are
-//! each one statement outside an explicit transaction, so one snapshot; only an empty
-//! answer takes a second look, to tell it apart from a missing queue.
+//! counts, timelines and payloads, intents, effect authorities, token lookups, audit pages,
+//! replay plans and their items) are each one statement outside an explicit transaction,
+//! so one snapshot; only an empty answer takes a second look, to tell it apart from a
+//! missing queue (or plan).
 //!
 //! # Rules
 //!
@@ -211,6 +217,7 @@ mod pool;
 mod queues;
 mod register;
 mod replay;
+mod replay_plans;
 mod rows;
 mod schema;
 mod sessions;
@@ -238,6 +245,7 @@ use redrive_store::{
     NewSubscription, PublishEvent, Published, SubscriptionRecord, SubscriptionUpdate, TopicPolicy,
     TopicRecord,
 };
+use redrive_store::{PlanItemQuery, PlanItemRecord, PlanQuery, ReplayPlanRecord, ReplayPlanUpdate};
 
 pub use clock::{DatabaseClock, LocalTime};
 pub use error::PostgresError;
@@ -963,6 +971,34 @@ impl Store for PostgresStore {
         write_tx!(self, |db| move_tasks::claim(
             db, runner, lease_ms, now, limit
         ))
+    }
+
+    async fn create_replay_plan(
+        &self,
+        plan: &ReplayPlanRecord,
+        items: &[PlanItemRecord],
+    ) -> StoreResult<ReplayPlanRecord> {
+        write_tx!(self, |db| replay_plans::create(db, plan, items))
+    }
+
+    async fn get_replay_plan(&self, id: &str) -> StoreResult<ReplayPlanRecord> {
+        read!(self, |db| replay_plans::get_one(db, id))
+    }
+
+    async fn list_replay_plans(&self, query: &PlanQuery) -> StoreResult<Vec<ReplayPlanRecord>> {
+        read!(self, |db| replay_plans::list(db, query))
+    }
+
+    async fn update_replay_plan(&self, update: &ReplayPlanUpdate) -> StoreResult<ReplayPlanRecord> {
+        write_tx!(self, |db| replay_plans::update(db, update))
+    }
+
+    async fn replay_plan_items(
+        &self,
+        plan_id: &str,
+        query: &PlanItemQuery,
+    ) -> StoreResult<Vec<PlanItemRecord>> {
+        read!(self, |db| replay_plans::items(db, plan_id, query))
     }
 
     async fn create_token(&self, token: &NewToken, now: Timestamp) -> StoreResult<TokenRecord> {

@@ -979,16 +979,19 @@ async fn one_node_wins_a_token_name() {
 }
 
 /// Takes a schema back to version 7, as a build of that version left it: the case tables
-/// and the route columns of version 8 and the move tasks of version 9 gone.
-const BACK_TO_VERSION_7: &str = "DROP TABLE move_tasks; \
+/// and the route columns of version 8, the move tasks of version 9 and the replay plans
+/// of version 10 gone.
+const BACK_TO_VERSION_7: &str = "DROP TABLE replay_plans, replay_plan_items; \
+     DROP TABLE move_tasks; \
      DROP TABLE cases, case_timeline, case_payloads, intents, \
        effect_authorities; \
      ALTER TABLE dead_letters DROP COLUMN route_target, DROP COLUMN missing_target; \
      DELETE FROM redrive_schema_migrations WHERE version >= 8";
 
 /// Takes a schema back to version 6, as a build of that version left it: version 8
-/// and 9 undone, then the replay columns and indexes of version 7 gone.
-const BACK_TO_VERSION_6: &str = "DROP TABLE move_tasks; \
+/// to 10 undone, then the replay columns and indexes of version 7 gone.
+const BACK_TO_VERSION_6: &str = "DROP TABLE replay_plans, replay_plan_items; \
+     DROP TABLE move_tasks; \
      DROP TABLE cases, case_timeline, case_payloads, intents, \
        effect_authorities; \
      ALTER TABLE dead_letters DROP COLUMN route_target, DROP COLUMN missing_target; \
@@ -1022,10 +1025,10 @@ async fn a_version_4_schema_gains_the_access_tables() {
         "4"
     );
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 9);
+    assert_eq!(SCHEMA_VERSION, 10);
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "9"
+        "10"
     );
     assert_eq!(store.list_queues().await.unwrap().len(), 1);
     let appended = store
@@ -1755,4 +1758,117 @@ async fn a_search_of_cases_filters_pages_and_counts() {
         .await
         .unwrap();
     assert_eq!(none, redrive_store::CaseCounts::default());
+}
+
+/// Two plans admitting one case at once both pass the check of the item lease (neither
+/// sees the other's uncommitted admission); the unique index lets the first commit and
+/// fails the second, which is rolled back, run again, and refused with `ReplayItemTaken`
+/// naming the plan that committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_to_a_concurrent_admission_is_replay_item_taken() {
+    use redrive_store::{
+        PlanItemQuery, PlanItemRecord, PlanItemState, PlanMut, PlanStatus, ReplayPlanRecord,
+        ReplayPlanUpdate,
+    };
+    let g = SchemaGuard::fresh(&database());
+    let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
+    let m = PlanMut {
+        status: PlanStatus::Running,
+        owner_until: secs(600),
+        stop_reason: None,
+        next_at: None,
+        state: serde_json::json!({}),
+        updated_at: secs(1),
+    };
+    let item = PlanItemRecord {
+        seq: 0,
+        case_id: "c1".to_owned(),
+        bytes: 10,
+        state: PlanItemState::Waiting,
+        window: None,
+        message_id: None,
+        detail: None,
+        updated_at: secs(1),
+    };
+    for id in ["plan_x", "plan_b"] {
+        let p = ReplayPlanRecord {
+            id: id.to_owned(),
+            queue: "orders".to_owned(),
+            destination: "orders".to_owned(),
+            owner_id: "tok_1".to_owned(),
+            owner_name: "ops".to_owned(),
+            spec: serde_json::json!({}),
+            items: 1,
+            created_at: secs(1),
+            version: 1,
+            m: m.clone(),
+        };
+        store
+            .create_replay_plan(&p, std::slice::from_ref(&item))
+            .await
+            .unwrap();
+    }
+    // Another node admits c1 for plan_x and has not committed yet.
+    let (holder, connection) = tokio_postgres::connect(&g.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let io = tokio::spawn(connection);
+    holder
+        .batch_execute(&format!(
+            "SET search_path TO \"{}\"; BEGIN; UPDATE replay_plan_items SET state = 'admitted' \
+             WHERE plan_id = 'plan_x' AND seq = 0",
+            g.schema
+        ))
+        .await
+        .unwrap();
+    let admit = ReplayPlanUpdate {
+        id: "plan_b".to_owned(),
+        version: 1,
+        set: m.clone(),
+        items: vec![PlanItemRecord {
+            state: PlanItemState::Admitted,
+            window: Some(1),
+            ..item.clone()
+        }],
+    };
+    let store = Arc::new(store);
+    let racing = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move { store.update_replay_plan(&admit).await })
+    };
+    // Once plan_b's update waits on the index entry of the uncommitted admission...
+    let bound = std::time::Duration::from_secs(20);
+    tokio::time::timeout(bound, async {
+        loop {
+            let waiting = scalar(
+                &g,
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                 AND query LIKE 'UPDATE replay_plan_items i %'",
+            )
+            .await;
+            if waiting != "0" {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the racing update waits on the lease's index");
+    // ...the other node commits: the racing update loses.
+    holder.batch_execute("COMMIT").await.unwrap();
+    drop(holder);
+    let _ = io.await;
+    match tokio::time::timeout(bound, racing).await.unwrap().unwrap() {
+        Err(StoreError::ReplayItemTaken { case_id, plan_id }) => {
+            assert_eq!((case_id.as_str(), plan_id.as_str()), ("c1", "plan_x"));
+        }
+        other => panic!("expected ReplayItemTaken, got {other:?}"),
+    }
+    assert_eq!(store.get_replay_plan("plan_b").await.unwrap().version, 1);
+    let items = store
+        .replay_plan_items("plan_b", &PlanItemQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(items, vec![item]);
+    store.close();
 }

@@ -74,6 +74,11 @@
 //! stands for a case, so a record that is none opens nothing and one that has a case keeps
 //! it. A case update is one writer job, conditional on the version its caller read.
 //!
+//! Bounded replay plans (schema version 10) are written by writer jobs: an update checks
+//! the version its caller read and the item lease (the admitted items of the cases it
+//! admits) before it writes anything, so a refused update is a refusal, never a failed
+//! statement (see `replay_plans`).
+//!
 //! A message's contents (body, content type, properties, correlation id, type, intent)
 //! stay in its `messages` row when the body and properties together are at most 512 bytes
 //! (`rows::INLINE_CONTENT_MAX`); larger ones live in `message_bodies`, keyed by the row's
@@ -95,6 +100,7 @@ mod queues;
 mod readers;
 mod register;
 mod replay;
+mod replay_plans;
 mod rows;
 mod schema;
 mod sessions;
@@ -123,6 +129,7 @@ use redrive_store::{
     NewSubscription, PublishEvent, Published, SubscriptionRecord, SubscriptionUpdate, TopicPolicy,
     TopicRecord,
 };
+use redrive_store::{PlanItemQuery, PlanItemRecord, PlanQuery, ReplayPlanRecord, ReplayPlanUpdate};
 
 pub use error::SqliteError;
 pub use schema::LATEST_VERSION as SCHEMA_VERSION;
@@ -832,6 +839,47 @@ impl Store for SqliteStore {
         let runner = runner.to_owned();
         self.writer
             .write(move |tx| move_tasks::claim(tx, &runner, lease_ms, now, limit))
+            .await
+    }
+
+    async fn create_replay_plan(
+        &self,
+        plan: &ReplayPlanRecord,
+        items: &[PlanItemRecord],
+    ) -> StoreResult<ReplayPlanRecord> {
+        let (plan, items) = (plan.clone(), items.to_vec());
+        self.writer
+            .write(move |tx| replay_plans::create(tx, &plan, &items))
+            .await
+    }
+
+    async fn get_replay_plan(&self, id: &str) -> StoreResult<ReplayPlanRecord> {
+        let id = id.to_owned();
+        self.readers.read(move |c| replay_plans::get(c, &id)).await
+    }
+
+    async fn list_replay_plans(&self, query: &PlanQuery) -> StoreResult<Vec<ReplayPlanRecord>> {
+        let query = query.clone();
+        self.readers
+            .read(move |c| replay_plans::list(c, &query))
+            .await
+    }
+
+    async fn update_replay_plan(&self, update: &ReplayPlanUpdate) -> StoreResult<ReplayPlanRecord> {
+        let update = update.clone();
+        self.writer
+            .write(move |tx| replay_plans::update(tx, &update))
+            .await
+    }
+
+    async fn replay_plan_items(
+        &self,
+        plan_id: &str,
+        query: &PlanItemQuery,
+    ) -> StoreResult<Vec<PlanItemRecord>> {
+        let (plan_id, query) = (plan_id.to_owned(), query.clone());
+        self.readers
+            .read(move |c| replay_plans::items(c, &plan_id, &query))
             .await
     }
 

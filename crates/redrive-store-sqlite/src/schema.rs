@@ -21,10 +21,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (7, include_str!("migrations/0007_replay.sql")),
     (8, include_str!("migrations/0008_cases.sql")),
     (9, include_str!("migrations/0009_move_tasks.sql")),
+    (10, include_str!("migrations/0010_replay_plans.sql")),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: i64 = 9;
+pub const LATEST_VERSION: i64 = 10;
 
 /// How long a connection waits for a lock held by another connection before giving up
 /// with SQLITE_BUSY (mapped to `Unavailable`).

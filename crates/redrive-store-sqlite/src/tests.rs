@@ -872,6 +872,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
              ALTER TABLE dead_letters DROP COLUMN missing_target; \
              DROP TABLE cases; DROP TABLE case_timeline; DROP TABLE case_payloads; \
              DROP TABLE intents; DROP TABLE effect_authorities; DROP TABLE move_tasks; \
+             DROP TABLE replay_plans; DROP TABLE replay_plan_items; \
              DELETE FROM schema_migrations WHERE version >= 5;",
         )
         .unwrap();
@@ -883,7 +884,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (9, 9));
+    assert_eq!((version, SCHEMA_VERSION), (10, 10));
     assert_eq!(store.peek(&name("q"), 1, 10).await.unwrap().len(), 1);
     let token = NewToken {
         id: "tok_000000000000000a".to_owned(),

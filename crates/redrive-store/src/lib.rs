@@ -559,10 +559,7 @@ pub trait Store: Send + Sync + 'static {
     /// `seq`, and the version plus one. An item made `admitted` while another plan's item
     /// of the same case is `admitted` refuses the whole update with `ReplayItemTaken`.
     /// `ReplayPlanNotFound`. Returns the plan as written.
-    async fn update_replay_plan(
-        &self,
-        update: &ReplayPlanUpdate,
-    ) -> StoreResult<ReplayPlanRecord>;
+    async fn update_replay_plan(&self, update: &ReplayPlanUpdate) -> StoreResult<ReplayPlanRecord>;
 
     /// A page of a plan's items by `seq`, filtered by `query`. `ReplayPlanNotFound`.
     async fn replay_plan_items(

@@ -43,6 +43,15 @@ pub enum RowError {
     /// A rule the store relies on was broken (a bug); the operation was rolled back.
     #[error("internal invariant broken: {0}")]
     Invariant(&'static str),
+    /// An update of a replay plan names an item the plan does not hold (a caller's bug);
+    /// nothing was written.
+    #[error("replay plan {plan_id:?} has no item {seq}")]
+    NoPlanItem {
+        /// The plan.
+        plan_id: String,
+        /// The item asked for.
+        seq: u32,
+    },
 }
 
 impl From<RowError> for StoreError {
@@ -81,6 +90,9 @@ pub fn invariant(what: &'static str) -> StoreError {
 ///   [`access::audit_entry`](crate::skeleton::access::audit_entry).
 /// - `register`: [`register::record`](crate::skeleton::register::record).
 /// - `move_task`: [`move_tasks::decode`](crate::skeleton::move_tasks::decode).
+/// - `replay_plan`, `replay_plan_item`:
+///   [`replay_plans::decode`](crate::skeleton::replay_plans::decode),
+///   [`replay_plans::decode_item`](crate::skeleton::replay_plans::decode_item).
 #[macro_export]
 macro_rules! columns {
     (head) => {
@@ -122,6 +134,13 @@ macro_rules! columns {
     (move_task) => {
         "handle, source, destination, max_per_second, status, moved, to_move, failure_reason, \
          owner_id, owner_name, started_at, updated_at, runner, runner_until"
+    };
+    (replay_plan) => {
+        "id, queue, destination, owner_id, owner_name, spec, items, created_at, version, \
+         status, owner_until, stop_reason, next_at, state, updated_at"
+    };
+    (replay_plan_item) => {
+        "seq, case_id, bytes, state, admit_window, message_id, detail, updated_at"
     };
 }
 

@@ -24,6 +24,8 @@
 //!   backends run), case rows, timeline entries and their columns.
 //! - [`move_tasks`]: message move task rows, the progress a runner may write, cancel
 //!   requests and the claim of orphaned tasks.
+//! - [`replay_plans`]: bounded replay plan and item rows, the checks of a new plan and
+//!   of an update, the item lease, and the statements and filters both backends run.
 //! - [`replay`]: automatic replay's bookkeeping: when a record is a candidate, what a
 //!   move between areas does to it, quarantine copies, imported records, the counts.
 //!
@@ -48,6 +50,7 @@ pub mod messages;
 pub mod move_tasks;
 pub mod register;
 pub mod replay;
+pub mod replay_plans;
 
 #[cfg(test)]
 mod testing;
