@@ -166,6 +166,13 @@ codes! {
     /// `intent_decided`, `no_effect_authority`, `no_correction`, `payload_gone`,
     /// `case_state`, `case_changed`, `case_busy`, `timeline_full`). Nothing changed.
     CaseConflict = ("case_conflict", 409, "Case conflict"),
+    /// No replay plan with that id.
+    ReplayPlanNotFound = ("replay_plan_not_found", 404, "Replay plan not found"),
+    /// A replay plan operation refused now; `reason` says why (`plan_state`: the plan's
+    /// status does not allow it; `destination_invalid`: the destination does not exist or
+    /// is the failing path; `plan_busy`: the plan, or an item's case, was changed by
+    /// another writer — retry). Nothing changed.
+    PlanConflict = ("plan_conflict", 409, "Replay plan conflict"),
     /// Anything unexpected; details are in the server's log, not in the response.
     Internal = ("internal", 500, "Internal error"),
 }

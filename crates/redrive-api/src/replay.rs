@@ -1,4 +1,5 @@
-//! Automatic replay of dead letters: `GET /v1/replay`, `GET /v1/replay/{name}`.
+//! Automatic replay of dead letters (`GET /v1/replay`, `GET /v1/replay/{name}`) and bounded
+//! replay plans (`/v1/replay/plans`).
 
 use std::collections::BTreeMap;
 
@@ -154,4 +155,179 @@ pub struct PlanPreview {
     pub item_list: Vec<PreviewItem>,
     /// Whether `item_list` stops short of `items`.
     pub truncated: bool,
+}
+
+/// `POST /v1/replay/plans`: a plan to create (the preview's body, plus what only a plan
+/// that runs needs).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CreatePlan {
+    /// What it replays.
+    pub selection: PlanSelection,
+    /// Where: the queue the items came from (absent) or another queue.
+    #[serde(default)]
+    pub destination: Option<String>,
+    /// The budget: every limit but the window named.
+    pub budget: PlanBudget,
+    /// The correction every item's case must carry (its identity), if the plan names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correction: Option<String>,
+    /// The owner's lease on the plan, ms (renewed by start and resume; default one hour,
+    /// at most seven days): when it runs out the plan stops (`lease_lost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
+    /// The dependency's observation window, ms (default 10 s; 100 ms to 1 h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observe_ms: Option<u64>,
+}
+
+/// What a plan selected, as it was created.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ReplayPlanSelection {
+    /// Only these reason codes (any when empty).
+    pub reasons: Vec<String>,
+    /// Only these message types (any when empty).
+    pub types: Vec<String>,
+    /// Dead-lettered at or after (RFC 3339).
+    pub from: Option<String>,
+    /// Dead-lettered before (RFC 3339).
+    pub to: Option<String>,
+    /// Only these cases (any when empty).
+    pub case_ids: Vec<String>,
+}
+
+/// A plan's budget, every limit named.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ReplayPlanBudget {
+    /// Items admitted per second.
+    pub items_per_s: f64,
+    /// Bytes admitted per second.
+    pub bytes_per_s: u64,
+    /// Deliveries in flight at once.
+    pub max_concurrent: u32,
+    /// Items per admission window.
+    pub window: u32,
+    /// The dependency reservation.
+    pub dependency: PlanDependency,
+}
+
+/// One reading of the dependency's health probe.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct PlanReading {
+    /// Its error rate, 0 to 1.
+    pub error_rate: f64,
+    /// Its latency, ms.
+    pub latency_ms: u64,
+}
+
+/// How far a plan got.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct PlanProgress {
+    /// Items the plan holds.
+    pub items: u64,
+    /// Items not admitted yet.
+    pub waiting: u64,
+    /// Items admitted in all.
+    pub admitted: u64,
+    /// Replays in flight.
+    pub in_flight: u32,
+    /// Items whose case completed.
+    pub completed: u64,
+    /// Items whose replay stopped.
+    pub stopped: u64,
+    /// Items closed without a replay.
+    pub closed: u64,
+    /// Items a gate holds.
+    pub held: u64,
+    /// Payload bytes admitted in all.
+    pub bytes_admitted: u64,
+    /// The current admission window, from 1 (0: none opened yet).
+    pub window: u32,
+    /// Items admitted in the current window.
+    pub window_admitted: u32,
+    /// The observed admission rate: items admitted over the seconds from the start to the
+    /// last admission (0 with fewer than two admissions).
+    pub items_per_s: f64,
+    /// The observed byte rate, likewise.
+    pub bytes_per_s: f64,
+    /// The least time the waiting items still take under the budget, ms (a lower bound).
+    pub eta_ms: u64,
+}
+
+/// A replay plan.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ReplayPlan {
+    /// `plan_…`.
+    pub id: String,
+    /// The queue whose dead letters (open cases) it replays.
+    pub queue: String,
+    /// Where the replays go.
+    pub destination: String,
+    /// The owner's name (the token that created it).
+    pub owner: String,
+    /// `planned`, `running`, `paused`, `stopped`, `completed` or `cancelled`.
+    pub status: String,
+    /// Why it stopped (a stop reason's name), once stopped.
+    pub stop_reason: Option<String>,
+    /// What stopped it, in words.
+    pub stop_detail: Option<String>,
+    /// When it was created (RFC 3339).
+    pub created_at: String,
+    /// When it last changed (RFC 3339).
+    pub updated_at: String,
+    /// Until when the owner's lease holds (RFC 3339).
+    pub owner_until: String,
+    /// What it selected.
+    pub selection: ReplayPlanSelection,
+    /// The correction every item's case must carry, if named.
+    pub correction: Option<String>,
+    /// Its budget.
+    pub budget: ReplayPlanBudget,
+    /// The owner's lease, ms.
+    pub lease_ms: u64,
+    /// The dependency's observation window, ms.
+    pub observe_ms: u64,
+    /// The ordering scopes it holds whole: each session's open cases, in order.
+    pub sessions: BTreeMap<String, Vec<String>>,
+    /// The dependency's reading before the first admission.
+    pub baseline: Option<PlanReading>,
+    /// The latest readings (at most two), latest last.
+    pub readings: Vec<PlanReading>,
+    /// How far it got.
+    pub progress: PlanProgress,
+}
+
+/// `GET /v1/replay/plans`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ReplayPlanList {
+    /// Plans by id (only those over queues the caller may read cases of).
+    pub plans: Vec<ReplayPlan>,
+}
+
+/// One item of a plan.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PlanItem {
+    /// Its position in admission order, from 0.
+    pub seq: u32,
+    /// The case it replays.
+    pub case_id: String,
+    /// Its payload bytes.
+    pub bytes: u64,
+    /// `waiting`, `held`, `admitted`, `completed`, `stopped` or `closed`.
+    pub state: String,
+    /// The admission window it was admitted in, from 1.
+    pub window: Option<u32>,
+    /// The replay's message id, once admitted.
+    pub message_id: Option<String>,
+    /// The gate that holds it, the trigger that stopped it, or the terminal state.
+    pub detail: Option<String>,
+    /// When it last changed (RFC 3339).
+    pub updated_at: String,
+}
+
+/// `GET /v1/replay/plans/{id}/items`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PlanItemList {
+    /// Items by `seq`.
+    pub items: Vec<PlanItem>,
 }

@@ -193,6 +193,41 @@ pub const ROUTES: &[RouteRule] = {
             &[ReplayCase],
             None,
         ),
+        // A plan's entity is its queue: the handlers check the role on it once the plan
+        // (or, for a creation, the body) is read.
+        (Method::POST, "/v1/replay/plans", &[ReplayCase], None),
+        (Method::GET, "/v1/replay/plans", &[ReadCases], None),
+        (Method::GET, "/v1/replay/plans/{id}", &[ReadCases], None),
+        (
+            Method::GET,
+            "/v1/replay/plans/{id}/items",
+            &[ReadCases],
+            None,
+        ),
+        (
+            Method::POST,
+            "/v1/replay/plans/{id}/start",
+            &[ReplayCase],
+            None,
+        ),
+        (
+            Method::POST,
+            "/v1/replay/plans/{id}/pause",
+            &[ReplayCase],
+            None,
+        ),
+        (
+            Method::POST,
+            "/v1/replay/plans/{id}/resume",
+            &[ReplayCase],
+            None,
+        ),
+        (
+            Method::POST,
+            "/v1/replay/plans/{id}/cancel",
+            &[ReplayCase],
+            None,
+        ),
         (Method::GET, "/metrics", &[ReadMetrics], None),
         (Method::GET, "/v1/topics", &[ReadMetadata], None),
         (Method::POST, "/v1/topics", &[CreateEntity], None),

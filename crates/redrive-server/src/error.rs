@@ -109,6 +109,9 @@ pub fn problem_for(e: &BrokerError) -> Problem {
                 None => p,
             }
         }
+        BrokerError::PlanConflict { code, .. } => {
+            Problem::new(C::PlanConflict, e.to_string()).with("reason", code.as_str())
+        }
         BrokerError::ReplayUnbounded { missing } => {
             Problem::new(C::ReplayUnbounded, e.to_string()).with("missing", missing.clone())
         }
@@ -173,6 +176,11 @@ fn problem_for_store(e: &StoreError) -> Problem {
         }
         StoreError::TimelineFull { .. } => {
             return Problem::new(C::CaseConflict, e.to_string()).with("reason", "timeline_full");
+        }
+        StoreError::ReplayPlanNotFound { .. } => C::ReplayPlanNotFound,
+        // Another writer changed the plan, or holds an item's case: retry.
+        StoreError::ReplayPlanChanged { .. } | StoreError::ReplayItemTaken { .. } => {
+            return Problem::new(C::PlanConflict, e.to_string()).with("reason", "plan_busy");
         }
         StoreError::Unavailable { .. } => {
             tracing::warn!(error = %e, "storage unavailable");

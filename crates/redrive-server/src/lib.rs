@@ -34,7 +34,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use redrive_api::ErrorCode;
 use redrive_broker::{
-    Broker, CaseWorker, Dispatcher, Replayer, RevocationWatch, Sweeper, WakeupRelay,
+    Broker, CaseWorker, Dispatcher, PlanWorker, Replayer, RevocationWatch, Sweeper, WakeupRelay,
 };
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
@@ -96,6 +96,10 @@ pub struct Settings {
     /// Whether this node runs the recovery case worker (default true): one node among
     /// those that run it holds its lease.
     pub case_worker: bool,
+    /// Whether this node runs the replay plan runner (default true): one node among those
+    /// that run it holds its lease and advances every running plan, so the node-wide replay
+    /// budget bounds them all together.
+    pub plan_worker: bool,
 }
 
 impl Default for Settings {
@@ -114,6 +118,7 @@ impl Default for Settings {
             tls_handshake_timeout_ms: 10_000,
             replay_worker: true,
             case_worker: true,
+            plan_worker: true,
         }
     }
 }
@@ -249,6 +254,11 @@ pub async fn run_with(
     // retention, on one node at a time (its own lease).
     if settings.case_worker {
         tracker.spawn(CaseWorker::new(broker.clone()).run(cancel.clone()));
+    }
+    // Bounded replay plans: admissions under each plan's budget and the node's, on one
+    // node at a time (its own lease).
+    if settings.plan_worker {
+        tracker.spawn(PlanWorker::new(broker.clone()).run(cancel.clone()));
     }
     // Wake-ups from other nodes sharing the store (returns at once for a store that only
     // this process writes).

@@ -23,7 +23,9 @@ use redrive_api::message::{
     SettleResult,
 };
 use redrive_api::queue::{CreateQueue, PurgeResult, QueueInfo, QueueList, UpdateQueue};
-use redrive_api::replay::{ReplayStatus, ReplayStatusList};
+use redrive_api::replay::{
+    CreatePlan, PlanItemList, ReplayPlan, ReplayPlanList, ReplayStatus, ReplayStatusList,
+};
 use reqwest::{Method, StatusCode, Url};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -87,8 +89,9 @@ impl fmt::Display for ClientError {
                 if let Some(field) = p.extra.get("field").and_then(|v| v.as_str()) {
                     write!(f, ", field {field}")?;
                 }
-                // A case conflict's reason is a stable code the detail does not repeat.
-                if p.code == "case_conflict"
+                // A case's or plan's conflict reason is a stable code the detail does not
+                // repeat.
+                if (p.code == "case_conflict" || p.code == "plan_conflict")
                     && let Some(reason) = p.extra.get("reason").and_then(|v| v.as_str())
                 {
                     write!(f, ", {reason}")?;
@@ -662,6 +665,48 @@ impl Client {
             Some(spec),
         )
         .await
+    }
+
+    /// `POST /v1/replay/plans`: creates a replay plan owned by the caller.
+    pub async fn create_plan(&self, req: &CreatePlan) -> Result<ReplayPlan, ClientError> {
+        self.must(
+            Method::POST,
+            self.url(&["v1", "replay", "plans"]),
+            Some(req),
+        )
+        .await
+    }
+
+    /// `GET /v1/replay/plans?...`: a page of plans (`pairs`: `status`, `queue`, `after`,
+    /// `limit`).
+    pub async fn list_plans(
+        &self,
+        pairs: &[(&str, String)],
+    ) -> Result<ReplayPlanList, ClientError> {
+        let url = with_pairs(self.url(&["v1", "replay", "plans"]), pairs);
+        self.must(Method::GET, url, None::<&()>).await
+    }
+
+    /// `GET /v1/replay/plans/{id}`.
+    pub async fn get_plan(&self, id: &str) -> Result<ReplayPlan, ClientError> {
+        let url = self.url(&["v1", "replay", "plans", id]);
+        self.must(Method::GET, url, None::<&()>).await
+    }
+
+    /// `GET /v1/replay/plans/{id}/items?...` (`pairs`: `state`, `after`, `limit`).
+    pub async fn plan_items(
+        &self,
+        id: &str,
+        pairs: &[(&str, String)],
+    ) -> Result<PlanItemList, ClientError> {
+        let url = with_pairs(self.url(&["v1", "replay", "plans", id, "items"]), pairs);
+        self.must(Method::GET, url, None::<&()>).await
+    }
+
+    /// `POST /v1/replay/plans/{id}/{action}` (`start`, `pause`, `resume`, `cancel`).
+    pub async fn change_plan(&self, id: &str, action: &str) -> Result<ReplayPlan, ClientError> {
+        let url = self.url(&["v1", "replay", "plans", id, action]);
+        self.must(Method::POST, url, None::<&()>).await
     }
 
     // ---- recovery cases -------------------------------------------------------------

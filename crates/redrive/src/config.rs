@@ -113,6 +113,13 @@ pub struct EffectAuthorityItem {
     pub timeout: Option<String>,
 }
 
+/// The node-wide replay budget's item rate when the file names none.
+pub const DEFAULT_NODE_ITEMS_PER_S: u32 = 1_000;
+/// The node-wide replay budget's byte rate when the file names none (64 MiB/s).
+pub const DEFAULT_NODE_BYTES_PER_S: u64 = 64 * 1024 * 1024;
+/// The highest node-wide byte rate (1 GiB/s).
+pub const MAX_NODE_BYTES_PER_S: u64 = 1024 * 1024 * 1024;
+
 /// `[replay]`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
@@ -120,6 +127,12 @@ pub struct ReplayConfig {
     /// Failed judgements of one dead letter after which it is flagged (metric, error log,
     /// `last_replay_error`); it is kept and still retried (default 10, 1 to 1000).
     pub flag_after_failures: u32,
+    /// The node-wide replay budget: items per second admitted over every replay plan this
+    /// node runs, whatever each plan's own budget (default 1000, 1 to 100000).
+    pub max_items_per_s: u32,
+    /// The node-wide replay budget: payload bytes per second admitted over every replay
+    /// plan this node runs (default 64 MiB, 1 to 1 GiB).
+    pub max_bytes_per_s: u64,
     /// The idempotency register entries the file states (`[[replay.register]]`), applied
     /// at start (see [`Config::register_entries`]).
     pub register: Vec<RegisterItem>,
@@ -129,6 +142,8 @@ impl Default for ReplayConfig {
     fn default() -> Self {
         ReplayConfig {
             flag_after_failures: redrive_core::judgement::DEFAULT_FLAG_AFTER_FAILURES,
+            max_items_per_s: DEFAULT_NODE_ITEMS_PER_S,
+            max_bytes_per_s: DEFAULT_NODE_BYTES_PER_S,
             register: Vec::new(),
         }
     }
@@ -602,6 +617,28 @@ impl Config {
             .collect()
     }
 
+    /// The node-wide replay budget of `[replay]`, checked.
+    pub fn node_replay_budget(&self) -> anyhow::Result<redrive_broker::NodeReplayBudget> {
+        let r = &self.replay;
+        let max_items = redrive_core::plan::MAX_ITEMS_PER_S;
+        if !(1..=max_items).contains(&r.max_items_per_s) {
+            return Err(input_error(format!(
+                "replay.max_items_per_s must be between 1 and {max_items} (got {})",
+                r.max_items_per_s
+            )));
+        }
+        if !(1..=MAX_NODE_BYTES_PER_S).contains(&r.max_bytes_per_s) {
+            return Err(input_error(format!(
+                "replay.max_bytes_per_s must be between 1 and {MAX_NODE_BYTES_PER_S} (got {})",
+                r.max_bytes_per_s
+            )));
+        }
+        Ok(redrive_broker::NodeReplayBudget {
+            items_per_s: f64::from(r.max_items_per_s),
+            bytes_per_s: r.max_bytes_per_s,
+        })
+    }
+
     /// Checks what serde cannot.
     pub fn validate(&self) -> anyhow::Result<()> {
         self.register_entries()?;
@@ -613,6 +650,7 @@ impl Config {
                 self.replay.flag_after_failures
             )));
         }
+        self.node_replay_budget()?;
         if self.server.sweep_interval_ms == 0 {
             return Err(input_error("server.sweep_interval_ms must be positive"));
         }
@@ -940,6 +978,40 @@ mod tests {
             parsed.server.shutdown_timeout_ms,
             d.server.shutdown_timeout_ms
         );
+        assert_eq!(parsed.replay, d.replay);
+        assert!(d.server.plan_worker);
+    }
+
+    #[test]
+    fn the_node_replay_budget_defaults_layers_and_is_bounded() {
+        let path = Path::new("f.toml");
+        let none = Overrides::default();
+        let c = Config::layered(None, &none, &none).unwrap();
+        let b = c.node_replay_budget().unwrap();
+        assert_eq!((b.items_per_s, b.bytes_per_s), (1_000.0, 67_108_864));
+        let file = "[replay]\nmax_items_per_s = 50\nmax_bytes_per_s = 1048576\n\n[server]\nplan_worker = false";
+        let c = Config::layered(Some((path, file)), &none, &none).unwrap();
+        let b = c.node_replay_budget().unwrap();
+        assert_eq!((b.items_per_s, b.bytes_per_s), (50.0, 1_048_576));
+        assert!(!c.server.plan_worker);
+        for (text, key) in [
+            ("[replay]\nmax_items_per_s = 0", "replay.max_items_per_s"),
+            (
+                "[replay]\nmax_items_per_s = 100001",
+                "replay.max_items_per_s",
+            ),
+            ("[replay]\nmax_bytes_per_s = 0", "replay.max_bytes_per_s"),
+            (
+                "[replay]\nmax_bytes_per_s = 1073741825",
+                "replay.max_bytes_per_s",
+            ),
+        ] {
+            let err = Config::layered(Some((path, text)), &none, &none)
+                .and_then(|c| c.validate())
+                .unwrap_err();
+            assert!(err.to_string().contains(key), "{text}: {err}");
+            assert_eq!(crate::failure::exit_code(&err), 2, "{text}");
+        }
     }
 
     #[test]

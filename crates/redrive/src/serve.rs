@@ -185,6 +185,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         ..redrive_broker::ReplaySettings::default()
     });
     broker.set_case_settings(config.case_settings()?);
+    broker.set_node_replay_budget(config.node_replay_budget()?);
     let authorities = config.effect_authorities()?;
     if !authorities.is_empty() {
         broker

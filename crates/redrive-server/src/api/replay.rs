@@ -1,19 +1,44 @@
 //! `/v1/replay`: where each queue's dead letters stand with automatic replay (candidates,
 //! failing and flagged records, archived, quarantined by cause). Operator; a listing shows
 //! only the queues the caller may read this of.
+//!
+//! `/v1/replay/plans`: bounded replay plans — the dry run, creation, reading a plan and
+//! its items, and the owner's start, pause, resume and cancel. A plan's entity is its
+//! queue, which the path does not name: the route table admits any holder of the
+//! operation's role (`crate::access::ROUTES`), and each handler checks the role on the
+//! plan's queue once the plan is read (a listing shows only plans over queues the caller
+//! may read cases of). The broker also holds a change to the plan's owner or an admin.
 
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use redrive_api::replay::{PlanPreview, PlanSpec, PreviewItem, ReplayStatus, ReplayStatusList};
-use redrive_broker::{BrokerError, PlanSelectionInput};
+use redrive_api::replay::{
+    CreatePlan, PlanBudget, PlanDependency, PlanItem, PlanItemList, PlanPreview, PlanProgress,
+    PlanReading, PlanSelection, PlanSpec, PreviewItem, ReplayPlan, ReplayPlanBudget,
+    ReplayPlanList, ReplayPlanSelection, ReplayStatus, ReplayStatusList,
+};
+use redrive_broker::{Actor, BrokerError, PlanInput, PlanSelectionInput, PlanView};
+use redrive_core::Timestamp;
 use redrive_core::access::Operation;
 use redrive_core::plan::{BudgetSpec, Dependency};
+use redrive_store::{
+    MAX_PLAN_ITEM_PAGE, MAX_PLAN_PAGE, PlanItemQuery, PlanItemRecord, PlanItemState, PlanQuery,
+    PlanStatus,
+};
+use serde::Deserialize;
 
 use crate::AppState;
 use crate::access::Caller;
-use crate::error::ApiError;
-use crate::wire::replay_status_out;
+use crate::error::{ApiError, ApiJson, ApiQuery};
+use crate::wire::{replay_status_out, time_in};
+
+/// Longest plan id, cursor or filter value a request takes, bytes.
+const MAX_VALUE_LEN: usize = 256;
+/// Plans a listing returns when the caller names no limit.
+const DEFAULT_PLAN_PAGE: u32 = 100;
+/// Items a read returns when the caller names no limit.
+const DEFAULT_PLAN_ITEM_PAGE: u32 = 1_000;
 
 async fn list(
     State(s): State<AppState>,
@@ -50,36 +75,192 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/v1/replay", get(list))
         .route("/v1/replay/{name}", get(show))
         .route("/v1/replay/plans/preview", post(preview))
+        .route("/v1/replay/plans", post(create).get(list_plans))
+        .route("/v1/replay/plans/{id}", get(show_plan))
+        .route("/v1/replay/plans/{id}/items", get(plan_items))
+        .route("/v1/replay/plans/{id}/start", post(start))
+        .route("/v1/replay/plans/{id}/pause", post(pause))
+        .route("/v1/replay/plans/{id}/resume", post(resume))
+        .route("/v1/replay/plans/{id}/cancel", post(cancel))
 }
 
-/// `POST /v1/replay/plans/preview`: the dry run of a replay plan (role replayer on the
-/// selection's queue, checked here: the path names no entity). An unbounded budget is
-/// refused with `replay_unbounded`; nothing is touched.
-async fn preview(
-    State(s): State<AppState>,
-    Caller(actor): Caller,
-    crate::error::ApiJson(req): crate::error::ApiJson<PlanSpec>,
-) -> Result<Json<PlanPreview>, crate::error::ApiError> {
-    if !actor.permits(Operation::ReplayCase, Some(&req.selection.queue)) {
-        return Err(BrokerError::Forbidden {
-            operation: "ReplayCase".to_owned(),
-            needs: "replayer".to_owned(),
-            entity: Some(req.selection.queue.clone()),
-        }
-        .into());
+fn t(ts: Timestamp) -> String {
+    ts.to_rfc3339()
+}
+
+/// Refuses unless the caller may do `op` on the plan's (or the selection's) queue.
+fn check(actor: &Actor, op: Operation, queue: &str) -> Result<(), ApiError> {
+    if actor.permits(op, Some(queue)) {
+        return Ok(());
     }
-    let sel = req.selection;
-    let selection = PlanSelectionInput {
+    let needs: Vec<&str> = op.requires().iter().map(|r| r.as_str()).collect();
+    Err(BrokerError::Forbidden {
+        operation: format!("{op:?}"),
+        needs: needs.join(" and "),
+        entity: Some(queue.to_owned()),
+    }
+    .into())
+}
+
+/// A bounded text value: 1 to [`MAX_VALUE_LEN`] bytes without NUL characters.
+fn text(field: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
+    match v {
+        Some(s) if s.is_empty() || s.len() > MAX_VALUE_LEN || s.contains('\0') => {
+            Err(BrokerError::invalid(
+                field,
+                format!("1 to {MAX_VALUE_LEN} bytes without NUL characters"),
+            )
+            .into())
+        }
+        v => Ok(v),
+    }
+}
+
+/// A plan id from the path: bounded (a longer one names no plan).
+fn plan_id(id: String) -> Result<String, ApiError> {
+    Ok(text("id", Some(id))?.unwrap_or_default())
+}
+
+/// A comma-separated list of names, each parsed.
+fn names<T: std::str::FromStr<Err = String>>(
+    field: &str,
+    v: Option<String>,
+) -> Result<Vec<T>, ApiError> {
+    match text(field, v)? {
+        None => Ok(Vec::new()),
+        Some(s) => s
+            .split(',')
+            .map(|p| {
+                p.parse::<T>()
+                    .map_err(|e| BrokerError::invalid(field, e).into())
+            })
+            .collect(),
+    }
+}
+
+fn limit(v: Option<u32>, default: u32, max: u32) -> Result<u32, ApiError> {
+    let l = v.unwrap_or(default);
+    if l == 0 || l > max {
+        return Err(BrokerError::invalid("limit", format!("between 1 and {max}")).into());
+    }
+    Ok(l)
+}
+
+/// The observed rate of `amount` over a plan's admissions: 0 with fewer than two
+/// admissions, or none yet.
+fn rate(amount: u64, admitted: u64, started_ms: Option<i64>, last_ms: Option<i64>) -> f64 {
+    match (started_ms, last_ms) {
+        (Some(s), Some(l)) if admitted >= 2 && l > s => amount as f64 * 1000.0 / (l - s) as f64,
+        _ => 0.0,
+    }
+}
+
+/// A plan as the API shows it.
+pub(crate) fn plan_out(v: &PlanView) -> ReplayPlan {
+    let p = &v.plan;
+    let spec = &v.spec;
+    let run = &v.run;
+    let b = &spec.budget;
+    let reading = |r: &redrive_broker::Reading| PlanReading {
+        error_rate: r.error_rate,
+        latency_ms: r.latency_ms,
+    };
+    ReplayPlan {
+        id: p.id.clone(),
+        queue: p.queue.clone(),
+        destination: p.destination.clone(),
+        owner: p.owner_name.clone(),
+        status: p.m.status.to_string(),
+        stop_reason: p.m.stop_reason.clone(),
+        stop_detail: run.stop_detail.clone(),
+        created_at: t(p.created_at),
+        updated_at: t(p.m.updated_at),
+        owner_until: t(p.m.owner_until),
+        selection: ReplayPlanSelection {
+            reasons: spec.reasons.clone(),
+            types: spec.types.clone(),
+            from: spec.from_ms.map(|ms| t(Timestamp(ms))),
+            to: spec.to_ms.map(|ms| t(Timestamp(ms))),
+            case_ids: spec.case_ids.clone(),
+        },
+        correction: spec.correction.clone(),
+        budget: ReplayPlanBudget {
+            items_per_s: b.items_per_s,
+            bytes_per_s: b.bytes_per_s,
+            max_concurrent: b.max_concurrent,
+            window: b.window,
+            dependency: PlanDependency {
+                name: b.dependency.name.clone(),
+                probe_url: b.dependency.probe_url.clone(),
+                max_error_rate: b.dependency.max_error_rate,
+                max_latency_ms: b.dependency.max_latency_ms,
+            },
+        },
+        lease_ms: spec.lease_ms,
+        observe_ms: spec.observe_ms,
+        sessions: spec.sessions.clone(),
+        baseline: run.baseline.as_ref().map(reading),
+        readings: run.readings.iter().map(reading).collect(),
+        progress: PlanProgress {
+            items: p.items,
+            waiting: v.waiting,
+            admitted: run.admitted,
+            in_flight: run.in_flight,
+            completed: run.completed,
+            stopped: run.stopped,
+            closed: run.closed,
+            held: run.held,
+            bytes_admitted: run.bytes_admitted,
+            window: run.window,
+            window_admitted: run.window_admitted,
+            items_per_s: rate(
+                run.admitted,
+                run.admitted,
+                run.started_ms,
+                run.last_admit_ms,
+            ),
+            bytes_per_s: rate(
+                run.bytes_admitted,
+                run.admitted,
+                run.started_ms,
+                run.last_admit_ms,
+            ),
+            eta_ms: v.eta_ms,
+        },
+    }
+}
+
+fn item_out(i: &PlanItemRecord) -> PlanItem {
+    PlanItem {
+        seq: i.seq,
+        case_id: i.case_id.clone(),
+        bytes: i.bytes,
+        state: i.state.to_string(),
+        window: i.window,
+        message_id: i.message_id.clone(),
+        detail: i.detail.clone(),
+        updated_at: t(i.updated_at),
+    }
+}
+
+/// A selection and budget as the broker takes them.
+fn selection_in(
+    sel: PlanSelection,
+    destination: Option<String>,
+) -> Result<PlanSelectionInput, ApiError> {
+    Ok(PlanSelectionInput {
         queue: sel.queue,
         reasons: sel.reasons,
         types: sel.types,
-        from: crate::wire::time_in("from", sel.from)?,
-        to: crate::wire::time_in("to", sel.to)?,
+        from: time_in("from", sel.from)?,
+        to: time_in("to", sel.to)?,
         case_ids: sel.case_ids,
-        destination: req.destination,
-    };
-    let b = req.budget;
-    let budget = BudgetSpec {
+        destination,
+    })
+}
+
+fn budget_in(b: PlanBudget) -> BudgetSpec {
+    BudgetSpec {
         items_per_s: b.items_per_s,
         bytes_per_s: b.bytes_per_s,
         max_concurrent: b.max_concurrent,
@@ -90,7 +271,196 @@ async fn preview(
             max_error_rate: d.max_error_rate,
             max_latency_ms: d.max_latency_ms,
         }),
+    }
+}
+
+/// `POST /v1/replay/plans`: creates a plan owned by the caller (role replayer on the
+/// selection's queue, checked here; on the destination, checked by the broker).
+async fn create(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    ApiJson(req): ApiJson<CreatePlan>,
+) -> Result<(StatusCode, Json<ReplayPlan>), ApiError> {
+    check(&actor, Operation::ReplayCase, &req.selection.queue)?;
+    let input = PlanInput {
+        selection: selection_in(req.selection, req.destination)?,
+        budget: budget_in(req.budget),
+        correction: req.correction,
+        lease_ms: req.lease_ms,
+        observe_ms: req.observe_ms,
     };
+    let v = s.broker.create_plan(&input, &actor).await?;
+    Ok((StatusCode::CREATED, Json(plan_out(&v))))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanSearch {
+    status: Option<String>,
+    queue: Option<String>,
+    after: Option<String>,
+    limit: Option<u32>,
+}
+
+/// `GET /v1/replay/plans`: a page of plans by id, only over queues the caller may read
+/// cases of.
+async fn list_plans(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    ApiQuery(q): ApiQuery<PlanSearch>,
+) -> Result<Json<ReplayPlanList>, ApiError> {
+    let queue = text("queue", q.queue)?
+        .map(|n| {
+            n.parse::<redrive_core::EntityName>()
+                .map(|n| n.to_string())
+                .map_err(BrokerError::from)
+        })
+        .transpose()?;
+    if let Some(queue) = &queue {
+        check(&actor, Operation::ReadCases, queue)?;
+    }
+    let query = PlanQuery {
+        status: names::<PlanStatus>("status", q.status)?,
+        queue,
+        after: text("after", q.after)?,
+        limit: limit(q.limit, DEFAULT_PLAN_PAGE, MAX_PLAN_PAGE)?,
+    };
+    let page = s.broker.list_plans(&query).await?;
+    let mut plans = Vec::new();
+    for p in page
+        .into_iter()
+        .filter(|p| actor.permits(Operation::ReadCases, Some(&p.queue)))
+    {
+        plans.push(plan_out(&s.broker.get_plan(&p.id).await?));
+    }
+    Ok(Json(ReplayPlanList { plans }))
+}
+
+/// Reads a plan and checks `op` on its queue.
+async fn plan_for(
+    s: &AppState,
+    actor: &Actor,
+    id: String,
+    op: Operation,
+) -> Result<PlanView, ApiError> {
+    let v = s.broker.get_plan(&plan_id(id)?).await?;
+    check(actor, op, &v.plan.queue)?;
+    Ok(v)
+}
+
+/// `GET /v1/replay/plans/{id}` (operator on the plan's queue).
+async fn show_plan(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ReplayPlan>, ApiError> {
+    let v = plan_for(&s, &actor, id, Operation::ReadCases).await?;
+    Ok(Json(plan_out(&v)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ItemSearch {
+    state: Option<String>,
+    after: Option<u32>,
+    limit: Option<u32>,
+}
+
+/// `GET /v1/replay/plans/{id}/items` (operator on the plan's queue): a page of its items
+/// by `seq`.
+async fn plan_items(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<ItemSearch>,
+) -> Result<Json<PlanItemList>, ApiError> {
+    let query = PlanItemQuery {
+        states: names::<PlanItemState>("state", q.state)?,
+        after_seq: q.after,
+        limit: limit(q.limit, DEFAULT_PLAN_ITEM_PAGE, MAX_PLAN_ITEM_PAGE)?,
+    };
+    let v = plan_for(&s, &actor, id, Operation::ReadCases).await?;
+    let items = s.broker.plan_items(&v.plan.id, &query).await?;
+    Ok(Json(PlanItemList {
+        items: items.iter().map(item_out).collect(),
+    }))
+}
+
+/// The owner's change of a plan (role replayer on the plan's queue; the broker holds it to
+/// the plan's owner or an admin).
+async fn change(
+    s: &AppState,
+    actor: &Actor,
+    id: String,
+    action: &str,
+) -> Result<Json<ReplayPlan>, ApiError> {
+    let v = plan_for(s, actor, id, Operation::ReplayCase).await?;
+    let id = v.plan.id;
+    let b = &s.broker;
+    let v = match action {
+        "start" => b.start_plan(&id, actor).await?,
+        "pause" => b.pause_plan(&id, actor).await?,
+        "resume" => b.resume_plan(&id, actor).await?,
+        _ => b.cancel_plan(&id, actor).await?,
+    };
+    Ok(Json(plan_out(&v)))
+}
+
+/// `POST /v1/replay/plans/{id}/start`: a planned plan runs; the owner's lease runs from
+/// now.
+async fn start(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ReplayPlan>, ApiError> {
+    change(&s, &actor, id, "start").await
+}
+
+/// `POST /v1/replay/plans/{id}/pause`: a running plan admits nothing more.
+async fn pause(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ReplayPlan>, ApiError> {
+    change(&s, &actor, id, "pause").await
+}
+
+/// `POST /v1/replay/plans/{id}/resume`: a paused plan runs again under the same budget.
+async fn resume(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ReplayPlan>, ApiError> {
+    change(&s, &actor, id, "resume").await
+}
+
+/// `POST /v1/replay/plans/{id}/cancel`: a plan that has not ended admits nothing more.
+async fn cancel(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ReplayPlan>, ApiError> {
+    change(&s, &actor, id, "cancel").await
+}
+
+/// `POST /v1/replay/plans/preview`: the dry run of a replay plan (role replayer on the
+/// selection's queue, checked here: the path names no entity). An unbounded budget is
+/// refused with `replay_unbounded`; nothing is touched.
+async fn preview(
+    State(s): State<AppState>,
+    Caller(actor): Caller,
+    ApiJson(req): ApiJson<PlanSpec>,
+) -> Result<Json<PlanPreview>, ApiError> {
+    if !actor.permits(Operation::ReplayCase, Some(&req.selection.queue)) {
+        return Err(BrokerError::Forbidden {
+            operation: "ReplayCase".to_owned(),
+            needs: "replayer".to_owned(),
+            entity: Some(req.selection.queue.clone()),
+        }
+        .into());
+    }
+    let selection = selection_in(req.selection, req.destination)?;
+    let budget = budget_in(req.budget);
     let p = s.broker.preview_plan(&selection, &budget).await?;
     Ok(Json(PlanPreview {
         items: p.items,

@@ -77,6 +77,9 @@ fn allowed(role: &str) -> BTreeSet<(&'static str, &'static str)> {
             ("GET", "/v1/effect-authorities"),
             ("PUT", "/v1/effect-authorities/{type}"),
             ("DELETE", "/v1/effect-authorities/{type}"),
+            ("GET", "/v1/replay/plans"),
+            ("GET", "/v1/replay/plans/{id}"),
+            ("GET", "/v1/replay/plans/{id}/items"),
         ],
         "replayer" => &[
             ("POST", "/v1/queues/{name}/dead-letters/{id}/resubmit"),
@@ -84,6 +87,11 @@ fn allowed(role: &str) -> BTreeSet<(&'static str, &'static str)> {
             ("POST", "/v1/cases/{id}/replay"),
             ("GET", "/v1/effect-authorities"),
             ("POST", "/v1/replay/plans/preview"),
+            ("POST", "/v1/replay/plans"),
+            ("POST", "/v1/replay/plans/{id}/start"),
+            ("POST", "/v1/replay/plans/{id}/pause"),
+            ("POST", "/v1/replay/plans/{id}/resume"),
+            ("POST", "/v1/replay/plans/{id}/cancel"),
         ],
         "payload-reader" => &[
             ("GET", "/v1/queues/{name}/messages"),

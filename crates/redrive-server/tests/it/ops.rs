@@ -429,6 +429,84 @@ async fn answers_fit_their_documented_status_and_schema() {
         None,
     )
     .await;
+    // A bounded replay plan over the case, through its states.
+    call(
+        Method::POST,
+        "/v1/queues",
+        "/v1/queues",
+        Some(json!({"name": "repair"})),
+    )
+    .await;
+    let plan_body = |destination: &str| {
+        json!({
+            "selection": {"queue": "q"},
+            "destination": destination,
+            "budget": {"items_per_s": 1.0, "bytes_per_s": 1024, "max_concurrent": 1,
+                       "dependency": {"name": "d", "probe_url": "http://d.internal/health",
+                                      "max_error_rate": 0.1, "max_latency_ms": 100}},
+        })
+    };
+    call(
+        Method::POST,
+        "/v1/replay/plans",
+        "/v1/replay/plans",
+        Some(json!({"selection": {"queue": "q"}, "budget": {}})),
+    )
+    .await;
+    call(
+        Method::POST,
+        "/v1/replay/plans",
+        "/v1/replay/plans",
+        Some(plan_body("q")),
+    )
+    .await;
+    let plan = call(
+        Method::POST,
+        "/v1/replay/plans",
+        "/v1/replay/plans",
+        Some(plan_body("repair")),
+    )
+    .await;
+    let plan = plan["id"].as_str().unwrap_or("").to_owned();
+    assert!(plan.starts_with("plan_"), "the plan was created: {plan:?}");
+    call(Method::GET, "/v1/replay/plans", "/v1/replay/plans", None).await;
+    call(
+        Method::GET,
+        "/v1/replay/plans",
+        "/v1/replay/plans?status=bogus",
+        None,
+    )
+    .await;
+    call(
+        Method::GET,
+        "/v1/replay/plans/{id}",
+        &format!("/v1/replay/plans/{plan}"),
+        None,
+    )
+    .await;
+    call(
+        Method::GET,
+        "/v1/replay/plans/{id}/items",
+        &format!("/v1/replay/plans/{plan}/items"),
+        None,
+    )
+    .await;
+    for action in ["pause", "start", "pause", "resume", "cancel"] {
+        call(
+            Method::POST,
+            &format!("/v1/replay/plans/{{id}}/{action}"),
+            &format!("/v1/replay/plans/{plan}/{action}"),
+            None,
+        )
+        .await;
+    }
+    call(
+        Method::GET,
+        "/v1/replay/plans/{id}",
+        "/v1/replay/plans/plan_nope",
+        None,
+    )
+    .await;
     call(Method::GET, "/v1/intents/{id}", "/v1/intents/m1", None).await;
     call(
         Method::POST,

@@ -891,3 +891,457 @@ async fn a_replay_plan_preview_refuses_unbounded_plans_and_names_each_items_gate
         s.stop().await;
     }
 }
+
+/// A server on `backend` without its replay and plan workers (the tests drive them).
+async fn plan_server(backend: Backend, access: Option<AccessSettings>) -> TestServer {
+    let b = TestServer::builder()
+        .backend(backend)
+        .settings(redrive_server::Settings {
+            replay_worker: false,
+            plan_worker: false,
+            ..default_settings()
+        });
+    match access {
+        Some(a) => b.auth(a).start().await,
+        None => b.start().await,
+    }
+}
+
+/// A bounded budget (the probe is never called: the plan worker is off).
+fn plan_budget() -> Value {
+    json!({
+        "items_per_s": 2.0, "bytes_per_s": 65536, "max_concurrent": 2, "window": 5,
+        "dependency": {"name": "ledger", "probe_url": "http://ledger.internal/health",
+                       "max_error_rate": 0.05, "max_latency_ms": 250}
+    })
+}
+
+/// Sends `n` messages to `queue` and dead-letters them with `reason`, as `token` (the
+/// admin's when access is on); then lets the case worker look once.
+async fn dead_letters_as(s: &TestServer, token: Option<&str>, queue: &str, n: usize) {
+    for i in 0..n {
+        let (st, v) = s
+            .call_as(
+                token,
+                Method::POST,
+                &format!("/v1/queues/{queue}/messages"),
+                Some(json!({"message_id": format!("{queue}-{i}"), "body": format!("body {i}")})),
+            )
+            .await;
+        assert_eq!(st, 201, "{v}");
+        let (st, v) = s
+            .call_as(
+                token,
+                Method::POST,
+                &format!("/v1/queues/{queue}/receive"),
+                Some(json!({"max_messages": 1})),
+            )
+            .await;
+        assert_eq!(st, 200, "{v}");
+        let lock = v["messages"][0]["lock_token"].as_str().unwrap().to_owned();
+        let (st, v) = s
+            .call_as(
+                token,
+                Method::POST,
+                &format!("/v1/queues/{queue}/settle"),
+                Some(json!({"lock_token": lock, "action": "dead_letter", "reason": "ParseError"})),
+            )
+            .await;
+        assert_eq!(st, 200, "{v}");
+    }
+    s.broker.cases_once().await.unwrap();
+}
+
+/// Bounded replay plans over HTTP: created (201, every field of the plan), refused when
+/// unbounded (400 `replay_unbounded`) or when the destination does not exist or is the
+/// failing path (409 `plan_conflict` `destination_invalid`); read, listed and their items
+/// paged; started, paused, resumed and cancelled by their owner, each change its status
+/// does not allow refused (409 `plan_conflict` `plan_state`); an unknown plan is a 404;
+/// bad filters are 400s naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_plans_are_created_read_and_moved_through_their_states() {
+    for backend in Backend::all("the replay plan API test") {
+        let name = backend.name();
+        let s = plan_server(backend, None).await;
+        s.queue("orders", json!({})).await;
+        s.queue("repair", json!({})).await;
+        dead_letters_as(&s, None, "orders", 3).await;
+        let body = |budget: Value, destination: Value| {
+            json!({
+                "selection": {"queue": "orders", "reasons": ["ParseError"]},
+                "destination": destination,
+                "budget": budget,
+                "correction": "fix-1",
+                "lease_ms": 600_000,
+                "observe_ms": 5_000,
+            })
+        };
+        // Row 9: an unbounded bulk redrive is refused, naming what it leaves out.
+        let r = s
+            .post(
+                "/v1/replay/plans",
+                body(json!({"items_per_s": 1.0}), json!("repair")),
+            )
+            .await;
+        assert_problem(&r, 400, "replay_unbounded");
+        assert_eq!(
+            r.1["missing"],
+            json!(["bytes_per_s", "max_concurrent", "dependency"]),
+            "{name}"
+        );
+        // No such destination; the origin, which dead-lettered the items' reason moments
+        // ago, is the failing path.
+        for destination in [json!("nowhere"), Value::Null] {
+            let r = s
+                .post("/v1/replay/plans", body(plan_budget(), destination))
+                .await;
+            assert_problem(&r, 409, "plan_conflict");
+            assert_eq!(r.1["reason"], "destination_invalid", "{name}: {}", r.1);
+        }
+        let r = s
+            .post(
+                "/v1/replay/plans",
+                json!({"selection": {"queue": "orders"}, "budget": plan_budget(), "lease_ms": 0}),
+            )
+            .await;
+        assert_problem(&r, 400, "invalid_request");
+        assert_eq!(r.1["field"], "lease_ms", "{name}");
+        let r = s
+            .post(
+                "/v1/replay/plans",
+                json!({"selection": {"queue": "orders"}, "budget": plan_budget(), "extra": 1}),
+            )
+            .await;
+        assert_problem(&r, 400, "malformed_body");
+        assert_eq!(
+            s.get("/v1/replay/plans").await.1["plans"],
+            json!([]),
+            "{name}: refusals create nothing"
+        );
+
+        let (st, plan) = s
+            .post("/v1/replay/plans", body(plan_budget(), json!("repair")))
+            .await;
+        assert_eq!(st, 201, "{name}: {plan}");
+        let id = plan["id"].as_str().unwrap().to_owned();
+        assert!(id.starts_with("plan_"), "{name}: {id}");
+        assert_eq!(plan["queue"], "orders");
+        assert_eq!(plan["destination"], "repair");
+        assert_eq!(plan["owner"], "anonymous");
+        assert_eq!(plan["status"], "planned");
+        assert_eq!(plan["stop_reason"], Value::Null);
+        assert_eq!(plan["stop_detail"], Value::Null);
+        for t in ["created_at", "updated_at", "owner_until"] {
+            let v = plan[t].as_str().unwrap_or_default();
+            assert!(
+                redrive_core::Timestamp::parse_rfc3339(v).is_some(),
+                "{name}: {t} {v:?}"
+            );
+        }
+        assert_eq!(
+            plan["selection"],
+            json!({"reasons": ["ParseError"], "types": [], "from": null, "to": null, "case_ids": []})
+        );
+        assert_eq!(plan["correction"], "fix-1");
+        assert_eq!(plan["budget"]["window"], 5);
+        assert_eq!(plan["budget"]["bytes_per_s"], 65536);
+        assert_eq!(plan["budget"]["dependency"]["name"], "ledger");
+        assert_eq!(
+            (plan["lease_ms"].as_u64(), plan["observe_ms"].as_u64()),
+            (Some(600_000), Some(5_000))
+        );
+        assert_eq!(plan["sessions"], json!({}));
+        assert_eq!(plan["baseline"], Value::Null);
+        assert_eq!(plan["readings"], json!([]));
+        let p = &plan["progress"];
+        assert_eq!(
+            (p["items"].as_u64(), p["waiting"].as_u64()),
+            (Some(3), Some(3)),
+            "{name}: {p}"
+        );
+        assert_eq!(p["admitted"], 0);
+        assert_eq!(p["items_per_s"], 0.0);
+        assert_eq!(p["bytes_per_s"], 0.0);
+        assert_eq!(p["eta_ms"], 1_500, "{name}: 3 items at 2/s");
+
+        // Read, listed, paged.
+        let (st, shown) = s.get(&format!("/v1/replay/plans/{id}")).await;
+        assert_eq!(st, 200, "{name}: {shown}");
+        assert_eq!(shown, plan, "{name}");
+        for (query, n) in [
+            ("", 1),
+            ("?status=planned", 1),
+            ("?status=running,paused", 0),
+            ("?queue=orders", 1),
+            ("?queue=repair", 0),
+            ("?limit=1", 1),
+            (&format!("?after={id}") as &str, 0),
+        ] {
+            let (st, v) = s.get(&format!("/v1/replay/plans{query}")).await;
+            assert_eq!(st, 200, "{name} {query}: {v}");
+            assert_eq!(
+                v["plans"].as_array().unwrap().len(),
+                n,
+                "{name} {query}: {v}"
+            );
+        }
+        for (query, field) in [
+            ("?status=nope", "status"),
+            ("?limit=0", "limit"),
+            ("?limit=1001", "limit"),
+            ("?queue=bad%20name", ""),
+        ] {
+            let (st, v) = s.get(&format!("/v1/replay/plans{query}")).await;
+            assert_eq!(st, 400, "{name} {query}: {v}");
+            if !field.is_empty() {
+                assert_eq!(v["field"], field, "{name} {query}: {v}");
+            }
+        }
+        assert_problem(
+            &s.get("/v1/replay/plans?colour=red").await,
+            400,
+            "invalid_request",
+        );
+        let (st, items) = s.get(&format!("/v1/replay/plans/{id}/items")).await;
+        assert_eq!(st, 200, "{name}: {items}");
+        let items = items["items"].as_array().unwrap().clone();
+        assert_eq!(items.len(), 3, "{name}");
+        for (i, item) in items.iter().enumerate() {
+            assert_eq!(item["seq"], i, "{name}: {item}");
+            assert_eq!(item["state"], "waiting");
+            assert!(
+                item["case_id"].as_str().unwrap().starts_with("case_"),
+                "{item}"
+            );
+            assert_eq!(item["window"], Value::Null);
+            assert_eq!(item["message_id"], Value::Null);
+            assert!(item["bytes"].as_u64().unwrap() > 0);
+            assert!(item["updated_at"].is_string());
+        }
+        let (_, v) = s
+            .get(&format!("/v1/replay/plans/{id}/items?after=0&limit=1"))
+            .await;
+        assert_eq!(v["items"].as_array().unwrap().len(), 1, "{name}: {v}");
+        assert_eq!(v["items"][0]["seq"], 1, "{name}: {v}");
+        let (_, v) = s
+            .get(&format!("/v1/replay/plans/{id}/items?state=held,admitted"))
+            .await;
+        assert_eq!(v["items"], json!([]), "{name}");
+        let r = s
+            .get(&format!("/v1/replay/plans/{id}/items?state=lost"))
+            .await;
+        assert_problem(&r, 400, "invalid_request");
+        assert_eq!(r.1["field"], "state");
+        let r = s
+            .get(&format!("/v1/replay/plans/{id}/items?limit=10001"))
+            .await;
+        assert_problem(&r, 400, "invalid_request");
+
+        // The owner's changes, and the ones the status refuses.
+        let change = |action: &str| {
+            let path = format!("/v1/replay/plans/{id}/{action}");
+            let s = &s;
+            async move { s.call(Method::POST, &path, None).await }
+        };
+        for action in ["pause", "resume"] {
+            let r = change(action).await;
+            assert_problem(&r, 409, "plan_conflict");
+            assert_eq!(r.1["reason"], "plan_state", "{name} {action}: {}", r.1);
+        }
+        let (st, v) = change("start").await;
+        assert_eq!(st, 200, "{name}: {v}");
+        assert_eq!(v["status"], "running");
+        assert!(
+            v["owner_until"].as_str() > plan["owner_until"].as_str(),
+            "{name}: {v}"
+        );
+        let r = change("start").await;
+        assert_problem(&r, 409, "plan_conflict");
+        assert_eq!(r.1["reason"], "plan_state");
+        let (st, v) = change("pause").await;
+        assert_eq!(
+            (st.as_u16(), v["status"].as_str()),
+            (200, Some("paused")),
+            "{name}: {v}"
+        );
+        let (_, v) = s.get("/v1/replay/plans?status=paused").await;
+        assert_eq!(v["plans"][0]["id"], id.as_str(), "{name}: {v}");
+        let (st, v) = change("resume").await;
+        assert_eq!(
+            (st.as_u16(), v["status"].as_str()),
+            (200, Some("running")),
+            "{name}: {v}"
+        );
+        let (st, v) = change("cancel").await;
+        assert_eq!(
+            (st.as_u16(), v["status"].as_str()),
+            (200, Some("cancelled")),
+            "{name}: {v}"
+        );
+        for action in ["cancel", "start", "pause", "resume"] {
+            let r = change(action).await;
+            assert_problem(&r, 409, "plan_conflict");
+            assert_eq!(r.1["reason"], "plan_state", "{name} {action}: {}", r.1);
+        }
+
+        // No such plan.
+        assert_problem(
+            &s.get("/v1/replay/plans/plan_nope").await,
+            404,
+            "replay_plan_not_found",
+        );
+        assert_problem(
+            &s.get("/v1/replay/plans/plan_nope/items").await,
+            404,
+            "replay_plan_not_found",
+        );
+        for action in ["start", "pause", "resume", "cancel"] {
+            let r = s
+                .call(
+                    Method::POST,
+                    &format!("/v1/replay/plans/plan_nope/{action}"),
+                    None,
+                )
+                .await;
+            assert_problem(&r, 404, "replay_plan_not_found");
+        }
+        s.stop().await;
+    }
+}
+
+/// With access on: creating and moving a plan needs `replayer` on its queue, reading it
+/// `operator`; a listing shows only plans over queues the caller may read cases of; only
+/// the plan's owner (or an admin) moves it — another replayer is refused with 403.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_plans_need_their_roles_and_only_their_owner_moves_them() {
+    for backend in Backend::all("the replay plan roles test") {
+        let name = backend.name();
+        let s = plan_server(backend, Some(auth_on())).await;
+        for q in ["orders", "repair", "other"] {
+            let (st, v) = s
+                .admin(Method::POST, "/v1/queues", Some(json!({"name": q})))
+                .await;
+            assert_eq!(st, 201, "{name}: {v}");
+        }
+        dead_letters_as(&s, Some(redrive_testkit::ADMIN), "orders", 2).await;
+        let (_, alice) = s.token("alice", &["replayer", "operator"]).await;
+        let (_, bob) = s.token("bob", &["replayer", "operator"]).await;
+        let (_, reader) = s.token("reader", &["operator:orders"]).await;
+        let (_, outsider) = s
+            .token("outsider", &["operator:other", "replayer:other"])
+            .await;
+        let create = json!({
+            "selection": {"queue": "orders"},
+            "destination": "repair",
+            "budget": plan_budget(),
+        });
+        let r = s
+            .call_as(
+                Some(&reader),
+                Method::POST,
+                "/v1/replay/plans",
+                Some(create.clone()),
+            )
+            .await;
+        assert_problem(&r, 403, "forbidden");
+        let r = s
+            .call_as(
+                Some(&outsider),
+                Method::POST,
+                "/v1/replay/plans",
+                Some(create.clone()),
+            )
+            .await;
+        assert_problem(&r, 403, "forbidden");
+        let (st, plan) = s
+            .call_as(Some(&alice), Method::POST, "/v1/replay/plans", Some(create))
+            .await;
+        assert_eq!(st, 201, "{name}: {plan}");
+        assert_eq!(plan["owner"], "alice", "{name}");
+        let id = plan["id"].as_str().unwrap().to_owned();
+        let path = format!("/v1/replay/plans/{id}");
+
+        // Reading: operator on the plan's queue.
+        let (st, v) = s.call_as(Some(&reader), Method::GET, &path, None).await;
+        assert_eq!(st, 200, "{name}: {v}");
+        let (st, v) = s
+            .call_as(Some(&reader), Method::GET, &format!("{path}/items"), None)
+            .await;
+        assert_eq!(st, 200, "{name}: {v}");
+        assert_problem(
+            &s.call_as(Some(&outsider), Method::GET, &path, None).await,
+            403,
+            "forbidden",
+        );
+        assert_problem(
+            &s.call_as(Some(&outsider), Method::GET, &format!("{path}/items"), None)
+                .await,
+            403,
+            "forbidden",
+        );
+        let (st, v) = s
+            .call_as(Some(&outsider), Method::GET, "/v1/replay/plans", None)
+            .await;
+        assert_eq!((st.as_u16(), &v["plans"]), (200, &json!([])), "{name}: {v}");
+        assert_problem(
+            &s.call_as(
+                Some(&outsider),
+                Method::GET,
+                "/v1/replay/plans?queue=orders",
+                None,
+            )
+            .await,
+            403,
+            "forbidden",
+        );
+        let (_, v) = s
+            .call_as(Some(&reader), Method::GET, "/v1/replay/plans", None)
+            .await;
+        assert_eq!(v["plans"][0]["id"], id.as_str(), "{name}: {v}");
+
+        // Moving: replayer on the queue, and the owner or an admin.
+        let start = format!("{path}/start");
+        assert_problem(
+            &s.call_as(Some(&reader), Method::POST, &start, None).await,
+            403,
+            "forbidden",
+        );
+        assert_problem(
+            &s.call_as(Some(&outsider), Method::POST, &start, None).await,
+            403,
+            "forbidden",
+        );
+        let r = s.call_as(Some(&bob), Method::POST, &start, None).await;
+        assert_problem(&r, 403, "forbidden");
+        assert_eq!(
+            s.call_as(Some(&alice), Method::GET, &path, None).await.1["status"],
+            "planned",
+            "{name}: refusals change nothing"
+        );
+        let (st, v) = s.call_as(Some(&alice), Method::POST, &start, None).await;
+        assert_eq!(
+            (st.as_u16(), v["status"].as_str()),
+            (200, Some("running")),
+            "{name}: {v}"
+        );
+        let (st, v) = s
+            .call_as(Some(&bob), Method::POST, &format!("{path}/pause"), None)
+            .await;
+        assert_eq!(st, 403, "{name}: {v}");
+        let (st, v) = s.admin(Method::POST, &format!("{path}/pause"), None).await;
+        assert_eq!(
+            (st.as_u16(), v["status"].as_str()),
+            (200, Some("paused")),
+            "{name}: {v}"
+        );
+        let (st, v) = s
+            .call_as(Some(&alice), Method::POST, &format!("{path}/cancel"), None)
+            .await;
+        assert_eq!(
+            (st.as_u16(), v["status"].as_str()),
+            (200, Some("cancelled")),
+            "{name}: {v}"
+        );
+        s.stop().await;
+    }
+}

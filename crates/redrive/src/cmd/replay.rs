@@ -10,9 +10,10 @@ use redrive_core::policy::{MAX_DEAD_LETTER_RETENTION_MS, check_dead_letter_reten
 use redrive_core::replay::{AutoReplay, AutoReplayPatch, ReplayDestination};
 
 use super::{Ctx, queue_name};
-use crate::output::{KeyValues, Table, print_json};
+use crate::failure::input_error;
+use crate::output::{KeyValues, Table, or_dash, print_json};
 use crate::units::{format_duration_ms, parse_duration_ms, parse_size_u32};
-use redrive_api::replay::ReplayStatus;
+use redrive_api::replay::{CreatePlan, PlanItemList, ReplayPlan, ReplayStatus};
 
 /// Auto-replay and retention flags: only those given are set (a create starts from the
 /// defaults).
@@ -105,20 +106,78 @@ pub fn describe(kv: &mut KeyValues, a: &AutoReplay, sep: &str) {
 /// `redrive replay ...`.
 #[derive(Debug, Subcommand)]
 pub enum ReplayCommand {
-    /// Replay counts of one queue, or of every queue with dead letters.
+    /// Replay counts of one queue, or of every queue with dead letters; or, given a plan id
+    /// (`plan_…`), where that replay plan stands.
     ///
     /// Live records, replay candidates, failing and flagged ones, archived ones, and
-    /// quarantined ones by cause (`manual`: moved there by an operator).
+    /// quarantined ones by cause (`manual`: moved there by an operator). For a plan: its
+    /// status, progress, rates, window, ETA and stop reason (a stopped plan still exits 0).
     Status {
-        /// Queue name (every queue with dead letters when left out).
+        /// Queue name (every queue with dead letters when left out), or a plan id.
         #[arg(value_parser = queue_name)]
         queue: Option<String>,
+        /// For a plan: redraw its progress every second until it ends.
+        #[arg(long)]
+        follow: bool,
     },
     /// The dry run of a bounded replay plan: what it would replay, grouped by reason and
     /// type, its bytes and the least time it takes under the budget, and the gate that
     /// blocks each item now. Nothing is touched. Every budget limit must be given (the
     /// window defaults to 10): an unbounded replay is refused.
     Preview(Box<PreviewArgs>),
+    /// Creates a bounded replay plan owned by the caller: its items (the open cases the
+    /// selection names now), budget and destination are fixed; it starts planned. Every
+    /// budget limit must be given (the window defaults to 10): an unbounded replay is
+    /// refused.
+    Plan(Box<PlanArgs>),
+    /// Starts a planned plan.
+    Start {
+        /// The plan id.
+        id: String,
+        /// Redraw its progress every second until it ends.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Pauses a running plan: nothing more is admitted; replays in flight are still
+    /// observed.
+    Pause {
+        /// The plan id.
+        id: String,
+    },
+    /// Resumes a paused plan under the same budget and evidence.
+    Resume {
+        /// The plan id.
+        id: String,
+    },
+    /// Cancels a plan that has not ended.
+    Cancel {
+        /// The plan id.
+        id: String,
+    },
+    /// Lists replay plans (those over queues the token may read cases of).
+    Plans {
+        /// Only plans in this status (planned, running, paused, stopped, completed,
+        /// cancelled; repeatable).
+        #[arg(long = "status", value_name = "STATUS")]
+        statuses: Vec<String>,
+        /// Only plans over this queue.
+        #[arg(long, value_parser = queue_name)]
+        queue: Option<String>,
+    },
+    /// Lists a plan's items in admission order.
+    Items {
+        /// The plan id.
+        id: String,
+        /// Only items in this state (waiting, held, admitted, completed, stopped, closed;
+        /// repeatable).
+        #[arg(long = "state", value_name = "STATE")]
+        states: Vec<String>,
+    },
+}
+
+/// Whether `s` names a replay plan rather than a queue.
+fn is_plan_id(s: &str) -> bool {
+    s.starts_with("plan_")
 }
 
 /// `redrive replay preview`.
@@ -127,6 +186,17 @@ pub struct PreviewArgs {
     /// The queue whose dead letters (open cases) are replayed.
     #[arg(value_parser = queue_name)]
     pub queue: String,
+    /// What is selected, and where it goes.
+    #[command(flatten)]
+    pub selection: SelectionArgs,
+    /// The budget.
+    #[command(flatten)]
+    pub budget: BudgetArgs,
+}
+
+/// A plan's selection (but its queue) and destination.
+#[derive(Debug, Clone, Args)]
+pub struct SelectionArgs {
     /// Only this reason code (repeatable).
     #[arg(long = "reason", value_name = "REASON")]
     pub reasons: Vec<String>,
@@ -145,6 +215,25 @@ pub struct PreviewArgs {
     /// Replay to this queue instead of the one the items came from.
     #[arg(long, value_parser = queue_name)]
     pub destination: Option<String>,
+}
+
+impl SelectionArgs {
+    fn selection(&self, queue: &str) -> redrive_api::replay::PlanSelection {
+        redrive_api::replay::PlanSelection {
+            queue: queue.to_owned(),
+            reasons: self.reasons.clone(),
+            types: self.types.clone(),
+            from: self.from.clone(),
+            to: self.to.clone(),
+            case_ids: self.cases.clone(),
+        }
+    }
+}
+
+/// A plan's budget: every limit but the window must be given (the server refuses an
+/// unbounded replay, naming what is left out).
+#[derive(Debug, Clone, Args)]
+pub struct BudgetArgs {
     /// Items admitted per second.
     #[arg(long, value_name = "N")]
     pub items_per_s: Option<f64>,
@@ -171,32 +260,69 @@ pub struct PreviewArgs {
     pub max_latency: Option<u64>,
 }
 
+impl BudgetArgs {
+    fn budget(&self) -> redrive_api::replay::PlanBudget {
+        use redrive_api::replay::{PlanBudget, PlanDependency};
+        PlanBudget {
+            items_per_s: self.items_per_s,
+            bytes_per_s: self.bytes_per_s.map(u64::from),
+            max_concurrent: self.concurrency,
+            window: self.window,
+            dependency: self.dependency.clone().map(|name| PlanDependency {
+                name,
+                probe_url: self.probe.clone().unwrap_or_default(),
+                max_error_rate: self.max_error_rate.unwrap_or_default(),
+                max_latency_ms: self.max_latency.unwrap_or_default(),
+            }),
+        }
+    }
+}
+
 impl PreviewArgs {
     /// The plan as the API takes it.
     pub fn spec(&self) -> redrive_api::replay::PlanSpec {
-        use redrive_api::replay::{PlanBudget, PlanDependency, PlanSelection, PlanSpec};
-        PlanSpec {
-            selection: PlanSelection {
-                queue: self.queue.clone(),
-                reasons: self.reasons.clone(),
-                types: self.types.clone(),
-                from: self.from.clone(),
-                to: self.to.clone(),
-                case_ids: self.cases.clone(),
-            },
-            destination: self.destination.clone(),
-            budget: PlanBudget {
-                items_per_s: self.items_per_s,
-                bytes_per_s: self.bytes_per_s.map(u64::from),
-                max_concurrent: self.concurrency,
-                window: self.window,
-                dependency: self.dependency.clone().map(|name| PlanDependency {
-                    name,
-                    probe_url: self.probe.clone().unwrap_or_default(),
-                    max_error_rate: self.max_error_rate.unwrap_or_default(),
-                    max_latency_ms: self.max_latency.unwrap_or_default(),
-                }),
-            },
+        redrive_api::replay::PlanSpec {
+            selection: self.selection.selection(&self.queue),
+            destination: self.selection.destination.clone(),
+            budget: self.budget.budget(),
+        }
+    }
+}
+
+/// `redrive replay plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The queue whose dead letters (open cases) are replayed.
+    #[arg(long, value_parser = queue_name)]
+    pub queue: String,
+    /// What is selected, and where it goes.
+    #[command(flatten)]
+    pub selection: SelectionArgs,
+    /// The correction every item's case must carry (its identity).
+    #[arg(long, value_name = "ID")]
+    pub correction: Option<String>,
+    /// The owner's lease on the plan, renewed by start and resume (e.g. 2h; default 1h, at
+    /// most 7d): when it runs out the plan stops.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_ms)]
+    pub lease: Option<u64>,
+    /// The dependency's observation window (e.g. 30s; default 10s).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_ms)]
+    pub observe: Option<u64>,
+    /// The budget.
+    #[command(flatten)]
+    pub budget: BudgetArgs,
+}
+
+impl PlanArgs {
+    /// The plan as the API takes it.
+    pub fn request(&self) -> CreatePlan {
+        CreatePlan {
+            selection: self.selection.selection(&self.queue),
+            destination: self.selection.destination.clone(),
+            budget: self.budget.budget(),
+            correction: self.correction.clone(),
+            lease_ms: self.lease,
+            observe_ms: self.observe,
         }
     }
 }
@@ -204,7 +330,18 @@ impl PreviewArgs {
 /// Runs a `replay` command.
 pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
     match cmd {
-        ReplayCommand::Status { queue: Some(queue) } => {
+        ReplayCommand::Status {
+            queue: Some(id),
+            follow,
+        } if is_plan_id(&id) => {
+            plan_status(ctx, &id, follow).await?;
+        }
+        ReplayCommand::Status { follow: true, .. } => {
+            return Err(input_error("--follow takes a plan id (plan_…)"));
+        }
+        ReplayCommand::Status {
+            queue: Some(queue), ..
+        } => {
             let status = ctx
                 .client
                 .replay_status(&queue)
@@ -215,7 +352,7 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
             }
             print!("{}", status_table(std::slice::from_ref(&status)).render());
         }
-        ReplayCommand::Status { queue: None } => {
+        ReplayCommand::Status { queue: None, .. } => {
             let list = ctx
                 .client
                 .replay_statuses()
@@ -279,8 +416,307 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
                 println!("(first {} of {} items listed)", p.item_list.len(), p.items);
             }
         }
+        ReplayCommand::Plan(args) => {
+            let plan = ctx
+                .client
+                .create_plan(&args.request())
+                .await
+                .with_context(|| format!("create a replay plan of {}", args.queue))?;
+            if ctx.json {
+                return print_json(&plan);
+            }
+            println!("created plan {} ({})", plan.id, plan.status);
+            print!("{}", plan_summary(&plan).render());
+            println!("start it with: redrive replay start {}", plan.id);
+        }
+        ReplayCommand::Start { id, follow } => {
+            let plan = ctx
+                .client
+                .change_plan(&id, "start")
+                .await
+                .with_context(|| format!("start replay plan {id}"))?;
+            if follow {
+                return follow_plan(ctx, plan).await;
+            }
+            changed(ctx, &plan, "started")?;
+        }
+        ReplayCommand::Pause { id } => {
+            let plan = ctx
+                .client
+                .change_plan(&id, "pause")
+                .await
+                .with_context(|| format!("pause replay plan {id}"))?;
+            changed(ctx, &plan, "paused")?;
+        }
+        ReplayCommand::Resume { id } => {
+            let plan = ctx
+                .client
+                .change_plan(&id, "resume")
+                .await
+                .with_context(|| format!("resume replay plan {id}"))?;
+            changed(ctx, &plan, "resumed")?;
+        }
+        ReplayCommand::Cancel { id } => {
+            let plan = ctx
+                .client
+                .change_plan(&id, "cancel")
+                .await
+                .with_context(|| format!("cancel replay plan {id}"))?;
+            changed(ctx, &plan, "cancelled")?;
+        }
+        ReplayCommand::Plans { statuses, queue } => {
+            let mut pairs = Vec::new();
+            if !statuses.is_empty() {
+                pairs.push(("status", statuses.join(",")));
+            }
+            if let Some(q) = queue {
+                pairs.push(("queue", q));
+            }
+            let list = ctx
+                .client
+                .list_plans(&pairs)
+                .await
+                .context("list replay plans")?;
+            if ctx.json {
+                return print_json(&list);
+            }
+            if list.plans.is_empty() {
+                println!("no replay plans");
+                return Ok(());
+            }
+            let mut t = Table::new([
+                "ID",
+                "QUEUE",
+                "DESTINATION",
+                "OWNER",
+                "STATUS",
+                "ITEMS",
+                "DONE",
+                "CREATED",
+            ]);
+            for p in &list.plans {
+                t.row([
+                    p.id.clone(),
+                    p.queue.clone(),
+                    p.destination.clone(),
+                    p.owner.clone(),
+                    status_text(p),
+                    p.progress.items.to_string(),
+                    done(p).to_string(),
+                    p.created_at.clone(),
+                ]);
+            }
+            print!("{}", t.render());
+        }
+        ReplayCommand::Items { id, states } => {
+            let pairs = if states.is_empty() {
+                Vec::new()
+            } else {
+                vec![("state", states.join(","))]
+            };
+            let list = ctx
+                .client
+                .plan_items(&id, &pairs)
+                .await
+                .with_context(|| format!("items of replay plan {id}"))?;
+            if ctx.json {
+                return print_json(&list);
+            }
+            print!("{}", items_table(&list).render());
+        }
     }
     Ok(())
+}
+
+/// Prints a plan after an owner's change.
+fn changed(ctx: &Ctx, plan: &ReplayPlan, what: &str) -> anyhow::Result<()> {
+    if ctx.json {
+        return print_json(plan);
+    }
+    println!("{what} plan {} ({})", plan.id, plan.status);
+    print!("{}", plan_summary(plan).render());
+    Ok(())
+}
+
+/// `replay status ID [--follow]`.
+async fn plan_status(ctx: &Ctx, id: &str, follow: bool) -> anyhow::Result<()> {
+    let plan = ctx
+        .client
+        .get_plan(id)
+        .await
+        .with_context(|| format!("status of replay plan {id}"))?;
+    if follow {
+        return follow_plan(ctx, plan).await;
+    }
+    if ctx.json {
+        return print_json(&plan);
+    }
+    print!("{}", plan_summary(&plan).render());
+    Ok(())
+}
+
+/// Whether a plan has ended (stopped, completed or cancelled).
+fn ended(plan: &ReplayPlan) -> bool {
+    matches!(plan.status.as_str(), "stopped" | "completed" | "cancelled")
+}
+
+/// Redraws the plan's progress every second until it ends: one line redrawn in place on
+/// a terminal, a new line at each change otherwise. With `--json`, the plan as it ended.
+/// The interval is the client's wall time (display only).
+async fn follow_plan(ctx: &Ctx, mut plan: ReplayPlan) -> anyhow::Result<()> {
+    use std::io::{IsTerminal as _, Write as _};
+    let tty = std::io::stdout().is_terminal();
+    let mut last = String::new();
+    loop {
+        if !ctx.json {
+            let line = progress_line(&plan);
+            let mut out = std::io::stdout().lock();
+            if tty {
+                write!(out, "\r\x1b[2K{line}")?;
+            } else if line != last {
+                writeln!(out, "{line}")?;
+            }
+            out.flush()?;
+            last = line;
+        }
+        if ended(&plan) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        plan = ctx
+            .client
+            .get_plan(&plan.id)
+            .await
+            .with_context(|| format!("status of replay plan {}", plan.id))?;
+    }
+    if ctx.json {
+        return print_json(&plan);
+    }
+    if tty {
+        println!();
+    }
+    if let Some(d) = &plan.stop_detail {
+        println!("stopped: {d}");
+    }
+    Ok(())
+}
+
+/// Items settled: completed, stopped, closed or held.
+fn done(p: &ReplayPlan) -> u64 {
+    let g = &p.progress;
+    g.completed + g.stopped + g.closed + g.held
+}
+
+/// The status, with the stop reason when stopped.
+fn status_text(p: &ReplayPlan) -> String {
+    match &p.stop_reason {
+        Some(r) => format!("{} ({r})", p.status),
+        None => p.status.clone(),
+    }
+}
+
+/// One line of a plan's progress: items done of total, bytes, observed rates, window,
+/// ETA, status.
+pub fn progress_line(p: &ReplayPlan) -> String {
+    let g = &p.progress;
+    format!(
+        "{}: {}/{} items done, {} in flight, {} waiting; {} bytes admitted; {:.2} items/s, {:.0} bytes/s; window {} ({}/{}); eta {}; {}",
+        p.id,
+        done(p),
+        g.items,
+        g.in_flight,
+        g.waiting,
+        g.bytes_admitted,
+        g.items_per_s,
+        g.bytes_per_s,
+        g.window,
+        g.window_admitted,
+        p.budget.window,
+        format_duration_ms(g.eta_ms),
+        status_text(p)
+    )
+}
+
+/// A plan as key/value lines.
+pub fn plan_summary(p: &ReplayPlan) -> KeyValues {
+    let g = &p.progress;
+    let b = &p.budget;
+    let mut kv = KeyValues::new();
+    kv.add("id", p.id.clone()).add("status", p.status.clone());
+    if let Some(r) = &p.stop_reason {
+        kv.add("stop reason", r.clone());
+    }
+    if let Some(d) = &p.stop_detail {
+        kv.add("stop detail", d.clone());
+    }
+    kv.add("queue", p.queue.clone())
+        .add("destination", p.destination.clone())
+        .add("owner", p.owner.clone())
+        .add("owner until", p.owner_until.clone())
+        .add(
+            "items",
+            format!(
+                "{} ({} waiting, {} admitted, {} in flight, {} completed, {} stopped, {} closed, {} held)",
+                g.items, g.waiting, g.admitted, g.in_flight, g.completed, g.stopped, g.closed, g.held
+            ),
+        )
+        .add("bytes admitted", g.bytes_admitted.to_string())
+        .add(
+            "rate",
+            format!("{:.2} items/s, {:.0} bytes/s", g.items_per_s, g.bytes_per_s),
+        )
+        .add(
+            "window",
+            format!("{} ({} of {} admitted)", g.window, g.window_admitted, b.window),
+        )
+        .add("eta", format!("at least {}", format_duration_ms(g.eta_ms)))
+        .add(
+            "budget",
+            format!(
+                "{} items/s, {} bytes/s, {} concurrent, window {}",
+                b.items_per_s, b.bytes_per_s, b.max_concurrent, b.window
+            ),
+        )
+        .add(
+            "dependency",
+            format!(
+                "{} ({}; error rate <= {}, latency <= {})",
+                b.dependency.name,
+                b.dependency.probe_url,
+                b.dependency.max_error_rate,
+                format_duration_ms(b.dependency.max_latency_ms)
+            ),
+        );
+    if let Some(c) = &p.correction {
+        kv.add("correction", c.clone());
+    }
+    kv.add("created", p.created_at.clone());
+    kv
+}
+
+/// One row per item.
+pub fn items_table(list: &PlanItemList) -> Table {
+    let mut t = Table::new([
+        "SEQ",
+        "CASE",
+        "BYTES",
+        "STATE",
+        "WINDOW",
+        "MESSAGE-ID",
+        "DETAIL",
+    ]);
+    for i in &list.items {
+        t.row([
+            i.seq.to_string(),
+            i.case_id.clone(),
+            i.bytes.to_string(),
+            i.state.clone(),
+            or_dash(i.window),
+            or_dash(i.message_id.clone()),
+            or_dash(i.detail.clone()),
+        ]);
+    }
+    t
 }
 
 /// One row per queue; QUARANTINED is the total, BY-CAUSE its parts.

@@ -726,3 +726,164 @@ fn replay_preview_refuses_an_unbounded_plan_and_names_each_items_gate() {
         "nothing was touched"
     );
 }
+
+/// `replay plan|start|status|pause|resume|cancel|plans|items` against a real server (its
+/// plan runner on): an unbounded plan exits non-zero naming what it leaves out; a bounded
+/// one is created planned and listed with its items; a pause of a planned plan exits
+/// non-zero with the `plan_state` reason; `start --follow` prints the progress until the
+/// plan ends — here stopped, its dependency probe on an address the network rules refuse
+/// (`budget_unobservable`) — and exits 0 naming the stop reason, as `status` does after.
+#[test]
+fn replay_plans_are_created_moved_and_followed_from_the_cli() {
+    let (s, _dir) = server();
+    s.cli(&["queue", "create", "orders"]).ok();
+    s.cli(&["queue", "create", "repair"]).ok();
+    for id in ["o-1", "o-2"] {
+        dead_letter(&s, "orders", b"payload", id);
+    }
+    s.cli(&[
+        "replay",
+        "plan",
+        "--queue",
+        "orders",
+        "--destination",
+        "repair",
+        "--items-per-s",
+        "1",
+    ])
+    .fails(2, "bytes_per_s, max_concurrent, dependency");
+    let budget = [
+        "--items-per-s",
+        "2",
+        "--bytes-per-s",
+        "64KiB",
+        "--concurrency",
+        "2",
+        "--window",
+        "5",
+        "--dependency",
+        "ledger",
+        "--probe",
+        "http://127.0.0.1:9/health",
+        "--max-error-rate",
+        "0.05",
+        "--max-latency",
+        "250ms",
+    ];
+    let mut args = vec![
+        "replay",
+        "plan",
+        "--queue",
+        "orders",
+        "--destination",
+        "nowhere",
+    ];
+    args.extend(budget);
+    s.cli(&args).fails(1, "destination_invalid");
+    let mut args = vec![
+        "--json",
+        "replay",
+        "plan",
+        "--queue",
+        "orders",
+        "--reason",
+        "Broken",
+        "--destination",
+        "repair",
+        "--correction",
+        "fix-1",
+        "--lease",
+        "2h",
+        "--observe",
+        "30s",
+    ];
+    args.extend(budget);
+    let plan: Value = s.cli(&args).json();
+    assert_eq!(plan["status"], "planned", "{plan}");
+    assert_eq!(plan["progress"]["items"], 2, "{plan}");
+    assert_eq!(plan["lease_ms"], 7_200_000);
+    assert_eq!(plan["observe_ms"], 30_000);
+    assert_eq!(plan["correction"], "fix-1");
+    assert_eq!(plan["selection"]["reasons"], serde_json::json!(["Broken"]));
+    let first = plan["id"].as_str().unwrap().to_owned();
+
+    let mut args = vec![
+        "replay",
+        "plan",
+        "--queue",
+        "orders",
+        "--destination",
+        "repair",
+    ];
+    args.extend(budget);
+    let out = s.cli(&args);
+    let text = out.ok();
+    assert!(text.starts_with("created plan plan_"), "{text}");
+    assert!(text.contains("(planned)"), "{text}");
+    assert!(text.contains("items:"), "{text}");
+    let second = text.split_whitespace().nth(2).unwrap().to_owned();
+
+    // A pause of a planned plan: refused, with the reason.
+    s.cli(&["replay", "pause", &first]).fails(1, "plan_state");
+    s.cli(&["replay", "resume", &first]).fails(1, "plan_state");
+    s.cli(&["replay", "status", "plan_nope"])
+        .fails(1, "replay_plan_not_found");
+
+    let shown = s.cli(&["replay", "status", &first]);
+    let text = shown.ok();
+    assert!(text.contains("planned"), "{text}");
+    assert!(text.contains("destination:"), "{text}");
+    let listed: Value = s
+        .cli(&["--json", "replay", "plans", "--status", "planned"])
+        .json();
+    assert_eq!(listed["plans"].as_array().unwrap().len(), 2, "{listed}");
+    let table = s.cli(&["replay", "plans", "--queue", "orders"]);
+    let text = table.ok();
+    assert!(text.lines().next().unwrap().starts_with("ID"), "{text}");
+    assert!(text.contains(&first) && text.contains(&second), "{text}");
+    assert!(
+        s.cli(&["replay", "plans", "--queue", "repair"])
+            .ok()
+            .contains("no replay plans")
+    );
+    s.cli(&["replay", "plans", "--status", "lost"])
+        .fails(2, "plan status");
+    let items: Value = s
+        .cli(&["--json", "replay", "items", &first, "--state", "waiting"])
+        .json();
+    assert_eq!(items["items"].as_array().unwrap().len(), 2, "{items}");
+    let table = s.cli(&["replay", "items", &first]);
+    let text = table.ok();
+    assert!(text.lines().next().unwrap().starts_with("SEQ"), "{text}");
+    assert_eq!(text.lines().count(), 3, "{text}");
+
+    // Cancel one; follow the other until it ends.
+    let out = s.cli(&["replay", "cancel", &second]);
+    assert!(out.ok().contains("cancelled plan"), "{}", out.stdout);
+    s.cli(&["replay", "cancel", &second]).fails(1, "plan_state");
+    let followed = s.cli(&["replay", "status", &second, "--follow"]);
+    let text = followed.ok();
+    assert_eq!(
+        text.lines().count(),
+        1,
+        "one line for an ended plan: {text}"
+    );
+    assert!(text.contains("cancelled"), "{text}");
+
+    let followed = s.cli(&["replay", "start", &first, "--follow"]);
+    let text = followed.ok();
+    let last = text.lines().rev().find(|l| l.starts_with(&first)).unwrap();
+    assert!(last.contains("/2 items done"), "{text}");
+    assert!(last.contains("stopped (budget_unobservable)"), "{text}");
+    assert!(text.contains("items/s"), "{text}");
+    assert!(text.contains("eta "), "{text}");
+    assert!(text.contains("\nstopped: "), "the stop detail: {text}");
+    let shown = s.cli(&["replay", "status", &first]);
+    let text = shown.ok();
+    assert!(text.contains("stop reason:"), "{text}");
+    assert!(text.contains("budget_unobservable"), "{text}");
+    let plan: Value = s.cli(&["--json", "replay", "status", &first]).json();
+    assert_eq!(plan["status"], "stopped", "{plan}");
+    s.cli(&["replay", "status", "orders", "--follow"])
+        .fails(2, "--follow takes a plan id");
+}
