@@ -218,7 +218,11 @@ impl Step {
 }
 
 impl Broker {
-    pub(crate) async fn write_step(&self, case: &CaseRecord, mut step: Step) -> BrokerResult<CaseRecord> {
+    pub(crate) async fn write_step(
+        &self,
+        case: &CaseRecord,
+        mut step: Step,
+    ) -> BrokerResult<CaseRecord> {
         step.set.data = step.data.to_value();
         let update = CaseUpdate {
             id: case.id.clone(),

@@ -20,11 +20,11 @@ mod run;
 mod worker;
 
 pub use probe::Reading;
+pub(crate) use run::PlanState;
 pub use run::{
     BudgetRecord, DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, DependencySpec, MAX_PLAN_LEASE_MS,
     NodeReplayBudget, PlanInput, PlanPass, PlanSpec, PlanView, RunState,
 };
-pub(crate) use run::PlanState;
 pub use worker::PlanWorker;
 
 /// A budget with every limit named, or the refusal: `ReplayUnbounded` naming what is

@@ -30,9 +30,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use redrive_core::access::Operation;
 use redrive_core::case::{self, CaseState, Lease};
 use redrive_core::plan::{Budget, BudgetSpec, Dependency, Observations, Pacer, StopReason};
-use redrive_core::access::Operation;
 use redrive_core::{EntityName, Timestamp};
 use redrive_store::{
     CaseQuery, CaseRecord, PlanItemQuery, PlanItemRecord, PlanItemState, PlanMut, PlanQuery,
@@ -355,7 +355,12 @@ enum Outcome {
 impl Broker {
     /// Sets the node-wide replay budget.
     pub fn set_node_replay_budget(&self, budget: NodeReplayBudget) {
-        let mut node = self.inner.plans.node.lock().unwrap_or_else(|p| p.into_inner());
+        let mut node = self
+            .inner
+            .plans
+            .node
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         node.0 = budget;
     }
 
@@ -396,10 +401,7 @@ impl Broker {
         }
         let observe_ms = input.observe_ms.unwrap_or(DEFAULT_OBSERVE_MS);
         if !(100..=3_600_000).contains(&observe_ms) {
-            return Err(BrokerError::invalid(
-                "observe_ms",
-                "must be 100 to 3600000",
-            ));
+            return Err(BrokerError::invalid("observe_ms", "must be 100 to 3600000"));
         }
         if let Some(c) = &input.correction
             && (c.trim().is_empty() || c.len() > 256 || c.contains('\0'))
@@ -420,9 +422,7 @@ impl Broker {
         self.authorize(actor, Operation::ReplayCase, Some(destination.as_str()))
             .await?;
         let mut cases = self.select(&queue, sel).await?;
-        cases.sort_by(|a, b| {
-            (a.dead_lettered_at, &a.id).cmp(&(b.dead_lettered_at, &b.id))
-        });
+        cases.sort_by(|a, b| (a.dead_lettered_at, &a.id).cmp(&(b.dead_lettered_at, &b.id)));
         let now = self.now();
         let reasons: BTreeSet<&str> = cases.iter().map(|c| c.reason.as_str()).collect();
         for reason in reasons {
@@ -440,8 +440,10 @@ impl Broker {
         let selected: BTreeSet<&str> = cases.iter().map(|c| c.id.as_str()).collect();
         let mut sessions: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut missing: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        let session_ids: BTreeSet<&str> =
-            cases.iter().filter_map(|c| c.session_id.as_deref()).collect();
+        let session_ids: BTreeSet<&str> = cases
+            .iter()
+            .filter_map(|c| c.session_id.as_deref())
+            .collect();
         for session in session_ids {
             let all = self.session_cases(&queue, session).await?;
             let absent: Vec<String> = all
@@ -578,6 +580,23 @@ impl Broker {
         })
     }
 
+    /// Whether any item of a plan waits.
+    async fn has_waiting(&self, plan_id: &str) -> BrokerResult<bool> {
+        Ok(!self
+            .inner
+            .store
+            .replay_plan_items(
+                plan_id,
+                &PlanItemQuery {
+                    states: vec![PlanItemState::Waiting],
+                    after_seq: None,
+                    limit: 1,
+                },
+            )
+            .await?
+            .is_empty())
+    }
+
     /// How many items of a plan wait, and their bytes.
     async fn waiting_items(&self, plan_id: &str) -> BrokerResult<(u64, u64)> {
         let (mut n, mut bytes) = (0, 0);
@@ -609,6 +628,11 @@ impl Broker {
         Ok(self.inner.store.list_replay_plans(query).await?)
     }
 
+    /// The view of a plan already read (its waiting items counted now).
+    pub async fn view_plan(&self, plan: ReplayPlanRecord) -> BrokerResult<PlanView> {
+        self.plan_view(plan).await
+    }
+
     /// A page of a plan's items.
     pub async fn plan_items(
         &self,
@@ -624,7 +648,10 @@ impl Broker {
             if plan.m.status != PlanStatus::Planned {
                 return Err(plan_conflict(
                     "plan_state",
-                    format!("plan {} is {}; only a planned plan starts", plan.id, plan.m.status),
+                    format!(
+                        "plan {} is {}; only a planned plan starts",
+                        plan.id, plan.m.status
+                    ),
                 ));
             }
             let spec = PlanSpec::of(plan)?;
@@ -646,7 +673,10 @@ impl Broker {
             if plan.m.status != PlanStatus::Running {
                 return Err(plan_conflict(
                     "plan_state",
-                    format!("plan {} is {}; only a running plan pauses", plan.id, plan.m.status),
+                    format!(
+                        "plan {} is {}; only a running plan pauses",
+                        plan.id, plan.m.status
+                    ),
                 ));
             }
             Ok(PlanMut {
@@ -664,7 +694,10 @@ impl Broker {
             if plan.m.status != PlanStatus::Paused {
                 return Err(plan_conflict(
                     "plan_state",
-                    format!("plan {} is {}; only a paused plan resumes", plan.id, plan.m.status),
+                    format!(
+                        "plan {} is {}; only a paused plan resumes",
+                        plan.id, plan.m.status
+                    ),
                 ));
             }
             let spec = PlanSpec::of(plan)?;
@@ -733,7 +766,9 @@ impl Broker {
             };
             let mut items = Vec::new();
             if set.status == PlanStatus::Cancelled {
-                items = self.release_admitted(&plan, &mut run, "plan_cancelled", now).await?;
+                items = self
+                    .release_admitted(&plan, &mut run, "plan_cancelled", now)
+                    .await?;
             }
             set.state = run.value();
             set.updated_at = now;
@@ -888,7 +923,10 @@ impl Broker {
                 Err(e) => return Err(e),
             }
         }
-        Err(last.map_or_else(|| plan_conflict("plan_busy", "the plan kept changing"), Into::into))
+        Err(last.map_or_else(
+            || plan_conflict("plan_busy", "the plan kept changing"),
+            Into::into,
+        ))
     }
 
     async fn advance_plan_once(&self, id: &str) -> BrokerResult<ReplayPlanRecord> {
@@ -929,7 +967,9 @@ impl Broker {
                 Outcome::Stopped(trigger) => {
                     run.stopped += 1;
                     match trigger.as_str() {
-                        "lost_effect_evidence" => obs.effect_indeterminate.push(item.case_id.clone()),
+                        "lost_effect_evidence" => {
+                            obs.effect_indeterminate.push(item.case_id.clone())
+                        }
                         "repeated_failure" => {
                             let shape = self.failure_shape(&item.case_id).await?;
                             run.failures.push((item.case_id.clone(), shape));
@@ -958,14 +998,15 @@ impl Broker {
         // A window opens when the last one's items all settled (or none opened yet), and
         // only if the gates still pass: the dependency is read again first.
         let opening = running
-            && (run.window == 0
-                || (run.window_admitted >= budget.window && pacer.in_flight == 0));
+            && (run.window == 0 || (run.window_admitted >= budget.window && pacer.in_flight == 0))
+            && self.has_waiting(&plan.id).await?;
         let probe_due = opening
             || run
                 .probed_ms
                 .is_none_or(|t| now.as_millis() - t >= spec.observe_ms as i64);
         if running && probe_due && !obs.lease_lost && !obs.authorization_changed {
-            self.observe_dependency(&budget, &mut run, &mut obs, now).await;
+            self.observe_dependency(&budget, &mut run, &mut obs, now)
+                .await;
             changed = true;
         }
 
@@ -973,9 +1014,7 @@ impl Broker {
         let stop = redrive_core::plan::stop(&budget, &obs);
         if let Some(reason) = stop {
             run.set_pacer(&pacer);
-            return self
-                .stop_plan(&plan, run, items, &reason, now)
-                .await;
+            return self.stop_plan(&plan, run, items, &reason, now).await;
         }
 
         // 5. Admissions.
@@ -1005,15 +1044,20 @@ impl Broker {
                         break;
                     }
                     match self
-                        .admit_item(&mut plan, &spec, &budget, &mut run, &mut pacer, &mut items, item, now)
+                        .admit_item(
+                            &mut plan, &spec, &budget, &mut run, &mut pacer, &mut items, item, now,
+                        )
                         .await?
                     {
                         Admit::Written => {}
                         Admit::Held(i) => {
                             run.held += 1;
-                            self.inner
-                                .metrics
-                                .add_labelled(Counter::PlanItems, &plan.queue, "held", 1);
+                            self.inner.metrics.add_labelled(
+                                Counter::PlanItems,
+                                &plan.queue,
+                                "held",
+                                1,
+                            );
                             items.insert(i.seq, i);
                             changed = true;
                         }
@@ -1048,9 +1092,11 @@ impl Broker {
                     },
                 )
                 .await?;
-            let still_waiting = waiting_left
-                .iter()
-                .any(|w| items.get(&w.seq).is_none_or(|i| i.state == PlanItemState::Waiting));
+            let still_waiting = waiting_left.iter().any(|w| {
+                items
+                    .get(&w.seq)
+                    .is_none_or(|i| i.state == PlanItemState::Waiting)
+            });
             if !still_waiting {
                 status = PlanStatus::Completed;
                 changed = true;
@@ -1147,7 +1193,12 @@ impl Broker {
         let detail = stop_words(reason, run.stop_detail.as_deref());
         run.stop_detail = Some(detail.clone());
         for i in self
-            .release_admitted(plan, &mut run, &format!("plan_stopped:{}", reason.as_str()), now)
+            .release_admitted(
+                plan,
+                &mut run,
+                &format!("plan_stopped:{}", reason.as_str()),
+                now,
+            )
             .await?
         {
             // An item observed in this advance keeps its outcome.
@@ -1317,8 +1368,14 @@ impl Broker {
         }
         // The destination must be off the failing path now.
         let destination: EntityName = plan.destination.parse()?;
-        if self.failure_persists(&destination, &case.reason, now).await? {
-            return Ok(hold(item, "destination_invalid: the destination is the failing path".into()));
+        if self
+            .failure_persists(&destination, &case.reason, now)
+            .await?
+        {
+            return Ok(hold(
+                item,
+                "destination_invalid: the destination is the failing path".into(),
+            ));
         }
         // Reconcile now, not at planning time.
         let owner = Actor {
@@ -1329,7 +1386,11 @@ impl Broker {
         };
         // A plan replays only items whose effect an authority establishes: the outcome of
         // every replay must be observable (seed 001's stop rule on lost effect evidence).
-        if self.authority_for(case.message_type.as_deref()).await?.is_none() {
+        if self
+            .authority_for(case.message_type.as_deref())
+            .await?
+            .is_none()
+        {
             return Ok(hold(
                 item,
                 "effect_authority_missing: no effect authority is registered for its type".into(),
@@ -1340,6 +1401,10 @@ impl Broker {
                 Ok(_) => {}
                 Err(BrokerError::CaseConflict { code, why, .. }) => {
                     return Ok(hold(item, format!("{code}: {why}")));
+                }
+                // Another tool changed the case meanwhile: look at it again later.
+                Err(BrokerError::Store(StoreError::CaseChanged { .. })) => {
+                    return Ok(Admit::Later(Some(now.plus_millis(OBSERVE_IN_FLIGHT_MS))));
                 }
                 Err(e) => return Err(e),
             }
@@ -1422,7 +1487,10 @@ impl Broker {
                 item.state = PlanItemState::Waiting;
                 item.window = None;
                 item.message_id = None;
-                return Ok(hold(item, format!("item_leased: plan {plan_id} admitted it")));
+                return Ok(hold(
+                    item,
+                    format!("item_leased: plan {plan_id} admitted it"),
+                ));
             }
             Err(e) => return Err(e.into()),
         };
@@ -1477,7 +1545,10 @@ impl Broker {
                 return Ok(Admit::Later(Some(now.plus_millis(OBSERVE_IN_FLIGHT_MS))));
             }
         };
-        if let Err(e) = self.send_replay(&written_case, &destination, outgoing).await {
+        if let Err(e) = self
+            .send_replay(&written_case, &destination, outgoing)
+            .await
+        {
             tracing::warn!(plan_id = %plan.id, case_id = %case.id, error = %e, "plan replay could not be sent");
         }
         self.inner
@@ -1569,7 +1640,12 @@ impl Broker {
 
     /// Whether the node-wide budget lets an item of `bytes` go now (`None`), or when.
     fn node_check(&self, bytes: u64, now: Timestamp) -> Option<Timestamp> {
-        let node = self.inner.plans.node.lock().unwrap_or_else(|p| p.into_inner());
+        let node = self
+            .inner
+            .plans
+            .node
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let b = node_budget(&node.0, bytes);
         match node.1.check(&b, bytes, now) {
             redrive_core::plan::Admission::At(t) => Some(t),
@@ -1578,7 +1654,12 @@ impl Broker {
     }
 
     fn node_admit(&self, bytes: u64, now: Timestamp) {
-        let mut node = self.inner.plans.node.lock().unwrap_or_else(|p| p.into_inner());
+        let mut node = self
+            .inner
+            .plans
+            .node
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let b = node_budget(&node.0, bytes);
         node.1.admit(&b, bytes, now);
         node.1.in_flight = 0;

@@ -18,14 +18,14 @@ use redrive_api::replay::{
     PlanReading, PlanSelection, PlanSpec, PreviewItem, ReplayPlan, ReplayPlanBudget,
     ReplayPlanList, ReplayPlanSelection, ReplayStatus, ReplayStatusList,
 };
+use redrive_broker::model::{
+    MAX_PLAN_ITEM_PAGE, MAX_PLAN_PAGE, PlanItemQuery, PlanItemRecord, PlanItemState, PlanQuery,
+    PlanStatus,
+};
 use redrive_broker::{Actor, BrokerError, PlanInput, PlanSelectionInput, PlanView};
 use redrive_core::Timestamp;
 use redrive_core::access::Operation;
 use redrive_core::plan::{BudgetSpec, Dependency};
-use redrive_store::{
-    MAX_PLAN_ITEM_PAGE, MAX_PLAN_PAGE, PlanItemQuery, PlanItemRecord, PlanItemState, PlanQuery,
-    PlanStatus,
-};
 use serde::Deserialize;
 
 use crate::AppState;
@@ -331,7 +331,7 @@ async fn list_plans(
         .into_iter()
         .filter(|p| actor.permits(Operation::ReadCases, Some(&p.queue)))
     {
-        plans.push(plan_out(&s.broker.get_plan(&p.id).await?));
+        plans.push(plan_out(&s.broker.view_plan(p).await?));
     }
     Ok(Json(ReplayPlanList { plans }))
 }

@@ -47,11 +47,14 @@ impl Ledger {
         let applied: Arc<Mutex<BTreeSet<String>>> = Arc::default();
         let failing: Arc<Mutex<Option<u16>>> = Arc::default();
         let (a, f) = (applied.clone(), failing.clone());
-        let receiver = Receiver::start(move |req, _| {
+        let receiver = Receiver::start(move |_, req| {
             if let Some(status) = *f.lock().unwrap() {
                 return Reply::status(status);
             }
-            let intent = req.json()["intent_id"].as_str().unwrap_or_default().to_owned();
+            let intent = req.json()["intent_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
             let effect = if a.lock().unwrap().contains(&intent) {
                 json!({"effect": "present", "evidence": format!("ledger entry for {intent}")})
             } else {
@@ -157,34 +160,36 @@ async fn eligible(
         let (st, v) = s.post(&format!("/v1/queues/{queue}/messages"), msg).await;
         assert_eq!(st, 201, "{v}");
     }
-    let mut left = n;
-    while left > 0 {
-        let got = if session.is_some() {
-            let (st, v) = s
-                .post(
-                    &format!("/v1/queues/{queue}/receive"),
-                    json!({"max_messages": 10}),
-                )
-                .await;
-            assert_eq!(st, 200, "{v}");
-            v["messages"].as_array().unwrap().clone()
-        } else {
-            s.receive(queue, 10).await
-        };
-        assert!(!got.is_empty(), "{left} messages left to dead-letter");
-        for m in got {
-            let (st, v) = s
-                .settle(
-                    queue,
-                    m["lock_token"].as_str().unwrap(),
-                    "dead_letter",
-                    json!({"reason": "ParseError", "description": "parse error at $.order"}),
-                )
-                .await;
-            assert_eq!(st, 200, "{v}");
-            left -= 1;
+    if let Some(sid) = session {
+        let dead = drain_session(
+            s,
+            queue,
+            sid,
+            "dead_letter",
+            json!({"reason": "ParseError", "description": "parse error at $.order"}),
+            None,
+        )
+        .await;
+        assert_eq!(dead.len(), n);
+    } else {
+        let mut left = n;
+        while left > 0 {
+            let got = s.receive(queue, 10).await;
+            assert!(!got.is_empty(), "{left} messages left to dead-letter");
+            for m in got {
+                let (st, v) = s
+                    .settle(
+                        queue,
+                        m["lock_token"].as_str().unwrap(),
+                        "dead_letter",
+                        json!({"reason": "ParseError", "description": "parse error at $.order"}),
+                    )
+                    .await;
+                assert_eq!(st, 200, "{v}");
+                left -= 1;
+            }
+            s.advance(1);
         }
-        s.advance(1);
     }
     for _ in 0..(n / 100 + 3) {
         s.broker.cases_once().await.unwrap();
@@ -197,7 +202,12 @@ async fn eligible(
         .as_array()
         .unwrap()
         .iter()
-        .filter(|c| c["message_id"].as_str().unwrap().starts_with(&format!("{tag}-")))
+        .filter(|c| {
+            c["message_id"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{tag}-"))
+        })
         .map(|c| {
             (
                 c["dead_lettered_at"].as_str().unwrap().to_owned(),
@@ -210,7 +220,7 @@ async fn eligible(
     assert_eq!(ids.len(), n);
     for id in &ids {
         for (action, body) in [
-            ("claim", json!({"lease_ms": 48 * HOUR})),
+            ("claim", json!({"lease_ms": 24 * HOUR})),
             (
                 "diagnosis",
                 json!({"hypothesis": "the v2 parser rejects the order field", "disconfirming_evidence": "v1 parses the same bytes"}),
@@ -230,6 +240,64 @@ async fn eligible(
     }
     s.advance(6 * 60_000);
     ids
+}
+
+/// Takes the messages of `session` on `queue` one at a time (a session delivers the next
+/// only once the one before is settled), settling each with `action` and `extra`; a
+/// completed one's effect is applied in `ledger` first. Answers their message ids.
+async fn drain_session(
+    s: &TestServer,
+    queue: &str,
+    session: &str,
+    action: &str,
+    extra: Value,
+    ledger: Option<&Ledger>,
+) -> Vec<String> {
+    let (st, lock) = s
+        .post(
+            &format!("/v1/queues/{queue}/sessions/accept"),
+            json!({"session_id": session}),
+        )
+        .await;
+    if st == 204 {
+        return Vec::new();
+    }
+    assert_eq!(st, 200, "{lock}");
+    let token = lock["lock_token"].as_str().unwrap().to_owned();
+    let mut seen = Vec::new();
+    loop {
+        let (st, got) = s
+            .post(
+                &format!("/v1/queues/{queue}/receive"),
+                json!({"session_id": session, "session_lock_token": token, "max_messages": 1}),
+            )
+            .await;
+        assert_eq!(st, 200, "{got}");
+        let Some(m) = got["messages"].as_array().unwrap().first().cloned() else {
+            break;
+        };
+        if let Some(l) = ledger {
+            l.apply(m["intent"].as_str().unwrap_or_default());
+        }
+        let (st, v) = s
+            .settle(
+                queue,
+                m["lock_token"].as_str().unwrap(),
+                action,
+                extra.clone(),
+            )
+            .await;
+        assert_eq!(st, 200, "{v}");
+        seen.push(m["message_id"].as_str().unwrap().to_owned());
+    }
+    let (st, v) = s
+        .post(
+            &format!("/v1/queues/{queue}/sessions/{session}/release"),
+            json!({"lock_token": token}),
+        )
+        .await;
+    assert!(st.is_success(), "{v}");
+    seen
 }
 
 /// The fixture every scenario starts from: queues `orders` and `sandbox`, the type
@@ -434,11 +502,15 @@ async fn the_seeds_worked_example_runs_within_its_budget() {
         assert_eq!(p["baseline"]["latency_ms"], 20, "{name}: {p}");
         let metrics = s.metrics().await;
         assert!(
-            metrics.contains("redrive_replay_plan_items_total{queue=\"orders\",outcome=\"admitted\"} 240"),
+            metrics.contains(
+                "redrive_replay_plan_items_total{queue=\"orders\",outcome=\"admitted\"} 240"
+            ),
             "{name}"
         );
         assert!(
-            metrics.contains("redrive_replay_plans_ended_total{queue=\"orders\",reason=\"completed\"} 1"),
+            metrics.contains(
+                "redrive_replay_plans_ended_total{queue=\"orders\",reason=\"completed\"} 1"
+            ),
             "{name}"
         );
         s.stop().await;
@@ -492,7 +564,8 @@ async fn row_6_an_unavailable_dependency_blocks_the_replay() {
         assert_eq!(flight["cases"], json!([]), "{name}");
         // Latency: one slow window is observed, the second stops the plan.
         probe.set(0.0, 20);
-        let b = create(&s, spec.clone()).await;
+        let slow = json!({"selection": {"queue": "orders"}, "budget": {"items_per_s": 0.2, "bytes_per_s": 64 * KIB, "max_concurrent": 2, "window": 10, "dependency": probe.dependency()}, "observe_ms": 5000});
+        let b = create(&s, slow).await;
         let b = b["id"].as_str().unwrap().to_owned();
         act(&s, &b, "start").await;
         tick(&s, &ledger, 1_000).await;
@@ -589,33 +662,15 @@ async fn row_7_a_session_is_replayed_whole_and_in_order() {
                 "{name}: a session goes one at a time: {p}"
             );
             // The session's consumer takes the replays in order.
-            let (_, got) = s
-                .post(
-                    "/v1/queues/orders/receive",
-                    json!({"max_messages": 10}),
-                )
-                .await;
-            for m in got["messages"].as_array().unwrap() {
-                order.push(m["message_id"].as_str().unwrap().to_owned());
-                ledger.apply(m["intent"].as_str().unwrap());
-                s.settle(
-                    "orders",
-                    m["lock_token"].as_str().unwrap(),
-                    "complete",
-                    json!({}),
-                )
-                .await;
-            }
+            order.extend(
+                drain_session(&s, "orders", "cart-1", "complete", json!({}), Some(&ledger)).await,
+            );
             s.advance(500);
             if p["status"] != "running" {
                 break;
             }
         }
-        assert_eq!(
-            order,
-            ["orders-0|1", "orders-1|1", "orders-2|1"],
-            "{name}"
-        );
+        assert_eq!(order, ["orders-0|1", "orders-1|1", "orders-2|1"], "{name}");
         assert_eq!(plan(&s, &id).await["status"], "completed", "{name}");
         // Ordering evidence changes under a running plan: a new dead letter of the
         // session stops it.
@@ -633,21 +688,16 @@ async fn row_7_a_session_is_replayed_whole_and_in_order() {
             )
             .await;
         assert_eq!(st, 201, "{v}");
-        let (_, got) = s
-            .post(
-                "/v1/queues/orders/receive",
-                json!({"max_messages": 1}),
-            )
-            .await;
-        let m = &got["messages"][0];
-        assert_eq!(m["message_id"], "late", "{name}");
-        s.settle(
+        let late = drain_session(
+            &s,
             "orders",
-            m["lock_token"].as_str().unwrap(),
+            "cart-2",
             "dead_letter",
             json!({"reason": "Other"}),
+            None,
         )
         .await;
+        assert_eq!(late, ["late"], "{name}");
         s.broker.cases_once().await.unwrap();
         act(&s, &p2, "start").await;
         s.broker.plans_once().await.unwrap();
@@ -688,8 +738,7 @@ async fn row_10_a_destination_on_the_failing_path_is_refused() {
             json!({"reason": "ParseError"}),
         )
         .await;
-        let spec =
-            json!({"selection": {"queue": "orders", "case_ids": cases}, "budget": budget});
+        let spec = json!({"selection": {"queue": "orders", "case_ids": cases}, "budget": budget});
         let r = s.post("/v1/replay/plans", spec.clone()).await;
         assert_problem(&r, 409, "plan_conflict");
         assert_eq!(r.1["reason"], "destination_invalid", "{name}");
@@ -747,7 +796,7 @@ async fn row_10_a_destination_on_the_failing_path_is_refused() {
         .await;
         let id = p["id"].as_str().unwrap().to_owned();
         act(&s, &id, "start").await;
-        for _ in 0..10 {
+        for _ in 0..60 {
             s.broker.plans_once().await.unwrap();
             consume(&s, "orders", &ledger, true).await;
             s.broker.cases_once().await.unwrap();
@@ -985,7 +1034,7 @@ async fn a_revoked_owner_stops_the_plan() {
                 "operator:*",
                 "replayer:orders",
                 "producer:*",
-                "receiver:*",
+                "consumer:*",
                 "payload-reader:orders",
             ],
         )
@@ -997,9 +1046,7 @@ async fn a_revoked_owner_stops_the_plan() {
                 o,
                 reqwest::Method::POST,
                 "/v1/queues/orders/messages",
-                Some(
-                    json!({"message_id": format!("o-{k}"), "body": "b", "type": "order.placed"}),
-                ),
+                Some(json!({"message_id": format!("o-{k}"), "body": "b", "type": "order.placed"})),
             )
             .await;
         assert_eq!(st, 201, "{v}");
@@ -1011,7 +1058,10 @@ async fn a_revoked_owner_stops_the_plan() {
                 Some(json!({"max_messages": 1})),
             )
             .await;
-        let lock = got["messages"][0]["lock_token"].as_str().unwrap().to_owned();
+        let lock = got["messages"][0]["lock_token"]
+            .as_str()
+            .unwrap()
+            .to_owned();
         let (st, v) = s
             .call_as(
                 o,
@@ -1030,7 +1080,7 @@ async fn a_revoked_owner_stops_the_plan() {
     for c in page["cases"].as_array().unwrap() {
         let id = c["id"].as_str().unwrap();
         for (action, body) in [
-            ("claim", json!({"lease_ms": 48 * HOUR})),
+            ("claim", json!({"lease_ms": 24 * HOUR})),
             (
                 "diagnosis",
                 json!({"hypothesis": "h", "disconfirming_evidence": "d"}),
@@ -1109,7 +1159,11 @@ async fn a_revoked_owner_stops_the_plan() {
     s.advance(2_000);
     s.broker.plans_once().await.unwrap();
     let (_, p) = s
-        .admin(reqwest::Method::GET, &format!("/v1/replay/plans/{id}"), None)
+        .admin(
+            reqwest::Method::GET,
+            &format!("/v1/replay/plans/{id}"),
+            None,
+        )
         .await;
     assert_eq!(p["status"], "stopped", "{p}");
     assert_eq!(p["stop_reason"], "authorization_changed", "{p}");
