@@ -13,6 +13,7 @@
 mod cpu;
 mod native;
 mod pg;
+mod plans;
 mod push;
 mod replay;
 mod report;
@@ -94,6 +95,9 @@ enum Scenario {
     Replay(replay::ReplayArgs),
     /// The judgement of one dead-letter record of N events, in this process (no server).
     Judge(replay::JudgeArgs),
+    /// Bounded replay: one plan over N eligible cases at an items/s budget; the rate over
+    /// every 10 s window against the budget.
+    Plan(plans::PlanArgs),
     /// Push retries: many push subscriptions to a receiver that answers 500, every event
     /// waiting in backoff after its first attempt; the server's memory then.
     PushBackoff(push::PushBackoffArgs),
@@ -204,6 +208,7 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         Scenario::PushBackoff(_) => "push-backoff",
         Scenario::Replay(_) => "replay",
         Scenario::Judge(_) => "judge",
+        Scenario::Plan(_) => "plan",
     };
     let queue = args
         .queue
@@ -217,6 +222,7 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         Scenario::W2(a) => native::w2(&client, &queue, a, &mut report).await,
         Scenario::Fill(a) => native::fill(&client, &queue, a, &mut report).await,
         Scenario::Replay(a) => replay::run(&client, &queue, a, &mut report).await,
+        Scenario::Plan(a) => plans::run(&client, &queue, a, &mut report).await,
         Scenario::PgBaseline(_)
         | Scenario::Judge(_)
         | Scenario::Sqs(_)

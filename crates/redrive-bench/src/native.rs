@@ -485,7 +485,7 @@ fn settle(lock_token: String, action: SettleKind) -> Settle {
     }
 }
 
-fn completions(list: &MessageList) -> Vec<Settle> {
+pub(crate) fn completions(list: &MessageList) -> Vec<Settle> {
     list.messages
         .iter()
         .filter_map(|m| m.lock_token.clone())

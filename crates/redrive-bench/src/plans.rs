@@ -1,0 +1,416 @@
+//! Bounded replay: `plan` measures a replay plan against its budget. N dead letters of a
+//! type the register marks not idempotent are imported into a queue; each case is worked
+//! to replay eligibility through the API (claim, diagnosis, correction, an isolated test
+//! on its exact payload); this tool serves the effect authority (an intent's effect is
+//! present once the tool's consumer applied it) and the dependency's probe, and consumes
+//! the replays. Then one plan at `--rate` items/s runs them all; the tool reads the plan's
+//! admitted count every 100 ms and reports the rate over every 10 s window and its
+//! largest deviation from the budget. `--rate 0` asks for the highest rate a plan may name
+//! (100,000 items/s): the engine's own rate with the budget out of the way.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use clap::Args;
+use serde_json::{Value, json};
+
+use crate::client::Client;
+use crate::report::{Report, rate, round2};
+
+/// The bench messages' type.
+const TYPE: &str = "bench.plan";
+
+#[derive(Debug, Args)]
+pub(crate) struct PlanArgs {
+    /// Items in the plan.
+    #[arg(long, short = 'n', default_value_t = 100_000)]
+    items: u64,
+    /// The plan's items/s budget (0: the highest a plan may name).
+    #[arg(long, default_value_t = 1_000)]
+    rate: u32,
+    /// Bytes of each payload.
+    #[arg(long, default_value_t = 256)]
+    size: usize,
+    /// The plan's concurrency bound.
+    #[arg(long, default_value_t = 1_000)]
+    concurrency: u32,
+    /// The plan's admission window.
+    #[arg(long, default_value_t = 10_000)]
+    window: u32,
+    /// Requests working cases at once during the set-up.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
+    workers: u32,
+}
+
+#[derive(Default)]
+struct Ledger {
+    applied: Mutex<HashSet<String>>,
+}
+
+async fn serve(ledger: Arc<Ledger>) -> anyhow::Result<String> {
+    let l = ledger.clone();
+    let app = Router::new()
+        .route(
+            "/effects",
+            post(move |Json(q): Json<Value>| {
+                let l = l.clone();
+                async move {
+                    let intent = q["intent_id"].as_str().unwrap_or_default().to_owned();
+                    let present = l
+                        .applied
+                        .lock()
+                        .map(|s| s.contains(&intent))
+                        .unwrap_or(false);
+                    Json(json!({
+                        "effect": if present { "present" } else { "absent" },
+                        "evidence": format!("bench ledger: {intent}"),
+                    }))
+                }
+            }),
+        )
+        .route(
+            "/health",
+            get(|| async { Json(json!({"error_rate": 0.0, "latency_ms": 1})) }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(format!("http://{addr}"))
+}
+
+async fn call(
+    http: &reqwest::Client,
+    client: &Client,
+    method: reqwest::Method,
+    path: &[&str],
+    query: &[(&str, String)],
+    body: Option<Value>,
+) -> anyhow::Result<Value> {
+    let mut req = http.request(method, client.url(path)).query(query);
+    if let Some(t) = client.token() {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.context("request")?;
+    let status = resp.status();
+    let v: Value = resp.json().await.unwrap_or(Value::Null);
+    if !status.is_success() {
+        bail!("{status}: {v}");
+    }
+    Ok(v)
+}
+
+/// `plan`: one plan's admissions against its budget.
+pub(crate) async fn run(
+    client: &Client,
+    queue: &str,
+    a: PlanArgs,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(300))
+        .build()?;
+    let ledger = Arc::new(Ledger::default());
+    let base = serve(ledger.clone()).await?;
+    let put = reqwest::Method::PUT;
+    let postm = reqwest::Method::POST;
+    call(
+        &http,
+        client,
+        put.clone(),
+        &["v1", "register", TYPE],
+        &[],
+        Some(json!({"answer": "not_idempotent"})),
+    )
+    .await
+    .context("register the bench type")?;
+    call(
+        &http,
+        client,
+        put,
+        &["v1", "effect-authorities", TYPE],
+        &[],
+        Some(json!({"url": format!("{base}/effects"), "timeout_ms": 5000})),
+    )
+    .await
+    .context("register the bench effect authority (the server must allow loopback: push_allowed_networks)")?;
+    let sandbox = format!("{queue}-sandbox");
+    for q in [queue, sandbox.as_str()] {
+        call(
+            &http,
+            client,
+            postm.clone(),
+            &["v1", "queues"],
+            &[],
+            Some(json!({"name": q, "policy": {"dead_letter_retention_ms": 0}})),
+        )
+        .await
+        .with_context(|| format!("create {q}"))?;
+    }
+
+    // The dead letters, imported 10,000 a request.
+    let setup = Instant::now();
+    let body = "x".repeat(a.size);
+    let mut first = 0;
+    while first < a.items {
+        let n = (a.items - first).min(10_000);
+        let mut lines = String::new();
+        for i in first..first + n {
+            let line = json!({
+                "message_id": format!("p-{i}"), "body": body, "body_encoding": "utf8",
+                "reason": "ParseError", "delivery_count": 3, "delivery_count_quality": "exact",
+                "type": TYPE, "intent": format!("pi-{i}"),
+                "enqueued_time": "2026-12-01T10:00:00Z", "dead_lettered_at": "2026-12-01T11:00:00Z"
+            });
+            lines.push_str(&line.to_string());
+            lines.push('\n');
+        }
+        call(
+            &http,
+            client,
+            postm.clone(),
+            &["v1", "queues", queue, "dead-letters", "import"],
+            &[],
+            Some(json!({"format": "json", "content": lines})),
+        )
+        .await
+        .context("import dead letters")?;
+        first += n;
+    }
+
+    // Every case worked to replay eligibility.
+    let mut ids = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut q = vec![
+            ("queue", queue.to_owned()),
+            ("open", "true".to_owned()),
+            ("limit", "1000".to_owned()),
+        ];
+        if let Some(a) = &after {
+            q.push(("after", a.clone()));
+        }
+        let page = call(
+            &http,
+            client,
+            reqwest::Method::GET,
+            &["v1", "cases"],
+            &q,
+            None,
+        )
+        .await?;
+        let cases = page["cases"].as_array().cloned().unwrap_or_default();
+        for c in &cases {
+            ids.push(c["id"].as_str().unwrap_or_default().to_owned());
+        }
+        match page["next"].as_str() {
+            Some(n) if !cases.is_empty() => after = Some(n.to_owned()),
+            _ => match cases.last() {
+                Some(c) if cases.len() == 1000 => {
+                    after = c["id"].as_str().map(str::to_owned);
+                }
+                _ => break,
+            },
+        }
+    }
+    if ids.len() as u64 != a.items {
+        bail!("{} cases opened for {} dead letters", ids.len(), a.items);
+    }
+    let ids = Arc::new(ids);
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..a.workers {
+        let (ids, next, http, client, sandbox) = (
+            ids.clone(),
+            next.clone(),
+            http.clone(),
+            client.clone(),
+            sandbox.clone(),
+        );
+        workers.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(id) = ids.get(i) else {
+                    return anyhow::Ok(());
+                };
+                for (action, body) in [
+                    ("claim", json!({"lease_ms": 86_400_000})),
+                    ("diagnosis", json!({"hypothesis": "the v2 parser", "disconfirming_evidence": "v1 parses it"})),
+                    ("corrections", json!({"kind": "code", "identity": "c1", "addresses": "parse"})),
+                    ("tests", json!({"destination": sandbox, "outcome": "pass", "evidence": "bench"})),
+                ] {
+                    call(
+                        &http,
+                        &client,
+                        reqwest::Method::POST,
+                        &["v1", "cases", id, action],
+                        &[],
+                        Some(body),
+                    )
+                    .await
+                    .with_context(|| format!("{action} {id}"))?;
+                }
+            }
+        });
+    }
+    while let Some(r) = workers.join_next().await {
+        r??;
+    }
+    let setup_s = setup.elapsed();
+
+    // The consumer: applies each replay's effect, completes it.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let consumer = {
+        let (client, queue, ledger, stop) = (
+            client.clone(),
+            queue.to_owned(),
+            ledger.clone(),
+            stop.clone(),
+        );
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let got = match client
+                    .receive(
+                        &queue,
+                        &redrive_api::message::ReceiveRequest {
+                            max_messages: Some(100),
+                            wait_ms: Some(200),
+                            ..Default::default()
+                        },
+                    )
+                    .await
+                {
+                    Ok(g) => g.messages,
+                    Err(_) => continue,
+                };
+                if let Ok(mut set) = ledger.applied.lock() {
+                    for m in &got {
+                        if let Some(i) = &m.intent {
+                            set.insert(i.clone());
+                        }
+                    }
+                }
+                let settlements = crate::native::completions(&redrive_api::message::MessageList {
+                    messages: got,
+                });
+                if !settlements.is_empty() {
+                    let _ = client.settle_batch(&queue, settlements).await;
+                }
+            }
+        })
+    };
+
+    // The plan.
+    let items_per_s = if a.rate == 0 { 100_000 } else { a.rate };
+    let plan = call(
+        &http,
+        client,
+        reqwest::Method::POST,
+        &["v1", "replay", "plans"],
+        &[],
+        Some(json!({
+            "selection": {"queue": queue},
+            "budget": {
+                "items_per_s": f64::from(items_per_s), "bytes_per_s": 1u64 << 30,
+                "max_concurrent": a.concurrency, "window": a.window,
+                "dependency": {"name": "bench", "probe_url": format!("{base}/health"),
+                               "max_error_rate": 0.5, "max_latency_ms": 10_000}
+            },
+            "lease_ms": 86_400_000,
+        })),
+    )
+    .await
+    .context("create the plan")?;
+    let id = plan["id"].as_str().unwrap_or_default().to_owned();
+    let start = Instant::now();
+    call(
+        &http,
+        client,
+        reqwest::Method::POST,
+        &["v1", "replay", "plans", &id, "start"],
+        &[],
+        None,
+    )
+    .await?;
+    let mut samples: Vec<(f64, u64)> = Vec::new();
+    let status = loop {
+        let p = call(
+            &http,
+            client,
+            reqwest::Method::GET,
+            &["v1", "replay", "plans", &id],
+            &[],
+            None,
+        )
+        .await?;
+        let admitted = p["progress"]["admitted"].as_u64().unwrap_or(0);
+        samples.push((start.elapsed().as_secs_f64(), admitted));
+        let st = p["status"].as_str().unwrap_or_default().to_owned();
+        if st != "running" {
+            break p;
+        }
+        if start.elapsed() > Duration::from_secs(3_600) {
+            bail!("plan not finished after an hour: {p}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let elapsed = start.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = consumer.await;
+    if status["status"] != "completed" {
+        bail!(
+            "the plan ended {}: {}",
+            status["status"],
+            status["stop_detail"]
+        );
+    }
+    // The rate over every 10 s window between the first and the last admission.
+    let first_t = samples.iter().find(|s| s.1 > 0).map_or(0.0, |s| s.0);
+    let last_t = samples
+        .iter()
+        .find(|s| s.1 >= a.items)
+        .map_or(elapsed.as_secs_f64(), |s| s.0);
+    let mut windows = Vec::new();
+    for (i, (t, n)) in samples.iter().enumerate() {
+        if *t < first_t || *t + 10.0 > last_t {
+            continue;
+        }
+        if let Some((u, m)) = samples[i..].iter().find(|(u, _)| *u >= t + 10.0) {
+            windows.push((m - n) as f64 / (u - t));
+        }
+    }
+    let target = f64::from(items_per_s);
+    report.add("items", a.items, "");
+    report.add("budget_items_per_s", u64::from(items_per_s), "items/s");
+    report.add("setup_s", round2(setup_s.as_secs_f64()), "s");
+    report.add("plan_s", round2(elapsed.as_secs_f64()), "s");
+    report.add(
+        "admitted_rate",
+        rate(
+            a.items,
+            Duration::from_secs_f64((last_t - first_t).max(0.001)),
+        ),
+        "items/s",
+    );
+    if !windows.is_empty() {
+        let min = windows.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = windows.iter().copied().fold(0.0, f64::max);
+        report.add("windows_10s", windows.len() as u64, "");
+        report.add("window_rate_min", round2(min), "items/s");
+        report.add("window_rate_max", round2(max), "items/s");
+        let dev = windows
+            .iter()
+            .map(|w| ((w - target) / target).abs())
+            .fold(0.0, f64::max);
+        report.add("window_max_deviation_pct", round2(dev * 100.0), "%");
+    }
+    Ok(())
+}
