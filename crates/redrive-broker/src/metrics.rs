@@ -153,6 +153,10 @@ impl Counter {
 pub(crate) struct Plain(AtomicU64);
 
 impl Plain {
+    pub(crate) fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
     pub(crate) fn inc(&self) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }

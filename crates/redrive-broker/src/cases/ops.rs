@@ -194,6 +194,16 @@ pub(crate) struct Step {
 }
 
 impl Step {
+    /// The case's data as this step leaves it.
+    pub(crate) fn data(&self) -> &CaseData {
+        &self.data
+    }
+
+    /// Has the case looked at again at `at` (the case worker's next check).
+    pub(crate) fn check_at(&mut self, at: Timestamp) {
+        self.set.next_check_at = Some(at);
+    }
+
     pub(crate) fn of(case: &CaseRecord) -> Step {
         Step {
             set: case.m.clone(),
@@ -758,7 +768,7 @@ impl Broker {
         Ok(())
     }
 
-    async fn reconcile_into(
+    pub(crate) async fn reconcile_into(
         &self,
         case: &CaseRecord,
         step: &mut Step,
@@ -1796,6 +1806,19 @@ impl Broker {
         data: &CaseData,
         a: &ReplayAdmission<'_>,
     ) -> BrokerResult<(Step, String, Outgoing)> {
+        self.prepare_replay_onto(Step::of(case), case, data, a)
+            .await
+    }
+
+    /// [`Broker::prepare_replay`] on top of a step already prepared (a reconciliation
+    /// written with the admission, in one write).
+    pub(crate) async fn prepare_replay_onto(
+        &self,
+        mut step: Step,
+        case: &CaseRecord,
+        data: &CaseData,
+        a: &ReplayAdmission<'_>,
+    ) -> BrokerResult<(Step, String, Outgoing)> {
         let now = self.now();
         let record = self
             .inner
@@ -1817,7 +1840,6 @@ impl Broker {
         };
         let (base, n) = redrive_core::id::split_replay_count(&record.message_id);
         let message_id = format!("{base}|{}", n + 1);
-        let mut step = Step::of(case);
         if let Some(lease) = &a.lease {
             step.set.lease = Some(lease.clone());
         }
@@ -1920,6 +1942,17 @@ impl Broker {
         let Err(e) = self.send(destination.as_str(), vec![outgoing]).await else {
             return Ok(());
         };
+        self.send_replay_failed(written, &e).await?;
+        Err(e)
+    }
+
+    /// Records that an admitted replay could not be sent: the case's replay stops
+    /// (`replay_stopped`, the error as evidence).
+    pub(crate) async fn send_replay_failed(
+        &self,
+        written: &CaseRecord,
+        e: &BrokerError,
+    ) -> BrokerResult<()> {
         let mut step = Step::of(written);
         if let Some(last) = step.data.replays.last_mut() {
             last.status = ReplayStatus::Stopped;
@@ -1932,7 +1965,7 @@ impl Broker {
         ))
         .map_err(case_error)?;
         self.write_step(written, step).await?;
-        Err(e)
+        Ok(())
     }
 
     /// A producer's cancel or supersede of an intent: its open cases close without

@@ -35,17 +35,17 @@ use redrive_core::case::{self, CaseState, Lease};
 use redrive_core::plan::{Budget, BudgetSpec, Dependency, Observations, Pacer, StopReason};
 use redrive_core::{EntityName, Timestamp};
 use redrive_store::{
-    CaseQuery, CaseRecord, PlanItemQuery, PlanItemRecord, PlanItemState, PlanMut, PlanQuery,
-    PlanStatus, ReplayPlanRecord, ReplayPlanUpdate, StoreError,
+    AuditFields, CaseQuery, CaseRecord, PlanItemQuery, PlanItemRecord, PlanItemState, PlanMut,
+    PlanQuery, PlanStatus, ReplayPlanRecord, ReplayPlanUpdate, StoreError,
 };
 use serde::{Deserialize, Serialize};
 
 use super::probe::{self, Reading};
 use super::{PlanSelectionInput, checked_budget, gate_of};
 use crate::cases::data::{self, CaseData, ReplayStatus};
-use crate::cases::ops::ReplayAdmission;
+use crate::cases::ops::{ReplayAdmission, Step};
 use crate::metrics::Counter;
-use crate::{Actor, Broker, BrokerError, BrokerResult};
+use crate::{Actor, Broker, BrokerError, BrokerResult, Outgoing};
 
 /// The owner's lease of a plan that names none, ms (renewed by `start` and `resume`).
 pub const DEFAULT_PLAN_LEASE_MS: u64 = 60 * 60 * 1000;
@@ -347,6 +347,7 @@ fn plan_conflict(code: &str, why: impl Into<String>) -> BrokerError {
 /// Where an admitted item's case stands.
 enum Outcome {
     InFlight,
+    NotRecorded,
     Completed,
     Closed(String),
     Stopped(String),
@@ -956,6 +957,18 @@ impl Broker {
             let outcome = self.item_outcome(&item).await?;
             let (state, detail) = match outcome {
                 Outcome::InFlight => continue,
+                Outcome::NotRecorded => {
+                    pacer.finish();
+                    run.admitted = run.admitted.saturating_sub(1);
+                    run.bytes_admitted = run.bytes_admitted.saturating_sub(item.bytes);
+                    item.state = PlanItemState::Waiting;
+                    item.window = None;
+                    item.message_id = None;
+                    item.updated_at = now;
+                    items.insert(item.seq, item);
+                    changed = true;
+                    continue;
+                }
                 Outcome::Completed => {
                     run.completed += 1;
                     (PlanItemState::Completed, "completed".to_owned())
@@ -1039,17 +1052,31 @@ impl Broker {
                         },
                     )
                     .await?;
+                let mut look = Look {
+                    authorities: self
+                        .inner
+                        .store
+                        .list_effect_authorities()
+                        .await?
+                        .into_iter()
+                        .map(|a| a.message_type)
+                        .collect(),
+                    destination: plan.destination.parse()?,
+                    failing: BTreeMap::new(),
+                    batch: Vec::new(),
+                };
                 for item in waiting {
                     if run.window_admitted >= budget.window {
                         break;
                     }
                     match self
-                        .admit_item(
-                            &mut plan, &spec, &budget, &mut run, &mut pacer, &mut items, item, now,
+                        .gate_item(
+                            &plan, &spec, &budget, &mut run, &mut pacer, &items, &mut look, item,
+                            now,
                         )
                         .await?
                     {
-                        Admit::Written => {}
+                        Admit::Prepared => {}
                         Admit::Held(i) => {
                             run.held += 1;
                             self.inner.metrics.add_labelled(
@@ -1067,10 +1094,30 @@ impl Broker {
                         }
                         Admit::Wait => {}
                         Admit::Stop(reason) => {
+                            // Nothing of the batch was written: its slots are given back.
+                            for p in &look.batch {
+                                run.admitted -= 1;
+                                run.bytes_admitted -= p.item.bytes;
+                                pacer.finish();
+                            }
                             run.set_pacer(&pacer);
                             return self.stop_plan(&plan, run, items, &reason, now).await;
                         }
                     }
+                }
+                if !look.batch.is_empty() {
+                    let batch = std::mem::take(&mut look.batch);
+                    plan = self
+                        .commit_batch(
+                            &plan,
+                            &mut run,
+                            &mut pacer,
+                            &mut items,
+                            batch,
+                            next_at.unwrap_or(now),
+                            now,
+                        )
+                        .await?;
                 }
             }
         }
@@ -1264,8 +1311,8 @@ impl Broker {
             .find(|r| Some(&r.message_id) == item.message_id.as_ref())
         else {
             // The admission never reached the case (a crash between the two writes):
-            // nothing was sent; the item is released.
-            return Ok(Outcome::Stopped("admission_not_recorded".into()));
+            // nothing was sent; the item waits again.
+            return Ok(Outcome::NotRecorded);
         };
         match replay.status {
             ReplayStatus::InFlight | ReplayStatus::Failed => Ok(Outcome::InFlight),
@@ -1294,16 +1341,20 @@ impl Broker {
             .unwrap_or_else(|| case.reason.clone()))
     }
 
-    /// Tries to admit one waiting item now.
+    /// Looks at one waiting item now: its pacing, then its gates (the case reconciled with
+    /// its effect authority now). An item every gate passes is prepared — the plan's
+    /// pacer takes its slot — but nothing of it is written yet: [`Broker::commit_batch`]
+    /// writes the batch.
     #[allow(clippy::too_many_arguments)]
-    async fn admit_item(
+    async fn gate_item(
         &self,
-        plan: &mut ReplayPlanRecord,
+        plan: &ReplayPlanRecord,
         spec: &PlanSpec,
         budget: &Budget,
         run: &mut RunState,
         pacer: &mut Pacer,
-        seen: &mut BTreeMap<u32, PlanItemRecord>,
+        seen: &BTreeMap<u32, PlanItemRecord>,
+        look: &mut Look,
         mut item: PlanItemRecord,
         now: Timestamp,
     ) -> BrokerResult<Admit> {
@@ -1345,8 +1396,10 @@ impl Broker {
             }
             let pos = order.iter().position(|c| *c == case.id).unwrap_or(0);
             for before in &order[..pos] {
-                let pred = self.predecessor_state(&plan.id, before, seen).await?;
-                match pred {
+                if look.batch.iter().any(|p| p.item.case_id == *before) {
+                    return Ok(Admit::Wait);
+                }
+                match self.predecessor_state(&plan.id, before, seen).await? {
                     Some(PlanItemState::Completed | PlanItemState::Closed) => {}
                     Some(PlanItemState::Waiting | PlanItemState::Admitted) => {
                         return Ok(Admit::Wait);
@@ -1367,40 +1420,84 @@ impl Broker {
             return Ok(hold(item, format!("case_claimed: {o} holds it")));
         }
         // The destination must be off the failing path now.
-        let destination: EntityName = plan.destination.parse()?;
-        if self
-            .failure_persists(&destination, &case.reason, now)
-            .await?
-        {
+        let persists = match look.failing.get(&case.reason) {
+            Some(p) => *p,
+            None => {
+                let p = self
+                    .failure_persists(&look.destination, &case.reason, now)
+                    .await?;
+                look.failing.insert(case.reason.clone(), p);
+                p
+            }
+        };
+        if persists {
             return Ok(hold(
                 item,
                 "destination_invalid: the destination is the failing path".into(),
             ));
         }
-        // Reconcile now, not at planning time.
-        let owner = Actor {
-            id: plan.owner_id.clone(),
-            name: plan.owner_name.clone(),
-            grants: Vec::new(),
-            client: None,
-        };
         // A plan replays only items whose effect an authority establishes: the outcome of
         // every replay must be observable (seed 001's stop rule on lost effect evidence).
-        if self
-            .authority_for(case.message_type.as_deref())
-            .await?
-            .is_none()
+        if !case
+            .message_type
+            .as_ref()
+            .is_some_and(|t| look.authorities.contains(t))
         {
             return Ok(hold(
                 item,
                 "effect_authority_missing: no effect authority is registered for its type".into(),
             ));
         }
+        // Reconcile now, not at planning time; the answer is written with the admission
+        // (or alone, as evidence, when a gate then holds the item).
+        let mut step = Step::of(&case);
+        self.reconcile_into(&case, &mut step, now, &plan.owner_name)
+            .await?;
+        let data = step.data().clone();
+        let held = |gate: String| Held { gate, stop: None };
+        let outcome = if data
+            .effect
+            .as_ref()
+            .is_some_and(|e| e.answer == case::EffectAnswer::Unreachable)
         {
-            match self.reconcile_case(&case.id, &owner).await {
-                Ok(_) => {}
-                Err(BrokerError::CaseConflict { code, why, .. }) => {
-                    return Ok(hold(item, format!("{code}: {why}")));
+            Some(Held {
+                gate: "effect_unreachable".into(),
+                stop: Some(StopReason::EffectUnavailable {
+                    item: case.id.clone(),
+                }),
+            })
+        } else if let Some(c) = spec
+            .correction
+            .as_ref()
+            .filter(|c| data.correction().is_none_or(|k| &k.identity != *c))
+        {
+            Some(held(format!(
+                "no_tested_correction: the case does not carry correction {c}"
+            )))
+        } else {
+            let known = self.known(&case).await?;
+            let decision = case::decide(&data::facts(&case, &data, &known), now);
+            gate_of(&decision, &data).map(|g| held(g.to_owned()))
+        };
+        if let Some(h) = outcome {
+            // The reconciliation is evidence: written, audited, the case advanced.
+            step.check_at(now);
+            let written = self.write_step(&case, step).await;
+            let owner = plan_actor(plan);
+            match self
+                .audited(
+                    &owner,
+                    "case.reconcile",
+                    Some(case.queue.as_str()),
+                    vec![case.id.clone(), format!("plan_id={}", plan.id)],
+                    written,
+                )
+                .await
+            {
+                Ok(_) => {
+                    if let Err(e) = self.advance_case(&case.id).await {
+                        tracing::warn!(case_id = %case.id, error = %e, "case could not be advanced");
+                    }
                 }
                 // Another tool changed the case meanwhile: look at it again later.
                 Err(BrokerError::Store(StoreError::CaseChanged { .. })) => {
@@ -1408,41 +1505,23 @@ impl Broker {
                 }
                 Err(e) => return Err(e),
             }
+            return Ok(match h.stop {
+                Some(reason) => Admit::Stop(reason),
+                None => hold(item, h.gate),
+            });
         }
-        let case = self.inner.store.get_case(&item.case_id).await?;
-        let data = CaseData::of(&case);
-        if let Some(e) = &data.effect
-            && e.answer == case::EffectAnswer::Unreachable
-        {
-            return Ok(Admit::Stop(StopReason::EffectUnavailable {
-                item: case.id.clone(),
-            }));
-        }
-        if let Some(c) = &spec.correction
-            && data.correction().is_none_or(|k| &k.identity != c)
-        {
-            return Ok(hold(
-                item,
-                format!("no_tested_correction: the case does not carry correction {c}"),
-            ));
-        }
-        let known = self.known(&case).await?;
-        let decision = case::decide(&data::facts(&case, &data, &known), now);
-        if let Some(gate) = gate_of(&decision, &data) {
-            return Ok(hold(item, gate.to_owned()));
-        }
-        // Admit: the plan's item lease first, then the case, then the message.
         let lease = Lease {
             owner: plan.owner_name.clone(),
             until: plan.m.owner_until,
         };
         let (step, message_id, outgoing) = self
-            .prepare_replay(
+            .prepare_replay_onto(
+                step,
                 &case,
                 &data,
                 &ReplayAdmission {
                     actor: &plan.owner_name,
-                    destination: &destination,
+                    destination: &look.destination,
                     budget: spec.budget.describe(),
                     plan_id: Some(&plan.id),
                     lease: Some(lease),
@@ -1460,104 +1539,162 @@ impl Broker {
         item.message_id = Some(message_id.clone());
         item.detail = None;
         item.updated_at = now;
-        // The item lease is durable before the case changes or anything is sent.
-        let mut written_items = seen.clone();
-        written_items.insert(item.seq, item.clone());
+        look.batch.push(Prepared {
+            case,
+            step,
+            message_id,
+            outgoing,
+            item,
+        });
+        Ok(Admit::Prepared)
+    }
+
+    /// Writes a look's admissions: the plan first, with every item this look changed (the
+    /// item lease of each admitted one: a case another plan holds is held instead, and
+    /// the write is tried again), then each case (`replay_admitted`; a case another tool
+    /// changed meanwhile puts its item back to waiting), then the audit entries, then the
+    /// replays, sent together. Returns the plan as written.
+    async fn commit_batch(
+        &self,
+        plan: &ReplayPlanRecord,
+        run: &mut RunState,
+        pacer: &mut Pacer,
+        items: &mut BTreeMap<u32, PlanItemRecord>,
+        mut batch: Vec<Prepared>,
+        next_at: Timestamp,
+        now: Timestamp,
+    ) -> BrokerResult<ReplayPlanRecord> {
+        let undo = |run: &mut RunState, pacer: &mut Pacer, item: &mut PlanItemRecord| {
+            run.admitted -= 1;
+            run.bytes_admitted -= item.bytes;
+            run.window_admitted = run.window_admitted.saturating_sub(1);
+            pacer.finish();
+            item.state = PlanItemState::Waiting;
+            item.window = None;
+            item.message_id = None;
+        };
+        let written = loop {
+            for p in &batch {
+                items.insert(p.item.seq, p.item.clone());
+            }
+            let mut state = run.clone();
+            state.set_pacer(pacer);
+            let r = self
+                .inner
+                .store
+                .update_replay_plan(&ReplayPlanUpdate {
+                    id: plan.id.clone(),
+                    version: plan.version,
+                    set: PlanMut {
+                        state: state.value(),
+                        updated_at: now,
+                        next_at: Some(next_at),
+                        ..plan.m.clone()
+                    },
+                    items: items.values().cloned().collect(),
+                })
+                .await;
+            match r {
+                Ok(p) => break p,
+                Err(StoreError::ReplayItemTaken { case_id, plan_id }) => {
+                    let Some(i) = batch.iter().position(|p| p.item.case_id == case_id) else {
+                        return Err(StoreError::ReplayItemTaken { case_id, plan_id }.into());
+                    };
+                    let mut taken = batch.remove(i);
+                    undo(run, pacer, &mut taken.item);
+                    taken.item.state = PlanItemState::Held;
+                    taken.item.detail = Some(format!("item_leased: plan {plan_id} admitted it"));
+                    run.held += 1;
+                    items.insert(taken.item.seq, taken.item);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        items.clear();
+        let owner = plan_actor(plan);
+        let mut sent = Vec::new();
+        let mut back = Vec::new();
+        let mut audit = Vec::new();
+        for p in batch {
+            match self.write_step(&p.case, p.step).await {
+                Ok(c) => {
+                    audit.push(AuditFields {
+                        at: now,
+                        actor_id: owner.id.clone(),
+                        actor_name: owner.name.clone(),
+                        action: "case.replay".to_owned(),
+                        entity: Some(c.queue.to_string()),
+                        targets: vec![
+                            c.id.clone(),
+                            format!("message_id={}", p.message_id),
+                            format!("plan_id={}", plan.id),
+                        ],
+                        outcome: "ok".to_owned(),
+                        client: None,
+                    });
+                    sent.push((c, p.outgoing));
+                }
+                Err(BrokerError::Store(StoreError::CaseChanged { .. })) => {
+                    // Nothing was sent; the item waits again.
+                    let mut item = p.item;
+                    undo(run, pacer, &mut item);
+                    item.updated_at = now;
+                    back.push(item);
+                }
+                Err(e) => {
+                    tracing::warn!(plan_id = %plan.id, case_id = %p.case.id, error = %e, "plan admission not recorded on its case");
+                }
+            }
+        }
+        if !audit.is_empty() {
+            let n = audit.len() as u64;
+            self.inner.store.append_audit(&audit).await?;
+            self.inner.metrics.audit_entries.add(n);
+        }
+        if !sent.is_empty() {
+            let messages: Vec<Outgoing> = sent.iter().map(|(_, o)| o.clone()).collect();
+            let bytes: u64 = sent.iter().map(|(_, o)| o.body.len() as u64).sum();
+            match self.send(plan.destination.as_str(), messages).await {
+                Ok(_) => {}
+                Err(e) => {
+                    // A send that fails stops each case's replay (nothing was delivered).
+                    for (c, _) in &sent {
+                        if let Err(e2) = self.send_replay_failed(c, &e).await {
+                            tracing::warn!(case_id = %c.id, error = %e2, "replay stop not recorded");
+                        }
+                    }
+                    tracing::warn!(plan_id = %plan.id, error = %e, "plan replays could not be sent");
+                }
+            }
+            self.inner.metrics.add_labelled(
+                Counter::PlanItems,
+                &plan.queue,
+                "admitted",
+                sent.len() as u64,
+            );
+            self.inner
+                .metrics
+                .add_labelled(Counter::PlanBytes, &plan.queue, "admitted", bytes);
+        }
+        if back.is_empty() {
+            return Ok(written);
+        }
         let mut state = run.clone();
         state.set_pacer(pacer);
-        let update = ReplayPlanUpdate {
-            id: plan.id.clone(),
-            version: plan.version,
-            set: PlanMut {
-                state: state.value(),
-                updated_at: now,
-                next_at: Some(now),
-                ..plan.m.clone()
-            },
-            items: written_items.into_values().collect(),
-        };
-        let written_plan = match self.inner.store.update_replay_plan(&update).await {
-            Ok(p) => p,
-            Err(StoreError::ReplayItemTaken { plan_id, .. }) => {
-                // Undo the pacing of an admission that did not happen.
-                run.admitted -= 1;
-                run.bytes_admitted -= item.bytes;
-                run.window_admitted -= 1;
-                pacer.finish();
-                item.state = PlanItemState::Waiting;
-                item.window = None;
-                item.message_id = None;
-                return Ok(hold(
-                    item,
-                    format!("item_leased: plan {plan_id} admitted it"),
-                ));
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let written_case = self.write_step(&case, step).await;
-        let written_case = self
-            .audited(
-                &owner,
-                "case.replay",
-                Some(case.queue.as_str()),
-                vec![
-                    case.id.clone(),
-                    format!("message_id={message_id}"),
-                    format!("plan_id={}", plan.id),
-                ],
-                written_case,
-            )
-            .await;
-        // The plan and the items observed so far are written: go on from there.
-        *plan = written_plan;
-        seen.clear();
-        let written_case = match written_case {
-            Ok(c) => c,
-            Err(e) => {
-                // The case changed since its gates were read (another tool reconciled or
-                // replayed it): nothing was sent. The item goes back to waiting, to be
-                // looked at again; should this write fail, the next look finds the case
-                // without the admission and releases the item.
-                tracing::info!(plan_id = %plan.id, case_id = %case.id, error = %e, "plan admission not recorded on its case; the item waits again");
-                run.admitted -= 1;
-                run.bytes_admitted -= item.bytes;
-                run.window_admitted -= 1;
-                pacer.finish();
-                item.state = PlanItemState::Waiting;
-                item.window = None;
-                item.message_id = None;
-                let mut state = run.clone();
-                state.set_pacer(pacer);
-                *plan = self
-                    .inner
-                    .store
-                    .update_replay_plan(&ReplayPlanUpdate {
-                        id: plan.id.clone(),
-                        version: plan.version,
-                        set: PlanMut {
-                            state: state.value(),
-                            updated_at: now,
-                            ..plan.m.clone()
-                        },
-                        items: vec![item],
-                    })
-                    .await?;
-                return Ok(Admit::Later(Some(now.plus_millis(OBSERVE_IN_FLIGHT_MS))));
-            }
-        };
-        if let Err(e) = self
-            .send_replay(&written_case, &destination, outgoing)
-            .await
-        {
-            tracing::warn!(plan_id = %plan.id, case_id = %case.id, error = %e, "plan replay could not be sent");
-        }
-        self.inner
-            .metrics
-            .add_labelled(Counter::PlanItems, &plan.queue, "admitted", 1);
-        self.inner
-            .metrics
-            .add_labelled(Counter::PlanBytes, &plan.queue, "admitted", item.bytes);
-        Ok(Admit::Written)
+        Ok(self
+            .inner
+            .store
+            .update_replay_plan(&ReplayPlanUpdate {
+                id: written.id.clone(),
+                version: written.version,
+                set: PlanMut {
+                    state: state.value(),
+                    updated_at: now,
+                    ..written.m.clone()
+                },
+                items: back,
+            })
+            .await?)
     }
 
     async fn predecessor_state(
@@ -1684,8 +1821,8 @@ fn node_budget(n: &NodeReplayBudget, bytes: u64) -> Budget {
 }
 
 enum Admit {
-    /// Admitted, and the plan written (with every item observed before it).
-    Written,
+    /// Every gate passes: prepared in the look's batch.
+    Prepared,
     /// A gate holds it.
     Held(PlanItemRecord),
     /// The budget says not yet: at this time (`None`: when a delivery finishes).
@@ -1694,6 +1831,40 @@ enum Admit {
     Wait,
     /// A stop condition.
     Stop(StopReason),
+}
+
+/// A gate that holds an item, and the stop condition it is, if any.
+struct Held {
+    gate: String,
+    stop: Option<StopReason>,
+}
+
+/// An admission prepared, not yet written.
+struct Prepared {
+    case: CaseRecord,
+    step: Step,
+    message_id: String,
+    outgoing: Outgoing,
+    item: PlanItemRecord,
+}
+
+/// What one look reads once: the registered effect authorities' types, the destination,
+/// whether it is the failing path for each reason, and the admissions prepared so far.
+struct Look {
+    authorities: BTreeSet<String>,
+    destination: EntityName,
+    failing: BTreeMap<String, bool>,
+    batch: Vec<Prepared>,
+}
+
+/// The plan's owner as an actor (for the audit entries of its admissions).
+fn plan_actor(plan: &ReplayPlanRecord) -> Actor {
+    Actor {
+        id: plan.owner_id.clone(),
+        name: plan.owner_name.clone(),
+        grants: Vec::new(),
+        client: None,
+    }
 }
 
 fn stop_words(reason: &StopReason, detail: Option<&str>) -> String {

@@ -293,7 +293,7 @@ impl PreviewArgs {
 #[derive(Debug, Args)]
 pub struct PlanArgs {
     /// The queue whose dead letters (open cases) are replayed.
-    #[arg(long, value_parser = queue_name)]
+    #[arg(value_parser = queue_name)]
     pub queue: String,
     /// What is selected, and where it goes.
     #[command(flatten)]

@@ -744,7 +744,6 @@ fn replay_plans_are_created_moved_and_followed_from_the_cli() {
     s.cli(&[
         "replay",
         "plan",
-        "--queue",
         "orders",
         "--destination",
         "repair",
@@ -770,21 +769,13 @@ fn replay_plans_are_created_moved_and_followed_from_the_cli() {
         "--max-latency",
         "250ms",
     ];
-    let mut args = vec![
-        "replay",
-        "plan",
-        "--queue",
-        "orders",
-        "--destination",
-        "nowhere",
-    ];
+    let mut args = vec!["replay", "plan", "orders", "--destination", "nowhere"];
     args.extend(budget);
     s.cli(&args).fails(1, "destination_invalid");
     let mut args = vec![
         "--json",
         "replay",
         "plan",
-        "--queue",
         "orders",
         "--reason",
         "Broken",
@@ -807,14 +798,7 @@ fn replay_plans_are_created_moved_and_followed_from_the_cli() {
     assert_eq!(plan["selection"]["reasons"], serde_json::json!(["Broken"]));
     let first = plan["id"].as_str().unwrap().to_owned();
 
-    let mut args = vec![
-        "replay",
-        "plan",
-        "--queue",
-        "orders",
-        "--destination",
-        "repair",
-    ];
+    let mut args = vec!["replay", "plan", "orders", "--destination", "repair"];
     args.extend(budget);
     let out = s.cli(&args);
     let text = out.ok();
