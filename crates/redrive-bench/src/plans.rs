@@ -150,7 +150,7 @@ pub(crate) async fn run(
             postm.clone(),
             &["v1", "queues"],
             &[],
-            Some(json!({"name": q, "policy": {"dead_letter_retention_ms": 0}})),
+            Some(json!({"name": q})),
         )
         .await
         .with_context(|| format!("create {q}"))?;
@@ -196,7 +196,7 @@ pub(crate) async fn run(
             ("limit", "1000".to_owned()),
         ];
         if let Some(a) = &after {
-            q.push(("after", a.clone()));
+            q.push(("cursor", a.clone()));
         }
         let page = call(
             &http,
@@ -207,18 +207,12 @@ pub(crate) async fn run(
             None,
         )
         .await?;
-        let cases = page["cases"].as_array().cloned().unwrap_or_default();
-        for c in &cases {
+        for c in page["cases"].as_array().into_iter().flatten() {
             ids.push(c["id"].as_str().unwrap_or_default().to_owned());
         }
-        match page["next"].as_str() {
-            Some(n) if !cases.is_empty() => after = Some(n.to_owned()),
-            _ => match cases.last() {
-                Some(c) if cases.len() == 1000 => {
-                    after = c["id"].as_str().map(str::to_owned);
-                }
-                _ => break,
-            },
+        match page["next_cursor"].as_str() {
+            Some(n) => after = Some(n.to_owned()),
+            None => break,
         }
     }
     if ids.len() as u64 != a.items {
@@ -292,10 +286,15 @@ pub(crate) async fn run(
                     Err(_) => continue,
                 };
                 if let Ok(mut set) = ledger.applied.lock() {
+                    // The effect's key is the intent: the message's own, else its original
+                    // message id (what a case takes as its intent).
                     for m in &got {
-                        if let Some(i) = &m.intent {
-                            set.insert(i.clone());
-                        }
+                        let intent = m.intent.clone().unwrap_or_else(|| {
+                            redrive_core::id::split_replay_count(&m.message_id)
+                                .0
+                                .to_owned()
+                        });
+                        set.insert(intent);
                     }
                 }
                 let settlements = crate::native::completions(&redrive_api::message::MessageList {
@@ -400,7 +399,7 @@ pub(crate) async fn run(
         ),
         "items/s",
     );
-    if !windows.is_empty() {
+    if a.rate > 0 && !windows.is_empty() {
         let min = windows.iter().copied().fold(f64::INFINITY, f64::min);
         let max = windows.iter().copied().fold(0.0, f64::max);
         report.add("windows_10s", windows.len() as u64, "");

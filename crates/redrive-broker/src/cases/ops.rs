@@ -185,6 +185,7 @@ fn check_text(field: &str, s: &str, required: bool) -> BrokerResult<()> {
 }
 
 /// One step's write, prepared from a case as read.
+#[derive(Clone)]
 pub(crate) struct Step {
     set: redrive_store::CaseMut,
     append: Vec<TimelineEntry>,

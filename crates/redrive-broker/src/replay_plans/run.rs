@@ -55,6 +55,9 @@ pub const MAX_PLAN_LEASE_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 pub const DEFAULT_OBSERVE_MS: u64 = 10_000;
 /// How often a running plan with replays in flight looks at them, ms.
 pub const OBSERVE_IN_FLIGHT_MS: i64 = 1_000;
+/// The least time between two looks at one replay in flight (each asks its effect
+/// authority), ms.
+pub const OBSERVE_ITEM_MS: i64 = 250;
 /// Most items one advance admits (the rest at the next).
 pub const ADMIT_BATCH: usize = 1_000;
 /// How many times an advance reads a plan again when another writer changed it.
@@ -335,7 +338,24 @@ impl Default for NodeReplayBudget {
 pub(crate) struct PlanState {
     pub(crate) wake: tokio::sync::Notify,
     pub(crate) node: std::sync::Mutex<(NodeReplayBudget, Pacer)>,
+    /// When each replay in flight was last looked at, by plan and item (this node's; a
+    /// resumed plan looks at every one at once).
+    observed: std::sync::Mutex<std::collections::HashMap<(String, u32), i64>>,
 }
+
+/// Cases a look advances or writes at once (their commits shared).
+const PARALLEL: usize = 16;
+
+fn join_error(e: tokio::task::JoinError) -> BrokerError {
+    BrokerError::Store(StoreError::Unavailable {
+        source: Box::new(std::io::Error::other(format!(
+            "a replay plan task failed: {e}"
+        ))),
+    })
+}
+
+/// Most replays in flight whose last look a node remembers.
+const MAX_OBSERVED: usize = 100_000;
 
 fn plan_conflict(code: &str, why: impl Into<String>) -> BrokerError {
     BrokerError::PlanConflict {
@@ -953,8 +973,13 @@ impl Broker {
 
         // 2. The replays in flight.
         let mut pacer = run.pacer();
-        for mut item in self.items_in(&plan.id, PlanItemState::Admitted).await? {
-            let outcome = self.item_outcome(&item).await?;
+        let due: Vec<PlanItemRecord> = self
+            .items_in(&plan.id, PlanItemState::Admitted)
+            .await?
+            .into_iter()
+            .filter(|i| self.observe_due(&plan.id, i.seq, now))
+            .collect();
+        for (mut item, outcome) in self.outcomes(due).await? {
             let (state, detail) = match outcome {
                 Outcome::InFlight => continue,
                 Outcome::NotRecorded => {
@@ -1615,9 +1640,30 @@ impl Broker {
         let mut sent = Vec::new();
         let mut back = Vec::new();
         let mut audit = Vec::new();
-        for p in batch {
-            match self.write_step(&p.case, p.step).await {
+        // The cases are written side by side (their commits shared), handled in order.
+        let mut writes = tokio::task::JoinSet::new();
+        let mut results = Vec::with_capacity(batch.len());
+        for (i, p) in batch.into_iter().enumerate() {
+            if writes.len() >= PARALLEL {
+                if let Some(r) = writes.join_next().await {
+                    results.push(r.map_err(join_error)?);
+                }
+            }
+            let b = self.clone();
+            writes.spawn(async move {
+                let r = b.write_step(&p.case, p.step.clone()).await;
+                (i, p, r)
+            });
+        }
+        while let Some(r) = writes.join_next().await {
+            results.push(r.map_err(join_error)?);
+        }
+        results.sort_by_key(|(i, _, _)| *i);
+        for (_, p, written) in results {
+            match written {
                 Ok(c) => {
+                    // Its first look comes OBSERVE_ITEM_MS after the admission.
+                    self.observe_due(&plan.id, p.item.seq, now);
                     audit.push(AuditFields {
                         at: now,
                         actor_id: owner.id.clone(),
@@ -1773,6 +1819,56 @@ impl Broker {
             }
         }
         Ok(())
+    }
+
+    /// The outcomes of replays in flight, each case advanced (its effect authority asked),
+    /// [`PARALLEL`] at a time, in the items' order.
+    async fn outcomes(
+        &self,
+        items: Vec<PlanItemRecord>,
+    ) -> BrokerResult<Vec<(PlanItemRecord, Outcome)>> {
+        let mut set = tokio::task::JoinSet::new();
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            if set.len() >= PARALLEL
+                && let Some(r) = set.join_next().await
+            {
+                out.push(r.map_err(join_error)?);
+            }
+            let b = self.clone();
+            set.spawn(async move {
+                let o = b.item_outcome(&item).await;
+                (item, o)
+            });
+        }
+        while let Some(r) = set.join_next().await {
+            out.push(r.map_err(join_error)?);
+        }
+        out.sort_by_key(|(i, _)| i.seq);
+        out.into_iter().map(|(i, o)| o.map(|o| (i, o))).collect()
+    }
+
+    /// Whether a replay in flight is due to be looked at (not within [`OBSERVE_ITEM_MS`]
+    /// of the last look); remembers this look.
+    fn observe_due(&self, plan_id: &str, seq: u32, now: Timestamp) -> bool {
+        let mut seen = self
+            .inner
+            .plans
+            .observed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let key = (plan_id.to_owned(), seq);
+        if seen
+            .get(&key)
+            .is_some_and(|t| now.as_millis() - t < OBSERVE_ITEM_MS)
+        {
+            return false;
+        }
+        if seen.len() >= MAX_OBSERVED {
+            seen.clear();
+        }
+        seen.insert(key, now.as_millis());
+        true
     }
 
     /// Whether the node-wide budget lets an item of `bytes` go now (`None`), or when.
