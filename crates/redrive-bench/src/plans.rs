@@ -41,6 +41,9 @@ pub(crate) struct PlanArgs {
     /// The plan's admission window.
     #[arg(long, default_value_t = 10_000)]
     window: u32,
+    /// Writes every sample (seconds since the start, items admitted) to this file.
+    #[arg(long, value_name = "FILE")]
+    samples: Option<std::path::PathBuf>,
     /// Requests working cases at once during the set-up.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
     workers: u32,
@@ -370,6 +373,13 @@ pub(crate) async fn run(
             status["status"],
             status["stop_detail"]
         );
+    }
+    if let Some(path) = &a.samples {
+        let text: String = samples
+            .iter()
+            .map(|(t, n)| format!("{t:.3} {n}\n"))
+            .collect();
+        std::fs::write(path, text).with_context(|| format!("write {}", path.display()))?;
     }
     // The rate over every 10 s window between the first and the last admission.
     let first_t = samples.iter().find(|s| s.1 > 0).map_or(0.0, |s| s.0);

@@ -229,6 +229,12 @@ pub struct RunState {
     /// Items a gate holds.
     #[serde(default)]
     pub held: u64,
+    /// Their bytes.
+    #[serde(default)]
+    pub bytes_held: u64,
+    /// The bytes of every item of the plan.
+    #[serde(default)]
+    pub bytes_total: u64,
     /// Replays that repeated a failure: (case, failure shape).
     #[serde(default)]
     pub failures: Vec<(String, String)>,
@@ -493,7 +499,10 @@ impl Broker {
             observe_ms,
             sessions,
         };
-        let mut run = RunState::default();
+        let mut run = RunState {
+            bytes_total: cases.iter().map(|c| c.body_size).sum(),
+            ..RunState::default()
+        };
         let items: Vec<PlanItemRecord> = cases
             .iter()
             .enumerate()
@@ -501,6 +510,7 @@ impl Broker {
                 let held = c.session_id.as_ref().and_then(|s| missing.get(s));
                 if held.is_some() {
                     run.held += 1;
+                    run.bytes_held += c.body_size;
                 }
                 PlanItemRecord {
                     seq: i as u32,
@@ -590,7 +600,11 @@ impl Broker {
     async fn plan_view(&self, plan: ReplayPlanRecord) -> BrokerResult<PlanView> {
         let spec = PlanSpec::of(&plan)?;
         let run = RunState::of(&plan);
-        let (waiting, bytes) = self.waiting_items(&plan.id).await?;
+        // From the counters, not a scan: every item is waiting, held, or was admitted.
+        let waiting = plan.items.saturating_sub(run.admitted + run.held);
+        let bytes = run
+            .bytes_total
+            .saturating_sub(run.bytes_admitted + run.bytes_held);
         let eta_ms = spec.budget.budget().lower_bound_ms(waiting, bytes);
         Ok(PlanView {
             plan,
@@ -616,32 +630,6 @@ impl Broker {
             )
             .await?
             .is_empty())
-    }
-
-    /// How many items of a plan wait, and their bytes.
-    async fn waiting_items(&self, plan_id: &str) -> BrokerResult<(u64, u64)> {
-        let (mut n, mut bytes) = (0, 0);
-        let mut after = None;
-        loop {
-            let page = self
-                .inner
-                .store
-                .replay_plan_items(
-                    plan_id,
-                    &PlanItemQuery {
-                        states: vec![PlanItemState::Waiting],
-                        after_seq: after,
-                        limit: redrive_store::MAX_PLAN_ITEM_PAGE,
-                    },
-                )
-                .await?;
-            n += page.len() as u64;
-            bytes += page.iter().map(|i| i.bytes).sum::<u64>();
-            if page.len() < redrive_store::MAX_PLAN_ITEM_PAGE as usize {
-                return Ok((n, bytes));
-            }
-            after = page.last().map(|i| i.seq);
-        }
     }
 
     /// A page of plans.
@@ -1104,6 +1092,7 @@ impl Broker {
                         Admit::Prepared => {}
                         Admit::Held(i) => {
                             run.held += 1;
+                            run.bytes_held += i.bytes;
                             self.inner.metrics.add_labelled(
                                 Counter::PlanItems,
                                 &plan.queue,
@@ -1630,6 +1619,7 @@ impl Broker {
                     taken.item.state = PlanItemState::Held;
                     taken.item.detail = Some(format!("item_leased: plan {plan_id} admitted it"));
                     run.held += 1;
+                    run.bytes_held += taken.item.bytes;
                     items.insert(taken.item.seq, taken.item);
                 }
                 Err(e) => return Err(e.into()),
