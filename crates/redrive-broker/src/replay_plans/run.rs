@@ -1568,6 +1568,7 @@ impl Broker {
     /// the write is tried again), then each case (`replay_admitted`; a case another tool
     /// changed meanwhile puts its item back to waiting), then the audit entries, then the
     /// replays, sent together. Returns the plan as written.
+    #[allow(clippy::too_many_arguments)]
     async fn commit_batch(
         &self,
         plan: &ReplayPlanRecord,
@@ -1634,10 +1635,10 @@ impl Broker {
         let mut writes = tokio::task::JoinSet::new();
         let mut results = Vec::with_capacity(batch.len());
         for (i, p) in batch.into_iter().enumerate() {
-            if writes.len() >= PARALLEL {
-                if let Some(r) = writes.join_next().await {
-                    results.push(r.map_err(join_error)?);
-                }
+            if writes.len() >= PARALLEL
+                && let Some(r) = writes.join_next().await
+            {
+                results.push(r.map_err(join_error)?);
             }
             let b = self.clone();
             writes.spawn(async move {
