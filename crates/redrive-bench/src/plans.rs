@@ -87,7 +87,9 @@ async fn serve(ledger: Arc<Ledger>) -> anyhow::Result<String> {
     Ok(format!("http://{addr}"))
 }
 
-async fn call(
+/// One request of the native API with the client's token: the JSON answer, or the
+/// status and body of a refusal.
+pub(crate) async fn call(
     http: &reqwest::Client,
     client: &Client,
     method: reqwest::Method,

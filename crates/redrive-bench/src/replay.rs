@@ -18,6 +18,7 @@ use redrive_events::dead_letter_events;
 use serde_json::{Value, json};
 
 use crate::client::Client;
+use crate::plans::call;
 use crate::report::{Report, rate, round2};
 
 /// The register entry every bench event's type has.
@@ -90,29 +91,6 @@ fn export_lines(first: u64, n: u64, size: usize) -> String {
     out
 }
 
-async fn call(
-    http: &reqwest::Client,
-    client: &Client,
-    method: reqwest::Method,
-    path: &[&str],
-    body: Option<Value>,
-) -> anyhow::Result<Value> {
-    let mut req = http.request(method, client.url(path));
-    if let Some(t) = client.token() {
-        req = req.bearer_auth(t);
-    }
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.context("request")?;
-    let status = resp.status();
-    let v: Value = resp.json().await.unwrap_or(Value::Null);
-    if !status.is_success() {
-        bail!("{status}: {v}");
-    }
-    Ok(v)
-}
-
 /// `replay`: from dead-letter write to republished.
 pub(crate) async fn run(
     client: &Client,
@@ -128,6 +106,7 @@ pub(crate) async fn run(
         client,
         reqwest::Method::PUT,
         &["v1", "register", EVENT_TYPE],
+        &[],
         Some(json!({"answer": "idempotent"})),
     )
     .await
@@ -137,6 +116,7 @@ pub(crate) async fn run(
         client,
         reqwest::Method::POST,
         &["v1", "queues"],
+        &[],
         Some(json!({"name": queue, "policy": {
             "auto_replay": {"enabled": true},
             "max_message_size": 1_048_576
@@ -178,6 +158,7 @@ pub(crate) async fn run(
                     &client,
                     reqwest::Method::POST,
                     &["v1", "queues", &queue, "dead-letters", "import"],
+                    &[],
                     Some(body),
                 )
                 .await?;
@@ -199,6 +180,7 @@ pub(crate) async fn run(
             client,
             reqwest::Method::GET,
             &["v1", "replay", queue],
+            &[],
             None,
         )
         .await?;

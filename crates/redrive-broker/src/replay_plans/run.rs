@@ -1043,8 +1043,9 @@ impl Broker {
             return self.stop_plan(&plan, run, items, &reason, now).await;
         }
 
-        // 5. Admissions.
+        // 5. Admissions (each item a gate holds is an audit entry once written).
         let mut next_at = None;
+        let mut holds = Vec::new();
         if running {
             if opening {
                 run.window += 1;
@@ -1091,6 +1092,7 @@ impl Broker {
                     {
                         Admit::Prepared => {}
                         Admit::Held(i) => {
+                            holds.push(self.hold_entry(&plan, &i, now));
                             run.held += 1;
                             run.bytes_held += i.bytes;
                             self.inner.metrics.add_labelled(
@@ -1115,7 +1117,9 @@ impl Broker {
                                 pacer.finish();
                             }
                             run.set_pacer(&pacer);
-                            return self.stop_plan(&plan, run, items, &reason, now).await;
+                            let stopped = self.stop_plan(&plan, run, items, &reason, now).await?;
+                            self.append_holds(holds).await?;
+                            return Ok(stopped);
                         }
                     }
                 }
@@ -1192,6 +1196,7 @@ impl Broker {
                 items: items.into_values().collect(),
             })
             .await?;
+        self.append_holds(holds).await?;
         if status == PlanStatus::Completed {
             self.inner
                 .metrics
@@ -1837,6 +1842,39 @@ impl Broker {
         }
         out.sort_by_key(|(i, _)| i.seq);
         out.into_iter().map(|(i, o)| o.map(|o| (i, o))).collect()
+    }
+
+    /// The audit entry of a plan's decision to hold an item (its gate named).
+    fn hold_entry(
+        &self,
+        plan: &ReplayPlanRecord,
+        item: &PlanItemRecord,
+        now: Timestamp,
+    ) -> AuditFields {
+        let actor = Actor::system("replay_plans");
+        AuditFields {
+            at: now,
+            actor_id: actor.id,
+            actor_name: actor.name,
+            action: "replay.plan_hold".to_owned(),
+            entity: Some(plan.queue.clone()),
+            targets: vec![
+                plan.id.clone(),
+                item.case_id.clone(),
+                format!("gate={}", item.detail.as_deref().unwrap_or_default()),
+            ],
+            outcome: "ok".to_owned(),
+            client: None,
+        }
+    }
+
+    async fn append_holds(&self, holds: Vec<AuditFields>) -> BrokerResult<()> {
+        if holds.is_empty() {
+            return Ok(());
+        }
+        self.inner.store.append_audit(&holds).await?;
+        self.inner.metrics.audit_entries.add(holds.len() as u64);
+        Ok(())
     }
 
     /// Whether a replay in flight is due to be looked at (not within [`OBSERVE_ITEM_MS`]

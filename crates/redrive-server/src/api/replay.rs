@@ -88,20 +88,6 @@ fn t(ts: Timestamp) -> String {
     ts.to_rfc3339()
 }
 
-/// Refuses unless the caller may do `op` on the plan's (or the selection's) queue.
-fn check(actor: &Actor, op: Operation, queue: &str) -> Result<(), ApiError> {
-    if actor.permits(op, Some(queue)) {
-        return Ok(());
-    }
-    let needs: Vec<&str> = op.requires().iter().map(|r| r.as_str()).collect();
-    Err(BrokerError::Forbidden {
-        operation: format!("{op:?}"),
-        needs: needs.join(" and "),
-        entity: Some(queue.to_owned()),
-    }
-    .into())
-}
-
 /// A bounded text value: 1 to [`MAX_VALUE_LEN`] bytes without NUL characters.
 fn text(field: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
     match v {
@@ -281,7 +267,9 @@ async fn create(
     Caller(actor): Caller,
     ApiJson(req): ApiJson<CreatePlan>,
 ) -> Result<(StatusCode, Json<ReplayPlan>), ApiError> {
-    check(&actor, Operation::ReplayCase, &req.selection.queue)?;
+    s.broker
+        .authorize(&actor, Operation::ReplayCase, Some(&req.selection.queue))
+        .await?;
     let input = PlanInput {
         selection: selection_in(req.selection, req.destination)?,
         budget: budget_in(req.budget),
@@ -317,7 +305,9 @@ async fn list_plans(
         })
         .transpose()?;
     if let Some(queue) = &queue {
-        check(&actor, Operation::ReadCases, queue)?;
+        s.broker
+            .authorize(&actor, Operation::ReadCases, Some(queue))
+            .await?;
     }
     let query = PlanQuery {
         status: names::<PlanStatus>("status", q.status)?,
@@ -344,7 +334,7 @@ async fn plan_for(
     op: Operation,
 ) -> Result<PlanView, ApiError> {
     let v = s.broker.get_plan(&plan_id(id)?).await?;
-    check(actor, op, &v.plan.queue)?;
+    s.broker.authorize(actor, op, Some(&v.plan.queue)).await?;
     Ok(v)
 }
 
@@ -451,14 +441,9 @@ async fn preview(
     Caller(actor): Caller,
     ApiJson(req): ApiJson<PlanSpec>,
 ) -> Result<Json<PlanPreview>, ApiError> {
-    if !actor.permits(Operation::ReplayCase, Some(&req.selection.queue)) {
-        return Err(BrokerError::Forbidden {
-            operation: "ReplayCase".to_owned(),
-            needs: "replayer".to_owned(),
-            entity: Some(req.selection.queue.clone()),
-        }
-        .into());
-    }
+    s.broker
+        .authorize(&actor, Operation::ReplayCase, Some(&req.selection.queue))
+        .await?;
     let selection = selection_in(req.selection, req.destination)?;
     let budget = budget_in(req.budget);
     let p = s.broker.preview_plan(&selection, &budget).await?;

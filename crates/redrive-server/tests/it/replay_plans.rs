@@ -133,9 +133,15 @@ impl Probe {
     }
 }
 
+/// A budget of `items_per_s`, 64 KiB a second, `concurrent` deliveries and a `window`,
+/// drawing on `probe`'s dependency.
+fn budget(probe: &Probe, items_per_s: f64, concurrent: u32, window: u32) -> Value {
+    json!({"items_per_s": items_per_s, "bytes_per_s": 64 * KIB, "max_concurrent": concurrent, "window": window, "dependency": probe.dependency()})
+}
+
 /// The seed's budget: one item a second, 64 KiB a second, two concurrent, window ten.
 fn seed_budget(probe: &Probe) -> Value {
-    json!({"items_per_s": 1.0, "bytes_per_s": 64 * KIB, "max_concurrent": 2, "window": 10, "dependency": probe.dependency()})
+    budget(probe, 1.0, 2, 10)
 }
 
 /// `n` messages of `order.placed` (intent `i-<k>`, body of `size` bytes, in `session` if
@@ -219,24 +225,7 @@ async fn eligible(
     let ids: Vec<String> = cases.into_iter().map(|(_, id)| id).collect();
     assert_eq!(ids.len(), n);
     for id in &ids {
-        for (action, body) in [
-            ("claim", json!({"lease_ms": 24 * HOUR})),
-            (
-                "diagnosis",
-                json!({"hypothesis": "the v2 parser rejects the order field", "disconfirming_evidence": "v1 parses the same bytes"}),
-            ),
-            (
-                "corrections",
-                json!({"kind": "code", "identity": "c1", "addresses": "order field parse"}),
-            ),
-            (
-                "tests",
-                json!({"destination": "sandbox", "outcome": "pass", "evidence": "sandbox consumer completed"}),
-            ),
-        ] {
-            let (st, v) = s.post(&format!("/v1/cases/{id}/{action}"), body).await;
-            assert_eq!(st, 200, "{action} {id}: {v}");
-        }
+        work_to_eligible(s, None, id).await;
     }
     s.advance(6 * 60_000);
     ids
@@ -298,6 +287,36 @@ async fn drain_session(
         .await;
     assert!(st.is_success(), "{v}");
     seen
+}
+
+/// Works one case to replay eligibility as its owner (`token`; anonymous when `None`):
+/// claim, diagnosis, correction `c1`, an isolated test on its exact payload.
+async fn work_to_eligible(s: &TestServer, token: Option<&str>, id: &str) {
+    for (action, body) in [
+        ("claim", json!({"lease_ms": 24 * HOUR})),
+        (
+            "diagnosis",
+            json!({"hypothesis": "the v2 parser rejects the order field", "disconfirming_evidence": "v1 parses the same bytes"}),
+        ),
+        (
+            "corrections",
+            json!({"kind": "code", "identity": "c1", "addresses": "order field parse"}),
+        ),
+        (
+            "tests",
+            json!({"destination": "sandbox", "outcome": "pass", "evidence": "sandbox consumer completed"}),
+        ),
+    ] {
+        let (st, v) = s
+            .call_as(
+                token,
+                reqwest::Method::POST,
+                &format!("/v1/cases/{id}/{action}"),
+                Some(body),
+            )
+            .await;
+        assert_eq!(st, 200, "{action} {id}: {v}");
+    }
 }
 
 /// The fixture every scenario starts from: queues `orders` and `sandbox`, the type
@@ -564,7 +583,7 @@ async fn row_6_an_unavailable_dependency_blocks_the_replay() {
         assert_eq!(flight["cases"], json!([]), "{name}");
         // Latency: one slow window is observed, the second stops the plan.
         probe.set(0.0, 20);
-        let slow = json!({"selection": {"queue": "orders"}, "budget": {"items_per_s": 0.2, "bytes_per_s": 64 * KIB, "max_concurrent": 2, "window": 10, "dependency": probe.dependency()}, "observe_ms": 5000});
+        let slow = json!({"selection": {"queue": "orders"}, "budget": budget(&probe, 0.2, 2, 10), "observe_ms": 5000});
         let b = create(&s, slow).await;
         let b = b["id"].as_str().unwrap().to_owned();
         act(&s, &b, "start").await;
@@ -625,11 +644,11 @@ async fn row_7_a_session_is_replayed_whole_and_in_order() {
         ledger.register(&s, "order.placed").await;
         let probe = Probe::start().await;
         let cases = eligible(&s, "orders", "orders", 3, 100, Some("cart-1")).await;
-        let budget = json!({"items_per_s": 10.0, "bytes_per_s": 64 * KIB, "max_concurrent": 2, "window": 10, "dependency": probe.dependency()});
+        let b = budget(&probe, 10.0, 2, 10);
         // Part of the session: held, the missing cases named.
         let part = create(
             &s,
-            json!({"selection": {"queue": "orders", "case_ids": [cases[0], cases[1]]}, "budget": budget}),
+            json!({"selection": {"queue": "orders", "case_ids": [cases[0], cases[1]]}, "budget": b}),
         )
         .await;
         let its = items(&s, part["id"].as_str().unwrap()).await;
@@ -641,11 +660,7 @@ async fn row_7_a_session_is_replayed_whole_and_in_order() {
         }
         assert_eq!(part["progress"]["held"], 2, "{name}");
         // The whole session: in order, one at a time although two may be in flight.
-        let whole = create(
-            &s,
-            json!({"selection": {"queue": "orders"}, "budget": budget}),
-        )
-        .await;
+        let whole = create(&s, json!({"selection": {"queue": "orders"}, "budget": b})).await;
         assert_eq!(
             whole["sessions"]["cart-1"],
             json!(cases),
@@ -677,7 +692,7 @@ async fn row_7_a_session_is_replayed_whole_and_in_order() {
         let more = eligible(&s, "orders", "c2", 2, 100, Some("cart-2")).await;
         let p2 = create(
             &s,
-            json!({"selection": {"queue": "orders", "case_ids": more}, "budget": budget}),
+            json!({"selection": {"queue": "orders", "case_ids": more}, "budget": b}),
         )
         .await;
         let p2 = p2["id"].as_str().unwrap().to_owned();
@@ -721,7 +736,7 @@ async fn row_10_a_destination_on_the_failing_path_is_refused() {
         let ledger = fixture(&s).await;
         let probe = Probe::start().await;
         let cases = eligible(&s, "orders", "o", 4, 100, None).await;
-        let budget = json!({"items_per_s": 10.0, "bytes_per_s": 64 * KIB, "max_concurrent": 1, "window": 10, "dependency": probe.dependency()});
+        let b = budget(&probe, 10.0, 1, 10);
         // A fresh dead letter with the same reason: the origin is failing now.
         let (st, _) = s
             .post(
@@ -738,7 +753,7 @@ async fn row_10_a_destination_on_the_failing_path_is_refused() {
             json!({"reason": "ParseError"}),
         )
         .await;
-        let spec = json!({"selection": {"queue": "orders", "case_ids": cases}, "budget": budget});
+        let spec = json!({"selection": {"queue": "orders", "case_ids": cases}, "budget": b});
         let r = s.post("/v1/replay/plans", spec.clone()).await;
         assert_problem(&r, 409, "plan_conflict");
         assert_eq!(r.1["reason"], "destination_invalid", "{name}");
@@ -749,7 +764,7 @@ async fn row_10_a_destination_on_the_failing_path_is_refused() {
         // Five quiet minutes: valid again. Two replays in flight at once fail again in
         // the same shape: the plan stops.
         s.advance(6 * 60_000);
-        let two = json!({"items_per_s": 100.0, "bytes_per_s": 64 * KIB, "max_concurrent": 2, "window": 10, "dependency": probe.dependency()});
+        let two = budget(&probe, 100.0, 2, 10);
         let p = create(
             &s,
             json!({"selection": {"queue": "orders", "case_ids": cases[..2]}, "budget": two}),
@@ -788,7 +803,7 @@ async fn row_10_a_destination_on_the_failing_path_is_refused() {
         // One replay at a time: the first fails again, and the origin is the failing path
         // once more, so the next item is held rather than sent into it.
         s.advance(6 * 60_000);
-        let one = json!({"items_per_s": 100.0, "bytes_per_s": 64 * KIB, "max_concurrent": 1, "window": 10, "dependency": probe.dependency()});
+        let one = budget(&probe, 100.0, 1, 10);
         let p = create(
             &s,
             json!({"selection": {"queue": "orders", "case_ids": cases[2..]}, "budget": one}),
@@ -818,6 +833,17 @@ async fn row_10_a_destination_on_the_failing_path_is_refused() {
                 .starts_with("destination_invalid"),
             "{name}: {its:?}"
         );
+        // The plan's decision to hold it is an audit entry.
+        let holds = s.audit("action=replay.plan_hold").await;
+        assert_eq!(holds.len(), 1, "{name}: {holds:?}");
+        assert!(
+            holds[0]["targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t.as_str().unwrap().starts_with("gate=destination_invalid")),
+            "{name}: {holds:?}"
+        );
         s.stop().await;
     }
 }
@@ -832,10 +858,10 @@ async fn row_11_lost_effect_evidence_halts_the_plan() {
         let ledger = fixture(&s).await;
         let probe = Probe::start().await;
         let cases = eligible(&s, "orders", "o", 4, 100, None).await;
-        let budget = json!({"items_per_s": 1.0, "bytes_per_s": 64 * KIB, "max_concurrent": 2, "window": 10, "dependency": probe.dependency()});
+        let b = budget(&probe, 1.0, 2, 10);
         let p = create(
             &s,
-            json!({"selection": {"queue": "orders", "case_ids": cases[..2]}, "budget": budget}),
+            json!({"selection": {"queue": "orders", "case_ids": cases[..2]}, "budget": b}),
         )
         .await;
         let id = p["id"].as_str().unwrap().to_owned();
@@ -855,7 +881,7 @@ async fn row_11_lost_effect_evidence_halts_the_plan() {
         // At admission: nothing is sent.
         let q = create(
             &s,
-            json!({"selection": {"queue": "orders", "case_ids": cases[2..]}, "budget": budget}),
+            json!({"selection": {"queue": "orders", "case_ids": cases[2..]}, "budget": b}),
         )
         .await;
         let q = q["id"].as_str().unwrap().to_owned();
@@ -879,8 +905,8 @@ async fn row_13_two_plans_over_one_item_admit_it_once() {
         let ledger = fixture(&s).await;
         let probe = Probe::start().await;
         let cases = eligible(&s, "orders", "o", 6, 100, None).await;
-        let budget = json!({"items_per_s": 100.0, "bytes_per_s": 64 * KIB, "max_concurrent": 6, "window": 10, "dependency": probe.dependency()});
-        let spec = json!({"selection": {"queue": "orders"}, "budget": budget});
+        let b = budget(&probe, 100.0, 6, 10);
+        let spec = json!({"selection": {"queue": "orders"}, "budget": b});
         let a = create(&s, spec.clone()).await["id"]
             .as_str()
             .unwrap()
@@ -928,12 +954,8 @@ async fn a_plan_resumes_after_a_restart_without_a_duplicate_admission() {
         let ledger = fixture(&s).await;
         let probe = Probe::start().await;
         let cases = eligible(&s, "orders", "o", 8, 100, None).await;
-        let budget = json!({"items_per_s": 1.0, "bytes_per_s": 64 * KIB, "max_concurrent": 2, "window": 4, "dependency": probe.dependency()});
-        let id = create(
-            &s,
-            json!({"selection": {"queue": "orders"}, "budget": budget}),
-        )
-        .await["id"]
+        let b = budget(&probe, 1.0, 2, 4);
+        let id = create(&s, json!({"selection": {"queue": "orders"}, "budget": b})).await["id"]
             .as_str()
             .unwrap()
             .to_owned();
@@ -1078,41 +1100,16 @@ async fn a_revoked_owner_stops_the_plan() {
         .call_as(o, reqwest::Method::GET, "/v1/cases?queue=orders", None)
         .await;
     for c in page["cases"].as_array().unwrap() {
-        let id = c["id"].as_str().unwrap();
-        for (action, body) in [
-            ("claim", json!({"lease_ms": 24 * HOUR})),
-            (
-                "diagnosis",
-                json!({"hypothesis": "h", "disconfirming_evidence": "d"}),
-            ),
-            (
-                "corrections",
-                json!({"kind": "code", "identity": "c1", "addresses": "shape"}),
-            ),
-            (
-                "tests",
-                json!({"destination": "sandbox", "outcome": "pass", "evidence": "ok"}),
-            ),
-        ] {
-            let (st, v) = s
-                .call_as(
-                    o,
-                    reqwest::Method::POST,
-                    &format!("/v1/cases/{id}/{action}"),
-                    Some(body),
-                )
-                .await;
-            assert_eq!(st, 200, "{action}: {v}");
-        }
+        work_to_eligible(&s, o, c["id"].as_str().unwrap()).await;
     }
     s.advance(6 * 60_000);
-    let budget = json!({"items_per_s": 1.0, "bytes_per_s": 64 * KIB, "max_concurrent": 1, "window": 10, "dependency": probe.dependency()});
+    let b = budget(&probe, 1.0, 1, 10);
     let (st, p) = s
         .call_as(
             o,
             reqwest::Method::POST,
             "/v1/replay/plans",
-            Some(json!({"selection": {"queue": "orders"}, "budget": budget})),
+            Some(json!({"selection": {"queue": "orders"}, "budget": b})),
         )
         .await;
     assert_eq!(st, 201, "{p}");
