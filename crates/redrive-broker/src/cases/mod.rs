@@ -18,6 +18,7 @@
 //! deadline, value window, an in-flight replay to observe) and deletes the payloads of
 //! closed cases past their retention.
 
+mod context;
 pub mod data;
 pub mod effect;
 pub(crate) mod ops;
@@ -26,6 +27,7 @@ mod worker;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+pub(crate) use context::CaseContext;
 pub use data::CaseData;
 pub use ops::{CaseView, IntentOutcome, ReviewDecision, TestInput, TransformInput};
 pub use worker::CaseWorker;

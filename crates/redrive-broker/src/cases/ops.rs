@@ -12,15 +12,17 @@ use redrive_core::judgement::{ORIGINAL_ID_PROPERTY, QuarantineCause, REPLAYED_FR
 use redrive_core::register::judge;
 use redrive_core::{EntityName, PropertyValue, Timestamp};
 use redrive_store::{
-    CasePayload, CaseQuery, CaseRecord, CaseUpdate, EffectAuthority, IntentRecord, IntentStatus,
-    StoreError,
+    CasePayload, CaseQuery, CaseRecord, CaseUpdate, DeadLetterRecord, EffectAuthority,
+    IntentRecord, IntentStatus, StoreError,
 };
 
 use super::data::{
     self, CaseData, Correction, CorrectionKind, Diagnosis, EffectRecord, IsolatedTest, Known, Note,
     ReplayRecord, ReplayStatus, ReviewRecord, RouteEvidence, TestOutcome, TransformationRecord,
 };
-use super::{MAX_CASE_LEASE_MS, MAX_CHANGED_FIELDS, MAX_EXTEND_MS, MAX_TEXT_LEN, effect};
+use super::{
+    CaseContext, MAX_CASE_LEASE_MS, MAX_CHANGED_FIELDS, MAX_EXTEND_MS, MAX_TEXT_LEN, effect,
+};
 use crate::metrics::Counter;
 use crate::{Actor, Broker, BrokerError, BrokerResult, Outgoing};
 
@@ -103,6 +105,8 @@ pub(crate) struct ReplayAdmission<'a> {
     /// The item lease written on the case with the admission (a plan's owner holds the
     /// case while its replay is in flight).
     pub(crate) lease: Option<redrive_core::case::Lease>,
+    /// The case's dead-letter record when the caller read it already.
+    pub(crate) record: Option<&'a DeadLetterRecord>,
 }
 
 /// What an intent update did.
@@ -248,29 +252,36 @@ impl Broker {
 
     /// What the broker knows now about `case` beyond its record.
     pub(crate) async fn known(&self, case: &CaseRecord) -> BrokerResult<Known> {
+        let ctx = self.case_context().await?;
+        Ok(self.known_in(case, &ctx).await?.0)
+    }
+
+    /// [`Broker::known`] within a pass (its authorities, register and queues read once),
+    /// with the case's dead-letter record when it still exists.
+    pub(crate) async fn known_in(
+        &self,
+        case: &CaseRecord,
+        ctx: &CaseContext,
+    ) -> BrokerResult<(Known, Option<DeadLetterRecord>)> {
         let store = &self.inner.store;
-        let (record_area, schema_invalid) =
-            match store.get_dead_letter(&case.queue, &case.record_id).await {
-                Ok(r) => (
-                    Some(r.area),
-                    r.judgement
-                        .as_ref()
-                        .and_then(|j| j.cause)
-                        .is_some_and(|c| c == QuarantineCause::SchemaInvalid),
-                ),
-                Err(StoreError::DeadLetterNotFound { .. } | StoreError::QueueNotFound { .. }) => {
-                    (None, false)
-                }
-                Err(e) => return Err(e.into()),
-            };
-        let queue = match store.get_queue(&case.queue).await {
-            Ok(q) => Some(q),
-            Err(StoreError::QueueNotFound { .. }) => None,
+        let record = match store.get_dead_letter(&case.queue, &case.record_id).await {
+            Ok(r) => Some(r),
+            Err(StoreError::DeadLetterNotFound { .. } | StoreError::QueueNotFound { .. }) => None,
             Err(e) => return Err(e.into()),
         };
-        let authority = self.authority_for(case.message_type.as_deref()).await?;
-        let register = self.register().await?;
-        let answer = judge(&register, &case.queue, case.message_type.as_deref());
+        let (record_area, schema_invalid) = match &record {
+            Some(r) => (
+                Some(r.area),
+                r.judgement
+                    .as_ref()
+                    .and_then(|j| j.cause)
+                    .is_some_and(|c| c == QuarantineCause::SchemaInvalid),
+            ),
+            None => (None, false),
+        };
+        let queue = self.context_queue(ctx, &case.queue).await?;
+        let authority = ctx.authority(case.message_type.as_deref());
+        let answer = judge(ctx.register(), &case.queue, case.message_type.as_deref());
         let blocked_by = match &case.session_id {
             None => 0,
             Some(session) => {
@@ -288,7 +299,7 @@ impl Broker {
                     .count() as u64
             }
         };
-        Ok(Known {
+        let known = Known {
             record_area,
             schema_invalid,
             retention_bounded: queue
@@ -299,7 +310,8 @@ impl Broker {
             repetition: RepetitionPolicy::from_register(&answer, authority.is_some()),
             destination_exists: queue.is_some(),
             blocked_by,
-        })
+        };
+        Ok((known, record))
     }
 
     pub(crate) async fn authority_for(
@@ -420,12 +432,22 @@ impl Broker {
 
     /// Advances a case as far as the broker may by itself. Returns the case as left.
     pub async fn advance_case(&self, id: &str) -> BrokerResult<CaseRecord> {
+        let ctx = self.case_context().await?;
+        self.advance_case_in(id, &ctx).await
+    }
+
+    /// [`Broker::advance_case`] within a pass.
+    pub(crate) async fn advance_case_in(
+        &self,
+        id: &str,
+        ctx: &CaseContext,
+    ) -> BrokerResult<CaseRecord> {
         let mut case = self.inner.store.get_case(id).await?;
         for _ in 0..MAX_STEPS {
             if case.m.state.terminal().is_some() {
                 return Ok(case);
             }
-            match self.step(&case).await? {
+            match self.step(&case, ctx).await? {
                 None => return Ok(case),
                 Some((step, done)) => {
                     let decided = decisions(&step);
@@ -460,11 +482,15 @@ impl Broker {
     }
 
     /// The next step of a case: what to write, and whether the case then waits.
-    async fn step(&self, case: &CaseRecord) -> BrokerResult<Option<(Step, bool)>> {
+    async fn step(
+        &self,
+        case: &CaseRecord,
+        ctx: &CaseContext,
+    ) -> BrokerResult<Option<(Step, bool)>> {
         let now = self.now();
         let settings = self.case_settings();
         let mut step = Step::of(case);
-        let known = self.known(case).await?;
+        let (known, _) = self.known_in(case, ctx).await?;
         step.data.repetition = Some(known.repetition);
         // Route verification comes first, and a misconfigured route is checked again.
         let recheck = step
@@ -569,14 +595,16 @@ impl Broker {
                 Ok(Some((step, true)))
             }
             Decision::Reconcile => {
-                self.reconcile_into(case, &mut step, now, broker).await?;
+                self.reconcile_into(case, &mut step, now, broker, ctx)
+                    .await?;
                 Ok(Some((step, false)))
             }
             Decision::ObserveReplay => {
                 // An in-flight replay with an authority is observed by asking it again.
                 if known.has_authority {
                     let before = step.data.effect.clone();
-                    self.reconcile_into(case, &mut step, now, broker).await?;
+                    self.reconcile_into(case, &mut step, now, broker, ctx)
+                        .await?;
                     if step.data.effect.as_ref().map(|e| e.answer)
                         == before.as_ref().map(|e| e.answer)
                         && step
@@ -585,7 +613,11 @@ impl Broker {
                             .as_ref()
                             .is_some_and(|e| e.answer == EffectAnswer::Absent)
                     {
-                        // Nothing new: look again later.
+                        // Nothing new: look again later; a check already scheduled stands
+                        // (nothing is written).
+                        if case.m.next_check_at.is_some_and(|t| t > now) {
+                            return Ok(None);
+                        }
                         step.append.clear();
                         step.set.state = case.m.state;
                         step.set.next_check_at = Some(now.plus_millis(60_000));
@@ -656,7 +688,8 @@ impl Broker {
                         return Ok(None);
                     }
                     let before = step.set.state;
-                    self.reconcile_into(case, &mut step, now, broker).await?;
+                    self.reconcile_into(case, &mut step, now, broker, ctx)
+                        .await?;
                     if step.data.effect.as_ref().map(|e| e.answer)
                         == Some(EffectAnswer::Unreachable)
                     {
@@ -775,15 +808,18 @@ impl Broker {
         step: &mut Step,
         now: Timestamp,
         actor: &str,
+        ctx: &CaseContext,
     ) -> BrokerResult<()> {
-        let Some(authority) = self.authority_for(case.message_type.as_deref()).await? else {
+        let Some(authority) = ctx.authority(case.message_type.as_deref()) else {
             return Err(conflict(
                 "no_effect_authority",
                 format!("no effect authority is registered for {}", type_words(case)),
             ));
         };
-        let (answer, evidence) =
-            effect::ask(&self.case_client(), self.push_network(), &authority, case).await;
+        let (answer, evidence) = match ctx.take_answer(&case.id) {
+            Some(a) => a,
+            None => effect::ask(&self.case_client(), self.push_network(), authority, case).await,
+        };
         self.inner.metrics.add_labelled(
             Counter::EffectLookups,
             case.queue.as_str(),
@@ -810,7 +846,10 @@ impl Broker {
                 state,
                 format!("effect authority answered {answer}: {evidence}"),
             ),
-            &[("authority", authority.url), ("answer", answer.to_string())],
+            &[
+                ("authority", authority.url.clone()),
+                ("answer", answer.to_string()),
+            ],
         ))
         .map_err(case_error)?;
         Ok(())
@@ -1520,8 +1559,9 @@ impl Broker {
         }
         let mut step = Step::of(&case);
         let now = self.now();
+        let ctx = self.case_context().await?;
         let r = match self
-            .reconcile_into(&case, &mut step, now, &actor.name)
+            .reconcile_into(&case, &mut step, now, &actor.name, &ctx)
             .await
         {
             Ok(()) => self.write_step(&case, step).await,
@@ -1778,6 +1818,7 @@ impl Broker {
                     budget: "one item".into(),
                     plan_id: None,
                     lease: None,
+                    record: None,
                 },
             )
             .await?;
@@ -1821,11 +1862,18 @@ impl Broker {
         a: &ReplayAdmission<'_>,
     ) -> BrokerResult<(Step, String, Outgoing)> {
         let now = self.now();
-        let record = self
-            .inner
-            .store
-            .get_dead_letter(&case.queue, &case.record_id)
-            .await?;
+        let fetched;
+        let record = match a.record {
+            Some(r) => r,
+            None => {
+                fetched = self
+                    .inner
+                    .store
+                    .get_dead_letter(&case.queue, &case.record_id)
+                    .await?;
+                &fetched
+            }
+        };
         let (body, digest) = match data.transformations.last() {
             Some(t) if t.equivalent => (
                 self.inner

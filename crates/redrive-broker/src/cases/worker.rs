@@ -75,8 +75,10 @@ impl Broker {
         let now = self.now();
         let due = self.inner.store.due_cases(now, CASE_BATCH).await?;
         let mut pass = CasePass::default();
+        // The authorities, the register and the queues are read once for the pass.
+        let ctx = self.case_context().await?;
         for case in due {
-            match self.advance_case(&case.id).await {
+            match self.advance_case_in(&case.id, &ctx).await {
                 Ok(after) => {
                     pass.advanced += 1;
                     // A case whose check time did not move would be due again at once: it

@@ -39,7 +39,7 @@ pub(crate) fn checked_budget(budget: &BudgetSpec) -> BrokerResult<redrive_core::
 }
 
 /// Most items one plan selects.
-pub const MAX_PLAN_ITEMS: usize = 10_000;
+pub const MAX_PLAN_ITEMS: usize = 100_000;
 /// Most items a preview lists one by one (the counts cover every item).
 pub const MAX_PREVIEW_LIST: usize = 1_000;
 /// Most reasons, types or case ids a selection names.
@@ -177,9 +177,10 @@ impl Broker {
         let now = self.now();
         let mut out = PlanPreview::default();
         let mut failing: BTreeMap<String, bool> = BTreeMap::new();
+        let ctx = self.case_context().await?;
         for c in &cases {
             let data = CaseData::of(c);
-            let known = self.known(c).await?;
+            let (known, _) = self.known_in(c, &ctx).await?;
             let decision = case::decide(&data::facts(c, &data, &known), now);
             let mut gate = gate_of(&decision, &data);
             if gate.is_none() && !destination_exists {

@@ -28,21 +28,23 @@
 //! changes a plan, on any node; the pacing state is in the plan, so a resumed plan keeps
 //! its spacing, and an item already admitted is never admitted again.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use redrive_core::access::Operation;
 use redrive_core::case::{self, CaseState, Lease};
 use redrive_core::plan::{Budget, BudgetSpec, Dependency, Observations, Pacer, StopReason};
 use redrive_core::{EntityName, Timestamp};
 use redrive_store::{
-    AuditFields, CaseQuery, CaseRecord, PlanItemQuery, PlanItemRecord, PlanItemState, PlanMut,
-    PlanQuery, PlanStatus, ReplayPlanRecord, ReplayPlanUpdate, StoreError,
+    AuditFields, CaseQuery, CaseRecord, DeadLetterRecord, PlanItemQuery, PlanItemRecord,
+    PlanItemState, PlanMut, PlanQuery, PlanStatus, ReplayPlanRecord, ReplayPlanUpdate, StoreError,
 };
 use serde::{Deserialize, Serialize};
 
 use super::probe::{self, Reading};
 use super::{PlanSelectionInput, checked_budget, gate_of};
-use crate::cases::data::{self, CaseData, ReplayStatus};
+use crate::cases::CaseContext;
+use crate::cases::data::{self, CaseData, Known, ReplayStatus};
 use crate::cases::ops::{ReplayAdmission, Step};
 use crate::metrics::Counter;
 use crate::{Actor, Broker, BrokerError, BrokerResult, Outgoing};
@@ -351,6 +353,8 @@ pub(crate) struct PlanState {
 
 /// Cases a look advances or writes at once (their commits shared).
 const PARALLEL: usize = 16;
+/// Most waiting items one look reads ahead at a time.
+const PREFETCH: usize = 64;
 
 fn join_error(e: tokio::task::JoinError) -> BrokerError {
     BrokerError::Store(StoreError::Unavailable {
@@ -946,6 +950,8 @@ impl Broker {
         let spec = PlanSpec::of(&plan)?;
         let budget = spec.budget.budget();
         let mut run = RunState::of(&plan);
+        // The effect authorities, the register and the queues, read once for the look.
+        let ctx = Arc::new(self.case_context().await?);
         let now = self.now();
         let mut obs = Observations::default();
         let mut items: BTreeMap<u32, PlanItemRecord> = BTreeMap::new();
@@ -967,7 +973,7 @@ impl Broker {
             .into_iter()
             .filter(|i| self.observe_due(&plan.id, i.seq, now))
             .collect();
-        for (mut item, outcome) in self.outcomes(due).await? {
+        for (mut item, outcome) in self.outcomes(due, &ctx).await? {
             let (state, detail) = match outcome {
                 Outcome::InFlight => continue,
                 Outcome::NotRecorded => {
@@ -1067,26 +1073,39 @@ impl Broker {
                     )
                     .await?;
                 let mut look = Look {
-                    authorities: self
-                        .inner
-                        .store
-                        .list_effect_authorities()
-                        .await?
-                        .into_iter()
-                        .map(|a| a.message_type)
-                        .collect(),
+                    ctx: Arc::clone(&ctx),
                     destination: plan.destination.parse()?,
                     failing: BTreeMap::new(),
                     batch: Vec::new(),
                 };
-                for item in waiting {
+                let mut waiting: VecDeque<PlanItemRecord> = waiting.into();
+                let mut fetched: HashMap<u32, Option<Pre>> = HashMap::new();
+                while let Some(item) = waiting.pop_front() {
                     if run.window_admitted >= budget.window {
                         break;
                     }
+                    if !fetched.contains_key(&item.seq) {
+                        // Read ahead, side by side, the items the pacer lets go now.
+                        let room = budget.window.saturating_sub(run.window_admitted) as usize;
+                        let n = admissible(
+                            &pacer,
+                            &budget,
+                            std::iter::once(&item).chain(waiting.iter()),
+                            now,
+                            room.min(PREFETCH),
+                        );
+                        if n > 0 {
+                            let ahead: Vec<PlanItemRecord> = std::iter::once(item.clone())
+                                .chain(waiting.iter().take(n - 1).cloned())
+                                .collect();
+                            fetched.extend(self.prefetch(&ctx, ahead).await?);
+                        }
+                    }
+                    let pre = fetched.remove(&item.seq);
                     match self
                         .gate_item(
                             &plan, &spec, &budget, &mut run, &mut pacer, &items, &mut look, item,
-                            now,
+                            pre, now,
                         )
                         .await?
                     {
@@ -1304,8 +1323,12 @@ impl Broker {
 
     /// Where an admitted item's case stands now (its case advanced first: the replay
     /// observed through its effect authority).
-    async fn item_outcome(&self, item: &PlanItemRecord) -> BrokerResult<Outcome> {
-        let case = match self.advance_case(&item.case_id).await {
+    async fn item_outcome(
+        &self,
+        item: &PlanItemRecord,
+        ctx: &CaseContext,
+    ) -> BrokerResult<Outcome> {
+        let case = match self.advance_case_in(&item.case_id, ctx).await {
             Ok(c) => c,
             Err(BrokerError::Store(StoreError::CaseNotFound { .. })) => {
                 return Ok(Outcome::Closed("case_gone".into()));
@@ -1375,6 +1398,7 @@ impl Broker {
         seen: &BTreeMap<u32, PlanItemRecord>,
         look: &mut Look,
         mut item: PlanItemRecord,
+        pre: Option<Option<Pre>>,
         now: Timestamp,
     ) -> BrokerResult<Admit> {
         let hold = |mut item: PlanItemRecord, gate: String| {
@@ -1399,10 +1423,17 @@ impl Broker {
         if let Some(t) = self.node_check(item.bytes, now) {
             return Ok(Admit::Later(Some(t)));
         }
-        let case = match self.inner.store.get_case(&item.case_id).await {
-            Ok(c) => c,
-            Err(StoreError::CaseNotFound { .. }) => return Ok(hold(item, "case_gone".into())),
-            Err(e) => return Err(e.into()),
+        let pre = match pre {
+            Some(p) => p,
+            None => self.prefetch_one(&item.case_id, &look.ctx).await?,
+        };
+        let Some(Pre {
+            case,
+            known,
+            record,
+        }) = pre
+        else {
+            return Ok(hold(item, "case_gone".into()));
         };
         // Ordering: a session goes in its order, each after its predecessor resolved.
         if let Some(session) = &case.session_id {
@@ -1460,7 +1491,7 @@ impl Broker {
         if !case
             .message_type
             .as_ref()
-            .is_some_and(|t| look.authorities.contains(t))
+            .is_some_and(|t| look.ctx.authority(Some(t)).is_some())
         {
             return Ok(hold(
                 item,
@@ -1470,7 +1501,7 @@ impl Broker {
         // Reconcile now, not at planning time; the answer is written with the admission
         // (or alone, as evidence, when a gate then holds the item).
         let mut step = Step::of(&case);
-        self.reconcile_into(&case, &mut step, now, &plan.owner_name)
+        self.reconcile_into(&case, &mut step, now, &plan.owner_name, &look.ctx)
             .await?;
         let data = step.data().clone();
         let held = |gate: String| Held { gate, stop: None };
@@ -1494,7 +1525,6 @@ impl Broker {
                 "no_tested_correction: the case does not carry correction {c}"
             )))
         } else {
-            let known = self.known(&case).await?;
             let decision = case::decide(&data::facts(&case, &data, &known), now);
             gate_of(&decision, &data).map(|g| held(g.to_owned()))
         };
@@ -1514,7 +1544,7 @@ impl Broker {
                 .await
             {
                 Ok(_) => {
-                    if let Err(e) = self.advance_case(&case.id).await {
+                    if let Err(e) = self.advance_case_in(&case.id, &look.ctx).await {
                         tracing::warn!(case_id = %case.id, error = %e, "case could not be advanced");
                     }
                 }
@@ -1544,6 +1574,7 @@ impl Broker {
                     budget: spec.budget.describe(),
                     plan_id: Some(&plan.id),
                     lease: Some(lease),
+                    record: record.as_ref(),
                 },
             )
             .await?;
@@ -1739,6 +1770,49 @@ impl Broker {
             .await?)
     }
 
+    /// Reads `case_id` and what its gates need (`None`: the case is gone), its effect
+    /// authority asked ahead.
+    async fn prefetch_one(&self, case_id: &str, ctx: &CaseContext) -> BrokerResult<Option<Pre>> {
+        let case = match self.inner.store.get_case(case_id).await {
+            Ok(c) => c,
+            Err(StoreError::CaseNotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let (known, record) = self.known_in(&case, ctx).await?;
+        if case.m.state.terminal().is_none() {
+            self.ask_ahead(ctx, &case).await;
+        }
+        Ok(Some(Pre {
+            case,
+            known,
+            record,
+        }))
+    }
+
+    /// [`Broker::prefetch_one`] for `items`, [`PARALLEL`] side by side, by `seq`.
+    async fn prefetch(
+        &self,
+        ctx: &Arc<CaseContext>,
+        items: Vec<PlanItemRecord>,
+    ) -> BrokerResult<Vec<(u32, Option<Pre>)>> {
+        let mut set = tokio::task::JoinSet::new();
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            if set.len() >= PARALLEL
+                && let Some(r) = set.join_next().await
+            {
+                out.push(r.map_err(join_error)?);
+            }
+            let b = self.clone();
+            let ctx = Arc::clone(ctx);
+            set.spawn(async move { (item.seq, b.prefetch_one(&item.case_id, &ctx).await) });
+        }
+        while let Some(r) = set.join_next().await {
+            out.push(r.map_err(join_error)?);
+        }
+        out.into_iter().map(|(s, p)| p.map(|p| (s, p))).collect()
+    }
+
     async fn predecessor_state(
         &self,
         plan_id: &str,
@@ -1748,22 +1822,28 @@ impl Broker {
         if let Some(i) = seen.values().find(|i| i.case_id == case_id) {
             return Ok(Some(i.state));
         }
-        for state in PlanItemState::ALL {
-            let found = self
+        // Paged by seq: a large plan holds more items than one read returns.
+        let mut after_seq = None;
+        loop {
+            let page = self
                 .inner
                 .store
                 .replay_plan_items(
                     plan_id,
                     &PlanItemQuery {
-                        states: vec![*state],
-                        after_seq: None,
+                        states: Vec::new(),
+                        after_seq,
                         limit: redrive_store::MAX_PLAN_ITEM_PAGE,
                     },
                 )
                 .await?;
-            if found.iter().any(|i| i.case_id == case_id) {
-                return Ok(Some(*state));
+            if let Some(i) = page.iter().find(|i| i.case_id == case_id) {
+                return Ok(Some(i.state));
             }
+            if page.len() < redrive_store::MAX_PLAN_ITEM_PAGE as usize {
+                break;
+            }
+            after_seq = page.last().map(|i| i.seq);
         }
         Ok(None)
     }
@@ -1822,6 +1902,7 @@ impl Broker {
     async fn outcomes(
         &self,
         items: Vec<PlanItemRecord>,
+        ctx: &Arc<CaseContext>,
     ) -> BrokerResult<Vec<(PlanItemRecord, Outcome)>> {
         let mut set = tokio::task::JoinSet::new();
         let mut out = Vec::with_capacity(items.len());
@@ -1832,8 +1913,9 @@ impl Broker {
                 out.push(r.map_err(join_error)?);
             }
             let b = self.clone();
+            let ctx = Arc::clone(ctx);
             set.spawn(async move {
-                let o = b.item_outcome(&item).await;
+                let o = b.item_outcome(&item, &ctx).await;
                 (item, o)
             });
         }
@@ -1964,6 +2046,34 @@ struct Held {
     stop: Option<StopReason>,
 }
 
+/// What an item's gates read of its case, read ahead (its effect authority asked ahead
+/// into the look's context).
+struct Pre {
+    case: CaseRecord,
+    known: Known,
+    record: Option<DeadLetterRecord>,
+}
+
+/// How many of `items`, in order, the pacer lets go at `now` (at most `limit`).
+fn admissible<'a>(
+    pacer: &Pacer,
+    budget: &Budget,
+    items: impl Iterator<Item = &'a PlanItemRecord>,
+    now: Timestamp,
+    limit: usize,
+) -> usize {
+    let mut p = *pacer;
+    let mut n = 0;
+    for i in items {
+        if n >= limit || p.check(budget, i.bytes, now) != redrive_core::plan::Admission::Now {
+            break;
+        }
+        p.admit(budget, i.bytes, now);
+        n += 1;
+    }
+    n
+}
+
 /// An admission prepared, not yet written.
 struct Prepared {
     case: CaseRecord,
@@ -1973,10 +2083,10 @@ struct Prepared {
     item: PlanItemRecord,
 }
 
-/// What one look reads once: the registered effect authorities' types, the destination,
+/// What one look reads once: the pass's context (effect authorities, register), the destination,
 /// whether it is the failing path for each reason, and the admissions prepared so far.
 struct Look {
-    authorities: BTreeSet<String>,
+    ctx: Arc<CaseContext>,
     destination: EntityName,
     failing: BTreeMap<String, bool>,
     batch: Vec<Prepared>,
