@@ -339,13 +339,14 @@ impl Broker {
         let recent = self
             .inner
             .store
-            .case_counts(&CaseQuery {
+            .list_cases(&CaseQuery {
                 queue: Some(queue.clone()),
                 reason: Some(reason.to_owned()),
                 since: Some(now.plus_millis(-FAILURE_PERSISTS_MS)),
+                limit: 1,
                 ..CaseQuery::default()
             })
             .await?;
-        Ok(recent.total > 0)
+        Ok(!recent.is_empty())
     }
 }

@@ -58,8 +58,11 @@ pub const DEFAULT_OBSERVE_MS: u64 = 10_000;
 /// How often a running plan with replays in flight looks at them, ms.
 pub const OBSERVE_IN_FLIGHT_MS: i64 = 1_000;
 /// The least time between two looks at one replay in flight (each asks its effect
-/// authority), ms.
+/// authority), ms: the first look comes this long after the admission; later ones a
+/// quarter of the replay's age apart, at most [`OBSERVE_ITEM_MAX_MS`].
 pub const OBSERVE_ITEM_MS: i64 = 250;
+/// The most time between two looks at one replay in flight, ms.
+pub const OBSERVE_ITEM_MAX_MS: i64 = 2_000;
 /// Most items one advance admits (the rest at the next).
 pub const ADMIT_BATCH: usize = 1_000;
 /// How many times an advance reads a plan again when another writer changed it.
@@ -352,7 +355,7 @@ pub(crate) struct PlanState {
 }
 
 /// Cases a look advances or writes at once (their commits shared).
-const PARALLEL: usize = 16;
+const PARALLEL: usize = 32;
 /// Most waiting items one look reads ahead at a time.
 const PREFETCH: usize = 64;
 
@@ -971,7 +974,7 @@ impl Broker {
             .items_in(&plan.id, PlanItemState::Admitted)
             .await?
             .into_iter()
-            .filter(|i| self.observe_due(&plan.id, i.seq, now))
+            .filter(|i| self.observe_due(&plan.id, i.seq, i.updated_at, now))
             .collect();
         for (mut item, outcome) in self.outcomes(due, &ctx).await? {
             let (state, detail) = match outcome {
@@ -1690,7 +1693,7 @@ impl Broker {
             match written {
                 Ok(c) => {
                     // Its first look comes OBSERVE_ITEM_MS after the admission.
-                    self.observe_due(&plan.id, p.item.seq, now);
+                    self.observe_due(&plan.id, p.item.seq, now, now);
                     audit.push(AuditFields {
                         at: now,
                         actor_id: owner.id.clone(),
@@ -1959,9 +1962,11 @@ impl Broker {
         Ok(())
     }
 
-    /// Whether a replay in flight is due to be looked at (not within [`OBSERVE_ITEM_MS`]
-    /// of the last look); remembers this look.
-    fn observe_due(&self, plan_id: &str, seq: u32, now: Timestamp) -> bool {
+    /// Whether a replay in flight, admitted at `admitted`, is due to be looked at: not
+    /// within [`OBSERVE_ITEM_MS`] of the last look, nor within a quarter of its age (at
+    /// most [`OBSERVE_ITEM_MAX_MS`]): a replay that takes long is asked about less often.
+    /// Remembers this look.
+    fn observe_due(&self, plan_id: &str, seq: u32, admitted: Timestamp, now: Timestamp) -> bool {
         let mut seen = self
             .inner
             .plans
@@ -1969,10 +1974,9 @@ impl Broker {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let key = (plan_id.to_owned(), seq);
-        if seen
-            .get(&key)
-            .is_some_and(|t| now.as_millis() - t < OBSERVE_ITEM_MS)
-        {
+        let age = now.as_millis() - admitted.as_millis();
+        let gap = (age / 4).clamp(OBSERVE_ITEM_MS, OBSERVE_ITEM_MAX_MS);
+        if seen.get(&key).is_some_and(|t| now.as_millis() - t < gap) {
             return false;
         }
         if seen.len() >= MAX_OBSERVED {
