@@ -54,6 +54,9 @@ pub const CATCH_UP_MS: f64 = 100.0;
 
 /// The admission window of a plan that does not name one.
 pub const DEFAULT_WINDOW: u32 = 10;
+/// The least time between two looks of a plan that catches up, ms (well inside
+/// [`CATCH_UP_MS`], so no slot is lost to it).
+pub const LOOK_GAP_MS: i64 = 20;
 /// The largest admission window.
 pub const MAX_WINDOW: u32 = 10_000;
 /// The highest item rate a plan may name (items per second).
@@ -219,6 +222,18 @@ impl Budget {
             CATCH_UP_MS
         } else {
             0.0
+        }
+    }
+
+    /// When a plan whose next slot is `slot` looks again: at the slot, but a plan that
+    /// catches up ([`Budget::catch_up_ms`]) not sooner than [`LOOK_GAP_MS`] after `now` —
+    /// the look then admits every slot that came due meanwhile, so the bound is the same
+    /// and a fast plan is not looked at once per item.
+    pub fn next_look(&self, slot: Timestamp, now: Timestamp) -> Timestamp {
+        if self.catch_up_ms() > 0.0 {
+            slot.max(now.plus_millis(LOOK_GAP_MS))
+        } else {
+            slot
         }
     }
 
@@ -704,6 +719,61 @@ mod tests {
         assert_eq!(burst(1_000.0, 60), 60, "a look 60 ms late catches up");
         assert_eq!(burst(1_000.0, 1_000), 1, "an idle second saves nothing up");
         assert_eq!(burst(1.0, 5_000), 1, "slow plans are spaced exactly");
+    }
+
+    #[test]
+    fn a_fast_plan_looks_at_most_every_look_gap_and_loses_no_slot() {
+        let budget = |rate: f64| {
+            BudgetSpec {
+                items_per_s: Some(rate),
+                bytes_per_s: Some(1 << 30),
+                max_concurrent: Some(1_000),
+                window: None,
+                dependency: Some(dep()),
+            }
+            .check()
+            .unwrap()
+        };
+        let now = Timestamp(1_000_000);
+        // 1,000 items/s: the next slot is 1 ms away, the next look 20 ms.
+        let fast = budget(1_000.0);
+        assert_eq!(
+            fast.next_look(now.plus_millis(1), now),
+            now.plus_millis(LOOK_GAP_MS)
+        );
+        assert_eq!(
+            fast.next_look(now.plus_millis(500), now),
+            now.plus_millis(500)
+        );
+        // 1 item/s: exactly at the slot.
+        let slow = budget(1.0);
+        assert_eq!(slow.next_look(now.plus_millis(1), now), now.plus_millis(1));
+        // Looking only when `next_look` says, a fast plan still admits its rate: 10 s at
+        // 1,000 items/s admit 10,000 items, never more (the bound), and less only by the
+        // slots' rounding to whole milliseconds (under 0.5 %).
+        let mut p = Pacer::default();
+        let mut t = now;
+        let mut n = 0u64;
+        let end = now.plus_millis(10_000);
+        while t < end {
+            let mut slot = None;
+            loop {
+                match p.check(&fast, 10, t) {
+                    Admission::Now => {
+                        p.admit(&fast, 10, t);
+                        p.finish();
+                        n += 1;
+                    }
+                    Admission::At(s) => {
+                        slot = Some(s);
+                        break;
+                    }
+                    _ => break,
+                }
+            }
+            t = fast.next_look(slot.expect("a next slot"), t);
+        }
+        assert!((9_950..=10_001).contains(&n), "{n} items in 10 s");
     }
 
     proptest! {

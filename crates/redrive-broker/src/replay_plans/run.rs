@@ -1071,7 +1071,11 @@ impl Broker {
                         &PlanItemQuery {
                             states: vec![PlanItemState::Waiting],
                             after_seq: None,
-                            limit: (window_room as usize).min(ADMIT_BATCH) as u32,
+                            // The items the pacer may let go now (and one to learn when
+                            // the next may): a paced look reads a few, not a batch.
+                            limit: (slots_now(&pacer, &budget, now, ADMIT_BATCH) + 1)
+                                .min(window_room as usize)
+                                as u32,
                         },
                     )
                     .await?;
@@ -1127,7 +1131,7 @@ impl Broker {
                             changed = true;
                         }
                         Admit::Later(t) => {
-                            next_at = t;
+                            next_at = t.map(|t| budget.next_look(t, now));
                             break;
                         }
                         Admit::Wait => {}
@@ -2073,6 +2077,18 @@ fn admissible<'a>(
             break;
         }
         p.admit(budget, i.bytes, now);
+        n += 1;
+    }
+    n
+}
+
+/// How many items the pacer's item and concurrency budgets let go at `now` (at most
+/// `limit`); the byte budget is checked item by item.
+fn slots_now(pacer: &Pacer, budget: &Budget, now: Timestamp, limit: usize) -> usize {
+    let mut p = *pacer;
+    let mut n = 0;
+    while n < limit && p.check(budget, 0, now) == redrive_core::plan::Admission::Now {
+        p.admit(budget, 0, now);
         n += 1;
     }
     n

@@ -773,7 +773,9 @@ async fn row_10_a_destination_on_the_failing_path_is_refused() {
         let id = p["id"].as_str().unwrap().to_owned();
         act(&s, &id, "start").await;
         s.broker.plans_once().await.unwrap();
-        s.advance(10);
+        // At 100 items/s the next slot is 10 ms away; a plan that catches up looks again
+        // no sooner than LOOK_GAP_MS.
+        s.advance(redrive_core::plan::LOOK_GAP_MS as u64);
         s.broker.plans_once().await.unwrap();
         assert_eq!(plan(&s, &id).await["progress"]["in_flight"], 2, "{name}");
         consume(&s, "orders", &ledger, true).await;
