@@ -173,6 +173,7 @@ pub(crate) async fn create(
                 &c.m.next_at,
                 &c.m.state,
                 &c.m.updated_at,
+                &c.kind,
             ],
         )
         .await?;

@@ -979,19 +979,17 @@ async fn one_node_wins_a_token_name() {
 }
 
 /// Takes a schema back to version 7, as a build of that version left it: the case tables
-/// and the route columns of version 8, the move tasks of version 9 and the replay plans
-/// of version 10 gone.
+/// and the route columns of version 8, and the replay plans of version 10 (with the move
+/// plans version 11 made of the move tasks of version 9) gone.
 const BACK_TO_VERSION_7: &str = "DROP TABLE replay_plans, replay_plan_items; \
-     DROP TABLE move_tasks; \
      DROP TABLE cases, case_timeline, case_payloads, intents, \
        effect_authorities; \
      ALTER TABLE dead_letters DROP COLUMN route_target, DROP COLUMN missing_target; \
      DELETE FROM redrive_schema_migrations WHERE version >= 8";
 
 /// Takes a schema back to version 6, as a build of that version left it: version 8
-/// to 10 undone, then the replay columns and indexes of version 7 gone.
+/// to 11 undone, then the replay columns and indexes of version 7 gone.
 const BACK_TO_VERSION_6: &str = "DROP TABLE replay_plans, replay_plan_items; \
-     DROP TABLE move_tasks; \
      DROP TABLE cases, case_timeline, case_payloads, intents, \
        effect_authorities; \
      ALTER TABLE dead_letters DROP COLUMN route_target, DROP COLUMN missing_target; \
@@ -1025,10 +1023,10 @@ async fn a_version_4_schema_gains_the_access_tables() {
         "4"
     );
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 10);
+    assert_eq!(SCHEMA_VERSION, 11);
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "10"
+        "11"
     );
     assert_eq!(store.list_queues().await.unwrap().len(), 1);
     let appended = store
@@ -1793,6 +1791,7 @@ async fn a_lease_lost_to_a_concurrent_admission_is_replay_item_taken() {
     for id in ["plan_x", "plan_b"] {
         let p = ReplayPlanRecord {
             id: id.to_owned(),
+            kind: redrive_store::PlanKind::Cases,
             queue: "orders".to_owned(),
             destination: "orders".to_owned(),
             owner_id: "tok_1".to_owned(),

@@ -116,6 +116,7 @@ pub(crate) fn create(
             c.m.next_at,
             c.m.state,
             c.m.updated_at,
+            c.kind,
         ])
         .db()?;
     if n == 0 {
