@@ -35,8 +35,8 @@ use redrive_core::case::{self, CaseState, Lease};
 use redrive_core::plan::{Budget, BudgetSpec, Dependency, Observations, Pacer, StopReason};
 use redrive_core::{EntityName, Timestamp};
 use redrive_store::{
-    AuditFields, CaseQuery, CaseRecord, PlanItemQuery, PlanItemRecord, PlanItemState, PlanMut,
-    PlanQuery, PlanStatus, ReplayPlanRecord, ReplayPlanUpdate, StoreError,
+    AuditFields, CaseQuery, CaseRecord, PlanItemQuery, PlanItemRecord, PlanItemState, PlanKind,
+    PlanMut, PlanQuery, PlanStatus, ReplayPlanRecord, ReplayPlanUpdate, StoreError,
 };
 use serde::{Deserialize, Serialize};
 
@@ -310,6 +310,8 @@ pub struct PlanView {
     pub waiting: u64,
     /// The lower bound of the time the waiting items still take under the budget, ms.
     pub eta_ms: u64,
+    /// An `sqs_move` plan's task (`None` for a `cases` plan).
+    pub sqs_move: Option<super::moves::MovePlanView>,
 }
 
 /// What one look at the plans did.
@@ -536,6 +538,7 @@ impl Broker {
         let id = redrive_core::id::new_dead_letter_id(now).replacen("dl_", "plan_", 1);
         let record = ReplayPlanRecord {
             id,
+            kind: PlanKind::Cases,
             queue: queue.to_string(),
             destination: destination.to_string(),
             owner_id: actor.id.clone(),
@@ -598,6 +601,9 @@ impl Broker {
     }
 
     async fn plan_view(&self, plan: ReplayPlanRecord) -> BrokerResult<PlanView> {
+        if plan.kind == PlanKind::SqsMove {
+            return super::moves::move_plan_view(plan);
+        }
         let spec = PlanSpec::of(&plan)?;
         let run = RunState::of(&plan);
         // From the counters, not a scan: every item is waiting, held, or was admitted.
@@ -612,6 +618,7 @@ impl Broker {
             run,
             waiting,
             eta_ms,
+            sqs_move: None,
         })
     }
 
@@ -886,6 +893,8 @@ impl Broker {
                 .store
                 .list_replay_plans(&PlanQuery {
                     status: vec![PlanStatus::Running, PlanStatus::Paused],
+                    // `sqs_move` plans are the mover's (`crate::mover`).
+                    kinds: vec![PlanKind::Cases],
                     after: after.clone(),
                     ..PlanQuery::default()
                 })
