@@ -194,7 +194,7 @@ pub(crate) fn plan_out(v: &PlanView) -> ReplayPlan {
         baseline: run.baseline.as_ref().map(reading),
         readings: run.readings.iter().map(reading).collect(),
         progress: PlanProgress {
-            items: p.items,
+            items: v.sqs_move.as_ref().map_or(p.items, |m| m.to_move),
             waiting: v.waiting,
             admitted: run.admitted,
             in_flight: run.in_flight,
