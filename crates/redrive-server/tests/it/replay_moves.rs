@@ -138,12 +138,17 @@ async fn a_move_task_is_an_sqs_move_plan_on_the_plans_api() {
         }
         assert_eq!(plan(&s, &id).await["status"], "running", "{name}");
 
-        // Cancel is CancelMessageMoveTask's: cancelling, then cancelled at its next look.
+        // Cancel is CancelMessageMoveTask's: cancelling, then cancelled when its runner
+        // stops (at once here: it runs on this node; elsewhere at its next look). The
+        // answer is the plan as it is now.
         let (st, c) = s
             .post(&format!("/v1/replay/plans/{id}/cancel"), json!({}))
             .await;
         assert_eq!(st, 200, "{name}: {c}");
-        assert_eq!(c["status"], "cancelling", "{name}: {c}");
+        assert!(
+            c["status"] == "cancelling" || c["status"] == "cancelled",
+            "{name}: {c}"
+        );
         let again = s
             .post(&format!("/v1/replay/plans/{id}/cancel"), json!({}))
             .await;
