@@ -496,6 +496,21 @@ pub async fn a_move_task_is_listed_as_an_sqs_move_plan_with_its_budget_and_progr
     assert_eq!(p.m.state["to_move"], json!(7));
     assert_eq!(p.m.state["next_item_ms"], json!(secs(3).0 + 200));
     assert_eq!(t.s().get_replay_plan("mv_a").await.unwrap(), *p);
+    // Its rows are the move task operations' only: a plan update of it writes nothing.
+    let refused = t
+        .s()
+        .update_replay_plan(&ReplayPlanUpdate {
+            id: "mv_a".to_owned(),
+            version: p.version,
+            set: PlanMut {
+                status: PlanStatus::Paused,
+                ..p.m.clone()
+            },
+            items: Vec::new(),
+        })
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(t.s().get_replay_plan("mv_a").await.unwrap(), *p);
     // Each message back to its source, and no rate named.
     let b = &moves[1];
     assert_eq!(b.destination, MOVE_TO_SOURCE);

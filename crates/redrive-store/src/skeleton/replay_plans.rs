@@ -242,6 +242,19 @@ pub fn not_found(id: &str) -> StoreError {
     StoreError::ReplayPlanNotFound { id: id.to_owned() }
 }
 
+/// Whether the stored plan is one an update may write: an `sqs_move` plan is written by
+/// the move task operations only ([`move_tasks`](super::move_tasks)); an update of one is
+/// a caller's bug ([`RowError::Invariant`]) and writes nothing.
+pub fn check_kind(stored: &ReplayPlanRecord) -> StoreResult<()> {
+    if stored.kind == crate::PlanKind::SqsMove {
+        return Err(RowError::Invariant(
+            "an sqs_move plan is written by its move task operations only",
+        )
+        .into());
+    }
+    Ok(())
+}
+
 /// The stored version against the one the update read: `ReplayPlanChanged` (with the
 /// stored version) when they differ.
 pub fn check_version(stored: &ReplayPlanRecord, u: &ReplayPlanUpdate) -> StoreResult<()> {
