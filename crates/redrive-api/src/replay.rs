@@ -254,20 +254,45 @@ pub struct PlanProgress {
     pub eta_ms: u64,
 }
 
+/// What an `sqs_move` plan is: an SQS message move task (`StartMessageMoveTask`), run by
+/// the broker's mover and bounded by items per second only.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SqsMovePlan {
+    /// The rate the task asked for (`MaxNumberOfMessagesPerSecond`; `null`: none named).
+    pub max_per_second: Option<u32>,
+    /// The items/s budget it is paced by: its rate, or the highest move rate (500) when it
+    /// named none.
+    pub items_per_s: f64,
+    /// Whether each message goes back to the queue it was dead-lettered from (no
+    /// destination named).
+    pub to_source: bool,
+    /// Messages moved so far.
+    pub moved: u64,
+    /// Messages on the source when the task started.
+    pub to_move: u64,
+    /// Why it failed (status `stopped`; also its `stop_reason`).
+    pub failure_reason: Option<String>,
+}
+
 /// A replay plan.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ReplayPlan {
-    /// `plan_…`.
+    /// `plan_…` (`mv_…`: an SQS message move task's handle).
     pub id: String,
-    /// The queue whose dead letters (open cases) it replays.
+    /// `cases` (a plan over open recovery cases) or `sqs_move` (an SQS message move task).
+    pub kind: String,
+    /// The queue whose dead letters (open cases) it replays, or whose messages it moves.
     pub queue: String,
-    /// Where the replays go.
-    pub destination: String,
+    /// Where the replays go (`null`: an `sqs_move` plan that moves each message back to
+    /// the queue it was dead-lettered from).
+    pub destination: Option<String>,
     /// The owner's name (the token that created it).
     pub owner: String,
-    /// `planned`, `running`, `paused`, `stopped`, `completed` or `cancelled`.
+    /// `planned`, `running`, `paused`, `stopped`, `completed`, `cancelled`, or
+    /// `cancelling` (an `sqs_move` plan whose cancel its runner has not seen yet).
     pub status: String,
-    /// Why it stopped (a stop reason's name), once stopped.
+    /// Why it stopped (a stop reason's name; an `sqs_move` plan's failure reason), once
+    /// stopped.
     pub stop_reason: Option<String>,
     /// What stopped it, in words.
     pub stop_detail: Option<String>,
@@ -275,26 +300,30 @@ pub struct ReplayPlan {
     pub created_at: String,
     /// When it last changed (RFC 3339).
     pub updated_at: String,
-    /// Until when the owner's lease holds (RFC 3339).
-    pub owner_until: String,
+    /// Until when the owner's lease holds (RFC 3339; `null` for an `sqs_move` plan, which
+    /// runs on its owner's token).
+    pub owner_until: Option<String>,
     /// What it selected.
     pub selection: ReplayPlanSelection,
     /// The correction every item's case must carry, if named.
     pub correction: Option<String>,
-    /// Its budget.
-    pub budget: ReplayPlanBudget,
-    /// The owner's lease, ms.
-    pub lease_ms: u64,
-    /// The dependency's observation window, ms.
-    pub observe_ms: u64,
+    /// Its budget (`null` for an `sqs_move` plan: its items/s budget is in `sqs_move`).
+    pub budget: Option<ReplayPlanBudget>,
+    /// The owner's lease, ms (`null` for an `sqs_move` plan).
+    pub lease_ms: Option<u64>,
+    /// The dependency's observation window, ms (`null` for an `sqs_move` plan).
+    pub observe_ms: Option<u64>,
     /// The ordering scopes it holds whole: each session's open cases, in order.
     pub sessions: BTreeMap<String, Vec<String>>,
     /// The dependency's reading before the first admission.
     pub baseline: Option<PlanReading>,
     /// The latest readings (at most two), latest last.
     pub readings: Vec<PlanReading>,
-    /// How far it got.
+    /// How far it got (an `sqs_move` plan: its items are the messages to move, admitted
+    /// and completed those moved).
     pub progress: PlanProgress,
+    /// The message move task, for an `sqs_move` plan (`null` for a `cases` plan).
+    pub sqs_move: Option<SqsMovePlan>,
 }
 
 /// `GET /v1/replay/plans`.

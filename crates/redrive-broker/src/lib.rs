@@ -73,8 +73,8 @@ pub use messages::{
     Outgoing, ReceiveOptions, Settle,
 };
 pub use mover::{
-    AUTHORIZATION_REVOKED, MAX_MOVE_RATE, MoveError, MoveSpec, MoveStatus, MoveTask,
-    is_move_task_handle,
+    AUTHORIZATION_REVOKED, MAX_MOVE_RATE, MOVE_BATCH, MoveError, MoveSpec, MoveStatus, MoveTask,
+    is_move_task_handle, move_budget, move_rate,
 };
 pub use push_stats::{LATENCY_BUCKETS_S, PushCounters};
 pub use queues::QueueView;
@@ -83,9 +83,9 @@ pub use register::RegisterChange;
 pub use relay::WakeupRelay;
 pub use replay_plans::{
     BudgetRecord, DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, DependencySpec, FAILURE_PERSISTS_MS,
-    MAX_PLAN_ITEMS, MAX_PLAN_LEASE_MS, MAX_PREVIEW_LIST, MAX_SELECTION_VALUES, NodeReplayBudget,
-    PlanInput, PlanPass, PlanPreview, PlanSelectionInput, PlanSpec, PlanView, PlanWorker,
-    PreviewItem, Reading, RunState,
+    MAX_PLAN_ITEMS, MAX_PLAN_LEASE_MS, MAX_PREVIEW_LIST, MAX_SELECTION_VALUES, MovePlanView,
+    NodeReplayBudget, PlanAction, PlanInput, PlanPass, PlanPreview, PlanSelectionInput, PlanSpec,
+    PlanView, PlanWorker, PreviewItem, Reading, RunState,
 };
 pub use replayer::{
     REPLAY_BATCH, REPLAY_LEASE, ReplayPass, ReplaySettings, ReplayStatus, Replayer, RestorePreview,

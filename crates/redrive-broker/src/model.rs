@@ -7,8 +7,8 @@ pub use redrive_store::{
     AuditEntry, AuditQuery, CaseCounts, CaseQuery, CaseRecord, DeadLetterDelivery,
     DeadLetterRecord, Delivery, EffectAuthority, Enqueued, IntentRecord, IntentStatus,
     MAX_AUDIT_PAGE, MAX_CASE_PAGE, MAX_PLAN_ITEM_PAGE, MAX_PLAN_PAGE, MAX_REGISTER_PAGE,
-    PlanItemQuery, PlanItemRecord, PlanItemState, PlanMut, PlanQuery, PlanStatus, QueueCounts,
-    QueueRecord, RegisterRecord, ReplayPlanRecord, SessionLock, SessionRef, Settled,
+    PlanItemQuery, PlanItemRecord, PlanItemState, PlanKind, PlanMut, PlanQuery, PlanStatus,
+    QueueCounts, QueueRecord, RegisterRecord, ReplayPlanRecord, SessionLock, SessionRef, Settled,
     SqsCredentials, StoreError, StoreErrorKind, StoredMessage, SubscriptionRecord,
     SubscriptionSpec, SubscriptionUpdate, TokenRecord, TopicRecord,
 };

@@ -5,13 +5,27 @@
 //!
 //! A move is a peek-lock receive from the source, a send to the destination (the
 //! dead-letter properties removed), then a complete of the source message: at least once
-//! (a crash between the send and the complete leaves the message on both queues). At
-//! most `max_per_second` messages are moved in each second of the broker's clock (the
-//! task sleeps on the injected clock, never on wall time). A message without a source to
-//! return to, or a send that fails, stops the task as failed (the message is released).
+//! (a crash between the send and the complete leaves the message on both queues). A
+//! message without a source to return to, or a send that fails, stops the task as failed
+//! (the message is released).
 //!
-//! Tasks are kept in the store (`redrive_store::MoveTaskRecord`), so every node sharing
-//! it lists and cancels them. One node runs a task at a time, its runner: before each
+//! # A move task is a replay plan
+//!
+//! A task is stored as a replay plan of kind `sqs_move` (`redrive_store::MoveTaskRecord`
+//! is its SQS view; `GET /v1/replay/plans` lists it), bounded by items per second only:
+//! its `max_per_second`, or [`MAX_MOVE_RATE`] when it names none — a move task is never
+//! unbounded. Its pace is the plan engine's ([`redrive_core::plan::Pacer`], on the
+//! broker's clock: the task sleeps on the injected clock, never on wall time). Messages
+//! are received in batches of at most [`MOVE_BATCH`] and never more than a second of the
+//! rate; a batch takes its slots together (`k` messages at `t` hold the pacer until
+//! `t + k/rate`), so at most `rate` messages move in any second that starts with a batch,
+//! and over any interval of length `T` at most `⌊T·rate⌋ + k`. The pacer's state is
+//! written with every heartbeat (and when the task is let go), so a task resumed on
+//! another node, or after a restart, keeps its spacing: it waits for its next slot.
+//! Before it waits, a task whose last receive came back short looks at the source again:
+//! a source it emptied ends the task at once rather than at its next slot.
+//!
+//! Tasks are kept in the store, so every node sharing it lists and cancels them. One node runs a task at a time, its runner: before each
 //! batch the runner writes the task's progress and renews its heartbeat
 //! ([`MOVE_HEARTBEAT`] of the broker's clock), and reads back whether a cancel was asked
 //! on any node (`CANCELLING`: it stops there and ends the task `CANCELLED`; a cancel asked
@@ -33,6 +47,7 @@ use std::time::Duration;
 use redrive_core::message::{
     DEAD_LETTER_DESCRIPTION_PROPERTY, DEAD_LETTER_REASON_PROPERTY, DEAD_LETTER_SOURCE_PROPERTY,
 };
+use redrive_core::plan::{Admission, Budget, Dependency, Pacer};
 use redrive_core::{PropertyValue, Timestamp};
 use redrive_store::skeleton::columns::after;
 use redrive_store::{
@@ -50,14 +65,53 @@ use crate::{
 pub const MAX_MOVE_RATE: u32 = 500;
 /// Lock the mover takes on a source message while it moves it.
 const MOVE_LOCK_MS: u64 = 60_000;
-/// Messages received from the source at a time.
-const MOVE_BATCH: u32 = 10;
+/// Most messages received from the source at a time.
+pub const MOVE_BATCH: u32 = 10;
 /// How long a runner's heartbeat holds its task (of the broker's clock): renewed before
 /// every batch (at least once a second), so a task whose heartbeat ran out has lost its
 /// runner and another node resumes it.
 pub const MOVE_HEARTBEAT: Duration = Duration::from_secs(30);
 /// Orphaned tasks one look claims.
 const CLAIM_BATCH: u32 = 10;
+
+/// The items/s budget a task is paced by: its `max_per_second`, or [`MAX_MOVE_RATE`].
+pub fn move_rate(max_per_second: Option<u32>) -> u32 {
+    max_per_second
+        .unwrap_or(MAX_MOVE_RATE)
+        .clamp(1, MAX_MOVE_RATE)
+}
+
+/// The plan budget a task's pacer holds it to: items/s only ([`move_rate`]); bytes
+/// unbounded, a batch in flight at a time, and no dependency reservation (a move reads
+/// and writes this broker's own queues).
+pub fn move_budget(max_per_second: Option<u32>) -> Budget {
+    Budget {
+        items_per_s: f64::from(move_rate(max_per_second)),
+        bytes_per_s: u64::MAX,
+        max_concurrent: MOVE_BATCH,
+        window: MOVE_BATCH,
+        dependency: Dependency {
+            name: "none".to_owned(),
+            probe_url: String::new(),
+            max_error_rate: 1.0,
+            max_latency_ms: u64::MAX,
+        },
+    }
+}
+
+/// The pacer of a task as stored (its next slot), or a fresh one.
+fn pacer_of(record: &MoveTaskRecord) -> Pacer {
+    Pacer {
+        next_item_ms: record.next_slot.map_or(0.0, |t| t.0 as f64),
+        ..Pacer::default()
+    }
+}
+
+/// The pacer's state as stored: its next slot, rounded up to the millisecond (never
+/// earlier than the pacer's).
+fn next_slot(p: &Pacer) -> Option<Timestamp> {
+    (p.next_item_ms > 0.0).then(|| Timestamp(p.next_item_ms.ceil() as i64))
+}
 
 /// What to move, where, and how fast.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -299,6 +353,7 @@ impl Broker {
             updated_at: now,
             runner: Some(self.inner.node_id.clone()),
             runner_until: Some(after(now, heartbeat_ms())),
+            next_slot: None,
         };
         let record = match self.inner.store.create_move_task(&record).await {
             Ok(r) => r,
@@ -428,6 +483,7 @@ impl Broker {
                         moved: record.moved,
                         failure_reason: Some(AUTHORIZATION_REVOKED.to_owned()),
                         runner_until: None,
+                        next_slot: record.next_slot,
                     };
                     self.end_move(&record, &owner, &end).await;
                 }
@@ -500,9 +556,10 @@ impl Broker {
         let handle = record.handle.clone();
         let spec = MoveTask::from(&record).spec;
         let mut moved = record.moved;
+        let mut pacer = pacer_of(&record);
         let stop = cancel.child_token();
         let result = tokio::select! {
-            r = self.move_loop(&handle, &spec, &stop, &mut moved) => r,
+            r = self.move_loop(&handle, &spec, &stop, &mut moved, &mut pacer) => r,
             () = revoked.cancelled() => Err(AUTHORIZATION_REVOKED.to_owned()),
         };
         // A revocation that lands between batches ends the loop through the select; one
@@ -527,6 +584,7 @@ impl Broker {
                     moved,
                     failure_reason: None,
                     runner_until: None,
+                    next_slot: next_slot(&pacer),
                 };
                 if let Err(e) = self
                     .inner
@@ -548,19 +606,22 @@ impl Broker {
             moved,
             failure_reason: failure,
             runner_until,
+            next_slot: next_slot(&pacer),
         };
         self.end_move(&record, &owner, &end).await;
         tracing::info!(handle, "message move task ended");
     }
 
-    /// Writes progress and renews the heartbeat; says whether to go on.
-    async fn beat(&self, handle: &str, moved: u64) -> Option<Stop> {
+    /// Writes progress and the pacing state and renews the heartbeat; says whether to go
+    /// on.
+    async fn beat(&self, handle: &str, moved: u64, pacer: &Pacer) -> Option<Stop> {
         let now = self.now();
         let p = MoveTaskProgress {
             status: MoveTaskStatus::Running,
             moved,
             failure_reason: None,
             runner_until: Some(after(now, heartbeat_ms())),
+            next_slot: next_slot(pacer),
         };
         match self
             .inner
@@ -581,13 +642,15 @@ impl Broker {
     }
 
     /// Moves until the source is empty, the task is cancelled, or the broker shuts down;
-    /// `Err` with the reason when a message cannot be moved. `moved` counts as it goes.
+    /// `Err` with the reason when a message cannot be moved. `moved` counts as it goes;
+    /// `pacer` holds the task to its rate (see the module docs).
     async fn move_loop(
         &self,
         handle: &str,
         spec: &MoveSpec,
         cancel: &CancellationToken,
         moved: &mut u64,
+        pacer: &mut Pacer,
     ) -> Result<Stop, String> {
         let stopped = |c: &CancellationToken| {
             if self.inner.shutdown.is_cancelled() {
@@ -598,67 +661,101 @@ impl Broker {
                 Stop::Done
             }
         };
-        let mut window_start = self.now();
-        let mut in_window = 0u32;
+        let budget = move_budget(spec.max_per_second);
+        // A batch never takes more than a second of the rate.
+        let want = MOVE_BATCH.min(move_rate(spec.max_per_second));
+        // Messages received and not yet moved (a look taken before a wait).
+        let mut held: Vec<Delivery> = Vec::new();
+        // Whether the last receive came back short: the source may be empty.
+        let mut short = false;
         loop {
             if cancel.is_cancelled() {
+                self.release(handle, &spec.source, held).await;
                 return Ok(stopped(cancel));
             }
-            if let Some(stop) = self.beat(handle, *moved).await {
+            if let Some(stop) = self.beat(handle, *moved, pacer).await {
+                self.release(handle, &spec.source, held).await;
                 return Ok(stop);
             }
-            let mut want = MOVE_BATCH;
-            if let Some(rate) = spec.max_per_second {
-                if in_window >= rate {
-                    let next = window_start.plus_millis(1_000);
-                    tokio::select! {
-                        () = self.inner.clock.sleep_until(next) => {}
-                        () = cancel.cancelled() => return Ok(stopped(cancel)),
+            if let Admission::At(at) = pacer.check(&budget, 0, self.now()) {
+                if short && held.is_empty() {
+                    held = self.receive_batch(&spec.source, want).await?;
+                    if held.is_empty() {
+                        return Ok(Stop::Done);
                     }
-                    window_start = self.now();
-                    in_window = 0;
-                    continue;
+                    short = held.len() < want as usize;
                 }
-                want = want.min(rate - in_window);
-            }
-            let got = self
-                .receive(
-                    &spec.source,
-                    ReceiveOptions {
-                        max: want,
-                        lock_ms: Some(MOVE_LOCK_MS),
-                        wait_ms: 0,
-                        session: None,
-                        until_revoked: None,
-                    },
-                )
-                .await
-                .map_err(|e| format!("receiving from {}: {e}", spec.source))?;
-            if got.is_empty() {
-                return Ok(Stop::Done);
-            }
-            let mut rest = got.into_iter();
-            while let Some(d) = rest.next() {
-                if let Err(reason) = self.move_one(spec, &d).await {
-                    let release: Vec<Settlement> = std::iter::once(d)
-                        .chain(rest)
-                        .map(|d| Settlement {
-                            lock_token: d.lock_token,
-                            action: SettleAction::Abandon { delay_ms: Some(0) },
-                        })
-                        .collect();
-                    if let Err(e) = self
-                        .settle_items(&spec.source, release, LockBounds::Native)
-                        .await
-                    {
-                        tracing::warn!(handle, error = %e, "releasing unmoved messages failed");
+                tokio::select! {
+                    () = self.inner.clock.sleep_until(at) => {}
+                    () = cancel.cancelled() => {
+                        self.release(handle, &spec.source, held).await;
+                        return Ok(stopped(cancel));
                     }
+                }
+                // Beat again first: a cancel asked elsewhere is seen before moving on.
+                continue;
+            }
+            if held.is_empty() {
+                held = self.receive_batch(&spec.source, want).await?;
+                if held.is_empty() {
+                    return Ok(Stop::Done);
+                }
+            }
+            short = held.len() < want as usize;
+            // The batch takes its slots together.
+            let now = self.now();
+            for _ in &held {
+                pacer.admit(&budget, 0, now);
+            }
+            let mut rest = std::mem::take(&mut held).into_iter();
+            while let Some(d) = rest.next() {
+                let one = self.move_one(spec, &d).await;
+                pacer.finish();
+                if let Err(reason) = one {
+                    self.release(
+                        handle,
+                        &spec.source,
+                        std::iter::once(d).chain(rest).collect(),
+                    )
+                    .await;
                     return Err(reason);
                 }
-                in_window += 1;
                 *moved += 1;
             }
             tokio::task::yield_now().await;
+        }
+    }
+
+    /// Receives up to `want` messages of `source` under the mover's lock.
+    async fn receive_batch(&self, source: &str, want: u32) -> Result<Vec<Delivery>, String> {
+        self.receive(
+            source,
+            ReceiveOptions {
+                max: want,
+                lock_ms: Some(MOVE_LOCK_MS),
+                wait_ms: 0,
+                session: None,
+                until_revoked: None,
+            },
+        )
+        .await
+        .map_err(|e| format!("receiving from {source}: {e}"))
+    }
+
+    /// Releases messages received and not moved (available again at once).
+    async fn release(&self, handle: &str, source: &str, held: Vec<Delivery>) {
+        if held.is_empty() {
+            return;
+        }
+        let release: Vec<Settlement> = held
+            .into_iter()
+            .map(|d| Settlement {
+                lock_token: d.lock_token,
+                action: SettleAction::Abandon { delay_ms: Some(0) },
+            })
+            .collect();
+        if let Err(e) = self.settle_items(source, release, LockBounds::Native).await {
+            tracing::warn!(handle, error = %e, "releasing unmoved messages failed");
         }
     }
 
@@ -917,6 +1014,100 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_resumed_task_keeps_its_spacing_and_does_not_exceed_its_rate() {
+        let f = fixture().await;
+        let (b, b2) = (&f.broker, &other_node(&f));
+        dlq_and_dest(b, 7).await;
+        let t0 = b.now();
+        let t = b
+            .start_move_task(MoveSpec {
+                max_per_second: Some(2),
+                ..rate_one()
+            })
+            .await
+            .unwrap();
+        // Two at t0 (one batch, a second of the rate); the next two not before t0 + 1 s.
+        parked_at(&f, "dlq", 2).await;
+        b.begin_shutdown();
+        b.move_tasks_stopped().await;
+        let store = b.inner.store.clone();
+        let let_go = store.get_move_task(&t.handle).await.unwrap().unwrap();
+        assert_eq!(let_go.runner_until, None);
+        assert_eq!(let_go.next_slot, Some(t0.plus_millis(1_000)));
+        // The plan shows the task, its budget and its pacing state.
+        let plan = store.get_replay_plan(&t.handle).await.unwrap();
+        assert_eq!(plan.kind, redrive_store::PlanKind::SqsMove);
+        assert_eq!(plan.m.state["next_item_ms"], t0.plus_millis(1_000).0);
+        // Resumed on another node at the same instant: it waits for its slot. (The stopped
+        // runner's dropped sleep stays on the manual clock until its deadline.)
+        assert_eq!(b2.resume_move_tasks().await.unwrap(), 1);
+        for _ in 0..10_000 {
+            let now = store.get_move_task(&t.handle).await.unwrap().unwrap();
+            if now.runner.as_deref() == Some(b2.node_id()) && f.clock.sleepers() == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(
+            f.clock.sleepers(),
+            2,
+            "the resumed runner waits on the clock"
+        );
+        assert_eq!(task(b2, "dlq").await.moved, 2, "nothing more at t0");
+        assert_eq!(count(b2, "dest").await, 2);
+        f.clock.advance(Duration::from_millis(999));
+        tokio::task::yield_now().await;
+        assert_eq!(task(b2, "dlq").await.moved, 2, "nothing before t0 + 1 s");
+        f.clock.advance(Duration::from_millis(1));
+        parked_at(&f, "dlq", 4).await;
+        assert_eq!(b2.now(), t0.plus_millis(1_000));
+        assert_eq!(
+            count(b2, "dest").await,
+            4,
+            "four in [t0, t0 + 1 s]: the rate kept"
+        );
+        f.clock.advance(Duration::from_secs(1));
+        parked_at(&f, "dlq", 6).await;
+        f.clock.advance(Duration::from_secs(1));
+        let done = until_task(b2, "dlq", |t| t.status == MoveStatus::Completed).await;
+        assert_eq!((done.moved, done.to_move), (7, 7));
+    }
+
+    #[tokio::test]
+    async fn a_task_without_a_rate_is_paced_at_the_highest_rate() {
+        let f = fixture().await;
+        let b = &f.broker;
+        dlq_and_dest(b, 25).await;
+        let t0 = b.now();
+        b.start_move_task(MoveSpec {
+            max_per_second: None,
+            ..rate_one()
+        })
+        .await
+        .unwrap();
+        // A batch of ten at t0 holds the pacer for ten slots of 1/500 s.
+        parked_at(&f, "dlq", 10).await;
+        let stored = b.list_move_tasks("dlq", 1).await.unwrap();
+        assert_eq!(stored[0].spec.max_per_second, None);
+        let slot = b
+            .inner
+            .store
+            .get_move_task(&stored[0].handle)
+            .await
+            .unwrap()
+            .unwrap()
+            .next_slot;
+        assert_eq!(slot, Some(t0.plus_millis(20)));
+        f.clock.advance(Duration::from_millis(20));
+        parked_at(&f, "dlq", 20).await;
+        f.clock.advance(Duration::from_millis(20));
+        // Five left: moved, and the source found empty without waiting for the next slot.
+        let done = until_task(b, "dlq", |t| t.status == MoveStatus::Completed).await;
+        assert_eq!(done.moved, 25);
+        assert_eq!(b.now(), t0.plus_millis(40));
+    }
+
+    #[tokio::test]
     async fn a_task_whose_runner_died_is_resumed_once_its_heartbeat_ran_out() {
         let f = fixture().await;
         let b = &f.broker;
@@ -940,6 +1131,7 @@ mod tests {
                 updated_at: now,
                 runner: Some("node-gone".to_owned()),
                 runner_until: Some(after(now, heartbeat_ms())),
+                next_slot: None,
             })
             .await
             .unwrap();

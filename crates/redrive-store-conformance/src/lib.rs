@@ -203,6 +203,8 @@ macro_rules! store_conformance_tests {
             move_task_progress_is_written_by_its_runner_only,
             an_orphaned_move_task_is_claimed_once_its_heartbeat_passed,
             only_the_most_recent_finished_move_tasks_of_a_source_are_kept,
+            a_move_task_is_listed_as_an_sqs_move_plan_with_its_budget_and_progress,
+            a_second_active_move_task_is_refused_while_cases_plans_of_the_queue_are_not_affected,
             // bounded replay plans
             replay_plans_are_stored_with_their_items_read_listed_and_paged,
             replay_plan_items_filter_by_state_and_page_by_seq,

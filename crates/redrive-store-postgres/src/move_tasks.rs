@@ -1,53 +1,47 @@
-//! Message move tasks. The decisions are `redrive_store::skeleton::move_tasks`'s.
+//! Message move tasks, stored as replay plans of kind `sqs_move`. The mapping, the
+//! statements and the decisions are `redrive_store::skeleton::move_tasks`'s.
 //!
-//! A create inserts against the partial unique index of active tasks (`ON CONFLICT ...
-//! DO NOTHING` waits for a concurrent insert of the same source, then sees it). Progress
-//! and cancel lock the task's row; a claim locks the orphans it takes and skips those
-//! another node is claiming.
+//! A create inserts against the partial unique index of active move plans (`ON CONFLICT
+//! ... DO NOTHING` waits for a concurrent insert of the same source, then sees it).
+//! Progress and cancel lock the plan's row; a claim locks the orphans it takes and skips
+//! those another node is claiming.
+
+use std::sync::LazyLock;
 
 use redrive_core::Timestamp;
-use redrive_store::skeleton::columns::to_int;
-use redrive_store::skeleton::move_tasks::{self as skeleton, page_limit};
-use redrive_store::{
-    MOVE_TASKS_KEPT_PER_SOURCE, MoveTaskProgress, MoveTaskRecord, StoreError, StoreResult,
+use redrive_store::skeleton::move_tasks::{
+    self as skeleton, GET_MOVE, INSERT_MOVE, LIST_MOVES, ORPHANS, PRUNE_MOVES, WRITE_MOVE,
+    move_columns, page_limit, write_columns,
 };
+use redrive_store::{MoveTaskProgress, MoveTaskRecord, StoreError, StoreResult};
 use tokio_postgres::Row;
 
 use crate::pool::Db;
 use crate::rows::{Cols, decode};
+
+/// [`GET_MOVE`], locking the row.
+static LOCKED: LazyLock<String> = LazyLock::new(|| format!("{GET_MOVE} FOR UPDATE"));
+/// [`ORPHANS`], locking those it takes and skipping those another claim locked.
+static CLAIMABLE: LazyLock<String> = LazyLock::new(|| format!("{ORPHANS} FOR UPDATE SKIP LOCKED"));
 
 fn record(r: &Row) -> StoreResult<MoveTaskRecord> {
     skeleton::decode(&Cols(r))
 }
 
 pub(crate) async fn get(db: &Db<'_>, handle: &str) -> StoreResult<Option<MoveTaskRecord>> {
-    db.query_opt(
-        concat!(
-            "SELECT ",
-            redrive_store::columns!(move_task),
-            " FROM move_tasks WHERE handle = $1"
-        ),
-        &[&handle],
-    )
-    .await?
-    .as_ref()
-    .map(record)
-    .transpose()
+    db.query_opt(GET_MOVE, &[&handle])
+        .await?
+        .as_ref()
+        .map(record)
+        .transpose()
 }
 
 async fn locked(db: &Db<'_>, handle: &str) -> StoreResult<Option<MoveTaskRecord>> {
-    db.query_opt(
-        concat!(
-            "SELECT ",
-            redrive_store::columns!(move_task),
-            " FROM move_tasks WHERE handle = $1 FOR UPDATE"
-        ),
-        &[&handle],
-    )
-    .await?
-    .as_ref()
-    .map(record)
-    .transpose()
+    db.query_opt(&LOCKED, &[&handle])
+        .await?
+        .as_ref()
+        .map(record)
+        .transpose()
 }
 
 pub(crate) async fn list(
@@ -55,43 +49,35 @@ pub(crate) async fn list(
     source: &str,
     limit: u32,
 ) -> StoreResult<Vec<MoveTaskRecord>> {
-    let rows = db
-        .query(
-            concat!(
-                "SELECT ",
-                redrive_store::columns!(move_task),
-                " FROM move_tasks WHERE source = $1 ORDER BY started_at DESC, seq DESC LIMIT $2"
-            ),
-            &[&source, &page_limit(limit)],
-        )
-        .await?;
+    let rows = db.query(LIST_MOVES, &[&source, &page_limit(limit)]).await?;
     decode(&rows, record)
 }
 
 pub(crate) async fn create(db: &Db<'_>, t: &MoveTaskRecord) -> StoreResult<MoveTaskRecord> {
+    let c = move_columns(t)?;
+    let p = &c.plan;
     let n = db
         .execute(
-            concat!(
-                "INSERT INTO move_tasks (",
-                redrive_store::columns!(move_task),
-                ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
-                 ON CONFLICT (source) WHERE status IN ('RUNNING', 'CANCELLING') DO NOTHING"
-            ),
+            INSERT_MOVE,
             &[
-                &t.handle,
-                &t.source,
-                &t.destination,
-                &t.max_per_second.map(i64::from),
-                &t.status.as_str(),
-                &to_int(t.moved, "move_tasks.moved")?,
-                &to_int(t.to_move, "move_tasks.to_move")?,
-                &t.failure_reason,
-                &t.owner_id,
-                &t.owner_name,
-                &t.started_at.0,
-                &t.updated_at.0,
-                &t.runner,
-                &t.runner_until.map(|u| u.0),
+                &p.id,
+                &p.queue,
+                &p.destination,
+                &p.owner_id,
+                &p.owner_name,
+                &p.spec,
+                &p.items,
+                &p.created_at,
+                &p.version,
+                &p.m.status,
+                &p.m.owner_until,
+                &p.m.stop_reason,
+                &p.m.next_at,
+                &p.m.state,
+                &p.m.updated_at,
+                &p.kind,
+                &c.runner,
+                &c.runner_until,
             ],
         )
         .await?;
@@ -105,17 +91,17 @@ pub(crate) async fn create(db: &Db<'_>, t: &MoveTaskRecord) -> StoreResult<MoveT
 
 /// Writes the mutable part of a task.
 async fn write(db: &Db<'_>, t: &MoveTaskRecord) -> StoreResult<()> {
+    let w = write_columns(t)?;
     db.execute(
-        "UPDATE move_tasks SET status = $2, moved = $3, failure_reason = $4, \
-         updated_at = $5, runner = $6, runner_until = $7 WHERE handle = $1",
+        WRITE_MOVE,
         &[
-            &t.handle,
-            &t.status.as_str(),
-            &to_int(t.moved, "move_tasks.moved")?,
-            &t.failure_reason,
-            &t.updated_at.0,
-            &t.runner,
-            &t.runner_until.map(|u| u.0),
+            &w.status,
+            &w.stop_reason,
+            &w.state,
+            &w.updated_at,
+            &w.runner,
+            &w.runner_until,
+            &w.id,
         ],
     )
     .await?;
@@ -138,15 +124,8 @@ pub(crate) async fn update(
     write(db, &w).await?;
     if !w.status.is_active() {
         // Keep the most recent finished tasks of the source only.
-        db.execute(
-            "DELETE FROM move_tasks WHERE source = $1 \
-             AND status NOT IN ('RUNNING', 'CANCELLING') AND handle NOT IN \
-             (SELECT handle FROM move_tasks WHERE source = $1 \
-              AND status NOT IN ('RUNNING', 'CANCELLING') \
-              ORDER BY started_at DESC, seq DESC LIMIT $2)",
-            &[&w.source, &to_int(MOVE_TASKS_KEPT_PER_SOURCE, "kept")?],
-        )
-        .await?;
+        db.execute(PRUNE_MOVES, &[&w.source, &skeleton::kept()?])
+            .await?;
     }
     Ok(Some(w))
 }
@@ -173,18 +152,7 @@ pub(crate) async fn claim(
     now: Timestamp,
     limit: u32,
 ) -> StoreResult<Vec<MoveTaskRecord>> {
-    let rows = db
-        .query(
-            concat!(
-                "SELECT ",
-                redrive_store::columns!(move_task),
-                " FROM move_tasks WHERE status IN ('RUNNING', 'CANCELLING') \
-                 AND (runner_until IS NULL OR runner_until <= $1) \
-                 ORDER BY started_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED"
-            ),
-            &[&now.0, &page_limit(limit)],
-        )
-        .await?;
+    let rows = db.query(&CLAIMABLE, &[&now.0, &page_limit(limit)]).await?;
     let mut out = Vec::with_capacity(rows.len());
     for stored in decode(&rows, record)? {
         if let Some(w) = skeleton::claim(&stored, runner, lease_ms, now) {

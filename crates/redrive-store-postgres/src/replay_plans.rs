@@ -173,6 +173,7 @@ pub(crate) async fn create(
                 &c.m.next_at,
                 &c.m.state,
                 &c.m.updated_at,
+                &c.kind,
             ],
         )
         .await?;
@@ -282,6 +283,7 @@ pub(crate) async fn update(db: &Db<'_>, u: &ReplayPlanUpdate) -> StoreResult<Rep
     skeleton::check_update(u)?;
     // Locked: a concurrent update of the plan waits here, then sees this one's version.
     let stored = locked(db, &u.id).await?;
+    skeleton::check_kind(&stored)?;
     skeleton::check_version(&stored, u)?;
     let m = mut_columns(&u.set)?;
     let cases = skeleton::admitted_cases(u);

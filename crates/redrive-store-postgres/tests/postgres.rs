@@ -979,19 +979,17 @@ async fn one_node_wins_a_token_name() {
 }
 
 /// Takes a schema back to version 7, as a build of that version left it: the case tables
-/// and the route columns of version 8, the move tasks of version 9 and the replay plans
-/// of version 10 gone.
+/// and the route columns of version 8, and the replay plans of version 10 (with the move
+/// plans version 11 made of the move tasks of version 9) gone.
 const BACK_TO_VERSION_7: &str = "DROP TABLE replay_plans, replay_plan_items; \
-     DROP TABLE move_tasks; \
      DROP TABLE cases, case_timeline, case_payloads, intents, \
        effect_authorities; \
      ALTER TABLE dead_letters DROP COLUMN route_target, DROP COLUMN missing_target; \
      DELETE FROM redrive_schema_migrations WHERE version >= 8";
 
 /// Takes a schema back to version 6, as a build of that version left it: version 8
-/// to 10 undone, then the replay columns and indexes of version 7 gone.
+/// to 11 undone, then the replay columns and indexes of version 7 gone.
 const BACK_TO_VERSION_6: &str = "DROP TABLE replay_plans, replay_plan_items; \
-     DROP TABLE move_tasks; \
      DROP TABLE cases, case_timeline, case_payloads, intents, \
        effect_authorities; \
      ALTER TABLE dead_letters DROP COLUMN route_target, DROP COLUMN missing_target; \
@@ -1025,10 +1023,10 @@ async fn a_version_4_schema_gains_the_access_tables() {
         "4"
     );
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 10);
+    assert_eq!(SCHEMA_VERSION, 11);
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "10"
+        "11"
     );
     assert_eq!(store.list_queues().await.unwrap().len(), 1);
     let appended = store
@@ -1793,6 +1791,7 @@ async fn a_lease_lost_to_a_concurrent_admission_is_replay_item_taken() {
     for id in ["plan_x", "plan_b"] {
         let p = ReplayPlanRecord {
             id: id.to_owned(),
+            kind: redrive_store::PlanKind::Cases,
             queue: "orders".to_owned(),
             destination: "orders".to_owned(),
             owner_id: "tok_1".to_owned(),
@@ -1870,5 +1869,115 @@ async fn a_lease_lost_to_a_concurrent_admission_is_replay_item_taken() {
         .await
         .unwrap();
     assert_eq!(items, vec![item]);
+    store.close();
+}
+
+/// A schema at version 10 with move tasks in `move_tasks` is brought to version 11 at
+/// connect: each task becomes a replay plan of kind `sqs_move`, listed with the plans,
+/// read as the same task, its source still held by the running one; `move_tasks` is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_10_move_tasks_become_sqs_move_plans() {
+    use redrive_store::{MoveTaskStatus, PlanKind, PlanQuery, PlanStatus};
+
+    let g = SchemaGuard::fresh(&database());
+    let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
+    store.close();
+    // As a build of version 10 left it, with two tasks of one source.
+    raw(
+        &g,
+        &format!(
+            "DROP INDEX replay_plans_active_move, replay_plans_moves, replay_plans_seq; \
+             ALTER TABLE replay_plans DROP COLUMN kind, DROP COLUMN runner, \
+               DROP COLUMN runner_until, DROP COLUMN seq; \
+             {} \
+             DELETE FROM redrive_schema_migrations WHERE version >= 11; \
+             INSERT INTO move_tasks (handle, source, destination, max_per_second, status, \
+               moved, to_move, failure_reason, owner_id, owner_name, started_at, updated_at, \
+               runner, runner_until) VALUES \
+             ('mv_old', 'dlq', NULL, NULL, 'FAILED', 1, 4, 'authorization_revoked', \
+               'tok_0000000000000001', 'mover', {t0}, {t0}, NULL, NULL), \
+             ('mv_run', 'dlq', 'dest', 5, 'RUNNING', 3, 7, NULL, \
+               'tok_0000000000000001', 'mover', {t0}, {t0}, 'node-1', {until})",
+            include_str!("../src/migrations/0009_move_tasks.sql"),
+            t0 = T0.0,
+            until = T0.0 + 30_000,
+        ),
+    )
+    .await;
+    let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
+    assert_eq!(
+        scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
+        "11"
+    );
+    assert_eq!(
+        scalar(
+            &g,
+            "SELECT count(*) FROM pg_tables WHERE tablename = 'move_tasks' \
+             AND schemaname = current_schema()"
+        )
+        .await,
+        "0"
+    );
+    let plans = store
+        .list_replay_plans(&PlanQuery::default())
+        .await
+        .unwrap();
+    let listed: Vec<(&str, PlanKind, PlanStatus, Option<&str>)> = plans
+        .iter()
+        .map(|p| {
+            (
+                p.id.as_str(),
+                p.kind,
+                p.m.status,
+                p.m.stop_reason.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (
+                "mv_old",
+                PlanKind::SqsMove,
+                PlanStatus::Stopped,
+                Some("authorization_revoked")
+            ),
+            ("mv_run", PlanKind::SqsMove, PlanStatus::Running, None),
+        ]
+    );
+    let run = store.get_move_task("mv_run").await.unwrap().unwrap();
+    assert_eq!(
+        (run.status, run.moved, run.to_move, run.max_per_second),
+        (MoveTaskStatus::Running, 3, 7, Some(5))
+    );
+    assert_eq!(
+        (run.runner.as_deref(), run.runner_until),
+        (Some("node-1"), Some(Timestamp(T0.0 + 30_000)))
+    );
+    let old = store.get_move_task("mv_old").await.unwrap().unwrap();
+    assert_eq!(
+        (old.destination, old.failure_reason.as_deref()),
+        (None, Some("authorization_revoked"))
+    );
+    let handles: Vec<String> = store
+        .list_move_tasks("dlq", 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.handle)
+        .collect();
+    assert_eq!(
+        handles,
+        ["mv_run", "mv_old"],
+        "creation order breaks the tie"
+    );
+    let second = redrive_store::MoveTaskRecord {
+        handle: "mv_new".to_owned(),
+        ..run
+    };
+    assert!(matches!(
+        store.create_move_task(&second).await,
+        Err(StoreError::MoveTaskRunning { .. })
+    ));
     store.close();
 }

@@ -1,12 +1,13 @@
-//! Message move tasks: create, progress, cancel and claim (writer), get and list
-//! (readers). The decisions are `redrive_store::skeleton::move_tasks`'s.
+//! Message move tasks, stored as replay plans of kind `sqs_move`: create, progress,
+//! cancel and claim (writer), get and list (readers). The mapping, the statements and the
+//! decisions are `redrive_store::skeleton::move_tasks`'s.
 
 use redrive_core::Timestamp;
-use redrive_store::skeleton::columns::to_int;
-use redrive_store::skeleton::move_tasks::{self as skeleton, page_limit};
-use redrive_store::{
-    MOVE_TASKS_KEPT_PER_SOURCE, MoveTaskProgress, MoveTaskRecord, StoreError, StoreResult,
+use redrive_store::skeleton::move_tasks::{
+    self as skeleton, GET_MOVE, INSERT_MOVE, LIST_MOVES, ORPHANS, PRUNE_MOVES, WRITE_MOVE,
+    move_columns, page_limit, write_columns,
 };
+use redrive_store::{MoveTaskProgress, MoveTaskRecord, StoreError, StoreResult};
 use rusqlite::{Connection, Row, params};
 
 use crate::error::Db;
@@ -18,13 +19,7 @@ fn record(r: &Row<'_>) -> StoreResult<MoveTaskRecord> {
 }
 
 pub(crate) fn get(conn: &Connection, handle: &str) -> StoreResult<Option<MoveTaskRecord>> {
-    let mut stmt = conn
-        .prepare_cached(concat!(
-            "SELECT ",
-            redrive_store::columns!(move_task),
-            " FROM move_tasks WHERE handle = ?1"
-        ))
-        .db()?;
+    let mut stmt = conn.prepare_cached(GET_MOVE).db()?;
     query_opt(&mut stmt, [handle], record)
 }
 
@@ -33,42 +28,36 @@ pub(crate) fn list(
     source: &str,
     limit: u32,
 ) -> StoreResult<Vec<MoveTaskRecord>> {
-    let mut stmt = conn
-        .prepare_cached(concat!(
-            "SELECT ",
-            redrive_store::columns!(move_task),
-            " FROM move_tasks WHERE source = ?1 ORDER BY started_at DESC, seq DESC LIMIT ?2"
-        ))
-        .db()?;
+    let mut stmt = conn.prepare_cached(LIST_MOVES).db()?;
     query_all(&mut stmt, params![source, page_limit(limit)], record)
 }
 
 pub(crate) fn create(tx: &mut Tx<'_>, t: &MoveTaskRecord) -> StoreResult<MoveTaskRecord> {
+    let c = move_columns(t)?;
+    let p = &c.plan;
     let n = tx
         .conn
-        .prepare_cached(concat!(
-            "INSERT INTO move_tasks (seq, ",
-            redrive_store::columns!(move_task),
-            ") VALUES ((SELECT coalesce(max(seq), 0) + 1 FROM move_tasks), \
-             ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
-             ON CONFLICT (source) WHERE status IN ('RUNNING', 'CANCELLING') DO NOTHING"
-        ))
+        .prepare_cached(INSERT_MOVE)
         .db()?
         .execute(params![
-            t.handle,
-            t.source,
-            t.destination,
-            t.max_per_second,
-            t.status.as_str(),
-            to_int(t.moved, "move_tasks.moved")?,
-            to_int(t.to_move, "move_tasks.to_move")?,
-            t.failure_reason,
-            t.owner_id,
-            t.owner_name,
-            t.started_at.0,
-            t.updated_at.0,
-            t.runner,
-            t.runner_until.map(|u| u.0),
+            p.id,
+            p.queue,
+            p.destination,
+            p.owner_id,
+            p.owner_name,
+            p.spec,
+            p.items,
+            p.created_at,
+            p.version,
+            p.m.status,
+            p.m.owner_until,
+            p.m.stop_reason,
+            p.m.next_at,
+            p.m.state,
+            p.m.updated_at,
+            p.kind,
+            c.runner,
+            c.runner_until,
         ])
         .db()?;
     if n == 0 {
@@ -81,20 +70,18 @@ pub(crate) fn create(tx: &mut Tx<'_>, t: &MoveTaskRecord) -> StoreResult<MoveTas
 
 /// Writes the mutable part of a task.
 fn write(tx: &mut Tx<'_>, t: &MoveTaskRecord) -> StoreResult<()> {
+    let w = write_columns(t)?;
     tx.conn
-        .prepare_cached(
-            "UPDATE move_tasks SET status = ?2, moved = ?3, failure_reason = ?4, \
-             updated_at = ?5, runner = ?6, runner_until = ?7 WHERE handle = ?1",
-        )
+        .prepare_cached(WRITE_MOVE)
         .db()?
         .execute(params![
-            t.handle,
-            t.status.as_str(),
-            to_int(t.moved, "move_tasks.moved")?,
-            t.failure_reason,
-            t.updated_at.0,
-            t.runner,
-            t.runner_until.map(|u| u.0),
+            w.status,
+            w.stop_reason,
+            w.state,
+            w.updated_at,
+            w.runner,
+            w.runner_until,
+            w.id,
         ])
         .db()?;
     Ok(())
@@ -117,18 +104,9 @@ pub(crate) fn update(
     if !w.status.is_active() {
         // Keep the most recent finished tasks of the source only.
         tx.conn
-            .prepare_cached(
-                "DELETE FROM move_tasks WHERE source = ?1 \
-                 AND status NOT IN ('RUNNING', 'CANCELLING') AND handle NOT IN \
-                 (SELECT handle FROM move_tasks WHERE source = ?1 \
-                  AND status NOT IN ('RUNNING', 'CANCELLING') \
-                  ORDER BY started_at DESC, seq DESC LIMIT ?2)",
-            )
+            .prepare_cached(PRUNE_MOVES)
             .db()?
-            .execute(params![
-                w.source,
-                to_int(MOVE_TASKS_KEPT_PER_SOURCE, "kept")?
-            ])
+            .execute(params![w.source, skeleton::kept()?])
             .db()?;
     }
     Ok(Some(w))
@@ -151,16 +129,7 @@ pub(crate) fn claim(
     limit: u32,
 ) -> StoreResult<Vec<MoveTaskRecord>> {
     let found = {
-        let mut stmt = tx
-            .conn
-            .prepare_cached(concat!(
-                "SELECT ",
-                redrive_store::columns!(move_task),
-                " FROM move_tasks WHERE status IN ('RUNNING', 'CANCELLING') \
-                 AND (runner_until IS NULL OR runner_until <= ?1) \
-                 ORDER BY started_at, seq LIMIT ?2"
-            ))
-            .db()?;
+        let mut stmt = tx.conn.prepare_cached(ORPHANS).db()?;
         query_all(&mut stmt, params![now.0, page_limit(limit)], record)?
     };
     let mut out = Vec::with_capacity(found.len());

@@ -116,6 +116,7 @@ pub(crate) fn create(
             c.m.next_at,
             c.m.state,
             c.m.updated_at,
+            c.kind,
         ])
         .db()?;
     if n == 0 {
@@ -144,6 +145,7 @@ pub(crate) fn update(tx: &mut Tx<'_>, u: &ReplayPlanUpdate) -> StoreResult<Repla
     skeleton::check_update(u)?;
     let conn = tx.conn;
     let stored = get(conn, &u.id)?;
+    skeleton::check_kind(&stored)?;
     skeleton::check_version(&stored, u)?;
     let m = mut_columns(&u.set)?;
     // The item lease, before anything is written (see the module docs).

@@ -871,7 +871,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
              ALTER TABLE dead_letters DROP COLUMN route_target; \
              ALTER TABLE dead_letters DROP COLUMN missing_target; \
              DROP TABLE cases; DROP TABLE case_timeline; DROP TABLE case_payloads; \
-             DROP TABLE intents; DROP TABLE effect_authorities; DROP TABLE move_tasks; \
+             DROP TABLE intents; DROP TABLE effect_authorities; \
              DROP TABLE replay_plans; DROP TABLE replay_plan_items; \
              DELETE FROM schema_migrations WHERE version >= 5;",
         )
@@ -884,7 +884,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (10, 10));
+    assert_eq!((version, SCHEMA_VERSION), (11, 11));
     assert_eq!(store.peek(&name("q"), 1, 10).await.unwrap().len(), 1);
     let token = NewToken {
         id: "tok_000000000000000a".to_owned(),
@@ -1293,4 +1293,157 @@ async fn an_existing_open_directory_and_database_are_tightened() {
     assert!(store.list_queues().await.unwrap().is_empty());
     assert_eq!(mode(&data), 0o700);
     assert_eq!(mode(&path), 0o600);
+}
+
+/// A store written at schema version 10 with move tasks in `move_tasks` opens at version
+/// 11 with each task a replay plan of kind `sqs_move`: listed with the plans, read as the
+/// same task, its source still held by the running one, and `move_tasks` gone.
+#[tokio::test]
+async fn version_10_move_tasks_become_sqs_move_plans() {
+    use redrive_store::{
+        MoveTaskRecord, MoveTaskStatus, PlanKind, PlanQuery, PlanStatus, skeleton::move_tasks,
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("redrive.db");
+    {
+        let conn = schema::open_writer(&path).unwrap();
+        conn.execute_batch("CREATE TABLE schema_migrations (version INTEGER NOT NULL PRIMARY KEY)")
+            .unwrap();
+        for (v, sql) in schema::MIGRATIONS.iter().filter(|(v, _)| *v <= 10) {
+            conn.execute_batch(sql).unwrap();
+            conn.execute("INSERT INTO schema_migrations (version) VALUES (?1)", [v])
+                .unwrap();
+        }
+        let insert = "INSERT INTO move_tasks (handle, seq, source, destination, \
+             max_per_second, status, moved, to_move, failure_reason, owner_id, owner_name, \
+             started_at, updated_at, runner, runner_until) VALUES \
+             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'tok_0000000000000001', 'mover', ?10, ?11, \
+             ?12, ?13)";
+        conn.execute(
+            insert,
+            rusqlite::params![
+                "mv_run",
+                2,
+                "dlq",
+                "dest",
+                5,
+                "RUNNING",
+                3,
+                7,
+                None::<String>,
+                T0.0,
+                T0.0 + 9,
+                "node-1",
+                T0.0 + 30_000
+            ],
+        )
+        .unwrap();
+        conn.execute(
+            insert,
+            rusqlite::params![
+                "mv_old",
+                1,
+                "dlq",
+                None::<String>,
+                None::<i64>,
+                "FAILED",
+                1,
+                4,
+                "authorization_revoked",
+                T0.0,
+                T0.0 + 5,
+                None::<String>,
+                None::<i64>
+            ],
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn
+        .query_row("SELECT max(version) FROM schema_migrations", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(version, 11);
+    let tables: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'move_tasks'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(tables, 0, "move_tasks is dropped");
+    let plans = store
+        .list_replay_plans(&PlanQuery::default())
+        .await
+        .unwrap();
+    let listed: Vec<(&str, PlanKind, PlanStatus, Option<&str>)> = plans
+        .iter()
+        .map(|p| {
+            (
+                p.id.as_str(),
+                p.kind,
+                p.m.status,
+                p.m.stop_reason.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (
+                "mv_old",
+                PlanKind::SqsMove,
+                PlanStatus::Stopped,
+                Some("authorization_revoked")
+            ),
+            ("mv_run", PlanKind::SqsMove, PlanStatus::Running, None),
+        ]
+    );
+    assert_eq!(plans[1].spec["max_per_second"], serde_json::json!(5));
+    assert_eq!(plans[1].m.state["moved"], serde_json::json!(3));
+    assert_eq!(plans[0].destination, redrive_store::MOVE_TO_SOURCE);
+    assert_eq!(plans[0].m.owner_until, move_tasks::NO_LEASE);
+    let run = store.get_move_task("mv_run").await.unwrap().unwrap();
+    assert_eq!(
+        run,
+        MoveTaskRecord {
+            handle: "mv_run".to_owned(),
+            source: "dlq".to_owned(),
+            destination: Some("dest".to_owned()),
+            max_per_second: Some(5),
+            status: MoveTaskStatus::Running,
+            moved: 3,
+            to_move: 7,
+            failure_reason: None,
+            owner_id: "tok_0000000000000001".to_owned(),
+            owner_name: "mover".to_owned(),
+            started_at: T0,
+            updated_at: Timestamp(T0.0 + 9),
+            runner: Some("node-1".to_owned()),
+            runner_until: Some(Timestamp(T0.0 + 30_000)),
+            next_slot: None,
+        }
+    );
+    // Newest first by creation order (same start time), and the running task still holds
+    // its source.
+    let handles: Vec<String> = store
+        .list_move_tasks("dlq", 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.handle)
+        .collect();
+    assert_eq!(handles, ["mv_run", "mv_old"]);
+    let second = MoveTaskRecord {
+        handle: "mv_new".to_owned(),
+        ..run
+    };
+    assert!(matches!(
+        store.create_move_task(&second).await,
+        Err(StoreError::MoveTaskRunning { .. })
+    ));
+    store.close();
 }

@@ -1,6 +1,11 @@
-//! Rows of message move tasks (SQS `StartMessageMoveTask`): the task's state kept in the
-//! store, so that every node sharing it lists and cancels it, and a node resumes it when
-//! the one running it stops.
+//! Message move tasks (SQS `StartMessageMoveTask`): the task's state kept in the store,
+//! so that every node sharing it lists and cancels it, and a node resumes it when the one
+//! running it stops.
+//!
+//! A move task is stored as a replay plan of kind `sqs_move` (`replay_plans`, schema 11;
+//! see [`skeleton::move_tasks`](crate::skeleton::move_tasks) for the mapping): listed by
+//! `list_replay_plans` with the other plans, and read and written here in the task's SQS
+//! terms.
 //!
 //! A task is run by one node at a time, its `runner`, while the runner's heartbeat lease
 //! (`runner_until`) lasts; the runner renews it with every progress it writes. A task
@@ -98,6 +103,10 @@ pub struct MoveTaskRecord {
     pub runner: Option<String>,
     /// Until when the runner's heartbeat holds the task; after that it is an orphan.
     pub runner_until: Option<Timestamp>,
+    /// The pacing state: the earliest time the task's pacer lets the next message go
+    /// (`None`: at once). Written with every heartbeat, so that a resumed task keeps its
+    /// spacing.
+    pub next_slot: Option<Timestamp>,
 }
 
 /// What a runner writes of its task: progress and heartbeat, or its end.
@@ -112,6 +121,8 @@ pub struct MoveTaskProgress {
     /// The heartbeat: the task stays the runner's until then. `None`: the runner lets it
     /// go now (it stops, at shutdown, and another node may claim it at once).
     pub runner_until: Option<Timestamp>,
+    /// The pacing state as the runner leaves it (see [`MoveTaskRecord::next_slot`]).
+    pub next_slot: Option<Timestamp>,
 }
 
 /// Finished tasks kept per source queue (the most recent); older ones are deleted when a

@@ -77,13 +77,33 @@ named_enum! {
         Completed = "completed",
         /// Cancelled by its owner.
         Cancelled = "cancelled",
+        /// A cancel was asked of an `sqs_move` plan: its runner stops at its next look
+        /// and ends it `cancelled` (a `cases` plan is cancelled at once).
+        Cancelling = "cancelling",
     }
 }
 
 impl PlanStatus {
-    /// Whether the plan may still admit or observe items (`running`, `paused`).
+    /// Whether the plan may still admit or observe items (`running`, `paused`, and
+    /// `cancelling` until its runner has stopped).
     pub fn is_active(self) -> bool {
-        matches!(self, PlanStatus::Running | PlanStatus::Paused)
+        matches!(
+            self,
+            PlanStatus::Running | PlanStatus::Paused | PlanStatus::Cancelling
+        )
+    }
+}
+
+named_enum! {
+    /// What a plan's items are.
+    PlanKind, "plan kind" {
+        /// Open recovery cases of one queue, each admitted through its gates (the plan
+        /// runner's).
+        Cases = "cases",
+        /// The messages of one queue, moved to a destination or each back to its source
+        /// (an SQS message move task, `StartMessageMoveTask`): bounded by items/s only,
+        /// run by the mover, with no item rows.
+        SqsMove = "sqs_move",
     }
 }
 
@@ -118,11 +138,14 @@ impl PlanItemState {
 /// A stored plan.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplayPlanRecord {
-    /// `plan_…`.
+    /// `plan_…` (`mv_…` for an `sqs_move` plan: the SQS task handle).
     pub id: String,
-    /// The queue whose dead letters (cases) it replays.
+    /// What its items are.
+    pub kind: PlanKind,
+    /// The queue whose dead letters (cases) it replays, or whose messages it moves.
     pub queue: String,
-    /// Where the replays go.
+    /// Where the replays go (for an `sqs_move` plan, [`MOVE_TO_SOURCE`]: each message back
+    /// to the queue it was dead-lettered from).
     pub destination: String,
     /// The owner: the id of the token that created it.
     pub owner_id: String,
@@ -195,11 +218,17 @@ pub struct ReplayPlanUpdate {
     pub items: Vec<PlanItemRecord>,
 }
 
+/// The destination an `sqs_move` plan stores when it moves each message back to the queue
+/// it was dead-lettered from (no queue is named so).
+pub const MOVE_TO_SOURCE: &str = "";
+
 /// Which plans a listing returns, by id.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PlanQuery {
     /// Only these statuses (any when empty).
     pub status: Vec<PlanStatus>,
+    /// Only these kinds (any when empty).
+    pub kinds: Vec<PlanKind>,
     /// Only plans over this queue.
     pub queue: Option<String>,
     /// Only plans whose id is greater than this (paging).
@@ -232,6 +261,11 @@ mod tests {
         for s in PlanItemState::ALL {
             assert_eq!(s.as_str().parse::<PlanItemState>().unwrap(), *s);
         }
+        for k in PlanKind::ALL {
+            assert_eq!(k.as_str().parse::<PlanKind>().unwrap(), *k);
+        }
+        assert!("move".parse::<PlanKind>().is_err());
+        assert!(PlanStatus::Cancelling.is_active());
         assert!("RUNNING".parse::<PlanStatus>().is_err());
         assert!(PlanStatus::Paused.is_active());
         assert!(!PlanStatus::Stopped.is_active());

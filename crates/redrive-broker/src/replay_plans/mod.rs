@@ -15,10 +15,12 @@ use redrive_store::{CaseQuery, CaseRecord, StoreError};
 use crate::cases::data::{self, CaseData};
 use crate::{Broker, BrokerError, BrokerResult};
 
+mod moves;
 mod probe;
 mod run;
 mod worker;
 
+pub use moves::{MovePlanView, PlanAction};
 pub use probe::Reading;
 pub(crate) use run::PlanState;
 pub use run::{

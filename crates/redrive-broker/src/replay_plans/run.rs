@@ -37,7 +37,8 @@ use redrive_core::plan::{Budget, BudgetSpec, Dependency, Observations, Pacer, St
 use redrive_core::{EntityName, Timestamp};
 use redrive_store::{
     AuditFields, CaseQuery, CaseRecord, DeadLetterRecord, PlanItemQuery, PlanItemRecord,
-    PlanItemState, PlanMut, PlanQuery, PlanStatus, ReplayPlanRecord, ReplayPlanUpdate, StoreError,
+    PlanItemState, PlanKind, PlanMut, PlanQuery, PlanStatus, ReplayPlanRecord, ReplayPlanUpdate,
+    StoreError,
 };
 use serde::{Deserialize, Serialize};
 
@@ -315,6 +316,8 @@ pub struct PlanView {
     pub waiting: u64,
     /// The lower bound of the time the waiting items still take under the budget, ms.
     pub eta_ms: u64,
+    /// An `sqs_move` plan's task (`None` for a `cases` plan).
+    pub sqs_move: Option<super::moves::MovePlanView>,
 }
 
 /// What one look at the plans did.
@@ -543,6 +546,7 @@ impl Broker {
         let id = redrive_core::id::new_dead_letter_id(now).replacen("dl_", "plan_", 1);
         let record = ReplayPlanRecord {
             id,
+            kind: PlanKind::Cases,
             queue: queue.to_string(),
             destination: destination.to_string(),
             owner_id: actor.id.clone(),
@@ -605,6 +609,9 @@ impl Broker {
     }
 
     async fn plan_view(&self, plan: ReplayPlanRecord) -> BrokerResult<PlanView> {
+        if plan.kind == PlanKind::SqsMove {
+            return super::moves::move_plan_view(plan);
+        }
         let spec = PlanSpec::of(&plan)?;
         let run = RunState::of(&plan);
         // From the counters, not a scan: every item is waiting, held, or was admitted.
@@ -619,6 +626,7 @@ impl Broker {
             run,
             waiting,
             eta_ms,
+            sqs_move: None,
         })
     }
 
@@ -893,6 +901,8 @@ impl Broker {
                 .store
                 .list_replay_plans(&PlanQuery {
                     status: vec![PlanStatus::Running, PlanStatus::Paused],
+                    // `sqs_move` plans are the mover's (`crate::mover`).
+                    kinds: vec![PlanKind::Cases],
                     after: after.clone(),
                     ..PlanQuery::default()
                 })

@@ -16,13 +16,13 @@ use axum::{Json, Router};
 use redrive_api::replay::{
     CreatePlan, PlanBudget, PlanDependency, PlanItem, PlanItemList, PlanPreview, PlanProgress,
     PlanReading, PlanSelection, PlanSpec, PreviewItem, ReplayPlan, ReplayPlanBudget,
-    ReplayPlanList, ReplayPlanSelection, ReplayStatus, ReplayStatusList,
+    ReplayPlanList, ReplayPlanSelection, ReplayStatus, ReplayStatusList, SqsMovePlan,
 };
 use redrive_broker::model::{
-    MAX_PLAN_ITEM_PAGE, MAX_PLAN_PAGE, PlanItemQuery, PlanItemRecord, PlanItemState, PlanQuery,
-    PlanStatus,
+    MAX_PLAN_ITEM_PAGE, MAX_PLAN_PAGE, PlanItemQuery, PlanItemRecord, PlanItemState, PlanKind,
+    PlanQuery, PlanStatus,
 };
-use redrive_broker::{Actor, BrokerError, PlanInput, PlanSelectionInput, PlanView};
+use redrive_broker::{Actor, BrokerError, PlanAction, PlanInput, PlanSelectionInput, PlanView};
 use redrive_core::Timestamp;
 use redrive_core::access::Operation;
 use redrive_core::plan::{BudgetSpec, Dependency};
@@ -141,7 +141,8 @@ fn rate(amount: u64, admitted: u64, started_ms: Option<i64>, last_ms: Option<i64
     }
 }
 
-/// A plan as the API shows it.
+/// A plan as the API shows it: a `cases` plan with its selection and whole budget, an
+/// `sqs_move` plan with its task (its budget is items/s only; no owner's lease).
 pub(crate) fn plan_out(v: &PlanView) -> ReplayPlan {
     let p = &v.plan;
     let spec = &v.spec;
@@ -151,17 +152,22 @@ pub(crate) fn plan_out(v: &PlanView) -> ReplayPlan {
         error_rate: r.error_rate,
         latency_ms: r.latency_ms,
     };
+    let cases = v.sqs_move.is_none();
     ReplayPlan {
         id: p.id.clone(),
+        kind: p.kind.to_string(),
         queue: p.queue.clone(),
-        destination: p.destination.clone(),
+        destination: match &v.sqs_move {
+            Some(m) => m.destination.clone(),
+            None => Some(p.destination.clone()),
+        },
         owner: p.owner_name.clone(),
         status: p.m.status.to_string(),
         stop_reason: p.m.stop_reason.clone(),
         stop_detail: run.stop_detail.clone(),
         created_at: t(p.created_at),
         updated_at: t(p.m.updated_at),
-        owner_until: t(p.m.owner_until),
+        owner_until: cases.then(|| t(p.m.owner_until)),
         selection: ReplayPlanSelection {
             reasons: spec.reasons.clone(),
             types: spec.types.clone(),
@@ -170,7 +176,7 @@ pub(crate) fn plan_out(v: &PlanView) -> ReplayPlan {
             case_ids: spec.case_ids.clone(),
         },
         correction: spec.correction.clone(),
-        budget: ReplayPlanBudget {
+        budget: cases.then(|| ReplayPlanBudget {
             items_per_s: b.items_per_s,
             bytes_per_s: b.bytes_per_s,
             max_concurrent: b.max_concurrent,
@@ -181,14 +187,14 @@ pub(crate) fn plan_out(v: &PlanView) -> ReplayPlan {
                 max_error_rate: b.dependency.max_error_rate,
                 max_latency_ms: b.dependency.max_latency_ms,
             },
-        },
-        lease_ms: spec.lease_ms,
-        observe_ms: spec.observe_ms,
+        }),
+        lease_ms: cases.then_some(spec.lease_ms),
+        observe_ms: cases.then_some(spec.observe_ms),
         sessions: spec.sessions.clone(),
         baseline: run.baseline.as_ref().map(reading),
         readings: run.readings.iter().map(reading).collect(),
         progress: PlanProgress {
-            items: p.items,
+            items: v.sqs_move.as_ref().map_or(p.items, |m| m.to_move),
             waiting: v.waiting,
             admitted: run.admitted,
             in_flight: run.in_flight,
@@ -213,6 +219,14 @@ pub(crate) fn plan_out(v: &PlanView) -> ReplayPlan {
             ),
             eta_ms: v.eta_ms,
         },
+        sqs_move: v.sqs_move.as_ref().map(|m| SqsMovePlan {
+            max_per_second: m.max_per_second,
+            items_per_s: m.items_per_s,
+            to_source: m.destination.is_none(),
+            moved: m.moved,
+            to_move: m.to_move,
+            failure_reason: m.failure_reason.clone(),
+        }),
     }
 }
 
@@ -285,6 +299,7 @@ async fn create(
 #[serde(deny_unknown_fields)]
 struct PlanSearch {
     status: Option<String>,
+    kind: Option<String>,
     queue: Option<String>,
     after: Option<String>,
     limit: Option<u32>,
@@ -311,6 +326,7 @@ async fn list_plans(
     }
     let query = PlanQuery {
         status: names::<PlanStatus>("status", q.status)?,
+        kinds: names::<PlanKind>("kind", q.kind)?,
         queue,
         after: text("after", q.after)?,
         limit: limit(q.limit, DEFAULT_PLAN_PAGE, MAX_PLAN_PAGE)?,
@@ -385,8 +401,19 @@ async fn change(
     action: &str,
 ) -> Result<Json<ReplayPlan>, ApiError> {
     let v = plan_for(s, actor, id, Operation::ReplayCase).await?;
-    let id = v.plan.id;
     let b = &s.broker;
+    if v.plan.kind == PlanKind::SqsMove {
+        // The mover's: only cancel applies, as CancelMessageMoveTask.
+        let action = match action {
+            "start" => PlanAction::Start,
+            "pause" => PlanAction::Pause,
+            "resume" => PlanAction::Resume,
+            _ => PlanAction::Cancel,
+        };
+        let v = b.change_move_plan(&v.plan, action, actor).await?;
+        return Ok(Json(plan_out(&v)));
+    }
+    let id = v.plan.id;
     let v = match action {
         "start" => b.start_plan(&id, actor).await?,
         "pause" => b.pause_plan(&id, actor).await?,

@@ -17,6 +17,7 @@ mod queues;
 mod register;
 mod replay;
 mod replay_api;
+mod replay_moves;
 mod replay_plans;
 mod seed_003;
 mod sessions;

@@ -341,8 +341,10 @@ async fn a_running_task_survives_a_restart_and_completes() {
     .await;
     s.until_parked(before).await;
     // The server stops with the task running: it is left in the store, and the restarted
-    // server resumes it (same handle, its counts kept) and moves on at once.
+    // server resumes it (same handle, its counts kept) and moves on at its next slot: the
+    // pacing is kept across the restart (one a second, not two in the first second).
     let s = s.restart().await;
+    s.advance_secs(1);
     until(&s, &dlq_arn, |t| {
         t.approximate_number_of_messages_moved == 2
     })

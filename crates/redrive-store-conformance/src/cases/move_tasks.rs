@@ -1,8 +1,15 @@
 //! Message move tasks: one active task per source, a cancel request, progress written by
 //! the runner only, the claim of an orphan once its heartbeat passed, and the retention
-//! of the most recent finished tasks per source.
+//! of the most recent finished tasks per source. A move task is a replay plan of kind
+//! `sqs_move`: listed with the other plans, its budget and progress in its spec and
+//! state, and no concern of the `cases` plans over the same queue.
 
-use redrive_store::{MOVE_TASKS_KEPT_PER_SOURCE, MoveTaskProgress, MoveTaskRecord, MoveTaskStatus};
+use redrive_store::{
+    MOVE_TASKS_KEPT_PER_SOURCE, MOVE_TO_SOURCE, MoveTaskProgress, MoveTaskRecord, MoveTaskStatus,
+    PlanItemQuery, PlanItemRecord, PlanItemState, PlanKind, PlanMut, PlanQuery, PlanStatus,
+    ReplayPlanRecord, ReplayPlanUpdate,
+};
+use serde_json::json;
 
 use super::prelude::*;
 
@@ -22,6 +29,7 @@ fn task(handle: &str, source: &str, runner: &str, started: Timestamp) -> MoveTas
         updated_at: started,
         runner: Some(runner.to_owned()),
         runner_until: Some(Timestamp(started.0 + 30_000)),
+        next_slot: None,
     }
 }
 
@@ -31,6 +39,7 @@ fn step(status: MoveTaskStatus, moved: u64, until: Option<Timestamp>) -> MoveTas
         moved,
         failure_reason: None,
         runner_until: until,
+        next_slot: None,
     }
 }
 
@@ -208,6 +217,7 @@ pub async fn move_task_progress_is_written_by_its_runner_only(t: &TestStore) {
                 moved: 4,
                 failure_reason: Some("authorization_revoked".to_owned()),
                 runner_until: None,
+                next_slot: None,
             },
             secs(3),
         )
@@ -372,4 +382,270 @@ pub async fn only_the_most_recent_finished_move_tasks_of_a_source_are_kept(t: &T
         MOVE_TASKS_KEPT_PER_SOURCE + 1
     );
     assert_eq!(handles(t, "other", 100).await, ["mv_other"]);
+}
+
+/// A running `cases` plan over `queue` with one waiting item.
+fn cases_plan(id: &str, queue: &str) -> (ReplayPlanRecord, Vec<PlanItemRecord>) {
+    let plan = ReplayPlanRecord {
+        id: id.to_owned(),
+        kind: PlanKind::Cases,
+        queue: queue.to_owned(),
+        destination: queue.to_owned(),
+        owner_id: "tok_0000000000000001".to_owned(),
+        owner_name: "replayer".to_owned(),
+        spec: json!({"budget": {"items_per_s": 1.0}}),
+        items: 1,
+        created_at: secs(1),
+        version: 1,
+        m: PlanMut {
+            status: PlanStatus::Running,
+            owner_until: secs(3_600),
+            stop_reason: None,
+            next_at: Some(secs(1)),
+            state: json!({"admitted": 0}),
+            updated_at: secs(1),
+        },
+    };
+    let items = vec![PlanItemRecord {
+        seq: 0,
+        case_id: format!("case_{id}"),
+        bytes: 10,
+        state: PlanItemState::Waiting,
+        window: None,
+        message_id: None,
+        detail: None,
+        updated_at: secs(1),
+    }];
+    (plan, items)
+}
+
+async fn plans_of(t: &TestStore, kinds: Vec<PlanKind>) -> Vec<ReplayPlanRecord> {
+    t.s()
+        .list_replay_plans(&PlanQuery {
+            kinds,
+            ..PlanQuery::default()
+        })
+        .await
+        .unwrap()
+}
+
+pub async fn a_move_task_is_listed_as_an_sqs_move_plan_with_its_budget_and_progress(t: &TestStore) {
+    let a = task("mv_a", "dlq", "node-1", secs(1));
+    t.s().create_move_task(&a).await.unwrap();
+    let back = MoveTaskRecord {
+        destination: None,
+        max_per_second: None,
+        ..task("mv_b", "other", "node-1", secs(2))
+    };
+    t.s().create_move_task(&back).await.unwrap();
+    let (c, items) = cases_plan("plan_c", "dlq");
+    t.s().create_replay_plan(&c, &items).await.unwrap();
+    let written = t
+        .s()
+        .update_move_task(
+            "mv_a",
+            "node-1",
+            &MoveTaskProgress {
+                next_slot: Some(Timestamp(secs(3).0 + 200)),
+                ..step(MoveTaskStatus::Running, 3, Some(secs(33)))
+            },
+            secs(3),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(written.next_slot, Some(Timestamp(secs(3).0 + 200)));
+    // Listed with the other plans, by kind.
+    let all: Vec<(String, PlanKind)> = plans_of(t, Vec::new())
+        .await
+        .into_iter()
+        .map(|p| (p.id, p.kind))
+        .collect();
+    assert_eq!(
+        all,
+        [
+            ("mv_a".to_owned(), PlanKind::SqsMove),
+            ("mv_b".to_owned(), PlanKind::SqsMove),
+            ("plan_c".to_owned(), PlanKind::Cases)
+        ]
+    );
+    let cases = plans_of(t, vec![PlanKind::Cases]).await;
+    assert_eq!(cases, vec![c]);
+    let moves = plans_of(t, vec![PlanKind::SqsMove]).await;
+    assert_eq!(moves.len(), 2);
+    let p = &moves[0];
+    assert_eq!(
+        (
+            p.id.as_str(),
+            p.queue.as_str(),
+            p.destination.as_str(),
+            p.m.status,
+            p.items
+        ),
+        ("mv_a", "dlq", "dest", PlanStatus::Running, 0)
+    );
+    assert_eq!(
+        (p.owner_id.as_str(), p.owner_name.as_str()),
+        ("tok_0000000000000001", "mover")
+    );
+    assert_eq!(p.created_at, secs(1));
+    assert_eq!(p.m.updated_at, secs(3));
+    // The budget in the spec, the progress and the pacing in the runner state.
+    assert_eq!(p.spec["max_per_second"], json!(5));
+    assert_eq!(p.m.state["moved"], json!(3));
+    assert_eq!(p.m.state["to_move"], json!(7));
+    assert_eq!(p.m.state["next_item_ms"], json!(secs(3).0 + 200));
+    assert_eq!(t.s().get_replay_plan("mv_a").await.unwrap(), *p);
+    // Its rows are the move task operations' only: a plan update of it writes nothing.
+    let refused = t
+        .s()
+        .update_replay_plan(&ReplayPlanUpdate {
+            id: "mv_a".to_owned(),
+            version: p.version,
+            set: PlanMut {
+                status: PlanStatus::Paused,
+                ..p.m.clone()
+            },
+            items: Vec::new(),
+        })
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(t.s().get_replay_plan("mv_a").await.unwrap(), *p);
+    // Each message back to its source, and no rate named.
+    let b = &moves[1];
+    assert_eq!(b.destination, MOVE_TO_SOURCE);
+    assert_eq!(b.spec["max_per_second"], json!(null));
+    // A move plan holds no items; its cancel and its failure read as plan statuses.
+    assert!(
+        t.s()
+            .replay_plan_items("mv_a", &PlanItemQuery::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    t.s().cancel_move_task("mv_a", secs(4)).await.unwrap();
+    assert_eq!(
+        t.s().get_replay_plan("mv_a").await.unwrap().m.status,
+        PlanStatus::Cancelling
+    );
+    t.s()
+        .update_move_task(
+            "mv_b",
+            "node-1",
+            &MoveTaskProgress {
+                status: MoveTaskStatus::Failed,
+                moved: 1,
+                failure_reason: Some("authorization_revoked".to_owned()),
+                runner_until: None,
+                next_slot: None,
+            },
+            secs(5),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let failed = t.s().get_replay_plan("mv_b").await.unwrap();
+    assert_eq!(
+        (failed.m.status, failed.m.stop_reason.as_deref()),
+        (PlanStatus::Stopped, Some("authorization_revoked"))
+    );
+    assert_eq!(failed.m.state["moved"], json!(1));
+    let stopped = t
+        .s()
+        .list_replay_plans(&PlanQuery {
+            status: vec![PlanStatus::Stopped],
+            kinds: vec![PlanKind::SqsMove],
+            ..PlanQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(stopped, vec![failed]);
+}
+
+pub async fn a_second_active_move_task_is_refused_while_cases_plans_of_the_queue_are_not_affected(
+    t: &TestStore,
+) {
+    let (c, items) = cases_plan("plan_c", "dlq");
+    t.s().create_replay_plan(&c, &items).await.unwrap();
+    t.s()
+        .create_move_task(&task("mv_a", "dlq", "node-1", secs(1)))
+        .await
+        .unwrap();
+    assert_err!(
+        t.s()
+            .create_move_task(&task("mv_b", "dlq", "node-2", secs(2)))
+            .await,
+        StoreError::MoveTaskRunning { .. }
+    );
+    // Another cases plan over the queue is created, and the first one advanced, while the
+    // move task is active.
+    let (d, items) = cases_plan("plan_d", "dlq");
+    t.s().create_replay_plan(&d, &items).await.unwrap();
+    let advanced = t
+        .s()
+        .update_replay_plan(&ReplayPlanUpdate {
+            id: "plan_c".to_owned(),
+            version: 1,
+            set: PlanMut {
+                status: PlanStatus::Paused,
+                updated_at: secs(3),
+                ..c.m.clone()
+            },
+            items: Vec::new(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(advanced.m.status, PlanStatus::Paused);
+    // The move tasks of the queue are its move plans only.
+    assert_eq!(handles(t, "dlq", 10).await, ["mv_a"]);
+    assert_eq!(t.s().get_move_task("plan_c").await.unwrap(), None);
+    assert_err!(
+        t.s().cancel_move_task("plan_c", secs(3)).await,
+        StoreError::MoveTaskNotFound { .. }
+    );
+    // No cases plan is claimed, and the retention of finished tasks spares them.
+    let claimed = t
+        .s()
+        .claim_move_tasks("node-2", 30_000, secs(1_000), 10)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].handle, "mv_a");
+    for i in 0..MOVE_TASKS_KEPT_PER_SOURCE + 1 {
+        let handle = if i == 0 {
+            "mv_a".to_owned()
+        } else {
+            let h = format!("mv_{i:02}");
+            t.s()
+                .create_move_task(&task(
+                    &h,
+                    "dlq",
+                    "node-2",
+                    secs(1_000 + i64::try_from(i).unwrap()),
+                ))
+                .await
+                .unwrap();
+            h
+        };
+        t.s()
+            .update_move_task(
+                &handle,
+                "node-2",
+                &step(MoveTaskStatus::Completed, 0, None),
+                secs(2_000),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(
+        handles(t, "dlq", 100).await.len(),
+        MOVE_TASKS_KEPT_PER_SOURCE
+    );
+    let cases: Vec<String> = plans_of(t, vec![PlanKind::Cases])
+        .await
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(cases, ["plan_c", "plan_d"]);
 }

@@ -15,6 +15,7 @@ use super::prelude::*;
 fn plan(id: &str, queue: &str, status: PlanStatus, items: u64) -> ReplayPlanRecord {
     ReplayPlanRecord {
         id: id.to_owned(),
+        kind: redrive_store::PlanKind::Cases,
         queue: queue.to_owned(),
         destination: format!("{queue}-replay"),
         owner_id: "tok_0000000000000001".to_owned(),

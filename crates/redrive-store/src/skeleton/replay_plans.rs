@@ -59,6 +59,7 @@ pub fn decode(c: &impl Columns) -> StoreResult<ReplayPlanRecord> {
             state: c.json(13, "replay_plans.state")?,
             updated_at: c.time(14)?,
         },
+        kind: c.parse(15, "replay_plans.kind")?,
     })
 }
 
@@ -80,12 +81,12 @@ pub fn decode_item(c: &impl Columns) -> StoreResult<PlanItemRecord> {
     })
 }
 
-/// Inserts a plan: [`PlanColumns`] as `$1…$15`, in the order of
+/// Inserts a plan: [`PlanColumns`] as `$1…$16`, in the order of
 /// [`columns!(replay_plan)`](crate::columns). Inserts nothing when the id is taken.
 pub const INSERT_PLAN: &str = concat!(
     "INSERT INTO replay_plans (",
     crate::columns!(replay_plan),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
      ON CONFLICT (id) DO NOTHING"
 );
 
@@ -150,6 +151,8 @@ pub struct PlanColumns {
     pub version: i64,
     /// The mutable part.
     pub m: MutColumns,
+    /// `kind`.
+    pub kind: &'static str,
 }
 
 /// A new plan as bound; `spec` and `state` must be JSON objects.
@@ -168,6 +171,7 @@ pub fn plan_columns(p: &ReplayPlanRecord) -> StoreResult<PlanColumns> {
         created_at: p.created_at.0,
         version: to_int(p.version, "replay_plans.version")?,
         m: mut_columns(&p.m)?,
+        kind: p.kind.as_str(),
     })
 }
 
@@ -236,6 +240,19 @@ pub fn check_update(u: &ReplayPlanUpdate) -> StoreResult<()> {
 /// `ReplayPlanNotFound`.
 pub fn not_found(id: &str) -> StoreError {
     StoreError::ReplayPlanNotFound { id: id.to_owned() }
+}
+
+/// Whether the stored plan is one an update may write: an `sqs_move` plan is written by
+/// the move task operations only ([`move_tasks`](super::move_tasks)); an update of one is
+/// a caller's bug ([`RowError::Invariant`]) and writes nothing.
+pub fn check_kind(stored: &ReplayPlanRecord) -> StoreResult<()> {
+    if stored.kind == crate::PlanKind::SqsMove {
+        return Err(RowError::Invariant(
+            "an sqs_move plan is written by its move task operations only",
+        )
+        .into());
+    }
+    Ok(())
 }
 
 /// The stored version against the one the update read: `ReplayPlanChanged` (with the
@@ -421,6 +438,9 @@ pub fn list_sql(q: &PlanQuery) -> Built {
     if !q.status.is_empty() {
         conditions.push(b.any_of("status", q.status.iter().map(|s| s.as_str())));
     }
+    if !q.kinds.is_empty() {
+        conditions.push(b.any_of("kind", q.kinds.iter().map(|k| k.as_str())));
+    }
     if let Some(queue) = &q.queue {
         let p = b.bind(Bound::Text(queue.clone()));
         conditions.push(format!("queue = {p}"));
@@ -489,6 +509,7 @@ mod tests {
     fn plan(items: u64) -> ReplayPlanRecord {
         ReplayPlanRecord {
             id: "plan_a".into(),
+            kind: crate::PlanKind::Cases,
             queue: "orders".into(),
             destination: "orders".into(),
             owner_id: "tok_1".into(),
@@ -593,6 +614,7 @@ mod tests {
             queue: Some("orders".into()),
             after: Some("plan_1".into()),
             limit: 0,
+            ..PlanQuery::default()
         };
         let b = list_sql(&q);
         assert!(b.sql.ends_with(
@@ -600,6 +622,15 @@ mod tests {
              ORDER BY id LIMIT $5"
         ));
         assert_eq!(b.params[4], Bound::Int(i64::from(MAX_PLAN_PAGE)));
+        let cases = list_sql(&PlanQuery {
+            status: vec![PlanStatus::Running],
+            kinds: vec![crate::PlanKind::Cases],
+            ..PlanQuery::default()
+        });
+        assert!(cases.sql.ends_with(
+            " FROM replay_plans WHERE status IN ($1) AND kind IN ($2) ORDER BY id LIMIT $3"
+        ));
+        assert_eq!(cases.params[1], Bound::Text("cases".into()));
         let b = items_sql(
             "plan_a",
             &PlanItemQuery {

@@ -486,6 +486,7 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
             }
             let mut t = Table::new([
                 "ID",
+                "KIND",
                 "QUEUE",
                 "DESTINATION",
                 "OWNER",
@@ -497,8 +498,9 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
             for p in &list.plans {
                 t.row([
                     p.id.clone(),
+                    p.kind.clone(),
                     p.queue.clone(),
-                    p.destination.clone(),
+                    destination_text(p),
                     p.owner.clone(),
                     status_text(p),
                     p.progress.items.to_string(),
@@ -601,6 +603,14 @@ async fn follow_plan(ctx: &Ctx, mut plan: ReplayPlan) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where a plan's replays go: its destination, or (an `sqs_move` plan naming none) each
+/// message back to its source.
+fn destination_text(p: &ReplayPlan) -> String {
+    p.destination
+        .clone()
+        .unwrap_or_else(|| "(each to its source)".to_owned())
+}
+
 /// Items settled: completed, stopped, closed or held.
 fn done(p: &ReplayPlan) -> u64 {
     let g = &p.progress;
@@ -619,6 +629,18 @@ fn status_text(p: &ReplayPlan) -> String {
 /// ETA, status.
 pub fn progress_line(p: &ReplayPlan) -> String {
     let g = &p.progress;
+    if let Some(m) = &p.sqs_move {
+        return format!(
+            "{} (sqs_move): {}/{} messages moved; {} items/s; eta {}; {}",
+            p.id,
+            m.moved,
+            m.to_move,
+            m.items_per_s,
+            format_duration_ms(g.eta_ms),
+            status_text(p)
+        );
+    }
+    let window = p.budget.as_ref().map_or(0, |b| b.window);
     format!(
         "{}: {}/{} items done, {} in flight, {} waiting; {} bytes admitted; {:.2} items/s, {:.0} bytes/s; window {} ({}/{}); eta {}; {}",
         p.id,
@@ -631,7 +653,7 @@ pub fn progress_line(p: &ReplayPlan) -> String {
         g.bytes_per_s,
         g.window,
         g.window_admitted,
-        p.budget.window,
+        window,
         format_duration_ms(g.eta_ms),
         status_text(p)
     )
@@ -640,9 +662,10 @@ pub fn progress_line(p: &ReplayPlan) -> String {
 /// A plan as key/value lines.
 pub fn plan_summary(p: &ReplayPlan) -> KeyValues {
     let g = &p.progress;
-    let b = &p.budget;
     let mut kv = KeyValues::new();
-    kv.add("id", p.id.clone()).add("status", p.status.clone());
+    kv.add("id", p.id.clone())
+        .add("kind", p.kind.clone())
+        .add("status", p.status.clone());
     if let Some(r) = &p.stop_reason {
         kv.add("stop reason", r.clone());
     }
@@ -650,24 +673,46 @@ pub fn plan_summary(p: &ReplayPlan) -> KeyValues {
         kv.add("stop detail", d.clone());
     }
     kv.add("queue", p.queue.clone())
-        .add("destination", p.destination.clone())
-        .add("owner", p.owner.clone())
-        .add("owner until", p.owner_until.clone())
-        .add(
-            "items",
-            format!(
-                "{} ({} waiting, {} admitted, {} in flight, {} completed, {} stopped, {} closed, {} held)",
-                g.items, g.waiting, g.admitted, g.in_flight, g.completed, g.stopped, g.closed, g.held
-            ),
-        )
-        .add("bytes admitted", g.bytes_admitted.to_string())
-        .add(
-            "rate",
-            format!("{:.2} items/s, {:.0} bytes/s", g.items_per_s, g.bytes_per_s),
-        )
-        .add(
+        .add("destination", destination_text(p))
+        .add("owner", p.owner.clone());
+    if let Some(m) = &p.sqs_move {
+        kv.add("moved", format!("{} of {}", m.moved, m.to_move))
+            .add(
+                "budget",
+                match m.max_per_second {
+                    Some(r) => format!("{r} items/s"),
+                    None => format!(
+                        "{} items/s (none named: the highest move rate)",
+                        m.items_per_s
+                    ),
+                },
+            )
+            .add("eta", format!("at least {}", format_duration_ms(g.eta_ms)))
+            .add("created", p.created_at.clone());
+        return kv;
+    }
+    if let Some(u) = &p.owner_until {
+        kv.add("owner until", u.clone());
+    }
+    kv.add(
+        "items",
+        format!(
+            "{} ({} waiting, {} admitted, {} in flight, {} completed, {} stopped, {} closed, {} held)",
+            g.items, g.waiting, g.admitted, g.in_flight, g.completed, g.stopped, g.closed, g.held
+        ),
+    )
+    .add("bytes admitted", g.bytes_admitted.to_string())
+    .add(
+        "rate",
+        format!("{:.2} items/s, {:.0} bytes/s", g.items_per_s, g.bytes_per_s),
+    );
+    if let Some(b) = &p.budget {
+        kv.add(
             "window",
-            format!("{} ({} of {} admitted)", g.window, g.window_admitted, b.window),
+            format!(
+                "{} ({} of {} admitted)",
+                g.window, g.window_admitted, b.window
+            ),
         )
         .add("eta", format!("at least {}", format_duration_ms(g.eta_ms)))
         .add(
@@ -687,6 +732,7 @@ pub fn plan_summary(p: &ReplayPlan) -> KeyValues {
                 format_duration_ms(b.dependency.max_latency_ms)
             ),
         );
+    }
     if let Some(c) = &p.correction {
         kv.add("correction", c.clone());
     }
