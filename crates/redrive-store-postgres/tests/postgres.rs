@@ -1023,10 +1023,10 @@ async fn a_version_4_schema_gains_the_access_tables() {
         "4"
     );
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 11);
+    assert_eq!(SCHEMA_VERSION, 12);
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "11"
+        "12"
     );
     assert_eq!(store.list_queues().await.unwrap().len(), 1);
     let appended = store
@@ -1907,7 +1907,7 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "11"
+        "12"
     );
     assert_eq!(
         scalar(

@@ -23,10 +23,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (9, include_str!("migrations/0009_move_tasks.sql")),
     (10, include_str!("migrations/0010_replay_plans.sql")),
     (11, include_str!("migrations/0011_move_plans.sql")),
+    (12, include_str!("migrations/0012_case_failure_index.sql")),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: i64 = 11;
+pub const LATEST_VERSION: i64 = 12;
 
 /// How long a connection waits for a lock held by another connection before giving up
 /// with SQLITE_BUSY (mapped to `Unavailable`).

@@ -884,7 +884,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (11, 11));
+    assert_eq!((version, SCHEMA_VERSION), (12, 12));
     assert_eq!(store.peek(&name("q"), 1, 10).await.unwrap().len(), 1);
     let token = NewToken {
         id: "tok_000000000000000a".to_owned(),
@@ -1366,7 +1366,7 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!(version, 11);
+    assert_eq!(version, 12);
     let tables: i64 = conn
         .query_row(
             "SELECT count(*) FROM sqlite_master WHERE name = 'move_tasks'",

@@ -1505,11 +1505,7 @@ impl Broker {
         }
         // A plan replays only items whose effect an authority establishes: the outcome of
         // every replay must be observable (seed 001's stop rule on lost effect evidence).
-        if !case
-            .message_type
-            .as_ref()
-            .is_some_and(|t| look.ctx.authority(Some(t)).is_some())
-        {
+        if look.ctx.authority(case.message_type.as_deref()).is_none() {
             return Ok(hold(
                 item,
                 "effect_authority_missing: no effect authority is registered for its type".into(),
