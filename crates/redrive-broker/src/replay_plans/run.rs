@@ -779,6 +779,17 @@ impl Broker {
                 });
                 break;
             }
+            if plan.kind != PlanKind::Cases {
+                // A move task's plan is moved by the move task operations only.
+                result = Err(plan_conflict(
+                    "plan_state",
+                    format!(
+                        "plan {id} is a {} plan: it is cancelled as a message move task",
+                        plan.kind
+                    ),
+                ));
+                break;
+            }
             let now = self.now();
             let mut run = RunState::of(&plan);
             let mut set = match f(&plan, &mut run, now) {

@@ -137,6 +137,13 @@ async fn a_move_task_is_an_sqs_move_plan_on_the_plans_api() {
             assert_eq!(r.1["reason"], "plan_state", "{name} {action}: {}", r.1);
         }
         assert_eq!(plan(&s, &id).await["status"], "running", "{name}");
+        // Nor through the broker's plan operations: refused, nothing written.
+        let direct = s.broker.pause_plan(&id, &Actor::anonymous()).await;
+        assert!(
+            matches!(&direct, Err(redrive_broker::BrokerError::PlanConflict { code, .. }) if code == "plan_state"),
+            "{name}: {direct:?}"
+        );
+        assert_eq!(plan(&s, &id).await["status"], "running", "{name}");
 
         // Cancel is CancelMessageMoveTask's: cancelling, then cancelled when its runner
         // stops (at once here: it runs on this node; elsewhere at its next look). The
