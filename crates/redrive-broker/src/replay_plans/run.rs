@@ -359,6 +359,8 @@ pub(crate) struct PlanState {
 
 /// Cases a look advances or writes at once (their commits shared).
 const PARALLEL: usize = 32;
+/// Most replays in flight one look observes (the oldest due first).
+const OBSERVE_BATCH: usize = 64;
 /// Most waiting items one look reads ahead at a time.
 const PREFETCH: usize = 64;
 
@@ -991,12 +993,17 @@ impl Broker {
 
         // 2. The replays in flight.
         let mut pacer = run.pacer();
-        let due: Vec<PlanItemRecord> = self
+        // At most OBSERVE_BATCH a look, in admission order: a look stays short, so the
+        // admissions keep their pace; the rest are looked at by the next looks.
+        let mut due: Vec<PlanItemRecord> = self
             .items_in(&plan.id, PlanItemState::Admitted)
             .await?
             .into_iter()
-            .filter(|i| self.observe_due(&plan.id, i.seq, i.updated_at, now))
+            .filter(|i| self.observe_due(&plan.id, i.seq, i.updated_at, now, false))
             .collect();
+        let more_due = due.len() > OBSERVE_BATCH;
+        due.truncate(OBSERVE_BATCH);
+        due.retain(|i| self.observe_due(&plan.id, i.seq, i.updated_at, now, true));
         for (mut item, outcome) in self.outcomes(due, &ctx).await? {
             let (state, detail) = match outcome {
                 Outcome::InFlight => continue,
@@ -1222,6 +1229,10 @@ impl Broker {
         let mut wake = next_at.unwrap_or(probe_at).min(probe_at);
         if run.in_flight > 0 {
             wake = wake.min(observe);
+        }
+        if more_due {
+            // Replays left unobserved by this look's bound: the next look comes soon.
+            wake = wake.min(now.plus_millis(redrive_core::plan::LOOK_GAP_MS));
         }
         let wake = wake.max(now).min(plan.m.owner_until.max(now));
         if !changed && plan.m.next_at == Some(wake) {
@@ -1714,7 +1725,7 @@ impl Broker {
             match written {
                 Ok(c) => {
                     // Its first look comes OBSERVE_ITEM_MS after the admission.
-                    self.observe_due(&plan.id, p.item.seq, now, now);
+                    self.observe_due(&plan.id, p.item.seq, now, now, true);
                     audit.push(AuditFields {
                         at: now,
                         actor_id: owner.id.clone(),
@@ -1986,8 +1997,15 @@ impl Broker {
     /// Whether a replay in flight, admitted at `admitted`, is due to be looked at: not
     /// within [`OBSERVE_ITEM_MS`] of the last look, nor within a quarter of its age (at
     /// most [`OBSERVE_ITEM_MAX_MS`]): a replay that takes long is asked about less often.
-    /// Remembers this look.
-    fn observe_due(&self, plan_id: &str, seq: u32, admitted: Timestamp, now: Timestamp) -> bool {
+    /// Remembers this look when `mark`.
+    fn observe_due(
+        &self,
+        plan_id: &str,
+        seq: u32,
+        admitted: Timestamp,
+        now: Timestamp,
+        mark: bool,
+    ) -> bool {
         let mut seen = self
             .inner
             .plans
@@ -1999,6 +2017,9 @@ impl Broker {
         let gap = (age / 4).clamp(OBSERVE_ITEM_MS, OBSERVE_ITEM_MAX_MS);
         if seen.get(&key).is_some_and(|t| now.as_millis() - t < gap) {
             return false;
+        }
+        if !mark {
+            return true;
         }
         if seen.len() >= MAX_OBSERVED {
             seen.clear();
