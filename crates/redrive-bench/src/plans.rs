@@ -345,6 +345,9 @@ pub(crate) async fn run(
     )
     .await?;
     let mut samples: Vec<(f64, u64)> = Vec::new();
+    // The most replays in flight seen: at the concurrency bound, that bound (not the
+    // items/s budget) is what paces the plan.
+    let mut in_flight_max = 0;
     let status = loop {
         let p = call(
             &http,
@@ -356,6 +359,7 @@ pub(crate) async fn run(
         )
         .await?;
         let admitted = p["progress"]["admitted"].as_u64().unwrap_or(0);
+        in_flight_max = in_flight_max.max(p["progress"]["in_flight"].as_u64().unwrap_or(0));
         samples.push((start.elapsed().as_secs_f64(), admitted));
         let st = p["status"].as_str().unwrap_or_default().to_owned();
         if st != "running" {
@@ -403,6 +407,8 @@ pub(crate) async fn run(
     report.add("budget_items_per_s", u64::from(items_per_s), "items/s");
     report.add("setup_s", round2(setup_s.as_secs_f64()), "s");
     report.add("plan_s", round2(elapsed.as_secs_f64()), "s");
+    report.add("in_flight_max", in_flight_max, "");
+    report.add("concurrency", u64::from(a.concurrency), "");
     report.add(
         "admitted_rate",
         rate(

@@ -188,6 +188,8 @@ macro_rules! store_conformance_tests {
             a_dead_letter_on_a_replaying_queue_opens_its_case_only_when_quarantined,
             a_forwarded_dead_letter_opens_a_case_and_a_fallback_is_incomplete_evidence,
             update_case_is_conditional_on_the_version_read_and_writes_everything_at_once,
+            update_cases_writes_a_batch_each_with_its_audit_and_refuses_each_alone,
+            case_reads_give_each_case_with_its_record_and_intent_in_order,
             list_cases_filters_and_pages_and_counts_group_them,
             due_cases_are_those_whose_check_time_came_earliest_first,
             drop_case_payloads_deletes_the_record_and_kept_bytes_and_keeps_the_case,

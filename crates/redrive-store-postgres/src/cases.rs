@@ -104,6 +104,30 @@ fn not_found(id: &str) -> StoreError {
     StoreError::CaseNotFound { id: id.to_owned() }
 }
 
+/// The cases with these ids that exist, each with its record and intent (one read).
+pub(crate) async fn reads(
+    db: &Db<'_>,
+    ids: &[String],
+) -> StoreResult<Vec<redrive_store::CaseRead>> {
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids.iter().take(MAX_CASE_PAGE as usize) {
+        let case = match get_one(db, id).await {
+            Ok(c) => c,
+            Err(StoreError::CaseNotFound { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        let record =
+            crate::dead_letters::load_record(db, &case.queue, &case.record_id, false).await?;
+        let intent = get_intent(db, &case.intent_id).await?;
+        out.push(redrive_store::CaseRead {
+            case,
+            record,
+            intent,
+        });
+    }
+    Ok(out)
+}
+
 pub(crate) async fn get_one(db: &Db<'_>, id: &str) -> StoreResult<CaseRecord> {
     match db.query_opt(&SELECT_CASE, &[&id]).await? {
         Some(r) => case_row(&r),
@@ -269,7 +293,47 @@ pub(crate) async fn payload(db: &Db<'_>, id: &str, digest: &str) -> StoreResult<
 static UPDATE_CASE: LazyLock<String> =
     LazyLock::new(|| format!("{} RETURNING {CASE_COLUMNS}", update_sql()));
 
+/// Writes one update of a case if it is still at the version the caller read, with its
+/// audit entries.
 pub(crate) async fn update(db: &Db<'_>, u: &CaseUpdate) -> StoreResult<CaseRecord> {
+    let written = update_rows(db, u).await?;
+    if !u.audit.is_empty() {
+        crate::access::append_audit(db, &u.audit).await?;
+    }
+    Ok(written)
+}
+
+/// Writes several updates in this transaction, their cases locked in id order (two
+/// batches never wait on each other crosswise): one whose case changed or is gone (or
+/// whose timeline is full) writes nothing and is answered so; any other error fails them
+/// all. The audit entries of those written are appended together.
+pub(crate) async fn update_many(
+    db: &Db<'_>,
+    updates: &[CaseUpdate],
+) -> StoreResult<Vec<StoreResult<CaseRecord>>> {
+    let mut order: Vec<usize> = (0..updates.len()).collect();
+    order.sort_by(|a, b| updates[*a].id.cmp(&updates[*b].id));
+    let mut out: Vec<Option<StoreResult<CaseRecord>>> = updates.iter().map(|_| None).collect();
+    let mut audit = Vec::new();
+    for i in order {
+        let u = &updates[i];
+        match update_rows(db, u).await {
+            Ok(c) => {
+                audit.extend(u.audit.iter().cloned());
+                out[i] = Some(Ok(c));
+            }
+            Err(e) if redrive_store::skeleton::cases::refused_update(&e) => out[i] = Some(Err(e)),
+            Err(e) => return Err(e),
+        }
+    }
+    if !audit.is_empty() {
+        crate::access::append_audit(db, &audit).await?;
+    }
+    Ok(out.into_iter().flatten().collect())
+}
+
+/// The rows of one update (no audit), if the case is still at the version read.
+async fn update_rows(db: &Db<'_>, u: &CaseUpdate) -> StoreResult<CaseRecord> {
     // Locked: a concurrent update of the case waits here, then sees this one's version.
     let row = db
         .query_opt(

@@ -55,7 +55,7 @@ pub(crate) async fn dead_letter(
 }
 
 /// One record; with `lock`, its row stays locked until the transaction ends.
-async fn load_record(
+pub(crate) async fn load_record(
     db: &Db<'_>,
     queue: &EntityName,
     id: &str,

@@ -843,6 +843,13 @@ impl Store for PostgresStore {
         read!(self, |db| cases::get_one(db, id))
     }
 
+    async fn case_reads(&self, ids: &[String]) -> StoreResult<Vec<redrive_store::CaseRead>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        read!(self, |db| cases::reads(db, ids))
+    }
+
     async fn case_timeline(&self, id: &str) -> StoreResult<Vec<redrive_core::case::TimelineEntry>> {
         read!(self, |db| cases::timeline(db, id))
     }
@@ -857,6 +864,16 @@ impl Store for PostgresStore {
 
     async fn update_case(&self, update: &CaseUpdate) -> StoreResult<CaseRecord> {
         write_tx!(self, |db| cases::update(db, update))
+    }
+
+    async fn update_cases(
+        &self,
+        updates: &[CaseUpdate],
+    ) -> StoreResult<Vec<StoreResult<CaseRecord>>> {
+        if updates.is_empty() {
+            return Ok(Vec::new());
+        }
+        write_tx!(self, |db| cases::update_many(db, updates))
     }
 
     async fn case_payload(&self, id: &str, digest: &str) -> StoreResult<Option<Vec<u8>>> {

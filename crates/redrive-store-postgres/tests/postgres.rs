@@ -1548,6 +1548,7 @@ async fn of_two_updates_of_one_case_from_two_nodes_exactly_one_is_written() {
                     append: vec![entry(who, state, secs(1))],
                     payload: None,
                     archive_record: false,
+                    audit: Vec::new(),
                 }
             };
             let (by_a, by_b) = (
@@ -1608,6 +1609,7 @@ async fn payload_retention_on_two_nodes_takes_each_case_once() {
                 body: b"kept".to_vec(),
             }),
             archive_record: false,
+            audit: Vec::new(),
         })
         .await
         .unwrap();
@@ -1681,6 +1683,7 @@ async fn a_search_of_cases_filters_pages_and_counts() {
             append: vec![entry("alice", CaseState::Retained, secs(10))],
             payload: None,
             archive_record: false,
+            audit: Vec::new(),
         })
         .await
         .unwrap();

@@ -78,6 +78,27 @@ fn not_found(id: &str) -> StoreError {
     StoreError::CaseNotFound { id: id.to_owned() }
 }
 
+/// The cases with these ids that exist, each with its record and intent (one read).
+pub(crate) fn reads(
+    conn: &Connection,
+    ids: &[String],
+) -> StoreResult<Vec<redrive_store::CaseRead>> {
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids.iter().take(MAX_CASE_PAGE as usize) {
+        let Some(case) = load(conn, id)? else {
+            continue;
+        };
+        let record = crate::dead_letters::load_record(conn, &case.queue, &case.record_id)?;
+        let intent = get_intent(conn, &case.intent_id)?;
+        out.push(redrive_store::CaseRead {
+            case,
+            record,
+            intent,
+        });
+    }
+    Ok(out)
+}
+
 pub(crate) fn get(conn: &Connection, id: &str) -> StoreResult<CaseRecord> {
     load(conn, id)?.ok_or_else(|| not_found(id))
 }
@@ -288,8 +309,43 @@ pub(crate) fn list_authorities(conn: &Connection) -> StoreResult<Vec<EffectAutho
 
 // ---- writes -----------------------------------------------------------------------------
 
-/// Writes one update of a case if it is still at the version the caller read.
+/// Writes one update of a case if it is still at the version the caller read, with its
+/// audit entries.
 pub(crate) fn update(tx: &mut Tx<'_>, u: &CaseUpdate) -> StoreResult<CaseRecord> {
+    let written = update_rows(tx, u)?;
+    if !u.audit.is_empty() {
+        crate::access::append_audit(tx, &u.audit)?;
+    }
+    Ok(written)
+}
+
+/// Writes several updates in this transaction: one whose case changed or is gone (or whose
+/// timeline is full) writes nothing and is answered so; any other error fails them all.
+/// The audit entries of those written are appended together.
+pub(crate) fn update_many(
+    tx: &mut Tx<'_>,
+    updates: &[CaseUpdate],
+) -> StoreResult<Vec<StoreResult<CaseRecord>>> {
+    let mut out = Vec::with_capacity(updates.len());
+    let mut audit = Vec::new();
+    for u in updates {
+        match update_rows(tx, u) {
+            Ok(c) => {
+                audit.extend(u.audit.iter().cloned());
+                out.push(Ok(c));
+            }
+            Err(e) if redrive_store::skeleton::cases::refused_update(&e) => out.push(Err(e)),
+            Err(e) => return Err(e),
+        }
+    }
+    if !audit.is_empty() {
+        crate::access::append_audit(tx, &audit)?;
+    }
+    Ok(out)
+}
+
+/// The rows of one update (no audit), if the case is still at the version read.
+fn update_rows(tx: &mut Tx<'_>, u: &CaseUpdate) -> StoreResult<CaseRecord> {
     let conn = tx.conn;
     let found: Option<(i64, String)> = conn
         .prepare_cached("SELECT version, record_id FROM cases WHERE id = ?1")

@@ -615,6 +615,14 @@ impl Store for SqliteStore {
         self.readers.read(move |c| cases::get(c, &id)).await
     }
 
+    async fn case_reads(&self, ids: &[String]) -> StoreResult<Vec<redrive_store::CaseRead>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = ids.to_vec();
+        self.readers.read(move |c| cases::reads(c, &ids)).await
+    }
+
     async fn case_timeline(&self, id: &str) -> StoreResult<Vec<TimelineEntry>> {
         let id = id.to_owned();
         self.readers.read(move |c| cases::timeline(c, &id)).await
@@ -634,6 +642,19 @@ impl Store for SqliteStore {
         let update = update.clone();
         self.writer
             .write(move |tx| cases::update(tx, &update))
+            .await
+    }
+
+    async fn update_cases(
+        &self,
+        updates: &[CaseUpdate],
+    ) -> StoreResult<Vec<StoreResult<CaseRecord>>> {
+        if updates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let updates = updates.to_vec();
+        self.writer
+            .write(move |tx| cases::update_many(tx, &updates))
             .await
     }
 

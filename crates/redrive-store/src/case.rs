@@ -106,6 +106,20 @@ pub struct CaseUpdate {
     /// State repair: moves the case's record from live to archived (its effect exists).
     /// Nothing happens if the record is gone or not live.
     pub archive_record: bool,
+    /// Audit entries of the decisions this update records, appended in the same
+    /// transaction (none when it is not written).
+    pub audit: Vec<crate::AuditFields>,
+}
+
+/// A case with what deciding about it reads beside it (see [`Store::case_reads`](crate::Store::case_reads)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CaseRead {
+    /// The case.
+    pub case: CaseRecord,
+    /// Its dead-letter record, while it exists.
+    pub record: Option<crate::DeadLetterRecord>,
+    /// Its intent, when the producer said something of it.
+    pub intent: Option<IntentRecord>,
 }
 
 /// Payload bytes kept with a case under their digest (a transformation's output).

@@ -379,6 +379,21 @@ pub trait Store: Send + Sync + 'static {
     /// Returns the case as written (its version one more).
     async fn update_case(&self, update: &CaseUpdate) -> StoreResult<CaseRecord>;
 
+    /// The cases with these ids that exist (the first [`MAX_CASE_PAGE`] ids; an id
+    /// without a case is left out), each with its dead-letter record and its intent, read
+    /// together: what the broker's decisions about many cases read, in one read. In the
+    /// order of `ids`.
+    async fn case_reads(&self, ids: &[String]) -> StoreResult<Vec<CaseRead>>;
+
+    /// Writes several updates of cases in one transaction, each as [`Store::update_case`]
+    /// would (with its audit entries): the answer for each, in order. An update whose case
+    /// changed or is gone writes nothing of itself and does not hold back the others; an
+    /// error of the store writes none of them (`Err`).
+    async fn update_cases(
+        &self,
+        updates: &[CaseUpdate],
+    ) -> StoreResult<Vec<StoreResult<CaseRecord>>>;
+
     /// The bytes kept with case `id` under `digest`, if any.
     async fn case_payload(&self, id: &str, digest: &str) -> StoreResult<Option<Vec<u8>>>;
 

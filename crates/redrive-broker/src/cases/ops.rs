@@ -12,7 +12,7 @@ use redrive_core::judgement::{ORIGINAL_ID_PROPERTY, QuarantineCause, REPLAYED_FR
 use redrive_core::register::judge;
 use redrive_core::{EntityName, PropertyValue, Timestamp};
 use redrive_store::{
-    CasePayload, CaseQuery, CaseRecord, CaseUpdate, DeadLetterRecord, EffectAuthority,
+    AuditFields, CasePayload, CaseQuery, CaseRecord, CaseUpdate, DeadLetterRecord, EffectAuthority,
     IntentRecord, IntentStatus, StoreError,
 };
 
@@ -219,6 +219,20 @@ impl Step {
         }
     }
 
+    /// The update that writes this step over `case` as read (no audit entry).
+    pub(crate) fn update_of(mut self, case: &CaseRecord) -> CaseUpdate {
+        self.set.data = self.data.to_value();
+        CaseUpdate {
+            id: case.id.clone(),
+            version: case.version,
+            set: self.set,
+            append: self.append,
+            payload: self.payload,
+            archive_record: self.archive_record,
+            audit: Vec::new(),
+        }
+    }
+
     /// Appends an entry if the timeline allows it after what is appended so far.
     fn push(&mut self, e: TimelineEntry) -> Result<(), CaseError> {
         case::may_append(Some(self.set.state), e.state)?;
@@ -236,18 +250,9 @@ impl Broker {
     pub(crate) async fn write_step(
         &self,
         case: &CaseRecord,
-        mut step: Step,
+        step: Step,
     ) -> BrokerResult<CaseRecord> {
-        step.set.data = step.data.to_value();
-        let update = CaseUpdate {
-            id: case.id.clone(),
-            version: case.version,
-            set: step.set,
-            append: step.append,
-            payload: step.payload,
-            archive_record: step.archive_record,
-        };
-        Ok(self.inner.store.update_case(&update).await?)
+        Ok(self.inner.store.update_case(&step.update_of(case)).await?)
     }
 
     /// What the broker knows now about `case` beyond its record.
@@ -269,7 +274,21 @@ impl Broker {
             Err(StoreError::DeadLetterNotFound { .. } | StoreError::QueueNotFound { .. }) => None,
             Err(e) => return Err(e.into()),
         };
-        let (record_area, schema_invalid) = match &record {
+        let intent = store.get_intent(&case.intent_id).await?;
+        let known = self.known_of(case, record.as_ref(), intent, ctx).await?;
+        Ok((known, record))
+    }
+
+    /// [`Broker::known_in`] with the case's record and intent already read.
+    pub(crate) async fn known_of(
+        &self,
+        case: &CaseRecord,
+        record: Option<&DeadLetterRecord>,
+        intent: Option<IntentRecord>,
+        ctx: &CaseContext,
+    ) -> BrokerResult<Known> {
+        let store = &self.inner.store;
+        let (record_area, schema_invalid) = match record {
             Some(r) => (
                 Some(r.area),
                 r.judgement
@@ -305,13 +324,13 @@ impl Broker {
             retention_bounded: queue
                 .as_ref()
                 .is_none_or(|q| q.policy.dead_letter_retention_ms > 0),
-            intent: store.get_intent(&case.intent_id).await?,
+            intent,
             has_authority: authority.is_some(),
             repetition: RepetitionPolicy::from_register(&answer, authority.is_some()),
             destination_exists: queue.is_some(),
             blocked_by,
         };
-        Ok((known, record))
+        Ok(known)
     }
 
     pub(crate) async fn authority_for(
@@ -436,49 +455,127 @@ impl Broker {
         self.advance_case_in(id, &ctx).await
     }
 
-    /// [`Broker::advance_case`] within a pass.
+    /// [`Broker::advance_case`] within a pass: the case's steps taken in memory and
+    /// written at once ([`Broker::steps_in`]), read again and retried when another writer
+    /// changed it meanwhile.
     pub(crate) async fn advance_case_in(
         &self,
         id: &str,
         ctx: &CaseContext,
     ) -> BrokerResult<CaseRecord> {
-        let mut case = self.inner.store.get_case(id).await?;
+        let case = self.inner.store.get_case(id).await?;
+        self.advance_read_case(case, ctx).await
+    }
+
+    /// [`Broker::advance_case_in`] from the case as just read.
+    pub(crate) async fn advance_read_case(
+        &self,
+        mut case: CaseRecord,
+        ctx: &CaseContext,
+    ) -> BrokerResult<CaseRecord> {
         for _ in 0..MAX_STEPS {
-            if case.m.state.terminal().is_some() {
+            let Some((update, finished)) = self.steps_in(&case, ctx).await? else {
                 return Ok(case);
-            }
-            match self.step(&case, ctx).await? {
-                None => return Ok(case),
-                Some((step, done)) => {
-                    let decided = decisions(&step);
-                    match self.write_step(&case, step).await {
-                        Ok(written) => {
-                            // The broker's own decisions about the item are audited, as a
-                            // person's are.
-                            if !decided.is_empty() {
-                                self.audit(
-                                    &Actor::system("cases"),
-                                    "case.decide",
-                                    Some(written.queue.as_str()),
-                                    std::iter::once(written.id.clone()).chain(decided).collect(),
-                                    "ok",
-                                )
-                                .await?;
-                            }
-                            case = written;
-                            if done {
-                                return Ok(case);
-                            }
-                        }
-                        Err(BrokerError::Store(StoreError::CaseChanged { .. })) => {
-                            case = self.inner.store.get_case(id).await?;
-                        }
-                        Err(e) => return Err(e),
+            };
+            match self.write_update(&update).await {
+                Ok(written) => {
+                    case = written;
+                    if finished {
+                        return Ok(case);
                     }
                 }
+                Err(BrokerError::Store(StoreError::CaseChanged { .. })) => {
+                    case = self.inner.store.get_case(&case.id).await?;
+                }
+                Err(e) => return Err(e),
             }
         }
         Ok(case)
+    }
+
+    /// Writes a case update prepared by [`Broker::steps_in`] (its audit entries with it).
+    pub(crate) async fn write_update(&self, update: &CaseUpdate) -> BrokerResult<CaseRecord> {
+        let written = self.inner.store.update_case(update).await?;
+        self.inner
+            .metrics
+            .audit_entries
+            .add(update.audit.len() as u64);
+        Ok(written)
+    }
+
+    /// The steps the broker takes by itself on `case` now, one after the other in memory,
+    /// as one update: every step's timeline entries and the last step's fields, with the
+    /// audit entry of each decision it makes about the item (`None`: nothing to write).
+    /// The second value says whether the case then waits (`false`: a step could not be
+    /// joined to the others — two kept payloads — and the case has more to do once this
+    /// update is written).
+    pub(crate) async fn steps_in(
+        &self,
+        case: &CaseRecord,
+        ctx: &CaseContext,
+    ) -> BrokerResult<Option<(CaseUpdate, bool)>> {
+        let (known, _) = self.known_in(case, ctx).await?;
+        self.steps_known(case, ctx, &known).await
+    }
+
+    /// [`Broker::steps_in`] with what the broker knows beyond the case already read: it
+    /// does not change with the case's own steps (a repaired record closes the case).
+    pub(crate) async fn steps_known(
+        &self,
+        case: &CaseRecord,
+        ctx: &CaseContext,
+        known: &Known,
+    ) -> BrokerResult<Option<(CaseUpdate, bool)>> {
+        let mut view = case.clone();
+        let mut update: Option<CaseUpdate> = None;
+        for _ in 0..MAX_STEPS {
+            if view.m.state.terminal().is_some() {
+                break;
+            }
+            let Some((step, done)) = self.step(&view, ctx, known).await? else {
+                break;
+            };
+            let decided = decisions(&step);
+            let u = update.get_or_insert_with(|| CaseUpdate {
+                id: case.id.clone(),
+                version: case.version,
+                set: case.m.clone(),
+                append: Vec::new(),
+                payload: None,
+                archive_record: false,
+                audit: Vec::new(),
+            });
+            if step.payload.is_some() && u.payload.is_some() {
+                return Ok(update.map(|u| (u, false)));
+            }
+            let mut set = step.set;
+            set.data = step.data.to_value();
+            view.m = set.clone();
+            u.set = set;
+            u.append.extend(step.append);
+            u.archive_record |= step.archive_record;
+            if step.payload.is_some() {
+                u.payload = step.payload;
+            }
+            if !decided.is_empty() {
+                // The broker's own decisions about the item are audited, as a person's are.
+                let actor = Actor::system("cases");
+                u.audit.push(AuditFields {
+                    at: self.now(),
+                    actor_id: actor.id,
+                    actor_name: actor.name,
+                    action: "case.decide".to_owned(),
+                    entity: Some(case.queue.to_string()),
+                    targets: std::iter::once(case.id.clone()).chain(decided).collect(),
+                    outcome: "ok".to_owned(),
+                    client: None,
+                });
+            }
+            if done {
+                break;
+            }
+        }
+        Ok(update.map(|u| (u, true)))
     }
 
     /// The next step of a case: what to write, and whether the case then waits.
@@ -486,11 +583,11 @@ impl Broker {
         &self,
         case: &CaseRecord,
         ctx: &CaseContext,
+        known: &Known,
     ) -> BrokerResult<Option<(Step, bool)>> {
         let now = self.now();
         let settings = self.case_settings();
         let mut step = Step::of(case);
-        let (known, _) = self.known_in(case, ctx).await?;
         step.data.repetition = Some(known.repetition);
         // Route verification comes first, and a misconfigured route is checked again.
         let recheck = step
@@ -502,7 +599,7 @@ impl Broker {
             self.verify_route(case, &mut step, &settings, now).await?;
             return Ok(Some((step, false)));
         }
-        let facts = data::facts(case, &step.data, &known);
+        let facts = data::facts(case, &step.data, known);
         let decision = case::decide(&facts, now);
         step.data.next = Some(data::describe(&decision));
         let broker = "broker";

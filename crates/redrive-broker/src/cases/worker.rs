@@ -172,6 +172,7 @@ impl Broker {
                 append: Vec::new(),
                 payload: None,
                 archive_record: false,
+                audit: Vec::new(),
             })
             .await;
         match r {

@@ -1004,7 +1004,42 @@ impl Broker {
         let more_due = due.len() > OBSERVE_BATCH;
         due.truncate(OBSERVE_BATCH);
         due.retain(|i| self.observe_due(&plan.id, i.seq, i.updated_at, now, true));
-        for (mut item, outcome) in self.outcomes(due, &ctx).await? {
+        // Beside the observation, what the admissions read (nothing is written): the
+        // waiting items the pacer may let go now and what their gates read.
+        let running = plan.m.status == PlanStatus::Running;
+        let ahead = async {
+            let room = if run.window == 0 || run.window_admitted >= budget.window {
+                budget.window
+            } else {
+                budget.window - run.window_admitted
+            } as usize;
+            let limit = (slots_now(&pacer, &budget, now, ADMIT_BATCH) + 1).min(room);
+            if !running || limit == 0 {
+                return Ok::<_, BrokerError>(ReadAhead::default());
+            }
+            let waiting = self
+                .inner
+                .store
+                .replay_plan_items(
+                    &plan.id,
+                    &PlanItemQuery {
+                        states: vec![PlanItemState::Waiting],
+                        after_seq: None,
+                        limit: limit as u32,
+                    },
+                )
+                .await?;
+            let n = admissible(&pacer, &budget, waiting.iter(), now, room.min(PREFETCH));
+            let fetched = self.prefetch(&ctx, waiting[..n].to_vec()).await?;
+            Ok(ReadAhead {
+                all: waiting.len() < limit,
+                waiting,
+                fetched,
+            })
+        };
+        let (observed, ahead) = tokio::join!(self.outcomes(due, &ctx), ahead);
+        let ahead = ahead?;
+        for (mut item, outcome) in observed? {
             let (state, detail) = match outcome {
                 Outcome::InFlight => continue,
                 Outcome::NotRecorded => {
@@ -1057,7 +1092,6 @@ impl Broker {
         obs.failures = run.failures.clone();
 
         // 3. The dependency, once per observation window (and before the first window).
-        let running = plan.m.status == PlanStatus::Running;
         // A window opens when the last one's items all settled (or none opened yet), and
         // only if the gates still pass: the dependency is read again first.
         let opening = running
@@ -1091,22 +1125,28 @@ impl Broker {
             }
             let window_room = budget.window.saturating_sub(run.window_admitted);
             if window_room > 0 {
-                let waiting = self
-                    .inner
-                    .store
-                    .replay_plan_items(
-                        &plan.id,
-                        &PlanItemQuery {
-                            states: vec![PlanItemState::Waiting],
-                            after_seq: None,
-                            // The items the pacer may let go now (and one to learn when
-                            // the next may): a paced look reads a few, not a batch.
-                            limit: (slots_now(&pacer, &budget, now, ADMIT_BATCH) + 1)
-                                .min(window_room as usize)
-                                as u32,
-                        },
-                    )
-                    .await?;
+                // The items the pacer may let go now (and one to learn when the next may):
+                // a paced look reads a few, not a batch. Those read ahead serve when they
+                // are enough (or all there are).
+                let limit =
+                    (slots_now(&pacer, &budget, now, ADMIT_BATCH) + 1).min(window_room as usize);
+                let waiting = if ahead.all || ahead.waiting.len() >= limit {
+                    let mut w = ahead.waiting;
+                    w.truncate(limit);
+                    w
+                } else {
+                    self.inner
+                        .store
+                        .replay_plan_items(
+                            &plan.id,
+                            &PlanItemQuery {
+                                states: vec![PlanItemState::Waiting],
+                                after_seq: None,
+                                limit: limit as u32,
+                            },
+                        )
+                        .await?
+                };
                 let mut look = Look {
                     ctx: Arc::clone(&ctx),
                     destination: plan.destination.parse()?,
@@ -1114,7 +1154,7 @@ impl Broker {
                     batch: Vec::new(),
                 };
                 let mut waiting: VecDeque<PlanItemRecord> = waiting.into();
-                let mut fetched: HashMap<u32, Option<Pre>> = HashMap::new();
+                let mut fetched: HashMap<u32, Option<Pre>> = ahead.fetched.into_iter().collect();
                 while let Some(item) = waiting.pop_front() {
                     if run.window_admitted >= budget.window {
                         break;
@@ -1360,23 +1400,8 @@ impl Broker {
         Ok(written)
     }
 
-    /// Where an admitted item's case stands now (its case advanced first: the replay
-    /// observed through its effect authority).
-    async fn item_outcome(
-        &self,
-        item: &PlanItemRecord,
-        ctx: &CaseContext,
-    ) -> BrokerResult<Outcome> {
-        let case = match self.advance_case_in(&item.case_id, ctx).await {
-            Ok(c) => c,
-            Err(BrokerError::Store(StoreError::CaseNotFound { .. })) => {
-                return Ok(Outcome::Closed("case_gone".into()));
-            }
-            Err(e) => {
-                tracing::warn!(case_id = %item.case_id, error = %e, "case could not be advanced");
-                self.inner.store.get_case(&item.case_id).await?
-            }
-        };
+    /// Where an admitted item's case stands, as advanced by this look.
+    async fn outcome_of(&self, item: &PlanItemRecord, case: CaseRecord) -> BrokerResult<Outcome> {
         if let Some(t) = case.m.state.terminal() {
             return Ok(if t == case::Terminal::Completed {
                 Outcome::Completed
@@ -1701,48 +1726,38 @@ impl Broker {
         let owner = plan_actor(plan);
         let mut sent = Vec::new();
         let mut back = Vec::new();
-        let mut audit = Vec::new();
-        // The cases are written side by side (their commits shared), handled in order.
-        let mut writes = tokio::task::JoinSet::new();
-        let mut results = Vec::with_capacity(batch.len());
-        for (i, p) in batch.into_iter().enumerate() {
-            if writes.len() >= PARALLEL
-                && let Some(r) = writes.join_next().await
-            {
-                results.push(r.map_err(join_error)?);
-            }
-            let b = self.clone();
-            writes.spawn(async move {
-                let r = b.write_step(&p.case, p.step.clone()).await;
-                (i, p, r)
-            });
-        }
-        while let Some(r) = writes.join_next().await {
-            results.push(r.map_err(join_error)?);
-        }
-        results.sort_by_key(|(i, _, _)| *i);
-        for (_, p, written) in results {
+        // The cases in one write, each with the audit entry of its admission.
+        let updates: Vec<_> = batch
+            .iter()
+            .map(|p| {
+                let mut u = p.step.clone().update_of(&p.case);
+                u.audit.push(AuditFields {
+                    at: now,
+                    actor_id: owner.id.clone(),
+                    actor_name: owner.name.clone(),
+                    action: "case.replay".to_owned(),
+                    entity: Some(p.case.queue.to_string()),
+                    targets: vec![
+                        p.case.id.clone(),
+                        format!("message_id={}", p.message_id),
+                        format!("plan_id={}", plan.id),
+                    ],
+                    outcome: "ok".to_owned(),
+                    client: None,
+                });
+                u
+            })
+            .collect();
+        let answers = self.inner.store.update_cases(&updates).await?;
+        for (p, written) in batch.into_iter().zip(answers) {
             match written {
                 Ok(c) => {
+                    self.inner.metrics.audit_entries.inc();
                     // Its first look comes OBSERVE_ITEM_MS after the admission.
                     self.observe_due(&plan.id, p.item.seq, now, now, true);
-                    audit.push(AuditFields {
-                        at: now,
-                        actor_id: owner.id.clone(),
-                        actor_name: owner.name.clone(),
-                        action: "case.replay".to_owned(),
-                        entity: Some(c.queue.to_string()),
-                        targets: vec![
-                            c.id.clone(),
-                            format!("message_id={}", p.message_id),
-                            format!("plan_id={}", plan.id),
-                        ],
-                        outcome: "ok".to_owned(),
-                        client: None,
-                    });
                     sent.push((c, p.outgoing));
                 }
-                Err(BrokerError::Store(StoreError::CaseChanged { .. })) => {
+                Err(StoreError::CaseChanged { .. }) => {
                     // Nothing was sent; the item waits again.
                     let mut item = p.item;
                     undo(run, pacer, &mut item);
@@ -1753,11 +1768,6 @@ impl Broker {
                     tracing::warn!(plan_id = %plan.id, case_id = %p.case.id, error = %e, "plan admission not recorded on its case");
                 }
             }
-        }
-        if !audit.is_empty() {
-            let n = audit.len() as u64;
-            self.inner.store.append_audit(&audit).await?;
-            self.inner.metrics.audit_entries.add(n);
         }
         if !sent.is_empty() {
             let messages: Vec<Outgoing> = sent.iter().map(|(_, o)| o.clone()).collect();
@@ -1824,28 +1834,57 @@ impl Broker {
         }))
     }
 
-    /// [`Broker::prefetch_one`] for `items`, [`PARALLEL`] side by side, by `seq`.
+    /// [`Broker::prefetch_one`] for `items` (their cases, records and intents in one
+    /// read; their effect authorities asked [`PARALLEL`] side by side), by `seq`.
     async fn prefetch(
         &self,
         ctx: &Arc<CaseContext>,
         items: Vec<PlanItemRecord>,
     ) -> BrokerResult<Vec<(u32, Option<Pre>)>> {
-        let mut set = tokio::task::JoinSet::new();
-        let mut out = Vec::with_capacity(items.len());
-        for item in items {
-            if set.len() >= PARALLEL
-                && let Some(r) = set.join_next().await
-            {
-                out.push(r.map_err(join_error)?);
+        let mut reads = self.case_reads_of(&items).await?;
+        let ctx = Arc::clone(ctx);
+        side_by_side(self, items, move |b, item| {
+            let ctx = Arc::clone(&ctx);
+            let read = reads.remove(&item.case_id);
+            async move {
+                let Some(r) = read else {
+                    return (item.seq, Ok(None));
+                };
+                let pre = async {
+                    let known = b
+                        .known_of(&r.case, r.record.as_ref(), r.intent, &ctx)
+                        .await?;
+                    if r.case.m.state.terminal().is_none() {
+                        b.ask_ahead(&ctx, &r.case).await;
+                    }
+                    Ok(Some(Pre {
+                        case: r.case,
+                        known,
+                        record: r.record,
+                    }))
+                };
+                (item.seq, pre.await)
             }
-            let b = self.clone();
-            let ctx = Arc::clone(ctx);
-            set.spawn(async move { (item.seq, b.prefetch_one(&item.case_id, &ctx).await) });
+        })
+        .await?
+        .into_iter()
+        .map(|(s, p)| p.map(|p| (s, p)))
+        .collect()
+    }
+
+    /// The cases of `items` with their records and intents, in one read, by case id.
+    async fn case_reads_of(
+        &self,
+        items: &[PlanItemRecord],
+    ) -> BrokerResult<HashMap<String, redrive_store::CaseRead>> {
+        let ids: Vec<String> = items.iter().map(|i| i.case_id.clone()).collect();
+        let mut out = HashMap::with_capacity(ids.len());
+        for chunk in ids.chunks(redrive_store::MAX_CASE_PAGE as usize) {
+            for r in self.inner.store.case_reads(chunk).await? {
+                out.insert(r.case.id.clone(), r);
+            }
         }
-        while let Some(r) = set.join_next().await {
-            out.push(r.map_err(join_error)?);
-        }
-        out.into_iter().map(|(s, p)| p.map(|p| (s, p))).collect()
+        Ok(out)
     }
 
     async fn predecessor_state(
@@ -1932,33 +1971,108 @@ impl Broker {
         Ok(())
     }
 
-    /// The outcomes of replays in flight, each case advanced (its effect authority asked),
-    /// [`PARALLEL`] at a time, in the items' order.
+    /// The outcomes of replays in flight, in the items' order: each case read and
+    /// stepped in memory ([`Broker::steps_in`]: its effect authority asked), [`PARALLEL`]
+    /// side by side; the steps written in one write; a case another writer changed
+    /// meanwhile advanced alone.
     async fn outcomes(
         &self,
         items: Vec<PlanItemRecord>,
         ctx: &Arc<CaseContext>,
     ) -> BrokerResult<Vec<(PlanItemRecord, Outcome)>> {
-        let mut set = tokio::task::JoinSet::new();
-        let mut out = Vec::with_capacity(items.len());
-        for item in items {
-            if set.len() >= PARALLEL
-                && let Some(r) = set.join_next().await
-            {
-                out.push(r.map_err(join_error)?);
+        let mut reads = self.case_reads_of(&items).await?;
+        let c = Arc::clone(ctx);
+        let stepped = side_by_side(self, items, move |b, item| {
+            let ctx = Arc::clone(&c);
+            let read = reads.remove(&item.case_id);
+            async move {
+                let Some(r) = read else {
+                    return (item, Ok::<_, BrokerError>(None));
+                };
+                let stepped = async {
+                    let known = b
+                        .known_of(&r.case, r.record.as_ref(), r.intent, &ctx)
+                        .await?;
+                    b.steps_known(&r.case, &ctx, &known).await
+                };
+                let u = match stepped.await {
+                    Ok(u) => u,
+                    Err(e) => {
+                        tracing::warn!(case_id = %r.case.id, error = %e, "case could not be advanced");
+                        None
+                    }
+                };
+                (item, Ok(Some((r.case, u))))
             }
-            let b = self.clone();
-            let ctx = Arc::clone(ctx);
-            set.spawn(async move {
-                let o = b.item_outcome(&item, &ctx).await;
-                (item, o)
+        })
+        .await?;
+        let mut updates = Vec::new();
+        let mut read = Vec::with_capacity(stepped.len());
+        for (item, r) in stepped {
+            match r? {
+                None => read.push((item, None, None)),
+                Some((case, u)) => {
+                    let at = u.map(|(u, finished)| {
+                        updates.push(u);
+                        (updates.len() - 1, finished)
+                    });
+                    read.push((item, Some(case), at));
+                }
+            }
+        }
+        let mut answers: Vec<Option<redrive_store::StoreResult<CaseRecord>>> = self
+            .inner
+            .store
+            .update_cases(&updates)
+            .await?
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut out = Vec::with_capacity(read.len());
+        for (item, case, at) in read {
+            let Some(case) = case else {
+                out.push((item, Outcome::Closed("case_gone".into())));
+                continue;
+            };
+            let answer = at.and_then(|(i, finished)| {
+                let audited = updates[i].audit.len() as u64;
+                answers[i].take().map(|a| (a, finished, audited))
             });
+            let case = match answer {
+                None => case,
+                Some((Ok(written), finished, audited)) => {
+                    self.inner.metrics.audit_entries.add(audited);
+                    if finished {
+                        written
+                    } else {
+                        self.advance_read_case(written, ctx).await?
+                    }
+                }
+                Some((Err(StoreError::CaseNotFound { .. }), _, _)) => {
+                    out.push((item, Outcome::Closed("case_gone".into())));
+                    continue;
+                }
+                Some((Err(e), _, _)) => {
+                    if !matches!(e, StoreError::CaseChanged { .. }) {
+                        tracing::warn!(case_id = %case.id, error = %e, "case could not be advanced");
+                    }
+                    match self.advance_case_in(&case.id, ctx).await {
+                        Ok(c) => c,
+                        Err(BrokerError::Store(StoreError::CaseNotFound { .. })) => {
+                            out.push((item, Outcome::Closed("case_gone".into())));
+                            continue;
+                        }
+                        Err(e) => {
+                            tracing::warn!(case_id = %case.id, error = %e, "case could not be advanced");
+                            self.inner.store.get_case(&case.id).await?
+                        }
+                    }
+                }
+            };
+            let outcome = self.outcome_of(&item, case).await?;
+            out.push((item, outcome));
         }
-        while let Some(r) = set.join_next().await {
-            out.push(r.map_err(join_error)?);
-        }
-        out.sort_by_key(|(i, _)| i.seq);
-        out.into_iter().map(|(i, o)| o.map(|o| (i, o))).collect()
+        Ok(out)
     }
 
     /// The audit entry of a plan's decision to hold an item (its gate named).
@@ -2056,6 +2170,35 @@ impl Broker {
     }
 }
 
+/// `f` over `inputs`, [`PARALLEL`] at a time, the answers in the inputs' order.
+async fn side_by_side<T, R, F, Fut>(
+    broker: &Broker,
+    inputs: Vec<T>,
+    mut f: F,
+) -> BrokerResult<Vec<R>>
+where
+    F: FnMut(Broker, T) -> Fut,
+    Fut: std::future::Future<Output = R> + Send + 'static,
+    R: Send + 'static,
+{
+    let mut set = tokio::task::JoinSet::new();
+    let mut out: Vec<(usize, R)> = Vec::with_capacity(inputs.len());
+    for (i, input) in inputs.into_iter().enumerate() {
+        if set.len() >= PARALLEL
+            && let Some(r) = set.join_next().await
+        {
+            out.push(r.map_err(join_error)?);
+        }
+        let fut = f(broker.clone(), input);
+        set.spawn(async move { (i, fut.await) });
+    }
+    while let Some(r) = set.join_next().await {
+        out.push(r.map_err(join_error)?);
+    }
+    out.sort_by_key(|(i, _)| *i);
+    Ok(out.into_iter().map(|(_, r)| r).collect())
+}
+
 /// The node's budget as a pacing budget (concurrency is each plan's).
 fn node_budget(n: &NodeReplayBudget, bytes: u64) -> Budget {
     Budget {
@@ -2130,6 +2273,17 @@ fn slots_now(pacer: &Pacer, budget: &Budget, now: Timestamp, limit: usize) -> us
         n += 1;
     }
     n
+}
+
+/// What a look read ahead for its admissions, beside its observation.
+#[derive(Default)]
+struct ReadAhead {
+    /// The first waiting items.
+    waiting: Vec<PlanItemRecord>,
+    /// Whether they are all the waiting items.
+    all: bool,
+    /// What the gates of the first of them read.
+    fetched: Vec<(u32, Option<Pre>)>,
 }
 
 /// An admission prepared, not yet written.

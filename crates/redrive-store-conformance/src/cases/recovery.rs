@@ -136,6 +136,7 @@ fn update(c: &CaseRecord, set: CaseMut, append: Vec<TimelineEntry>) -> CaseUpdat
         append,
         payload: None,
         archive_record: false,
+        audit: Vec::new(),
     }
 }
 
@@ -398,6 +399,118 @@ pub async fn a_forwarded_dead_letter_opens_a_case_and_a_fallback_is_incomplete_e
     rule_agrees(t, &f, &r.id).await;
 }
 
+fn decided(at: Timestamp, case_id: &str, what: &str) -> redrive_store::AuditFields {
+    redrive_store::AuditFields {
+        at,
+        actor_id: "system:cases".into(),
+        actor_name: "cases".into(),
+        action: "case.decide".into(),
+        entity: Some("orders".into()),
+        targets: vec![case_id.to_owned(), what.to_owned()],
+        outcome: "ok".into(),
+        client: None,
+    }
+}
+
+async fn decisions_on(t: &TestStore) -> Vec<Vec<String>> {
+    t.s()
+        .list_audit(&redrive_store::AuditQuery {
+            action: Some("case.decide".into()),
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.fields.targets)
+        .collect()
+}
+
+pub async fn update_cases_writes_a_batch_each_with_its_audit_and_refuses_each_alone(t: &TestStore) {
+    let q = t.queue("orders", QueuePolicy::default()).await;
+    let mut cases = Vec::new();
+    for (i, m) in ["m1", "m2", "m3"].into_iter().enumerate() {
+        let e = dl(t, &q, m, secs(1 + i as i64)).await;
+        cases.push(case_of(t, &e.dead_letter_id).await);
+    }
+    let retained = |c: &CaseRecord| CaseMut {
+        state: CaseState::Retained,
+        ..c.m.clone()
+    };
+    let with_audit = |c: &CaseRecord, what: &str| CaseUpdate {
+        audit: vec![decided(secs(20), &c.id, what)],
+        ..update(
+            c,
+            retained(c),
+            vec![entry(secs(20), "broker", CaseState::Retained, "kept")],
+        )
+    };
+    // One update alone: its audit entry is written with it; a stale one writes neither.
+    let stale = CaseUpdate {
+        version: 9,
+        ..with_audit(&cases[0], "stale")
+    };
+    assert_err!(
+        t.s().update_case(&stale).await,
+        StoreError::CaseChanged { version: 1, .. }
+    );
+    assert!(decisions_on(t).await.is_empty(), "nothing audited");
+
+    // A batch: the second is stale and the fourth names no case; each is refused alone.
+    let gone = CaseUpdate {
+        id: "case_none".into(),
+        ..with_audit(&cases[0], "gone")
+    };
+    let answers = t
+        .s()
+        .update_cases(&[
+            with_audit(&cases[2], "third"),
+            CaseUpdate {
+                version: 7,
+                ..with_audit(&cases[1], "second")
+            },
+            with_audit(&cases[0], "first"),
+            gone,
+        ])
+        .await
+        .unwrap();
+    assert_eq!(answers.len(), 4, "one answer for each update, in order");
+    let third = answers[0].as_ref().unwrap();
+    assert_eq!(
+        (third.id.as_str(), third.version),
+        (cases[2].id.as_str(), 2)
+    );
+    assert_eq!(third.m.state, CaseState::Retained);
+    assert!(matches!(
+        answers[1],
+        Err(StoreError::CaseChanged { version: 1, .. })
+    ));
+    let first = answers[2].as_ref().unwrap();
+    assert_eq!(
+        (first.id.as_str(), first.version),
+        (cases[0].id.as_str(), 2)
+    );
+    assert!(matches!(answers[3], Err(StoreError::CaseNotFound { .. })));
+    assert_eq!(
+        t.s().get_case(&cases[1].id).await.unwrap(),
+        cases[1],
+        "nothing of it written"
+    );
+    assert_eq!(t.s().case_timeline(&cases[1].id).await.unwrap().len(), 1);
+    assert_eq!(t.s().case_timeline(&cases[0].id).await.unwrap().len(), 2);
+    let mut audited = decisions_on(t).await;
+    audited.sort();
+    assert_eq!(
+        audited,
+        vec![
+            vec![cases[0].id.clone(), "first".to_owned()],
+            vec![cases[2].id.clone(), "third".to_owned()],
+        ],
+        "the audit entries of the updates written, and only theirs"
+    );
+    assert!(t.s().update_cases(&[]).await.unwrap().is_empty());
+}
+
 pub async fn update_case_is_conditional_on_the_version_read_and_writes_everything_at_once(
     t: &TestStore,
 ) {
@@ -447,6 +560,7 @@ pub async fn update_case_is_conditional_on_the_version_read_and_writes_everythin
             body: body.clone(),
         }),
         archive_record: true,
+        audit: Vec::new(),
         ..update(&c, set.clone(), appended.clone())
     };
     assert_err!(
@@ -543,6 +657,7 @@ pub async fn update_case_is_conditional_on_the_version_read_and_writes_everythin
     let c2 = case_of(t, &e2.dead_letter_id).await;
     let u = CaseUpdate {
         archive_record: true,
+        audit: Vec::new(),
         ..update(&c2, c2.m.clone(), Vec::new())
     };
     assert_eq!(t.s().update_case(&u).await.unwrap().version, 2);
@@ -949,6 +1064,72 @@ pub async fn drop_case_payloads_deletes_the_record_and_kept_bytes_and_keeps_the_
     );
     assert_eq!(record(t, &q, &r3).await.id, r3, "no retention set: kept");
     assert_eq!(case_of(t, &r3).await.m.payload_deleted_at, None);
+}
+
+pub async fn case_reads_give_each_case_with_its_record_and_intent_in_order(t: &TestStore) {
+    let q = t.queue("orders", QueuePolicy::default()).await;
+    let mut cases = Vec::new();
+    for (i, m) in ["m1", "m2", "m3"].into_iter().enumerate() {
+        let e = dl(t, &q, m, secs(1 + i as i64)).await;
+        cases.push(case_of(t, &e.dead_letter_id).await);
+    }
+    let said = IntentRecord {
+        intent_id: cases[1].intent_id.clone(),
+        status: IntentStatus::Cancelled,
+        superseded_by: None,
+        reason: Some("customer cancelled".into()),
+        actor: "orders-service".into(),
+        at: secs(5),
+    };
+    t.s().put_intent(&said).await.unwrap();
+    // The third's record goes under its payload retention.
+    let c3 = &cases[2];
+    t.s()
+        .update_case(&update(
+            c3,
+            CaseMut {
+                payload_until: Some(secs(10)),
+                ..c3.m.clone()
+            },
+            Vec::new(),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        t.s().drop_case_payloads(secs(20), 10).await.unwrap(),
+        vec![c3.id.clone()]
+    );
+    let ids = vec![
+        cases[2].id.clone(),
+        "case_none".to_owned(),
+        cases[0].id.clone(),
+        cases[1].id.clone(),
+    ];
+    let reads = t.s().case_reads(&ids).await.unwrap();
+    let got: Vec<&str> = reads.iter().map(|r| r.case.id.as_str()).collect();
+    assert_eq!(
+        got,
+        vec![
+            cases[2].id.as_str(),
+            cases[0].id.as_str(),
+            cases[1].id.as_str()
+        ],
+        "in the order asked, an id without a case left out"
+    );
+    assert_eq!(reads[0].record, None, "its record is gone");
+    assert_eq!(reads[0].case, t.s().get_case(&cases[2].id).await.unwrap());
+    for r in &reads[1..] {
+        let record = r.record.as_ref().expect("the record exists");
+        assert_eq!(record.id, r.case.record_id);
+        assert_eq!(
+            *record,
+            t.s().get_dead_letter(&q, &r.case.record_id).await.unwrap()
+        );
+        assert_eq!(r.case, t.s().get_case(&r.case.id).await.unwrap());
+    }
+    assert_eq!(reads[1].intent, None, "nothing said of the first's intent");
+    assert_eq!(reads[2].intent, Some(said));
+    assert!(t.s().case_reads(&[]).await.unwrap().is_empty());
 }
 
 pub async fn the_first_word_on_an_intent_stands(t: &TestStore) {

@@ -181,6 +181,17 @@ pub const UPDATE_COLUMNS: [&str; 13] = [
 ];
 
 /// The update statement of a case, for both backends (see [`UPDATE_COLUMNS`]).
+/// Whether an update of a batch was refused on its own (its case changed, is gone, or its
+/// timeline is full: nothing of it written) rather than failing the batch.
+pub fn refused_update(e: &crate::StoreError) -> bool {
+    matches!(
+        e,
+        crate::StoreError::CaseChanged { .. }
+            | crate::StoreError::CaseNotFound { .. }
+            | crate::StoreError::TimelineFull { .. }
+    )
+}
+
 pub fn update_sql() -> String {
     let sets: Vec<String> = UPDATE_COLUMNS
         .iter()
