@@ -57,8 +57,8 @@ pub const DEFAULT_WINDOW: u32 = 10;
 /// The least time between two looks of a plan that catches up, ms (well inside
 /// [`CATCH_UP_MS`], so no slot is lost to it).
 pub const LOOK_GAP_MS: i64 = 20;
-/// The largest admission window.
-pub const MAX_WINDOW: u32 = 10_000;
+/// The largest admission window: as many items as a plan holds (one window for all).
+pub const MAX_WINDOW: u32 = 100_000;
 /// The highest item rate a plan may name (items per second).
 pub const MAX_ITEMS_PER_S: u32 = 100_000;
 /// The most concurrent deliveries a plan may name.

@@ -995,11 +995,11 @@ impl Broker {
         let mut pacer = run.pacer();
         // At most OBSERVE_BATCH a look, in admission order: a look stays short, so the
         // admissions keep their pace; the rest are looked at by the next looks.
-        let mut due: Vec<PlanItemRecord> = self
-            .items_in(&plan.id, PlanItemState::Admitted)
-            .await?
-            .into_iter()
+        let in_flight = self.items_in(&plan.id, PlanItemState::Admitted).await?;
+        let mut due: Vec<PlanItemRecord> = in_flight
+            .iter()
             .filter(|i| self.observe_due(&plan.id, i.seq, i.updated_at, now, false))
+            .cloned()
             .collect();
         let more_due = due.len() > OBSERVE_BATCH;
         due.truncate(OBSERVE_BATCH);
@@ -1090,6 +1090,8 @@ impl Broker {
             changed = true;
         }
         obs.failures = run.failures.clone();
+        // The replays this look saw settle (or go back to waiting).
+        let settled: BTreeSet<u32> = items.keys().copied().collect();
 
         // 3. The dependency, once per observation window (and before the first window).
         // A window opens when the last one's items all settled (or none opened yet), and
@@ -1116,6 +1118,7 @@ impl Broker {
 
         // 5. Admissions (each item a gate holds is an audit entry once written).
         let mut next_at = None;
+        let mut admitted_now = false;
         let mut holds = Vec::new();
         if running {
             if opening {
@@ -1218,6 +1221,7 @@ impl Broker {
                     }
                 }
                 if !look.batch.is_empty() {
+                    admitted_now = true;
                     let batch = std::mem::take(&mut look.batch);
                     plan = self
                         .commit_batch(
@@ -1268,7 +1272,22 @@ impl Broker {
             .unwrap_or(now);
         let mut wake = next_at.unwrap_or(probe_at).min(probe_at);
         if run.in_flight > 0 {
+            // The next look comes when a replay in flight is due to be looked at (a full
+            // window opens the next one as soon as its last replay is seen settled).
+            let still: Vec<&PlanItemRecord> = in_flight
+                .iter()
+                .filter(|i| !settled.contains(&i.seq))
+                .collect();
+            let mut first = self.next_observation(&plan.id, &still, now);
+            if admitted_now {
+                first = Some(first.map_or(now.plus_millis(OBSERVE_ITEM_MS), |t| {
+                    t.min(now.plus_millis(OBSERVE_ITEM_MS))
+                }));
+            }
             wake = wake.min(observe);
+            if let Some(t) = first {
+                wake = wake.min(t.max(now.plus_millis(redrive_core::plan::LOOK_GAP_MS)));
+            }
         }
         if more_due {
             // Replays left unobserved by this look's bound: the next look comes soon.
@@ -2140,6 +2159,33 @@ impl Broker {
         }
         seen.insert(key, now.as_millis());
         true
+    }
+
+    /// When the first of `items` (replays in flight) is due to be looked at again (see
+    /// [`Broker::observe_due`]; one never looked at by this node: now).
+    fn next_observation(
+        &self,
+        plan_id: &str,
+        items: &[&PlanItemRecord],
+        now: Timestamp,
+    ) -> Option<Timestamp> {
+        let seen = self
+            .inner
+            .plans
+            .observed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        items
+            .iter()
+            .map(|i| {
+                let age = now.as_millis() - i.updated_at.as_millis();
+                let gap = (age / 4).clamp(OBSERVE_ITEM_MS, OBSERVE_ITEM_MAX_MS);
+                match seen.get(&(plan_id.to_owned(), i.seq)) {
+                    Some(t) => Timestamp(t + gap),
+                    None => now,
+                }
+            })
+            .min()
     }
 
     /// Whether the node-wide budget lets an item of `bytes` go now (`None`), or when.

@@ -1009,6 +1009,76 @@ async fn a_plan_resumes_after_a_restart_without_a_duplicate_admission() {
     }
 }
 
+/// A full window opens the next one as soon as its last replay is seen settled: the plan
+/// is looked at again when a replay in flight is due to be observed (a quarter of a
+/// second after its admission), not a second later; and the budget still holds.
+#[tokio::test]
+async fn a_full_window_opens_the_next_when_its_last_replay_is_seen_settled() {
+    use redrive_core::clock::Clock as _;
+    for backend in Backend::all("window turnover") {
+        let name = backend.name();
+        let s = server(backend).await;
+        let ledger = fixture(&s).await;
+        let probe = Probe::start().await;
+        let cases = eligible(&s, "orders", "w", 4, 100, None).await;
+        let id = create(
+            &s,
+            json!({"selection": {"queue": "orders"}, "budget": budget(&probe, 100.0, 2, 2)}),
+        )
+        .await["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        act(&s, &id, "start").await;
+        let mut full_at = None;
+        let mut reopened_at = None;
+        for _ in 0..100 {
+            let pass = s.broker.plans_once().await.expect("a plan pass");
+            let now = s.clock().now();
+            let p = plan(&s, &id).await;
+            let progress = &p["progress"];
+            if full_at.is_none() && progress["admitted"] == 2 {
+                full_at = Some(now);
+                // The first replay is due to be looked at 250 ms after its admission.
+                let next = pass.next_at.expect("a running plan is looked at again");
+                assert!(
+                    next.as_millis() - now.as_millis() <= 250,
+                    "{name}: the next look {} ms away",
+                    next.as_millis() - now.as_millis()
+                );
+            }
+            if progress["window"] == 2 && progress["admitted"].as_u64().unwrap() > 2 {
+                reopened_at = Some(now);
+                break;
+            }
+            consume(&s, "orders", &ledger, false).await;
+            let wait = pass
+                .next_at
+                .map_or(20, |t| (t.as_millis() - now.as_millis()).max(1));
+            s.advance(wait as u64);
+        }
+        let (full, reopened) = (full_at.expect("window 1 filled"), reopened_at);
+        let reopened = reopened.unwrap_or_else(|| panic!("{name}: window 2 never opened"));
+        let pause = reopened.as_millis() - full.as_millis();
+        assert!(
+            pause <= 500,
+            "{name}: window 2 opened {pause} ms after window 1 filled"
+        );
+        // The items/s budget holds across the turnover: over any interval of T ms, at most
+        // (T + 100 ms) at 100 items/s, plus one (the catch-up bound).
+        let admitted = admissions(&s, &cases).await;
+        assert!(admitted.len() >= 3, "{name}: {admitted:?}");
+        for i in 0..admitted.len() {
+            for j in i..admitted.len() {
+                let span = admitted[j].0 - admitted[i].0;
+                let bound = (span + 100) / 10 + 1;
+                assert!((j - i + 1) as i64 <= bound, "{name}: {admitted:?}");
+            }
+        }
+        s.stop().await;
+    }
+}
+
 /// Row 4 under a plan: the owner's token revoked mid-plan stops it
 /// (`authorization_changed`) before another item goes.
 #[tokio::test]
