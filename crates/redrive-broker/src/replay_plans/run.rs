@@ -635,16 +635,7 @@ impl Broker {
     /// Whether any item of a plan waits.
     async fn has_waiting(&self, plan_id: &str) -> BrokerResult<bool> {
         Ok(!self
-            .inner
-            .store
-            .replay_plan_items(
-                plan_id,
-                &PlanItemQuery {
-                    states: vec![PlanItemState::Waiting],
-                    after_seq: None,
-                    limit: 1,
-                },
-            )
+            .items_in(plan_id, PlanItemState::Waiting, 1)
             .await?
             .is_empty())
     }
@@ -848,7 +839,13 @@ impl Broker {
         detail: &str,
         now: Timestamp,
     ) -> BrokerResult<Vec<PlanItemRecord>> {
-        let admitted = self.items_in(&plan.id, PlanItemState::Admitted).await?;
+        let admitted = self
+            .items_in(
+                &plan.id,
+                PlanItemState::Admitted,
+                redrive_store::MAX_PLAN_ITEM_PAGE,
+            )
+            .await?;
         run.in_flight = 0;
         Ok(admitted
             .into_iter()
@@ -861,10 +858,12 @@ impl Broker {
             .collect())
     }
 
+    /// The first `limit` items of a plan in `state`, in order.
     async fn items_in(
         &self,
         plan_id: &str,
         state: PlanItemState,
+        limit: u32,
     ) -> BrokerResult<Vec<PlanItemRecord>> {
         Ok(self
             .inner
@@ -874,7 +873,7 @@ impl Broker {
                 &PlanItemQuery {
                     states: vec![state],
                     after_seq: None,
-                    limit: redrive_store::MAX_PLAN_ITEM_PAGE,
+                    limit,
                 },
             )
             .await?)
@@ -995,7 +994,13 @@ impl Broker {
         let mut pacer = run.pacer();
         // At most OBSERVE_BATCH a look, in admission order: a look stays short, so the
         // admissions keep their pace; the rest are looked at by the next looks.
-        let in_flight = self.items_in(&plan.id, PlanItemState::Admitted).await?;
+        let in_flight = self
+            .items_in(
+                &plan.id,
+                PlanItemState::Admitted,
+                redrive_store::MAX_PLAN_ITEM_PAGE,
+            )
+            .await?;
         let mut due: Vec<PlanItemRecord> = in_flight
             .iter()
             .filter(|i| self.observe_due(&plan.id, i.seq, i.updated_at, now, false))
@@ -1018,16 +1023,7 @@ impl Broker {
                 return Ok::<_, BrokerError>(ReadAhead::default());
             }
             let waiting = self
-                .inner
-                .store
-                .replay_plan_items(
-                    &plan.id,
-                    &PlanItemQuery {
-                        states: vec![PlanItemState::Waiting],
-                        after_seq: None,
-                        limit: limit as u32,
-                    },
-                )
+                .items_in(&plan.id, PlanItemState::Waiting, limit as u32)
                 .await?;
             let n = admissible(&pacer, &budget, waiting.iter(), now, room.min(PREFETCH));
             let fetched = self.prefetch(&ctx, waiting[..n].to_vec()).await?;
@@ -1138,16 +1134,7 @@ impl Broker {
                     w.truncate(limit);
                     w
                 } else {
-                    self.inner
-                        .store
-                        .replay_plan_items(
-                            &plan.id,
-                            &PlanItemQuery {
-                                states: vec![PlanItemState::Waiting],
-                                after_seq: None,
-                                limit: limit as u32,
-                            },
-                        )
+                    self.items_in(&plan.id, PlanItemState::Waiting, limit as u32)
                         .await?
                 };
                 let mut look = Look {
@@ -1244,16 +1231,7 @@ impl Broker {
         if running && run.in_flight == 0 {
             // Items this look held are still `waiting` in the store until it writes them.
             let waiting_left = self
-                .inner
-                .store
-                .replay_plan_items(
-                    &plan.id,
-                    &PlanItemQuery {
-                        states: vec![PlanItemState::Waiting],
-                        after_seq: None,
-                        limit: items.len() as u32 + 1,
-                    },
-                )
+                .items_in(&plan.id, PlanItemState::Waiting, items.len() as u32 + 1)
                 .await?;
             let still_waiting = waiting_left.iter().any(|w| {
                 items
