@@ -839,13 +839,7 @@ impl Broker {
         detail: &str,
         now: Timestamp,
     ) -> BrokerResult<Vec<PlanItemRecord>> {
-        let admitted = self
-            .items_in(
-                &plan.id,
-                PlanItemState::Admitted,
-                redrive_store::MAX_PLAN_ITEM_PAGE,
-            )
-            .await?;
+        let admitted = self.in_flight_items(&plan.id).await?;
         run.in_flight = 0;
         Ok(admitted
             .into_iter()
@@ -856,6 +850,17 @@ impl Broker {
                 i
             })
             .collect())
+    }
+
+    /// A plan's replays in flight (its admitted items: at most its concurrency bound,
+    /// which one page holds).
+    async fn in_flight_items(&self, plan_id: &str) -> BrokerResult<Vec<PlanItemRecord>> {
+        self.items_in(
+            plan_id,
+            PlanItemState::Admitted,
+            redrive_store::MAX_PLAN_ITEM_PAGE,
+        )
+        .await
     }
 
     /// The first `limit` items of a plan in `state`, in order.
@@ -994,13 +999,7 @@ impl Broker {
         let mut pacer = run.pacer();
         // At most OBSERVE_BATCH a look, in admission order: a look stays short, so the
         // admissions keep their pace; the rest are looked at by the next looks.
-        let in_flight = self
-            .items_in(
-                &plan.id,
-                PlanItemState::Admitted,
-                redrive_store::MAX_PLAN_ITEM_PAGE,
-            )
-            .await?;
+        let in_flight = self.in_flight_items(&plan.id).await?;
         let mut due: Vec<PlanItemRecord> = in_flight
             .iter()
             .filter(|i| self.observe_due(&plan.id, i.seq, i.updated_at, now, false))
