@@ -180,6 +180,16 @@ impl ManualClock {
     pub fn sleepers(&self) -> usize {
         lock(&self.inner).sleepers.len()
     }
+
+    /// Whether something sleeps on this clock until exactly `deadline`: lets a test wait
+    /// for one waiter by its deadline (the count of [`ManualClock::sleepers`] also grows
+    /// when another sleeper is polled again).
+    pub fn sleeping_until(&self, deadline: Timestamp) -> bool {
+        lock(&self.inner)
+            .sleepers
+            .iter()
+            .any(|(t, _)| *t == deadline)
+    }
 }
 
 fn lock(m: &Mutex<ManualInner>) -> std::sync::MutexGuard<'_, ManualInner> {
@@ -243,6 +253,8 @@ mod tests {
         let mut sleep = clock.sleep_until(Timestamp(2_000));
         assert!(sleep.as_mut().poll(&mut cx).is_pending());
         assert_eq!(clock.sleepers(), 1);
+        assert!(clock.sleeping_until(Timestamp(2_000)));
+        assert!(!clock.sleeping_until(Timestamp(1_999)));
         clock.advance(Duration::from_millis(999));
         assert!(sleep.as_mut().poll(&mut cx).is_pending());
         clock.advance(Duration::from_millis(1));

@@ -257,6 +257,19 @@ impl TestServer {
         })
         .await;
     }
+
+    /// Waits until something sleeps on the server's clock until exactly `deadline` (a
+    /// long poll's end, say): unlike [`TestServer::until_parked`], not fooled by a worker
+    /// polled again meanwhile.
+    pub async fn until_parked_at(&self, deadline: redrive_core::Timestamp) {
+        let clock = self.clock();
+        crate::within("a long poll parking on the clock", async {
+            while !clock.sleeping_until(deadline) {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+    }
 }
 
 /// Asserts a problem+json response with this status and code.

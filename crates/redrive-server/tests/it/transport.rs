@@ -714,9 +714,12 @@ async fn shutdown_stops_accepting_closes_idle_connections_and_finishes_in_flight
     assert_eq!(read_one(&mut idle).await.status, 200);
 
     s.queue("q", json!({})).await;
-    let parked = s.clock().sleepers();
     let poll = s.spawn_receive("q", json!({"wait_ms": 20_000}));
-    s.until_parked(parked).await;
+    // Parked by its own deadline: a worker polled again would also add a sleeper, and a
+    // receive still at the store when the shutdown starts lets the paused clock run on to
+    // the end of the grace period.
+    s.until_parked_at(redrive_testkit::T0.plus_millis(20_000))
+        .await;
 
     // A body refused without a store call: the store's own thread is outside tokio's
     // paused clock, which would move on to the end of the grace period meanwhile.
@@ -745,10 +748,11 @@ async fn shutdown_stops_accepting_closes_idle_connections_and_finishes_in_flight
         TcpStream::connect(addr).await.is_err(),
         "a new connection was accepted during shutdown"
     );
+    let answer = poll.await.unwrap();
     assert_eq!(
-        poll.await.unwrap()["messages"],
+        answer["messages"],
         json!([]),
-        "the long poll ended"
+        "the long poll ended: {answer}"
     );
     // The request whose body was still arriving gets its answer.
     c.write_all(&body[5..]).await.unwrap();
