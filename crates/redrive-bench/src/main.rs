@@ -17,6 +17,7 @@ mod plans;
 mod push;
 mod replay;
 mod report;
+mod sqlite_floor;
 mod sqs;
 
 use std::process::ExitCode;
@@ -98,6 +99,9 @@ enum Scenario {
     /// Bounded replay: one plan over N eligible cases at an items/s budget; the rate over
     /// every 10 s window against the budget.
     Plan(plans::PlanArgs),
+    /// The SQLite writer's ceiling for a replay plan (no server): per item the rows a plan
+    /// writes, on a fresh file with the store's settings; items per second.
+    SqliteFloor(sqlite_floor::SqliteFloorArgs),
     /// Push retries: many push subscriptions to a receiver that answers 500, every event
     /// waiting in backoff after its first attempt; the server's memory then.
     PushBackoff(push::PushBackoffArgs),
@@ -133,6 +137,11 @@ async fn run(args: Cli) -> anyhow::Result<()> {
     if let Scenario::Judge(a) = &args.scenario {
         let mut report = Report::new("judge", "");
         replay::judge(a, &mut report)?;
+        return print_report(json, &report);
+    }
+    if let Scenario::SqliteFloor(a) = &args.scenario {
+        let mut report = Report::new("sqlite-floor", "");
+        sqlite_floor::run(a, &mut report)?;
         return print_report(json, &report);
     }
     if let Scenario::PgBaseline(a) = args.scenario {
@@ -208,6 +217,7 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         Scenario::PushBackoff(_) => "push-backoff",
         Scenario::Replay(_) => "replay",
         Scenario::Judge(_) => "judge",
+        Scenario::SqliteFloor(_) => "sqlite-floor",
         Scenario::Plan(_) => "plan",
     };
     let queue = args
@@ -225,6 +235,7 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         Scenario::Plan(a) => plans::run(&client, &queue, a, &mut report).await,
         Scenario::PgBaseline(_)
         | Scenario::Judge(_)
+        | Scenario::SqliteFloor(_)
         | Scenario::Sqs(_)
         | Scenario::Push(_)
         | Scenario::PushBackoff(_) => {
