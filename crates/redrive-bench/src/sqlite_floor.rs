@@ -18,13 +18,14 @@ use anyhow::Context as _;
 use clap::Args;
 use rusqlite::{Connection, params};
 
+use crate::failure::input_error;
 use crate::report::{Report, rate, round2, secs};
 
 /// `redrive-bench sqlite-floor`.
 #[derive(Debug, Args)]
 pub(crate) struct SqliteFloorArgs {
-    /// Items to record.
-    #[arg(long, short = 'n', default_value_t = 100_000)]
+    /// Items to record (at most 10,000,000).
+    #[arg(long, short = 'n', default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub(crate) items: u64,
     /// Items per transaction.
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
@@ -37,9 +38,9 @@ pub(crate) struct SqliteFloorArgs {
     /// replay, the decision).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=64))]
     pub(crate) audit: u32,
-    /// Bytes of each replay message's body.
-    #[arg(long, default_value_t = 256)]
-    pub(crate) size: usize,
+    /// Bytes of each replay message's body (at most 1 MiB).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(0..=1_048_576))]
+    pub(crate) size: u64,
     /// The SQLite file (created; must not exist). Default: a fresh file in the
     /// temporary directory, removed afterwards.
     #[arg(long, value_name = "FILE")]
@@ -110,7 +111,7 @@ fn open(path: &Path, items: u64) -> anyhow::Result<Connection> {
 
 /// Writes every item's rows; returns what was written.
 pub(crate) fn write(conn: &Connection, a: &SqliteFloorArgs) -> anyhow::Result<Written> {
-    let body = vec![b'x'; a.size];
+    let body = vec![b'x'; usize::try_from(a.size)?];
     let evidence = "effect authority answered present: ledger entry of the intent";
     let fields = r#"{"plan":"plan_1","window":"1","budget":"items/s 100000"}"#;
     let mut rows = 0u64;
@@ -176,7 +177,12 @@ pub(crate) fn write(conn: &Connection, a: &SqliteFloorArgs) -> anyhow::Result<Wr
 pub(crate) fn run(a: &SqliteFloorArgs, report: &mut Report) -> anyhow::Result<()> {
     let (path, temporary) = match &a.file {
         Some(p) => {
-            anyhow::ensure!(!p.exists(), "{} exists: name a new file", p.display());
+            if p.exists() {
+                return Err(input_error(format!(
+                    "{} exists: name a new file",
+                    p.display()
+                )));
+            }
             (p.clone(), false)
         }
         None => (
