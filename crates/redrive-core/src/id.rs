@@ -44,16 +44,27 @@ pub fn new_dead_letter_id(now: Timestamp) -> String {
     format!("dl_{ms:012x}{n:08x}{:08x}", fastrand::u32(..))
 }
 
-/// Splits a message id into the original id and its replay count. An id without a
-/// suffix (or with a suffix that is not a number) has count 0.
+/// Splits a message id into the original id and its replay count.
+///
+/// The grammar: `<original>|<count>`, where `<original>` is not empty and `<count>` is
+/// decimal digits without a leading zero (`1` to `4294967295`; the replay never writes a
+/// count of 0). Anything else is an id the replay has never touched, whole, with count 0:
+/// no separator (`order-1`), a suffix that is not such a count (`a|b`, `plain|01`, `a|0`,
+/// `a|+1`, `a|`, `a|4294967296`), or nothing before the separator (`|3`).
 pub fn split_replay_count(id: &str) -> (&str, u32) {
     match id.rsplit_once(REPLAY_SEPARATOR) {
-        Some((base, n)) => match n.parse::<u32>() {
+        Some((base, n)) if !base.is_empty() && is_count(n) => match n.parse::<u32>() {
             Ok(n) => (base, n),
             Err(_) => (id, 0),
         },
-        None => (id, 0),
+        _ => (id, 0),
     }
+}
+
+/// Whether `s` is a replay count as written: digits, the first not `0`.
+fn is_count(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty() && b[0] != b'0' && b.iter().all(u8::is_ascii_digit)
 }
 
 /// The id for replay number `n` of `id`: the suffix is rewritten, never appended.
@@ -73,6 +84,34 @@ mod tests {
         assert_eq!(with_replay_count("order-1|1", 2), "order-1|2");
         assert_eq!(split_replay_count("order-1|7"), ("order-1", 7));
         assert_eq!(split_replay_count("a|b"), ("a|b", 0));
+    }
+
+    #[test]
+    fn a_count_is_digits_without_a_leading_zero_after_a_nonempty_original() {
+        for (id, want) in [
+            ("a|1", ("a", 1)),
+            ("a|b|12", ("a|b", 12)),
+            ("a||2", ("a|", 2)),
+            ("a|4294967295", ("a", u32::MAX)),
+            ("plain|01", ("plain|01", 0)),
+            ("a|0", ("a|0", 0)),
+            ("a|00", ("a|00", 0)),
+            ("a|+1", ("a|+1", 0)),
+            ("a|-1", ("a|-1", 0)),
+            ("a| 1", ("a| 1", 0)),
+            ("a|", ("a|", 0)),
+            ("a|4294967296", ("a|4294967296", 0)),
+            ("a|１", ("a|１", 0)),
+            ("|3", ("|3", 0)),
+            ("|", ("|", 0)),
+            ("", ("", 0)),
+        ] {
+            assert_eq!(split_replay_count(id), want, "{id:?}");
+        }
+        // What is not a count stays part of the original id on the next replay.
+        assert_eq!(with_replay_count("plain|01", 1), "plain|01|1");
+        assert_eq!(with_replay_count("|3", 1), "|3|1");
+        assert_eq!(split_replay_count(&with_replay_count("|3", 1)), ("|3", 1));
     }
 
     #[test]
