@@ -491,7 +491,9 @@ pub async fn quarantine_copy_is_create_if_absent_and_copies_the_evidence(t: &Tes
         DeadLetterRecord {
             id: copy.id.clone(),
             area: Area::Quarantine,
-            message_id: "batch".into(),
+            // Named by the events it holds, as its judgement lists them.
+            message_id: "ev-1".into(),
+            message_type: Some("order.created".into()),
             body: body.clone(),
             body_sha256: copy.body_sha256.clone(),
             dlq_delivery_count: 0,
@@ -508,6 +510,40 @@ pub async fn quarantine_copy_is_create_if_absent_and_copies_the_evidence(t: &Tes
         get(t, &q, &id).await,
         source,
         "the source record is untouched"
+    );
+
+    // Events of several types leave the copy untyped; a judgement listing no event keeps
+    // the source's id (without its count) and type.
+    let event = |id: &str, t: &str| JudgedEvent {
+        id: id.into(),
+        attempts: 0,
+        event_type: Some(t.into()),
+        cause: Some(cause),
+    };
+    let mixed = QuarantineCopy {
+        id: quarantine_copy_id(&id, QuarantineCause::ReplayAttemptsExhausted),
+        judgement: Judgement {
+            events: vec![event("w", "webhook.post"), event("x", "order.created")],
+            ..copy.judgement.clone()
+        },
+        ..copy.clone()
+    };
+    assert!(t.s().put_quarantine_copy(&q, &mixed).await.unwrap());
+    let m = get(t, &q, &mixed.id).await;
+    assert_eq!((m.message_id.as_str(), m.message_type), ("w", None));
+    let bare = QuarantineCopy {
+        id: quarantine_copy_id(&id, QuarantineCause::NoReplayDestination),
+        judgement: Judgement {
+            events: Vec::new(),
+            ..copy.judgement.clone()
+        },
+        ..copy.clone()
+    };
+    assert!(t.s().put_quarantine_copy(&q, &bare).await.unwrap());
+    let b = get(t, &q, &bare.id).await;
+    assert_eq!(
+        (b.message_id.as_str(), b.message_type),
+        ("batch", source.message_type.clone())
     );
 
     // Whatever area the copy is in now, it exists.

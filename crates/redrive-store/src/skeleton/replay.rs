@@ -122,13 +122,33 @@ pub fn quarantine_whole(
 }
 
 /// The quarantine copy of part of `source` as a record: the source's evidence, the copy's
-/// id, body and judgement, in the quarantine area, no candidate, unlocked.
+/// id, body and judgement, in the quarantine area, no candidate, unlocked. It is named by
+/// the events it holds, as its judgement lists them: its `message_id` is its first
+/// event's id (without a replay count) and its `message_type` the type its events share
+/// (none when they differ), not the source's — a copy of the events after the first of
+/// a blob is not listed under the first's id, nor left untyped when the blob's types
+/// differed. A judgement listing no event keeps the source's (its id without a count).
 pub fn copy_record(source: &DeadLetterRecord, copy: &QuarantineCopy) -> DeadLetterRecord {
-    let (base, _) = redrive_core::id::split_replay_count(&source.message_id);
+    let events = &copy.judgement.events;
+    let (message_id, message_type) = match events.first() {
+        Some(first) => {
+            let shared = events
+                .iter()
+                .all(|e| e.event_type == first.event_type)
+                .then(|| first.event_type.clone())
+                .flatten();
+            (first.id.clone(), shared)
+        }
+        None => {
+            let (base, _) = redrive_core::id::split_replay_count(&source.message_id);
+            (base.to_owned(), source.message_type.clone())
+        }
+    };
     DeadLetterRecord {
         id: copy.id.clone(),
         area: Area::Quarantine,
-        message_id: base.to_owned(),
+        message_id,
+        message_type,
         body: copy.body.clone(),
         body_sha256: copy.body_sha256.clone(),
         dlq_delivery_count: 0,
