@@ -675,6 +675,11 @@ impl Broker {
             let mut j = Judgement::new(now.as_millis(), Some(cause));
             j.events = judged_events(None);
             let body = match &events {
+                // A structured CloudEvent's own id is written back without its count too,
+                // as the record's `message_id` is: the body says what the record says.
+                Events::Message if is_structured(&record) => {
+                    dead_letter_events::base_event_id(&record.body)
+                }
                 Events::Message => None,
                 Events::Parsed(ev) => Some(dead_letter_events::quarantine_body(
                     &ev.iter().collect::<Vec<_>>(),
@@ -979,11 +984,7 @@ fn republished(
         );
         let (body, content_type, message_type) = match events {
             Events::Message => {
-                let structured = record
-                    .content_type
-                    .as_deref()
-                    .is_some_and(|c| c.starts_with(redrive_events::cloudevent::STRUCTURED));
-                let body = if structured {
+                let body = if is_structured(record) {
                     dead_letter_events::rewrite_event_id(&record.body, new_id, original)
                         .unwrap_or_else(|_| record.body.clone())
                 } else {
@@ -1016,6 +1017,15 @@ fn republished(
         });
     }
     out
+}
+
+/// Whether a message record's body is a structured-mode CloudEvent (a topic
+/// subscription's message).
+fn is_structured(record: &DeadLetterRecord) -> bool {
+    record
+        .content_type
+        .as_deref()
+        .is_some_and(|c| c.starts_with(redrive_events::cloudevent::STRUCTURED))
 }
 
 /// `Err` naming the first message over the origin's size limit: the origin would refuse

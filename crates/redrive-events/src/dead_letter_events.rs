@@ -468,6 +468,31 @@ pub fn rewrite_event_id(
     Ok(Value::Object(m).to_string().into_bytes())
 }
 
+/// A queue message's structured-mode CloudEvent with its `id` written back without its
+/// replay count (`pe-1|2` becomes `pe-1`), every other attribute kept (key order is
+/// not): what a quarantined message holds, so that its body and its record's
+/// `message_id` say the same, and a restore by hand of the body resumes at count 0 as a
+/// quarantined blob's does. `None` when there is nothing to write back: the body is not a
+/// valid CloudEvent, or its id carries no count.
+pub fn base_event_id(body: &[u8]) -> Option<Vec<u8>> {
+    if nests_deeper_than(body, MAX_DEPTH) {
+        return None;
+    }
+    let v: Value = crate::json::from_slice(body).ok()?;
+    CloudEvent::from_json(v.clone()).ok()?;
+    let Value::Object(mut m) = v else {
+        return None;
+    };
+    let id = m.get("id").and_then(Value::as_str)?;
+    let (base, count) = split_replay_count(id);
+    if count == 0 {
+        return None;
+    }
+    let base = base.to_owned();
+    m.insert("id".into(), Value::String(base));
+    Some(Value::Object(m).to_string().into_bytes())
+}
+
 /// The body of a quarantine copy: a JSON array of the events' raw elements, diagnostics
 /// included. With `base_ids` each `id` is written without its replay count, so that a
 /// restored copy resumes each event at count 0.
@@ -760,6 +785,28 @@ mod tests {
             rewrite_event_id(b"{", "x|1", "x"),
             Err(SchemaError::Json(_))
         ));
+    }
+
+    #[test]
+    fn a_quarantined_message_event_gets_its_id_back_without_the_count() {
+        let event = json!({
+            "specversion": "1.0", "id": "pe-1|2", "source": "/s", "type": "t",
+            "data": {"n": 1}, ORIGINAL_ID_EXTENSION: "pe-1",
+        });
+        let out = base_event_id(&body(event.clone())).expect("rewritten");
+        let mut want = event;
+        want["id"] = json!("pe-1");
+        assert_eq!(json_of(&out), want);
+        let plain = json!({"specversion": "1.0", "id": "pe-1", "source": "/s", "type": "t"});
+        assert_eq!(
+            base_event_id(&body(plain)),
+            None,
+            "no count: nothing to write"
+        );
+        let odd = json!({"specversion": "1.0", "id": "x|01", "source": "/s", "type": "t"});
+        assert_eq!(base_event_id(&body(odd)), None, "`|01` is no count");
+        assert_eq!(base_event_id(b"not json"), None);
+        assert_eq!(base_event_id(br#"{"id":"a|1"}"#), None, "not a CloudEvent");
     }
 
     #[test]

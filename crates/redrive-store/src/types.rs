@@ -446,8 +446,10 @@ pub struct QuarantineCopy {
 pub struct Quarantine {
     /// The judgement, with its cause.
     pub judgement: Judgement,
-    /// A new body for a record of events (their ids written back without replay counts);
-    /// `None` keeps the body (a message, whose id is written back by the store).
+    /// A new body: for a record of events, their ids written back without replay counts;
+    /// for a message that is a structured CloudEvent, its `id` so written. `None` keeps
+    /// the body (any other message). The record's `message_id` is written back by the
+    /// store.
     pub body: Option<Vec<u8>>,
 }
 
