@@ -75,7 +75,8 @@ pub struct DeadLetter {
     pub dead_lettered_at: String,
     /// Policy version that routed it.
     pub policy_version: u64,
-    /// `broker` or `application`.
+    /// `broker`, `application`, or `import` (imported from elsewhere: another system
+    /// routed it, and nothing here vouches for who or why).
     pub routed_by: String,
     /// Dead-letter queue it was forwarded to, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]

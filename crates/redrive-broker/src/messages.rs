@@ -167,7 +167,7 @@ fn property_size(name: &str, value: &PropertyValue) -> usize {
 
 /// Checks every string field of a message against its bound and the whole message (body,
 /// string headers, properties) against the queue's `limit`; returns the counted size.
-fn check_message(queue: &EntityName, m: &Outgoing, limit: u32) -> BrokerResult<usize> {
+pub(crate) fn check_message(queue: &EntityName, m: &Outgoing, limit: u32) -> BrokerResult<usize> {
     check_id("message_id", &m.message_id)?;
     check_id("correlation_id", &m.correlation_id)?;
     check_id("session_id", &m.session_id)?;

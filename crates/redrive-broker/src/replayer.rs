@@ -1078,9 +1078,34 @@ impl Broker {
     ) -> BrokerResult<Vec<String>> {
         let name: EntityName = queue.parse()?;
         let now = self.now();
-        let parsed = parse_import(format, bytes, now)
-            .map_err(|e| BrokerError::invalid("body", e.to_string()))?;
         let record = self.inner.store.get_queue(&name).await?;
+        let checked = parse_import(format, bytes, now)
+            .map_err(|e| BrokerError::invalid("body", e.to_string()))
+            .and_then(|parsed| {
+                for (index, r) in parsed.iter().enumerate() {
+                    check_imported(&name, index, r, record.policy.max_message_size)?;
+                }
+                Ok(parsed)
+            });
+        let parsed = match checked {
+            Ok(p) => p,
+            Err(e) => {
+                // A refused import is a decision too: audited with the reason, nothing
+                // stored.
+                let targets = vec![format!("format={}", format.as_str()), "records=0".into()];
+                tracing::info!(queue = %name, format = format.as_str(), actor = %actor.id,
+                    error = %e, "dead-letter import refused");
+                return self
+                    .audited(
+                        actor,
+                        "dead_letter.import",
+                        Some(name.as_str()),
+                        targets,
+                        Err(e),
+                    )
+                    .await;
+            }
+        };
         let records: Vec<DeadLetterRecord> = parsed
             .into_iter()
             .map(|r| imported_record(&name, record.policy_version, r, now))
@@ -1111,6 +1136,46 @@ impl Broker {
             actor = %actor.id, "dead letters imported");
         self.wake_replay();
         Ok(ids)
+    }
+}
+
+/// Refuses imported record `index` that a live dead letter of `queue` could not be: the
+/// bounds of a send (ids, content type, properties, headers) and, for one message, the
+/// queue's `max_message_size` (the record's events are each held to it when they are
+/// republished). The error names the record and the field, as a parse error does.
+fn check_imported(
+    queue: &EntityName,
+    index: usize,
+    r: &ImportedRecord,
+    max_message_size: u32,
+) -> BrokerResult<()> {
+    let as_sent = crate::messages::Outgoing {
+        message_id: Some(r.message_id.clone()),
+        body: match r.format {
+            RecordFormat::Message => r.body.clone(),
+            RecordFormat::Events => Vec::new(),
+        },
+        content_type: r.content_type.clone(),
+        properties: r.properties.clone(),
+        correlation_id: r.correlation_id.clone(),
+        session_id: r.session_id.clone(),
+        message_type: r.message_type.clone(),
+        ..Default::default()
+    };
+    match crate::messages::check_message(queue, &as_sent, max_message_size) {
+        Ok(_) => Ok(()),
+        Err(BrokerError::InvalidRequest { field, why }) => Err(BrokerError::invalid(
+            "body",
+            format!("record {index}: `{field}` {why}"),
+        )),
+        Err(BrokerError::MessageTooLarge { size, limit, .. }) => Err(BrokerError::invalid(
+            "body",
+            format!(
+                "record {index}: `body` is {size} bytes with its headers and properties; \
+                 queue {queue} takes messages of at most {limit}"
+            ),
+        )),
+        Err(e) => Err(e),
     }
 }
 
@@ -1145,9 +1210,10 @@ fn imported_record(
         enqueued_at: r.enqueued_at,
         dead_lettered_at: r.dead_lettered_at,
         policy_version,
-        // Another broker's policy routed it there (Event Grid's retry policy, SQS's
-        // redrive policy); redrive's own export keeps nothing else to say.
-        route: redrive_core::RouteKind::Broker,
+        // Another system routed it there (Event Grid's retry policy, SQS's redrive
+        // policy, another redrive): nothing here saw who or why, whatever the source
+        // says, so it is no broker's or application's decision of this one.
+        route: redrive_core::RouteKind::Import,
         forwarded_to: None,
         dlq_delivery_count: 0,
         locked_until: None,

@@ -136,6 +136,10 @@ impl From<RouteKind> for Route {
         match kind {
             RouteKind::Broker => Route::BrokerRouted,
             RouteKind::Application => Route::ApplicationQuarantined,
+            // Another system's broker routed it under its own policy (Event Grid's retry
+            // policy, an SQS redrive policy, another redrive); how far its attempt
+            // evidence can be trusted is the record's count quality, not its route.
+            RouteKind::Import => Route::BrokerRouted,
         }
     }
 }

@@ -106,6 +106,10 @@ string_enum! {
         Broker = "broker",
         /// The application, by an explicit dead-letter settlement.
         Application = "application",
+        /// Imported from elsewhere (an Event Grid blob, SQS, an export): another system
+        /// routed it, and nothing here can vouch for who or why; the reason and the
+        /// evidence are the source's.
+        Import = "import",
     }
 }
 
@@ -144,6 +148,9 @@ mod tests {
             assert_eq!(a.as_str().parse::<Area>(), Ok(a));
         }
         assert!("lost".parse::<Area>().is_err());
+        for r in [RouteKind::Broker, RouteKind::Application, RouteKind::Import] {
+            assert_eq!(r.as_str().parse::<RouteKind>(), Ok(r));
+        }
         assert_eq!(
             DeadLetterReason::from("TTLExpired"),
             DeadLetterReason::TtlExpired

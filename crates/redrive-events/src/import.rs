@@ -103,8 +103,24 @@ pub const SQS_ATTRIBUTES_PROPERTY: &str = "redrive.sqs.attributes";
 /// same name as `redrive_sqs::SYSTEM_PROPERTY`).
 pub const SQS_SYSTEM_PROPERTY: &str = "redrive.sqs.system";
 
-/// Longest reason a record may carry.
-const MAX_REASON_BYTES: usize = 256;
+/// Longest reason a record may carry (the native API's bound on a dead-letter reason).
+pub const MAX_REASON_BYTES: usize = 256;
+
+/// Longest description a record may carry (the native API's bound).
+pub const MAX_DESCRIPTION_BYTES: usize = 4_096;
+
+/// Longest message id a record may carry (the native API's bound on ids, the same for a
+/// correlation id, a session id and a type).
+pub const MAX_ID_BYTES: usize = 128;
+
+/// Most delivery attempts Event Grid makes of one event (its retry policy's
+/// `maxDeliveryAttempts` is 1 to 30): a `deliveryAttempts` above it cannot be Event
+/// Grid's.
+pub const MAX_EVENT_GRID_ATTEMPTS: u64 = 30;
+
+/// How far past the import time a source's time may be (the two clocks may disagree by
+/// this much); a later time is refused.
+pub const MAX_CLOCK_SKEW_MS: i64 = 5 * 60_000;
 
 /// Reasons listed by name in an Event Grid record's description; the rest are counted.
 const LISTED_REASONS: usize = 8;
@@ -277,7 +293,7 @@ pub fn parse_import(
     match format {
         ImportFormat::EventGrid => event_grid(bytes, now).map(|r| vec![r]),
         ImportFormat::Sqs => sqs(bytes, now),
-        ImportFormat::Json => json_lines(bytes),
+        ImportFormat::Json => json_lines(bytes, now),
     }
 }
 
@@ -288,6 +304,22 @@ fn quoted(s: &str) -> String {
         format!("{head:?}…")
     } else {
         format!("{s:?}")
+    }
+}
+
+/// Why `t` cannot be a time a source recorded before an import at `now`: before the
+/// Unix epoch, or later than `now` by more than [`MAX_CLOCK_SKEW_MS`] (a dead letter
+/// dated in the future would also escape retention).
+fn impossible_time(t: Timestamp, now: Timestamp) -> Option<String> {
+    if t.0 < 0 {
+        Some("is before 1970-01-01T00:00:00Z: no source recorded it".to_owned())
+    } else if t > now.plus_millis(MAX_CLOCK_SKEW_MS) {
+        Some(format!(
+            "is {} ms after the import time: a time cannot be in the future",
+            t.0.saturating_sub(now.0)
+        ))
+    } else {
+        None
     }
 }
 
@@ -344,10 +376,6 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn opt_string(&self, key: &str) -> Result<Option<String>, ImportError> {
-        Ok(self.opt_str(key)?.map(str::to_owned))
-    }
-
     fn req_str(&self, key: &str) -> Result<&'a str, ImportError> {
         self.opt_str(key)?
             .ok_or_else(|| self.fail(key, "is missing"))
@@ -368,6 +396,41 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// A string field of at most `max` bytes (when present).
+    fn opt_bounded(&self, key: &str, max: usize) -> Result<Option<&'a str>, ImportError> {
+        match self.opt_str(key)? {
+            Some(s) if s.len() > max => Err(self.fail(
+                key,
+                format!("is {} bytes; it may be at most {max}", s.len()),
+            )),
+            other => Ok(other),
+        }
+    }
+
+    /// A present string field of 1 to `max` bytes.
+    fn req_bounded(&self, key: &str, max: usize) -> Result<&'a str, ImportError> {
+        let s = self.req_nonempty(key)?;
+        self.opt_bounded(key, max)?;
+        Ok(s)
+    }
+
+    /// An optional string field that, when present, is 1 to `max` bytes.
+    fn opt_id(&self, key: &str, max: usize) -> Result<Option<String>, ImportError> {
+        match self.opt_bounded(key, max)? {
+            Some("") => Err(self.fail(key, "must not be empty")),
+            other => Ok(other.map(str::to_owned)),
+        }
+    }
+
+    /// A time field, refused when it is impossible at `now` ([`impossible_time`]).
+    fn opt_time_at(&self, key: &str, now: Timestamp) -> Result<Option<Timestamp>, ImportError> {
+        let t = self.opt_time(key)?;
+        match t.and_then(|t| impossible_time(t, now)) {
+            Some(why) => Err(self.fail(key, why)),
+            None => Ok(t),
+        }
+    }
+
     fn opt_time(&self, key: &str) -> Result<Option<Timestamp>, ImportError> {
         match self.opt_str(key)? {
             None => Ok(None),
@@ -375,11 +438,6 @@ impl<'a> Fields<'a> {
                 .map(Some)
                 .ok_or_else(|| self.fail(key, format!("is not an RFC 3339 time: {}", quoted(s)))),
         }
-    }
-
-    fn req_time(&self, key: &str) -> Result<Timestamp, ImportError> {
-        self.opt_time(key)?
-            .ok_or_else(|| self.fail(key, "is missing"))
     }
 
     fn req_u32(&self, key: &str) -> Result<u32, ImportError> {
@@ -504,6 +562,63 @@ fn blob_description(v: &Value, s: &BlobSummary<'_>) -> String {
     }
 }
 
+/// Refuses a blob whose events carry evidence Event Grid cannot have written: an `id`
+/// longer than [`MAX_ID_BYTES`], a `deliveryAttempts` that is not a whole number from 0
+/// to [`MAX_EVENT_GRID_ATTEMPTS`], or a `lastDeliveryAttemptTime` or `publishTime` that is
+/// not an RFC 3339 time or is impossible at `now` ([`impossible_time`]). Absent (or
+/// `null`) evidence is not refused: it makes the record's quality `incomplete`. Elements
+/// that are not objects are left to the replay judgement (which quarantines the blob).
+fn check_events(events: &[Value], now: Timestamp) -> Result<(), ImportError> {
+    let at = At {
+        index: 0,
+        line: None,
+    };
+    for (i, e) in events.iter().enumerate() {
+        let Some(o) = e.as_object() else { continue };
+        let fail = |key: &str, why: String| at.field(format!("[{i}].{key}"), why);
+        if let Some(Value::String(id)) = o.get("id")
+            && id.len() > MAX_ID_BYTES
+        {
+            return Err(fail(
+                "id",
+                format!("is {} bytes; an id may be at most {MAX_ID_BYTES}", id.len()),
+            ));
+        }
+        match o.get("deliveryAttempts") {
+            None | Some(Value::Null) => {}
+            Some(v) => {
+                if v.as_u64().is_none_or(|n| n > MAX_EVENT_GRID_ATTEMPTS) {
+                    let shown: String = v.to_string().chars().take(QUOTED_CHARS).collect();
+                    return Err(fail(
+                        "deliveryAttempts",
+                        format!(
+                            "must be a whole number from 0 to {MAX_EVENT_GRID_ATTEMPTS} \
+                             (Event Grid's most attempts), not {shown}"
+                        ),
+                    ));
+                }
+            }
+        }
+        for key in ["lastDeliveryAttemptTime", "publishTime"] {
+            match o.get(key) {
+                None | Some(Value::Null) => {}
+                Some(Value::String(t)) => match Timestamp::parse_rfc3339(t) {
+                    None => {
+                        return Err(fail(key, format!("is not an RFC 3339 time: {}", quoted(t))));
+                    }
+                    Some(t) => {
+                        if let Some(why) = impossible_time(t, now) {
+                            return Err(fail(key, why));
+                        }
+                    }
+                },
+                Some(_) => return Err(fail(key, "must be a string (an RFC 3339 time)".into())),
+            }
+        }
+    }
+    Ok(())
+}
+
 fn event_grid(bytes: &[u8], now: Timestamp) -> Result<ImportedRecord, ImportError> {
     if nests_deeper_than(bytes, MAX_DEPTH) {
         return Err(ImportError::TooDeep { max: MAX_DEPTH });
@@ -513,6 +628,7 @@ fn event_grid(bytes: &[u8], now: Timestamp) -> Result<ImportedRecord, ImportErro
         error: e.to_string(),
     })?;
     let events = v.as_array().map(Vec::as_slice).unwrap_or_default();
+    check_events(events, now)?;
     let s = summarise(events);
     let dead_lettered_at = s.last_attempt.unwrap_or(now);
     let complete = s.complete && s.last_attempt.is_some();
@@ -623,7 +739,7 @@ fn sqs_message(at: At, m: &Value, now: Timestamp) -> Result<ImportedRecord, Impo
         return Err(at.whole("is not a JSON object"));
     };
     let f = Fields { map, at, path: "" };
-    let message_id = f.req_nonempty("MessageId")?;
+    let message_id = f.req_bounded("MessageId", MAX_ID_BYTES)?;
     let body = f.req_str("Body")?;
     if let Some(given) = f.opt_str("MD5OfBody")? {
         let actual = md5_hex(body.as_bytes());
@@ -648,7 +764,11 @@ fn sqs_message(at: At, m: &Value, now: Timestamp) -> Result<ImportedRecord, Impo
     let epoch_ms = |key: &str| -> Result<Option<Timestamp>, ImportError> {
         match attrs.opt_decimal::<i64>(key, "epoch milliseconds in a string")? {
             Some(ms) if ms < 0 => Err(attrs.fail(key, "must not be negative")),
-            other => Ok(other.map(Timestamp)),
+            Some(ms) => match impossible_time(Timestamp(ms), now) {
+                Some(why) => Err(attrs.fail(key, why)),
+                None => Ok(Some(Timestamp(ms))),
+            },
+            None => Ok(None),
         }
     };
     let sent = epoch_ms("SentTimestamp")?;
@@ -773,7 +893,7 @@ fn message_attributes(f: &Fields<'_>) -> Result<Vec<Value>, ImportError> {
 // ---------------------------------------------------------------------------------------
 // json
 
-fn json_lines(bytes: &[u8]) -> Result<Vec<ImportedRecord>, ImportError> {
+fn json_lines(bytes: &[u8], now: Timestamp) -> Result<Vec<ImportedRecord>, ImportError> {
     let lines: Vec<(usize, &[u8])> = bytes
         .split(|b| *b == b'\n')
         .enumerate()
@@ -799,12 +919,13 @@ fn json_lines(bytes: &[u8]) -> Result<Vec<ImportedRecord>, ImportError> {
                     line: Some(line),
                 },
                 text,
+                now,
             )
         })
         .collect()
 }
 
-fn exported_record(at: At, text: &[u8]) -> Result<ImportedRecord, ImportError> {
+fn exported_record(at: At, text: &[u8], now: Timestamp) -> Result<ImportedRecord, ImportError> {
     if nests_deeper_than(text, MAX_DEPTH) {
         return Err(at.whole(format!(
             "nests arrays and objects deeper than {MAX_DEPTH} levels"
@@ -816,7 +937,7 @@ fn exported_record(at: At, text: &[u8]) -> Result<ImportedRecord, ImportError> {
         return Err(at.whole("is not a JSON object"));
     };
     let f = Fields { map, at, path: "" };
-    let message_id = f.req_nonempty("message_id")?.to_owned();
+    let message_id = f.req_bounded("message_id", MAX_ID_BYTES)?.to_owned();
     let Some(text_body) = f.opt_str("body")? else {
         return Err(f.fail(
             "body",
@@ -867,15 +988,21 @@ fn exported_record(at: At, text: &[u8]) -> Result<ImportedRecord, ImportError> {
         properties.insert(k.clone(), pv);
     }
     let quality = f.req_str("delivery_count_quality")?;
-    let count_quality = quality.parse::<EvidenceQuality>().map_err(|_| {
-        f.fail(
-            "delivery_count_quality",
-            format!(
-                "must be `exact`, `approximate` or `incomplete`, not {}",
-                quoted(quality)
-            ),
-        )
-    })?;
+    let count_quality = match quality.parse::<EvidenceQuality>() {
+        // Only the broker that counted the deliveries can vouch that every one was
+        // counted; an exported count is a copy of that claim, not the claim.
+        Ok(EvidenceQuality::Exact) => EvidenceQuality::Approximate,
+        Ok(q) => q,
+        Err(_) => {
+            return Err(f.fail(
+                "delivery_count_quality",
+                format!(
+                    "must be `exact`, `approximate`, `incomplete` or `unavailable`, not {}",
+                    quoted(quality)
+                ),
+            ));
+        }
+    };
     let format = match f.opt_str("format")? {
         None => RecordFormat::Message,
         Some(s) => s.parse::<RecordFormat>().map_err(|_| {
@@ -885,23 +1012,52 @@ fn exported_record(at: At, text: &[u8]) -> Result<ImportedRecord, ImportError> {
             )
         })?,
     };
+    let reason = f.req_bounded("reason", MAX_REASON_BYTES)?.to_owned();
+    let description = f
+        .opt_bounded("description", MAX_DESCRIPTION_BYTES)?
+        .map(str::to_owned);
+    let required = |key: &str| -> Result<Timestamp, ImportError> {
+        f.opt_time_at(key, now)?
+            .ok_or_else(|| f.fail(key, "is missing"))
+    };
+    let first_delivered_at = f.opt_time_at("first_delivered_at", now)?;
+    let last_delivered_at = f.opt_time_at("last_delivered_at", now)?;
+    let enqueued_at = required("enqueued_time")?;
+    let dead_lettered_at = required("dead_lettered_at")?;
+    if dead_lettered_at < enqueued_at {
+        return Err(f.fail(
+            "dead_lettered_at",
+            "is before `enqueued_time`: a message is dead-lettered after it is sent",
+        ));
+    }
+    if let (Some(first), Some(last)) = (first_delivered_at, last_delivered_at)
+        && last < first
+    {
+        return Err(f.fail("last_delivered_at", "is before `first_delivered_at`"));
+    }
+    if last_delivered_at.is_some_and(|l| l > dead_lettered_at) {
+        return Err(f.fail(
+            "last_delivered_at",
+            "is after `dead_lettered_at`: a dead letter is delivered no more",
+        ));
+    }
     Ok(ImportedRecord {
         format,
         message_id,
         body,
-        content_type: f.opt_string("content_type")?,
+        content_type: f.opt_id("content_type", 256)?,
         properties,
-        correlation_id: f.opt_string("correlation_id")?,
-        session_id: f.opt_string("session_id")?,
-        message_type: f.opt_string("type")?,
-        reason: f.req_nonempty("reason")?.to_owned(),
-        description: f.opt_string("description")?,
+        correlation_id: f.opt_id("correlation_id", MAX_ID_BYTES)?,
+        session_id: f.opt_id("session_id", MAX_ID_BYTES)?,
+        message_type: f.opt_id("type", MAX_ID_BYTES)?,
+        reason,
+        description,
         delivery_count: f.req_u32("delivery_count")?,
         count_quality,
-        first_delivered_at: f.opt_time("first_delivered_at")?,
-        last_delivered_at: f.opt_time("last_delivered_at")?,
-        enqueued_at: f.req_time("enqueued_time")?,
-        dead_lettered_at: f.req_time("dead_lettered_at")?,
+        first_delivered_at,
+        last_delivered_at,
+        enqueued_at,
+        dead_lettered_at,
     })
 }
 
@@ -1464,7 +1620,8 @@ mod tests {
                 reason: "MaxDeliveryCountExceeded".into(),
                 description: Some("gave up".into()),
                 delivery_count: 10,
-                count_quality: EvidenceQuality::Exact,
+                // An exported `exact` is the exporter's claim: here it is approximate.
+                count_quality: EvidenceQuality::Approximate,
                 first_delivered_at: Some(t("2026-01-01T00:01:00Z")),
                 last_delivered_at: Some(t("2026-01-01T00:09:00Z")),
                 enqueued_at: t("2026-01-01T00:00:00Z"),
@@ -1500,6 +1657,130 @@ mod tests {
         assert!(
             text.starts_with("record 1 (line 3): `body` is missing"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn an_export_is_held_to_the_bounds_of_a_live_dead_letter() {
+        let long = |n: usize| json!("x".repeat(n));
+        let cases: [(&str, Value); 11] = [
+            ("reason", json!({"reason": "r".repeat(10 * 1024)})),
+            (
+                "description",
+                json!({"description": "d".repeat(1024 * 1024)}),
+            ),
+            ("message_id", json!({"message_id": "m".repeat(10 * 1024)})),
+            ("correlation_id", json!({"correlation_id": long(129)})),
+            ("type", json!({"type": ""})),
+            (
+                "dead_lettered_at",
+                json!({"dead_lettered_at": "9999-12-31T00:00:00Z"}),
+            ),
+            (
+                "enqueued_time",
+                json!({"enqueued_time": "1900-01-01T00:00:00Z"}),
+            ),
+            (
+                "dead_lettered_at",
+                json!({"dead_lettered_at": "2025-12-31T00:00:00Z"}),
+            ),
+            (
+                "last_delivered_at",
+                json!({"last_delivered_at": "2026-01-01T00:00:30Z"}),
+            ),
+            (
+                "last_delivered_at",
+                json!({"last_delivered_at": "2026-01-01T00:11:00Z"}),
+            ),
+            (
+                "first_delivered_at",
+                json!({"first_delivered_at": "2027-02-01T00:00:00Z"}),
+            ),
+        ];
+        for (want, patch) in cases {
+            let mut rec = exported("m");
+            for (k, v) in patch.as_object().into_iter().flatten() {
+                rec[k] = v.clone();
+            }
+            let (index, field, text) = record_error(import(ImportFormat::Json, &rec));
+            assert_eq!((index, field.as_str()), (0, want), "{text}");
+        }
+        // At the bounds, and a time within the clock skew, are taken.
+        let mut rec = exported("m".repeat(MAX_ID_BYTES).as_str());
+        rec["reason"] = long(MAX_REASON_BYTES);
+        rec["description"] = long(MAX_DESCRIPTION_BYTES);
+        rec["dead_lettered_at"] = json!("2027-01-15T08:04:00Z");
+        assert!(import(ImportFormat::Json, &rec).is_ok());
+        // What an import cannot vouch for is marked so; the rest keeps its quality.
+        for (given, kept) in [
+            ("exact", EvidenceQuality::Approximate),
+            ("approximate", EvidenceQuality::Approximate),
+            ("incomplete", EvidenceQuality::Incomplete),
+            ("unavailable", EvidenceQuality::Unavailable),
+        ] {
+            let mut rec = exported("m");
+            rec["delivery_count_quality"] = json!(given);
+            assert_eq!(one(ImportFormat::Json, &rec).count_quality, kept, "{given}");
+        }
+    }
+
+    #[test]
+    fn an_sqs_time_in_the_future_is_refused() {
+        let mut m = sqs_message("m1", "b");
+        m["Attributes"]["SentTimestamp"] = json!("253402214400000");
+        let (_, field, _) = record_error(import(ImportFormat::Sqs, &json!({"Messages": [m]})));
+        assert_eq!(field, "Attributes.SentTimestamp");
+        let mut m = sqs_message("m1", "b");
+        m["MessageId"] = json!("m".repeat(MAX_ID_BYTES + 1));
+        let (_, field, _) = record_error(import(ImportFormat::Sqs, &json!({"Messages": [m]})));
+        assert_eq!(field, "MessageId");
+    }
+
+    #[test]
+    fn event_grid_evidence_it_cannot_have_written_is_refused_naming_the_event() {
+        let ok = || dl_event("e", "X", 3, "2026-01-01T01:00:00Z", "2026-01-01T00:00:00Z");
+        let cases: [(&str, &str, Value); 9] = [
+            ("[1].deliveryAttempts", "deliveryAttempts", json!(-1)),
+            (
+                "[1].deliveryAttempts",
+                "deliveryAttempts",
+                json!(4_294_967_295u64),
+            ),
+            ("[1].deliveryAttempts", "deliveryAttempts", json!(31)),
+            ("[1].deliveryAttempts", "deliveryAttempts", json!("10")),
+            ("[1].deliveryAttempts", "deliveryAttempts", json!([])),
+            ("[1].deliveryAttempts", "deliveryAttempts", json!(2.5)),
+            (
+                "[1].lastDeliveryAttemptTime",
+                "lastDeliveryAttemptTime",
+                json!("9999-01-01T00:00:00Z"),
+            ),
+            (
+                "[1].publishTime",
+                "publishTime",
+                json!("1900-01-01T00:00:00Z"),
+            ),
+            ("[1].id", "id", json!("i".repeat(10 * 1024))),
+        ];
+        for (want, key, v) in cases {
+            let mut bad = ok();
+            bad[key] = v;
+            let r = import(ImportFormat::EventGrid, &json!([ok(), bad]));
+            let (index, field, text) = record_error(r);
+            assert_eq!((index, field.as_str()), (0, want), "{text}");
+        }
+        let mut thirty = ok();
+        thirty["deliveryAttempts"] = json!(MAX_EVENT_GRID_ATTEMPTS);
+        let r = one(ImportFormat::EventGrid, &json!([thirty]));
+        assert_eq!(r.delivery_count, 30);
+        assert_eq!(r.count_quality, EvidenceQuality::Approximate);
+        let mut null = ok();
+        null["deliveryAttempts"] = Value::Null;
+        let r = one(ImportFormat::EventGrid, &json!([null]));
+        assert_eq!(
+            r.count_quality,
+            EvidenceQuality::Incomplete,
+            "absent, not impossible"
         );
     }
 

@@ -305,9 +305,10 @@ async fn each_import_format_stores_live_records_with_their_format_and_quality() 
         let j = shown(&s, "rep", v["ids"][0].as_str().unwrap()).await;
         assert_eq!(
             (&j["message_id"], &j["format"], &j["delivery_count_quality"]),
-            (&json!("j-1"), &json!("message"), &json!("exact")),
-            "{name}: the exported quality is kept: {j}"
+            (&json!("j-1"), &json!("message"), &json!("approximate")),
+            "{name}: an exported `exact` is the exporter's claim, approximate here: {j}"
         );
+        assert_eq!(j["routed_by"], "import", "{name}: {j}");
         assert_eq!(
             j["area"], "live",
             "{name}: whatever area it was exported from"
@@ -414,9 +415,19 @@ async fn a_bad_import_is_a_400_naming_the_field_and_stores_nothing() {
                 "{name}: nothing stored in {area}"
             );
         }
+        // A refused import stores nothing, and its refusal is audited with its error.
+        let refused = s.audit("action=dead_letter.import").await;
+        assert_eq!(refused.len(), 4, "{name}: {refused:?}");
         assert!(
-            s.audit("action=dead_letter.import").await.is_empty(),
-            "{name}: a refused import is not an act"
+            refused.iter().all(|e| {
+                e["outcome"]
+                    .as_str()
+                    .is_some_and(|o| o.starts_with("error"))
+                    && e["targets"]
+                        .as_array()
+                        .is_some_and(|t| t.contains(&json!("records=0")))
+            }),
+            "{name}: {refused:?}"
         );
         s.stop().await;
     }

@@ -1010,6 +1010,8 @@ pub async fn import_stores_live_records_that_are_candidates_where_replay_is_on(t
             last_error: Some("x".into()),
         },
         forwarded_to: Some((name("elsewhere"), 9)),
+        // An import's own route kind reads back as it was written.
+        route: RouteKind::Import,
         ..template.clone()
     };
     let (r1, r2) = (blob("blob-1"), blob("blob-2"));

@@ -56,7 +56,7 @@ pub const OPEN_CASE: &str = "INSERT INTO cases (id, record_id, queue, message_id
      COALESCE(NULLIF(intent, ''), message_id), message_type, session_id, reason, description, \
      delivery_count, policy_version, body_sha256, length(body), valid_until, dead_lettered_at, \
      $2, 1, 'route_observed', \
-     CASE route WHEN 'broker' THEN 'broker_routed' ELSE 'application_quarantined' END, \
+     CASE route WHEN 'application' THEN 'application_quarantined' ELSE 'broker_routed' END, \
      CASE WHEN route_target <> 'written' AND count_quality IN ('exact', 'approximate') \
      THEN 'incomplete' ELSE count_quality END, \
      $3, $2, '{}' \
