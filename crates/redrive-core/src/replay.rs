@@ -33,8 +33,8 @@ pub const MAX_CHUNK_EVENTS_LIMIT: u32 = 5_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReplayDestination {
-    /// Where the message was dead-lettered from: the queue itself, or the topic of the
-    /// subscription.
+    /// Where the message was dead-lettered from: the queue itself, or the subscription's
+    /// own queue (not its topic, whose other subscriptions never see the replay).
     #[default]
     Origin,
 }
