@@ -1162,16 +1162,20 @@ fn check_imported(
         message_type: r.message_type.clone(),
         ..Default::default()
     };
+    let at = match r.line {
+        Some(line) => format!("record {index} (line {line})"),
+        None => format!("record {index}"),
+    };
     match crate::messages::check_message(queue, &as_sent, max_message_size) {
         Ok(_) => Ok(()),
         Err(BrokerError::InvalidRequest { field, why }) => Err(BrokerError::invalid(
             "body",
-            format!("record {index}: `{field}` {why}"),
+            format!("{at}: `{field}` {why}"),
         )),
         Err(BrokerError::MessageTooLarge { size, limit, .. }) => Err(BrokerError::invalid(
             "body",
             format!(
-                "record {index}: `body` is {size} bytes with its headers and properties; \
+                "{at}: `body` is {size} bytes with its headers and properties; \
                  queue {queue} takes messages of at most {limit}"
             ),
         )),

@@ -180,6 +180,8 @@ impl FromStr for ImportFormat {
 /// own record id, queue and area).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImportedRecord {
+    /// Its line in the input, from 1 (JSON Lines only), for errors found after parsing.
+    pub line: Option<usize>,
     /// What the body holds: one message, or a JSON array of dead-lettered events.
     pub format: RecordFormat,
     /// The original message id (for an Event Grid blob, its first event's id).
@@ -637,6 +639,7 @@ fn event_grid(bytes: &[u8], now: Timestamp) -> Result<ImportedRecord, ImportErro
         .filter(|r| r.len() <= MAX_REASON_BYTES)
         .unwrap_or(IMPORTED_REASON);
     Ok(ImportedRecord {
+        line: None,
         format: RecordFormat::Events,
         message_id: s
             .first_id
@@ -808,6 +811,7 @@ fn sqs_message(at: At, m: &Value, now: Timestamp) -> Result<ImportedRecord, Impo
         description.push_str(&format!("; source queue: {arn}"));
     }
     Ok(ImportedRecord {
+        line: None,
         format: RecordFormat::Message,
         message_id: message_id.to_owned(),
         body: body.as_bytes().to_vec(),
@@ -1042,6 +1046,7 @@ fn exported_record(at: At, text: &[u8], now: Timestamp) -> Result<ImportedRecord
         ));
     }
     Ok(ImportedRecord {
+        line: at.line,
         format,
         message_id,
         body,
@@ -1609,6 +1614,7 @@ mod tests {
         assert_eq!(
             records[0],
             ImportedRecord {
+                line: Some(1),
                 format: RecordFormat::Message,
                 message_id: "m1".into(),
                 body: b"hello".to_vec(),

@@ -200,7 +200,7 @@ async fn an_import_refuses_impossible_evidence_naming_the_record_and_the_field()
             assert!(detail.contains(names), "{what}: {detail}");
             if format == "json" {
                 assert!(
-                    detail.starts_with("invalid `content`: record 1"),
+                    detail.starts_with("invalid `content`: record 1 (line 2): "),
                     "{what}: {detail}"
                 );
             }
