@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use redrive_core::access::Operation;
 use redrive_core::case::{
     self, CaseError, CaseState, Closure, Decision, EffectAnswer, Missing, Repair, RepetitionPolicy,
     RouteCheck, RouteRule, RouteTarget, TimelineEntry,
@@ -1444,6 +1445,19 @@ impl Broker {
         .await
     }
 
+    /// The largest body a replay of a case of `queue` may carry: the queue's
+    /// `max_message_size` (the default policy's when the queue is gone, where nothing can be
+    /// replayed anyway). Bounds a transformation, before its request body is read too.
+    pub async fn case_message_limit(&self, queue: &EntityName) -> BrokerResult<u32> {
+        match self.inner.store.get_queue(queue).await {
+            Ok(q) => Ok(q.policy.max_message_size),
+            Err(StoreError::QueueNotFound { .. }) => {
+                Ok(redrive_core::QueuePolicy::default().max_message_size)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Records a payload transformation: a new payload identity kept with the case (the
     /// original stays as it is), and the correction it stands for.
     pub async fn transform_case(
@@ -1468,10 +1482,20 @@ impl Broker {
         for f in &input.changed_fields {
             check_text("changed_fields", f, true)?;
         }
+        let case = self.inner.store.get_case(id).await?;
+        // A transformation is what a replay would send: no larger than its destination takes.
+        let limit = self.case_message_limit(&case.queue).await?;
+        if input.body.len() > limit as usize {
+            return Err(BrokerError::MessageTooLarge {
+                queue: case.queue.to_string(),
+                size: input.body.len(),
+                limit,
+            });
+        }
         let digest = redrive_core::digest::sha256_hex(&input.body);
         let d2 = digest.clone();
         // Both payload identities are bound in the audit entry.
-        let original = self.inner.store.get_case(id).await?.body_sha256;
+        let original = case.body_sha256;
         self.person_change(
             id,
             actor,
@@ -1544,8 +1568,8 @@ impl Broker {
         .await
     }
 
-    /// Records an isolated test of a correction (sending the fixture to an isolated sink
-    /// queue first when asked). A pass on this case's exact payload is evidence
+    /// Records an isolated test of a correction (sending the fixture first, when asked, to
+    /// a queue declared a test sandbox, which the caller may send to). A pass on this case's exact payload is evidence
     /// (`correction_isolated`), not recovery; a pass on another fixture leaves the case
     /// where it was.
     pub async fn test_case(
@@ -1584,6 +1608,25 @@ impl Broker {
                 "destination",
                 "an isolated test runs away from the live path: not the case's queue or its dead-letter queue",
             ));
+        }
+        if input.send {
+            // A test send writes to its destination: the caller must be allowed to send
+            // there, and the destination must be declared a sandbox, never a live queue.
+            self.authorize(actor, Operation::Send, Some(sink.as_str()))
+                .await?;
+            let sandbox = match self.inner.store.get_queue(&sink).await {
+                Ok(q) => q.policy.test_sandbox,
+                Err(StoreError::QueueNotFound { .. }) => false,
+                Err(e) => return Err(e.into()),
+            };
+            if !sandbox {
+                return Err(BrokerError::invalid(
+                    "destination",
+                    format!(
+                        "{sink} is not a test sandbox: a test sends only to a queue whose policy says `test_sandbox: true`"
+                    ),
+                ));
+            }
         }
         let transformed = data.transformations.last().map(|t| t.digest.clone());
         let fixture = match &input.fixture {

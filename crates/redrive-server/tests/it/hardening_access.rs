@@ -1,0 +1,309 @@
+//! The access rules of the recovery half with authentication on, on every backend: every
+//! refusal a handler decides is audited, a case's isolated test sends only to a declared
+//! sandbox the caller may send to, a transformation is bounded by its queue's message
+//! size before its body is read, acts that lead to deliveries need the delivery's role,
+//! and a producer's word on an intent holds only for the entities it may produce to.
+
+use redrive_broker::AccessSettings;
+use redrive_testkit::{Backend, TestServer, assert_problem, default_settings};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+const HOUR: u64 = 3_600_000;
+
+async fn server(backend: Backend) -> TestServer {
+    TestServer::builder()
+        .backend(backend)
+        .auth(AccessSettings {
+            enabled: true,
+            ..AccessSettings::default()
+        })
+        .settings(redrive_server::Settings {
+            replay_worker: false,
+            case_worker: false,
+            ..default_settings()
+        })
+        .start()
+        .await
+}
+
+async fn admin(s: &TestServer, method: Method, path: &str, body: Value) -> Value {
+    let (st, v) = s.admin(method.clone(), path, Some(body)).await;
+    assert!(st.is_success(), "{method} {path}: {st} {v}");
+    v
+}
+
+async fn queue(s: &TestServer, name: &str, policy: Value) {
+    admin(
+        s,
+        Method::POST,
+        "/v1/queues",
+        json!({"name": name, "policy": policy}),
+    )
+    .await;
+}
+
+/// Sends one message as the admin and dead-letters it; answers its case id.
+async fn dead_letter(s: &TestServer, queue: &str, msg: Value) -> String {
+    admin(
+        s,
+        Method::POST,
+        &format!("/v1/queues/{queue}/messages"),
+        msg,
+    )
+    .await;
+    let got = admin(
+        s,
+        Method::POST,
+        &format!("/v1/queues/{queue}/receive"),
+        json!({"max_messages": 1}),
+    )
+    .await;
+    let token = got["messages"][0]["lock_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let v = admin(
+        s,
+        Method::POST,
+        &format!("/v1/queues/{queue}/settle"),
+        json!({"lock_token": token, "action": "dead_letter", "reason": "Boom",
+               "description": "parse error"}),
+    )
+    .await;
+    let record = v["dead_letter_id"].as_str().unwrap();
+    format!("case_{}", record.trim_start_matches("dl_"))
+}
+
+async fn as_token(
+    s: &TestServer,
+    secret: &str,
+    method: Method,
+    path: &str,
+    body: Value,
+) -> (StatusCode, Value) {
+    s.call_as(Some(secret), method, path, Some(body)).await
+}
+
+/// The `denied:<op>` audit entries of the token named `who`.
+async fn denials(s: &TestServer, who: &str, op: &str) -> Vec<Value> {
+    s.audit(&format!("action=denied%3A{op}&limit=1000"))
+        .await
+        .into_iter()
+        .filter(|e| e["actor_name"] == who)
+        .collect()
+}
+
+async fn active(s: &TestServer, queue: &str) -> u64 {
+    let v = admin(s, Method::GET, &format!("/v1/queues/{queue}"), Value::Null).await;
+    v["counts"]["active"].as_u64().unwrap()
+}
+
+/// Claims, diagnoses and corrects a case as `secret`.
+async fn to_correction(s: &TestServer, secret: &str, case: &str) {
+    for (action, body) in [
+        ("claim", json!({"lease_ms": 4 * HOUR})),
+        (
+            "diagnosis",
+            json!({"hypothesis": "h", "disconfirming_evidence": "d"}),
+        ),
+        (
+            "corrections",
+            json!({"kind": "code", "identity": "c1", "addresses": "shape"}),
+        ),
+    ] {
+        let (st, v) = as_token(
+            s,
+            secret,
+            Method::POST,
+            &format!("/v1/cases/{case}/{action}"),
+            body,
+        )
+        .await;
+        assert_eq!(st, 200, "{action}: {v}");
+    }
+}
+
+/// Every refusal a case or intent handler decides (the case's queue is known only once
+/// the case is read) is a `denied` audit entry with the actor and the queue, as the route
+/// table's are.
+#[tokio::test]
+async fn refusals_decided_by_the_case_handlers_are_audited() {
+    for backend in Backend::all("audited case refusals") {
+        let s = server(backend).await;
+        queue(&s, "ordersX", json!({})).await;
+        queue(&s, "other", json!({})).await;
+        let theirs = dead_letter(&s, "other", json!({"body": "b"})).await;
+        let (_, op) = s.token("op-x", &["operator:ordersX"]).await;
+        let refused = [
+            (Method::GET, format!("/v1/cases/{theirs}"), Value::Null),
+            (Method::GET, "/v1/cases?queue=other".to_owned(), Value::Null),
+            (Method::GET, "/v1/cases/counts".to_owned(), Value::Null),
+            (
+                Method::GET,
+                "/v1/cases/counts?queue=other".to_owned(),
+                Value::Null,
+            ),
+        ];
+        for (method, path, body) in refused {
+            let r = s.call_as(Some(&op), method.clone(), &path, None).await;
+            assert_problem(&r, 403, "forbidden");
+            let _ = body;
+        }
+        let work = [
+            ("claim", json!({})),
+            ("notes", json!({"text": "t"})),
+            ("release", json!({})),
+        ];
+        for (action, body) in work {
+            let r = as_token(
+                &s,
+                &op,
+                Method::POST,
+                &format!("/v1/cases/{theirs}/{action}"),
+                body,
+            )
+            .await;
+            assert_problem(&r, 403, "forbidden");
+        }
+        let reads = denials(&s, "op-x", "ReadCases").await;
+        assert_eq!(reads.len(), 4, "{reads:?}");
+        assert!(reads.iter().all(|e| e["outcome"] == "denied"));
+        assert_eq!(
+            reads.iter().filter(|e| e["entity"] == "other").count(),
+            3,
+            "{reads:?}"
+        );
+        // Counts over every queue name every entity, which only an unscoped grant covers.
+        assert!(reads.iter().any(|e| e["entity"] == "*"), "{reads:?}");
+        let works = denials(&s, "op-x", "WorkCases").await;
+        assert_eq!(works.len(), 3, "{works:?}");
+        assert!(works.iter().all(|e| e["entity"] == "other"));
+        // The case is as it was: nobody claimed it.
+        let c = admin(&s, Method::GET, &format!("/v1/cases/{theirs}"), Value::Null).await;
+        assert!(c["lease"].is_null(), "{c}");
+        s.stop().await;
+    }
+}
+
+/// An isolated test that sends writes to its destination: it needs `producer` there (a
+/// refusal audited, nothing sent), and the destination must be a queue declared a test
+/// sandbox (any other is 400, nothing sent).
+#[tokio::test]
+async fn a_case_test_sends_only_to_a_declared_sandbox_the_caller_may_send_to() {
+    for backend in Backend::all("case tests send to sandboxes") {
+        let s = server(backend).await;
+        queue(&s, "ordersX", json!({})).await;
+        queue(&s, "victimQ", json!({})).await;
+        queue(&s, "sandboxQ", json!({"test_sandbox": true})).await;
+        let case = dead_letter(&s, "ordersX", json!({"body": "{\"order\":1}"})).await;
+        let test = |destination: &str| {
+            json!({"destination": destination, "send": true, "fixture": "{\"evil\":true}",
+                   "outcome": "pass", "evidence": "e"})
+        };
+        let path = format!("/v1/cases/{case}/tests");
+
+        let (_, only_op) = s.token("op-only", &["operator:ordersX"]).await;
+        to_correction(&s, &only_op, &case).await;
+        let r = as_token(&s, &only_op, Method::POST, &path, test("victimQ")).await;
+        assert_problem(&r, 403, "forbidden");
+        assert_eq!(r.1["entity"], "victimQ", "{}", r.1);
+        // Not even a declared sandbox without the right to send there.
+        let r = as_token(&s, &only_op, Method::POST, &path, test("sandboxQ")).await;
+        assert_problem(&r, 403, "forbidden");
+        let denied = denials(&s, "op-only", "Send").await;
+        assert_eq!(denied.len(), 2, "{denied:?}");
+        assert!(denied.iter().any(|e| e["entity"] == "victimQ"));
+        assert_eq!(active(&s, "victimQ").await, 0);
+        assert_eq!(active(&s, "sandboxQ").await, 0);
+        let (st, v) = as_token(
+            &s,
+            &only_op,
+            Method::POST,
+            &format!("/v1/cases/{case}/release"),
+            json!({}),
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+
+        let (_, tester) = s
+            .token(
+                "tester",
+                &[
+                    "operator:ordersX",
+                    "producer:victimQ",
+                    "producer:sandboxQ",
+                    "producer:noSuchQ",
+                ],
+            )
+            .await;
+        let (st, v) = as_token(
+            &s,
+            &tester,
+            Method::POST,
+            &format!("/v1/cases/{case}/claim"),
+            json!({}),
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+        // A live queue is never a test destination, whoever may send to it.
+        let r = as_token(&s, &tester, Method::POST, &path, test("victimQ")).await;
+        assert_problem(&r, 400, "invalid_request");
+        assert_eq!(r.1["field"], "destination");
+        let r = as_token(&s, &tester, Method::POST, &path, test("noSuchQ")).await;
+        assert_problem(&r, 400, "invalid_request");
+        assert_eq!(active(&s, "victimQ").await, 0);
+        let (st, v) = as_token(&s, &tester, Method::POST, &path, test("sandboxQ")).await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(active(&s, "sandboxQ").await, 1);
+        let tests = v["record"]["tests"].as_array().unwrap();
+        assert_eq!(tests.len(), 1, "{v}");
+        assert_eq!(tests[0]["destination"], "sandboxQ");
+        s.stop().await;
+    }
+}
+
+/// A transformation is at most its queue's `max_message_size`: a larger payload is 413
+/// with the limit, and a request larger than such a payload can be is refused before it
+/// is read (even when it is not JSON at all); nothing is recorded.
+#[tokio::test]
+async fn a_transformation_is_bounded_by_its_queues_message_size() {
+    for backend in Backend::all("bounded transformations") {
+        let s = server(backend).await;
+        queue(&s, "ordersX", json!({"max_message_size": 1024})).await;
+        let case = dead_letter(&s, "ordersX", json!({"body": "{\"order\":1}"})).await;
+        let (_, op) = s.token("op-x", &["operator:ordersX"]).await;
+        let claim = format!("/v1/cases/{case}/claim");
+        let (st, v) = as_token(&s, &op, Method::POST, &claim, json!({})).await;
+        assert_eq!(st, 200, "{v}");
+        let path = format!("/v1/cases/{case}/transformations");
+        let t = |body: String| {
+            json!({"body": body, "transformation_version": "t1", "changed_fields": ["order"],
+                   "authority": "a", "equivalent": true, "addresses": "shape"})
+        };
+        let r = as_token(&s, &op, Method::POST, &path, t("x".repeat(1025))).await;
+        assert_problem(&r, 413, "message_too_large");
+        assert_eq!(r.1["limit"], 1024, "{}", r.1);
+        // Far past what a 1 KiB payload's request can be: refused unread.
+        let huge = vec![b'x'; 4 * 1024 * 1024];
+        let resp = s
+            .http
+            .post(format!("{}{path}", s.url))
+            .bearer_auth(&op)
+            .header("content-type", "application/json")
+            .body(huge)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 413);
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(v["code"], "message_too_large", "{v}");
+        let c = admin(&s, Method::GET, &format!("/v1/cases/{case}"), Value::Null).await;
+        let kept = &c["record"]["transformations"];
+        assert!(kept.is_null() || kept == &json!([]), "{c}");
+        let (st, v) = as_token(&s, &op, Method::POST, &path, t("y".repeat(1024))).await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["record"]["transformations"].as_array().unwrap().len(), 1);
+        s.stop().await;
+    }
+}
