@@ -307,3 +307,161 @@ async fn a_transformation_is_bounded_by_its_queues_message_size() {
         s.stop().await;
     }
 }
+
+/// One JSON-Lines import body of one record with `body`.
+fn import_body(body: &str) -> Value {
+    let line = json!({"message_id": "m-1", "body": body, "reason": "Boom", "delivery_count": 1,
+                      "delivery_count_quality": "exact",
+                      "enqueued_time": "2027-01-15T06:00:00Z",
+                      "dead_lettered_at": "2027-01-15T07:00:00Z"});
+    json!({"format": "json", "content": line.to_string()})
+}
+
+/// An operator alone cannot put bytes on a queue by the recovery half: declaring the
+/// queue's messages idempotent and turning on automatic replay need `replayer` there, a
+/// type's entry an unscoped `replayer`, an import `producer` on the queue; each refusal
+/// is audited and changes nothing. With those roles the same steps deliver the imported
+/// body, and what only stops deliveries needs nothing more.
+#[tokio::test]
+async fn acts_that_lead_to_deliveries_need_the_roles_of_those_deliveries() {
+    for backend in Backend::all("roles of acts that deliver") {
+        let s = server(backend).await;
+        queue(&s, "Q", json!({})).await;
+        admin(&s, Method::POST, "/v1/topics", json!({"name": "T"})).await;
+        let (_, op) = s.token("op", &["operator"]).await;
+        let r = s
+            .call_as(
+                Some(&op),
+                Method::PUT,
+                "/v1/register/Q:*",
+                Some(json!({"answer": "idempotent"})),
+            )
+            .await;
+        assert_problem(&r, 403, "forbidden");
+        let r = as_token(
+            &s,
+            &op,
+            Method::PATCH,
+            "/v1/queues/Q",
+            json!({"auto_replay": {"enabled": true}}),
+        )
+        .await;
+        assert_problem(&r, 403, "forbidden");
+        let r = as_token(
+            &s,
+            &op,
+            Method::POST,
+            "/v1/queues",
+            json!({"name": "Q2", "policy": {"auto_replay": {"enabled": true}}}),
+        )
+        .await;
+        assert_problem(&r, 403, "forbidden");
+        let r = as_token(
+            &s,
+            &op,
+            Method::POST,
+            "/v1/topics/T/subscriptions",
+            json!({"name": "s", "type": "pull", "auto_replay": {"enabled": true}}),
+        )
+        .await;
+        assert_problem(&r, 403, "forbidden");
+        let r = as_token(
+            &s,
+            &op,
+            Method::POST,
+            "/v1/queues/Q/dead-letters/import",
+            import_body("smuggled"),
+        )
+        .await;
+        assert_problem(&r, 403, "forbidden");
+        let replays = denials(&s, "op", "Replay").await;
+        assert_eq!(replays.len(), 4, "{replays:?}");
+        assert!(replays.iter().any(|e| e["entity"] == "T.s"), "{replays:?}");
+        assert_eq!(denials(&s, "op", "ImportDeadLetters").await.len(), 1);
+        // Nothing changed.
+        let reg = admin(&s, Method::GET, "/v1/register", Value::Null).await;
+        assert_eq!(reg["entries"], json!([]), "{reg}");
+        let q = admin(&s, Method::GET, "/v1/queues/Q", Value::Null).await;
+        assert_eq!(q["policy"]["auto_replay"]["enabled"], false, "{q}");
+        assert_eq!(q["counts"]["dead_lettered"], 0, "{q}");
+        let (st, _) = s.admin(Method::GET, "/v1/queues/Q2", None).await;
+        assert_eq!(st, 404);
+        // What stops deliveries needs only the operator's role.
+        let (st, v) = as_token(
+            &s,
+            &op,
+            Method::PUT,
+            "/v1/register/Q:*",
+            json!({"answer": "not_idempotent"}),
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+
+        // A type's entry applies to every entity: a scoped replayer cannot make it.
+        let (_, scoped) = s
+            .token("scoped", &["operator", "replayer:Q", "producer:Q"])
+            .await;
+        let r = as_token(
+            &s,
+            &scoped,
+            Method::PUT,
+            "/v1/register/order.placed",
+            json!({"answer": "idempotent"}),
+        )
+        .await;
+        assert_problem(&r, 403, "forbidden");
+        assert!(
+            denials(&s, "scoped", "Replay")
+                .await
+                .iter()
+                .any(|e| e["entity"] == "*")
+        );
+        // With the roles the deliveries need, the same steps deliver the imported body.
+        for (method, path, body) in [
+            (
+                Method::PUT,
+                "/v1/register/Q:*",
+                json!({"answer": "idempotent"}),
+            ),
+            (
+                Method::PATCH,
+                "/v1/queues/Q",
+                json!({"auto_replay": {"enabled": true}}),
+            ),
+            (
+                Method::POST,
+                "/v1/queues/Q/dead-letters/import",
+                import_body("legitimate"),
+            ),
+        ] {
+            let (st, v) = as_token(&s, &scoped, method.clone(), path, body).await;
+            assert!(st.is_success(), "{method} {path}: {st} {v}");
+        }
+        s.broker.replay_once().await.unwrap();
+        let got = admin(
+            &s,
+            Method::POST,
+            "/v1/queues/Q/receive",
+            json!({"max_messages": 10}),
+        )
+        .await;
+        let bodies: Vec<&str> = got["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["body"].as_str().unwrap())
+            .collect();
+        assert_eq!(bodies, ["legitimate"], "{got}");
+        // Turning automatic replay off is the operator's alone.
+        let (st, v) = as_token(
+            &s,
+            &op,
+            Method::PATCH,
+            "/v1/queues/Q",
+            json!({"auto_replay": {"enabled": false}}),
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+        s.stop().await;
+    }
+}
