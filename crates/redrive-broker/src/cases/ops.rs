@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use redrive_core::access::Operation;
+use redrive_core::access::{EVERY_ENTITY, Operation, Role, Scope};
 use redrive_core::case::{
     self, CaseError, CaseState, Closure, Decision, EffectAnswer, Missing, Repair, RepetitionPolicy,
     RouteCheck, RouteRule, RouteTarget, TimelineEntry,
@@ -113,7 +113,7 @@ pub(crate) struct ReplayAdmission<'a> {
 /// What an intent update did.
 #[derive(Debug, Clone)]
 pub struct IntentOutcome {
-    /// The stored word on the intent (the first one stands).
+    /// The stored word on the intent for its entity (the first one stands).
     pub intent: IntentRecord,
     /// The cases it closed.
     pub closed: Vec<String>,
@@ -275,7 +275,10 @@ impl Broker {
             Err(StoreError::DeadLetterNotFound { .. } | StoreError::QueueNotFound { .. }) => None,
             Err(e) => return Err(e.into()),
         };
-        let intent = store.get_intent(&case.intent_id).await?;
+        let intent = redrive_store::skeleton::cases::intent_for(
+            store.intent_words(&case.intent_id).await?,
+            case.queue.as_str(),
+        );
         let known = self.known_of(case, record.as_ref(), intent, ctx).await?;
         Ok((known, record))
     }
@@ -2157,14 +2160,64 @@ impl Broker {
         Ok(())
     }
 
-    /// A producer's cancel or supersede of an intent: its open cases close without
-    /// execution; the first word on an intent stands (a different later one is refused).
+    /// The entity scope a producer's word on an intent is for: the queue it names (the
+    /// caller must produce to it), or else the one scope the caller may produce to (`*`
+    /// for an unscoped producer or an admin). Refused, and audited, when the caller may not
+    /// produce to the named queue or to anything; a caller producing to several scopes
+    /// names the queue (400).
+    async fn intent_scope(&self, queue: Option<&str>, actor: &Actor) -> BrokerResult<Scope> {
+        if let Some(q) = queue {
+            let name: EntityName = q
+                .parse()
+                .map_err(|e| BrokerError::invalid("queue", format!("{e}")))?;
+            self.authorize(actor, Operation::UpdateIntent, Some(name.as_str()))
+                .await?;
+            return Ok(Scope::Entity(name.to_string()));
+        }
+        if actor.permits(Operation::UpdateIntent, Some(EVERY_ENTITY)) {
+            return Ok(Scope::All);
+        }
+        let mut scopes: Vec<Scope> = actor
+            .grants
+            .iter()
+            .filter(|g| g.role == Role::Producer)
+            .map(|g| g.scope.clone())
+            .collect();
+        scopes.sort();
+        scopes.dedup();
+        match scopes.len() {
+            0 => {
+                self.authorize(actor, Operation::UpdateIntent, Some(EVERY_ENTITY))
+                    .await?;
+                Err(BrokerError::invalid("queue", "no entity to speak for"))
+            }
+            1 => Ok(scopes.remove(0)),
+            _ => Err(BrokerError::invalid(
+                "queue",
+                format!(
+                    "this token may produce to {}: name the queue the word is for",
+                    scopes
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
+        }
+    }
+
+    /// A producer's cancel or supersede of an intent, for the entities it may produce to
+    /// (the queue it names, or else its one producer scope): the open cases of the intent
+    /// on those entities close without execution, and no other. The first word on an
+    /// intent for an entity stands (a different later one is refused); the word is kept
+    /// with its entity, actor and time, and audited with its entity.
     pub async fn update_intent(
         &self,
         intent_id: &str,
         status: IntentStatus,
         superseded_by: Option<&str>,
         reason: Option<&str>,
+        queue: Option<&str>,
         actor: &Actor,
     ) -> BrokerResult<IntentOutcome> {
         check_text("intent_id", intent_id, true)?;
@@ -2194,8 +2247,11 @@ impl Broker {
             }
             _ => {}
         }
+        let scope = self.intent_scope(queue, actor).await?;
+        let entity = scope.to_string();
         let wanted = IntentRecord {
             intent_id: intent_id.to_owned(),
+            entity: entity.clone(),
             status,
             superseded_by: superseded_by.map(str::to_owned),
             reason: reason.map(str::to_owned),
@@ -2211,15 +2267,18 @@ impl Broker {
             .audited(
                 actor,
                 action,
-                None,
-                vec![intent_id.to_owned()],
+                Some(&entity),
+                vec![intent_id.to_owned(), format!("entity={entity}")],
                 stored.map_err(Into::into),
             )
             .await?;
         if stored.status != status || stored.superseded_by != wanted.superseded_by {
             return Err(conflict(
                 "intent_decided",
-                format!("intent {intent_id} was {} already", stored.status.as_str()),
+                format!(
+                    "intent {intent_id} was {} already for {entity}",
+                    stored.status.as_str()
+                ),
             ));
         }
         let open = self
@@ -2233,7 +2292,7 @@ impl Broker {
             })
             .await?;
         let mut closed = Vec::new();
-        for c in open {
+        for c in open.iter().filter(|c| scope.covers(c.queue.as_str())) {
             let after = self.advance_case(&c.id).await?;
             if after.m.state.terminal().is_some() {
                 closed.push(after.id);
@@ -2245,9 +2304,9 @@ impl Broker {
         })
     }
 
-    /// What a producer said about an intent, if anything.
-    pub async fn get_intent(&self, intent_id: &str) -> BrokerResult<Option<IntentRecord>> {
-        Ok(self.inner.store.get_intent(intent_id).await?)
+    /// Every word producers said about an intent, oldest first (each for its entities).
+    pub async fn intent_words(&self, intent_id: &str) -> BrokerResult<Vec<IntentRecord>> {
+        Ok(self.inner.store.intent_words(intent_id).await?)
     }
 
     /// Registers (or replaces) the effect authority of a message type.

@@ -15,11 +15,11 @@ use redrive_api::ErrorCode;
 use redrive_api::case::{
     CancelIntent, Case, CaseCounts, CaseEntry, CaseLease, CasePage, CasePayload, CaseSummary,
     ClaimCase, CloseCase, CorrectCase, DiagnoseCase, EffectAuthority, EffectAuthorityList, Intent,
-    NoteCase, ReviewCase, SetEffectAuthority, SupersedeIntent, TestCase, TransformCase,
+    IntentWord, NoteCase, ReviewCase, SetEffectAuthority, SupersedeIntent, TestCase, TransformCase,
 };
 use redrive_broker::cases::data::{CorrectionKind, TestOutcome};
 use redrive_broker::cases::{CaseView, ReviewDecision, TestInput, TransformInput};
-use redrive_broker::model::{CaseQuery, CaseRecord, IntentStatus, MAX_CASE_PAGE};
+use redrive_broker::model::{CaseQuery, CaseRecord, IntentRecord, IntentStatus, MAX_CASE_PAGE};
 use redrive_broker::{Actor, BrokerError};
 use redrive_core::Timestamp;
 use redrive_core::access::{EVERY_ENTITY, Operation};
@@ -522,14 +522,8 @@ fn intent_id(id: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The ids of an intent's cases the caller may see, and whether it may update the
-/// intent on every one of their queues.
-async fn intent_cases(
-    s: &AppState,
-    actor: &Actor,
-    id: &str,
-    op: Operation,
-) -> Result<Vec<String>, ApiError> {
+/// The ids of an intent's cases the caller may see (read, or produce to).
+async fn intent_cases(s: &AppState, actor: &Actor, id: &str) -> Result<Vec<String>, ApiError> {
     let cases = s
         .broker
         .list_cases(&CaseQuery {
@@ -538,24 +532,31 @@ async fn intent_cases(
             ..CaseQuery::default()
         })
         .await?;
-    for c in &cases {
-        if op == Operation::UpdateIntent && c.m.closed_at.is_none() {
-            check(s, actor, op, c.queue.as_str()).await?;
-        }
-    }
     Ok(cases
         .iter()
         .filter(|c| {
             actor.permits(Operation::ReadCases, Some(c.queue.as_str()))
-                || actor.permits(op, Some(c.queue.as_str()))
+                || actor.permits(Operation::UpdateIntent, Some(c.queue.as_str()))
         })
         .map(|c| c.id.clone())
         .collect())
 }
 
+fn word_out(r: &IntentRecord) -> IntentWord {
+    IntentWord {
+        entity: r.entity.clone(),
+        status: r.status.as_str().to_owned(),
+        superseded_by: r.superseded_by.clone(),
+        reason: r.reason.clone(),
+        actor: r.actor.clone(),
+        at: t(r.at),
+    }
+}
+
 fn intent_out(
     id: &str,
-    record: Option<&redrive_broker::model::IntentRecord>,
+    record: Option<&IntentRecord>,
+    words: &[IntentRecord],
     cases: Vec<String>,
     closed: Vec<String>,
 ) -> Intent {
@@ -566,6 +567,8 @@ fn intent_out(
         reason: record.and_then(|r| r.reason.clone()),
         actor: record.map(|r| r.actor.clone()),
         at: record.map(|r| t(r.at)),
+        entity: record.map(|r| r.entity.clone()),
+        words: words.iter().map(word_out).collect(),
         cases,
         closed,
     }
@@ -577,9 +580,15 @@ async fn get_intent(
     Path(id): Path<String>,
 ) -> Result<Json<Intent>, ApiError> {
     intent_id(&id)?;
-    let record = s.broker.get_intent(&id).await?;
-    let cases = intent_cases(&s, &actor, &id, Operation::ReadCases).await?;
-    Ok(Json(intent_out(&id, record.as_ref(), cases, Vec::new())))
+    let words = s.broker.intent_words(&id).await?;
+    let cases = intent_cases(&s, &actor, &id).await?;
+    Ok(Json(intent_out(
+        &id,
+        words.first(),
+        &words,
+        cases,
+        Vec::new(),
+    )))
 }
 
 async fn cancel_intent(
@@ -589,7 +598,6 @@ async fn cancel_intent(
     OptionalApiJson(req): OptionalApiJson<CancelIntent>,
 ) -> Result<Json<Intent>, ApiError> {
     intent_id(&id)?;
-    intent_cases(&s, &actor, &id, Operation::UpdateIntent).await?;
     let out = s
         .broker
         .update_intent(
@@ -597,11 +605,19 @@ async fn cancel_intent(
             IntentStatus::Cancelled,
             None,
             req.reason.as_deref(),
+            req.queue.as_deref(),
             &actor,
         )
         .await?;
-    let cases = intent_cases(&s, &actor, &id, Operation::UpdateIntent).await?;
-    Ok(Json(intent_out(&id, Some(&out.intent), cases, out.closed)))
+    let words = s.broker.intent_words(&id).await?;
+    let cases = intent_cases(&s, &actor, &id).await?;
+    Ok(Json(intent_out(
+        &id,
+        Some(&out.intent),
+        &words,
+        cases,
+        out.closed,
+    )))
 }
 
 async fn supersede_intent(
@@ -611,7 +627,6 @@ async fn supersede_intent(
     ApiJson(req): ApiJson<SupersedeIntent>,
 ) -> Result<Json<Intent>, ApiError> {
     intent_id(&id)?;
-    intent_cases(&s, &actor, &id, Operation::UpdateIntent).await?;
     let out = s
         .broker
         .update_intent(
@@ -619,11 +634,19 @@ async fn supersede_intent(
             IntentStatus::Superseded,
             Some(&req.by),
             req.reason.as_deref(),
+            req.queue.as_deref(),
             &actor,
         )
         .await?;
-    let cases = intent_cases(&s, &actor, &id, Operation::UpdateIntent).await?;
-    Ok(Json(intent_out(&id, Some(&out.intent), cases, out.closed)))
+    let words = s.broker.intent_words(&id).await?;
+    let cases = intent_cases(&s, &actor, &id).await?;
+    Ok(Json(intent_out(
+        &id,
+        Some(&out.intent),
+        &words,
+        cases,
+        out.closed,
+    )))
 }
 
 fn authority_out(a: &redrive_broker::model::EffectAuthority) -> EffectAuthority {

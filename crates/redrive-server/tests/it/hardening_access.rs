@@ -465,3 +465,157 @@ async fn acts_that_lead_to_deliveries_need_the_roles_of_those_deliveries() {
         s.stop().await;
     }
 }
+
+/// Looks until a look of the case worker advances nothing.
+async fn work(s: &TestServer) {
+    for _ in 0..10 {
+        if s.broker.cases_once().await.unwrap().advanced == 0 {
+            return;
+        }
+    }
+}
+
+async fn state(s: &TestServer, case: &str) -> String {
+    let c = admin(s, Method::GET, &format!("/v1/cases/{case}"), Value::Null).await;
+    c["state"].as_str().unwrap().to_owned()
+}
+
+/// A producer's cancel or supersede is for the entities it may produce to, whenever it is
+/// spoken: said in advance by a producer of `orders`, it does not close a later case of
+/// the intent on `ordersX`; naming a queue the token may not produce to is 403 (audited);
+/// each word is kept with its entity, actor and time, and closes only its entity's cases.
+#[tokio::test]
+async fn a_producers_word_on_an_intent_holds_only_for_the_entities_it_may_produce_to() {
+    for backend in Backend::all("intent words bound to entities") {
+        let s = server(backend).await;
+        queue(&s, "orders", json!({})).await;
+        queue(&s, "ordersX", json!({})).await;
+        let (_, p) = s.token("orders-service", &["producer:orders"]).await;
+        let cancel = "/v1/intents/pay-9999/cancel";
+        let (st, v) = as_token(&s, &p, Method::POST, cancel, json!({"reason": "early"})).await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["status"], "cancelled");
+        assert_eq!(
+            v["entity"], "orders",
+            "inferred from the token's one producer scope"
+        );
+        assert!(v["closed"].is_null(), "nothing to close yet: {v}");
+
+        // The intent then dead-letters on another queue: the word says nothing of it.
+        let x = dead_letter(
+            &s,
+            "ordersX",
+            json!({"message_id": "pay-9999", "body": "b", "intent": "pay-9999"}),
+        )
+        .await;
+        work(&s).await;
+        assert_ne!(state(&s, &x).await, "cancelled");
+        for (path, body) in [
+            (cancel, json!({"queue": "ordersX"})),
+            (
+                "/v1/intents/pay-9999/supersede",
+                json!({"by": "pay-10000", "queue": "ordersX"}),
+            ),
+        ] {
+            let r = as_token(&s, &p, Method::POST, path, body).await;
+            assert_problem(&r, 403, "forbidden");
+            assert_eq!(r.1["entity"], "ordersX");
+        }
+        let denied = denials(&s, "orders-service", "UpdateIntent").await;
+        assert_eq!(denied.len(), 2, "{denied:?}");
+        assert!(denied.iter().all(|e| e["entity"] == "ordersX"));
+        work(&s).await;
+        assert_ne!(state(&s, &x).await, "cancelled");
+
+        // On its own queue the word holds, whenever the case comes.
+        let o = dead_letter(
+            &s,
+            "orders",
+            json!({"message_id": "pay-9999-b", "body": "b", "intent": "pay-9999"}),
+        )
+        .await;
+        work(&s).await;
+        assert_eq!(state(&s, &o).await, "cancelled");
+        assert_ne!(state(&s, &x).await, "cancelled");
+
+        // The producer of ordersX speaks for ordersX: only that case closes.
+        let (_, px) = s.token("ordersx-service", &["producer:ordersX"]).await;
+        let (st, v) = as_token(
+            &s,
+            &px,
+            Method::POST,
+            "/v1/intents/pay-9999/supersede",
+            json!({"by": "pay-10000"}),
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["entity"], "ordersX");
+        assert_eq!(v["closed"], json!([x.clone()]));
+        assert_eq!(state(&s, &x).await, "superseded");
+        let i = admin(&s, Method::GET, "/v1/intents/pay-9999", Value::Null).await;
+        let words: Vec<(&str, &str, &str)> = i["words"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| {
+                (
+                    w["entity"].as_str().unwrap(),
+                    w["status"].as_str().unwrap(),
+                    w["actor"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            words,
+            [
+                ("orders", "cancelled", "orders-service"),
+                ("ordersX", "superseded", "ordersx-service")
+            ],
+            "{i}"
+        );
+        // Each word is audited with the entity it was accepted for.
+        let said: Vec<(String, String)> = s
+            .audit("entity=orders")
+            .await
+            .into_iter()
+            .chain(s.audit("entity=ordersX").await)
+            .filter(|e| e["action"].as_str().unwrap().starts_with("intent."))
+            .map(|e| {
+                (
+                    e["actor_name"].as_str().unwrap().to_owned(),
+                    e["entity"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            said,
+            [
+                ("orders-service".to_owned(), "orders".to_owned()),
+                ("ordersx-service".to_owned(), "ordersX".to_owned())
+            ]
+        );
+        // A token producing to several scopes names the queue.
+        let (_, both) = s.token("both", &["producer:a", "producer:b*"]).await;
+        let r = as_token(
+            &s,
+            &both,
+            Method::POST,
+            "/v1/intents/pay-1/cancel",
+            json!({}),
+        )
+        .await;
+        assert_problem(&r, 400, "invalid_request");
+        assert_eq!(r.1["field"], "queue");
+        let (st, v) = as_token(
+            &s,
+            &both,
+            Method::POST,
+            "/v1/intents/pay-1/cancel",
+            json!({"queue": "b-eu"}),
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["entity"], "b-eu");
+        s.stop().await;
+    }
+}
