@@ -109,6 +109,19 @@ impl Scope {
     }
 }
 
+impl Scope {
+    /// Whether every entity `other` covers is covered by this scope too.
+    pub fn includes(&self, other: &Scope) -> bool {
+        match (self, other) {
+            (Scope::All, _) => true,
+            (_, Scope::All) => false,
+            (Scope::Entity(a), Scope::Entity(b)) => a == b,
+            (Scope::Entity(_), Scope::Prefix(_)) => false,
+            (Scope::Prefix(p), Scope::Entity(e) | Scope::Prefix(e)) => e.starts_with(p.as_str()),
+        }
+    }
+}
+
 impl fmt::Display for Scope {
     /// `*` (every entity), `name`, or `prefix*`: the scope part of a grant's text form.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -485,6 +498,15 @@ mod tests {
             Operation::Replay,
             Some(EVERY_ENTITY)
         ));
+        let sc = |s: &str| s.parse::<Scope>().unwrap();
+        assert!(sc("*").includes(&sc("orders*")));
+        assert!(sc("ord*").includes(&sc("orders")));
+        assert!(sc("ord*").includes(&sc("orders*")));
+        assert!(!sc("orders*").includes(&sc("ord*")));
+        assert!(!sc("orders").includes(&sc("orders*")));
+        assert!(!sc("orders").includes(&sc("*")));
+        assert!(sc("orders").includes(&sc("orders")));
+        assert!(!sc("orders").includes(&sc("ordersX")));
     }
 
     #[test]

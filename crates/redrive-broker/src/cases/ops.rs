@@ -2209,8 +2209,9 @@ impl Broker {
     /// A producer's cancel or supersede of an intent, for the entities it may produce to
     /// (the queue it names, or else its one producer scope): the open cases of the intent
     /// on those entities close without execution, and no other. The first word on an
-    /// intent for an entity stands (a different later one is refused); the word is kept
-    /// with its entity, actor and time, and audited with its entity.
+    /// intent for entities stands (a different later one for the same entities, or for
+    /// fewer, is refused); the word is kept with its entity, actor and time, and audited
+    /// with its entity.
     pub async fn update_intent(
         &self,
         intent_id: &str,
@@ -2258,7 +2259,19 @@ impl Broker {
             actor: actor.name.clone(),
             at: self.now(),
         };
-        let stored = self.inner.store.put_intent(&wanted).await;
+        // A word said earlier for entities that include these stands for them too: the
+        // oldest word covering a case's queue is the one its case takes.
+        let earlier = self
+            .inner
+            .store
+            .intent_words(intent_id)
+            .await?
+            .into_iter()
+            .find(|w| w.entity.parse::<Scope>().is_ok_and(|s| s.includes(&scope)));
+        let stored = match earlier {
+            Some(w) => Ok(w),
+            None => self.inner.store.put_intent(&wanted).await,
+        };
         let action = match status {
             IntentStatus::Cancelled => "intent.cancel",
             IntentStatus::Superseded => "intent.supersede",
@@ -2276,8 +2289,9 @@ impl Broker {
             return Err(conflict(
                 "intent_decided",
                 format!(
-                    "intent {intent_id} was {} already for {entity}",
-                    stored.status.as_str()
+                    "intent {intent_id} was {} already for {}",
+                    stored.status.as_str(),
+                    stored.entity
                 ),
             ));
         }

@@ -594,6 +594,31 @@ async fn a_producers_word_on_an_intent_holds_only_for_the_entities_it_may_produc
                 ("ordersx-service".to_owned(), "ordersX".to_owned())
             ]
         );
+        // An earlier word for entities that include these stands for them.
+        let (_, all) = s.token("everywhere", &["producer"]).await;
+        let (st, v) = as_token(
+            &s,
+            &all,
+            Method::POST,
+            "/v1/intents/pay-2/cancel",
+            json!({}),
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["entity"], "*");
+        let r = as_token(
+            &s,
+            &p,
+            Method::POST,
+            "/v1/intents/pay-2/supersede",
+            json!({"by": "pay-3"}),
+        )
+        .await;
+        assert_problem(&r, 409, "case_conflict");
+        assert_eq!(r.1["reason"], "intent_decided");
+        let (st, v) = as_token(&s, &p, Method::POST, "/v1/intents/pay-2/cancel", json!({})).await;
+        assert_eq!(st, 200, "the same word again is harmless: {v}");
+        assert_eq!(v["entity"], "*", "the word that stands: {v}");
         // A token producing to several scopes names the queue.
         let (_, both) = s.token("both", &["producer:a", "producer:b*"]).await;
         let r = as_token(
