@@ -1572,9 +1572,9 @@ impl Broker {
     }
 
     /// Records an isolated test of a correction (sending the fixture first, when asked, to
-    /// a queue declared a test sandbox, which the caller may send to). A pass on this case's exact payload is evidence
-    /// (`correction_isolated`), not recovery; a pass on another fixture leaves the case
-    /// where it was.
+    /// a queue declared a test sandbox, which the caller may send to). A pass on this
+    /// case's exact payload is evidence (`correction_isolated`), not recovery; a pass on
+    /// another fixture leaves the case where it was.
     pub async fn test_case(
         &self,
         id: &str,
