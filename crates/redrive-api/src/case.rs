@@ -277,6 +277,10 @@ pub struct CancelIntent {
     /// Why.
     #[serde(default)]
     pub reason: Option<String>,
+    /// The queue the word is for (the caller must produce to it); absent: the one scope
+    /// the caller may produce to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
 }
 
 /// `POST /v1/intents/{id}/supersede`.
@@ -288,6 +292,10 @@ pub struct SupersedeIntent {
     /// Why.
     #[serde(default)]
     pub reason: Option<String>,
+    /// The queue the word is for (the caller must produce to it); absent: the one scope
+    /// the caller may produce to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
 }
 
 /// An intent: what its producer said, and its cases.
@@ -309,11 +317,37 @@ pub struct Intent {
     /// When.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<String>,
+    /// The entities the word above holds for: `*`, a queue, or a prefix ending in `*`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entity: Option<String>,
+    /// Every word on the intent, oldest first, each for its entities (a read shows all of
+    /// them; a cancel or supersede answers the word it stored above).
+    #[serde(default)]
+    pub words: Vec<IntentWord>,
     /// Its cases (that the caller may see), by id.
     pub cases: Vec<String>,
     /// The cases this request closed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub closed: Vec<String>,
+}
+
+/// One producer's word on an intent, for the entities it was accepted for.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IntentWord {
+    /// `*`, a queue name, or a name prefix ending in `*`.
+    pub entity: String,
+    /// `cancelled` or `superseded`.
+    pub status: String,
+    /// The intent that replaces it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<String>,
+    /// Why, as the producer said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Who said it.
+    pub actor: String,
+    /// When.
+    pub at: String,
 }
 
 /// An effect authority.

@@ -1,6 +1,7 @@
 //! Queue management.
 
-use redrive_core::{EntityName, QueuePolicy};
+use redrive_core::access::Operation;
+use redrive_core::{AutoReplay, EntityName, QueuePolicy};
 use redrive_store::{QueueCounts, QueueRecord, StoreError};
 
 use crate::{Actor, Broker, BrokerError, BrokerResult};
@@ -45,6 +46,17 @@ impl Broker {
         actor: &Actor,
     ) -> BrokerResult<QueueRecord> {
         let name: EntityName = name.parse()?;
+        // Automatic replay delivers dead letters to the queue: turning it on or changing it
+        // while on needs the role a replay needs there (refused before anything changes).
+        if policy.auto_replay.enabled {
+            let before = match self.inner.store.get_queue(&name).await {
+                Ok(q) => Some(q.policy.auto_replay),
+                Err(StoreError::QueueNotFound { .. }) => None,
+                Err(e) => return Err(e.into()),
+            };
+            self.authorize_auto_replay(actor, name.as_str(), before.as_ref(), &policy.auto_replay)
+                .await?;
+        }
         let result = async {
             self.refuse_subscription_queue(&name).await?;
             self.check_policy(&name, &policy).await?;
@@ -68,6 +80,24 @@ impl Broker {
         // A shorter backoff or a new policy may make messages receivable sooner.
         self.inner.waiters.wake(name.as_str());
         Ok(rec)
+    }
+
+    /// Refuses a change of an entity's automatic replay from `before` (`None`: the entity
+    /// is new) to `after` that leaves it enabled with other settings (turning it on, or
+    /// changing it while on) unless `actor` may replay there (`replayer`): replays are
+    /// deliveries to the entity. Turning it off, or leaving it as it is, needs nothing more.
+    pub async fn authorize_auto_replay(
+        &self,
+        actor: &Actor,
+        entity: &str,
+        before: Option<&AutoReplay>,
+        after: &AutoReplay,
+    ) -> BrokerResult<()> {
+        if after.enabled && before != Some(after) {
+            self.authorize(actor, Operation::Replay, Some(entity))
+                .await?;
+        }
+        Ok(())
     }
 
     /// Changes a queue's policy from the stored one: `change` gets the current policy and

@@ -2,9 +2,12 @@
 //! entries. Every change is audited with its actor (`register.set`, `register.delete`);
 //! a set of an entry equal to the stored one, or a delete of an entry that does not
 //! exist, changes nothing and writes no audit entry. The interfaces authorize
-//! (`Operation::ReadRegister`, `Operation::ManageRegister`) before they call here.
+//! (`Operation::ReadRegister`, `Operation::ManageRegister`) before they call here; an
+//! entry that declares a type idempotent also needs `replayer` (checked here), since it
+//! lets automatic replay deliver that type's dead letters.
 
-use redrive_core::register::{Register, RegisterEntry, RegisterKey, register_of};
+use redrive_core::access::{EVERY_ENTITY, Operation};
+use redrive_core::register::{Idempotency, Register, RegisterEntry, RegisterKey, register_of};
 
 use crate::Broker;
 use crate::access::Actor;
@@ -36,6 +39,14 @@ impl Broker {
         actor: &Actor,
         entry: RegisterEntry,
     ) -> BrokerResult<RegisterChange> {
+        // Declaring a type idempotent lets automatic replay deliver its dead letters: it
+        // needs the role of a replay where the entry applies (a type's entry applies to
+        // every entity: an unscoped grant), checked before anything is written.
+        if entry.answer == Idempotency::Idempotent {
+            let entity = entity_of(&entry.key).unwrap_or(EVERY_ENTITY);
+            self.authorize(actor, Operation::Replay, Some(entity))
+                .await?;
+        }
         let result = self
             .inner
             .store

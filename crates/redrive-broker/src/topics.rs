@@ -443,6 +443,13 @@ impl Broker {
         actor: &Actor,
     ) -> BrokerResult<SubscriptionRecord> {
         let name = input.name.clone();
+        // Its automatic replay delivers to it: the role of a replay on its queue.
+        if let (Ok(t), Ok(n)) = (topic.parse::<EntityName>(), name.parse::<EntityName>())
+            && let Ok(queue) = subscription_queue(&t, &n)
+        {
+            self.authorize_auto_replay(actor, queue.as_str(), None, &input.auto_replay)
+                .await?;
+        }
         let result = self.create_subscription_inner(topic, input).await;
         self.audited(
             actor,
@@ -675,6 +682,21 @@ impl Broker {
         update: SubscriptionUpdate,
         actor: &Actor,
     ) -> BrokerResult<SubscriptionRecord> {
+        if let Some(patch) = &update.auto_replay
+            && let (Ok(t), Ok(n)) = (topic.parse::<EntityName>(), name.parse::<EntityName>())
+        {
+            // A subscription that is not there is answered by the update itself.
+            if let Ok(current) = self.inner.store.get_subscription(&t, &n).await {
+                let after = current.spec.auto_replay.patched(patch);
+                self.authorize_auto_replay(
+                    actor,
+                    current.queue.as_str(),
+                    Some(&current.spec.auto_replay),
+                    &after,
+                )
+                .await?;
+            }
+        }
         let result = self.update_subscription_inner(topic, name, update).await;
         self.audited(
             actor,

@@ -8,7 +8,7 @@
 //!
 //! | role | may |
 //! | --- | --- |
-//! | `producer` | send, publish, cancel its scheduled messages, cancel or supersede its intents |
+//! | `producer` | send, publish, cancel its scheduled messages, cancel or supersede its intents (on the entities it may produce to) |
 //! | `consumer` | receive, settle, renew locks, sessions |
 //! | `operator` | metadata, counts, policies, dead-letter metadata, moves between areas, purges, topics and subscriptions, the idempotency register and effect authorities (read and change), recovery cases (read and work, without payloads) |
 //! | `replayer` | resubmit dead letters, start and cancel move tasks (admit and run replays, a case's replay too), read the idempotency register |
@@ -16,7 +16,13 @@
 //! | `admin` | everything, on every entity: tokens and the audit log too |
 //!
 //! Receiving from a dead-letter store hands out payloads, so it needs `consumer` *and*
-//! `payload-reader` on the entity.
+//! `payload-reader` on the entity. An import of dead letters writes bytes that a replay
+//! delivers to the queue, so it needs `operator` *and* `producer` there. Acts that lead
+//! to deliveries ask for the role of the delivery beside their own (the broker checks
+//! them once it knows what the act does): turning on or changing automatic replay and
+//! declaring a type idempotent need `replayer` (on the entity, or unscoped for a type,
+//! see [`EVERY_ENTITY`]); a case's isolated test that sends needs `producer` on its
+//! destination.
 
 use std::fmt;
 use std::str::FromStr;
@@ -102,6 +108,43 @@ impl Scope {
         }
     }
 }
+
+impl Scope {
+    /// Whether every entity `other` covers is covered by this scope too.
+    pub fn includes(&self, other: &Scope) -> bool {
+        match (self, other) {
+            (Scope::All, _) => true,
+            (_, Scope::All) => false,
+            (Scope::Entity(a), Scope::Entity(b)) => a == b,
+            (Scope::Entity(_), Scope::Prefix(_)) => false,
+            (Scope::Prefix(p), Scope::Entity(e) | Scope::Prefix(e)) => e.starts_with(p.as_str()),
+        }
+    }
+}
+
+impl fmt::Display for Scope {
+    /// `*` (every entity), `name`, or `prefix*`: the scope part of a grant's text form.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scope::All => f.write_str("*"),
+            Scope::Entity(e) => f.write_str(e),
+            Scope::Prefix(p) => write!(f, "{p}*"),
+        }
+    }
+}
+
+impl FromStr for Scope {
+    type Err = AccessError;
+    /// The scope part of a grant's text form (what [`Scope`]'s `Display` writes).
+    fn from_str(s: &str) -> Result<Self, AccessError> {
+        Ok(format!("producer:{s}").parse::<Grant>()?.scope)
+    }
+}
+
+/// The entity an operation over every entity at once names (counts of every queue's
+/// cases, a register entry for a type, which applies everywhere): no entity has this name
+/// and no scoped grant covers it, so only an unscoped grant permits it.
+pub const EVERY_ENTITY: &str = "*";
 
 /// Longest entity name or prefix a grant may name (entity names are at most 260).
 const MAX_SCOPE_LEN: usize = 260;
@@ -269,6 +312,10 @@ pub enum Operation {
     ReplayCase,
     /// Cancel or supersede an intent (its producer).
     UpdateIntent,
+    /// Import dead letters from elsewhere: an operator's act that writes bytes nobody sent
+    /// to the queue, which a replay (automatic, a resubmit, a case's) then delivers to it,
+    /// so it also needs what a send needs.
+    ImportDeadLetters,
 }
 
 impl Operation {
@@ -304,6 +351,7 @@ impl Operation {
         Operation::ReadCasePayload,
         Operation::ReplayCase,
         Operation::UpdateIntent,
+        Operation::ImportDeadLetters,
     ];
 
     /// The roles the operation needs on its entity: all of them, or one of them when
@@ -331,6 +379,7 @@ impl Operation {
             ReadRegister => &[Role::Operator, Role::Replayer],
             Replay | ReplayCase => &[Role::Replayer],
             ManageTokens | ReadAudit => &[Role::Admin],
+            ImportDeadLetters => &[Role::Operator, Role::Producer],
         }
     }
 
@@ -431,6 +480,45 @@ mod tests {
     }
 
     #[test]
+    fn scopes_print_and_parse_round_trip_and_every_entity_needs_an_unscoped_grant() {
+        for s in ["*", "orders", "orders.*"] {
+            assert_eq!(s.parse::<Scope>().unwrap().to_string(), s);
+        }
+        assert!("a b".parse::<Scope>().is_err());
+        assert!(!Scope::Prefix("o".into()).covers(EVERY_ENTITY));
+        assert!(!Scope::Entity("o".into()).covers(EVERY_ENTITY));
+        assert!(Scope::All.covers(EVERY_ENTITY));
+        assert!(!permits(
+            &[g("replayer:o*")],
+            Operation::Replay,
+            Some(EVERY_ENTITY)
+        ));
+        assert!(permits(
+            &[g("replayer")],
+            Operation::Replay,
+            Some(EVERY_ENTITY)
+        ));
+        let sc = |s: &str| s.parse::<Scope>().unwrap();
+        assert!(sc("*").includes(&sc("orders*")));
+        assert!(sc("ord*").includes(&sc("orders")));
+        assert!(sc("ord*").includes(&sc("orders*")));
+        assert!(!sc("orders*").includes(&sc("ord*")));
+        assert!(!sc("orders").includes(&sc("orders*")));
+        assert!(!sc("orders").includes(&sc("*")));
+        assert!(sc("orders").includes(&sc("orders")));
+        assert!(!sc("orders").includes(&sc("ordersX")));
+    }
+
+    #[test]
+    fn an_import_needs_operator_and_producer_on_the_queue() {
+        use Operation::ImportDeadLetters as I;
+        assert!(!permits(&[g("operator")], I, Some("q")));
+        assert!(!permits(&[g("producer:q")], I, Some("q")));
+        assert!(permits(&[g("operator"), g("producer:q")], I, Some("q")));
+        assert!(!permits(&[g("operator"), g("producer:q")], I, Some("r")));
+    }
+
+    #[test]
     fn scopes_cover_exact_names_and_prefixes() {
         let orders = [g("producer:orders")];
         assert!(permits(&orders, Operation::Send, Some("orders")));
@@ -507,6 +595,7 @@ mod tests {
             ReadCasePayload => 26,
             ReplayCase => 27,
             UpdateIntent => 28,
+            ImportDeadLetters => 29,
         }
     }
 

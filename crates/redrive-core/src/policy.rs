@@ -87,6 +87,11 @@ pub struct QueuePolicy {
     /// deletes them, ms (default 30 days; `0` keeps them forever and must be said).
     #[serde(default = "default_dead_letter_retention_ms")]
     pub dead_letter_retention_ms: u64,
+    /// Whether this queue is a test sandbox: a recovery case's isolated test may send its
+    /// fixture here (by a caller who may also send here), and only to such a queue, never to
+    /// a live one (default off; a policy stored before sandboxes existed reads as off).
+    #[serde(default)]
+    pub test_sandbox: bool,
 }
 
 impl Default for QueuePolicy {
@@ -105,6 +110,7 @@ impl Default for QueuePolicy {
             sqs: None,
             auto_replay: AutoReplay::default(),
             dead_letter_retention_ms: DEFAULT_DEAD_LETTER_RETENTION_MS,
+            test_sandbox: false,
         }
     }
 }

@@ -124,7 +124,7 @@ pub const ROUTES: &[RouteRule] = {
         (
             Method::POST,
             "/v1/queues/{name}/dead-letters/import",
-            &[MoveDeadLetter],
+            &[ImportDeadLetters],
             Q,
         ),
         (Method::GET, "/v1/replay", &[ReadReplays], None),

@@ -310,6 +310,63 @@ async fn body_bytes<S: Send + Sync>(
         })
 }
 
+/// The whole body of `req` if it is at most `limit` bytes, refused (413
+/// `message_too_large`, with `limit`) by its `Content-Length` before a byte is read, or as
+/// soon as more arrives than the limit; a stalled read is a 408. For routes whose bound
+/// depends on what the request names (a case's transformation, bounded by its queue).
+pub async fn body_within(req: Request, limit: usize) -> Result<axum::body::Bytes, ApiError> {
+    let too_large = || {
+        ApiError::from(
+            Problem::new(
+                ErrorCode::MessageTooLarge,
+                format!("the request body is larger than this route takes ({limit} bytes)"),
+            )
+            .with("limit", limit as u64),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let mut body = req.into_body();
+    let mut out = Vec::new();
+    loop {
+        let frame = std::future::poll_fn(|cx| {
+            http_body::Body::poll_frame(std::pin::Pin::new(&mut body), cx)
+        })
+        .await;
+        match frame {
+            None => break,
+            Some(Ok(f)) => {
+                if let Ok(data) = f.into_data() {
+                    if out.len() + data.len() > limit {
+                        return Err(too_large());
+                    }
+                    out.extend_from_slice(&data);
+                }
+            }
+            Some(Err(e)) => {
+                return Err(if caused_by_timeout(&e) {
+                    ApiError::new(
+                        ErrorCode::RequestTimeout,
+                        "the request body did not arrive in time",
+                    )
+                } else {
+                    ApiError::new(
+                        ErrorCode::MalformedBody,
+                        format!("could not read the body: {e}"),
+                    )
+                });
+            }
+        }
+    }
+    Ok(out.into())
+}
+
 /// Reads a request body as `T` in one pass that also refuses an object with the same key
 /// twice (after unescaping), which serde would accept, keeping the last (see
 /// [`redrive_events::json::from_slice`]). The body must be a JSON object.

@@ -118,7 +118,10 @@ pub(crate) async fn reads(
         };
         let record =
             crate::dead_letters::load_record(db, &case.queue, &case.record_id, false).await?;
-        let intent = get_intent(db, &case.intent_id).await?;
+        let intent = redrive_store::skeleton::cases::intent_for(
+            intent_words(db, &case.intent_id).await?,
+            case.queue.as_str(),
+        );
         out.push(redrive_store::CaseRead {
             case,
             record,
@@ -478,30 +481,32 @@ pub(crate) async fn drop_payloads(
 
 // ---- intents ----------------------------------------------------------------------------
 
-const INTENT_COLUMNS: &str = "intent_id, status, superseded_by, reason, actor, at";
+use redrive_store::skeleton::cases::INTENT_COLUMNS;
 
 fn intent_row(r: &Row) -> StoreResult<IntentRecord> {
     let c = Cols(r);
-    let status: String = get(r, 1)?;
+    let status: String = get(r, 2)?;
     Ok(IntentRecord {
         intent_id: get(r, 0)?,
+        entity: get(r, 1)?,
         status: IntentStatus::parse(&status)
             .ok_or_else(|| bad_value("intents.status", format!("unknown status {status:?}")))?,
-        superseded_by: get(r, 2)?,
-        reason: get(r, 3)?,
-        actor: get(r, 4)?,
-        at: c.time(5)?,
+        superseded_by: get(r, 3)?,
+        reason: get(r, 4)?,
+        actor: get(r, 5)?,
+        at: c.time(6)?,
     })
 }
 
-/// Create-if-absent, then the stored row: of two producers' words on one intent, the
-/// second waits on the key and then reads the first's.
+/// Create-if-absent, then the stored row: of two producers' words on one intent for one
+/// entity, the second waits on the key and then reads the first's.
 pub(crate) async fn put_intent(db: &Db<'_>, i: &IntentRecord) -> StoreResult<IntentRecord> {
     db.defer(
-        "INSERT INTO intents (intent_id, status, superseded_by, reason, actor, at) \
-         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (intent_id) DO NOTHING",
+        "INSERT INTO intents (intent_id, entity, status, superseded_by, reason, actor, at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (intent_id, entity) DO NOTHING",
         vec![
             Box::new(i.intent_id.clone()),
+            Box::new(i.entity.clone()),
             Box::new(i.status.as_str()),
             Box::new(i.superseded_by.clone()),
             Box::new(i.reason.clone()),
@@ -510,18 +515,30 @@ pub(crate) async fn put_intent(db: &Db<'_>, i: &IntentRecord) -> StoreResult<Int
         ],
     )
     .await?;
-    get_intent(db, &i.intent_id)
-        .await?
-        .ok_or_else(|| redrive_store::skeleton::columns::invariant("a stored intent is gone"))
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!("SELECT {INTENT_COLUMNS} FROM intents WHERE intent_id = $1 AND entity = $2")
+    });
+    match db.query_opt(&SQL, &[&i.intent_id, &i.entity]).await? {
+        Some(r) => intent_row(&r),
+        None => Err(redrive_store::skeleton::columns::invariant(
+            "a stored intent is gone",
+        )),
+    }
 }
 
-pub(crate) async fn get_intent(db: &Db<'_>, intent_id: &str) -> StoreResult<Option<IntentRecord>> {
-    static SQL: LazyLock<String> =
-        LazyLock::new(|| format!("SELECT {INTENT_COLUMNS} FROM intents WHERE intent_id = $1"));
-    match db.query_opt(&SQL, &[&intent_id]).await? {
-        Some(r) => intent_row(&r).map(Some),
-        None => Ok(None),
-    }
+pub(crate) async fn intent_words(db: &Db<'_>, intent_id: &str) -> StoreResult<Vec<IntentRecord>> {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "SELECT {INTENT_COLUMNS} FROM intents WHERE intent_id = $1 \
+             ORDER BY at, entity LIMIT {}",
+            redrive_store::MAX_INTENT_WORDS
+        )
+    });
+    db.query(&SQL, &[&intent_id])
+        .await?
+        .iter()
+        .map(intent_row)
+        .collect()
 }
 
 // ---- effect authorities -----------------------------------------------------------------

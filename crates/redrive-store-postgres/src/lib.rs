@@ -892,8 +892,8 @@ impl Store for PostgresStore {
         write_tx!(self, |db| cases::put_intent(db, intent))
     }
 
-    async fn get_intent(&self, intent_id: &str) -> StoreResult<Option<IntentRecord>> {
-        read!(self, |db| cases::get_intent(db, intent_id))
+    async fn intent_words(&self, intent_id: &str) -> StoreResult<Vec<IntentRecord>> {
+        read!(self, |db| cases::intent_words(db, intent_id))
     }
 
     async fn put_effect_authority(&self, authority: &EffectAuthority) -> StoreResult<()> {

@@ -27,10 +27,11 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (10, include_str!("migrations/0010_replay_plans.sql")),
     (11, include_str!("migrations/0011_move_plans.sql")),
     (12, include_str!("migrations/0012_case_failure_index.sql")),
+    (13, include_str!("migrations/0013_intent_entities.sql")),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: u32 = 12;
+pub const LATEST_VERSION: u32 = 13;
 
 /// First key of the advisory lock that serialises migrations ("rdrv"); the second key is
 /// a hash of the schema name, so that migrations of different schemas do not wait on

@@ -1023,10 +1023,10 @@ async fn a_version_4_schema_gains_the_access_tables() {
         "4"
     );
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 12);
+    assert_eq!(SCHEMA_VERSION, 13);
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "12"
+        "13"
     );
     assert_eq!(store.list_queues().await.unwrap().len(), 1);
     let appended = store
@@ -1910,7 +1910,7 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "12"
+        "13"
     );
     assert_eq!(
         scalar(
@@ -1982,5 +1982,51 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
         store.create_move_task(&second).await,
         Err(StoreError::MoveTaskRunning { .. })
     ));
+    store.close();
+}
+
+/// A word on an intent stored at version 12 (one per intent, for every entity) keeps
+/// holding for every entity at version 13 (entity `*`), and words for other entities can
+/// then stand beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_12_intents_hold_for_every_entity_after_the_migration() {
+    use redrive_store::{IntentRecord, IntentStatus};
+
+    let g = SchemaGuard::fresh(&database());
+    let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
+    store.close();
+    // As a build of version 12 left it, with a word in it.
+    raw(
+        &g,
+        &format!(
+            "DROP TABLE intents; \
+             CREATE TABLE intents (intent_id text NOT NULL PRIMARY KEY, status text NOT NULL, \
+               superseded_by text, reason text, actor text NOT NULL, at bigint NOT NULL); \
+             INSERT INTO intents VALUES ('i-1', 'cancelled', NULL, 'gone', 'orders-service', {}); \
+             DELETE FROM redrive_schema_migrations WHERE version >= 13",
+            T0.0
+        ),
+    )
+    .await;
+    let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
+    let old = IntentRecord {
+        intent_id: "i-1".into(),
+        entity: "*".into(),
+        status: IntentStatus::Cancelled,
+        superseded_by: None,
+        reason: Some("gone".into()),
+        actor: "orders-service".into(),
+        at: T0,
+    };
+    assert_eq!(store.intent_words("i-1").await.unwrap(), vec![old.clone()]);
+    let billing = IntentRecord {
+        entity: "billing".into(),
+        status: IntentStatus::Superseded,
+        superseded_by: Some("i-2".into()),
+        at: Timestamp(T0.0 + 1),
+        ..old.clone()
+    };
+    assert_eq!(store.put_intent(&billing).await.unwrap(), billing);
+    assert_eq!(store.intent_words("i-1").await.unwrap(), vec![old, billing]);
     store.close();
 }

@@ -10,13 +10,13 @@
 use redrive_core::Timestamp;
 use redrive_core::case::TimelineEntry;
 use redrive_store::skeleton::cases::{
-    self as skeleton, CASE_COLUMNS, ENTRY_COLUMNS, OPEN_CASE, OPEN_TIMELINE, add_count,
-    default_review_deadline, entry_columns, mut_columns, update_sql,
+    self as skeleton, CASE_COLUMNS, ENTRY_COLUMNS, INTENT_COLUMNS, OPEN_CASE, OPEN_TIMELINE,
+    add_count, default_review_deadline, entry_columns, mut_columns, update_sql,
 };
 use redrive_store::skeleton::columns::{bad_value, to_int};
 use redrive_store::{
     CaseCounts, CaseQuery, CaseRecord, CaseUpdate, EffectAuthority, IntentRecord, IntentStatus,
-    MAX_CASE_PAGE, MAX_TIMELINE_ENTRIES, StoreError, StoreResult,
+    MAX_CASE_PAGE, MAX_INTENT_WORDS, MAX_TIMELINE_ENTRIES, StoreError, StoreResult,
 };
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, named_params, params, params_from_iter};
@@ -89,7 +89,8 @@ pub(crate) fn reads(
             continue;
         };
         let record = crate::dead_letters::load_record(conn, &case.queue, &case.record_id)?;
-        let intent = get_intent(conn, &case.intent_id)?;
+        let intent =
+            skeleton::intent_for(intent_words(conn, &case.intent_id)?, case.queue.as_str());
         out.push(redrive_store::CaseRead {
             case,
             record,
@@ -267,25 +268,39 @@ pub(crate) fn due(conn: &Connection, now: Timestamp, limit: u32) -> StoreResult<
 }
 
 fn intent(r: &Row<'_>) -> StoreResult<IntentRecord> {
-    let status: String = r.get(1).db()?;
+    let status: String = r.get(2).db()?;
     Ok(IntentRecord {
         intent_id: r.get(0).db()?,
+        entity: r.get(1).db()?,
         status: IntentStatus::parse(&status).ok_or_else(|| bad_value("intents.status", status))?,
-        superseded_by: r.get(2).db()?,
-        reason: r.get(3).db()?,
-        actor: r.get(4).db()?,
-        at: Timestamp(r.get(5).db()?),
+        superseded_by: r.get(3).db()?,
+        reason: r.get(4).db()?,
+        actor: r.get(5).db()?,
+        at: Timestamp(r.get(6).db()?),
     })
 }
 
-pub(crate) fn get_intent(conn: &Connection, intent_id: &str) -> StoreResult<Option<IntentRecord>> {
+pub(crate) fn intent_words(conn: &Connection, intent_id: &str) -> StoreResult<Vec<IntentRecord>> {
     let mut stmt = conn
-        .prepare_cached(
-            "SELECT intent_id, status, superseded_by, reason, actor, at FROM intents \
-             WHERE intent_id = ?1",
-        )
+        .prepare_cached(&format!(
+            "SELECT {INTENT_COLUMNS} FROM intents WHERE intent_id = ?1 \
+             ORDER BY at, entity LIMIT {MAX_INTENT_WORDS}"
+        ))
         .db()?;
-    query_opt(&mut stmt, [intent_id], intent)
+    query_all(&mut stmt, [intent_id], intent)
+}
+
+fn intent_word(
+    conn: &Connection,
+    intent_id: &str,
+    entity: &str,
+) -> StoreResult<Option<IntentRecord>> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {INTENT_COLUMNS} FROM intents WHERE intent_id = ?1 AND entity = ?2"
+        ))
+        .db()?;
+    query_opt(&mut stmt, params![intent_id, entity], intent)
 }
 
 pub(crate) fn list_authorities(conn: &Connection) -> StoreResult<Vec<EffectAuthority>> {
@@ -472,17 +487,18 @@ pub(crate) fn drop_payloads(
     Ok(due.into_iter().map(|(id, _)| id).collect())
 }
 
-/// Stores what a producer said about an intent unless something was said already;
-/// returns what is stored.
+/// Stores what a producer said about an intent for its entity unless something was said
+/// for that entity already; returns what is stored for it.
 pub(crate) fn put_intent(tx: &mut Tx<'_>, i: &IntentRecord) -> StoreResult<IntentRecord> {
     tx.conn
         .prepare_cached(
-            "INSERT INTO intents (intent_id, status, superseded_by, reason, actor, at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (intent_id) DO NOTHING",
+            "INSERT INTO intents (intent_id, entity, status, superseded_by, reason, actor, at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (intent_id, entity) DO NOTHING",
         )
         .db()?
         .execute(params![
             i.intent_id,
+            i.entity,
             i.status.as_str(),
             i.superseded_by,
             i.reason,
@@ -490,7 +506,7 @@ pub(crate) fn put_intent(tx: &mut Tx<'_>, i: &IntentRecord) -> StoreResult<Inten
             i.at.0
         ])
         .db()?;
-    get_intent(tx.conn, &i.intent_id)?
+    intent_word(tx.conn, &i.intent_id, &i.entity)?
         .ok_or_else(|| redrive_store::skeleton::columns::invariant("an intent just stored"))
 }
 

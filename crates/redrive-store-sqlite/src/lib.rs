@@ -25,7 +25,7 @@
 //! `get_queue`, `list_queues`, `queue_counts`, `peek`, `list_dead_letters`,
 //! `get_dead_letter`, `replay_counts`, `next_wake`, the token lookups, `list_audit` and the
 //! case reads (`get_case`, `case_timeline`, `list_cases`, `case_counts`, `case_payload`,
-//! `due_cases`, `get_intent`, `list_effect_authorities`) run on a small pool ([`SqliteOptions::readers`]) of
+//! `due_cases`, `intent_words`, `list_effect_authorities`) run on a small pool ([`SqliteOptions::readers`]) of
 //! read-only connections through `tokio::task::spawn_blocking`, each inside one read
 //! transaction (one consistent snapshot). WAL lets them run while the writer writes, and
 //! a write is acknowledged only after its commit, so a read that starts after an
@@ -682,10 +682,10 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn get_intent(&self, intent_id: &str) -> StoreResult<Option<IntentRecord>> {
+    async fn intent_words(&self, intent_id: &str) -> StoreResult<Vec<IntentRecord>> {
         let intent_id = intent_id.to_owned();
         self.readers
-            .read(move |c| cases::get_intent(c, &intent_id))
+            .read(move |c| cases::intent_words(c, &intent_id))
             .await
     }
 

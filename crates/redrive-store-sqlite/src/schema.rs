@@ -24,10 +24,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (10, include_str!("migrations/0010_replay_plans.sql")),
     (11, include_str!("migrations/0011_move_plans.sql")),
     (12, include_str!("migrations/0012_case_failure_index.sql")),
+    (13, include_str!("migrations/0013_intent_entities.sql")),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: i64 = 12;
+pub const LATEST_VERSION: i64 = 13;
 
 /// How long a connection waits for a lock held by another connection before giving up
 /// with SQLITE_BUSY (mapped to `Unavailable`).

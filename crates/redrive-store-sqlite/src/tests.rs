@@ -884,7 +884,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (12, 12));
+    assert_eq!((version, SCHEMA_VERSION), (13, 13));
     assert_eq!(store.peek(&name("q"), 1, 10).await.unwrap().len(), 1);
     let token = NewToken {
         id: "tok_000000000000000a".to_owned(),
@@ -1366,7 +1366,7 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!(version, 12);
+    assert_eq!(version, 13);
     let tables: i64 = conn
         .query_row(
             "SELECT count(*) FROM sqlite_master WHERE name = 'move_tasks'",
@@ -1445,5 +1445,53 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
         store.create_move_task(&second).await,
         Err(StoreError::MoveTaskRunning { .. })
     ));
+    store.close();
+}
+
+/// A word on an intent stored at version 12 (one per intent, for every entity) keeps
+/// holding for every entity at version 13 (entity `*`), and words for other entities
+/// can then stand beside it.
+#[tokio::test]
+async fn version_12_intents_hold_for_every_entity_after_the_migration() {
+    use redrive_store::{IntentRecord, IntentStatus};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("redrive.db");
+    {
+        let conn = schema::open_writer(&path).unwrap();
+        conn.execute_batch("CREATE TABLE schema_migrations (version INTEGER NOT NULL PRIMARY KEY)")
+            .unwrap();
+        for (v, sql) in schema::MIGRATIONS.iter().filter(|(v, _)| *v <= 12) {
+            conn.execute_batch(sql).unwrap();
+            conn.execute("INSERT INTO schema_migrations (version) VALUES (?1)", [v])
+                .unwrap();
+        }
+        conn.execute(
+            "INSERT INTO intents (intent_id, status, superseded_by, reason, actor, at) \
+             VALUES ('i-1', 'cancelled', NULL, 'gone', 'orders-service', ?1)",
+            [T0.0],
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    let old = IntentRecord {
+        intent_id: "i-1".into(),
+        entity: "*".into(),
+        status: IntentStatus::Cancelled,
+        superseded_by: None,
+        reason: Some("gone".into()),
+        actor: "orders-service".into(),
+        at: T0,
+    };
+    assert_eq!(store.intent_words("i-1").await.unwrap(), vec![old.clone()]);
+    let billing = IntentRecord {
+        entity: "billing".into(),
+        status: IntentStatus::Superseded,
+        superseded_by: Some("i-2".into()),
+        at: Timestamp(T0.0 + 1),
+        ..old.clone()
+    };
+    assert_eq!(store.put_intent(&billing).await.unwrap(), billing);
+    assert_eq!(store.intent_words("i-1").await.unwrap(), vec![old, billing]);
     store.close();
 }

@@ -212,11 +212,19 @@ impl IntentStatus {
     }
 }
 
-/// A stored intent update. The first one for an intent stands.
+/// Most words on one intent a read answers (one per entity scope a producer spoke for).
+pub const MAX_INTENT_WORDS: u32 = 256;
+
+/// A producer's word on an intent, for the entities it was accepted for. The first word
+/// on an intent for one `entity` stands; words for other entities stand beside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IntentRecord {
     /// The intent id.
     pub intent_id: String,
+    /// The entities the word holds for, as a grant's scope: `*` (every entity), a queue
+    /// name, or a name prefix ending in `*` (`redrive_core::access::Scope`'s text form).
+    /// It closes only cases of the queues it covers.
+    pub entity: String,
     /// Cancelled or superseded.
     pub status: IntentStatus,
     /// The intent that replaces it (superseded only).

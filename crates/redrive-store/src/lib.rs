@@ -406,12 +406,15 @@ pub trait Store: Send + Sync + 'static {
     /// and its timeline stay). Returns the ids of the cases.
     async fn drop_case_payloads(&self, now: Timestamp, limit: u32) -> StoreResult<Vec<String>>;
 
-    /// Records what a producer said about an intent. The first word on an intent stands:
-    /// returns the stored record (the given one, or the earlier one unchanged).
+    /// Records what a producer said about an intent for its `entity`. The first word on
+    /// an intent for one entity stands: returns the stored record for that intent and
+    /// entity (the given one, or the earlier one unchanged).
     async fn put_intent(&self, intent: &IntentRecord) -> StoreResult<IntentRecord>;
 
-    /// What a producer said about `intent_id`, if anything.
-    async fn get_intent(&self, intent_id: &str) -> StoreResult<Option<IntentRecord>>;
+    /// Every word producers said about `intent_id`, oldest first (then by entity), at most
+    /// [`MAX_INTENT_WORDS`]. A case's word is the first that covers its queue
+    /// ([`skeleton::cases::intent_for`]).
+    async fn intent_words(&self, intent_id: &str) -> StoreResult<Vec<IntentRecord>>;
 
     /// Registers (or replaces) the effect authority of a message type.
     async fn put_effect_authority(&self, authority: &EffectAuthority) -> StoreResult<()>;

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use redrive_core::access::{EVERY_ENTITY, Operation, Role, Scope};
 use redrive_core::case::{
     self, CaseError, CaseState, Closure, Decision, EffectAnswer, Missing, Repair, RepetitionPolicy,
     RouteCheck, RouteRule, RouteTarget, TimelineEntry,
@@ -112,7 +113,7 @@ pub(crate) struct ReplayAdmission<'a> {
 /// What an intent update did.
 #[derive(Debug, Clone)]
 pub struct IntentOutcome {
-    /// The stored word on the intent (the first one stands).
+    /// The stored word on the intent for its entity (the first one stands).
     pub intent: IntentRecord,
     /// The cases it closed.
     pub closed: Vec<String>,
@@ -274,7 +275,10 @@ impl Broker {
             Err(StoreError::DeadLetterNotFound { .. } | StoreError::QueueNotFound { .. }) => None,
             Err(e) => return Err(e.into()),
         };
-        let intent = store.get_intent(&case.intent_id).await?;
+        let intent = redrive_store::skeleton::cases::intent_for(
+            store.intent_words(&case.intent_id).await?,
+            case.queue.as_str(),
+        );
         let known = self.known_of(case, record.as_ref(), intent, ctx).await?;
         Ok((known, record))
     }
@@ -1444,6 +1448,19 @@ impl Broker {
         .await
     }
 
+    /// The largest body a replay of a case of `queue` may carry: the queue's
+    /// `max_message_size` (the default policy's when the queue is gone, where nothing can be
+    /// replayed anyway). Bounds a transformation, before its request body is read too.
+    pub async fn case_message_limit(&self, queue: &EntityName) -> BrokerResult<u32> {
+        match self.inner.store.get_queue(queue).await {
+            Ok(q) => Ok(q.policy.max_message_size),
+            Err(StoreError::QueueNotFound { .. }) => {
+                Ok(redrive_core::QueuePolicy::default().max_message_size)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Records a payload transformation: a new payload identity kept with the case (the
     /// original stays as it is), and the correction it stands for.
     pub async fn transform_case(
@@ -1468,10 +1485,20 @@ impl Broker {
         for f in &input.changed_fields {
             check_text("changed_fields", f, true)?;
         }
+        let case = self.inner.store.get_case(id).await?;
+        // A transformation is what a replay would send: no larger than its destination takes.
+        let limit = self.case_message_limit(&case.queue).await?;
+        if input.body.len() > limit as usize {
+            return Err(BrokerError::MessageTooLarge {
+                queue: case.queue.to_string(),
+                size: input.body.len(),
+                limit,
+            });
+        }
         let digest = redrive_core::digest::sha256_hex(&input.body);
         let d2 = digest.clone();
         // Both payload identities are bound in the audit entry.
-        let original = self.inner.store.get_case(id).await?.body_sha256;
+        let original = case.body_sha256;
         self.person_change(
             id,
             actor,
@@ -1544,10 +1571,10 @@ impl Broker {
         .await
     }
 
-    /// Records an isolated test of a correction (sending the fixture to an isolated sink
-    /// queue first when asked). A pass on this case's exact payload is evidence
-    /// (`correction_isolated`), not recovery; a pass on another fixture leaves the case
-    /// where it was.
+    /// Records an isolated test of a correction (sending the fixture first, when asked, to
+    /// a queue declared a test sandbox, which the caller may send to). A pass on this
+    /// case's exact payload is evidence (`correction_isolated`), not recovery; a pass on
+    /// another fixture leaves the case where it was.
     pub async fn test_case(
         &self,
         id: &str,
@@ -1584,6 +1611,25 @@ impl Broker {
                 "destination",
                 "an isolated test runs away from the live path: not the case's queue or its dead-letter queue",
             ));
+        }
+        if input.send {
+            // A test send writes to its destination: the caller must be allowed to send
+            // there, and the destination must be declared a sandbox, never a live queue.
+            self.authorize(actor, Operation::Send, Some(sink.as_str()))
+                .await?;
+            let sandbox = match self.inner.store.get_queue(&sink).await {
+                Ok(q) => q.policy.test_sandbox,
+                Err(StoreError::QueueNotFound { .. }) => false,
+                Err(e) => return Err(e.into()),
+            };
+            if !sandbox {
+                return Err(BrokerError::invalid(
+                    "destination",
+                    format!(
+                        "{sink} is not a test sandbox: a test sends only to a queue whose policy says `test_sandbox: true`"
+                    ),
+                ));
+            }
         }
         let transformed = data.transformations.last().map(|t| t.digest.clone());
         let fixture = match &input.fixture {
@@ -2114,14 +2160,65 @@ impl Broker {
         Ok(())
     }
 
-    /// A producer's cancel or supersede of an intent: its open cases close without
-    /// execution; the first word on an intent stands (a different later one is refused).
+    /// The entity scope a producer's word on an intent is for: the queue it names (the
+    /// caller must produce to it), or else the one scope the caller may produce to (`*`
+    /// for an unscoped producer or an admin). Refused, and audited, when the caller may not
+    /// produce to the named queue or to anything; a caller producing to several scopes
+    /// names the queue (400).
+    async fn intent_scope(&self, queue: Option<&str>, actor: &Actor) -> BrokerResult<Scope> {
+        if let Some(q) = queue {
+            let name: EntityName = q
+                .parse()
+                .map_err(|e| BrokerError::invalid("queue", format!("{e}")))?;
+            self.authorize(actor, Operation::UpdateIntent, Some(name.as_str()))
+                .await?;
+            return Ok(Scope::Entity(name.to_string()));
+        }
+        if actor.permits(Operation::UpdateIntent, Some(EVERY_ENTITY)) {
+            return Ok(Scope::All);
+        }
+        let mut scopes: Vec<Scope> = actor
+            .grants
+            .iter()
+            .filter(|g| g.role == Role::Producer)
+            .map(|g| g.scope.clone())
+            .collect();
+        scopes.sort();
+        scopes.dedup();
+        match scopes.len() {
+            0 => {
+                self.authorize(actor, Operation::UpdateIntent, Some(EVERY_ENTITY))
+                    .await?;
+                Err(BrokerError::invalid("queue", "no entity to speak for"))
+            }
+            1 => Ok(scopes.remove(0)),
+            _ => Err(BrokerError::invalid(
+                "queue",
+                format!(
+                    "this token may produce to {}: name the queue the word is for",
+                    scopes
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
+        }
+    }
+
+    /// A producer's cancel or supersede of an intent, for the entities it may produce to
+    /// (the queue it names, or else its one producer scope): the open cases of the intent
+    /// on those entities close without execution, and no other. The first word on an
+    /// intent for entities stands (a different later one for the same entities, or for
+    /// fewer, is refused); the word is kept with its entity, actor and time, and audited
+    /// with its entity.
     pub async fn update_intent(
         &self,
         intent_id: &str,
         status: IntentStatus,
         superseded_by: Option<&str>,
         reason: Option<&str>,
+        queue: Option<&str>,
         actor: &Actor,
     ) -> BrokerResult<IntentOutcome> {
         check_text("intent_id", intent_id, true)?;
@@ -2151,15 +2248,30 @@ impl Broker {
             }
             _ => {}
         }
+        let scope = self.intent_scope(queue, actor).await?;
+        let entity = scope.to_string();
         let wanted = IntentRecord {
             intent_id: intent_id.to_owned(),
+            entity: entity.clone(),
             status,
             superseded_by: superseded_by.map(str::to_owned),
             reason: reason.map(str::to_owned),
             actor: actor.name.clone(),
             at: self.now(),
         };
-        let stored = self.inner.store.put_intent(&wanted).await;
+        // A word said earlier for entities that include these stands for them too: the
+        // oldest word covering a case's queue is the one its case takes.
+        let earlier = self
+            .inner
+            .store
+            .intent_words(intent_id)
+            .await?
+            .into_iter()
+            .find(|w| w.entity.parse::<Scope>().is_ok_and(|s| s.includes(&scope)));
+        let stored = match earlier {
+            Some(w) => Ok(w),
+            None => self.inner.store.put_intent(&wanted).await,
+        };
         let action = match status {
             IntentStatus::Cancelled => "intent.cancel",
             IntentStatus::Superseded => "intent.supersede",
@@ -2168,15 +2280,19 @@ impl Broker {
             .audited(
                 actor,
                 action,
-                None,
-                vec![intent_id.to_owned()],
+                Some(&entity),
+                vec![intent_id.to_owned(), format!("entity={entity}")],
                 stored.map_err(Into::into),
             )
             .await?;
         if stored.status != status || stored.superseded_by != wanted.superseded_by {
             return Err(conflict(
                 "intent_decided",
-                format!("intent {intent_id} was {} already", stored.status.as_str()),
+                format!(
+                    "intent {intent_id} was {} already for {}",
+                    stored.status.as_str(),
+                    stored.entity
+                ),
             ));
         }
         let open = self
@@ -2190,7 +2306,7 @@ impl Broker {
             })
             .await?;
         let mut closed = Vec::new();
-        for c in open {
+        for c in open.iter().filter(|c| scope.covers(c.queue.as_str())) {
             let after = self.advance_case(&c.id).await?;
             if after.m.state.terminal().is_some() {
                 closed.push(after.id);
@@ -2202,9 +2318,9 @@ impl Broker {
         })
     }
 
-    /// What a producer said about an intent, if anything.
-    pub async fn get_intent(&self, intent_id: &str) -> BrokerResult<Option<IntentRecord>> {
-        Ok(self.inner.store.get_intent(intent_id).await?)
+    /// Every word producers said about an intent, oldest first (each for its entities).
+    pub async fn intent_words(&self, intent_id: &str) -> BrokerResult<Vec<IntentRecord>> {
+        Ok(self.inner.store.intent_words(intent_id).await?)
     }
 
     /// Registers (or replaces) the effect authority of a message type.

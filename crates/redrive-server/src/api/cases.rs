@@ -15,20 +15,20 @@ use redrive_api::ErrorCode;
 use redrive_api::case::{
     CancelIntent, Case, CaseCounts, CaseEntry, CaseLease, CasePage, CasePayload, CaseSummary,
     ClaimCase, CloseCase, CorrectCase, DiagnoseCase, EffectAuthority, EffectAuthorityList, Intent,
-    NoteCase, ReviewCase, SetEffectAuthority, SupersedeIntent, TestCase, TransformCase,
+    IntentWord, NoteCase, ReviewCase, SetEffectAuthority, SupersedeIntent, TestCase, TransformCase,
 };
 use redrive_broker::cases::data::{CorrectionKind, TestOutcome};
 use redrive_broker::cases::{CaseView, ReviewDecision, TestInput, TransformInput};
-use redrive_broker::model::{CaseQuery, CaseRecord, IntentStatus, MAX_CASE_PAGE};
+use redrive_broker::model::{CaseQuery, CaseRecord, IntentRecord, IntentStatus, MAX_CASE_PAGE};
 use redrive_broker::{Actor, BrokerError};
 use redrive_core::Timestamp;
-use redrive_core::access::Operation;
+use redrive_core::access::{EVERY_ENTITY, Operation};
 use redrive_core::case::{CaseState, TimelineEntry};
 use serde::Deserialize;
 
 use crate::AppState;
 use crate::access::Caller;
-use crate::error::{ApiError, ApiJson, ApiQuery, OptionalApiJson};
+use crate::error::{ApiError, ApiJson, ApiQuery, OptionalApiJson, body_within, read_body};
 use crate::wire::{body_in, body_out, time_in};
 
 /// Longest filter value a search takes, bytes.
@@ -105,31 +105,24 @@ fn case_out(v: CaseView, timeline: &[TimelineEntry], now: Timestamp) -> Case {
     }
 }
 
-/// Refuses unless the caller may do `op` on the case's queue.
-fn check(actor: &Actor, op: Operation, queue: &str) -> Result<(), ApiError> {
-    if actor.permits(op, Some(queue)) {
-        return Ok(());
-    }
-    let needs: Vec<&str> = op.requires().iter().map(|r| r.as_str()).collect();
-    Err(BrokerError::Forbidden {
-        operation: format!("{op:?}"),
-        needs: needs.join(" and "),
-        entity: Some(queue.to_owned()),
-    }
-    .into())
+/// Refuses unless the caller may do `op` on the case's queue; the broker decides, and
+/// audits a refusal (`denied:<operation>`) like the route table's.
+async fn check(s: &AppState, actor: &Actor, op: Operation, queue: &str) -> Result<(), ApiError> {
+    Ok(s.broker.authorize(actor, op, Some(queue)).await?)
 }
 
 async fn show_case(s: &AppState, actor: &Actor, id: &str) -> Result<Json<Case>, ApiError> {
     let view = s.broker.get_case(id).await?;
-    check(actor, Operation::ReadCases, view.case.queue.as_str())?;
+    check(s, actor, Operation::ReadCases, view.case.queue.as_str()).await?;
     let timeline = s.broker.case_timeline(id).await?;
     Ok(Json(case_out(view, &timeline, s.broker.clock().now())))
 }
 
-/// Checks `op` on the case's queue before a change.
-async fn may(s: &AppState, actor: &Actor, id: &str, op: Operation) -> Result<(), ApiError> {
+/// Checks `op` on the case's queue before a change; answers the case as read.
+async fn may(s: &AppState, actor: &Actor, id: &str, op: Operation) -> Result<CaseView, ApiError> {
     let case = s.broker.get_case(id).await?;
-    check(actor, op, case.case.queue.as_str())
+    check(s, actor, op, case.case.queue.as_str()).await?;
+    Ok(case)
 }
 
 fn text(field: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
@@ -217,7 +210,7 @@ async fn list(
     let now = s.broker.clock().now();
     let query = query_of(q, now)?;
     if let Some(queue) = &query.queue {
-        check(&actor, Operation::ReadCases, queue.as_str())?;
+        check(&s, &actor, Operation::ReadCases, queue.as_str()).await?;
     }
     let cases = s.broker.list_cases(&query).await?;
     let full = cases.len() == query.limit as usize;
@@ -240,9 +233,9 @@ async fn counts(
     let now = s.broker.clock().now();
     let query = query_of(q, now)?;
     match &query.queue {
-        Some(queue) => check(&actor, Operation::ReadCases, queue.as_str())?,
+        Some(queue) => check(&s, &actor, Operation::ReadCases, queue.as_str()).await?,
         // Counts over every queue need the role on every queue (an unscoped grant).
-        None => check(&actor, Operation::ReadCases, "*")?,
+        None => check(&s, &actor, Operation::ReadCases, EVERY_ENTITY).await?,
     }
     let c = s.broker.case_counts(&query).await?;
     Ok(Json(CaseCounts {
@@ -366,14 +359,30 @@ async fn correct(
     changed(&s, v).await
 }
 
+/// Room a transformation's request takes beside its body: the named fields (free text
+/// of at most 4096 bytes each, up to 256 changed fields) and the body's quotes.
+const TRANSFORM_FIELDS_BYTES: usize = 2 * 1024 * 1024;
+
+/// The largest transformation request for a payload of at most `limit` bytes: the payload
+/// base64-encoded (a text body of as many bytes is shorter unless it is mostly escapes,
+/// which base64 carries instead) and the fields.
+fn transform_request_limit(limit: u32) -> usize {
+    (limit as usize).div_ceil(3) * 4 + TRANSFORM_FIELDS_BYTES
+}
+
 async fn transform(
     State(s): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
-    ApiJson(req): ApiJson<TransformCase>,
+    request: axum::extract::Request,
 ) -> Result<Json<Case>, ApiError> {
+    // Who may and how much, before a byte of the body is read: the payload of a replay
+    // is bounded by the case's queue.
+    let case = may(&s, &actor, &id, Operation::WorkCases).await?;
+    let limit = s.broker.case_message_limit(&case.case.queue).await?;
+    let bytes = body_within(request, transform_request_limit(limit)).await?;
+    let req: TransformCase = read_body(&bytes)?;
     let body = body_in(req.body, req.body_encoding)?;
-    may(&s, &actor, &id, Operation::WorkCases).await?;
     let v = s
         .broker
         .transform_case(
@@ -513,14 +522,8 @@ fn intent_id(id: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The ids of an intent's cases the caller may see, and whether it may update the
-/// intent on every one of their queues.
-async fn intent_cases(
-    s: &AppState,
-    actor: &Actor,
-    id: &str,
-    op: Operation,
-) -> Result<Vec<String>, ApiError> {
+/// The ids of an intent's cases the caller may see (read, or produce to).
+async fn intent_cases(s: &AppState, actor: &Actor, id: &str) -> Result<Vec<String>, ApiError> {
     let cases = s
         .broker
         .list_cases(&CaseQuery {
@@ -529,24 +532,31 @@ async fn intent_cases(
             ..CaseQuery::default()
         })
         .await?;
-    for c in &cases {
-        if op == Operation::UpdateIntent && c.m.closed_at.is_none() {
-            check(actor, op, c.queue.as_str())?;
-        }
-    }
     Ok(cases
         .iter()
         .filter(|c| {
             actor.permits(Operation::ReadCases, Some(c.queue.as_str()))
-                || actor.permits(op, Some(c.queue.as_str()))
+                || actor.permits(Operation::UpdateIntent, Some(c.queue.as_str()))
         })
         .map(|c| c.id.clone())
         .collect())
 }
 
+fn word_out(r: &IntentRecord) -> IntentWord {
+    IntentWord {
+        entity: r.entity.clone(),
+        status: r.status.as_str().to_owned(),
+        superseded_by: r.superseded_by.clone(),
+        reason: r.reason.clone(),
+        actor: r.actor.clone(),
+        at: t(r.at),
+    }
+}
+
 fn intent_out(
     id: &str,
-    record: Option<&redrive_broker::model::IntentRecord>,
+    record: Option<&IntentRecord>,
+    words: &[IntentRecord],
     cases: Vec<String>,
     closed: Vec<String>,
 ) -> Intent {
@@ -557,6 +567,8 @@ fn intent_out(
         reason: record.and_then(|r| r.reason.clone()),
         actor: record.map(|r| r.actor.clone()),
         at: record.map(|r| t(r.at)),
+        entity: record.map(|r| r.entity.clone()),
+        words: words.iter().map(word_out).collect(),
         cases,
         closed,
     }
@@ -568,9 +580,15 @@ async fn get_intent(
     Path(id): Path<String>,
 ) -> Result<Json<Intent>, ApiError> {
     intent_id(&id)?;
-    let record = s.broker.get_intent(&id).await?;
-    let cases = intent_cases(&s, &actor, &id, Operation::ReadCases).await?;
-    Ok(Json(intent_out(&id, record.as_ref(), cases, Vec::new())))
+    let words = s.broker.intent_words(&id).await?;
+    let cases = intent_cases(&s, &actor, &id).await?;
+    Ok(Json(intent_out(
+        &id,
+        words.first(),
+        &words,
+        cases,
+        Vec::new(),
+    )))
 }
 
 async fn cancel_intent(
@@ -580,7 +598,6 @@ async fn cancel_intent(
     OptionalApiJson(req): OptionalApiJson<CancelIntent>,
 ) -> Result<Json<Intent>, ApiError> {
     intent_id(&id)?;
-    intent_cases(&s, &actor, &id, Operation::UpdateIntent).await?;
     let out = s
         .broker
         .update_intent(
@@ -588,11 +605,19 @@ async fn cancel_intent(
             IntentStatus::Cancelled,
             None,
             req.reason.as_deref(),
+            req.queue.as_deref(),
             &actor,
         )
         .await?;
-    let cases = intent_cases(&s, &actor, &id, Operation::UpdateIntent).await?;
-    Ok(Json(intent_out(&id, Some(&out.intent), cases, out.closed)))
+    let words = s.broker.intent_words(&id).await?;
+    let cases = intent_cases(&s, &actor, &id).await?;
+    Ok(Json(intent_out(
+        &id,
+        Some(&out.intent),
+        &words,
+        cases,
+        out.closed,
+    )))
 }
 
 async fn supersede_intent(
@@ -602,7 +627,6 @@ async fn supersede_intent(
     ApiJson(req): ApiJson<SupersedeIntent>,
 ) -> Result<Json<Intent>, ApiError> {
     intent_id(&id)?;
-    intent_cases(&s, &actor, &id, Operation::UpdateIntent).await?;
     let out = s
         .broker
         .update_intent(
@@ -610,11 +634,19 @@ async fn supersede_intent(
             IntentStatus::Superseded,
             Some(&req.by),
             req.reason.as_deref(),
+            req.queue.as_deref(),
             &actor,
         )
         .await?;
-    let cases = intent_cases(&s, &actor, &id, Operation::UpdateIntent).await?;
-    Ok(Json(intent_out(&id, Some(&out.intent), cases, out.closed)))
+    let words = s.broker.intent_words(&id).await?;
+    let cases = intent_cases(&s, &actor, &id).await?;
+    Ok(Json(intent_out(
+        &id,
+        Some(&out.intent),
+        &words,
+        cases,
+        out.closed,
+    )))
 }
 
 fn authority_out(a: &redrive_broker::model::EffectAuthority) -> EffectAuthority {
@@ -666,7 +698,8 @@ async fn delete_authority(
     }
 }
 
-/// The route that carries a payload (a transformation), with the API's largest body.
+/// The route that carries a payload (a transformation): its body is bounded by the case's
+/// queue in the handler, below the API's largest.
 pub(crate) fn payload_router() -> Router<AppState> {
     Router::new().route("/v1/cases/{id}/transformations", post(transform))
 }

@@ -44,7 +44,6 @@ fn allowed(role: &str) -> BTreeSet<(&'static str, &'static str)> {
             ("GET", "/v1/queues/{name}/dead-letters/{id}"),
             ("POST", "/v1/queues/{name}/dead-letters/{id}/move"),
             ("POST", "/v1/queues/{name}/dead-letters/{id}/restore"),
-            ("POST", "/v1/queues/{name}/dead-letters/import"),
             ("GET", "/v1/replay"),
             ("GET", "/v1/replay/{name}"),
             ("GET", "/metrics"),

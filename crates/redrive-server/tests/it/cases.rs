@@ -154,7 +154,8 @@ async fn one_item_is_worked_through_the_gates_to_completion() {
     for backend in Backend::all("the worked example") {
         let s = server(backend).await;
         s.queue("orders", json!({})).await;
-        s.queue("orders-sandbox", json!({})).await;
+        s.queue("orders-sandbox", json!({"test_sandbox": true}))
+            .await;
         register(&s, "order.placed", Idempotency::NotIdempotent).await;
         let authority = Authority::start("absent", "ledger: no entry for o-1").await;
         authority.register(&s, "order.placed").await;

@@ -9,6 +9,7 @@ mod access;
 mod auto_replay;
 mod cases;
 mod dead_letters;
+mod hardening_access;
 mod hardening_imports;
 mod messages;
 mod ops;

@@ -9,7 +9,8 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 async fn scenario(s: &TestServer) {
-    let (ops_id, ops) = s.token("ops", &["operator"]).await;
+    // Declaring a type idempotent lets replays deliver it: the operator is a replayer too.
+    let (ops_id, ops) = s.token("ops", &["operator", "replayer"]).await;
     let (_, prod) = s.token("prod", &["producer"]).await;
     let (_, replayer) = s.token("replay", &["replayer"]).await;
     let put = |secret: String, key: &'static str, body: Value| async move {

@@ -605,7 +605,8 @@ async fn restore_import_and_status_need_operator_and_a_listing_shows_its_scope()
                 assert_problem(&r, 403, "forbidden");
             }
         }
-        let (_, operator) = s.token("t-operator", &["operator:a*"]).await;
+        // An import also needs what a send needs.
+        let (_, operator) = s.token("t-operator", &["operator:a*", "producer:a*"]).await;
         for (m, path, body) in calls("a1") {
             let (st, v) = s.call_as(Some(&operator), m.clone(), &path, body).await;
             assert!(

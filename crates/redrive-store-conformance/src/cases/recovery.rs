@@ -1073,8 +1073,20 @@ pub async fn case_reads_give_each_case_with_its_record_and_intent_in_order(t: &T
         let e = dl(t, &q, m, secs(1 + i as i64)).await;
         cases.push(case_of(t, &e.dead_letter_id).await);
     }
+    // A word for another queue says nothing of these cases; the one for theirs does.
+    let elsewhere = IntentRecord {
+        intent_id: cases[1].intent_id.clone(),
+        entity: "billing".into(),
+        status: IntentStatus::Superseded,
+        superseded_by: Some("other".into()),
+        reason: None,
+        actor: "billing-service".into(),
+        at: secs(4),
+    };
+    t.s().put_intent(&elsewhere).await.unwrap();
     let said = IntentRecord {
         intent_id: cases[1].intent_id.clone(),
+        entity: "ord*".into(),
         status: IntentStatus::Cancelled,
         superseded_by: None,
         reason: Some("customer cancelled".into()),
@@ -1128,13 +1140,18 @@ pub async fn case_reads_give_each_case_with_its_record_and_intent_in_order(t: &T
         assert_eq!(r.case, t.s().get_case(&r.case.id).await.unwrap());
     }
     assert_eq!(reads[1].intent, None, "nothing said of the first's intent");
-    assert_eq!(reads[2].intent, Some(said));
+    assert_eq!(
+        reads[2].intent,
+        Some(said),
+        "the word whose entity covers the queue"
+    );
     assert!(t.s().case_reads(&[]).await.unwrap().is_empty());
 }
 
 pub async fn the_first_word_on_an_intent_stands(t: &TestStore) {
     let first = IntentRecord {
         intent_id: "intent-1".into(),
+        entity: "orders".into(),
         status: IntentStatus::Cancelled,
         superseded_by: None,
         reason: Some("customer cancelled".into()),
@@ -1153,16 +1170,40 @@ pub async fn the_first_word_on_an_intent_stands(t: &TestStore) {
     assert_eq!(
         t.s().put_intent(&later).await.unwrap(),
         first,
-        "the first stands"
+        "the first for the entity stands"
     );
-    assert_eq!(t.s().get_intent("intent-1").await.unwrap(), Some(first));
-    assert_eq!(t.s().get_intent("intent-9").await.unwrap(), None);
+    assert_eq!(
+        t.s().intent_words("intent-1").await.unwrap(),
+        vec![first.clone()]
+    );
+    assert!(t.s().intent_words("intent-9").await.unwrap().is_empty());
+    // A word for other entities stands beside it, oldest first.
+    let billing = IntentRecord {
+        entity: "billing*".into(),
+        ..later.clone()
+    };
+    assert_eq!(t.s().put_intent(&billing).await.unwrap(), billing);
+    let words = t.s().intent_words("intent-1").await.unwrap();
+    assert_eq!(words, vec![first.clone(), billing.clone()]);
+    assert_eq!(
+        redrive_store::skeleton::cases::intent_for(words.clone(), "billing-eu"),
+        Some(billing)
+    );
+    assert_eq!(
+        redrive_store::skeleton::cases::intent_for(words.clone(), "orders"),
+        Some(first)
+    );
+    assert_eq!(
+        redrive_store::skeleton::cases::intent_for(words, "ordersX"),
+        None,
+        "a word for one queue says nothing of another"
+    );
     let other = IntentRecord {
         intent_id: "intent-3".into(),
         ..later
     };
     assert_eq!(t.s().put_intent(&other).await.unwrap(), other);
-    assert_eq!(t.s().get_intent("intent-3").await.unwrap(), Some(other));
+    assert_eq!(t.s().intent_words("intent-3").await.unwrap(), vec![other]);
 }
 
 pub async fn effect_authorities_are_put_replaced_listed_and_deleted(t: &TestStore) {
@@ -1447,6 +1488,7 @@ pub async fn cases_survive_reopen(t: &TestStore) {
     let timeline = t.s().case_timeline(&c.id).await.unwrap();
     let intent = IntentRecord {
         intent_id: "m1".into(),
+        entity: "*".into(),
         status: IntentStatus::Cancelled,
         superseded_by: None,
         reason: None,
@@ -1466,6 +1508,6 @@ pub async fn cases_survive_reopen(t: &TestStore) {
     assert_eq!(s.get_case(&c.id).await.unwrap(), written);
     assert_eq!(s.case_timeline(&c.id).await.unwrap(), timeline);
     assert_eq!(s.case_payload(&c.id, &digest).await.unwrap(), Some(body));
-    assert_eq!(s.get_intent("m1").await.unwrap(), Some(intent));
+    assert_eq!(s.intent_words("m1").await.unwrap(), vec![intent]);
     assert_eq!(s.list_effect_authorities().await.unwrap(), vec![authority]);
 }

@@ -27,7 +27,21 @@ use redrive_core::Area;
 use redrive_core::case::{CaseState, DEFAULT_REVIEW_MS, TimelineEntry};
 
 use super::columns::{Columns, bad_value, millis, to_int, to_json};
-use crate::{CaseCounts, CaseMut, CaseRecord, DeadLetterRecord, StoreResult};
+use crate::{CaseCounts, CaseMut, CaseRecord, DeadLetterRecord, IntentRecord, StoreResult};
+
+/// The word on an intent that holds for a case of `queue`: the first of `words` (oldest
+/// first, as [`Store::intent_words`](crate::Store::intent_words) answers them) whose entity
+/// scope covers the queue. A word for other entities says nothing of this case.
+pub fn intent_for(words: Vec<IntentRecord>, queue: &str) -> Option<IntentRecord> {
+    words.into_iter().find(|w| {
+        w.entity
+            .parse::<redrive_core::access::Scope>()
+            .is_ok_and(|s| s.covers(queue))
+    })
+}
+
+/// The columns of an intent row, in the order the backends read them.
+pub const INTENT_COLUMNS: &str = "intent_id, entity, status, superseded_by, reason, actor, at";
 
 /// Whether a record stands for a case (the rule of [`OPEN_CASE`], over a decoded record).
 pub fn opens_case(d: &DeadLetterRecord) -> bool {

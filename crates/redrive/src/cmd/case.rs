@@ -284,13 +284,17 @@ pub enum IntentCommand {
         /// Intent id (the message's intent id, else its message id).
         id: String,
     },
-    /// Cancel an intent: its open cases close as cancelled.
+    /// Cancel an intent: its open cases close as cancelled (those of the entities the
+    /// token may produce to, or of `--queue`).
     Cancel {
         /// Intent id.
         id: String,
         /// Why.
         #[arg(long)]
         reason: Option<String>,
+        /// The queue the word is for (default: the one scope the token may produce to).
+        #[arg(long, value_name = "QUEUE")]
+        queue: Option<String>,
     },
     /// Supersede an intent by a newer one: its open cases close as superseded.
     Supersede {
@@ -302,6 +306,9 @@ pub enum IntentCommand {
         /// Why.
         #[arg(long)]
         reason: Option<String>,
+        /// The queue the word is for (default: the one scope the token may produce to).
+        #[arg(long, value_name = "QUEUE")]
+        queue: Option<String>,
     },
 }
 
@@ -724,12 +731,17 @@ pub async fn run_intent(ctx: &Ctx, cmd: IntentCommand) -> anyhow::Result<()> {
             .get_intent(&id)
             .await
             .with_context(|| format!("show intent {id}"))?,
-        IntentCommand::Cancel { id, reason } => c
-            .cancel_intent(&id, &CancelIntent { reason })
+        IntentCommand::Cancel { id, reason, queue } => c
+            .cancel_intent(&id, &CancelIntent { reason, queue })
             .await
             .with_context(|| format!("cancel intent {id}"))?,
-        IntentCommand::Supersede { id, by, reason } => c
-            .supersede_intent(&id, &SupersedeIntent { by, reason })
+        IntentCommand::Supersede {
+            id,
+            by,
+            reason,
+            queue,
+        } => c
+            .supersede_intent(&id, &SupersedeIntent { by, reason, queue })
             .await
             .with_context(|| format!("supersede intent {id}"))?,
     };
@@ -756,6 +768,7 @@ pub fn describe_intent(i: &Intent) -> KeyValues {
         .add_opt("reason", i.reason.clone())
         .add_opt("by", i.actor.clone())
         .add_opt("at", i.at.clone())
+        .add_opt("for", i.entity.clone())
         .add("cases", list(&i.cases));
     if !i.closed.is_empty() {
         kv.add("closed now", list(&i.closed));

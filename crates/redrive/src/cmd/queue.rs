@@ -89,6 +89,11 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
     pub group_ordering: Option<bool>,
+    /// A test sandbox: the only kind of queue a recovery case's isolated test may send its
+    /// fixture to (`=false` turns it off).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true")]
+    pub test_sandbox: Option<bool>,
     /// Redelivery backoff: none, fixed:DUR, or exponential:INITIAL:MAX[:JITTER].
     #[arg(long, value_name = "SPEC", value_parser = parse_backoff)]
     pub backoff: Option<Backoff>,
@@ -127,6 +132,9 @@ impl PolicyArgs {
         }
         if let Some(v) = self.group_ordering {
             p.group_ordering = v;
+        }
+        if let Some(v) = self.test_sandbox {
+            p.test_sandbox = v;
         }
         if let Some(v) = self.requires_session {
             p.requires_session = v;
@@ -168,6 +176,9 @@ impl PolicyArgs {
         }
         if let Some(v) = self.group_ordering {
             m.insert("group_ordering".into(), json!(v));
+        }
+        if let Some(v) = self.test_sandbox {
+            m.insert("test_sandbox".into(), json!(v));
         }
         if let Some(v) = self.requires_session {
             m.insert("requires_session".into(), json!(v));
