@@ -115,6 +115,15 @@ pub struct AuditVerification {
     pub first_seq: i64,
     /// Last entry's number.
     pub last_seq: i64,
+    /// The number of the newest entry as the chain's head records it (absent: the store
+    /// has no head). Keep it, with `head_hash`, outside the server: a later head with a
+    /// lower number, or a verification that no longer finds this entry, shows that the
+    /// log was rewritten.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_seq: Option<i64>,
+    /// The hash of that entry as the head records it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_hash: Option<String>,
     /// Where and how it is broken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broken_at: Option<i64>,

@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use redrive_core::Timestamp;
 use redrive_core::access::{Grant, Operation, Role, permits};
-use redrive_core::audit::{AuditFields, ChainError, ChainSummary, ChainedEntry, PRUNED_ACTION};
+use redrive_core::audit::{
+    AuditFields, ChainError, ChainHead, ChainSummary, ChainedEntry, PRUNED_ACTION,
+};
 use redrive_store::{
     AuditEntry, AuditQuery, MAX_AUDIT_PAGE, NewToken, SqsCredentials, StoreError, TokenRecord,
 };
@@ -613,9 +615,15 @@ impl Broker {
         Ok(self.inner.store.list_audit(query).await?)
     }
 
-    /// Reads the whole log and checks its chain.
+    /// Reads the chain's head, then the whole log, and checks the chain against the head
+    /// (entries appended after the head was read are checked as links only). Answers the
+    /// head too (`None`: its record is gone), which is also logged, for a copy kept
+    /// outside the store.
     #[tracing::instrument(level = "debug", skip_all)]
-    pub async fn verify_audit(&self) -> BrokerResult<Result<ChainSummary, ChainError>> {
+    pub async fn verify_audit(
+        &self,
+    ) -> BrokerResult<(Option<ChainHead>, Result<ChainSummary, ChainError>)> {
+        let head = self.inner.store.audit_head().await?;
         let mut all = Vec::new();
         let mut after = None;
         loop {
@@ -636,7 +644,25 @@ impl Broker {
                 break;
             }
         }
-        Ok(redrive_core::audit::verify(&all))
+        let result = redrive_core::audit::verify(&all, head.as_ref());
+        match (&head, &result) {
+            (Some(h), Ok(_)) => {
+                tracing::info!(head_seq = h.seq, head_hash = %h.hash, "audit chain verified");
+            }
+            (h, Err(e)) => tracing::error!(
+                head_seq = h.as_ref().map(|h| h.seq),
+                head_hash = h.as_ref().map(|h| h.hash.as_str()),
+                error = %e,
+                "the audit log's chain is broken"
+            ),
+            (None, Ok(_)) => {}
+        }
+        Ok((head, result))
+    }
+
+    /// The chain's head as the store records it (`None`: its record is gone).
+    pub async fn audit_head(&self) -> BrokerResult<Option<ChainHead>> {
+        Ok(self.inner.store.audit_head().await?)
     }
 
     /// Removes audit entries past their retention (run by the sweep, under its lease),

@@ -346,6 +346,34 @@ impl Metrics {
     }
 }
 
+/// The audit chain's head, read from the store at scrape time: its number as a gauge, and
+/// its number and hash as the labels of an info gauge (one series, replaced at every
+/// append), so that a scraper keeps a copy of the head outside the store. Without a head
+/// (its record is gone) the number is -1 and the info gauge is absent.
+pub(crate) fn render_audit_head(out: &mut String, head: Option<&redrive_core::audit::ChainHead>) {
+    let name = "redrive_audit_head_seq";
+    let _ = writeln!(
+        out,
+        "# HELP {name} The number of the audit log's newest entry, as the chain's head records it (-1: no head)."
+    );
+    let _ = writeln!(out, "# TYPE {name} gauge");
+    let _ = writeln!(out, "{name} {}", head.map_or(-1, |h| h.seq));
+    let name = "redrive_audit_head_info";
+    let _ = writeln!(
+        out,
+        "# HELP {name} The audit chain's head: its newest entry's number and hash (always 1)."
+    );
+    let _ = writeln!(out, "# TYPE {name} gauge");
+    if let Some(h) = head {
+        let _ = writeln!(
+            out,
+            "{name}{{seq=\"{}\",hash=\"{}\"}} 1",
+            h.seq,
+            escape_label(&h.hash)
+        );
+    }
+}
+
 /// The replay gauges of every queue with dead letters, read from the store at scrape
 /// time: candidates, failing and flagged records, and quarantined records by cause
 /// (`manual`: moved there by an operator).

@@ -323,6 +323,8 @@ impl Broker {
         crate::metrics::render_replay(&mut out, &replay);
         self.render_case_metrics(&mut out).await?;
         self.render_plan_metrics(&mut out).await?;
+        let head = self.inner.store.audit_head().await?;
+        crate::metrics::render_audit_head(&mut out, head.as_ref());
         Ok(out)
     }
 }

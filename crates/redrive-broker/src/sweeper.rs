@@ -309,6 +309,6 @@ mod tests {
         );
         assert_eq!(left[0].fields.targets, ["new"]);
         assert!(left[1].fields.targets.contains(&"through_seq=3".to_owned()));
-        assert_eq!(b.verify_audit().await.unwrap().map(|s| s.entries), Ok(2));
+        assert_eq!(b.verify_audit().await.unwrap().1.map(|s| s.entries), Ok(2));
     }
 }

@@ -10,6 +10,21 @@
 //! [`PRUNED_ACTION`] whose targets are `through_seq=<n>` and `through_hash=<hash>`, the
 //! last removed entry. [`verify`] accepts a chain whose first entry links to such a
 //! recorded hash, and nothing else: a removal that left no record breaks the chain.
+//!
+//! The chain's head ([`ChainHead`]: the newest entry's number and hash) is stored apart
+//! from the entries and written in the same transaction as every append, and every append
+//! chains to the head rather than to the newest row it finds. So removing the newest
+//! entries is detected too: the head names an entry that is no longer there
+//! ([`ChainError::Truncated`]), and an entry written after the removal links to a hash no
+//! entry has ([`ChainError::Unlinked`]).
+//!
+//! What [`verify`] proves: every entry from the first kept one to the head is present,
+//! unedited and in order, and the log before it was removed only by recorded retention
+//! passes. What it cannot prove: someone able to write the database can rewrite the whole
+//! chain and its head consistently (the hashes are not keyed). Only a copy of the head
+//! kept outside the database — the `redrive_audit_head_seq` and `redrive_audit_head_info`
+//! metrics, or the head in the server's log — witnesses that: a head seen outside that is
+//! no longer in the chain, or a head whose number went down, shows the rewrite.
 
 use sha2::{Digest, Sha256};
 
@@ -97,6 +112,26 @@ pub struct ChainedEntry {
     pub fields: AuditFields,
 }
 
+/// The newest entry's number and hash as the store records them beside the log (`(0,
+/// GENESIS_HASH)` before the first entry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainHead {
+    /// The newest entry's number.
+    pub seq: i64,
+    /// The newest entry's hash.
+    pub hash: String,
+}
+
+impl ChainHead {
+    /// The head of a log that never had an entry.
+    pub fn genesis() -> ChainHead {
+        ChainHead {
+            seq: 0,
+            hash: GENESIS_HASH.to_owned(),
+        }
+    }
+}
+
 /// Where a chain is broken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ChainError {
@@ -120,6 +155,41 @@ pub enum ChainError {
         /// The first entry.
         seq: i64,
     },
+    /// The head records an entry the log no longer holds: its newest entries were removed.
+    #[error(
+        "the head records entry {head_seq} but the log ends at entry {last_seq}: entries {} to {head_seq} are missing (removed from the end)",
+        .last_seq + 1
+    )]
+    Truncated {
+        /// The entry the head records.
+        head_seq: i64,
+        /// The newest entry the log holds (0: none).
+        last_seq: i64,
+    },
+    /// The entry the head records is there but its hash is not the head's.
+    #[error("entry {seq}: its hash is not the one the chain's head records (replaced)")]
+    HeadMismatch {
+        /// The entry.
+        seq: i64,
+    },
+    /// The store holds no head for the chain (it was removed).
+    #[error("the chain's head is missing")]
+    HeadMissing,
+}
+
+impl ChainError {
+    /// The entry where the chain is broken: the first missing one for a truncation, 0 when
+    /// the head itself is missing.
+    pub fn seq(&self) -> i64 {
+        match self {
+            ChainError::Altered { seq }
+            | ChainError::Unlinked { seq, .. }
+            | ChainError::UnrecordedStart { seq }
+            | ChainError::HeadMismatch { seq } => *seq,
+            ChainError::Truncated { last_seq, .. } => last_seq + 1,
+            ChainError::HeadMissing => 0,
+        }
+    }
 }
 
 /// What [`verify`] found in a chain that holds.
@@ -133,12 +203,18 @@ pub struct ChainSummary {
     pub last_seq: i64,
 }
 
-/// Checks a whole log, oldest first: every hash matches its entry, every entry links to
-/// the one before, and the first links to the genesis hash or to the last entry a
-/// retention record says it removed.
-pub fn verify(entries: &[ChainedEntry]) -> Result<ChainSummary, ChainError> {
+/// Checks a whole log, oldest first, against its head read before the entries: every
+/// hash matches its entry, every entry links to the one before, the first links to the
+/// genesis hash or to the last entry a retention record says it removed, and the entry
+/// the head records is there with the head's hash (entries after it were appended since
+/// the head was read). `None`: the store has no head.
+pub fn verify(
+    entries: &[ChainedEntry],
+    head: Option<&ChainHead>,
+) -> Result<ChainSummary, ChainError> {
+    let head = head.ok_or(ChainError::HeadMissing)?;
     let Some(first) = entries.first() else {
-        return Ok(ChainSummary::default());
+        return check_head(entries, head).map(|()| ChainSummary::default());
     };
     for e in entries {
         if entry_hash(e.seq, &e.prev_hash, &e.fields) != e.hash {
@@ -169,11 +245,37 @@ pub fn verify(entries: &[ChainedEntry]) -> Result<ChainSummary, ChainError> {
             });
         }
     }
+    check_head(entries, head)?;
     Ok(ChainSummary {
         entries: entries.len() as u64,
         first_seq: first.seq,
         last_seq: entries.last().map_or(0, |e| e.seq),
     })
+}
+
+/// The entry the head records is in the log, with the head's hash.
+fn check_head(entries: &[ChainedEntry], head: &ChainHead) -> Result<(), ChainError> {
+    if head.seq > 0 {
+        match entries.iter().find(|e| e.seq >= head.seq) {
+            Some(e) if e.seq == head.seq => {
+                if e.hash != head.hash {
+                    return Err(ChainError::HeadMismatch { seq: e.seq });
+                }
+            }
+            _ => {
+                let last_seq = entries
+                    .iter()
+                    .rev()
+                    .find(|e| e.seq < head.seq)
+                    .map_or(0, |e| e.seq);
+                return Err(ChainError::Truncated {
+                    head_seq: head.seq,
+                    last_seq,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -191,6 +293,13 @@ mod tests {
             outcome: "ok".into(),
             client: Some("127.0.0.1".into()),
         }
+    }
+
+    fn head(c: &[ChainedEntry]) -> ChainHead {
+        c.last().map_or_else(ChainHead::genesis, |e| ChainHead {
+            seq: e.seq,
+            hash: e.hash.clone(),
+        })
     }
 
     fn chain(n: i64) -> Vec<ChainedEntry> {
@@ -213,27 +322,31 @@ mod tests {
     #[test]
     fn an_intact_chain_verifies() {
         let c = chain(5);
-        let s = verify(&c).expect("intact");
+        let s = verify(&c, Some(&head(&c))).expect("intact");
         assert_eq!((s.entries, s.first_seq, s.last_seq), (5, 1, 5));
-        assert_eq!(verify(&[]), Ok(ChainSummary::default()));
+        assert_eq!(
+            verify(&[], Some(&ChainHead::genesis())),
+            Ok(ChainSummary::default())
+        );
     }
 
     #[test]
     fn an_edited_entry_is_detected() {
         let mut c = chain(5);
         c[2].fields.outcome = "denied".into();
-        assert_eq!(verify(&c), Err(ChainError::Altered { seq: 3 }));
+        assert_eq!(verify(&c, Some(&head(&c))), Err(ChainError::Altered { seq: 3 }));
         let mut c = chain(5);
         c[1].fields.targets.push("extra".into());
-        assert_eq!(verify(&c), Err(ChainError::Altered { seq: 2 }));
+        assert_eq!(verify(&c, Some(&head(&c))), Err(ChainError::Altered { seq: 2 }));
     }
 
     #[test]
     fn a_removed_entry_is_detected() {
         let mut c = chain(5);
+        let h = head(&c);
         c.remove(2);
         assert_eq!(
-            verify(&c),
+            verify(&c, Some(&h)),
             Err(ChainError::Unlinked {
                 seq: 4,
                 prev_seq: 2
@@ -241,7 +354,48 @@ mod tests {
         );
         let mut c = chain(5);
         c.remove(0);
-        assert_eq!(verify(&c), Err(ChainError::UnrecordedStart { seq: 2 }));
+        assert_eq!(
+            verify(&c, Some(&h)),
+            Err(ChainError::UnrecordedStart { seq: 2 })
+        );
+    }
+
+    #[test]
+    fn removing_the_newest_entries_is_detected_by_the_head() {
+        let whole = chain(10);
+        let h = head(&whole);
+        let kept = &whole[..5];
+        // Without the head the rest is a perfect chain.
+        assert!(verify(kept, Some(&head(kept))).is_ok());
+        let e = verify(kept, Some(&h)).unwrap_err();
+        assert_eq!(
+            e,
+            ChainError::Truncated {
+                head_seq: 10,
+                last_seq: 5
+            }
+        );
+        assert_eq!(e.seq(), 6);
+        assert!(e.to_string().contains("entries 6 to 10 are missing"), "{e}");
+        // Every entry removed.
+        assert_eq!(
+            verify(&[], Some(&h)),
+            Err(ChainError::Truncated {
+                head_seq: 10,
+                last_seq: 0
+            })
+        );
+        // The head's entry replaced by another with the same number.
+        let mut other = chain(10);
+        other[9].fields.outcome = "denied".into();
+        other[9].hash = entry_hash(10, &other[9].prev_hash, &other[9].fields);
+        assert_eq!(
+            verify(&other, Some(&h)),
+            Err(ChainError::HeadMismatch { seq: 10 })
+        );
+        assert_eq!(verify(&whole, None), Err(ChainError::HeadMissing));
+        // Entries appended after the head was read are fine.
+        assert!(verify(&whole, Some(&head(&whole[..7]))).is_ok());
     }
 
     #[test]
@@ -263,7 +417,7 @@ mod tests {
             hash,
             fields: f,
         });
-        assert!(verify(&c).is_ok());
+        assert!(verify(&c, Some(&head(&c))).is_ok());
     }
 
     #[test]

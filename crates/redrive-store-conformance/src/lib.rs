@@ -161,6 +161,7 @@ macro_rules! store_conformance_tests {
             audit_retention_removes_old_entries_and_records_the_pass,
             audit_retention_keeps_a_single_newest_entry,
             audit_retention_removes_only_a_prefix_of_the_log,
+            audit_head_follows_every_append_and_retention_pass,
             // the idempotency register
             register_put_replaces_and_answers_the_previous_entry,
             register_delete_answers_what_it_removed,

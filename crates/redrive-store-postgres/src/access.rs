@@ -4,13 +4,14 @@
 //! are not revoked) is the database's: one `INSERT ... ON CONFLICT DO NOTHING` covers
 //! every unique index, and a concurrent insert of the same key waits for the first.
 //!
-//! Appends from every node form one chain: an append (and a retention pass) first locks
-//! the one row of `audit_chain`, so they run one at a time across nodes, and only then —
-//! in a later statement, hence a later snapshot under `READ COMMITTED` — reads the newest
-//! entry, numbers and chains the new ones after it, and inserts them in one statement.
+//! Appends from every node form one chain: an append (and a retention pass) locks the one
+//! row of `audit_chain` and reads the chain's head from it (the newest entry's number and
+//! hash; `FOR UPDATE` returns the row as committed last, so the head is current), so
+//! they run one at a time across nodes; it numbers and chains the new entries after the
+//! head, inserts them in one statement and moves the head in the same transaction.
 
 use redrive_core::Timestamp;
-use redrive_core::audit::GENESIS_HASH;
+use redrive_core::audit::ChainHead;
 use redrive_store::skeleton::access::{
     self as skeleton, chain, grants_json, new_token, page_limit, pruned, token_exists,
     token_not_found,
@@ -19,7 +20,7 @@ use redrive_store::skeleton::columns::{invariant, to_json};
 use redrive_store::{AuditEntry, AuditFields, AuditQuery, NewToken, StoreResult, TokenRecord};
 use tokio_postgres::Row;
 
-use crate::pool::{Db, Owned};
+use crate::pool::Db;
 use crate::rows::{Cols, decode, get};
 
 fn token_record(r: &Row) -> StoreResult<TokenRecord> {
@@ -131,11 +132,12 @@ pub(crate) async fn revoke_token(
 
 // ---- the audit log ------------------------------------------------------------------------
 
-const LOCK_CHAIN: &str = "SELECT id FROM audit_chain FOR UPDATE";
-const NEWEST: &str = "SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1";
+const LOCK_CHAIN: &str = "SELECT head_seq, head_hash FROM audit_chain FOR UPDATE";
+const HEAD: &str = "SELECT head_seq, head_hash FROM audit_chain";
+const MOVE_HEAD: &str = "UPDATE audit_chain SET head_seq = $1, head_hash = $2";
 
-/// Numbers and chains `entries` after `(seq, prev)` and inserts them in one statement.
-/// The chain's row must be locked.
+/// Numbers and chains `entries` after the head `(seq, prev)`, inserts them in one
+/// statement and moves the head to the last of them. The chain's row must be locked.
 async fn insert_after(
     db: &Db<'_>,
     seq: i64,
@@ -180,27 +182,30 @@ async fn insert_after(
         ],
     )
     .await?;
+    if let Some(last) = out.last() {
+        db.defer(MOVE_HEAD, vec![Box::new(last.seq), Box::new(last.hash.clone())])
+            .await?;
+    }
     Ok(out)
 }
 
-/// Locks the chain and reads its newest entry (`(0, GENESIS_HASH)` for an empty log).
+/// Locks the chain and reads its head. A store without the chain's row refuses.
 async fn lock_chain(db: &Db<'_>) -> StoreResult<(i64, String)> {
-    let none = || -> Owned { Vec::new() };
-    let mut results = db
-        .pipeline(vec![(LOCK_CHAIN, none()), (NEWEST, none())])
+    let row = db
+        .query_opt(LOCK_CHAIN, &[])
         .await?
-        .into_iter();
-    let (Some(locked), Some(newest)) = (results.next(), results.next()) else {
-        return Err(invariant(
-            "a pipeline returned fewer results than statements",
-        ));
-    };
-    if locked?.is_empty() {
-        return Err(invariant("the audit chain's row is missing"));
-    }
-    match newest?.first() {
-        Some(r) => Ok((get(r, 0)?, get(r, 1)?)),
-        None => Ok((0, GENESIS_HASH.to_owned())),
+        .ok_or_else(|| invariant("the audit chain's head is missing"))?;
+    Ok((get(&row, 0)?, get(&row, 1)?))
+}
+
+/// The chain's head, as committed (`None`: the chain's row is gone).
+pub(crate) async fn audit_head(db: &Db<'_>) -> StoreResult<Option<ChainHead>> {
+    match db.query_opt(HEAD, &[]).await? {
+        Some(r) => Ok(Some(ChainHead {
+            seq: get(&r, 0)?,
+            hash: get(&r, 1)?,
+        })),
+        None => Ok(None),
     }
 }
 

@@ -230,7 +230,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redrive_core::register::{RegisterEntry, RegisterKey};
 use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
-use redrive_store::{AuditEntry, AuditFields, AuditQuery, NewToken, RegisterRecord, TokenRecord};
+use redrive_store::{
+    AuditEntry, AuditFields, AuditQuery, ChainHead, NewToken, RegisterRecord, TokenRecord,
+};
 use redrive_store::{
     Capabilities, DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Effects, Enqueued,
     NewMessage, QueueCounts, QueueRecord, ReceiveOutcome, ReceiveParams, SessionLock,
@@ -1043,6 +1045,10 @@ impl Store for PostgresStore {
             return Ok(Vec::new());
         }
         write_tx!(self, |db| access::append_audit(db, entries))
+    }
+
+    async fn audit_head(&self) -> StoreResult<Option<ChainHead>> {
+        read!(self, |db| access::audit_head(db))
     }
 
     async fn list_audit(&self, query: &AuditQuery) -> StoreResult<Vec<AuditEntry>> {

@@ -1,17 +1,18 @@
 //! API tokens and the audit log: token writes and audit appends and retention (writer),
 //! token lookups and audit pages (readers).
 //!
-//! An append reads the newest entry's number and hash inside the writer's transaction and
-//! chains the new entries to it with `redrive_core::audit::entry_hash`; only the writer
-//! thread writes the file, so appends are serialized by construction.
+//! An append reads the chain's head (`audit_head`: the newest entry's number and hash)
+//! inside the writer's transaction, chains the new entries to it with
+//! `redrive_core::audit::entry_hash` and moves the head to the last of them; only the
+//! writer thread writes the file, so appends are serialized by construction.
 
 use redrive_core::Timestamp;
-use redrive_core::audit::GENESIS_HASH;
+use redrive_core::audit::ChainHead;
 use redrive_store::skeleton::access::{
     self as skeleton, chain, grants_json, new_token, page_limit, pruned, token_exists,
     token_not_found,
 };
-use redrive_store::skeleton::columns::to_json;
+use redrive_store::skeleton::columns::{invariant, to_json};
 use redrive_store::{AuditEntry, AuditFields, AuditQuery, NewToken, StoreResult, TokenRecord};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
@@ -108,15 +109,33 @@ pub(crate) fn revoke_token(tx: &mut Tx<'_>, id: &str, now: Timestamp) -> StoreRe
 
 // ---- the audit log ------------------------------------------------------------------------
 
-/// Appends `entries` after the newest entry, inside the caller's write transaction.
-fn append_in(conn: &Connection, entries: &[AuditFields]) -> StoreResult<Vec<AuditEntry>> {
-    let newest: Option<(i64, String)> = conn
-        .prepare_cached("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1")
+/// The chain's head (`None`: its row is gone).
+pub(crate) fn audit_head(conn: &Connection) -> StoreResult<Option<ChainHead>> {
+    conn.prepare_cached("SELECT seq, hash FROM audit_head WHERE id = 1")
         .db()?
-        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row([], |r| {
+            Ok(ChainHead {
+                seq: r.get(0)?,
+                hash: r.get(1)?,
+            })
+        })
         .optional()
-        .db()?;
-    let (seq, prev) = newest.unwrap_or_else(|| (0, GENESIS_HASH.to_owned()));
+        .db()
+}
+
+/// The head an append follows: a store without one refuses to append.
+fn head_for_append(conn: &Connection) -> StoreResult<ChainHead> {
+    audit_head(conn)?.ok_or_else(|| invariant("the audit chain's head is missing"))
+}
+
+/// Appends `entries` after the chain's head `(seq, prev)` and moves the head to the last
+/// of them, inside the caller's write transaction.
+fn append_after(
+    conn: &Connection,
+    seq: i64,
+    prev: String,
+    entries: &[AuditFields],
+) -> StoreResult<Vec<AuditEntry>> {
     let out = chain(seq, prev, entries);
     let mut insert = conn
         .prepare_cached(concat!(
@@ -143,6 +162,12 @@ fn append_in(conn: &Connection, entries: &[AuditFields]) -> StoreResult<Vec<Audi
             ])
             .db()?;
     }
+    if let Some(last) = out.last() {
+        conn.prepare_cached("UPDATE audit_head SET seq = ?1, hash = ?2 WHERE id = 1")
+            .db()?
+            .execute(params![last.seq, last.hash])
+            .db()?;
+    }
     Ok(out)
 }
 
@@ -150,7 +175,8 @@ pub(crate) fn append_audit(
     tx: &mut Tx<'_>,
     entries: &[AuditFields],
 ) -> StoreResult<Vec<AuditEntry>> {
-    append_in(tx.conn, entries)
+    let head = head_for_append(tx.conn)?;
+    append_after(tx.conn, head.seq, head.hash, entries)
 }
 
 pub(crate) fn list_audit(conn: &Connection, q: &AuditQuery) -> StoreResult<Vec<AuditEntry>> {
@@ -196,6 +222,7 @@ pub(crate) fn prune_audit(
     fields: &AuditFields,
 ) -> StoreResult<u64> {
     let conn = tx.conn;
+    let head = head_for_append(conn)?;
     let Some(newest) = conn
         .prepare_cached("SELECT max(seq) FROM audit_log")
         .db()?
@@ -226,6 +253,11 @@ pub(crate) fn prune_audit(
         .db()?
         .execute([through_seq])
         .db()?;
-    append_in(conn, &[pruned(fields, through_seq, &through_hash)])?;
+    append_after(
+        conn,
+        head.seq,
+        head.hash,
+        &[pruned(fields, through_seq, &through_hash)],
+    )?;
     Ok(removed as u64)
 }

@@ -114,7 +114,9 @@ use async_trait::async_trait;
 use redrive_core::case::TimelineEntry;
 use redrive_core::register::{RegisterEntry, RegisterKey};
 use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
-use redrive_store::{AuditEntry, AuditFields, AuditQuery, NewToken, RegisterRecord, TokenRecord};
+use redrive_store::{
+    AuditEntry, AuditFields, AuditQuery, ChainHead, NewToken, RegisterRecord, TokenRecord,
+};
 use redrive_store::{
     Capabilities, DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Enqueued, NewMessage,
     QueueCounts, QueueRecord, ReceiveOutcome, ReceiveParams, SessionLock, SettleOutcome,
@@ -761,6 +763,10 @@ impl Store for SqliteStore {
         self.writer
             .write(move |tx| access::append_audit(tx, &entries))
             .await
+    }
+
+    async fn audit_head(&self) -> StoreResult<Option<ChainHead>> {
+        self.readers.read(access::audit_head).await
     }
 
     async fn list_audit(&self, query: &AuditQuery) -> StoreResult<Vec<AuditEntry>> {

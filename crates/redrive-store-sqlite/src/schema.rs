@@ -25,10 +25,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (11, include_str!("migrations/0011_move_plans.sql")),
     (12, include_str!("migrations/0012_case_failure_index.sql")),
     (13, include_str!("migrations/0013_intent_entities.sql")),
+    (14, include_str!("migrations/0014_audit_head.sql")),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: i64 = 13;
+pub const LATEST_VERSION: i64 = 14;
 
 /// How long a connection waits for a lock held by another connection before giving up
 /// with SQLITE_BUSY (mapped to `Unavailable`).

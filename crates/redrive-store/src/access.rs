@@ -2,7 +2,7 @@
 
 use redrive_core::Timestamp;
 use redrive_core::access::Grant;
-pub use redrive_core::audit::AuditFields;
+pub use redrive_core::audit::{AuditFields, ChainHead};
 use redrive_core::audit::ChainedEntry;
 
 /// A token to store. The secret itself is never stored: only its SHA-256 (`secret_hash`,

@@ -471,10 +471,17 @@ pub trait Store: Send + Sync + 'static {
     async fn revoke_token(&self, id: &str, now: Timestamp) -> StoreResult<TokenRecord>;
 
     /// Appends entries to the audit log in order, in one transaction: each gets the next
-    /// `seq` and is chained to the entry before it with `redrive_core::audit::entry_hash`
-    /// (the first entry ever to `GENESIS_HASH`). Entries appended by several processes at
-    /// once form one chain (the backend serializes appends).
+    /// `seq` after the chain's head and is chained to the head's hash with
+    /// `redrive_core::audit::entry_hash` (the first entry ever to `GENESIS_HASH`), and the
+    /// head moves to the last of them in the same transaction. The head, not the newest
+    /// row, is what an append follows, so that removing the newest rows cannot go
+    /// unnoticed. Entries appended by several processes at once form one chain (the
+    /// backend serializes appends). A store without a head refuses to append.
     async fn append_audit(&self, entries: &[AuditFields]) -> StoreResult<Vec<AuditEntry>>;
+
+    /// The chain's head: the newest entry's number and hash as recorded beside the log
+    /// (`(0, GENESIS_HASH)` before the first entry; `None`: the head's record is gone).
+    async fn audit_head(&self) -> StoreResult<Option<ChainHead>>;
 
     /// A page of the audit log, oldest first, filtered by `query`.
     async fn list_audit(&self, query: &AuditQuery) -> StoreResult<Vec<AuditEntry>>;

@@ -343,6 +343,34 @@ impl TestServer {
         drop(self);
         TestServer::start_on(config, storage).await
     }
+
+    /// Stops the server gracefully, runs `sql` (one or more statements) on its store
+    /// through a plain connection of its own — as someone with the database file or a
+    /// database login would, behind the server's back —, then starts a new server over
+    /// the same store as [`TestServer::restart`] does. On PostgreSQL the statements run
+    /// in the server's schema.
+    pub async fn restart_after_sql(mut self, sql: &str) -> TestServer {
+        self.shutdown().await;
+        match &*self.storage {
+            Storage::Sqlite(dir) => {
+                let conn = rusqlite::Connection::open(dir.path().join("redrive.db"))
+                    .expect("open the test SQLite file");
+                conn.execute_batch(sql)
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            }
+            Storage::Postgres(schema) => {
+                crate::postgres::admin_sql(
+                    &schema.url,
+                    &format!("SET search_path TO \"{}\"; {sql}", schema.schema),
+                )
+                .await;
+            }
+        }
+        let config = self.config.clone();
+        let storage = self.storage.clone();
+        drop(self);
+        TestServer::start_on(config, storage).await
+    }
 }
 
 impl Drop for TestServer {

@@ -166,31 +166,32 @@ async fn audit_list(
 }
 
 async fn audit_verify(State(s): State<AppState>) -> Result<Json<AuditVerification>, ApiError> {
-    Ok(Json(match s.broker.verify_audit().await? {
+    let (head, result) = s.broker.verify_audit().await?;
+    let (head_seq, head_hash) = match head {
+        Some(h) => (Some(h.seq), Some(h.hash)),
+        None => (None, None),
+    };
+    Ok(Json(match result {
         Ok(sum) => AuditVerification {
             ok: true,
             entries: sum.entries,
             first_seq: sum.first_seq,
             last_seq: sum.last_seq,
+            head_seq,
+            head_hash,
             broken_at: None,
             detail: None,
         },
-        Err(e) => {
-            let seq = match &e {
-                redrive_core::audit::ChainError::Altered { seq }
-                | redrive_core::audit::ChainError::Unlinked { seq, .. }
-                | redrive_core::audit::ChainError::UnrecordedStart { seq } => *seq,
-            };
-            tracing::error!(error = %e, "the audit log's chain is broken");
-            AuditVerification {
-                ok: false,
-                entries: 0,
-                first_seq: 0,
-                last_seq: 0,
-                broken_at: Some(seq),
-                detail: Some(e.to_string()),
-            }
-        }
+        Err(e) => AuditVerification {
+            ok: false,
+            entries: 0,
+            first_seq: 0,
+            last_seq: 0,
+            head_seq,
+            head_hash,
+            broken_at: Some(e.seq()),
+            detail: Some(e.to_string()),
+        },
     }))
 }
 

@@ -1,9 +1,11 @@
 //! Tokens (create, list, find by secret hash or SQS key, revoke, uniqueness, grants and
-//! expiry) and the audit log (numbering, the hash chain, every filter, the cursor, the
-//! page cap, retention with its record).
+//! expiry) and the audit log (numbering, the hash chain and its head, every filter, the
+//! cursor, the page cap, retention with its record).
 
 use redrive_core::access::{Grant, Role};
-use redrive_core::audit::{self, ChainSummary, ChainedEntry, GENESIS_HASH, PRUNED_ACTION};
+use redrive_core::audit::{
+    self, ChainHead, ChainSummary, ChainedEntry, GENESIS_HASH, PRUNED_ACTION,
+};
 use redrive_store::{
     AuditEntry, AuditFields, AuditQuery, MAX_AUDIT_PAGE, NewToken, SqsCredentials, TokenRecord,
 };
@@ -71,7 +73,8 @@ async fn whole_log(t: &TestStore) -> Vec<AuditEntry> {
 }
 
 async fn verify_log(t: &TestStore) -> ChainSummary {
-    audit::verify(&chained(&whole_log(t).await)).expect("the stored chain verifies")
+    let head = t.s().audit_head().await.unwrap();
+    audit::verify(&chained(&whole_log(t).await), head.as_ref()).expect("the stored chain verifies")
 }
 
 fn seqs_of(entries: &[AuditEntry]) -> Vec<i64> {
@@ -546,4 +549,52 @@ pub async fn audit_retention_removes_only_a_prefix_of_the_log(t: &TestStore) {
     );
     assert_eq!(seqs_of(&whole_log(t).await), vec![5, 6, 7]);
     verify_log(t).await;
+}
+
+pub async fn audit_head_follows_every_append_and_retention_pass(t: &TestStore) {
+    assert_eq!(t.s().audit_head().await.unwrap(), Some(ChainHead::genesis()));
+    let head_of = |e: &AuditEntry| ChainHead {
+        seq: e.seq,
+        hash: e.hash.clone(),
+    };
+    let first = t
+        .s()
+        .append_audit(&[
+            entry(10, "tok_a", "token.create", None),
+            entry(20, "tok_a", "message.peek", Some("q")),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        t.s().audit_head().await.unwrap(),
+        Some(head_of(first.last().unwrap()))
+    );
+    // Nothing appended, nothing moved.
+    assert!(t.s().append_audit(&[]).await.unwrap().is_empty());
+    assert_eq!(
+        t.s().audit_head().await.unwrap(),
+        Some(head_of(first.last().unwrap()))
+    );
+    let second = t
+        .s()
+        .append_audit(&[entry(30, "tok_b", "queue.update", Some("q"))])
+        .await
+        .unwrap();
+    assert_eq!(second[0].prev_hash, first[1].hash);
+    assert_eq!(t.s().audit_head().await.unwrap(), Some(head_of(&second[0])));
+    // A retention pass appends its record: the head is that record.
+    assert_eq!(
+        t.s()
+            .prune_audit(at(25), &pruned_fields(1_000))
+            .await
+            .unwrap(),
+        2
+    );
+    let log = whole_log(t).await;
+    assert_eq!(log.last().unwrap().fields.action, PRUNED_ACTION);
+    assert_eq!(
+        t.s().audit_head().await.unwrap(),
+        Some(head_of(log.last().unwrap()))
+    );
+    assert_eq!(verify_log(t).await.last_seq, 4);
 }

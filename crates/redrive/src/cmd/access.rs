@@ -215,8 +215,12 @@ pub async fn run_audit(ctx: &Ctx, c: AuditCommand) -> anyhow::Result<()> {
                 print_json(&v)?;
             } else if v.ok {
                 println!(
-                    "audit log intact: {} entries (seq {} to {})",
-                    v.entries, v.first_seq, v.last_seq
+                    "audit log intact: {} entries (seq {} to {}); head: seq {} hash {}",
+                    v.entries,
+                    v.first_seq,
+                    v.last_seq,
+                    v.head_seq.unwrap_or(0),
+                    v.head_hash.as_deref().unwrap_or("-")
                 );
             }
             if v.ok {
