@@ -893,7 +893,9 @@ async fn audit_appends_from_two_nodes_form_one_chain() {
         log.iter().map(|e| e.seq).collect::<Vec<_>>(),
         (1..=100).collect::<Vec<_>>()
     );
-    let summary = redrive_core::audit::verify(&chained(&log)).expect("one chain");
+    let summary =
+        redrive_core::audit::verify(&chained(&log), a.audit_head().await.unwrap().as_ref())
+            .expect("one chain");
     assert_eq!((summary.entries, summary.last_seq), (100, 100));
     // Every append got back what was stored.
     appended.sort_by_key(|e| e.seq);
@@ -916,12 +918,21 @@ async fn an_audit_row_edited_in_the_database_fails_verification() {
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
     let fields: Vec<_> = (1..=5).map(|i| audit_fields("a", i)).collect();
     store.append_audit(&fields).await.unwrap();
-    assert!(verify(&chained(&whole_log(&store).await)).is_ok());
+    assert!(
+        verify(
+            &chained(&whole_log(&store).await),
+            store.audit_head().await.unwrap().as_ref()
+        )
+        .is_ok()
+    );
 
     raw(&g, "UPDATE audit_log SET outcome = 'denied' WHERE seq = 3").await;
     let log = whole_log(&store).await;
     assert_eq!(log[2].fields.outcome, "denied");
-    assert_eq!(verify(&chained(&log)), Err(ChainError::Altered { seq: 3 }));
+    assert_eq!(
+        verify(&chained(&log), store.audit_head().await.unwrap().as_ref()),
+        Err(ChainError::Altered { seq: 3 })
+    );
 
     raw(
         &g,
@@ -929,7 +940,10 @@ async fn an_audit_row_edited_in_the_database_fails_verification() {
     )
     .await;
     assert_eq!(
-        verify(&chained(&whole_log(&store).await)),
+        verify(
+            &chained(&whole_log(&store).await),
+            store.audit_head().await.unwrap().as_ref()
+        ),
         Err(ChainError::Unlinked {
             seq: 3,
             prev_seq: 1
@@ -1036,7 +1050,13 @@ async fn a_version_4_schema_gains_the_access_tables() {
         .await
         .unwrap();
     assert_eq!(appended[1].seq, 2);
-    assert!(redrive_core::audit::verify(&chained(&whole_log(&store).await)).is_ok());
+    assert!(
+        redrive_core::audit::verify(
+            &chained(&whole_log(&store).await),
+            store.audit_head().await.unwrap().as_ref()
+        )
+        .is_ok()
+    );
     store.close();
 }
 
@@ -1913,7 +1933,7 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "13"
+        SCHEMA_VERSION.to_string()
     );
     assert_eq!(
         scalar(

@@ -800,14 +800,17 @@ async fn an_audit_row_edited_in_the_file_fails_verification() {
     let fields: Vec<_> = (1..=5).map(audit_fields).collect();
     store.append_audit(&fields).await.unwrap();
     let all = store.list_audit(&AuditQuery::default()).await.unwrap();
-    assert!(verify(&chained(&all)).is_ok());
+    assert!(verify(&chained(&all), store.audit_head().await.unwrap().as_ref()).is_ok());
 
     let raw = rusqlite::Connection::open(&path).unwrap();
     raw.execute("UPDATE audit_log SET outcome = 'denied' WHERE seq = 3", [])
         .unwrap();
     let all = store.list_audit(&AuditQuery::default()).await.unwrap();
     assert_eq!(all[2].fields.outcome, "denied");
-    assert_eq!(verify(&chained(&all)), Err(ChainError::Altered { seq: 3 }));
+    assert_eq!(
+        verify(&chained(&all), store.audit_head().await.unwrap().as_ref()),
+        Err(ChainError::Altered { seq: 3 })
+    );
 
     raw.execute("UPDATE audit_log SET outcome = 'ok' WHERE seq = 3", [])
         .unwrap();
@@ -815,7 +818,7 @@ async fn an_audit_row_edited_in_the_file_fails_verification() {
         .unwrap();
     let all = store.list_audit(&AuditQuery::default()).await.unwrap();
     assert_eq!(
-        verify(&chained(&all)),
+        verify(&chained(&all), store.audit_head().await.unwrap().as_ref()),
         Err(ChainError::Unlinked {
             seq: 3,
             prev_seq: 1
@@ -1367,7 +1370,7 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!(version, 13);
+    assert_eq!(version, SCHEMA_VERSION);
     let tables: i64 = conn
         .query_row(
             "SELECT count(*) FROM sqlite_master WHERE name = 'move_tasks'",
