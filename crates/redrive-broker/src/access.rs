@@ -366,6 +366,31 @@ impl Broker {
         })
     }
 
+    /// Refuses `actor` an act that a rule other than the permission table decides (for
+    /// example, only a plan's owner may move it): audited as `denied:<operation>` on
+    /// `entity` and counted, as [`Broker::authorize`] does.
+    pub(crate) async fn refuse(
+        &self,
+        actor: &Actor,
+        operation: &str,
+        needs: &str,
+        entity: Option<&str>,
+    ) -> BrokerError {
+        self.inner.metrics.forbidden.inc();
+        let action = format!("denied:{operation}");
+        if let Err(e) = self
+            .audit(actor, &action, entity, Vec::new(), "denied")
+            .await
+        {
+            tracing::warn!(error = %e, "could not audit a refused request");
+        }
+        BrokerError::Forbidden {
+            operation: operation.to_owned(),
+            needs: needs.to_owned(),
+            entity: entity.map(str::to_owned),
+        }
+    }
+
     /// A cancellation token that fires when the actor's token is revoked (never, for an
     /// actor that is not a token). Long polls and move tasks hold one.
     pub fn revocation_guard(&self, actor: &Actor) -> CancellationToken {

@@ -46,16 +46,28 @@ impl Broker {
         actor: &Actor,
     ) -> BrokerResult<QueueRecord> {
         let name: EntityName = name.parse()?;
-        // Automatic replay delivers dead letters to the queue: turning it on or changing it
-        // while on needs the role a replay needs there (refused before anything changes).
-        if policy.auto_replay.enabled {
+        // Automatic replay delivers dead letters to the queue, and a dead-letter queue
+        // receives the queue's dead letters: turning either on or changing it needs the
+        // role those deliveries need (refused before anything changes).
+        if policy.auto_replay.enabled || policy.dead_letter_queue.is_some() {
             let before = match self.inner.store.get_queue(&name).await {
-                Ok(q) => Some(q.policy.auto_replay),
+                Ok(q) => Some(q.policy),
                 Err(StoreError::QueueNotFound { .. }) => None,
                 Err(e) => return Err(e.into()),
             };
-            self.authorize_auto_replay(actor, name.as_str(), before.as_ref(), &policy.auto_replay)
-                .await?;
+            self.authorize_auto_replay(
+                actor,
+                name.as_str(),
+                before.as_ref().map(|p| &p.auto_replay),
+                &policy.auto_replay,
+            )
+            .await?;
+            self.authorize_dead_letter_queue(
+                actor,
+                before.as_ref().and_then(|p| p.dead_letter_queue.as_ref()),
+                policy.dead_letter_queue.as_ref(),
+            )
+            .await?;
         }
         let result = async {
             self.refuse_subscription_queue(&name).await?;
@@ -95,6 +107,25 @@ impl Broker {
     ) -> BrokerResult<()> {
         if after.enabled && before != Some(after) {
             self.authorize(actor, Operation::Replay, Some(entity))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Refuses a change of a queue's dead-letter queue from `before` to `after` (setting
+    /// one, or another one) unless `actor` may send to `after` (`producer` there): the
+    /// queue's dead letters become messages on it, as if sent. Removing it, or leaving it
+    /// as it is, needs nothing more.
+    pub async fn authorize_dead_letter_queue(
+        &self,
+        actor: &Actor,
+        before: Option<&EntityName>,
+        after: Option<&EntityName>,
+    ) -> BrokerResult<()> {
+        if let Some(target) = after
+            && before != Some(target)
+        {
+            self.authorize(actor, Operation::Send, Some(target.as_str()))
                 .await?;
         }
         Ok(())

@@ -58,6 +58,9 @@ pub(crate) async fn create(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<V
         Err(BrokerError::Store(StoreError::QueueNotFound { .. })) => {}
         Err(e) => return Err(e.into()),
     }
+    ctx.broker()
+        .authorize_dead_letter_queue(&ctx.actor, None, policy.dead_letter_queue.as_ref())
+        .await?;
     match ctx.broker().create_queue(name, policy).await {
         Ok(_) => {}
         // Created meanwhile by another request: the same rule as above applies.

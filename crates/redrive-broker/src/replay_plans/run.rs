@@ -765,12 +765,16 @@ impl Broker {
             let plan = self.inner.store.get_replay_plan(id).await?;
             queue = Some(plan.queue.clone());
             if plan.owner_id != actor.id && !actor.permits(Operation::ManageTokens, None) {
-                result = Err(BrokerError::Forbidden {
-                    operation: action.to_owned(),
-                    needs: "the plan's owner or admin".to_owned(),
-                    entity: Some(plan.queue.clone()),
-                });
-                break;
+                // Refused before anything is tried: audited as a refusal, not as a failed
+                // change.
+                return Err(self
+                    .refuse(
+                        actor,
+                        action,
+                        "the plan's owner or admin",
+                        Some(&plan.queue),
+                    )
+                    .await);
             }
             if plan.kind != PlanKind::Cases {
                 // A move task's plan is moved by the move task operations only.

@@ -29,6 +29,9 @@ async fn create(
     s.broker
         .authorize_auto_replay(&actor, &req.name, None, &req.policy.auto_replay)
         .await?;
+    s.broker
+        .authorize_dead_letter_queue(&actor, None, req.policy.dead_letter_queue.as_ref())
+        .await?;
     let rec = s.broker.create_queue(&req.name, req.policy).await?;
     let view = s.broker.get_queue(rec.name.as_str()).await?;
     Ok((StatusCode::CREATED, Json(queue_out(&view))))

@@ -644,3 +644,76 @@ async fn a_producers_word_on_an_intent_holds_only_for_the_entities_it_may_produc
         s.stop().await;
     }
 }
+
+/// A queue's dead letters become messages on its dead-letter queue: naming one (at create
+/// or by a change) needs the producer role there, and is audited when refused; removing it
+/// or leaving it as it is needs nothing more.
+#[tokio::test]
+async fn naming_a_dead_letter_queue_needs_the_producer_role_there() {
+    for backend in Backend::all("a dead-letter queue needs producer") {
+        let s = server(backend).await;
+        queue(&s, "A", json!({})).await;
+        queue(&s, "victim", json!({})).await;
+        queue(&s, "mine", json!({})).await;
+        let (_, op) = s.token("op", &["operator:A", "operator:A2"]).await;
+        let r = as_token(
+            &s,
+            &op,
+            Method::PATCH,
+            "/v1/queues/A",
+            json!({"dead_letter_queue": "victim"}),
+        )
+        .await;
+        assert_problem(&r, 403, "forbidden");
+        let r = as_token(
+            &s,
+            &op,
+            Method::POST,
+            "/v1/queues",
+            json!({"name": "A2", "policy": {"dead_letter_queue": "victim"}}),
+        )
+        .await;
+        assert_problem(&r, 403, "forbidden");
+        let denied = denials(&s, "op", "Send").await;
+        assert_eq!(denied.len(), 2, "{denied:?}");
+        assert!(denied.iter().all(|e| e["entity"] == "victim"), "{denied:?}");
+        let a = admin(&s, Method::GET, "/v1/queues/A", Value::Null).await;
+        assert_eq!(a["policy"]["dead_letter_queue"], Value::Null, "{a}");
+        let (st, _) = s.admin(Method::GET, "/v1/queues/A2", None).await;
+        assert_eq!(st, 404);
+
+        // With producer on the target it is allowed; a later change of something else
+        // keeps it without asking again, and removing it needs nothing.
+        let (_, both) = s.token("both", &["operator:A", "producer:mine"]).await;
+        let (st, v) = as_token(
+            &s,
+            &both,
+            Method::PATCH,
+            "/v1/queues/A",
+            json!({"dead_letter_queue": "mine"}),
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+        let (st, v) = as_token(
+            &s,
+            &op,
+            Method::PATCH,
+            "/v1/queues/A",
+            json!({"max_delivery_count": 3}),
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["policy"]["dead_letter_queue"], "mine", "{v}");
+        let (st, v) = as_token(
+            &s,
+            &op,
+            Method::PATCH,
+            "/v1/queues/A",
+            json!({"dead_letter_queue": null}),
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["policy"]["dead_letter_queue"], Value::Null, "{v}");
+        s.stop().await;
+    }
+}

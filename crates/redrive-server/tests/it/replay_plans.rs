@@ -1197,6 +1197,22 @@ async fn a_revoked_owner_stops_the_plan() {
         )
         .await;
     assert_eq!(st, 403, "{v}");
+    // Audited as a refusal on the plan's queue, not as a failed start.
+    let denied: Vec<_> = s
+        .audit("action=denied%3Areplay.plan_start&limit=100")
+        .await
+        .into_iter()
+        .filter(|e| e["actor_name"] == "other")
+        .collect();
+    assert_eq!(denied.len(), 1, "{denied:?}");
+    assert_eq!(denied[0]["entity"], "orders", "{denied:?}");
+    assert_eq!(denied[0]["outcome"], "denied", "{denied:?}");
+    assert!(
+        s.audit("action=replay.plan_start&limit=100")
+            .await
+            .iter()
+            .all(|e| e["actor_name"] != "other")
+    );
     let (st, v) = s
         .call_as(
             o,
