@@ -98,7 +98,7 @@ pub struct Dispatcher {
 }
 
 /// Most events whose last failed attempt a dispatcher remembers; past it the oldest
-/// attempt is forgotten (its event's record then has no `last…` fields).
+/// tenth is forgotten (their events' records then have no `last…` fields).
 pub const MAX_REMEMBERED_ATTEMPTS: usize = 100_000;
 
 /// The evidence of an event's last failed attempt, for a dead-letter record written
@@ -129,14 +129,15 @@ impl AttemptMemory {
     fn remember(&self, queue: &EntityName, sequence: i64, attempt: LastAttempt) {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         let key = (queue.clone(), sequence);
-        if !last.contains_key(&key)
-            && last.len() >= MAX_REMEMBERED_ATTEMPTS
-            && let Some(oldest) = last
-                .iter()
-                .min_by_key(|(_, a)| a.started)
-                .map(|(k, _)| k.clone())
-        {
-            last.remove(&oldest);
+        if !last.contains_key(&key) && last.len() >= MAX_REMEMBERED_ATTEMPTS {
+            // Full: the oldest tenth is forgotten at once, so a node at the bound does not
+            // scan the map at every failed attempt.
+            let mut by_age: Vec<((EntityName, i64), Timestamp)> =
+                last.iter().map(|(k, a)| (k.clone(), a.started)).collect();
+            by_age.sort_by_key(|(_, t)| *t);
+            for (k, _) in by_age.into_iter().take(MAX_REMEMBERED_ATTEMPTS / 10) {
+                last.remove(&k);
+            }
         }
         last.insert(key, attempt);
     }
@@ -841,6 +842,25 @@ mod tests {
         memory.remember(&q, 3, failed(1, 503, 0));
         memory.forget(&q, 3);
         assert_eq!(memory.take(&q, 3, 1), None);
+    }
+
+    #[test]
+    fn a_full_memory_forgets_its_oldest_tenth() {
+        let q: EntityName = "orders.hook".parse().unwrap();
+        let memory = AttemptMemory::default();
+        let n = MAX_REMEMBERED_ATTEMPTS as i64;
+        for seq in 0..n {
+            memory.remember(&q, seq, failed(1, 500, seq));
+        }
+        memory.remember(&q, n, failed(1, 500, n));
+        let kept = memory.last.lock().unwrap().len();
+        assert_eq!(
+            kept,
+            MAX_REMEMBERED_ATTEMPTS - MAX_REMEMBERED_ATTEMPTS / 10 + 1
+        );
+        assert_eq!(memory.take(&q, 0, 1), None, "the oldest is forgotten");
+        assert_eq!(memory.take(&q, n - 1, 1), Some(failed(1, 500, n - 1)));
+        assert_eq!(memory.take(&q, n, 1), Some(failed(1, 500, n)));
     }
 
     #[test]
