@@ -42,31 +42,33 @@ pub struct ReplayStatusList {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PlanDependency {
-    /// Its name.
+    /// Its name: 1 to 128 ASCII letters, digits, `-`, `_`, `.` and `:`, starting with a
+    /// letter or digit.
     pub name: String,
-    /// The health probe (`http://` or `https://`).
+    /// The health probe (`http://` or `https://` with a host, at most 2,048 bytes).
     pub probe_url: String,
     /// The highest error rate (0 to 1) that lets the plan go on.
     pub max_error_rate: f64,
-    /// The highest latency (ms) that lets the plan go on.
+    /// The highest latency (ms, 1 to 3,600,000) that lets the plan go on.
     pub max_latency_ms: u64,
 }
 
 /// A replay plan's budget: every field but `window` must be given (an unbounded replay is
-/// refused with `replay_unbounded`).
+/// refused with `replay_unbounded`); a field out of its range (`redrive_core::plan`) is
+/// refused with `invalid_request` naming it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PlanBudget {
-    /// Items admitted per second.
+    /// Items admitted per second (0.001 to 100,000).
     #[serde(default)]
     pub items_per_s: Option<f64>,
-    /// Bytes admitted per second.
+    /// Bytes admitted per second (1 KiB to 10 GiB).
     #[serde(default)]
     pub bytes_per_s: Option<u64>,
-    /// Deliveries in flight at once.
+    /// Deliveries in flight at once (1 to 1,000).
     #[serde(default)]
     pub max_concurrent: Option<u32>,
-    /// Items per admission window (default 10).
+    /// Items per admission window (1 to 100,000; default 10).
     #[serde(default)]
     pub window: Option<u32>,
     /// The dependency reservation.

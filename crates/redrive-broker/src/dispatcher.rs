@@ -30,8 +30,14 @@
 //! (the error chain of a timeout or connection error, shortened) only when there was one.
 //! `publishTime` is when the event was published (its enqueue time) and
 //! `lastDeliveryAttemptTime` when the last attempt started, both RFC 3339 on the broker's
-//! clock. An event given up at its expiry without a further attempt has no `last…` fields
-//! (its attempts are counted in `deliveryAttempts`).
+//! clock. Every record keeps the last attempt's evidence whatever the reason: an event
+//! given up at its expiry without a further attempt (it waited for the time to live after
+//! its last failed attempt) carries the `last…` fields of that attempt, which the
+//! dispatcher remembers from the attempt until the event is settled for good
+//! ([`AttemptMemory`]). Only an event given up with no attempt at all, or whose last
+//! attempt this node did not make (it was made by another node sharing the store, or
+//! before a restart: the message row holds the attempt count and times, not the outcome),
+//! has no `last…` fields; its attempts are still counted in `deliveryAttempts`.
 //!
 //! Each push subscription drains in a task of its own (a slow endpoint holds up no other
 //! subscription). Drains start when a publish stores events for a push subscription, when
@@ -58,7 +64,7 @@
 //! parses the event to put its attributes in `ce-*` headers and its data in the body.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redrive_core::{EntityName, Timestamp};
@@ -85,8 +91,69 @@ pub struct Dispatcher {
     deliverer: Deliverer,
     interval: Duration,
     limits: Arc<ConcurrencyLimits>,
+    /// The last failed attempt of each event waiting for a retry or its expiry.
+    memory: Arc<AttemptMemory>,
     /// Fires at shutdown: drains stop receiving and finish what they hold.
     stopping: CancellationToken,
+}
+
+/// Most events whose last failed attempt a dispatcher remembers; past it the oldest
+/// tenth is forgotten (their events' records then have no `last…` fields).
+pub const MAX_REMEMBERED_ATTEMPTS: usize = 100_000;
+
+/// The evidence of an event's last failed attempt, for a dead-letter record written
+/// later without another attempt (the event waited for its time to live).
+#[derive(Debug, Clone, PartialEq)]
+struct LastAttempt {
+    /// Which attempt (the delivery count of the receive that made it).
+    attempt: u32,
+    /// What it ended with.
+    outcome: AttemptOutcome,
+    /// The error chain of a timeout or connection error.
+    error: Option<String>,
+    /// When it started.
+    started: Timestamp,
+}
+
+/// The last failed attempt of each event this node abandoned for a retry or its expiry,
+/// by queue and sequence: the message row keeps the attempt count and times, not the
+/// outcome, so the outcome is remembered here from the attempt until the event is
+/// completed or dead-lettered. Bounded by [`MAX_REMEMBERED_ATTEMPTS`]. A `std` mutex:
+/// held for a map operation, never across an `.await`.
+#[derive(Debug, Default)]
+pub(crate) struct AttemptMemory {
+    last: Mutex<HashMap<(EntityName, i64), LastAttempt>>,
+}
+
+impl AttemptMemory {
+    fn remember(&self, queue: &EntityName, sequence: i64, attempt: LastAttempt) {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (queue.clone(), sequence);
+        if !last.contains_key(&key) && last.len() >= MAX_REMEMBERED_ATTEMPTS {
+            // Full: the oldest tenth is forgotten at once, so a node at the bound does not
+            // scan the map at every failed attempt.
+            let mut by_age: Vec<((EntityName, i64), Timestamp)> =
+                last.iter().map(|(k, a)| (k.clone(), a.started)).collect();
+            by_age.sort_by_key(|(_, t)| *t);
+            for (k, _) in by_age.into_iter().take(MAX_REMEMBERED_ATTEMPTS / 10) {
+                last.remove(&k);
+            }
+        }
+        last.insert(key, attempt);
+    }
+
+    fn forget(&self, queue: &EntityName, sequence: i64) {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.remove(&(queue.clone(), sequence));
+    }
+
+    /// The remembered attempt of the event, if it is attempt `attempt` (an older one is
+    /// not the last attempt's evidence); forgotten either way.
+    fn take(&self, queue: &EntityName, sequence: i64, attempt: u32) -> Option<LastAttempt> {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.remove(&(queue.clone(), sequence))
+            .filter(|a| a.attempt == attempt)
+    }
 }
 
 /// Why the dispatcher loop woke.
@@ -109,6 +176,7 @@ impl Dispatcher {
                 tokio::sync::Semaphore::MAX_PERMITS,
                 DEFAULT_ENDPOINT_CONCURRENCY,
             )),
+            memory: Arc::new(AttemptMemory::default()),
             stopping: CancellationToken::new(),
         })
     }
@@ -322,7 +390,7 @@ impl Dispatcher {
                                         .retry_policy
                                         .expired(d.message.enqueued_at, now) =>
                                 {
-                                    done.push(expired(&self.broker, &sub, &d, &e));
+                                    done.push(expired(&self.broker, &self.memory, &sub, &d, &e));
                                 }
                                 Ok(e) => readable.push((d, e)),
                                 Err(s) => done.push(s),
@@ -390,6 +458,7 @@ impl Dispatcher {
         Attempter {
             broker: self.broker.clone(),
             deliverer: self.deliverer.clone(),
+            memory: self.memory.clone(),
         }
     }
 }
@@ -398,6 +467,7 @@ impl Dispatcher {
 struct Attempter {
     broker: Broker,
     deliverer: Deliverer,
+    memory: Arc<AttemptMemory>,
 }
 
 fn seed(id: &str) -> u64 {
@@ -412,21 +482,21 @@ fn seed(id: &str) -> u64 {
 const MAX_ERROR_CHARS: usize = 1024;
 
 /// Event Grid's dead-letter diagnostics as the JSON object that is the record's
-/// description (see the module docs). `result` is the last attempt's, absent when the
-/// event is given up without one (its time to live passed while it waited); then the
-/// `last…` fields are left out.
+/// description (see the module docs). `last` is the last attempt's (its outcome, error
+/// and start), absent only when there is none to report (the event was given up without
+/// any attempt, or its last attempt was not made by this node); then the `last…` fields
+/// are left out.
 fn evidence(
     reason: &str,
     attempts: u32,
-    result: Option<&redrive_push::Delivery>,
+    last: Option<&LastAttempt>,
     published_at: Timestamp,
-    attempted_at: Timestamp,
 ) -> String {
     let mut o = serde_json::Map::new();
     o.insert("deadLetterReason".into(), reason.into());
     o.insert("deliveryAttempts".into(), attempts.into());
-    if let Some(result) = result {
-        let outcome = match result.outcome {
+    if let Some(last) = last {
+        let outcome = match last.outcome {
             AttemptOutcome::Status { status, .. } => {
                 o.insert("lastHttpStatusCode".into(), status.into());
                 status.to_string()
@@ -435,16 +505,16 @@ fn evidence(
             AttemptOutcome::ConnectionError => "connection error".to_owned(),
         };
         o.insert("lastDeliveryOutcome".into(), outcome.into());
-        if let Some(e) = &result.error {
+        if let Some(e) = &last.error {
             let short: String = e.chars().take(MAX_ERROR_CHARS).collect();
             o.insert("lastDeliveryError".into(), short.into());
         }
     }
     o.insert("publishTime".into(), published_at.to_rfc3339().into());
-    if result.is_some() {
+    if let Some(last) = last {
         o.insert(
             "lastDeliveryAttemptTime".into(),
-            attempted_at.to_rfc3339().into(),
+            last.started.to_rfc3339().into(),
         );
     }
     serde_json::Value::Object(o).to_string()
@@ -490,11 +560,19 @@ fn give_up(
 }
 
 /// The settlement of an event whose time to live has passed by `now`, before another
-/// attempt: dead-lettered `TimeToLiveExceeded` (or dropped), without an attempt.
-fn expired(broker: &Broker, sub: &SubscriptionRecord, d: &Delivery, event: &Event) -> Settlement {
+/// attempt: dead-lettered `TimeToLiveExceeded` (or dropped), without an attempt, with the
+/// evidence of its last attempt when `memory` holds it.
+fn expired(
+    broker: &Broker,
+    memory: &AttemptMemory,
+    sub: &SubscriptionRecord,
+    d: &Delivery,
+    event: &Event,
+) -> Settlement {
     let m = &d.message;
     // The receive that found it expired counted a delivery that is not an attempt.
     let attempts = m.delivery_count.saturating_sub(1);
+    let previous = memory.take(&m.queue, m.sequence, attempts);
     let why = GiveUp::TimeToLiveExceeded;
     let last = format!("time to live passed after {attempts} attempts");
     Settlement {
@@ -505,7 +583,7 @@ fn expired(broker: &Broker, sub: &SubscriptionRecord, d: &Delivery, event: &Even
             &event.id,
             why,
             &last,
-            evidence(why.reason(), attempts, None, m.enqueued_at, broker.now()),
+            evidence(why.reason(), attempts, previous.as_ref(), m.enqueued_at),
         ),
     }
 }
@@ -688,6 +766,20 @@ impl Attempter {
             Some(e) => format!("attempt {attempt}: {:?} ({e})", result.outcome),
             None => format!("attempt {attempt}: {:?}", result.outcome),
         };
+        let this = LastAttempt {
+            attempt,
+            outcome: result.outcome.clone(),
+            error: result.error.clone(),
+            started,
+        };
+        // Remembered while the event waits for a retry or its expiry: a record written
+        // then, without another attempt, keeps this attempt's evidence.
+        match verdict {
+            Verdict::RetryAt(_) | Verdict::ExpireAt(_) => {
+                self.memory.remember(&m.queue, m.sequence, this.clone());
+            }
+            Verdict::Delivered | Verdict::DeadLetter(_) => self.memory.forget(&m.queue, m.sequence),
+        }
         let action = match verdict {
             Verdict::Delivered => {
                 tracing::debug!(queue = %m.queue, id = %event.id, attempt, "event delivered");
@@ -713,9 +805,87 @@ impl Attempter {
                 &event.id,
                 why,
                 &last,
-                evidence(why.reason(), attempt, Some(result), m.enqueued_at, started),
+                evidence(why.reason(), attempt, Some(&this), m.enqueued_at),
             ),
         };
         Settlement { lock_token, action }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(attempt: u32, status: u16, at: i64) -> LastAttempt {
+        LastAttempt {
+            attempt,
+            outcome: AttemptOutcome::Status {
+                status,
+                retry_after_ms: None,
+            },
+            error: None,
+            started: Timestamp(at),
+        }
+    }
+
+    #[test]
+    fn the_last_attempt_is_taken_once_and_only_if_it_is_the_last() {
+        let q: EntityName = "orders.hook".parse().unwrap();
+        let memory = AttemptMemory::default();
+        memory.remember(&q, 1, failed(2, 500, 10_000));
+        memory.remember(&q, 1, failed(3, 500, 40_000));
+        assert_eq!(memory.take(&q, 1, 3), Some(failed(3, 500, 40_000)));
+        assert_eq!(memory.take(&q, 1, 3), None, "taken once");
+        // An older attempt is not the last one's evidence.
+        memory.remember(&q, 2, failed(1, 503, 0));
+        assert_eq!(memory.take(&q, 2, 2), None);
+        memory.remember(&q, 3, failed(1, 503, 0));
+        memory.forget(&q, 3);
+        assert_eq!(memory.take(&q, 3, 1), None);
+    }
+
+    #[test]
+    fn a_full_memory_forgets_its_oldest_tenth() {
+        let q: EntityName = "orders.hook".parse().unwrap();
+        let memory = AttemptMemory::default();
+        let n = MAX_REMEMBERED_ATTEMPTS as i64;
+        for seq in 0..n {
+            memory.remember(&q, seq, failed(1, 500, seq));
+        }
+        memory.remember(&q, n, failed(1, 500, n));
+        let kept = memory.last.lock().unwrap().len();
+        assert_eq!(
+            kept,
+            MAX_REMEMBERED_ATTEMPTS - MAX_REMEMBERED_ATTEMPTS / 10 + 1
+        );
+        assert_eq!(memory.take(&q, 0, 1), None, "the oldest is forgotten");
+        assert_eq!(memory.take(&q, n - 1, 1), Some(failed(1, 500, n - 1)));
+        assert_eq!(memory.take(&q, n, 1), Some(failed(1, 500, n)));
+    }
+
+    #[test]
+    fn the_evidence_of_an_expiry_after_attempts_names_the_last_one() {
+        let last = failed(3, 500, 40_000);
+        let v: serde_json::Value = serde_json::from_str(&evidence(
+            "TimeToLiveExceeded",
+            3,
+            Some(&last),
+            Timestamp(0),
+        ))
+        .unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "deadLetterReason": "TimeToLiveExceeded",
+                "deliveryAttempts": 3,
+                "lastDeliveryOutcome": "500",
+                "lastHttpStatusCode": 500,
+                "publishTime": Timestamp(0).to_rfc3339(),
+                "lastDeliveryAttemptTime": Timestamp(40_000).to_rfc3339(),
+            })
+        );
+        let none: serde_json::Value =
+            serde_json::from_str(&evidence("TimeToLiveExceeded", 0, None, Timestamp(0))).unwrap();
+        assert!(none.get("lastDeliveryOutcome").is_none(), "{none}");
     }
 }

@@ -9,6 +9,13 @@
 //! reservation (a named dependency with a health probe and its error-rate and latency
 //! thresholds). A plan that leaves one out is refused ([`BudgetSpec::check`], matrix row
 //! 9: "start an unbounded bulk redrive" is rejected): a limit nobody chose is no limit.
+//! Each limit has a range a production plan stays inside, judged here and only here (one
+//! `check_…` function per field, edges included): items per second 0.001 to 100,000,
+//! bytes per second 1 KiB to 10 GiB, 1 to 1,000 concurrent deliveries, windows of 1 to
+//! 100,000, one dependency named by a 1 to 128 character identifier with an http(s)
+//! probe of at most 2,048 bytes, an error-rate threshold of 0 to 1 and a latency
+//! threshold of 1 ms to one hour; the owner's lease is one minute to seven days and the
+//! observation window 100 ms to one hour. NaN and infinities are refused.
 //!
 //! # Pacing ([`Pacer`])
 //!
@@ -59,10 +66,45 @@ pub const DEFAULT_WINDOW: u32 = 10;
 pub const LOOK_GAP_MS: i64 = 20;
 /// The largest admission window: as many items as a plan holds (one window for all).
 pub const MAX_WINDOW: u32 = 100_000;
+/// The lowest item rate a plan may name (items per second): one item every 1,000 s
+/// (about 17 minutes). Slower is a paused plan, not a rate.
+pub const MIN_ITEMS_PER_S: f64 = 0.001;
 /// The highest item rate a plan may name (items per second).
 pub const MAX_ITEMS_PER_S: u32 = 100_000;
+/// The lowest byte rate a plan may name (bytes per second): 1 KiB/s. An item larger than
+/// one second of the byte budget is never admitted under it, so a lower rate would hold
+/// all but the smallest items; the item rate is the way to go slower.
+pub const MIN_BYTES_PER_S: u64 = 1_024;
+/// The highest byte rate a plan may name (bytes per second): 10 GiB/s, beyond any
+/// network path a replay takes.
+pub const MAX_BYTES_PER_S: u64 = 10 * 1024 * 1024 * 1024;
 /// The most concurrent deliveries a plan may name.
 pub const MAX_CONCURRENCY: u32 = 1_000;
+/// The dependencies a plan names: exactly one reservation (its name, probe and
+/// thresholds). The wire has one `dependency` object, not a list.
+pub const DEPENDENCIES: usize = 1;
+/// The longest dependency name, characters (see [`check_dependency_name`]).
+pub const MAX_DEPENDENCY_NAME_LEN: usize = 128;
+/// The longest probe URL, bytes.
+pub const MAX_PROBE_URL_LEN: usize = 2_048;
+/// The highest latency threshold a plan may name, ms: one hour (the probe itself gives
+/// up after 5 s, so a higher threshold could never be reached).
+pub const MAX_LATENCY_MS: u64 = 60 * 60 * 1000;
+/// The owner's lease of a plan that names none, ms (renewed by `start` and `resume`).
+pub const DEFAULT_PLAN_LEASE_MS: u64 = 60 * 60 * 1000;
+/// The shortest owner's lease, ms: one minute (a shorter one runs out before the plan is
+/// started).
+pub const MIN_PLAN_LEASE_MS: u64 = 60 * 1000;
+/// The longest owner's lease, ms: seven days.
+pub const MAX_PLAN_LEASE_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+/// The dependency's observation window of a plan that names none, ms.
+pub const DEFAULT_OBSERVE_MS: u64 = 10_000;
+/// The shortest observation window, ms.
+pub const MIN_OBSERVE_MS: u64 = 100;
+/// The longest observation window, ms: one hour.
+pub const MAX_OBSERVE_MS: u64 = 60 * 60 * 1000;
+/// The longest correction reference, bytes.
+pub const MAX_CORRECTION_LEN: usize = 256;
 
 /// A dependency the replay draws on, with its health probe and thresholds.
 #[derive(Debug, Clone, PartialEq)]
@@ -127,10 +169,177 @@ pub enum BudgetError {
     },
 }
 
+fn out_of_range(field: &'static str, why: String) -> BudgetError {
+    BudgetError::OutOfRange { field, why }
+}
+
+/// `items_per_s`: a finite number from [`MIN_ITEMS_PER_S`] to [`MAX_ITEMS_PER_S`],
+/// both included (NaN and infinities refused).
+pub fn check_items_per_s(v: f64) -> Result<f64, BudgetError> {
+    if v.is_finite() && (MIN_ITEMS_PER_S..=f64::from(MAX_ITEMS_PER_S)).contains(&v) {
+        Ok(v)
+    } else {
+        Err(out_of_range(
+            "items_per_s",
+            format!("must be a number from {MIN_ITEMS_PER_S} to {MAX_ITEMS_PER_S} (got {v})"),
+        ))
+    }
+}
+
+/// `bytes_per_s`: a whole number from [`MIN_BYTES_PER_S`] (1 KiB/s) to
+/// [`MAX_BYTES_PER_S`] (10 GiB/s), both included.
+pub fn check_bytes_per_s(v: u64) -> Result<u64, BudgetError> {
+    if (MIN_BYTES_PER_S..=MAX_BYTES_PER_S).contains(&v) {
+        Ok(v)
+    } else {
+        Err(out_of_range(
+            "bytes_per_s",
+            format!(
+                "must be from {MIN_BYTES_PER_S} (1 KiB/s) to {MAX_BYTES_PER_S} (10 GiB/s) (got {v})"
+            ),
+        ))
+    }
+}
+
+/// `max_concurrent`: 1 to [`MAX_CONCURRENCY`].
+pub fn check_max_concurrent(v: u32) -> Result<u32, BudgetError> {
+    if (1..=MAX_CONCURRENCY).contains(&v) {
+        Ok(v)
+    } else {
+        Err(out_of_range(
+            "max_concurrent",
+            format!("must be from 1 to {MAX_CONCURRENCY} (got {v})"),
+        ))
+    }
+}
+
+/// `window`: 1 to [`MAX_WINDOW`].
+pub fn check_window(v: u32) -> Result<u32, BudgetError> {
+    if (1..=MAX_WINDOW).contains(&v) {
+        Ok(v)
+    } else {
+        Err(out_of_range(
+            "window",
+            format!("must be from 1 to {MAX_WINDOW} (got {v})"),
+        ))
+    }
+}
+
+/// `dependency.name`: 1 to [`MAX_DEPENDENCY_NAME_LEN`] characters of ASCII letters,
+/// digits, `-`, `_`, `.` and `:`, starting with a letter or digit (`ledger-db`,
+/// `payments.ledger:5432`). It names the dependency in the record, the stop reason and
+/// the metrics, so it is a short identifier, not free text.
+pub fn check_dependency_name(v: &str) -> Result<&str, BudgetError> {
+    let grammar = "must be 1 to 128 characters of ASCII letters, digits, '-', '_', '.' and ':', starting with a letter or digit";
+    let ok = !v.is_empty()
+        && v.len() <= MAX_DEPENDENCY_NAME_LEN
+        && v.as_bytes()[0].is_ascii_alphanumeric()
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'));
+    if ok {
+        Ok(v)
+    } else {
+        Err(out_of_range(
+            "dependency.name",
+            format!("{grammar} (got {} bytes)", v.len()),
+        ))
+    }
+}
+
+/// `dependency.probe_url`: an `http://` or `https://` URL with a host, at most
+/// [`MAX_PROBE_URL_LEN`] bytes, without whitespace or control characters. (Where it may
+/// point is the network policy's, checked when it is read.)
+pub fn check_probe_url(v: &str) -> Result<&str, BudgetError> {
+    let rest = v
+        .strip_prefix("http://")
+        .or_else(|| v.strip_prefix("https://"));
+    let ok = v.len() <= MAX_PROBE_URL_LEN
+        && rest.is_some_and(|r| !r.is_empty() && !r.starts_with('/'))
+        && !v.chars().any(|c| c.is_whitespace() || c.is_control());
+    if ok {
+        Ok(v)
+    } else {
+        Err(out_of_range(
+            "dependency.probe_url",
+            format!(
+                "must be an http:// or https:// URL with a host, at most {MAX_PROBE_URL_LEN} bytes without whitespace"
+            ),
+        ))
+    }
+}
+
+/// `dependency.max_error_rate`: a finite number from 0 to 1, both included (0: any
+/// error stops the plan; 1: the error rate never does).
+pub fn check_max_error_rate(v: f64) -> Result<f64, BudgetError> {
+    if v.is_finite() && (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(out_of_range(
+            "dependency.max_error_rate",
+            format!("must be a number from 0 to 1 (got {v})"),
+        ))
+    }
+}
+
+/// `dependency.max_latency_ms`: 1 to [`MAX_LATENCY_MS`] (one hour).
+pub fn check_max_latency_ms(v: u64) -> Result<u64, BudgetError> {
+    if (1..=MAX_LATENCY_MS).contains(&v) {
+        Ok(v)
+    } else {
+        Err(out_of_range(
+            "dependency.max_latency_ms",
+            format!("must be from 1 to {MAX_LATENCY_MS} (one hour) (got {v})"),
+        ))
+    }
+}
+
+/// `lease_ms`: [`MIN_PLAN_LEASE_MS`] (one minute) to [`MAX_PLAN_LEASE_MS`] (seven days);
+/// [`DEFAULT_PLAN_LEASE_MS`] when absent.
+pub fn check_lease_ms(v: Option<u64>) -> Result<u64, BudgetError> {
+    let v = v.unwrap_or(DEFAULT_PLAN_LEASE_MS);
+    if (MIN_PLAN_LEASE_MS..=MAX_PLAN_LEASE_MS).contains(&v) {
+        Ok(v)
+    } else {
+        Err(out_of_range(
+            "lease_ms",
+            format!(
+                "must be from {MIN_PLAN_LEASE_MS} (one minute) to {MAX_PLAN_LEASE_MS} (seven days) (got {v})"
+            ),
+        ))
+    }
+}
+
+/// `observe_ms`: [`MIN_OBSERVE_MS`] to [`MAX_OBSERVE_MS`] (one hour);
+/// [`DEFAULT_OBSERVE_MS`] when absent.
+pub fn check_observe_ms(v: Option<u64>) -> Result<u64, BudgetError> {
+    let v = v.unwrap_or(DEFAULT_OBSERVE_MS);
+    if (MIN_OBSERVE_MS..=MAX_OBSERVE_MS).contains(&v) {
+        Ok(v)
+    } else {
+        Err(out_of_range(
+            "observe_ms",
+            format!("must be from {MIN_OBSERVE_MS} to {MAX_OBSERVE_MS} (one hour) (got {v})"),
+        ))
+    }
+}
+
+/// `correction`: 1 to [`MAX_CORRECTION_LEN`] bytes, not blank, without NUL characters.
+pub fn check_correction(v: &str) -> Result<&str, BudgetError> {
+    if v.trim().is_empty() || v.len() > MAX_CORRECTION_LEN || v.contains('\0') {
+        Err(out_of_range(
+            "correction",
+            format!("must be 1 to {MAX_CORRECTION_LEN} bytes, not blank, without NUL characters"),
+        ))
+    } else {
+        Ok(v)
+    }
+}
+
 impl BudgetSpec {
     /// The budget, if every limit is named and in range. The window alone may be left out
     /// (it has a documented default); item rate, byte rate, concurrency and the dependency
-    /// reservation may not.
+    /// reservation may not. Each field's range is its `check_…` function's: this is the
+    /// one place a plan's budget is judged, before anything is stored.
     pub fn check(&self) -> Result<Budget, BudgetError> {
         let mut missing = Vec::new();
         if self.items_per_s.is_none() {
@@ -153,44 +362,14 @@ impl BudgetSpec {
         ) else {
             return Err(BudgetError::Unbounded { missing });
         };
-        let range = |field, why: &str| BudgetError::OutOfRange {
-            field,
-            why: why.to_owned(),
-        };
-        if !(items.is_finite() && items > 0.0 && items <= f64::from(MAX_ITEMS_PER_S)) {
-            return Err(range(
-                "items_per_s",
-                &format!("must be above 0 and at most {MAX_ITEMS_PER_S}"),
-            ));
-        }
-        if bytes == 0 {
-            return Err(range("bytes_per_s", "must be above 0"));
-        }
-        if conc == 0 || conc > MAX_CONCURRENCY {
-            return Err(range(
-                "max_concurrent",
-                &format!("must be 1 to {MAX_CONCURRENCY}"),
-            ));
-        }
-        let window = self.window.unwrap_or(DEFAULT_WINDOW);
-        if window == 0 || window > MAX_WINDOW {
-            return Err(range("window", &format!("must be 1 to {MAX_WINDOW}")));
-        }
-        if dep.name.trim().is_empty() {
-            return Err(range("dependency.name", "must not be empty"));
-        }
-        if !(dep.probe_url.starts_with("http://") || dep.probe_url.starts_with("https://")) {
-            return Err(range(
-                "dependency.probe_url",
-                "must be an http:// or https:// URL",
-            ));
-        }
-        if !(dep.max_error_rate.is_finite() && (0.0..=1.0).contains(&dep.max_error_rate)) {
-            return Err(range("dependency.max_error_rate", "must be 0 to 1"));
-        }
-        if dep.max_latency_ms == 0 {
-            return Err(range("dependency.max_latency_ms", "must be above 0"));
-        }
+        check_items_per_s(items)?;
+        check_bytes_per_s(bytes)?;
+        check_max_concurrent(conc)?;
+        let window = check_window(self.window.unwrap_or(DEFAULT_WINDOW))?;
+        check_dependency_name(&dep.name)?;
+        check_probe_url(&dep.probe_url)?;
+        check_max_error_rate(dep.max_error_rate)?;
+        check_max_latency_ms(dep.max_latency_ms)?;
         Ok(Budget {
             items_per_s: items,
             bytes_per_s: bytes,
@@ -496,6 +675,214 @@ mod tests {
         .unwrap()
     }
 
+    /// The field a refusal names.
+    fn field<T: std::fmt::Debug>(r: Result<T, BudgetError>) -> &'static str {
+        match r {
+            Err(BudgetError::OutOfRange { field, .. }) => field,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_item_rate_is_bounded_with_inclusive_edges() {
+        assert_eq!(check_items_per_s(0.001), Ok(0.001));
+        assert_eq!(check_items_per_s(100_000.0), Ok(100_000.0));
+        for bad in [
+            0.000_999,
+            1e-300,
+            0.0,
+            -1.0,
+            100_000.001,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        ] {
+            assert_eq!(field(check_items_per_s(bad)), "items_per_s", "{bad}");
+        }
+        let e = check_items_per_s(1e-300).unwrap_err().to_string();
+        assert!(e.contains("0.001") && e.contains("100000"), "{e}");
+    }
+
+    #[test]
+    fn the_byte_rate_is_bounded_with_inclusive_edges() {
+        assert_eq!(check_bytes_per_s(1_024), Ok(1_024));
+        assert_eq!(check_bytes_per_s(10 << 30), Ok(10 << 30));
+        for bad in [0, 1_023, (10 << 30) + 1, u64::MAX] {
+            assert_eq!(field(check_bytes_per_s(bad)), "bytes_per_s", "{bad}");
+        }
+    }
+
+    #[test]
+    fn concurrency_and_window_are_bounded_with_inclusive_edges() {
+        assert_eq!(check_max_concurrent(1), Ok(1));
+        assert_eq!(check_max_concurrent(1_000), Ok(1_000));
+        for bad in [0, 1_001, u32::MAX] {
+            assert_eq!(field(check_max_concurrent(bad)), "max_concurrent");
+        }
+        assert_eq!(check_window(1), Ok(1));
+        assert_eq!(check_window(100_000), Ok(100_000));
+        for bad in [0, 100_001, u32::MAX] {
+            assert_eq!(field(check_window(bad)), "window");
+        }
+    }
+
+    #[test]
+    fn a_dependency_name_is_a_short_identifier() {
+        let longest = "a".repeat(128);
+        for ok in [
+            "ledger-db",
+            "a",
+            "payments.ledger:5432",
+            "L_1",
+            longest.as_str(),
+        ] {
+            assert_eq!(check_dependency_name(ok), Ok(ok));
+        }
+        let too_long = "a".repeat(129);
+        let huge = "d".repeat(10_000);
+        for bad in [
+            "",
+            " ",
+            "-ledger",
+            ".ledger",
+            "ledger db",
+            "ledger/db",
+            "lédger",
+            "ledger\0",
+            too_long.as_str(),
+            huge.as_str(),
+        ] {
+            assert_eq!(
+                field(check_dependency_name(bad)),
+                "dependency.name",
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_probe_url_is_an_http_url_of_bounded_length() {
+        let longest = format!("http://h/{}", "p".repeat(MAX_PROBE_URL_LEN - 9));
+        assert_eq!(longest.len(), MAX_PROBE_URL_LEN);
+        for ok in [
+            "http://ledger.internal/health",
+            "https://127.0.0.1:8080",
+            longest.as_str(),
+        ] {
+            assert_eq!(check_probe_url(ok), Ok(ok));
+        }
+        let too_long = format!("{longest}p");
+        for bad in [
+            "",
+            "ftp://ledger/health",
+            "http://",
+            "http:///health",
+            "http://ledger/he alth",
+            "http://ledger/\nhealth",
+            "ledger.internal/health",
+            too_long.as_str(),
+        ] {
+            assert_eq!(
+                field(check_probe_url(bad)),
+                "dependency.probe_url",
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_dependency_thresholds_are_bounded_with_inclusive_edges() {
+        assert_eq!(check_max_error_rate(0.0), Ok(0.0));
+        assert_eq!(check_max_error_rate(1.0), Ok(1.0));
+        for bad in [
+            -0.000_1,
+            1.000_1,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        ] {
+            assert_eq!(
+                field(check_max_error_rate(bad)),
+                "dependency.max_error_rate",
+                "{bad}"
+            );
+        }
+        assert_eq!(check_max_latency_ms(1), Ok(1));
+        assert_eq!(check_max_latency_ms(3_600_000), Ok(3_600_000));
+        for bad in [0, 3_600_001, u64::MAX] {
+            assert_eq!(
+                field(check_max_latency_ms(bad)),
+                "dependency.max_latency_ms",
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_lease_the_observation_window_and_the_correction_are_bounded() {
+        assert_eq!(check_lease_ms(None), Ok(DEFAULT_PLAN_LEASE_MS));
+        assert_eq!(check_lease_ms(Some(60_000)), Ok(60_000));
+        assert_eq!(check_lease_ms(Some(604_800_000)), Ok(604_800_000));
+        for bad in [0, 59_999, 604_800_001, u64::MAX] {
+            assert_eq!(field(check_lease_ms(Some(bad))), "lease_ms", "{bad}");
+        }
+        assert_eq!(check_observe_ms(None), Ok(DEFAULT_OBSERVE_MS));
+        assert_eq!(check_observe_ms(Some(100)), Ok(100));
+        assert_eq!(check_observe_ms(Some(3_600_000)), Ok(3_600_000));
+        for bad in [0, 99, 3_600_001, u64::MAX] {
+            assert_eq!(field(check_observe_ms(Some(bad))), "observe_ms", "{bad}");
+        }
+        let longest = "c".repeat(256);
+        assert_eq!(check_correction(&longest), Ok(longest.as_str()));
+        assert_eq!(check_correction("c1"), Ok("c1"));
+        for bad in [
+            "".to_owned(),
+            "  ".to_owned(),
+            "c\u{0}1".to_owned(),
+            "c".repeat(257),
+        ] {
+            assert_eq!(field(check_correction(&bad)), "correction", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_budget_is_refused_at_its_first_field_out_of_range() {
+        let spec = |f: &dyn Fn(&mut BudgetSpec)| {
+            let mut b = BudgetSpec {
+                items_per_s: Some(1.0),
+                bytes_per_s: Some(64 * 1024),
+                max_concurrent: Some(2),
+                window: Some(10),
+                dependency: Some(dep()),
+            };
+            f(&mut b);
+            b.check()
+        };
+        assert!(spec(&|_| {}).is_ok());
+        type Change<'a> = &'a dyn Fn(&mut BudgetSpec);
+        let cases: [(&str, Change<'_>); 8] = [
+            ("items_per_s", &|b| b.items_per_s = Some(1e-300)),
+            ("bytes_per_s", &|b| b.bytes_per_s = Some(u64::MAX)),
+            ("max_concurrent", &|b| b.max_concurrent = Some(0)),
+            ("window", &|b| b.window = Some(0)),
+            ("dependency.name", &|b| {
+                b.dependency.as_mut().unwrap().name = "d".repeat(10_000);
+            }),
+            ("dependency.probe_url", &|b| {
+                b.dependency.as_mut().unwrap().probe_url = "gopher://x".into();
+            }),
+            ("dependency.max_error_rate", &|b| {
+                b.dependency.as_mut().unwrap().max_error_rate = f64::NAN;
+            }),
+            ("dependency.max_latency_ms", &|b| {
+                b.dependency.as_mut().unwrap().max_latency_ms = u64::MAX;
+            }),
+        ];
+        for (want, f) in cases {
+            assert_eq!(field(spec(f)), want);
+        }
+    }
+
     #[test]
     fn an_unbounded_plan_is_refused_naming_what_is_missing() {
         let e = BudgetSpec {
@@ -513,7 +900,7 @@ mod tests {
         assert!(e.to_string().starts_with("an unbounded replay is refused"));
         let e = BudgetSpec {
             items_per_s: Some(f64::NAN),
-            bytes_per_s: Some(1),
+            bytes_per_s: Some(MIN_BYTES_PER_S),
             max_concurrent: Some(1),
             window: None,
             dependency: Some(dep()),
@@ -533,7 +920,7 @@ mod tests {
     fn the_window_defaults_to_ten() {
         let b = BudgetSpec {
             items_per_s: Some(1.0),
-            bytes_per_s: Some(1),
+            bytes_per_s: Some(MIN_BYTES_PER_S),
             max_concurrent: Some(1),
             window: None,
             dependency: Some(dep()),
@@ -555,7 +942,7 @@ mod tests {
     fn a_large_item_waits_for_the_byte_budget_although_the_item_budget_has_room() {
         let b = BudgetSpec {
             items_per_s: Some(10.0),
-            bytes_per_s: Some(1000),
+            bytes_per_s: Some(8000),
             max_concurrent: Some(10),
             window: None,
             dependency: Some(dep()),
@@ -564,14 +951,14 @@ mod tests {
         .unwrap();
         let mut p = Pacer::default();
         let t0 = Timestamp(1_000_000);
-        assert_eq!(p.check(&b, 800, t0), Admission::Now);
-        p.admit(&b, 800, t0);
-        // The item budget allows one at +100 ms; the 800 bytes hold the byte budget 800 ms.
+        assert_eq!(p.check(&b, 6400, t0), Admission::Now);
+        p.admit(&b, 6400, t0);
+        // The item budget allows one at +100 ms; the 6,400 bytes hold the byte budget 800 ms.
         assert_eq!(
-            p.check(&b, 800, t0.plus_millis(100)),
+            p.check(&b, 6400, t0.plus_millis(100)),
             Admission::At(t0.plus_millis(800))
         );
-        assert_eq!(p.check(&b, 1001, t0), Admission::TooLarge);
+        assert_eq!(p.check(&b, 8001, t0), Admission::TooLarge);
     }
 
     #[test]
@@ -785,7 +1172,7 @@ mod tests {
         fn no_interval_exceeds_either_rate(
             rate in 0.5f64..5_000.0,
             late in 0i64..300,
-            byte_rate in 1_000u64..100_000,
+            byte_rate in 1_024u64..100_000,
             sizes in proptest::collection::vec(1u64..1_000, 1..200),
         ) {
             let b = BudgetSpec {

@@ -32,12 +32,17 @@ pub use worker::PlanWorker;
 /// A budget with every limit named, or the refusal: `ReplayUnbounded` naming what is
 /// left out, `InvalidRequest` for a limit out of range.
 pub(crate) fn checked_budget(budget: &BudgetSpec) -> BrokerResult<redrive_core::plan::Budget> {
-    budget.check().map_err(|e| match e {
+    budget.check().map_err(budget_refusal)
+}
+
+/// The broker's refusal of a plan field the core judged out of range (or left out).
+pub(crate) fn budget_refusal(e: BudgetError) -> BrokerError {
+    match e {
         BudgetError::Unbounded { missing } => BrokerError::ReplayUnbounded {
             missing: missing.iter().map(|m| (*m).to_owned()).collect(),
         },
         BudgetError::OutOfRange { field, why } => BrokerError::invalid(field, why),
-    })
+    }
 }
 
 /// Most items one plan selects.

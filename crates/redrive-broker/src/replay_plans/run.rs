@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use redrive_core::access::Operation;
 use redrive_core::case::{self, CaseState, Lease};
-use redrive_core::plan::{Budget, BudgetSpec, Dependency, Observations, Pacer, StopReason};
+use redrive_core::plan::{self, Budget, BudgetSpec, Dependency, Observations, Pacer, StopReason};
 use redrive_core::{EntityName, Timestamp};
 use redrive_store::{
     AuditFields, CaseQuery, CaseRecord, DeadLetterRecord, PlanItemQuery, PlanItemRecord,
@@ -43,19 +43,14 @@ use redrive_store::{
 use serde::{Deserialize, Serialize};
 
 use super::probe::{self, Reading};
-use super::{PlanSelectionInput, checked_budget, gate_of};
+use super::{PlanSelectionInput, budget_refusal, checked_budget, gate_of};
 use crate::cases::CaseContext;
 use crate::cases::data::{self, CaseData, Known, ReplayStatus};
 use crate::cases::ops::{ReplayAdmission, Step};
 use crate::metrics::Counter;
 use crate::{Actor, Broker, BrokerError, BrokerResult, Outgoing};
 
-/// The owner's lease of a plan that names none, ms (renewed by `start` and `resume`).
-pub const DEFAULT_PLAN_LEASE_MS: u64 = 60 * 60 * 1000;
-/// The longest owner's lease, ms.
-pub const MAX_PLAN_LEASE_MS: u64 = 7 * 24 * 60 * 60 * 1000;
-/// The dependency's observation window of a plan that names none, ms.
-pub const DEFAULT_OBSERVE_MS: u64 = 10_000;
+pub use redrive_core::plan::{DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, MAX_PLAN_LEASE_MS};
 /// How often a running plan with replays in flight looks at them, ms.
 pub const OBSERVE_IN_FLIGHT_MS: i64 = 1_000;
 /// The least time between two looks at one replay in flight (each asks its effect
@@ -430,25 +425,13 @@ impl Broker {
     }
 
     async fn create_plan_inner(&self, input: &PlanInput, actor: &Actor) -> BrokerResult<PlanView> {
+        // Every field's range is judged in one place (redrive_core::plan), before anything
+        // is read or stored.
         let budget = checked_budget(&input.budget)?;
-        let lease_ms = input.lease_ms.unwrap_or(DEFAULT_PLAN_LEASE_MS);
-        if lease_ms == 0 || lease_ms > MAX_PLAN_LEASE_MS {
-            return Err(BrokerError::invalid(
-                "lease_ms",
-                format!("must be 1 to {MAX_PLAN_LEASE_MS}"),
-            ));
-        }
-        let observe_ms = input.observe_ms.unwrap_or(DEFAULT_OBSERVE_MS);
-        if !(100..=3_600_000).contains(&observe_ms) {
-            return Err(BrokerError::invalid("observe_ms", "must be 100 to 3600000"));
-        }
-        if let Some(c) = &input.correction
-            && (c.trim().is_empty() || c.len() > 256 || c.contains('\0'))
-        {
-            return Err(BrokerError::invalid(
-                "correction",
-                "1 to 256 bytes without NUL characters",
-            ));
+        let lease_ms = plan::check_lease_ms(input.lease_ms).map_err(budget_refusal)?;
+        let observe_ms = plan::check_observe_ms(input.observe_ms).map_err(budget_refusal)?;
+        if let Some(c) = &input.correction {
+            plan::check_correction(c).map_err(budget_refusal)?;
         }
         let sel = &input.selection;
         let (queue, destination, destination_exists) = self.resolve_selection(sel).await?;

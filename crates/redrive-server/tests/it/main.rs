@@ -11,6 +11,8 @@ mod cases;
 mod dead_letters;
 mod hardening_access;
 mod hardening_imports;
+mod hardening_plans;
+mod hardening_push;
 mod hardening_transport;
 mod messages;
 mod ops;

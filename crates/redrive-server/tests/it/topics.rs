@@ -625,8 +625,13 @@ async fn push_delivery_stops_at_the_event_time_to_live() {
     assert_eq!(evidence["deadLetterReason"], "TimeToLiveExceeded");
     assert_eq!(evidence["deliveryAttempts"], 3);
     assert_eq!(evidence["publishTime"], T0.to_rfc3339());
-    // Given up without an attempt at the expiry: no last outcome is claimed for it.
-    assert!(evidence.get("lastDeliveryOutcome").is_none(), "{evidence}");
+    // Given up without an attempt at the expiry: the last outcome is the third attempt's.
+    assert_eq!(evidence["lastDeliveryOutcome"], "503", "{evidence}");
+    assert_eq!(evidence["lastHttpStatusCode"], 503, "{evidence}");
+    assert_eq!(
+        evidence["lastDeliveryAttemptTime"],
+        T0.plus_millis(40_000).to_rfc3339()
+    );
     s.stop().await;
 }
 

@@ -6,13 +6,14 @@ use std::collections::BTreeMap;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
+use redrive_core::plan;
 use redrive_core::policy::{MAX_DEAD_LETTER_RETENTION_MS, check_dead_letter_retention};
 use redrive_core::replay::{AutoReplay, AutoReplayPatch, ReplayDestination};
 
 use super::{Ctx, queue_name};
 use crate::failure::input_error;
 use crate::output::{KeyValues, Table, or_dash, print_json};
-use crate::units::{format_duration_ms, parse_duration_ms, parse_size_u32};
+use crate::units::{format_duration_ms, parse_duration_ms, parse_size, parse_size_u32};
 use redrive_api::replay::{CreatePlan, PlanItemList, ReplayPlan, ReplayStatus};
 
 /// Auto-replay and retention flags: only those given are set (a create starts from the
@@ -234,30 +235,114 @@ impl SelectionArgs {
 /// unbounded replay, naming what is left out).
 #[derive(Debug, Clone, Args)]
 pub struct BudgetArgs {
-    /// Items admitted per second.
-    #[arg(long, value_name = "N")]
+    /// Items admitted per second (0.001 to 100000).
+    #[arg(long, value_name = "N", value_parser = items_per_s_arg)]
     pub items_per_s: Option<f64>,
-    /// Bytes admitted per second (e.g. 64KiB).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size_u32)]
-    pub bytes_per_s: Option<u32>,
-    /// Deliveries in flight at once.
-    #[arg(long, value_name = "N")]
+    /// Bytes admitted per second (e.g. 64KiB; 1KiB to 10GiB).
+    #[arg(long, value_name = "SIZE", value_parser = bytes_per_s_arg)]
+    pub bytes_per_s: Option<u64>,
+    /// Deliveries in flight at once (1 to 1000).
+    #[arg(long, value_name = "N", value_parser = concurrency_arg)]
     pub concurrency: Option<u32>,
-    /// Items per admission window (default 10).
-    #[arg(long, value_name = "N")]
+    /// Items per admission window (1 to 100000; default 10).
+    #[arg(long, value_name = "N", value_parser = window_arg)]
     pub window: Option<u32>,
-    /// The dependency the replay draws on.
-    #[arg(long, value_name = "NAME", requires_all = ["probe", "max_error_rate", "max_latency"])]
+    /// The dependency the replay draws on (1 to 128 letters, digits, '-', '_', '.', ':').
+    #[arg(long, value_name = "NAME", value_parser = dependency_arg,
+          requires_all = ["probe", "max_error_rate", "max_latency"])]
     pub dependency: Option<String>,
-    /// Its health probe URL.
-    #[arg(long, value_name = "URL")]
+    /// Its health probe URL (http:// or https://).
+    #[arg(long, value_name = "URL", value_parser = probe_arg)]
     pub probe: Option<String>,
     /// The highest error rate (0 to 1) that lets the plan go on.
-    #[arg(long, value_name = "RATE")]
+    #[arg(long, value_name = "RATE", value_parser = error_rate_arg)]
     pub max_error_rate: Option<f64>,
-    /// The highest latency that lets the plan go on (e.g. 250ms).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration_ms)]
+    /// The highest latency that lets the plan go on (e.g. 250ms; at most 1h).
+    #[arg(long, value_name = "DUR", value_parser = latency_arg)]
     pub max_latency: Option<u64>,
+}
+
+// The budget flags are judged by the same functions as the server's (redrive_core::plan),
+// so a flag out of its range is refused here, naming the field and the range, with exit
+// status 2, before a request is sent.
+
+fn items_per_s_arg(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid number {s:?}"))?;
+    plan::check_items_per_s(v).map_err(|e| e.to_string())
+}
+
+fn bytes_per_s_arg(s: &str) -> Result<u64, String> {
+    let lower = s.trim().to_ascii_lowercase();
+    let giga = [("gib", 1u64 << 30), ("g", 1 << 30), ("gb", 1_000_000_000)];
+    let v = match giga
+        .iter()
+        .find_map(|(unit, f)| lower.strip_suffix(unit).map(|n| (n.trim(), *f)))
+    {
+        Some((n, f)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => n
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(f))
+            .ok_or_else(|| format!("invalid size {s:?} (expected e.g. 64KiB, 1MiB, 2GiB)"))?,
+        _ => parse_size(s)?,
+    };
+    plan::check_bytes_per_s(v).map_err(|e| e.to_string())
+}
+
+fn concurrency_arg(s: &str) -> Result<u32, String> {
+    let v: u32 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid number {s:?}"))?;
+    plan::check_max_concurrent(v).map_err(|e| e.to_string())
+}
+
+fn window_arg(s: &str) -> Result<u32, String> {
+    let v: u32 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid number {s:?}"))?;
+    plan::check_window(v).map_err(|e| e.to_string())
+}
+
+fn dependency_arg(s: &str) -> Result<String, String> {
+    plan::check_dependency_name(s)
+        .map(str::to_owned)
+        .map_err(|e| e.to_string())
+}
+
+fn probe_arg(s: &str) -> Result<String, String> {
+    plan::check_probe_url(s)
+        .map(str::to_owned)
+        .map_err(|e| e.to_string())
+}
+
+fn error_rate_arg(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid number {s:?}"))?;
+    plan::check_max_error_rate(v).map_err(|e| e.to_string())
+}
+
+fn latency_arg(s: &str) -> Result<u64, String> {
+    plan::check_max_latency_ms(parse_duration_ms(s)?).map_err(|e| e.to_string())
+}
+
+fn lease_arg(s: &str) -> Result<u64, String> {
+    plan::check_lease_ms(Some(parse_duration_ms(s)?)).map_err(|e| e.to_string())
+}
+
+fn observe_arg(s: &str) -> Result<u64, String> {
+    plan::check_observe_ms(Some(parse_duration_ms(s)?)).map_err(|e| e.to_string())
+}
+
+fn correction_arg(s: &str) -> Result<String, String> {
+    plan::check_correction(s)
+        .map(str::to_owned)
+        .map_err(|e| e.to_string())
 }
 
 impl BudgetArgs {
@@ -265,7 +350,7 @@ impl BudgetArgs {
         use redrive_api::replay::{PlanBudget, PlanDependency};
         PlanBudget {
             items_per_s: self.items_per_s,
-            bytes_per_s: self.bytes_per_s.map(u64::from),
+            bytes_per_s: self.bytes_per_s,
             max_concurrent: self.concurrency,
             window: self.window,
             dependency: self.dependency.clone().map(|name| PlanDependency {
@@ -299,14 +384,14 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub selection: SelectionArgs,
     /// The correction every item's case must carry (its identity).
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = correction_arg)]
     pub correction: Option<String>,
-    /// The owner's lease on the plan, renewed by start and resume (e.g. 2h; default 1h, at
-    /// most 7d): when it runs out the plan stops.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration_ms)]
+    /// The owner's lease on the plan, renewed by start and resume (e.g. 2h; default 1h,
+    /// 1m to 7d): when it runs out the plan stops.
+    #[arg(long, value_name = "DUR", value_parser = lease_arg)]
     pub lease: Option<u64>,
-    /// The dependency's observation window (e.g. 30s; default 10s).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration_ms)]
+    /// The dependency's observation window (e.g. 30s; default 10s, 100ms to 1h).
+    #[arg(long, value_name = "DUR", value_parser = observe_arg)]
     pub observe: Option<u64>,
     /// The budget.
     #[command(flatten)]

@@ -871,3 +871,85 @@ fn replay_plans_are_created_moved_and_followed_from_the_cli() {
     s.cli(&["replay", "status", "orders", "--follow"])
         .fails(2, "--follow takes a plan id");
 }
+
+/// `replay plan` and `replay preview` judge each budget flag by the server's ranges
+/// before sending anything: a rate of 1e-300 items/s, 2⁶⁴−1 bytes/s or ms of latency, a
+/// 10 kB dependency name (and NaN) exit 2 naming the field and its range; the edges of
+/// each range are taken; no plan is stored.
+#[test]
+fn replay_plan_flags_out_of_range_are_refused_naming_the_field_and_its_range() {
+    let (s, _dir) = server();
+    s.cli(&["queue", "create", "orders"]).ok();
+    dead_letter(&s, "orders", b"payload", "o-1");
+    let ok = [
+        ("--items-per-s", "1"),
+        ("--bytes-per-s", "64KiB"),
+        ("--concurrency", "2"),
+        ("--window", "10"),
+        ("--dependency", "ledger"),
+        ("--probe", "http://ledger/health"),
+        ("--max-error-rate", "0.05"),
+        ("--max-latency", "250ms"),
+    ];
+    let with = |flag: &str, value: &str| {
+        ok.iter()
+            .flat_map(|(f, v)| {
+                [
+                    f.to_string(),
+                    if *f == flag { value } else { v }.to_string(),
+                ]
+            })
+            .collect::<Vec<String>>()
+    };
+    let long_name = "d".repeat(10_000);
+    let max = u64::MAX.to_string();
+    let max_ms = format!("{max}ms");
+    for (flag, value, needle) in [
+        ("--items-per-s", "1e-300", "items_per_s"),
+        ("--items-per-s", "NaN", "items_per_s"),
+        ("--items-per-s", "inf", "items_per_s"),
+        ("--bytes-per-s", max.as_str(), "bytes_per_s"),
+        ("--bytes-per-s", "11GiB", "bytes_per_s"),
+        (
+            "--max-latency",
+            max_ms.as_str(),
+            "dependency.max_latency_ms",
+        ),
+        ("--dependency", long_name.as_str(), "dependency.name"),
+        ("--concurrency", "0", "max_concurrent"),
+        ("--max-error-rate", "1.5", "dependency.max_error_rate"),
+    ] {
+        for verb in ["plan", "preview"] {
+            let mut args = vec!["replay".to_owned(), verb.to_owned(), "orders".to_owned()];
+            args.extend(with(flag, value));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = s.cli(&args);
+            out.fails(2, needle);
+            assert!(out.stderr.contains("must be"), "{flag}: {}", out.stderr);
+        }
+    }
+    let listed: Value = s.cli(&["--json", "replay", "plans"]).json();
+    assert_eq!(
+        listed["plans"],
+        serde_json::json!([]),
+        "nothing stored: {listed}"
+    );
+    // The edges are taken.
+    let mut args: Vec<String> = ["--json", "replay", "preview", "orders"]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    args.extend(with("--items-per-s", "0.001"));
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| match a.as_str() {
+            "64KiB" => "10GiB".to_owned(),
+            "250ms" => "1h".to_owned(),
+            "2" => "1000".to_owned(),
+            other => other.to_owned(),
+        })
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let p: Value = s.cli(&args).json();
+    assert_eq!(p["items"], 1, "{p}");
+}
