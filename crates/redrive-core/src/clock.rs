@@ -138,7 +138,12 @@ pub struct ManualClock {
 
 struct ManualInner {
     now: Timestamp,
-    sleepers: Vec<(Timestamp, Waker)>,
+    /// The pending sleeps: deadline, the sleep's number, its latest waker. A sleep polled
+    /// again replaces its entry, and one dropped before its deadline removes it, so the
+    /// list holds exactly the sleeps that wait.
+    sleepers: Vec<(Timestamp, u64, Waker)>,
+    /// The number of the next sleep.
+    next_sleep: u64,
 }
 
 impl ManualClock {
@@ -148,6 +153,7 @@ impl ManualClock {
             inner: Arc::new(Mutex::new(ManualInner {
                 now: start,
                 sleepers: Vec::new(),
+                next_sleep: 0,
             })),
         }
     }
@@ -159,11 +165,12 @@ impl ManualClock {
             let mut g = lock(&self.inner);
             g.now = g.now.plus_millis(ms);
             let now = g.now;
-            let (due, keep): (Vec<_>, Vec<_>) = g.sleepers.drain(..).partition(|(t, _)| *t <= now);
+            let (due, keep): (Vec<_>, Vec<_>) =
+                g.sleepers.drain(..).partition(|(t, _, _)| *t <= now);
             g.sleepers = keep;
             due
         };
-        for (_, w) in due {
+        for (_, _, w) in due {
             w.wake();
         }
     }
@@ -188,7 +195,7 @@ impl ManualClock {
         lock(&self.inner)
             .sleepers
             .iter()
-            .any(|(t, _)| *t == deadline)
+            .any(|(t, _, _)| *t == deadline)
     }
 }
 
@@ -204,9 +211,15 @@ impl Clock for ManualClock {
     }
 
     fn sleep_until(&self, deadline: Timestamp) -> Sleep {
+        let id = {
+            let mut g = lock(&self.inner);
+            g.next_sleep += 1;
+            g.next_sleep
+        };
         Box::pin(ManualSleep {
             inner: self.inner.clone(),
             deadline,
+            id,
         })
     }
 }
@@ -214,6 +227,7 @@ impl Clock for ManualClock {
 struct ManualSleep {
     inner: Arc<Mutex<ManualInner>>,
     deadline: Timestamp,
+    id: u64,
 }
 
 impl Future for ManualSleep {
@@ -223,8 +237,19 @@ impl Future for ManualSleep {
         if g.now >= self.deadline {
             return Poll::Ready(());
         }
-        g.sleepers.push((self.deadline, cx.waker().clone()));
+        let id = self.id;
+        match g.sleepers.iter_mut().find(|(_, i, _)| *i == id) {
+            Some(entry) => entry.2 = cx.waker().clone(),
+            None => g.sleepers.push((self.deadline, id, cx.waker().clone())),
+        }
         Poll::Pending
+    }
+}
+
+impl Drop for ManualSleep {
+    fn drop(&mut self) {
+        let id = self.id;
+        lock(&self.inner).sleepers.retain(|(_, i, _)| *i != id);
     }
 }
 
@@ -259,5 +284,25 @@ mod tests {
         assert!(sleep.as_mut().poll(&mut cx).is_pending());
         clock.advance(Duration::from_millis(1));
         assert!(sleep.as_mut().poll(&mut cx).is_ready());
+    }
+
+    #[test]
+    fn a_sleep_polled_again_or_dropped_is_counted_once_or_not_at_all() {
+        let clock = ManualClock::new(Timestamp(1_000));
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut a = clock.sleep_until(Timestamp(2_000));
+        let mut b = clock.sleep_until(Timestamp(3_000));
+        assert!(a.as_mut().poll(&mut cx).is_pending());
+        assert!(a.as_mut().poll(&mut cx).is_pending());
+        assert!(b.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(clock.sleepers(), 2);
+        drop(a);
+        assert_eq!(clock.sleepers(), 1);
+        assert!(!clock.sleeping_until(Timestamp(2_000)));
+        assert!(clock.sleeping_until(Timestamp(3_000)));
+        clock.advance(Duration::from_millis(2_000));
+        assert_eq!(clock.sleepers(), 0);
+        assert!(b.as_mut().poll(&mut cx).is_ready());
     }
 }

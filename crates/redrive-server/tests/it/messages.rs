@@ -490,9 +490,10 @@ async fn long_poll_is_woken_by_a_send() {
 async fn long_poll_ends_empty_at_its_wait_time() {
     let s = TestServer::start().await;
     s.queue("q", json!({})).await;
-    let before = s.clock().sleepers();
+    // Parked by its own deadline: the count of sleepers also grows when a worker sleeps
+    // again, and advancing before the poll sleeps would leave it waiting forever.
     let poll = s.spawn_receive("q", json!({"wait_ms": 5_000}));
-    s.until_parked(before).await;
+    s.until_parked_at(T0.plus_millis(5_000)).await;
     s.advance(5_000);
     let v = poll.await.unwrap();
     assert_eq!(v["messages"], json!([]));
@@ -508,9 +509,9 @@ async fn long_poll_wakes_when_a_scheduled_message_comes_due() {
         json!({"body": "due", "scheduled_enqueue_time": T0.plus_millis(3_000).to_rfc3339()}),
     )
     .await;
-    let before = s.clock().sleepers();
+    // It sleeps until the message comes due (before its own deadline).
     let poll = s.spawn_receive("q", json!({"wait_ms": 20_000}));
-    s.until_parked(before).await;
+    s.until_parked_at(T0.plus_millis(3_000)).await;
     s.advance(3_000);
     let v = poll.await.unwrap();
     assert_eq!(v["messages"][0]["body"], "due");

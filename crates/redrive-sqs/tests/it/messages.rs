@@ -321,7 +321,6 @@ async fn long_polls_are_woken_by_a_send_or_end_at_the_wait_time() {
         .send()
         .await
         .unwrap();
-    let before = s.clock().sleepers();
     let client = s.sqs.clone();
     let u = url.clone();
     let waiting = tokio::spawn(async move {
@@ -334,7 +333,9 @@ async fn long_polls_are_woken_by_a_send_or_end_at_the_wait_time() {
             .messages
             .unwrap_or_default()
     });
-    s.until_parked(before).await;
+    // Parked by its own deadline, not by a count of sleepers that a worker sleeping
+    // again also grows: advancing before the poll sleeps would leave it waiting forever.
+    s.until_parked_at(T0.plus_millis(20_000)).await;
     s.advance_secs(20);
     assert!(waiting.await.unwrap().is_empty());
     s.stop().await;
