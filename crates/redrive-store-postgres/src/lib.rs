@@ -625,8 +625,15 @@ impl Store for PostgresStore {
         queue: &EntityName,
         from_sequence: i64,
         limit: u32,
+        now: Timestamp,
     ) -> StoreResult<Vec<StoredMessage>> {
-        read!(self, |db| messages::peek(db, queue, from_sequence, limit))
+        read!(self, |db| messages::peek(
+            db,
+            queue,
+            from_sequence,
+            limit,
+            now
+        ))
     }
 
     async fn settle(

@@ -313,7 +313,7 @@ async fn a_statement_blocked_by_a_lock_fails_within_the_statement_timeout() {
         .expect("the blocked send ended within the statement timeout")
         .unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}");
-    let e = tokio::time::timeout(bound, store.peek(&q, 1, 10))
+    let e = tokio::time::timeout(bound, store.peek(&q, 1, 10, T0))
         .await
         .expect("the blocked peek ended within the statement timeout")
         .unwrap_err();
@@ -323,7 +323,7 @@ async fn a_statement_blocked_by_a_lock_fails_within_the_statement_timeout() {
     drop(holder);
     let _ = io.await;
     let ids: Vec<String> = store
-        .peek(&q, 1, 10)
+        .peek(&q, 1, 10, T0)
         .await
         .unwrap()
         .into_iter()
@@ -523,7 +523,7 @@ async fn an_outage_fails_fast_and_the_store_recovers_without_losing_acknowledged
         "the store reconnected by itself ({recovered} of 30)"
     );
     let present: BTreeSet<String> = store
-        .peek(&q, 1, 1_000)
+        .peek(&q, 1, 1_000, T0)
         .await
         .unwrap()
         .into_iter()

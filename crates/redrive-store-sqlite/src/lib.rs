@@ -348,10 +348,11 @@ impl Store for SqliteStore {
         queue: &EntityName,
         from_sequence: i64,
         limit: u32,
+        now: Timestamp,
     ) -> StoreResult<Vec<StoredMessage>> {
         let queue = queue.clone();
         self.readers
-            .read(move |c| messages::peek(c, &queue, from_sequence, limit))
+            .read(move |c| messages::peek(c, &queue, from_sequence, limit, now))
             .await
     }
 

@@ -83,7 +83,9 @@ pub trait Store: Send + Sync + 'static {
     /// refuses with `QueueNotEmpty` when it holds messages or live dead letters.
     async fn delete_queue(&self, name: &EntityName, force: bool) -> StoreResult<()>;
 
-    /// Live counts of one queue at `now`.
+    /// Live counts of one queue at `now`. A message whose lock ran out by `now` counts
+    /// where a browse at `now` shows it (never as `locked`), whether or not the sweep has
+    /// written its release yet.
     async fn queue_counts(&self, name: &EntityName, now: Timestamp) -> StoreResult<QueueCounts>;
 
     // ---- messages -----------------------------------------------------------------
@@ -132,12 +134,16 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<ReceiveOutcome>;
 
-    /// Messages from `from_sequence` on, in sequence order, without locking or counting.
+    /// Messages from `from_sequence` on, in sequence order, without locking or counting,
+    /// each as it stands at `now` ([`skeleton::MessageRow::into_view`]): a lock that ran
+    /// out by `now` is shown as its release leaves it, whether or not the sweep has
+    /// written that yet.
     async fn peek(
         &self,
         queue: &EntityName,
         from_sequence: i64,
         limit: u32,
+        now: Timestamp,
     ) -> StoreResult<Vec<StoredMessage>>;
 
     /// Settles each lock token independently; a lost lock fails its own item only (and
