@@ -334,10 +334,16 @@ mod tests {
     fn an_edited_entry_is_detected() {
         let mut c = chain(5);
         c[2].fields.outcome = "denied".into();
-        assert_eq!(verify(&c, Some(&head(&c))), Err(ChainError::Altered { seq: 3 }));
+        assert_eq!(
+            verify(&c, Some(&head(&c))),
+            Err(ChainError::Altered { seq: 3 })
+        );
         let mut c = chain(5);
         c[1].fields.targets.push("extra".into());
-        assert_eq!(verify(&c, Some(&head(&c))), Err(ChainError::Altered { seq: 2 }));
+        assert_eq!(
+            verify(&c, Some(&head(&c))),
+            Err(ChainError::Altered { seq: 2 })
+        );
     }
 
     #[test]

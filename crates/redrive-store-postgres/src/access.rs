@@ -183,8 +183,11 @@ async fn insert_after(
     )
     .await?;
     if let Some(last) = out.last() {
-        db.defer(MOVE_HEAD, vec![Box::new(last.seq), Box::new(last.hash.clone())])
-            .await?;
+        db.defer(
+            MOVE_HEAD,
+            vec![Box::new(last.seq), Box::new(last.hash.clone())],
+        )
+        .await?;
     }
     Ok(out)
 }

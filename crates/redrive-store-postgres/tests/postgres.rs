@@ -981,7 +981,8 @@ async fn one_node_wins_a_token_name() {
 /// Takes a schema back to version 7, as a build of that version left it: the case tables
 /// and the route columns of version 8, and the replay plans of version 10 (with the move
 /// plans version 11 made of the move tasks of version 9) gone.
-const BACK_TO_VERSION_7: &str = "ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
+const BACK_TO_VERSION_7: &str = "ALTER TABLE dead_letters DROP COLUMN undecodable; \
+     ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
      DROP TABLE replay_plans, replay_plan_items; \
      DROP TABLE cases, case_timeline, case_payloads, intents, \
        effect_authorities; \
@@ -990,7 +991,8 @@ const BACK_TO_VERSION_7: &str = "ALTER TABLE audit_chain DROP COLUMN head_seq, D
 
 /// Takes a schema back to version 6, as a build of that version left it: version 8
 /// to 11 undone, then the replay columns and indexes of version 7 gone.
-const BACK_TO_VERSION_6: &str = "ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
+const BACK_TO_VERSION_6: &str = "ALTER TABLE dead_letters DROP COLUMN undecodable; \
+     ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
      DROP TABLE replay_plans, replay_plan_items; \
      DROP TABLE cases, case_timeline, case_payloads, intents, \
        effect_authorities; \
@@ -1025,10 +1027,10 @@ async fn a_version_4_schema_gains_the_access_tables() {
         "4"
     );
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 14);
+    assert_eq!(SCHEMA_VERSION, 15);
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "14"
+        "15"
     );
     assert_eq!(store.list_queues().await.unwrap().len(), 1);
     let appended = store
@@ -1891,7 +1893,8 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
     raw(
         &g,
         &format!(
-            "ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
+            "ALTER TABLE dead_letters DROP COLUMN undecodable; \
+             ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
              DROP INDEX replay_plans_active_move, replay_plans_moves, replay_plans_seq; \
              ALTER TABLE replay_plans DROP COLUMN kind, DROP COLUMN runner, \
                DROP COLUMN runner_until, DROP COLUMN seq; \
@@ -2002,7 +2005,8 @@ async fn version_12_intents_hold_for_every_entity_after_the_migration() {
     raw(
         &g,
         &format!(
-            "ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
+            "ALTER TABLE dead_letters DROP COLUMN undecodable; \
+             ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
              DROP TABLE intents; \
              CREATE TABLE intents (intent_id text NOT NULL PRIMARY KEY, status text NOT NULL, \
                superseded_by text, reason text, actor text NOT NULL, at bigint NOT NULL); \

@@ -2,8 +2,8 @@
 
 use redrive_core::Timestamp;
 use redrive_core::access::Grant;
-pub use redrive_core::audit::{AuditFields, ChainHead};
 use redrive_core::audit::ChainedEntry;
+pub use redrive_core::audit::{AuditFields, ChainHead};
 
 /// A token to store. The secret itself is never stored: only its SHA-256 (`secret_hash`,
 /// lowercase hex), looked up on every request.

@@ -201,16 +201,25 @@ pub trait Store: Send + Sync + 'static {
 
     // ---- dead letters -------------------------------------------------------------
 
-    /// A page of one queue's dead-letter records, oldest first, after the cursor.
+    /// A page of one queue's dead-letter records, by id, after the cursor: the records,
+    /// and the rows of the page this build cannot read ([`UndecodableRecord`]), which
+    /// never fail the page.
+    async fn list_dead_letter_page(&self, query: &DeadLetterQuery) -> StoreResult<DeadLetterPage>;
+
+    /// The records of [`Store::list_dead_letter_page`] (rows that cannot be read left
+    /// out).
     async fn list_dead_letters(
         &self,
         query: &DeadLetterQuery,
-    ) -> StoreResult<Vec<DeadLetterRecord>>;
+    ) -> StoreResult<Vec<DeadLetterRecord>> {
+        Ok(self.list_dead_letter_page(query).await?.records)
+    }
 
-    /// One record.
+    /// One record. `DeadLetterUndecodable` when its row cannot be read.
     async fn get_dead_letter(&self, queue: &EntityName, id: &str) -> StoreResult<DeadLetterRecord>;
 
-    /// Peek-lock receive from the live area of a queue's dead-letter store.
+    /// Peek-lock receive from the live area of a queue's dead-letter store. A row that
+    /// cannot be read is passed over (neither locked nor returned).
     async fn receive_dead_letters(
         &self,
         queue: &EntityName,
@@ -259,12 +268,27 @@ pub trait Store: Send + Sync + 'static {
     /// [`skeleton::replay::MAX_CLAIM_BYTES`] of bodies ([`skeleton::replay::claim_cut`]). Each claimed record's due time
     /// moves to `now + claim_ms` in the same transaction (returned records show the new
     /// time), so a judge that dies leaves it to a claim after that.
+    ///
+    /// A candidate whose row cannot be read ([`UndecodableRecord`]) is set aside in the
+    /// same transaction instead of claimed: its reason is stored, no claim takes it again
+    /// (until an operator clears that), and this claim alone reports it. It never fails
+    /// the claim of the others.
+    async fn claim_replay(
+        &self,
+        now: Timestamp,
+        limit: u32,
+        claim_ms: u64,
+    ) -> StoreResult<ReplayClaim>;
+
+    /// The records of [`Store::claim_replay`].
     async fn claim_replay_candidates(
         &self,
         now: Timestamp,
         limit: u32,
         claim_ms: u64,
-    ) -> StoreResult<Vec<DeadLetterRecord>>;
+    ) -> StoreResult<Vec<DeadLetterRecord>> {
+        Ok(self.claim_replay(now, limit, claim_ms).await?.records)
+    }
 
     /// Quarantines a live record whole: to the quarantine area with the judgement (and
     /// its cause in `replay_cause`), its message id written back without its replay count,

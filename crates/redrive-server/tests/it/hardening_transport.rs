@@ -15,7 +15,11 @@ fn on() -> AccessSettings {
 }
 
 async fn started(backend: Backend) -> TestServer {
-    TestServer::builder().backend(backend).auth(on()).start().await
+    TestServer::builder()
+        .backend(backend)
+        .auth(on())
+        .start()
+        .await
 }
 
 /// Ten audited acts: five tokens made and revoked.
@@ -73,20 +77,14 @@ async fn removing_the_newest_audit_entries_is_detected_on_every_backend() {
 
         // The last five rows go while the server is stopped.
         let s = s
-            .restart_after_sql(&format!(
-                "DELETE FROM audit_log WHERE seq > {}",
-                newest - 5
-            ))
+            .restart_after_sql(&format!("DELETE FROM audit_log WHERE seq > {}", newest - 5))
             .await;
         let v = verify(&s).await;
         assert_eq!(v["ok"], false, "{name}: {v}");
         assert_eq!(v["broken_at"], newest - 4, "{name}: {v}");
         let detail = v["detail"].as_str().unwrap();
         assert!(
-            detail.contains(&format!(
-                "entries {} to {newest} are missing",
-                newest - 4
-            )),
+            detail.contains(&format!("entries {} to {newest} are missing", newest - 4)),
             "{name}: {detail}"
         );
         assert_eq!(v["head_seq"], newest, "{name}: {v}");

@@ -11,6 +11,7 @@ mod cases;
 mod dead_letters;
 mod hardening_access;
 mod hardening_imports;
+mod hardening_replay;
 mod hardening_transport;
 mod messages;
 mod ops;

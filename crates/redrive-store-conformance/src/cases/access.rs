@@ -552,7 +552,10 @@ pub async fn audit_retention_removes_only_a_prefix_of_the_log(t: &TestStore) {
 }
 
 pub async fn audit_head_follows_every_append_and_retention_pass(t: &TestStore) {
-    assert_eq!(t.s().audit_head().await.unwrap(), Some(ChainHead::genesis()));
+    assert_eq!(
+        t.s().audit_head().await.unwrap(),
+        Some(ChainHead::genesis())
+    );
     let head_of = |e: &AuditEntry| ChainHead {
         seq: e.seq,
         hash: e.hash.clone(),

@@ -405,6 +405,7 @@ fn replay_status_counts_each_queue_after_imports() {
         "CANDIDATES",
         "FAILING",
         "FLAGGED",
+        "UNDECODABLE",
         "ARCHIVED",
         "QUARANTINED",
     ] {
