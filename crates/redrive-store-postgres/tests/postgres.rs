@@ -1916,7 +1916,7 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "13"
+        SCHEMA_VERSION.to_string()
     );
     assert_eq!(
         scalar(

@@ -1368,7 +1368,7 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!(version, 13);
+    assert_eq!(version, SCHEMA_VERSION);
     let tables: i64 = conn
         .query_row(
             "SELECT count(*) FROM sqlite_master WHERE name = 'move_tasks'",
