@@ -166,9 +166,24 @@ pub struct JudgedEvent {
 pub struct DeadLetterPage {
     /// The records, oldest first.
     pub dead_letters: Vec<DeadLetter>,
+    /// Records of the page whose stored row this build cannot read, by id, with what
+    /// cannot be read (they count toward the page's limit); absent when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undecodable: Vec<UndecodableDeadLetter>,
     /// Pass as `cursor` for the next page; absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
+}
+
+/// A dead-letter record whose stored row cannot be read (a value outside its column's
+/// domain): listed by id, never failing the page. Fix or remove its row
+/// (docs/operations.md).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct UndecodableDeadLetter {
+    /// The record id.
+    pub id: String,
+    /// What cannot be read: the column and why.
+    pub reason: String,
 }
 
 /// `POST /v1/queues/{name}/dead-letters/receive`.

@@ -96,6 +96,9 @@ codes! {
     SessionLockLost = ("session_lock_lost", 409, "Session lock lost"),
     /// The queue's dead-letter queue does not exist.
     DeadLetterTargetMissing = ("dead_letter_target_missing", 409, "Dead-letter target missing"),
+    /// The dead-letter record's stored row cannot be read by this build (a value outside
+    /// its column's domain); nothing changed. Fix or remove the row (docs/operations.md).
+    DeadLetterUndecodable = ("dead_letter_undecodable", 409, "Dead letter cannot be read"),
     /// The request's media type is not accepted.
     UnsupportedMediaType = ("unsupported_media_type", 415, "Unsupported media type"),
     /// Storage is busy or unreachable; retry after the `Retry-After` delay.

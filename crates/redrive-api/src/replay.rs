@@ -22,6 +22,10 @@ pub struct ReplayStatus {
     pub failing: u64,
     /// Live records that failed at least the node's flag threshold of times.
     pub flagged: u64,
+    /// Records whose stored row this build cannot read: set aside from replay (never
+    /// judged, never failing the others) until an operator fixes or removes them.
+    #[serde(default)]
+    pub undecodable: u64,
     /// Records in the archived area.
     pub archived: u64,
     /// Records in the quarantine area, by the cause of their judgement, or

@@ -4,7 +4,10 @@
 
 use redrive_core::access::Operation;
 use redrive_core::{Area, EntityName, Timestamp};
-use redrive_store::{DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Enqueued};
+use redrive_store::{
+    DeadLetterDelivery, DeadLetterPage, DeadLetterQuery, DeadLetterRecord, Enqueued,
+    UndecodableRecord,
+};
 
 use crate::metrics::Counter;
 use crate::{Actor, Broker, BrokerError, BrokerResult, MAX_RECEIVE_BATCH};
@@ -26,17 +29,42 @@ pub struct DeadLetterFilter {
     pub limit: Option<u32>,
 }
 
+/// A page of a dead-letter listing.
+#[derive(Debug, Clone, Default)]
+pub struct DeadLetterListing {
+    /// The records, by id.
+    pub records: Vec<DeadLetterRecord>,
+    /// The rows of the page this build cannot read, by id: named with the reason, never
+    /// failing the page (the page's limit counts them).
+    pub undecodable: Vec<UndecodableRecord>,
+    /// The cursor of the next page; `None` on the last.
+    pub next: Option<String>,
+}
+
 impl Broker {
-    /// A page of dead letters and the cursor of the next page. When the actor may read
-    /// payloads (`payload-reader` on the queue) the interfaces show the bodies, and the
-    /// page is audited as a payload read first; otherwise only metadata is shown.
-    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue))]
+    /// A page of dead letters and the cursor of the next page (see
+    /// [`Broker::list_dead_letter_page`]; rows that cannot be read are left out).
     pub async fn list_dead_letters(
         &self,
         queue: &str,
         filter: DeadLetterFilter,
         actor: &Actor,
     ) -> BrokerResult<(Vec<DeadLetterRecord>, Option<String>)> {
+        let page = self.list_dead_letter_page(queue, filter, actor).await?;
+        Ok((page.records, page.next))
+    }
+
+    /// A page of dead letters, the rows of it that cannot be read, and the cursor of the
+    /// next page. When the actor may read payloads (`payload-reader` on the queue) the
+    /// interfaces show the bodies, and the page is audited as a payload read first;
+    /// otherwise only metadata is shown.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue))]
+    pub async fn list_dead_letter_page(
+        &self,
+        queue: &str,
+        filter: DeadLetterFilter,
+        actor: &Actor,
+    ) -> BrokerResult<DeadLetterListing> {
         let name: EntityName = queue.parse()?;
         let limit = filter.limit.unwrap_or(100);
         if limit == 0 || limit > MAX_RECEIVE_BATCH {
@@ -52,10 +80,10 @@ impl Broker {
         }
         // Fails with queue_not_found for an unknown queue rather than an empty page.
         self.inner.store.get_queue(&name).await?;
-        let records = self
+        let page = self
             .inner
             .store
-            .list_dead_letters(&DeadLetterQuery {
+            .list_dead_letter_page(&DeadLetterQuery {
                 queue: name.clone(),
                 area: filter.area.unwrap_or(Area::Live),
                 reason: filter.reason,
@@ -65,9 +93,14 @@ impl Broker {
                 limit,
             })
             .await?;
-        let next = (records.len() == limit as usize)
-            .then(|| records.last().map(|r| r.id.clone()))
+        // A full page (rows that cannot be read count) has a next one, after its last id.
+        let next = (page.len() == limit as usize)
+            .then(|| page.last_id().map(str::to_owned))
             .flatten();
+        let DeadLetterPage {
+            records,
+            undecodable,
+        } = page;
         if actor.permits(Operation::ReadDeadLetterPayload, Some(name.as_str()))
             && !records.is_empty()
         {
@@ -75,7 +108,11 @@ impl Broker {
             self.audit(actor, "dead_letter.read", Some(name.as_str()), ids, "ok")
                 .await?;
         }
-        Ok((records, next))
+        Ok(DeadLetterListing {
+            records,
+            undecodable,
+            next,
+        })
     }
 
     /// One dead letter. When the actor may read payloads the interfaces show the body,

@@ -64,7 +64,7 @@ pub use access::{
 };
 pub use cases::{CaseSettings, CaseWorker};
 pub use clock::SystemClock;
-pub use dead_letters::DeadLetterFilter;
+pub use dead_letters::{DeadLetterFilter, DeadLetterListing};
 pub use dispatcher::Dispatcher;
 pub use error::{BrokerError, BrokerResult};
 pub use health::StoreHealth;

@@ -563,7 +563,11 @@ impl Broker {
                     format!("must be between 1 and {MAX_RECEIVE_BATCH}"),
                 ));
             }
-            Ok(self.inner.store.peek(&name, from_sequence, limit).await?)
+            Ok(self
+                .inner
+                .store
+                .peek(&name, from_sequence, limit, self.now())
+                .await?)
         }
         .await;
         let targets = match &result {

@@ -378,7 +378,7 @@ pub(crate) fn render_audit_head(out: &mut String, head: Option<&redrive_core::au
 /// time: candidates, failing and flagged records, and quarantined records by cause
 /// (`manual`: moved there by an operator).
 pub(crate) fn render_replay(out: &mut String, counts: &[redrive_store::ReplayCounts]) {
-    let gauges: [ReplayGauge; 4] = [
+    let gauges: [ReplayGauge; 5] = [
         (
             "redrive_replay_candidates",
             "Live dead letters waiting for their replay judgement.",
@@ -393,6 +393,11 @@ pub(crate) fn render_replay(out: &mut String, counts: &[redrive_store::ReplayCou
             "redrive_replay_flagged",
             "Live dead letters whose replay judgement failed at least the flag threshold of times.",
             |c| c.flagged,
+        ),
+        (
+            "redrive_replay_undecodable",
+            "Dead-letter records this build cannot read, set aside from replay until an operator fixes or removes them.",
+            |c| c.undecodable,
         ),
         (
             "redrive_dead_letters_archived",

@@ -121,6 +121,10 @@ pub struct ReplayPass {
     pub failed: u64,
     /// Records already judged or gone when their turn came (nothing done).
     pub already_done: u64,
+    /// Records this pass's claim set aside because their stored row cannot be read
+    /// (each logged once, here; no claim takes them again until an operator fixes or
+    /// removes them).
+    pub undecodable: Vec<redrive_store::UndecodableRecord>,
 }
 
 /// What the next judgement of a quarantined record will do, were it restored now.
@@ -196,7 +200,7 @@ impl Replayer {
                 let (one, two) = tokio::join!(b.replay_once(), b.replay_once());
                 for pass in [one, two] {
                     match pass {
-                        Ok(pass) => more |= pass.judged > 0,
+                        Ok(pass) => more |= pass.judged > 0 || !pass.undecodable.is_empty(),
                         Err(e) => tracing::warn!(error = %e, "replay pass failed; retrying"),
                     }
                 }
@@ -360,12 +364,19 @@ impl Broker {
     pub async fn replay_once(&self) -> BrokerResult<ReplayPass> {
         let settings = self.replay_settings();
         let now = self.now();
-        let claimed = self
+        let claim = self
             .inner
             .store
-            .claim_replay_candidates(now, REPLAY_BATCH, settings.claim_ms)
+            .claim_replay(now, REPLAY_BATCH, settings.claim_ms)
             .await?;
         let mut pass = ReplayPass::default();
+        for u in &claim.undecodable {
+            // Set aside by this claim alone: logged once, then left out of every pass.
+            tracing::error!(queue = %u.queue, dead_letter_id = %u.id, reason = %u.reason,
+                "a dead letter cannot be read; it is set aside from automatic replay until it is fixed or removed");
+        }
+        pass.undecodable = claim.undecodable;
+        let claimed = claim.records;
         if claimed.is_empty() {
             return Ok(pass);
         }

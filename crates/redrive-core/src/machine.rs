@@ -334,6 +334,37 @@ pub fn sweep(meta: &MessageMeta, policy: &QueuePolicy, now: Timestamp, seed: u64
     }
 }
 
+/// How a message stands at `now` for a reader that writes nothing (a browse, the queue
+/// counts). A lock that has run out holds nothing from that moment, whether or not the
+/// sweep (or a receive of its queue) has written its release yet: it is shown as its
+/// release leaves it ([`release`] for [`Release::LockExpired`], the sweep's step), so a
+/// browse never shows `locked` with a past `locked_until` while a settlement answers
+/// `LockLost`. A message whose release dead-letters it (its last delivery) or drops it
+/// (its time to live ran out) is shown unlocked, waiting for that step: available (or
+/// deferred) from its lock's expiry. Anything else is shown as stored.
+pub fn view(meta: &MessageMeta, policy: &QueuePolicy, now: Timestamp, seed: u64) -> MessageMeta {
+    let Some(until) = meta.locked_until.filter(|u| *u <= now) else {
+        return meta.clone();
+    };
+    if meta.state != MessageState::Locked {
+        return meta.clone();
+    }
+    match release(meta, policy, now, Release::LockExpired, seed) {
+        Step::Keep(next) => next,
+        Step::Complete | Step::DeadLetter { .. } | Step::Drop => MessageMeta {
+            state: if meta.deferred {
+                MessageState::Deferred
+            } else {
+                MessageState::Available
+            },
+            visible_at: until,
+            lock_token: None,
+            locked_until: None,
+            ..meta.clone()
+        },
+    }
+}
+
 fn check(meta: &MessageMeta, token: &str, now: Timestamp) -> Result<(), Refusal> {
     if meta.holds_lock(token, now) {
         Ok(())

@@ -313,3 +313,62 @@ fn max_three_means_three_deliveries_then_dead_letter() {
     }
     panic!("never dead-lettered");
 }
+
+#[test]
+fn a_view_shows_a_lock_that_ran_out_as_its_release_leaves_it() {
+    let policy = QueuePolicy {
+        max_delivery_count: 3,
+        ..QueuePolicy::default()
+    };
+    let sent = MessageMeta::sent(Timestamp(0), None);
+    let Step::Keep(locked) =
+        machine::receive(&sent, &policy, Timestamp(0), 1_000, "t".into(), false).unwrap()
+    else {
+        panic!("delivery refused")
+    };
+    // While the lock holds, the view is the stored meta.
+    assert_eq!(machine::view(&locked, &policy, Timestamp(999), 0), locked);
+    // From its expiry on, the lock holds nothing, and a settlement is refused.
+    let seen = machine::view(&locked, &policy, Timestamp(1_000), 0);
+    assert_eq!(seen.state, MessageState::Available);
+    assert_eq!((seen.lock_token, seen.locked_until), (None, None));
+    assert_eq!(seen.visible_at, Timestamp(1_000));
+    assert_eq!(seen.delivery_count, 1);
+    assert_eq!(
+        machine::complete(&locked, "t", Timestamp(1_000)),
+        Err(Refusal::LockLost)
+    );
+    // With a backoff, the view is the sweep's: visible after the backoff from the expiry.
+    let backoff = QueuePolicy {
+        redelivery_backoff: Backoff::Fixed { delay_ms: 500 },
+        ..policy.clone()
+    };
+    let seen = machine::view(&locked, &backoff, Timestamp(1_200), 0);
+    assert_eq!(
+        (seen.state, seen.visible_at),
+        (MessageState::Available, Timestamp(1_500))
+    );
+    let Some(Step::Keep(swept)) = machine::sweep(&locked, &backoff, Timestamp(1_200), 0) else {
+        panic!("the sweep releases the lock")
+    };
+    assert_eq!(seen, swept);
+    // A deferred message's lock returns it to deferred.
+    let deferred = MessageMeta {
+        deferred: true,
+        ..locked.clone()
+    };
+    assert_eq!(
+        machine::view(&deferred, &policy, Timestamp(2_000), 0).state,
+        MessageState::Deferred
+    );
+    // At its last delivery the release dead-letters it: shown unlocked until that is written.
+    let last = MessageMeta {
+        delivery_count: 3,
+        ..locked
+    };
+    let seen = machine::view(&last, &policy, Timestamp(5_000), 0);
+    assert_eq!(
+        (seen.state, seen.visible_at, seen.locked_until),
+        (MessageState::Available, Timestamp(1_000), None)
+    );
+}

@@ -170,6 +170,11 @@ fn problem_for_store(e: &StoreError) -> Problem {
         StoreError::SessionLockLost => C::SessionLockLost,
         StoreError::DeadLetterNotFound { .. } => C::DeadLetterNotFound,
         StoreError::DeadLetterTargetMissing { .. } => C::DeadLetterTargetMissing,
+        StoreError::DeadLetterUndecodable { id, reason, .. } => {
+            return Problem::new(C::DeadLetterUndecodable, e.to_string())
+                .with("dead_letter_id", id.as_str())
+                .with("reason", reason.as_str());
+        }
         StoreError::CaseNotFound { .. } => C::CaseNotFound,
         StoreError::CaseChanged { .. } => {
             return Problem::new(C::CaseConflict, e.to_string()).with("reason", "case_changed");

@@ -268,6 +268,7 @@ pub fn replay_status_out(c: &redrive_broker::ReplayStatus) -> ReplayStatus {
         candidates: c.candidates,
         failing: c.failing,
         flagged: c.flagged,
+        undecodable: c.undecodable,
         archived: c.archived,
         quarantined: c
             .quarantined

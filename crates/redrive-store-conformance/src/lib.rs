@@ -79,6 +79,7 @@ macro_rules! store_conformance_tests {
             receive_returns_oldest_first_up_to_max,
             receive_counts_deliveries_and_records_delivery_times,
             lock_expiry_counts_as_abandon,
+            a_lock_that_ran_out_is_shown_released_before_any_sweep,
             receive_on_session_queue_without_session_is_session_required,
             receive_with_session_on_plain_queue_is_session_not_allowed,
             next_wake_reports_schedule_and_lock_expiry,

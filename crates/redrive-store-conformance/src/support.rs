@@ -140,7 +140,7 @@ impl TestStore {
     /// Sequences currently on the queue (peek from 1).
     pub async fn sequences(&self, q: &EntityName) -> Vec<i64> {
         self.store
-            .peek(q, 1, 10_000)
+            .peek(q, 1, 10_000, T0)
             .await
             .expect("peek")
             .iter()

@@ -116,8 +116,12 @@ pub(crate) async fn reads(
             Err(StoreError::CaseNotFound { .. }) => continue,
             Err(e) => return Err(e),
         };
-        let record =
-            crate::dead_letters::load_record(db, &case.queue, &case.record_id, false).await?;
+        let (record, record_undecodable) =
+            match crate::dead_letters::load_record(db, &case.queue, &case.record_id, false).await {
+                Ok(r) => (r, None),
+                Err(StoreError::DeadLetterUndecodable { reason, .. }) => (None, Some(reason)),
+                Err(e) => return Err(e),
+            };
         let intent = redrive_store::skeleton::cases::intent_for(
             intent_words(db, &case.intent_id).await?,
             case.queue.as_str(),
@@ -125,6 +129,7 @@ pub(crate) async fn reads(
         out.push(redrive_store::CaseRead {
             case,
             record,
+            record_undecodable,
             intent,
         });
     }

@@ -5,19 +5,19 @@
 use redrive_core::{Area, EntityName, Timestamp};
 use redrive_store::skeleton::columns::millis;
 use redrive_store::skeleton::dead_letters::{
-    check_lock, check_resubmit, lock_records, not_found, resubmitted,
+    check_lock, check_resubmit, lock_records, not_found, page, resubmitted, undecodable,
 };
 use redrive_store::skeleton::replay::moved;
 use redrive_store::skeleton::{Cause, DeadLetterPlan, Head};
 use redrive_store::{
-    DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Effects, Enqueued, StoreError,
-    StoreResult,
+    DeadLetterDelivery, DeadLetterPage, DeadLetterQuery, DeadLetterRecord, Effects, Enqueued,
+    StoreError, StoreResult,
 };
 
 use crate::pool::Db;
 use crate::rows::{
-    QueueInfo, Writes, allocate_one, decode, delete_rows, get, insert_messages, insert_record,
-    load_row, queue, queue_id, queue_opt, record,
+    QueueInfo, Writes, allocate_one, checked_record, delete_rows, get, insert_messages,
+    insert_record, load_row, queue, queue_id, queue_opt,
 };
 
 /// Dead-letters the message `head` of queue `q` (its row locked by the caller): writes
@@ -75,7 +75,7 @@ pub(crate) async fn load_record(
         )
     };
     match db.query_opt(sql, &[&queue.as_str(), &id]).await? {
-        Some(row) => record(&row).map(Some),
+        Some(row) => checked_record(&row).map(Some).map_err(undecodable),
         None => Ok(None),
     }
 }
@@ -84,7 +84,7 @@ pub(crate) async fn load_record(
 
 /// One statement (one snapshot); an empty page is told apart from a missing queue by a
 /// second look (records are deleted with their queue, in one transaction).
-pub(crate) async fn list(db: &Db<'_>, q: &DeadLetterQuery) -> StoreResult<Vec<DeadLetterRecord>> {
+pub(crate) async fn list(db: &Db<'_>, q: &DeadLetterQuery) -> StoreResult<DeadLetterPage> {
     let rows = db
         .query(
             concat!(
@@ -111,7 +111,7 @@ pub(crate) async fn list(db: &Db<'_>, q: &DeadLetterQuery) -> StoreResult<Vec<De
     if rows.is_empty() {
         queue_id(db, &q.queue).await?;
     }
-    decode(&rows, record)
+    Ok(page(rows.iter().map(checked_record).collect()))
 }
 
 pub(crate) async fn get_one(
@@ -145,13 +145,15 @@ pub(crate) async fn receive(
                 "SELECT ",
                 redrive_store::columns!(dead_letter),
                 " FROM dead_letters WHERE queue = $1 AND area = 'live' \
-                  AND (locked_until IS NULL OR locked_until <= $2) \
+                  AND (locked_until IS NULL OR locked_until <= $2) AND undecodable IS NULL \
                  ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED"
             ),
             &[&name.as_str(), &now.0, &i64::from(max)],
         )
         .await?;
-    let out = lock_records(decode(&rows, record)?, lock_ms, now);
+    // A row that cannot be read is passed over: it is neither locked nor handed out.
+    let records = rows.iter().filter_map(|r| checked_record(r).ok()).collect();
+    let out = lock_records(records, lock_ms, now);
     if out.is_empty() {
         return Ok(out);
     }

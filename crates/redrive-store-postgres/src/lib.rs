@@ -240,7 +240,8 @@ use redrive_store::{
 };
 use redrive_store::{CaseCounts, CaseQuery, CaseRecord, CaseUpdate, EffectAuthority, IntentRecord};
 use redrive_store::{
-    DrainRule, Quarantine, QuarantineCopy, ReplayCounts, ReplayFinish, RetentionRule,
+    DeadLetterPage, DrainRule, Quarantine, QuarantineCopy, ReplayClaim, ReplayCounts, ReplayFinish,
+    RetentionRule,
 };
 use redrive_store::{MoveTaskProgress, MoveTaskRecord};
 use redrive_store::{
@@ -625,8 +626,15 @@ impl Store for PostgresStore {
         queue: &EntityName,
         from_sequence: i64,
         limit: u32,
+        now: Timestamp,
     ) -> StoreResult<Vec<StoredMessage>> {
-        read!(self, |db| messages::peek(db, queue, from_sequence, limit))
+        read!(self, |db| messages::peek(
+            db,
+            queue,
+            from_sequence,
+            limit,
+            now
+        ))
     }
 
     async fn settle(
@@ -693,10 +701,7 @@ impl Store for PostgresStore {
         ))
     }
 
-    async fn list_dead_letters(
-        &self,
-        query: &DeadLetterQuery,
-    ) -> StoreResult<Vec<DeadLetterRecord>> {
+    async fn list_dead_letter_page(&self, query: &DeadLetterQuery) -> StoreResult<DeadLetterPage> {
         read!(self, |db| dead_letters::list(db, query))
     }
 
@@ -751,12 +756,12 @@ impl Store for PostgresStore {
         write_tx!(self, |db| dead_letters::move_to(db, queue, id, to, now))
     }
 
-    async fn claim_replay_candidates(
+    async fn claim_replay(
         &self,
         now: Timestamp,
         limit: u32,
         claim_ms: u64,
-    ) -> StoreResult<Vec<DeadLetterRecord>> {
+    ) -> StoreResult<ReplayClaim> {
         write_tx!(self, |db| replay::claim(db, now, limit, claim_ms))
     }
 

@@ -23,7 +23,7 @@ use crate::dead_letters;
 use crate::pool::{Db, Owned};
 use crate::rows::{
     QueueInfo, Writes, allocate_sequences, batch_size, decode, delete_rows, drawn, get, head,
-    head_cols, insert_messages, message, msg_cols, queue, queue_id, queue_opt, queue_with,
+    head_cols, insert_messages, message, msg_cols, queue, queue_opt, queue_with,
     sequence_statements, session_keys,
 };
 use crate::sessions;
@@ -997,25 +997,24 @@ pub(crate) async fn peek(
     name: &EntityName,
     from_sequence: i64,
     max: u32,
+    now: Timestamp,
 ) -> StoreResult<Vec<StoredMessage>> {
+    // The policy says where a lock that ran out is shown (its release's backoff).
+    let q = queue(db, name).await?;
     let rows = db
         .query(
             concat!(
                 "SELECT ",
                 msg_cols!(),
-                " FROM messages WHERE queue_id = (SELECT id FROM queues WHERE name = $1) \
+                " FROM messages WHERE queue_id = $1 \
                  AND sequence >= $2 ORDER BY sequence LIMIT $3"
             ),
-            &[&name.as_str(), &from_sequence, &i64::from(max)],
+            &[&q.id, &from_sequence, &i64::from(max)],
         )
         .await?;
-    if rows.is_empty() {
-        queue_id(db, name).await?;
-        return Ok(Vec::new());
-    }
     Ok(decode(&rows, message)?
         .into_iter()
-        .map(|r| r.into_stored(name))
+        .map(|r| r.into_view(name, &q.policy, now))
         .collect())
 }
 

@@ -5,11 +5,13 @@ use redrive_store::skeleton::columns::{to_int, to_json};
 use redrive_store::skeleton::entities::{
     QueueRow, check_queue_delete, mirror_subscription, queue_exists, queue_not_found,
 };
+use redrive_store::skeleton::messages::count_expired_locks;
 use redrive_store::{QueueCounts, QueueRecord, StoreError, StoreResult, SubscriptionSpec};
 
 use crate::pool::Db;
 use crate::rows::{
-    LOCK_QUEUE_EXCLUSIVE, QueueInfo, count_u64, decode, forget_queue, get, queue_from_row,
+    LOCK_QUEUE_EXCLUSIVE, QueueInfo, count_u64, decode, forget_queue, get, head, head_cols, queue,
+    queue_from_row,
 };
 
 pub(crate) async fn create(
@@ -188,11 +190,11 @@ pub(crate) async fn counts(
             "SELECT \
                count(m.sequence) FILTER (WHERE m.state = 'available' AND m.due_at <= $2), \
                count(m.sequence) FILTER (WHERE m.state = 'available' AND m.due_at > $2), \
-               count(m.sequence) FILTER (WHERE m.state = 'locked'), \
+               count(m.sequence) FILTER (WHERE m.state = 'locked' AND m.due_at > $2), \
                count(m.sequence) FILTER (WHERE m.state = 'deferred'), \
                (SELECT count(*) FROM dead_letters d WHERE d.queue = q.name \
                   AND d.area = 'live'), \
-               min(m.enqueued_at) \
+               min(m.enqueued_at), q.id \
              FROM queues q LEFT JOIN messages m ON m.queue_id = q.id \
              WHERE q.name = $1 GROUP BY q.id, q.name",
             &[&name.as_str(), &now.0],
@@ -200,12 +202,29 @@ pub(crate) async fn counts(
         .await?
         .ok_or_else(|| queue_not_found(name))?;
     let oldest: Option<i64> = get(&row, 5)?;
-    Ok(QueueCounts {
+    let id: i64 = get(&row, 6)?;
+    let mut counts = QueueCounts {
         active: count_u64(&row, 0)?,
         scheduled: count_u64(&row, 1)?,
         locked: count_u64(&row, 2)?,
         deferred: count_u64(&row, 3)?,
         dead_lettered: count_u64(&row, 4)?,
         oldest_enqueued_at: oldest.map(Timestamp),
-    })
+    };
+    // Locks that ran out by now, their release not yet written: where a browse shows them.
+    let expired = db
+        .query(
+            concat!(
+                "SELECT ",
+                head_cols!(),
+                " FROM messages WHERE queue_id = $1 AND state = 'locked' AND due_at <= $2"
+            ),
+            &[&id, &now.0],
+        )
+        .await?;
+    if !expired.is_empty() {
+        let q = queue(db, name).await?;
+        count_expired_locks(&mut counts, &decode(&expired, head)?, &q.policy, now);
+    }
+    Ok(counts)
 }

@@ -19,12 +19,14 @@ use redrive_store::skeleton::replay::{
     CountRow, claimed, copy_record, fold_counts, imported, quarantine_whole, source_gone,
 };
 use redrive_store::{
-    DeadLetterRecord, DrainRule, Quarantine, QuarantineCopy, ReplayCounts, ReplayFinish,
-    RetentionRule, StoreResult,
+    DeadLetterRecord, DrainRule, Quarantine, QuarantineCopy, ReplayClaim, ReplayCounts,
+    ReplayFinish, RetentionRule, StoreResult,
 };
 
 use crate::pool::Db;
-use crate::rows::{OnConflict, decode, get, insert_records, queue, queue_id, record};
+use crate::rows::{
+    OnConflict, checked_record, decode, get, insert_records, queue, queue_id, record,
+};
 
 /// Candidates due at `now`, unlocked, earliest due first, across queues; each one's due
 /// time moved to the claim's end in the same transaction.
@@ -33,9 +35,9 @@ pub(crate) async fn claim(
     now: Timestamp,
     limit: u32,
     claim_ms: u64,
-) -> StoreResult<Vec<DeadLetterRecord>> {
+) -> StoreResult<ReplayClaim> {
     if limit == 0 {
-        return Ok(Vec::new());
+        return Ok(ReplayClaim::default());
     }
     // SKIP LOCKED: claims on other nodes (and records being written) are passed over,
     // so no candidate is claimed twice. The candidates in claim order with their sizes
@@ -45,7 +47,7 @@ pub(crate) async fn claim(
         .query(
             "SELECT id, octet_length(body)::bigint FROM dead_letters \
              WHERE replay_due_at <= $1 AND area = 'live' \
-              AND (locked_until IS NULL OR locked_until <= $1) \
+              AND (locked_until IS NULL OR locked_until <= $1) AND undecodable IS NULL \
              ORDER BY replay_due_at, id LIMIT $2 FOR UPDATE SKIP LOCKED",
             &[&now.0, &i64::from(limit)],
         )
@@ -66,22 +68,40 @@ pub(crate) async fn claim(
             &[&ids],
         )
         .await?;
-    let mut records = decode(&rows, record)?;
-    if records.is_empty() {
-        return Ok(records);
+    // A row that cannot be read is set aside (its reason stored, so the claim's look
+    // passes over it from then on), never failing the claim of the others.
+    let mut out = ReplayClaim::default();
+    for row in &rows {
+        match checked_record(row) {
+            Ok(r) => out.records.push(r),
+            Err(u) => out.undecodable.push(u),
+        }
+    }
+    if !out.undecodable.is_empty() {
+        let ids: Vec<String> = out.undecodable.iter().map(|u| u.id.clone()).collect();
+        let reasons: Vec<String> = out.undecodable.iter().map(|u| u.reason.clone()).collect();
+        db.defer(
+            "UPDATE dead_letters AS d SET undecodable = u.reason \
+             FROM unnest($1::text[], $2::text[]) AS u(id, reason) WHERE d.id = u.id",
+            vec![Box::new(ids), Box::new(reasons)],
+        )
+        .await?;
+    }
+    if out.records.is_empty() {
+        return Ok(out);
     }
     let due = claimed(now, claim_ms);
-    let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
+    let ids: Vec<String> = out.records.iter().map(|r| r.id.clone()).collect();
     // The rows are locked: the write goes out with the COMMIT.
     db.defer(
         "UPDATE dead_letters SET replay_due_at = $1 WHERE id = ANY($2::text[])",
         vec![Box::new(due.0), Box::new(ids)],
     )
     .await?;
-    for r in &mut records {
+    for r in &mut out.records {
         r.replay.due_at = Some(due);
     }
-    Ok(records)
+    Ok(out)
 }
 
 /// Quarantines a live record whole; `Ok(false)` when it is no longer live.
@@ -304,9 +324,11 @@ pub(crate) async fn expire(
 macro_rules! count_sql {
     ($rest:literal) => {
         concat!(
-            "SELECT queue, area, replay_cause, count(*), count(replay_due_at), \
+            "SELECT queue, area, replay_cause, count(*), \
+             count(replay_due_at) FILTER (WHERE undecodable IS NULL), \
              count(*) FILTER (WHERE replay_failures > 0), \
-             count(*) FILTER (WHERE replay_failures >= $1) FROM dead_letters",
+             count(*) FILTER (WHERE replay_failures >= $1), count(undecodable) \
+             FROM dead_letters",
             $rest,
             " GROUP BY queue, area, replay_cause"
         )
@@ -339,6 +361,7 @@ pub(crate) async fn counts(
             candidates: get(r, 4)?,
             failing: get(r, 5)?,
             flagged: get(r, 6)?,
+            undecodable: get(r, 7)?,
         })
     })?;
     let mut out = fold_counts(rows)?;

@@ -12,7 +12,7 @@ use redrive_store::skeleton::columns::{invariant, millis, props_to_json, to_int}
 use redrive_store::skeleton::entities::{QueueRow, queue_not_found};
 use redrive_store::skeleton::{Columns, Head, MessageRow, NewRow};
 use redrive_store::skeleton::{dead_letters, replay};
-use redrive_store::{DeadLetterRecord, StoreError, StoreResult};
+use redrive_store::{DeadLetterRecord, StoreError, StoreResult, UndecodableRecord};
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 
@@ -104,6 +104,13 @@ pub(crate) fn message(r: &Row) -> StoreResult<MessageRow> {
 /// Reads [`columns!(dead_letter)`](redrive_store::columns).
 pub(crate) fn record(r: &Row) -> StoreResult<DeadLetterRecord> {
     dead_letters::decode(&Cols(r))
+}
+
+/// Reads [`columns!(dead_letter)`](redrive_store::columns), or names a row this build
+/// cannot read ([`dead_letters::decode_checked`]): the row is fetched already, so the
+/// error is the row's own.
+pub(crate) fn checked_record(r: &Row) -> Result<DeadLetterRecord, UndecodableRecord> {
+    dead_letters::decode_checked(&Cols(r))
 }
 
 /// Decodes every row with `f`.

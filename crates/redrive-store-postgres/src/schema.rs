@@ -29,10 +29,14 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (12, include_str!("migrations/0012_case_failure_index.sql")),
     (13, include_str!("migrations/0013_intent_entities.sql")),
     (14, include_str!("migrations/0014_audit_head.sql")),
+    (
+        15,
+        include_str!("migrations/0015_undecodable_dead_letters.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: u32 = 14;
+pub const LATEST_VERSION: u32 = 15;
 
 /// First key of the advisory lock that serialises migrations ("rdrv"); the second key is
 /// a hash of the schema name, so that migrations of different schemas do not wait on

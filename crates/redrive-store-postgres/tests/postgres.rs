@@ -313,7 +313,7 @@ async fn a_statement_blocked_by_a_lock_fails_within_the_statement_timeout() {
         .expect("the blocked send ended within the statement timeout")
         .unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}");
-    let e = tokio::time::timeout(bound, store.peek(&q, 1, 10))
+    let e = tokio::time::timeout(bound, store.peek(&q, 1, 10, T0))
         .await
         .expect("the blocked peek ended within the statement timeout")
         .unwrap_err();
@@ -323,7 +323,7 @@ async fn a_statement_blocked_by_a_lock_fails_within_the_statement_timeout() {
     drop(holder);
     let _ = io.await;
     let ids: Vec<String> = store
-        .peek(&q, 1, 10)
+        .peek(&q, 1, 10, T0)
         .await
         .unwrap()
         .into_iter()
@@ -523,7 +523,7 @@ async fn an_outage_fails_fast_and_the_store_recovers_without_losing_acknowledged
         "the store reconnected by itself ({recovered} of 30)"
     );
     let present: BTreeSet<String> = store
-        .peek(&q, 1, 1_000)
+        .peek(&q, 1, 1_000, T0)
         .await
         .unwrap()
         .into_iter()
@@ -995,7 +995,8 @@ async fn one_node_wins_a_token_name() {
 /// Takes a schema back to version 7, as a build of that version left it: the case tables
 /// and the route columns of version 8, and the replay plans of version 10 (with the move
 /// plans version 11 made of the move tasks of version 9) gone.
-const BACK_TO_VERSION_7: &str = "ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
+const BACK_TO_VERSION_7: &str = "ALTER TABLE dead_letters DROP COLUMN undecodable; \
+     ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
      DROP TABLE replay_plans, replay_plan_items; \
      DROP TABLE cases, case_timeline, case_payloads, intents, \
        effect_authorities; \
@@ -1004,7 +1005,8 @@ const BACK_TO_VERSION_7: &str = "ALTER TABLE audit_chain DROP COLUMN head_seq, D
 
 /// Takes a schema back to version 6, as a build of that version left it: version 8
 /// to 11 undone, then the replay columns and indexes of version 7 gone.
-const BACK_TO_VERSION_6: &str = "ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
+const BACK_TO_VERSION_6: &str = "ALTER TABLE dead_letters DROP COLUMN undecodable; \
+     ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
      DROP TABLE replay_plans, replay_plan_items; \
      DROP TABLE cases, case_timeline, case_payloads, intents, \
        effect_authorities; \
@@ -1039,10 +1041,10 @@ async fn a_version_4_schema_gains_the_access_tables() {
         "4"
     );
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 14);
+    assert_eq!(SCHEMA_VERSION, 15);
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "14"
+        "15"
     );
     assert_eq!(store.list_queues().await.unwrap().len(), 1);
     let appended = store
@@ -1911,7 +1913,8 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
     raw(
         &g,
         &format!(
-            "ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
+            "ALTER TABLE dead_letters DROP COLUMN undecodable; \
+             ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
              DROP INDEX replay_plans_active_move, replay_plans_moves, replay_plans_seq; \
              ALTER TABLE replay_plans DROP COLUMN kind, DROP COLUMN runner, \
                DROP COLUMN runner_until, DROP COLUMN seq; \
@@ -2022,7 +2025,8 @@ async fn version_12_intents_hold_for_every_entity_after_the_migration() {
     raw(
         &g,
         &format!(
-            "ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
+            "ALTER TABLE dead_letters DROP COLUMN undecodable; \
+             ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
              DROP TABLE intents; \
              CREATE TABLE intents (intent_id text NOT NULL PRIMARY KEY, status text NOT NULL, \
                superseded_by text, reason text, actor text NOT NULL, at bigint NOT NULL); \

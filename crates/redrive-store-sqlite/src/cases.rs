@@ -88,12 +88,18 @@ pub(crate) fn reads(
         let Some(case) = load(conn, id)? else {
             continue;
         };
-        let record = crate::dead_letters::load_record(conn, &case.queue, &case.record_id)?;
+        let (record, record_undecodable) =
+            match crate::dead_letters::load_record(conn, &case.queue, &case.record_id) {
+                Ok(r) => (r, None),
+                Err(StoreError::DeadLetterUndecodable { reason, .. }) => (None, Some(reason)),
+                Err(e) => return Err(e),
+            };
         let intent =
             skeleton::intent_for(intent_words(conn, &case.intent_id)?, case.queue.as_str());
         out.push(redrive_store::CaseRead {
             case,
             record,
+            record_undecodable,
             intent,
         });
     }

@@ -5,21 +5,21 @@
 use redrive_core::{Area, EntityName, Timestamp};
 use redrive_store::skeleton::columns::millis;
 use redrive_store::skeleton::dead_letters::{
-    check_lock, check_resubmit, lock_records, not_found, resubmitted,
+    check_lock, check_resubmit, lock_records, not_found, page, resubmitted, undecodable,
 };
 use redrive_store::skeleton::entities::QueueRow;
 use redrive_store::skeleton::replay::moved;
 use redrive_store::skeleton::{Cause, DeadLetterPlan, Head};
 use redrive_store::{
-    DeadLetterDelivery, DeadLetterQuery, DeadLetterRecord, Effects, Enqueued, ReplayMark,
-    StoreError, StoreResult,
+    DeadLetterDelivery, DeadLetterPage, DeadLetterQuery, DeadLetterRecord, Effects, Enqueued,
+    ReplayMark, StoreError, StoreResult,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::Db;
 use crate::rows::{
-    allocate_sequences, delete_row, insert_message, insert_record, load_row, query_all, query_opt,
-    queue_id, record,
+    allocate_sequences, delete_row, insert_message, insert_record, load_row, query_records,
+    queue_id,
 };
 use crate::writer::Tx;
 
@@ -67,12 +67,16 @@ pub(crate) fn load_record(
             " FROM dead_letters WHERE queue = ?1 AND id = ?2"
         ))
         .db()?;
-    query_opt(&mut stmt, params![queue.as_str(), id], record)
+    match query_records(&mut stmt, params![queue.as_str(), id])?.pop() {
+        Some(Ok(r)) => Ok(Some(r)),
+        Some(Err(u)) => Err(undecodable(u)),
+        None => Ok(None),
+    }
 }
 
 // ---- reads ----------------------------------------------------------------------------
 
-pub(crate) fn list(conn: &Connection, q: &DeadLetterQuery) -> StoreResult<Vec<DeadLetterRecord>> {
+pub(crate) fn list(conn: &Connection, q: &DeadLetterQuery) -> StoreResult<DeadLetterPage> {
     queue_id(conn, &q.queue)?;
     let mut stmt = conn
         .prepare_cached(concat!(
@@ -86,7 +90,7 @@ pub(crate) fn list(conn: &Connection, q: &DeadLetterQuery) -> StoreResult<Vec<De
              ORDER BY id LIMIT ?7"
         ))
         .db()?;
-    query_all(
+    let rows = query_records(
         &mut stmt,
         params![
             q.queue.as_str(),
@@ -97,8 +101,8 @@ pub(crate) fn list(conn: &Connection, q: &DeadLetterQuery) -> StoreResult<Vec<De
             q.after,
             i64::from(q.limit),
         ],
-        record,
-    )
+    )?;
+    Ok(page(rows))
 }
 
 pub(crate) fn get(
@@ -127,15 +131,15 @@ pub(crate) fn receive(
                 "SELECT ",
                 redrive_store::columns!(dead_letter),
                 " FROM dead_letters WHERE queue = ?1 AND area = 'live' \
-                  AND (locked_until IS NULL OR locked_until <= ?2) \
+                  AND (locked_until IS NULL OR locked_until <= ?2) AND undecodable IS NULL \
                  ORDER BY id LIMIT ?3"
             ))
             .db()?;
-        query_all(
-            &mut stmt,
-            params![queue.as_str(), now.0, i64::from(max)],
-            record,
-        )?
+        // A row that cannot be read is passed over: it is neither locked nor handed out.
+        query_records(&mut stmt, params![queue.as_str(), now.0, i64::from(max)])?
+            .into_iter()
+            .filter_map(Result::ok)
+            .collect()
     };
     let out = lock_records(records, lock_ms, now);
     let mut update = tx

@@ -124,7 +124,8 @@ use redrive_store::{
 };
 use redrive_store::{CaseCounts, CaseQuery, CaseRecord, CaseUpdate, EffectAuthority, IntentRecord};
 use redrive_store::{
-    DrainRule, Quarantine, QuarantineCopy, ReplayCounts, ReplayFinish, RetentionRule,
+    DeadLetterPage, DrainRule, Quarantine, QuarantineCopy, ReplayClaim, ReplayCounts, ReplayFinish,
+    RetentionRule,
 };
 use redrive_store::{MoveTaskProgress, MoveTaskRecord};
 use redrive_store::{
@@ -348,10 +349,11 @@ impl Store for SqliteStore {
         queue: &EntityName,
         from_sequence: i64,
         limit: u32,
+        now: Timestamp,
     ) -> StoreResult<Vec<StoredMessage>> {
         let queue = queue.clone();
         self.readers
-            .read(move |c| messages::peek(c, &queue, from_sequence, limit))
+            .read(move |c| messages::peek(c, &queue, from_sequence, limit, now))
             .await
     }
 
@@ -426,10 +428,7 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn list_dead_letters(
-        &self,
-        query: &DeadLetterQuery,
-    ) -> StoreResult<Vec<DeadLetterRecord>> {
+    async fn list_dead_letter_page(&self, query: &DeadLetterQuery) -> StoreResult<DeadLetterPage> {
         let query = query.clone();
         self.readers
             .read(move |c| dead_letters::list(c, &query))
@@ -494,12 +493,12 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn claim_replay_candidates(
+    async fn claim_replay(
         &self,
         now: Timestamp,
         limit: u32,
         claim_ms: u64,
-    ) -> StoreResult<Vec<DeadLetterRecord>> {
+    ) -> StoreResult<ReplayClaim> {
         self.writer
             .write(move |tx| replay::claim(tx, now, limit, claim_ms))
             .await

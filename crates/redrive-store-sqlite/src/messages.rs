@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use redrive_core::machine::Refusal;
 use redrive_core::{EntityName, Timestamp};
 use redrive_store::skeleton::columns::{bad_value, limit};
-use redrive_store::skeleton::entities::QueueRow;
+use redrive_store::skeleton::entities::{QueueRow, queue_not_found};
 use redrive_store::skeleton::messages::{
     self as skeleton, ReceiveMode, cancellable, check_sessions, dead_letter_target, dedup_window,
     distinct, earliest, fresh, message_not_found, place, slots, token_key,
@@ -23,7 +23,7 @@ use crate::dead_letters;
 use crate::error::Db;
 use crate::rows::{
     DELETE_ROW, MetaWriter, allocate_sequences, delete_row, head, head_cols, insert_message,
-    message, msg_cols, msg_from, query_all, queue_id, write_meta,
+    load_queue, message, msg_cols, msg_from, query_all, queue_id, write_meta,
 };
 use crate::sessions;
 use crate::writer::Tx;
@@ -656,8 +656,10 @@ pub(crate) fn peek(
     queue: &EntityName,
     from_sequence: i64,
     max: u32,
+    now: Timestamp,
 ) -> StoreResult<Vec<StoredMessage>> {
-    let qid = queue_id(conn, queue)?;
+    let q = load_queue(conn, queue.as_str())?.ok_or_else(|| queue_not_found(queue))?;
+    let qid = q.id;
     let found = rows(
         conn,
         concat!(
@@ -668,7 +670,10 @@ pub(crate) fn peek(
         ),
         params![qid, from_sequence, i64::from(max)],
     )?;
-    Ok(found.into_iter().map(|r| r.into_stored(queue)).collect())
+    Ok(found
+        .into_iter()
+        .map(|r| r.into_view(queue, &q.policy, now))
+        .collect())
 }
 
 pub(crate) fn next_wake(

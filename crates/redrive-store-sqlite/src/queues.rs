@@ -5,11 +5,12 @@ use redrive_store::skeleton::columns::{bad_value, to_int, to_json};
 use redrive_store::skeleton::entities::{
     QueueRow, check_queue_delete, queue_exists, queue_not_found,
 };
+use redrive_store::skeleton::messages::count_expired_locks;
 use redrive_store::{QueueCounts, QueueRecord, StoreResult};
 use rusqlite::{Connection, params};
 
 use crate::error::Db;
-use crate::rows::{Cols, load_queue, query_all, queue_id};
+use crate::rows::{Cols, head, head_cols, load_queue, query_all};
 use crate::writer::Tx;
 
 pub(crate) fn create(
@@ -127,13 +128,14 @@ pub(crate) fn counts(
     name: &EntityName,
     now: Timestamp,
 ) -> StoreResult<QueueCounts> {
-    let q = queue_id(conn, name)?;
+    let row = load_queue(conn, name.as_str())?.ok_or_else(|| queue_not_found(name))?;
+    let q = row.id;
     let oldest: Option<i64> = conn
         .prepare_cached("SELECT min(enqueued_at) FROM messages WHERE queue_id = ?1")
         .db()?
         .query_row([q], |r| r.get(0))
         .db()?;
-    Ok(QueueCounts {
+    let mut counts = QueueCounts {
         active: count(
             conn,
             "SELECT count(*) FROM messages \
@@ -148,8 +150,9 @@ pub(crate) fn counts(
         )?,
         locked: count(
             conn,
-            "SELECT count(*) FROM messages WHERE queue_id = ?1 AND state = 'locked'",
-            params![q],
+            "SELECT count(*) FROM messages \
+             WHERE queue_id = ?1 AND state = 'locked' AND due_at > ?2",
+            params![q, now.0],
         )?,
         deferred: count(
             conn,
@@ -162,5 +165,16 @@ pub(crate) fn counts(
             params![name.as_str(), Area::Live.as_str()],
         )?,
         oldest_enqueued_at: oldest.map(Timestamp),
-    })
+    };
+    // Locks that ran out by now, their release not yet written: where a browse shows them.
+    let mut stmt = conn
+        .prepare_cached(concat!(
+            "SELECT ",
+            head_cols!(),
+            " FROM messages WHERE queue_id = ?1 AND state = 'locked' AND due_at <= ?2"
+        ))
+        .db()?;
+    let expired = query_all(&mut stmt, params![q, now.0], head)?;
+    count_expired_locks(&mut counts, &expired, &row.policy, now);
+    Ok(counts)
 }

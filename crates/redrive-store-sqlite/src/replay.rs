@@ -5,13 +5,13 @@
 
 use redrive_core::{Area, EntityName, Timestamp};
 use redrive_store::skeleton::columns::{bad_value, to_json};
-use redrive_store::skeleton::dead_letters::not_found;
+use redrive_store::skeleton::dead_letters::{not_found, undecodable_reason};
 use redrive_store::skeleton::replay::{
     CountRow, claimed, copy_record, fold_counts, imported, quarantine_whole, source_gone,
 };
 use redrive_store::{
-    DeadLetterRecord, DrainRule, Quarantine, QuarantineCopy, ReplayCounts, ReplayFinish,
-    RetentionRule, StoreResult,
+    DeadLetterRecord, DrainRule, Quarantine, QuarantineCopy, ReplayClaim, ReplayCounts,
+    ReplayFinish, RetentionRule, StoreError, StoreResult, UndecodableRecord,
 };
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -23,13 +23,15 @@ use crate::writer::Tx;
 // ---- writes ---------------------------------------------------------------------------
 
 /// Claims up to `max` due, live, unlocked candidates across queues, earliest due first,
-/// and moves their due time to the end of the claim.
+/// and moves their due time to the end of the claim. A candidate whose row cannot be read
+/// is set aside instead (its reason stored in `undecodable`, which the claim's look
+/// passes over from then on) and reported.
 pub(crate) fn claim(
     tx: &mut Tx<'_>,
     now: Timestamp,
     max: u32,
     claim_ms: u64,
-) -> StoreResult<Vec<DeadLetterRecord>> {
+) -> StoreResult<ReplayClaim> {
     // The candidates in claim order with their sizes, then as many whole records as the
     // claim's byte budget takes.
     let order: Vec<(String, String, u64)> = {
@@ -39,29 +41,45 @@ pub(crate) fn claim(
                 "SELECT queue, id, length(body) FROM dead_letters \
                  WHERE replay_due_at IS NOT NULL AND replay_due_at <= ?1 \
                   AND area = 'live' AND (locked_until IS NULL OR locked_until <= ?1) \
+                  AND undecodable IS NULL \
                  ORDER BY replay_due_at, id LIMIT ?2",
             )
             .db()?;
         let rows = stmt
             .query_map(params![now.0, i64::from(max)], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)?))
+                Ok((r.get(0)?, r.get(1)?, r.get::<_, Option<i64>>(2)?))
             })
             .db()?;
         let mut out = Vec::new();
         for row in rows {
             let (q, id, n) = row.db()?;
-            out.push((q, id, u64::try_from(n).unwrap_or(0)));
+            out.push((q, id, n.and_then(|n| u64::try_from(n).ok()).unwrap_or(0)));
         }
         out
     };
     let take = redrive_store::skeleton::replay::claim_cut(order.iter().map(|(_, _, n)| *n));
-    let mut records = Vec::with_capacity(take);
+    let mut out = ReplayClaim::default();
     for (q, id, _) in order.into_iter().take(take) {
-        let q: EntityName = q
-            .parse()
-            .map_err(|e| redrive_store::skeleton::columns::bad_value("dead_letters.queue", e))?;
-        if let Some(r) = load_record(tx.conn, &q, &id)? {
-            records.push(r);
+        let name = match q.parse::<EntityName>() {
+            Ok(name) => name,
+            Err(e) => {
+                let reason = undecodable_reason(&bad_value("dead_letters.queue", e));
+                out.undecodable.push(UndecodableRecord {
+                    queue: q,
+                    id,
+                    reason,
+                });
+                continue;
+            }
+        };
+        match load_record(tx.conn, &name, &id) {
+            Ok(Some(r)) => out.records.push(r),
+            Ok(None) => {}
+            Err(StoreError::DeadLetterUndecodable { queue, id, reason }) => {
+                out.undecodable
+                    .push(UndecodableRecord { queue, id, reason });
+            }
+            Err(e) => return Err(e),
         }
     }
     let due = claimed(now, claim_ms);
@@ -69,11 +87,18 @@ pub(crate) fn claim(
         .conn
         .prepare_cached("UPDATE dead_letters SET replay_due_at = ?2 WHERE id = ?1")
         .db()?;
-    for r in &mut records {
+    for r in &mut out.records {
         update.execute(params![r.id, due.0]).db()?;
         r.replay.due_at = Some(due);
     }
-    Ok(records)
+    let mut set_aside = tx
+        .conn
+        .prepare_cached("UPDATE dead_letters SET undecodable = ?2 WHERE id = ?1")
+        .db()?;
+    for u in &out.undecodable {
+        set_aside.execute(params![u.id, u.reason]).db()?;
+    }
+    Ok(out)
 }
 
 /// Quarantines a live record whole and opens its case at `now`; `false` when it is no
@@ -301,9 +326,10 @@ pub(crate) fn import(
 /// cause (`?1`: the flag threshold).
 macro_rules! count_cols {
     () => {
-        "SELECT queue, area, replay_cause, count(*), count(replay_due_at), \
-         coalesce(sum(replay_failures > 0), 0), coalesce(sum(replay_failures >= ?1), 0) \
-         FROM dead_letters"
+        "SELECT queue, area, replay_cause, count(*), \
+         coalesce(sum(replay_due_at IS NOT NULL AND undecodable IS NULL), 0), \
+         coalesce(sum(replay_failures > 0), 0), coalesce(sum(replay_failures >= ?1), 0), \
+         count(undecodable) FROM dead_letters"
     };
 }
 
@@ -316,6 +342,7 @@ fn count_row(r: &Row<'_>) -> StoreResult<CountRow> {
         candidates: r.get(4).db()?,
         failing: r.get(5).db()?,
         flagged: r.get(6).db()?,
+        undecodable: r.get(7).db()?,
     })
 }
 

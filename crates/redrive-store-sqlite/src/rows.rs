@@ -10,7 +10,7 @@ use redrive_store::skeleton::columns::{bad_value, invariant, millis, props_to_js
 use redrive_store::skeleton::entities::{QueueRow, queue_not_found};
 use redrive_store::skeleton::{Columns, Head, MessageRow, NewRow};
 use redrive_store::skeleton::{dead_letters, replay};
-use redrive_store::{DeadLetterRecord, StoreResult};
+use redrive_store::{DeadLetterRecord, StoreResult, UndecodableRecord};
 use rusqlite::{CachedStatement, Connection, OptionalExtension, Params, Row, Statement, params};
 
 use crate::error::Db;
@@ -157,9 +157,25 @@ pub(crate) fn message(r: &Row<'_>) -> StoreResult<MessageRow> {
     MessageRow::decode(&Cols(r), 1, Some(r.get(0).db()?))
 }
 
-/// Reads [`columns!(dead_letter)`](redrive_store::columns).
-pub(crate) fn record(r: &Row<'_>) -> StoreResult<DeadLetterRecord> {
-    dead_letters::decode(&Cols(r))
+/// Reads [`columns!(dead_letter)`](redrive_store::columns), or names a row this build
+/// cannot read ([`dead_letters::decode_checked`]).
+pub(crate) fn checked_record(r: &Row<'_>) -> Result<DeadLetterRecord, UndecodableRecord> {
+    dead_letters::decode_checked(&Cols(r))
+}
+
+/// Runs a statement over [`columns!(dead_letter)`](redrive_store::columns) and reads each
+/// row: an error of the statement fails the call, a row that cannot be read is named
+/// beside the others.
+pub(crate) fn query_records(
+    stmt: &mut Statement<'_>,
+    params: impl Params,
+) -> StoreResult<Vec<Result<DeadLetterRecord, UndecodableRecord>>> {
+    let mut rows = stmt.query(params).db()?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next().db()? {
+        out.push(checked_record(r));
+    }
+    Ok(out)
 }
 
 /// Loads a full row by rowid.

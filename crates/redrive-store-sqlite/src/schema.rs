@@ -26,10 +26,14 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (12, include_str!("migrations/0012_case_failure_index.sql")),
     (13, include_str!("migrations/0013_intent_entities.sql")),
     (14, include_str!("migrations/0014_audit_head.sql")),
+    (
+        15,
+        include_str!("migrations/0015_undecodable_dead_letters.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: i64 = 14;
+pub const LATEST_VERSION: i64 = 15;
 
 /// How long a connection waits for a lock held by another connection before giving up
 /// with SQLITE_BUSY (mapped to `Unavailable`).

@@ -72,7 +72,7 @@ async fn concurrent_enqueues_are_acknowledged_by_one_group_commit() {
         commits + 1,
         "one commit for all 200"
     );
-    assert_eq!(store.peek(&q, 1, 1_000).await.unwrap().len(), 200);
+    assert_eq!(store.peek(&q, 1, 1_000, T0).await.unwrap().len(), 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,7 +168,7 @@ async fn a_failing_job_rolls_back_only_itself() {
     assert!(!store.is_poisoned());
 
     let ids: Vec<String> = store
-        .peek(&q, 1, 10)
+        .peek(&q, 1, 10, T0)
         .await
         .unwrap()
         .into_iter()
@@ -243,7 +243,7 @@ async fn a_failing_first_job_rolls_back_only_itself() {
     assert_eq!(store.writer.counters().1, commits + 1);
     assert!(!store.is_poisoned());
     let ids: Vec<String> = store
-        .peek(&q, 1, 10)
+        .peek(&q, 1, 10, T0)
         .await
         .unwrap()
         .into_iter()
@@ -319,7 +319,7 @@ async fn a_failed_commit_fails_the_group_and_poisons_the_store() {
     ));
     // Reads still answer, and show that nothing of the failed group was committed.
     let ids: Vec<String> = store
-        .peek(&q, 1, 10)
+        .peek(&q, 1, 10, T0)
         .await
         .unwrap()
         .into_iter()
@@ -350,7 +350,7 @@ async fn a_locked_database_is_unavailable_not_poisoned() {
     assert_eq!(e.kind(), StoreErrorKind::Unavailable);
     assert!(!store.is_poisoned());
     // Reads are not blocked by a writer (WAL).
-    assert!(store.peek(&q, 1, 10).await.unwrap().is_empty());
+    assert!(store.peek(&q, 1, 10, T0).await.unwrap().is_empty());
 
     other.execute_batch("COMMIT").unwrap();
     assert_eq!(
@@ -397,7 +397,7 @@ async fn reopening_keeps_the_schema_and_data() {
     store.close();
     drop(store);
     let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
-    assert_eq!(store.peek(&q, 1, 10).await.unwrap().len(), 1);
+    assert_eq!(store.peek(&q, 1, 10, T0).await.unwrap().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -411,7 +411,7 @@ async fn acknowledged_writes_are_visible_to_a_new_instance_without_checkpoint() 
         .await
         .unwrap();
     let second = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
-    assert_eq!(second.peek(&q, 1, 10).await.unwrap().len(), 2);
+    assert_eq!(second.peek(&q, 1, 10, T0).await.unwrap().len(), 2);
     assert_eq!(
         second.enqueue(&q, vec![msg("c")], T0).await.unwrap()[0].sequence,
         3
@@ -430,7 +430,7 @@ async fn a_closed_store_refuses_work_and_close_is_idempotent() {
     assert_eq!(e.kind(), StoreErrorKind::Unavailable);
     let e = store.enqueue(&q, vec![msg("a")], T0).await.unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Unavailable);
-    let e = store.peek(&q, 1, 10).await.unwrap_err();
+    let e = store.peek(&q, 1, 10, T0).await.unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Unavailable);
 }
 
@@ -643,7 +643,7 @@ async fn version_3_messages_keep_their_contents_through_the_migration() {
     // The two messages with more than `INLINE_CONTENT_MAX` bytes of contents.
     assert_eq!(apart(&path), 2);
     let q = name("q");
-    let peeked = store.peek(&q, 1, 10).await.unwrap();
+    let peeked = store.peek(&q, 1, 10, T0).await.unwrap();
     assert_eq!(peeked.len(), 3);
     let m1 = &peeked[0];
     assert_eq!((m1.sequence, m1.message_id.as_str()), (1, "m1"));
@@ -723,7 +723,7 @@ async fn version_3_messages_keep_their_contents_through_the_migration() {
     assert_eq!(record.body, kib);
     assert_eq!(record.properties, props);
     assert_eq!(record.correlation_id.as_deref(), Some("c1"));
-    assert!(store.peek(&q, 1, 10).await.unwrap().is_empty());
+    assert!(store.peek(&q, 1, 10, T0).await.unwrap().is_empty());
     assert_eq!(apart(&path), 0);
 
     // New messages either side of the bound read back the same.
@@ -738,7 +738,7 @@ async fn version_3_messages_keep_their_contents_through_the_migration() {
         .await
         .unwrap();
     assert_eq!(apart(&path), 1);
-    let peeked = store.peek(&q, 1, 10).await.unwrap();
+    let peeked = store.peek(&q, 1, 10, T0).await.unwrap();
     assert_eq!(peeked.len(), 2);
     assert_eq!(peeked[0].body, small.body);
     assert_eq!(peeked[0].properties, props);
@@ -864,6 +864,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
             "DROP TABLE tokens; DROP TABLE audit_log; DROP TABLE audit_head; \
+             ALTER TABLE dead_letters DROP COLUMN undecodable; \
              DROP TABLE idempotency_register; \
              DROP INDEX dead_letters_candidates; DROP INDEX dead_letters_age; \
              ALTER TABLE dead_letters DROP COLUMN format; \
@@ -888,8 +889,8 @@ async fn version_4_database_migrates_to_the_access_tables() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (14, 14));
-    assert_eq!(store.peek(&name("q"), 1, 10).await.unwrap().len(), 1);
+    assert_eq!((version, SCHEMA_VERSION), (15, 15));
+    assert_eq!(store.peek(&name("q"), 1, 10, T0).await.unwrap().len(), 1);
     let token = NewToken {
         id: "tok_000000000000000a".to_owned(),
         name: "ops".to_owned(),

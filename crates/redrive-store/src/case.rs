@@ -116,8 +116,12 @@ pub struct CaseUpdate {
 pub struct CaseRead {
     /// The case.
     pub case: CaseRecord,
-    /// Its dead-letter record, while it exists.
+    /// Its dead-letter record, while it exists (and can be read).
     pub record: Option<crate::DeadLetterRecord>,
+    /// Why its record cannot be read, when its row holds a value this build refuses
+    /// ([`UndecodableRecord`](crate::UndecodableRecord)): `record` is then `None` though
+    /// the record exists, and the read of the other cases goes on.
+    pub record_undecodable: Option<String>,
     /// Its intent, when the producer said something of it.
     pub intent: Option<IntentRecord>,
 }

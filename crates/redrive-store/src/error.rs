@@ -94,6 +94,17 @@ pub enum StoreError {
         /// The record id.
         id: String,
     },
+    /// The dead-letter record's stored row cannot be read by this build (see
+    /// [`UndecodableRecord`](crate::UndecodableRecord)); nothing changed.
+    #[error("dead letter {id:?} of queue {queue:?} cannot be read: {reason}")]
+    DeadLetterUndecodable {
+        /// The queue.
+        queue: String,
+        /// The record id.
+        id: String,
+        /// What cannot be read.
+        reason: String,
+    },
     /// The queue's dead-letter target queue does not exist, so an explicit dead-letter
     /// cannot be carried out (nothing changed).
     #[error("dead-letter queue {target:?} of queue {queue:?} does not exist")]
@@ -299,7 +310,8 @@ impl StoreError {
             | StoreError::QueueNotEmpty { .. }
             | StoreError::VersionConflict { .. }
             | StoreError::SessionLocked { .. }
-            | StoreError::DeadLetterTargetMissing { .. } => StoreErrorKind::Conflict,
+            | StoreError::DeadLetterTargetMissing { .. }
+            | StoreError::DeadLetterUndecodable { .. } => StoreErrorKind::Conflict,
             StoreError::LockLost | StoreError::SessionLockLost => StoreErrorKind::LockLost,
             StoreError::SessionRequired { .. }
             | StoreError::SessionNotAllowed { .. }

@@ -83,7 +83,9 @@ pub trait Store: Send + Sync + 'static {
     /// refuses with `QueueNotEmpty` when it holds messages or live dead letters.
     async fn delete_queue(&self, name: &EntityName, force: bool) -> StoreResult<()>;
 
-    /// Live counts of one queue at `now`.
+    /// Live counts of one queue at `now`. A message whose lock ran out by `now` counts
+    /// where a browse at `now` shows it (never as `locked`), whether or not the sweep has
+    /// written its release yet.
     async fn queue_counts(&self, name: &EntityName, now: Timestamp) -> StoreResult<QueueCounts>;
 
     // ---- messages -----------------------------------------------------------------
@@ -132,12 +134,16 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<ReceiveOutcome>;
 
-    /// Messages from `from_sequence` on, in sequence order, without locking or counting.
+    /// Messages from `from_sequence` on, in sequence order, without locking or counting,
+    /// each as it stands at `now` ([`skeleton::MessageRow::into_view`]): a lock that ran
+    /// out by `now` is shown as its release leaves it, whether or not the sweep has
+    /// written that yet.
     async fn peek(
         &self,
         queue: &EntityName,
         from_sequence: i64,
         limit: u32,
+        now: Timestamp,
     ) -> StoreResult<Vec<StoredMessage>>;
 
     /// Settles each lock token independently; a lost lock fails its own item only (and
@@ -195,16 +201,25 @@ pub trait Store: Send + Sync + 'static {
 
     // ---- dead letters -------------------------------------------------------------
 
-    /// A page of one queue's dead-letter records, oldest first, after the cursor.
+    /// A page of one queue's dead-letter records, by id, after the cursor: the records,
+    /// and the rows of the page this build cannot read ([`UndecodableRecord`]), which
+    /// never fail the page.
+    async fn list_dead_letter_page(&self, query: &DeadLetterQuery) -> StoreResult<DeadLetterPage>;
+
+    /// The records of [`Store::list_dead_letter_page`] (rows that cannot be read left
+    /// out).
     async fn list_dead_letters(
         &self,
         query: &DeadLetterQuery,
-    ) -> StoreResult<Vec<DeadLetterRecord>>;
+    ) -> StoreResult<Vec<DeadLetterRecord>> {
+        Ok(self.list_dead_letter_page(query).await?.records)
+    }
 
-    /// One record.
+    /// One record. `DeadLetterUndecodable` when its row cannot be read.
     async fn get_dead_letter(&self, queue: &EntityName, id: &str) -> StoreResult<DeadLetterRecord>;
 
-    /// Peek-lock receive from the live area of a queue's dead-letter store.
+    /// Peek-lock receive from the live area of a queue's dead-letter store. A row that
+    /// cannot be read is passed over (neither locked nor returned).
     async fn receive_dead_letters(
         &self,
         queue: &EntityName,
@@ -253,12 +268,27 @@ pub trait Store: Send + Sync + 'static {
     /// [`skeleton::replay::MAX_CLAIM_BYTES`] of bodies ([`skeleton::replay::claim_cut`]). Each claimed record's due time
     /// moves to `now + claim_ms` in the same transaction (returned records show the new
     /// time), so a judge that dies leaves it to a claim after that.
+    ///
+    /// A candidate whose row cannot be read ([`UndecodableRecord`]) is set aside in the
+    /// same transaction instead of claimed: its reason is stored, no claim takes it again
+    /// (until an operator clears that), and this claim alone reports it. It never fails
+    /// the claim of the others.
+    async fn claim_replay(
+        &self,
+        now: Timestamp,
+        limit: u32,
+        claim_ms: u64,
+    ) -> StoreResult<ReplayClaim>;
+
+    /// The records of [`Store::claim_replay`].
     async fn claim_replay_candidates(
         &self,
         now: Timestamp,
         limit: u32,
         claim_ms: u64,
-    ) -> StoreResult<Vec<DeadLetterRecord>>;
+    ) -> StoreResult<Vec<DeadLetterRecord>> {
+        Ok(self.claim_replay(now, limit, claim_ms).await?.records)
+    }
 
     /// Quarantines a live record whole: to the quarantine area with the judgement (and
     /// its cause in `replay_cause`), its message id written back without its replay count,

@@ -495,6 +495,10 @@ pub struct ReplayCounts {
     pub failing: u64,
     /// Live records that failed at least the flag threshold of times.
     pub flagged: u64,
+    /// Records this build cannot read (see [`UndecodableRecord`]): live ones a replay
+    /// claim set aside, and records whose area or cause cannot be read. A set-aside live
+    /// record counts in `live` too, but not as a candidate.
+    pub undecodable: u64,
     /// Records in the archived area.
     pub archived: u64,
     /// Records in the quarantine area, by the cause of their judgement (`None`: moved
@@ -511,9 +515,66 @@ impl ReplayCounts {
             candidates: 0,
             failing: 0,
             flagged: 0,
+            undecodable: 0,
             archived: 0,
             quarantined: std::collections::BTreeMap::new(),
         }
+    }
+}
+
+/// A dead-letter record whose stored row this build cannot read: a column holds a value
+/// outside its domain (an unknown quality, state or area, JSON that does not parse),
+/// written by hand or by another build. Such a row never fails the read of the others:
+/// a replay claim sets it aside (it is no longer claimed, and counts as `undecodable` in
+/// [`ReplayCounts`]), a listing names it here instead of its record, a dead-letter
+/// receive passes over it, and an operation on it alone answers
+/// [`StoreError::DeadLetterUndecodable`](crate::StoreError::DeadLetterUndecodable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UndecodableRecord {
+    /// The queue, as stored (it may itself be what cannot be read).
+    pub queue: String,
+    /// The record id, as stored.
+    pub id: String,
+    /// What cannot be read: the column and why.
+    pub reason: String,
+}
+
+/// What a replay claim took: the records to judge, and the records it set aside because
+/// they cannot be read (each reported by the one claim that set it aside).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReplayClaim {
+    /// Claimed records, in claim order.
+    pub records: Vec<DeadLetterRecord>,
+    /// Records set aside by this claim.
+    pub undecodable: Vec<UndecodableRecord>,
+}
+
+/// A page of one queue's dead-letter store: the records, and the rows of the page that
+/// cannot be read, by id (the page's limit counts both).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeadLetterPage {
+    /// The records, by id.
+    pub records: Vec<DeadLetterRecord>,
+    /// The rows of the page this build cannot read, by id.
+    pub undecodable: Vec<UndecodableRecord>,
+}
+
+impl DeadLetterPage {
+    /// Rows the page holds, read or not.
+    pub fn len(&self) -> usize {
+        self.records.len() + self.undecodable.len()
+    }
+
+    /// Whether the page holds no row.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The greatest id of the page (the cursor of the next one).
+    pub fn last_id(&self) -> Option<&str> {
+        let a = self.records.last().map(|r| r.id.as_str());
+        let b = self.undecodable.last().map(|u| u.id.as_str());
+        a.max(b)
     }
 }
 

@@ -344,6 +344,36 @@ impl TestServer {
         TestServer::start_on(config, storage).await
     }
 
+    /// Runs `sql` (one or more statements) on the store of the running server through a
+    /// plain connection of its own — as someone with the database file or a database
+    /// login would, behind the server's back, while it runs. On SQLite the statements
+    /// wait for the server's writer (a busy timeout); on PostgreSQL they run in the
+    /// server's schema.
+    pub async fn sql(&self, sql: &str) {
+        match &*self.storage {
+            Storage::Sqlite(dir) => {
+                let path = dir.path().join("redrive.db");
+                let sql = sql.to_owned();
+                tokio::task::spawn_blocking(move || {
+                    let conn = rusqlite::Connection::open(path).expect("open the test SQLite file");
+                    conn.busy_timeout(std::time::Duration::from_secs(10))
+                        .expect("set a busy timeout");
+                    conn.execute_batch(&sql)
+                        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                })
+                .await
+                .expect("the SQL ran");
+            }
+            Storage::Postgres(schema) => {
+                crate::postgres::admin_sql(
+                    &schema.url,
+                    &format!("SET search_path TO \"{}\"; {sql}", schema.schema),
+                )
+                .await;
+            }
+        }
+    }
+
     /// Stops the server gracefully, runs `sql` (one or more statements) on its store
     /// through a plain connection of its own — as someone with the database file or a
     /// database login would, behind the server's back —, then starts a new server over

@@ -157,6 +157,9 @@ pub struct DeadLetterQuery {
 pub struct RawDeadLetterPage {
     /// The records, oldest first.
     pub dead_letters: Vec<Map<String, Value>>,
+    /// Records of the page whose stored row the server cannot read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undecodable: Vec<redrive_api::dead_letter::UndecodableDeadLetter>,
     /// Pass as `cursor` for the next page; absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,

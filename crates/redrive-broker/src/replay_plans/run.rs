@@ -1478,10 +1478,16 @@ impl Broker {
             case,
             known,
             record,
+            undecodable,
         }) = pre
         else {
             return Ok(hold(item, "case_gone".into()));
         };
+        if let Some(why) = undecodable {
+            // Nothing is decided about a record nobody can read: held until an operator
+            // fixes or removes its row.
+            return Ok(hold(item, format!("record_undecodable: {why}")));
+        }
         // Ordering: a session goes in its order, each after its predecessor resolved.
         if let Some(session) = &case.session_id {
             let Some(order) = spec.sessions.get(session) else {
@@ -1806,7 +1812,23 @@ impl Broker {
             Err(StoreError::CaseNotFound { .. }) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let (known, record) = self.known_in(&case, ctx).await?;
+        let (known, record) = match self.known_in(&case, ctx).await {
+            Ok(k) => k,
+            Err(BrokerError::Store(StoreError::DeadLetterUndecodable { reason, .. })) => {
+                let intent = redrive_store::skeleton::cases::intent_for(
+                    self.inner.store.intent_words(&case.intent_id).await?,
+                    case.queue.as_str(),
+                );
+                let known = self.known_of(&case, None, intent, ctx).await?;
+                return Ok(Some(Pre {
+                    case,
+                    known,
+                    record: None,
+                    undecodable: Some(reason),
+                }));
+            }
+            Err(e) => return Err(e),
+        };
         if case.m.state.terminal().is_none() {
             self.ask_ahead(ctx, &case).await;
         }
@@ -1814,6 +1836,7 @@ impl Broker {
             case,
             known,
             record,
+            undecodable: None,
         }))
     }
 
@@ -1837,13 +1860,14 @@ impl Broker {
                     let known = b
                         .known_of(&r.case, r.record.as_ref(), r.intent, &ctx)
                         .await?;
-                    if r.case.m.state.terminal().is_none() {
+                    if r.case.m.state.terminal().is_none() && r.record_undecodable.is_none() {
                         b.ask_ahead(&ctx, &r.case).await;
                     }
                     Ok(Some(Pre {
                         case: r.case,
                         known,
                         record: r.record,
+                        undecodable: r.record_undecodable,
                     }))
                 };
                 (item.seq, pre.await)
@@ -1972,6 +1996,12 @@ impl Broker {
                 let Some(r) = read else {
                     return (item, Ok::<_, BrokerError>(None));
                 };
+                if let Some(why) = &r.record_undecodable {
+                    // Its record cannot be read: observed as it stands, no step taken.
+                    tracing::warn!(case_id = %r.case.id, reason = %why,
+                        "the record of a case in flight cannot be read; no step is taken");
+                    return (item, Ok(Some((r.case, None))));
+                }
                 let stepped = async {
                     let known = b
                         .known_of(&r.case, r.record.as_ref(), r.intent, &ctx)
@@ -2251,6 +2281,9 @@ struct Pre {
     case: CaseRecord,
     known: Known,
     record: Option<DeadLetterRecord>,
+    /// Why the case's record cannot be read, if its row holds a value this build
+    /// refuses: the item is held, never admitted on a guess.
+    undecodable: Option<String>,
 }
 
 /// How many of `items`, in order, the pacer lets go at `now` (at most `limit`).

@@ -10,7 +10,7 @@ use axum::{Json, Router};
 use redrive_api::ErrorCode;
 use redrive_api::dead_letter::{
     DeadLetter, DeadLetterAction, DeadLetterPage, ImportDeadLetters, ImportResult, MoveDeadLetter,
-    ReceiveDeadLetters, RestoreDeadLetter, RestoreResult, SettleDeadLetter,
+    ReceiveDeadLetters, RestoreDeadLetter, RestoreResult, SettleDeadLetter, UndecodableDeadLetter,
 };
 use redrive_api::message::SendResult;
 use redrive_broker::{Actor, BrokerError, DeadLetterFilter};
@@ -58,14 +58,26 @@ async fn list(
         cursor: q.cursor,
         limit: q.limit,
     };
-    let (records, next) = s.broker.list_dead_letters(&queue, filter, &actor).await?;
+    let page = s
+        .broker
+        .list_dead_letter_page(&queue, filter, &actor)
+        .await?;
     let payloads = payload_reader(&actor, &queue);
     Ok(Json(DeadLetterPage {
-        dead_letters: records
+        dead_letters: page
+            .records
             .iter()
             .map(|r| dead_letter_out(r, None, payloads))
             .collect(),
-        next_cursor: next,
+        undecodable: page
+            .undecodable
+            .into_iter()
+            .map(|u| UndecodableDeadLetter {
+                id: u.id,
+                reason: u.reason,
+            })
+            .collect(),
+        next_cursor: page.next,
     }))
 }
 
@@ -107,6 +119,7 @@ async fn receive(
             .iter()
             .map(|d| dead_letter_out(&d.record, Some((&d.lock_token, d.locked_until)), true))
             .collect(),
+        undecodable: Vec::new(),
         next_cursor: None,
     }))
 }

@@ -13,6 +13,7 @@ mod hardening_access;
 mod hardening_imports;
 mod hardening_plans;
 mod hardening_push;
+mod hardening_replay;
 mod hardening_transport;
 mod messages;
 mod ops;

@@ -451,7 +451,7 @@ async fn replay_status_counts_follow_judgements_failures_and_manual_quarantine()
         assert_eq!(
             v,
             json!({"queue": "rs", "live": 2, "candidates": 2, "failing": 0, "flagged": 0,
-                   "archived": 0, "quarantined": {}}),
+                   "undecodable": 0, "archived": 0, "quarantined": {}}),
             "{name}"
         );
         assert_eq!(pass(&s).await, 2, "{name}");
@@ -459,7 +459,7 @@ async fn replay_status_counts_follow_judgements_failures_and_manual_quarantine()
         assert_eq!(
             v,
             json!({"queue": "rs", "live": 0, "candidates": 0, "failing": 0, "flagged": 0,
-                   "archived": 1, "quarantined": {"TypeNotRegistered": 1}}),
+                   "undecodable": 0, "archived": 1, "quarantined": {"TypeNotRegistered": 1}}),
             "{name}"
         );
         assert_eq!(shown(&s, "rs", &ok).await["area"], "archived", "{name}");
@@ -538,7 +538,7 @@ async fn replay_status_counts_follow_judgements_failures_and_manual_quarantine()
         assert_eq!(
             v,
             json!({"queue": "quiet", "live": 0, "candidates": 0, "failing": 0, "flagged": 0,
-                   "archived": 0, "quarantined": {}}),
+                   "undecodable": 0, "archived": 0, "quarantined": {}}),
             "{name}"
         );
         assert_problem(&s.get("/v1/replay/nope").await, 404, "queue_not_found");

@@ -3,7 +3,8 @@
 //! real HTTP dependency probe. The server runs without its workers: each test drives the
 //! plans one look at a time (`Broker::plans_once`), so what a look admitted is exact. One
 //! scenario per row of the seed's failure-shaped test matrix that bounded replay covers
-//! (rows 6, 7, 9, 10, 11 and 13), the seed's worked example, and a restart mid-plan.
+//! (rows 6, 7, 9, 10, 11 and 13), the seed's worked example, a restart mid-plan, and an
+//! item whose record cannot be read.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -941,6 +942,58 @@ async fn row_13_two_plans_over_one_item_admit_it_once() {
             .post(&format!("/v1/cases/{}/replay", cases[0]), json!({}))
             .await;
         assert_problem(&(st, v), 409, "case_conflict");
+        s.stop().await;
+    }
+}
+
+/// A case whose dead-letter row this build cannot read (corrupted behind the server's
+/// back) holds its item, `record_undecodable` with the reason, and the plan admits the
+/// others: one unreadable record never stops a plan's look.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_whose_record_cannot_be_read_is_held_and_the_others_replay() {
+    for backend in Backend::all("the unreadable plan item test") {
+        let name = backend.name();
+        let s = server(backend).await;
+        let ledger = fixture(&s).await;
+        let probe = Probe::start().await;
+        let cases = eligible(&s, "orders", "u", 3, 100, None).await;
+        let b = budget(&probe, 100.0, 3, 10);
+        let id = create(&s, json!({"selection": {"queue": "orders"}, "budget": b})).await["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let (st, c) = s.get(&format!("/v1/cases/{}", cases[0])).await;
+        assert_eq!(st, 200, "{name}: {c}");
+        let record = c["record_id"].as_str().unwrap().to_owned();
+        s.sql(&format!(
+            "UPDATE dead_letters SET count_quality = 'bogus' WHERE id = '{record}'"
+        ))
+        .await;
+        act(&s, &id, "start").await;
+        for _ in 0..10 {
+            s.broker.plans_once().await.expect("a plan pass");
+            s.advance(100);
+        }
+        let sent = consume(&s, "orders", &ledger, false).await;
+        assert_eq!(sent.len(), 2, "{name}: {sent:?}");
+        assert!(
+            sent.iter().all(|m| !m.starts_with("u-0")),
+            "{name}: {sent:?}"
+        );
+        let held: Vec<Value> = items(&s, &id)
+            .await
+            .into_iter()
+            .filter(|i| i["state"] == "held")
+            .collect();
+        assert_eq!(held.len(), 1, "{name}: {held:?}");
+        assert_eq!(held[0]["case_id"], cases[0].as_str(), "{name}");
+        assert!(
+            held[0]["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("record_undecodable: "),
+            "{name}: {held:?}"
+        );
         s.stop().await;
     }
 }

@@ -105,7 +105,7 @@ pub async fn dead_letter_to_another_queue_forwards_copy_and_keeps_evidence(t: &T
     );
 
     // The copy: same id, body and properties, plus where and why it came from.
-    let copy = t.s().peek(&dlq, 2, 1).await.unwrap().remove(0);
+    let copy = t.s().peek(&dlq, 2, 1, T0).await.unwrap().remove(0);
     assert_eq!(copy.message_id, "m1");
     assert_eq!(copy.body, b"body-1");
     assert_eq!(copy.correlation_id.as_deref(), Some("c"));
@@ -139,7 +139,7 @@ pub async fn dead_letter_to_another_queue_forwards_copy_and_keeps_evidence(t: &T
     assert_eq!(r.route, RouteKind::Broker);
     assert_eq!(r.area, Area::Archived);
     let (_, seq) = r.forwarded_to.clone().unwrap();
-    let copy = t.s().peek(&dlq, seq, 1).await.unwrap().remove(0);
+    let copy = t.s().peek(&dlq, seq, 1, T0).await.unwrap().remove(0);
     assert_eq!(copy.message_id, "m2");
     assert_eq!(
         copy.properties.get(DEAD_LETTER_REASON_PROPERTY),
@@ -172,7 +172,7 @@ pub async fn application_dead_letter_to_missing_queue_is_refused_and_changes_not
         .await,
         StoreError::DeadLetterTargetMissing { .. }
     );
-    let p = t.s().peek(&q, 1, 1).await.unwrap();
+    let p = t.s().peek(&q, 1, 1, secs(1)).await.unwrap();
     assert_eq!(
         p[0].state,
         MessageState::Locked,
@@ -290,7 +290,7 @@ pub async fn resubmit_creates_new_sequence_and_archives_record(t: &TestStore) {
             .is_empty()
     );
 
-    let m = t.s().peek(&q, 3, 1).await.unwrap().remove(0);
+    let m = t.s().peek(&q, 3, 1, T0).await.unwrap().remove(0);
     assert_eq!(m.message_id, "m1");
     assert_eq!(m.body, b"payload");
     assert_eq!(m.content_type.as_deref(), Some("text/plain"));

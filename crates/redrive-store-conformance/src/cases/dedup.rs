@@ -13,7 +13,7 @@ pub async fn duplicate_id_within_window_is_not_enqueued_again(t: &TestStore) {
     let again = t.send(&q, vec![msg("a", b"second")], at(59_999)).await;
     assert_eq!(again[0].message_id, "a");
     assert_eq!((again[0].sequence, again[0].duplicate), (1, true));
-    let p = t.s().peek(&q, 1, 10).await.unwrap();
+    let p = t.s().peek(&q, 1, 10, T0).await.unwrap();
     assert_eq!(p.len(), 1);
     assert_eq!(p[0].body, b"first", "nothing stored for the duplicate");
 
@@ -47,7 +47,7 @@ pub async fn duplicate_inside_one_batch_counts_once(t: &TestStore) {
         .await;
     let got: Vec<(i64, bool)> = r.iter().map(|e| (e.sequence, e.duplicate)).collect();
     assert_eq!(got, [(1, false), (2, false), (1, true)]);
-    let p = t.s().peek(&q, 1, 10).await.unwrap();
+    let p = t.s().peek(&q, 1, 10, T0).await.unwrap();
     assert_eq!(p.len(), 2);
     assert_eq!(p[0].body, b"1");
 }

@@ -41,7 +41,7 @@ pub async fn acknowledged_enqueue_survives_reopen(t: &TestStore) {
     assert_eq!(after, before);
     assert_eq!(after.messages(), 95);
     assert_eq!(s.get_queue(&q).await.unwrap().policy_version, 1);
-    let p = s.peek(&q, 1, 1_000).await.unwrap();
+    let p = s.peek(&q, 1, 1_000, T0).await.unwrap();
     assert_eq!(p.len(), 95);
     assert_eq!(p[0].sequence, 6);
     // Sequence numbers continue; duplicate detection remembers.
@@ -89,5 +89,5 @@ pub async fn locks_and_dead_letters_survive_reopen(t: &TestStore) {
         .await
         .unwrap();
     out.results.remove(0).unwrap();
-    assert!(s.peek(&q, 1, 10).await.unwrap().is_empty());
+    assert!(s.peek(&q, 1, 10, T0).await.unwrap().is_empty());
 }

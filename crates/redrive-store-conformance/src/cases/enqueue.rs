@@ -57,7 +57,7 @@ pub async fn enqueued_message_round_trips_every_field(t: &TestStore) {
         expires_at: Some(secs(7_200)),
     };
     let seq = t.send(&q, vec![m], T0).await[0].sequence;
-    let peeked = t.s().peek(&q, 1, 10).await.unwrap();
+    let peeked = t.s().peek(&q, 1, 10, T0).await.unwrap();
     assert_eq!(peeked.len(), 1);
     let p = &peeked[0];
     assert_eq!(p.queue, q);
@@ -136,7 +136,7 @@ pub async fn a_non_finite_property_is_refused_and_the_batch_stores_nothing(t: &T
     let mut m = msg("two", b"two");
     m.properties.insert("x".into(), PropertyValue::Float(2.0));
     t.send(&q, vec![m.clone()], T0).await;
-    let got = t.s().peek(&q, 1, 10).await.expect("peek");
+    let got = t.s().peek(&q, 1, 10, T0).await.expect("peek");
     assert_eq!(got[0].properties, m.properties);
 }
 
@@ -168,7 +168,7 @@ pub async fn scheduled_message_invisible_until_time(t: &TestStore) {
             T0,
         )
         .await;
-    let peeked = t.s().peek(&q, 1, 10).await.unwrap();
+    let peeked = t.s().peek(&q, 1, 10, T0).await.unwrap();
     assert_eq!(peeked[0].visible_at, secs(10));
     assert_eq!(peeked[0].scheduled_at, Some(secs(10)));
     assert_eq!(
@@ -247,16 +247,16 @@ pub async fn peek_browses_without_locking_or_counting(t: &TestStore) {
     let q = t.queue("orders", QueuePolicy::default()).await;
     t.send(&q, vec![msg("1", b"1"), msg("2", b"2"), msg("3", b"3")], T0)
         .await;
-    let p = t.s().peek(&q, 2, 5).await.unwrap();
+    let p = t.s().peek(&q, 2, 5, T0).await.unwrap();
     assert_eq!(p.iter().map(|m| m.sequence).collect::<Vec<_>>(), [2, 3]);
-    let p = t.s().peek(&q, 1, 2).await.unwrap();
+    let p = t.s().peek(&q, 1, 2, T0).await.unwrap();
     assert_eq!(p.iter().map(|m| m.sequence).collect::<Vec<_>>(), [1, 2]);
     assert!(p.iter().all(|m| m.delivery_count == 0));
 
     let d = t.take(&q, 1, 30_000, secs(1)).await;
     assert_eq!(seqs(&d), [1], "peek locked nothing");
     assert_eq!(d[0].message.delivery_count, 1, "peek counted nothing");
-    let p = t.s().peek(&q, 1, 1).await.unwrap();
+    let p = t.s().peek(&q, 1, 1, T0).await.unwrap();
     assert_eq!(p[0].state, MessageState::Locked);
     assert_eq!(p[0].delivery_count, 1);
     assert_eq!(p[0].locked_until, Some(secs(31)));

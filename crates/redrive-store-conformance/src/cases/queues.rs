@@ -59,7 +59,10 @@ pub async fn unknown_queue_is_queue_not_found(t: &TestStore) {
         s.receive(params(&q, 1, 30_000, T0, None)).await,
         StoreError::QueueNotFound { .. }
     );
-    assert_err!(s.peek(&q, 1, 10).await, StoreError::QueueNotFound { .. });
+    assert_err!(
+        s.peek(&q, 1, 10, T0).await,
+        StoreError::QueueNotFound { .. }
+    );
     assert_err!(
         s.settle(&q, vec![], T0).await,
         StoreError::QueueNotFound { .. }

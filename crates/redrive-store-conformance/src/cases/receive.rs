@@ -76,7 +76,7 @@ pub async fn receive_counts_deliveries_and_records_delivery_times(t: &TestStore)
         (Some(secs(1)), Some(secs(5)))
     );
     assert_eq!(m.enqueued_at, T0);
-    let p = t.s().peek(&q, 1, 1).await.unwrap();
+    let p = t.s().peek(&q, 1, 1, secs(5)).await.unwrap();
     assert_eq!(
         p[0].delivery_count, 2,
         "the count is stored, not just returned"
@@ -113,6 +113,57 @@ pub async fn lock_expiry_counts_as_abandon(t: &TestStore) {
     assert_eq!(r.route, RouteKind::Broker);
     assert_eq!(r.last_delivered_at, Some(secs(10)));
     assert!(t.sequences(&q).await.is_empty());
+}
+
+pub async fn a_lock_that_ran_out_is_shown_released_before_any_sweep(t: &TestStore) {
+    let q = t.queue("orders", QueuePolicy::default()).await;
+    t.send1(&q, "m", T0).await;
+    let d = t.take(&q, 1, 10_000, T0).await;
+    assert_eq!(d[0].locked_until, secs(10));
+    // While the lock holds, browse and counts show it locked.
+    let p = t.s().peek(&q, 1, 1, at(9_999)).await.unwrap();
+    assert_eq!(p[0].state, MessageState::Locked);
+    assert_eq!(p[0].locked_until, Some(secs(10)));
+    let c = t.counts(&q, at(9_999)).await;
+    assert_eq!((c.active, c.locked), (0, 1));
+    // From the lock's expiry on, with no sweep and no receive since: available at once,
+    // unlocked, its delivery still counted, and the counts agree.
+    let p = t.s().peek(&q, 1, 1, secs(10)).await.unwrap();
+    assert_eq!(
+        (p[0].state, p[0].locked_until, p[0].delivery_count),
+        (MessageState::Available, None, 1)
+    );
+    assert_eq!(p[0].visible_at, secs(10));
+    let c = t.counts(&q, secs(10)).await;
+    assert_eq!((c.active, c.scheduled, c.locked, c.deferred), (1, 0, 0, 0));
+    // ... and settlement answers what the view says: the lock is lost.
+    assert_err!(
+        t.settle1(&q, &d[0].lock_token, SettleAction::Complete, secs(10))
+            .await,
+        StoreError::LockLost
+    );
+
+    // With a redelivery backoff, the view is what the sweep will write: scheduled after
+    // the backoff from the lock's expiry.
+    let b = t
+        .queue(
+            "backoff",
+            policy(|p| p.redelivery_backoff = Backoff::Fixed { delay_ms: 5_000 }),
+        )
+        .await;
+    t.send1(&b, "m", T0).await;
+    t.take(&b, 1, 10_000, T0).await;
+    let p = t.s().peek(&b, 1, 1, secs(12)).await.unwrap();
+    assert_eq!(
+        (p[0].state, p[0].visible_at, p[0].locked_until),
+        (MessageState::Available, secs(15), None)
+    );
+    let c = t.counts(&b, secs(12)).await;
+    assert_eq!((c.active, c.scheduled, c.locked), (0, 1, 0));
+    // The sweep then writes just that.
+    t.s().sweep(secs(12), 100).await.unwrap();
+    assert_eq!(t.s().peek(&b, 1, 1, secs(12)).await.unwrap(), p);
+    assert_eq!(t.counts(&b, secs(12)).await, c);
 }
 
 pub async fn receive_on_session_queue_without_session_is_session_required(t: &TestStore) {

@@ -950,6 +950,7 @@ pub async fn replay_counts_group_by_area_and_cause(t: &TestStore) {
             candidates: 4,
             failing: 2,
             flagged: 1,
+            undecodable: 0,
             archived: 1,
             quarantined: BTreeMap::from([
                 (None, 1),

@@ -410,7 +410,7 @@ pub async fn receive_deferred_of_unknown_or_not_deferred_is_message_not_found(t:
         t.s().receive_deferred(&q, &[404], 30_000, T0).await,
         StoreError::MessageNotFound { .. }
     );
-    let p = t.s().peek(&q, 1, 1).await.unwrap();
+    let p = t.s().peek(&q, 1, 1, T0).await.unwrap();
     assert_eq!(
         (p[0].state, p[0].delivery_count),
         (MessageState::Available, 0)

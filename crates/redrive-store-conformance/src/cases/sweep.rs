@@ -28,7 +28,7 @@ pub async fn sweep_releases_expired_locks_across_queues(t: &TestStore) {
     for q in [&a, &b] {
         let c = t.counts(q, secs(10)).await;
         assert_eq!((c.active, c.locked), (1, 0));
-        let p = t.s().peek(q, 1, 1).await.unwrap();
+        let p = t.s().peek(q, 1, 1, secs(10)).await.unwrap();
         assert_eq!(p[0].delivery_count, 1, "the delivery stays counted");
     }
     let again = t.s().sweep(secs(10), 100).await.unwrap();

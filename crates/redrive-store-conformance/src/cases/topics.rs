@@ -268,7 +268,7 @@ pub async fn publish_fans_out_atomically(t: &TestStore) {
     assert_eq!(r.iter().filter(|p| p.duplicate).count(), 0);
     assert_eq!(t.sequences(&a).await, [1]);
     assert_eq!(t.sequences(&b).await, [1, 2]);
-    let on_b = t.s().peek(&b, 1, 10).await.unwrap();
+    let on_b = t.s().peek(&b, 1, 10, T0).await.unwrap();
     assert_eq!(on_b[1].message_id, "2");
 
     // A delivery to a queue that is gone fails the whole batch: nothing is stored, and

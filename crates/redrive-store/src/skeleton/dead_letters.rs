@@ -21,8 +21,8 @@ use crate::dead_letter::{
     forwarded_properties,
 };
 use crate::{
-    DeadLetterDelivery, DeadLetterRecord, DeadLettered, Effects, Enqueued, MessageRef, ReplayMark,
-    StoreError, StoreResult,
+    DeadLetterDelivery, DeadLetterPage, DeadLetterRecord, DeadLettered, Effects, Enqueued,
+    MessageRef, ReplayMark, StoreError, StoreResult, UndecodableRecord,
 };
 
 /// `DeadLetterTargetMissing`: an application's dead-letter on `q` whose dead-letter
@@ -279,6 +279,48 @@ pub fn decode(c: &impl Columns) -> StoreResult<DeadLetterRecord> {
         route_target: c.parse(33, "dead_letters.route_target")?,
         missing_target: c.text_opt(34)?,
     })
+}
+
+/// Reads [`columns!(dead_letter)`](crate::columns) as [`decode`] does, or, when the row
+/// holds a value this build cannot read, names the row and why. The row has been fetched
+/// already, so an error here is the row's own, never the connection's: the caller sets
+/// the row aside and goes on with the others.
+pub fn decode_checked(c: &impl Columns) -> Result<DeadLetterRecord, UndecodableRecord> {
+    decode(c).map_err(|e| UndecodableRecord {
+        id: c.text(0).unwrap_or_default(),
+        queue: c.text(1).unwrap_or_default(),
+        reason: undecodable_reason(&e),
+    })
+}
+
+/// What cannot be read, from the decoder's error (without the wrapping of a backend
+/// error).
+pub fn undecodable_reason(e: &StoreError) -> String {
+    match e {
+        StoreError::Backend { source } => source.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// A listing's page from its rows as read, in order.
+pub fn page(rows: Vec<Result<DeadLetterRecord, UndecodableRecord>>) -> DeadLetterPage {
+    let mut out = DeadLetterPage::default();
+    for row in rows {
+        match row {
+            Ok(r) => out.records.push(r),
+            Err(u) => out.undecodable.push(u),
+        }
+    }
+    out
+}
+
+/// `DeadLetterUndecodable`: an operation on one record whose row cannot be read.
+pub fn undecodable(u: UndecodableRecord) -> StoreError {
+    StoreError::DeadLetterUndecodable {
+        queue: u.queue,
+        id: u.id,
+        reason: u.reason,
+    }
 }
 
 /// Locks live records taken by a dead-letter receive for `lock_ms` from `now`: each gets

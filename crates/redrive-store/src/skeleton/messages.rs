@@ -18,8 +18,8 @@ use redrive_core::{
 use super::columns::{Columns, after, invariant, props_to_json};
 use super::entities::QueueRow;
 use crate::{
-    Delivery, Effects, Enqueued, MessageRef, NewMessage, ReceiveParams, SessionRef, SettleAction,
-    Settled, Settlement, StoreError, StoreResult, StoredMessage,
+    Delivery, Effects, Enqueued, MessageRef, NewMessage, QueueCounts, ReceiveParams, SessionRef,
+    SettleAction, Settled, Settlement, StoreError, StoreResult, StoredMessage,
 };
 
 // ---- rows -------------------------------------------------------------------------------
@@ -72,6 +72,29 @@ impl Head {
     }
 }
 
+/// Counts the messages whose lock ran out by `now` while their row still says `locked`
+/// (`expired`: their heads; the sweep has not written their release yet) where
+/// [`machine::view`] shows them: active, scheduled (a redelivery backoff) or deferred.
+/// The backend's own counts take `locked` only for locks that still hold at `now`, so a
+/// lock that ran out is never counted as held, and the counts agree with a browse.
+pub fn count_expired_locks(
+    counts: &mut QueueCounts,
+    expired: &[Head],
+    policy: &QueuePolicy,
+    now: Timestamp,
+) {
+    for head in expired {
+        let seen = machine::view(&head.meta, policy, now, machine::jitter_seed(head.sequence));
+        match seen.state {
+            MessageState::Available if seen.visible_at <= now => counts.active += 1,
+            MessageState::Available => counts.scheduled += 1,
+            MessageState::Deferred => counts.deferred += 1,
+            // A lock that still holds is the backend's to count.
+            MessageState::Locked => counts.locked += 1,
+        }
+    }
+}
+
 /// How many columns [`Head::decode`] reads.
 pub const HEAD_COLUMNS: usize = 12;
 
@@ -118,6 +141,24 @@ impl MessageRow {
             enqueued_at: c.time(at + 7)?,
             scheduled_at: c.time_opt(at + 8)?,
         })
+    }
+
+    /// The row as a reader that writes nothing sees it at `now` (a browse):
+    /// [`machine::view`] of its state under `policy`, so a lock that ran out is shown as
+    /// its release leaves it, before the sweep writes that.
+    pub fn into_view(
+        mut self,
+        queue: &EntityName,
+        policy: &QueuePolicy,
+        now: Timestamp,
+    ) -> StoredMessage {
+        self.head.meta = machine::view(
+            &self.head.meta,
+            policy,
+            now,
+            machine::jitter_seed(self.head.sequence),
+        );
+        self.into_stored(queue)
     }
 
     /// The row as the trait shows it.

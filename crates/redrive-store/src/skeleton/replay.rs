@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use redrive_core::judgement::{Judgement, QuarantineCause};
 use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
 
-use super::columns::{after, bad_value, to_json};
+use super::columns::{after, to_json};
 use crate::{DeadLetterRecord, QuarantineCopy, ReplayCounts, ReplayMark, StoreError, StoreResult};
 
 /// When a record that becomes live at `now` on a queue with `policy` is judged: `None`
@@ -203,42 +203,40 @@ pub struct CountRow {
     pub failing: i64,
     /// Of them, with at least the flag threshold of failed judgements.
     pub flagged: i64,
+    /// Of them, set aside by a replay claim as unreadable (`undecodable` is set; not
+    /// counted in `candidates`).
+    pub undecodable: i64,
 }
 
-/// Folds count rows into one [`ReplayCounts`] per queue, by queue name.
+/// Folds count rows into one [`ReplayCounts`] per queue, by queue name. A group whose
+/// area or cause this build cannot read counts as `undecodable` (one such row never
+/// fails the counts of the others); a group whose queue name cannot be read belongs to no
+/// queue and is left out.
 pub fn fold_counts(rows: Vec<CountRow>) -> StoreResult<Vec<ReplayCounts>> {
     let mut by_queue: BTreeMap<String, ReplayCounts> = BTreeMap::new();
     let n = |v: i64| u64::try_from(v).unwrap_or(0);
     for r in rows {
-        let queue: EntityName = r
-            .queue
-            .parse()
-            .map_err(|e| bad_value("dead_letters.queue", e))?;
+        let Ok(queue) = r.queue.parse::<EntityName>() else {
+            continue;
+        };
         let c = by_queue
             .entry(r.queue)
             .or_insert_with(|| ReplayCounts::empty(queue));
-        match r
-            .area
-            .parse::<Area>()
-            .map_err(|e| bad_value("dead_letters.area", e))?
-        {
-            Area::Live => {
+        match r.area.parse::<Area>() {
+            Ok(Area::Live) => {
                 c.live += n(r.records);
                 c.candidates += n(r.candidates);
                 c.failing += n(r.failing);
                 c.flagged += n(r.flagged);
+                c.undecodable += n(r.undecodable);
             }
-            Area::Archived => c.archived += n(r.records),
-            Area::Quarantine => {
-                let cause = match r.cause {
-                    Some(s) => Some(
-                        s.parse::<QuarantineCause>()
-                            .map_err(|e| bad_value("dead_letters.replay_cause", e))?,
-                    ),
-                    None => None,
-                };
-                *c.quarantined.entry(cause).or_insert(0) += n(r.records);
-            }
+            Ok(Area::Archived) => c.archived += n(r.records),
+            Ok(Area::Quarantine) => match r.cause.map(|s| s.parse::<QuarantineCause>()) {
+                None => *c.quarantined.entry(None).or_insert(0) += n(r.records),
+                Some(Ok(cause)) => *c.quarantined.entry(Some(cause)).or_insert(0) += n(r.records),
+                Some(Err(_)) => c.undecodable += n(r.records),
+            },
+            Err(_) => c.undecodable += n(r.records),
         }
     }
     Ok(by_queue.into_values().collect())
@@ -349,6 +347,7 @@ mod tests {
             candidates,
             failing: 1,
             flagged: 0,
+            undecodable: 0,
         };
         let c = fold_counts(vec![
             row("a", "live", None, 5, 3),
@@ -364,6 +363,17 @@ mod tests {
         assert_eq!(c[0].quarantined[&Some(QuarantineCause::NotIdempotent)], 2);
         assert_eq!(c[0].quarantined[&None], 1);
         assert_eq!(c[1].queue.as_str(), "b");
-        assert!(fold_counts(vec![row("a", "lost", None, 1, 0)]).is_err());
+        // A group this build cannot read counts as undecodable and fails nothing else;
+        // one without a readable queue belongs to none.
+        let c = fold_counts(vec![
+            row("a", "live", None, 5, 3),
+            row("a", "lost", None, 2, 0),
+            row("a", "quarantine", Some("NoSuchCause"), 1, 0),
+            row("not a name!", "live", None, 7, 7),
+        ])
+        .unwrap();
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].live, c[0].candidates, c[0].undecodable), (5, 3, 3));
+        assert!(c[0].quarantined.is_empty());
     }
 }

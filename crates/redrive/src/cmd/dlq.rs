@@ -159,9 +159,9 @@ pub async fn run(ctx: &Ctx, cmd: DlqCommand) -> anyhow::Result<()> {
             if ctx.json {
                 return print_json(&page);
             }
-            if page.dead_letters.is_empty() {
+            if page.dead_letters.is_empty() && page.undecodable.is_empty() {
                 println!("no dead letters");
-            } else {
+            } else if !page.dead_letters.is_empty() {
                 let mut t = Table::new([
                     "ID",
                     "AREA",
@@ -183,6 +183,9 @@ pub async fn run(ctx: &Ctx, cmd: DlqCommand) -> anyhow::Result<()> {
                     ]);
                 }
                 print!("{}", t.render());
+            }
+            for u in &page.undecodable {
+                println!("cannot be read: {} ({})", u.id, u.reason);
             }
             if let Some(c) = &page.next_cursor {
                 println!("more: --cursor {c}");
@@ -412,8 +415,16 @@ async fn export(
             writeln!(out, "{line}").context("write the export")?;
             n += 1;
         }
+        for u in &page.undecodable {
+            // Not exportable: the server cannot read it (docs/operations.md).
+            eprintln!(
+                "dead letter {} of {queue} cannot be read and is not exported: {}",
+                u.id, u.reason
+            );
+        }
+        let rows = page.dead_letters.len() + page.undecodable.len();
         match page.next_cursor {
-            Some(c) if !page.dead_letters.is_empty() => query.cursor = Some(c),
+            Some(c) if rows > 0 => query.cursor = Some(c),
             _ => break,
         }
     }

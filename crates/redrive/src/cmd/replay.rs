@@ -110,8 +110,9 @@ pub enum ReplayCommand {
     /// Replay counts of one queue, or of every queue with dead letters; or, given a plan id
     /// (`plan_…`), where that replay plan stands.
     ///
-    /// Live records, replay candidates, failing and flagged ones, archived ones, and
-    /// quarantined ones by cause (`manual`: moved there by an operator). For a plan: its
+    /// Live records, replay candidates, failing and flagged ones, undecodable ones (rows
+    /// this build cannot read, set aside), archived ones, and quarantined ones by cause
+    /// (`manual`: moved there by an operator). For a plan: its
     /// status, progress, rates, window, ETA and stop reason (a stopped plan still exits 0).
     Status {
         /// Queue name (every queue with dead letters when left out), or a plan id.
@@ -858,6 +859,7 @@ pub fn status_table(statuses: &[ReplayStatus]) -> Table {
         "CANDIDATES",
         "FAILING",
         "FLAGGED",
+        "UNDECODABLE",
         "ARCHIVED",
         "QUARANTINED",
         "BY-CAUSE",
@@ -869,6 +871,7 @@ pub fn status_table(statuses: &[ReplayStatus]) -> Table {
             s.candidates.to_string(),
             s.failing.to_string(),
             s.flagged.to_string(),
+            s.undecodable.to_string(),
             s.archived.to_string(),
             s.quarantined.values().sum::<u64>().to_string(),
             counts_text(&s.quarantined),
@@ -916,6 +919,7 @@ mod tests {
             candidates: 2,
             failing: 1,
             flagged: 0,
+            undecodable: 5,
             archived: 4,
             quarantined: BTreeMap::from([
                 ("NotIdempotent".to_owned(), 2),
@@ -934,6 +938,7 @@ mod tests {
                 "2",
                 "1",
                 "0",
+                "5",
                 "4",
                 "3",
                 "NotIdempotent=2,",

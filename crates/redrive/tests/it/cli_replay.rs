@@ -78,6 +78,43 @@ fn dead_letter(s: &Server, queue: &str, body: &[u8], message_id: &str) -> String
         .to_owned()
 }
 
+/// A dead letter whose stored row the server cannot read (edited behind its back) is
+/// named by `dlq list` with the reason and left out of `dlq export` with a warning; the
+/// others list and export as before.
+#[test]
+fn an_unreadable_dead_letter_is_named_by_list_and_left_out_of_export() {
+    let (s, dir) = server();
+    s.cli(&["queue", "create", "src"]).ok();
+    let bad = dead_letter(&s, "src", b"one", "m-bad");
+    dead_letter(&s, "src", b"two", "m-good");
+    let conn = rusqlite::Connection::open(dir.path().join("redrive.db")).unwrap();
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .unwrap();
+    conn.execute(
+        "UPDATE dead_letters SET count_quality = 'bogus' WHERE id = ?1",
+        [&bad],
+    )
+    .unwrap();
+    drop(conn);
+
+    let out = s.cli(&["dlq", "list", "src"]);
+    let listed = out.ok();
+    assert!(
+        listed.contains(&format!("cannot be read: {bad} (")),
+        "{listed}"
+    );
+    assert!(listed.contains("m-good"), "{listed}");
+    let out = s.cli(&["dlq", "export", "src"]);
+    let lines: Vec<Value> = out
+        .ok()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", out.stdout);
+    assert_eq!(lines[0]["message_id"], "m-good");
+    assert!(out.stderr.contains(&bad), "{}", out.stderr);
+}
+
 #[test]
 fn an_event_grid_blob_and_sqs_output_import_and_list() {
     let (s, dir) = server();
@@ -405,6 +442,7 @@ fn replay_status_counts_each_queue_after_imports() {
         "CANDIDATES",
         "FAILING",
         "FLAGGED",
+        "UNDECODABLE",
         "ARCHIVED",
         "QUARANTINED",
     ] {
