@@ -169,6 +169,23 @@ async fn a_refusal_that_leaves_a_long_body_unread_says_the_connection_closes() {
     let a = read_one(&mut c, false).await.expect("an answer");
     assert_eq!(a.status, 401, "{}", a.head);
     assert!(a.closes(), "{}", a.head);
+
+    // A client that waits for 100 Continue is not asked for the body: the refusal comes
+    // at once, and the connection closes after it.
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(
+        format!(
+            "POST /v1/queues HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+             Content-Length: 17\r\nExpect: 100-continue\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let a = read_one(&mut c, false).await.expect("an answer");
+    assert_eq!(a.status, 401, "{}", a.head);
+    assert!(a.closes(), "{}", a.head);
+    assert!(closed(&mut c).await, "the connection stays open");
     s.stop().await;
 }
 
