@@ -30,7 +30,8 @@ pub type RouteRule = (
     Option<&'static str>,
 );
 
-/// Routes anyone may call: health checks and the API description.
+/// Routes anyone may call: health checks and the API description. A `HEAD` request has
+/// the row of its `GET` route, here and in [`ROUTES`] (see [`rule`]).
 pub const PUBLIC: &[(Method, &str)] = &[(Method::GET, "/healthz"), (Method::GET, "/openapi.json")];
 
 /// The permission of every authenticated route.
@@ -285,9 +286,26 @@ pub const ROUTES: &[RouteRule] = {
     ]
 };
 
-/// The row of a routed request.
+/// The method a request is judged as: `HEAD` is `GET` without the body (the router
+/// answers it on every `GET` route), so it needs what `GET` needs, no more and no less.
+fn judged_as(method: &Method) -> &Method {
+    if method == Method::HEAD {
+        &Method::GET
+    } else {
+        method
+    }
+}
+
+/// The row of a routed request (a `HEAD` has its `GET` route's row).
 pub fn rule(method: &Method, path: &str) -> Option<&'static RouteRule> {
+    let method = judged_as(method);
     ROUTES.iter().find(|(m, p, _, _)| m == method && *p == path)
+}
+
+/// Whether anyone may call the route (a `HEAD` as its `GET` route).
+pub fn is_public(method: &Method, path: &str) -> bool {
+    let method = judged_as(method);
+    PUBLIC.iter().any(|(m, p)| m == method && *p == path)
 }
 
 /// Longest `Authorization` header looked at (a token is 68 characters).
@@ -324,7 +342,7 @@ pub async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Respo
         .map(|p| p.as_str().to_owned())
         .unwrap_or_default();
     let method = req.method().clone();
-    if PUBLIC.iter().any(|(m, p)| *m == method && *p == path) {
+    if is_public(&method, &path) {
         return next.run(req).await;
     }
     let client = req

@@ -11,6 +11,13 @@
 //!   `body_read_timeout_ms` fails, and the handler answers 408 (the connection then
 //!   closes, since the body was not read to its end);
 //! - **TLS handshake**: bounded by `tls_handshake_timeout_ms`.
+//! - **unread bodies**: a handler that answers without reading the request's body (a
+//!   refusal: 401, 403, 415…) leaves the body on the connection, ahead of the next request.
+//!   Up to [`DRAIN_LIMIT`] bytes of it are read and dropped within [`DRAIN_TIME`] before
+//!   the answer goes out, so that the connection serves the next request; a longer or
+//!   slower body (or one the client waits to send, `Expect: 100-continue`) is not read,
+//!   and the answer says `Connection: close`, so that the client does not send another
+//!   request on a connection the server is closing.
 //!
 //! The number of open connections over all listeners is bounded by a semaphore: a
 //! connection over the limit is accepted and closed at once (so that the kernel's backlog
@@ -54,6 +61,12 @@ pub(crate) const HYPER_MAX_HEADERS: usize = 400;
 pub const FD_RESERVE: u64 = 256;
 /// How much of a request head is kept to look for conflicting framing headers.
 const SNIFF_LIMIT: usize = HYPER_MAX_HEADER_BYTES;
+/// Most bytes of a body its handler left unread that are read and dropped to keep the
+/// connection open (a longer body closes it).
+pub(crate) const DRAIN_LIMIT: u64 = 64 * 1024;
+/// How long the rest of an unread body may take to arrive before the connection is
+/// closed instead.
+pub(crate) const DRAIN_TIME: Duration = Duration::from_secs(1);
 
 /// The limits of the accept loop, from [`crate::Settings`].
 #[derive(Clone)]
@@ -471,12 +484,23 @@ async fn http<T>(
             let conflict = shared.on_request();
             let done = DoneGuard(shared.clone());
             let timed_out = BodyTimedOut::default();
+            // The client waits for a 100 Continue before it sends the body: an unread one
+            // is never asked for, and the connection closes after the answer.
+            let awaits_continue = req
+                .headers()
+                .get(hyper::header::EXPECT)
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+            let (back, mut unread) = tokio::sync::oneshot::channel();
             let mut req = req.map(|b| {
-                Body::new(TimeoutBody {
-                    inner: b,
-                    timeout: body_timeout,
-                    sleep: None,
-                    timed_out: timed_out.0.clone(),
+                Body::new(ReturnedBody {
+                    inner: Some(TimeoutBody {
+                        inner: b,
+                        timeout: body_timeout,
+                        sleep: None,
+                        timed_out: timed_out.0.clone(),
+                    }),
+                    done: false,
+                    back: Some(back),
                 })
             });
             req.extensions_mut().insert(timed_out);
@@ -488,7 +512,17 @@ async fn http<T>(
             }
             let mut router = router.clone();
             async move {
-                let resp = router.call(req).await?;
+                let mut resp = router.call(req).await?;
+                // The handler dropped the body before its end (a body still held somewhere
+                // is left to hyper).
+                if let Ok(rest) = unread.try_recv()
+                    && (awaits_continue || !drain(rest).await)
+                {
+                    resp.headers_mut().insert(
+                        hyper::header::CONNECTION,
+                        hyper::header::HeaderValue::from_static("close"),
+                    );
+                }
                 Ok::<_, std::convert::Infallible>(resp.map(|b| {
                     Body::new(DoneBody {
                         inner: b,
@@ -567,6 +601,94 @@ impl http_body::Body for DoneBody {
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
     }
+}
+
+/// The request body as the router sees it: dropped before its end (and without a failed
+/// read), it goes back to the connection's service to be drained.
+struct ReturnedBody {
+    inner: Option<TimeoutBody>,
+    /// A read failed, or the body ended: nothing is left to drain (after a failed read
+    /// the connection closes anyway).
+    done: bool,
+    back: Option<tokio::sync::oneshot::Sender<TimeoutBody>>,
+}
+
+impl http_body::Body for ReturnedBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let r = http_body::Body::poll_frame(Pin::new(inner), cx);
+        if let Poll::Ready(None | Some(Err(_))) = &r {
+            this.done = true;
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner
+            .as_ref()
+            .is_none_or(http_body::Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.as_ref().map_or_else(
+            || http_body::SizeHint::with_exact(0),
+            http_body::Body::size_hint,
+        )
+    }
+}
+
+impl Drop for ReturnedBody {
+    fn drop(&mut self) {
+        // The sender goes either way: the service learns that the body is gone.
+        let back = self.back.take();
+        if let (Some(inner), Some(back), false) = (self.inner.take(), back, self.done)
+            && !http_body::Body::is_end_stream(&inner)
+        {
+            let _ = back.send(inner);
+        }
+    }
+}
+
+/// Reads and drops the rest of a body its handler left unread, so that the connection can
+/// serve the next request: whether it ended within [`DRAIN_LIMIT`] bytes and
+/// [`DRAIN_TIME`].
+async fn drain(mut body: TimeoutBody) -> bool {
+    if http_body::Body::size_hint(&body)
+        .upper()
+        .is_some_and(|n| n > DRAIN_LIMIT)
+    {
+        return false;
+    }
+    let read_all = async {
+        let mut read = 0u64;
+        loop {
+            let frame =
+                std::future::poll_fn(|cx| http_body::Body::poll_frame(Pin::new(&mut body), cx))
+                    .await;
+            match frame {
+                None => return true,
+                Some(Err(_)) => return false,
+                Some(Ok(f)) => {
+                    read += f.data_ref().map_or(0, |d| d.len() as u64);
+                    if read > DRAIN_LIMIT {
+                        return false;
+                    }
+                }
+            }
+        }
+    };
+    tokio::time::timeout(DRAIN_TIME, read_all)
+        .await
+        .unwrap_or(false)
 }
 
 /// A request body whose every read must make progress within `timeout`.

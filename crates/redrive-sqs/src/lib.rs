@@ -173,8 +173,12 @@ pub struct SqsConfig {
     pub account_id: String,
     /// Region in ARNs (default `us-east-1`).
     pub region: String,
-    /// Base of queue URLs (`http://host:port`); by default taken from the request's `Host`.
-    pub base_url: Option<String>,
+    /// Base of queue URLs: the URL clients reach the endpoint at (`http://host:port`,
+    /// optionally with a path), as configured (`sqs_public_url`; by default the listen
+    /// address). Never taken from a request: a forged `Host` header must not make the
+    /// endpoint hand out URLs of another host, which clients would send their next
+    /// (signed) requests to.
+    pub public_url: String,
     /// Access key id and secret pairs. Empty: any signature is accepted. Otherwise every
     /// request must carry a SigV4 signature made with one of them.
     pub access_keys: Vec<(String, String)>,
@@ -185,11 +189,14 @@ impl Default for SqsConfig {
         SqsConfig {
             account_id: "000000000000".to_owned(),
             region: "us-east-1".to_owned(),
-            base_url: None,
+            public_url: DEFAULT_PUBLIC_URL.to_owned(),
             access_keys: Vec::new(),
         }
     }
 }
+
+/// The default [`SqsConfig::public_url`]: the default listen address.
+pub const DEFAULT_PUBLIC_URL: &str = "http://127.0.0.1:9324";
 
 /// Shared state of the endpoint.
 pub(crate) struct Sqs {
@@ -201,10 +208,9 @@ pub(crate) struct Sqs {
     pub(crate) attempts: Mutex<attempts::Attempts>,
 }
 
-/// One request's context: the endpoint, the queue URL base and the caller.
+/// One request's context: the endpoint and the caller.
 pub(crate) struct Ctx {
     pub(crate) sqs: Arc<Sqs>,
-    pub(crate) base_url: String,
     pub(crate) sender_id: String,
     /// Who is calling: a configured key (every right), a token's SQS credentials, or
     /// `anonymous` without authentication.
@@ -231,7 +237,11 @@ impl Ctx {
 
     /// The URL of queue `name`.
     pub(crate) fn queue_url(&self, name: &str) -> String {
-        format!("{}/{}/{name}", self.base_url, self.sqs.config.account_id)
+        format!(
+            "{}/{}/{name}",
+            self.sqs.config.public_url.trim_end_matches('/'),
+            self.sqs.config.account_id
+        )
     }
 
     /// The ARN of queue `name`.
@@ -375,16 +385,8 @@ async fn answer(
         req.input
             .insert("QueueUrl".to_owned(), Value::String(path.to_owned()));
     }
-    let base_url = sqs.config.base_url.clone().unwrap_or_else(|| {
-        let host = headers
-            .get(axum::http::header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or("localhost");
-        format!("http://{host}")
-    });
     let ctx = Ctx {
         sqs: sqs.clone(),
-        base_url: base_url.trim_end_matches('/').to_owned(),
         sender_id,
         actor,
     };

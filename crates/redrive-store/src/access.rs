@@ -23,18 +23,33 @@ pub struct NewToken {
     pub created_by: String,
     /// After this time the token is refused; `None`: never expires.
     pub expires_at: Option<Timestamp>,
-    /// SQS credentials of the token (SigV4 is a shared-secret scheme: the server keeps the
-    /// secret access key to check signatures), when the token is also for the SQS endpoint.
+    /// SQS credentials of the token, when the token is also for the SQS endpoint.
     pub sqs: Option<SqsCredentials>,
 }
 
 /// An SQS access key pair bound to a token.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Unlike a token's secret, the secret access key itself is stored: Signature Version 4
+/// is an HMAC over the request keyed by a key derived from the secret for each day, region
+/// and service, so checking a signature takes the secret (or a value that signs as well as
+/// it does), never a one-way hash of it. It is shown once, in the answer that creates the
+/// token, and nowhere after (token lists, the audit log, logs: `Debug` hides it);
+/// docs/operations.md says how to protect the store that holds it.
+#[derive(Clone, PartialEq, Eq)]
 pub struct SqsCredentials {
     /// The access key id clients put in their credential scope.
     pub access_key_id: String,
     /// The secret access key they sign with.
     pub secret_access_key: String,
+}
+
+impl std::fmt::Debug for SqsCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqsCredentials")
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &"***")
+            .finish()
+    }
 }
 
 /// A stored token.
@@ -102,3 +117,19 @@ pub struct AuditQuery {
 
 /// Most entries one audit page returns.
 pub const MAX_AUDIT_PAGE: u32 = 1_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_hides_the_sqs_secret() {
+        let c = SqsCredentials {
+            access_key_id: "RDKAAAA".to_owned(),
+            secret_access_key: "s3cr3t-access-key".to_owned(),
+        };
+        let shown = format!("{c:?} {:?}", Some(&c));
+        assert!(shown.contains("RDKAAAA"), "{shown}");
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+    }
+}

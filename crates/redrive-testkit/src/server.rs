@@ -271,7 +271,14 @@ impl TestServer {
                 "{scheme}://{}",
                 listener.local_addr().expect("a bound address")
             ));
-            extra.push((listener, redrive_sqs::router(broker.clone(), sqs.clone())));
+            let mut sqs = sqs.clone();
+            // The default names the default listen address, which a test server does not
+            // bind: its queue URLs name the address it did bind, unless the test set one.
+            if sqs.public_url == redrive_sqs::DEFAULT_PUBLIC_URL {
+                sqs.public_url
+                    .clone_from(sqs_url.as_ref().expect("just set"));
+            }
+            extra.push((listener, redrive_sqs::router(broker.clone(), sqs)));
         }
         let mut extra_addrs = Vec::new();
         for router in &config.extra {

@@ -30,12 +30,20 @@ pub struct Config {
     pub server: redrive_server::Settings,
     /// Address of the SQS-compatible endpoint (`IP:PORT`), or `off`.
     pub sqs_listen: String,
+    /// The URL clients reach the SQS endpoint at (`https://sqs.example.com`), the base of
+    /// the queue URLs it answers; absent: `http://` (`https://` with TLS) and the address it
+    /// listens on, which must then name one host (not `0.0.0.0` or `[::]`). Never taken from
+    /// a request's `Host`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sqs_public_url: Option<String>,
     /// Account id in SQS queue URLs and ARNs.
     pub sqs_account_id: String,
     /// Region in SQS queue ARNs.
     pub sqs_region: String,
     /// `ACCESS_KEY_ID:SECRET` pairs; when any is set, SQS requests must carry a valid
-    /// Signature Version 4 by one of them (empty: any signature is accepted). Secret.
+    /// Signature Version 4 by one of them (or, with authentication on, by an API token's
+    /// SQS key). Empty: with authentication on, only the API tokens' SQS keys sign; off,
+    /// any signature is accepted. Secret.
     pub sqs_access_keys: Vec<String>,
     /// Networks (`10.0.0.0/8`), addresses and host names push endpoints may be on besides
     /// public addresses: loopback, private, link-local and metadata addresses are refused
@@ -212,6 +220,7 @@ impl Default for Config {
             log: LogConfig::default(),
             server: redrive_server::Settings::default(),
             sqs_listen: DEFAULT_SQS_LISTEN.to_owned(),
+            sqs_public_url: None,
             sqs_account_id: "000000000000".to_owned(),
             sqs_region: "us-east-1".to_owned(),
             sqs_access_keys: Vec::new(),
@@ -285,6 +294,8 @@ pub struct Overrides {
     pub shutdown_timeout_ms: Option<u64>,
     /// `sqs_listen` (`IP:PORT` or `off`).
     pub sqs_listen: Option<String>,
+    /// `sqs_public_url`.
+    pub sqs_public_url: Option<String>,
     /// `sqs_account_id`.
     pub sqs_account_id: Option<String>,
     /// `sqs_region`.
@@ -314,6 +325,10 @@ impl Overrides {
         if let Some(v) = get("REDRIVE_SQS_LISTEN") {
             parse_sqs_listen(&v).map_err(|e| bad("REDRIVE_SQS_LISTEN", e))?;
             o.sqs_listen = Some(v);
+        }
+        if let Some(v) = get("REDRIVE_SQS_PUBLIC_URL") {
+            parse_public_url(&v).map_err(|e| bad("REDRIVE_SQS_PUBLIC_URL", e))?;
+            o.sqs_public_url = Some(v);
         }
         o.sqs_account_id = get("REDRIVE_SQS_ACCOUNT_ID");
         o.sqs_region = get("REDRIVE_SQS_REGION");
@@ -384,6 +399,9 @@ impl Overrides {
         }
         if let Some(v) = &self.sqs_listen {
             c.sqs_listen.clone_from(v);
+        }
+        if let Some(v) = &self.sqs_public_url {
+            c.sqs_public_url = Some(v.clone());
         }
         if let Some(v) = &self.sqs_account_id {
             c.sqs_account_id.clone_from(v);
@@ -660,7 +678,25 @@ impl Config {
         if self.data_dir.as_os_str().is_empty() {
             return Err(input_error("data_dir must not be empty"));
         }
-        parse_sqs_listen(&self.sqs_listen).map_err(|e| input_error(format!("sqs_listen: {e}")))?;
+        let sqs_listen = parse_sqs_listen(&self.sqs_listen)
+            .map_err(|e| input_error(format!("sqs_listen: {e}")))?;
+        match &self.sqs_public_url {
+            Some(url) => {
+                parse_public_url(url).map_err(|e| input_error(format!("sqs_public_url: {e}")))?;
+            }
+            None => {
+                if let Some(addr) = sqs_listen
+                    && addr.ip().is_unspecified()
+                {
+                    return Err(input_error(format!(
+                        "sqs_listen {addr} listens on every address, so it names no host for \
+                         the queue URLs the SQS endpoint answers: set sqs_public_url to the \
+                         URL clients reach it at (e.g. http://sqs.internal:{})",
+                        addr.port()
+                    )));
+                }
+            }
+        }
         if self.sqs_account_id.len() != 12
             || !self.sqs_account_id.bytes().all(|b| b.is_ascii_digit())
         {
@@ -784,12 +820,51 @@ impl Config {
         Ok(StoreLocation::Sqlite(path))
     }
 
+    /// The base of the SQS endpoint's queue URLs when it listens on `bound`:
+    /// `sqs_public_url`, or the listen address itself (`https` when the server speaks TLS).
+    pub fn sqs_public_url(&self, bound: SocketAddr) -> String {
+        match &self.sqs_public_url {
+            Some(url) => url.trim().trim_end_matches('/').to_owned(),
+            None => {
+                let scheme = if self.server.tls_cert_file.is_some() {
+                    "https"
+                } else {
+                    "http"
+                };
+                format!("{scheme}://{bound}")
+            }
+        }
+    }
+
+    /// What the SQS endpoint checks, for the summary: the configured key ids (secrets
+    /// hidden), and what happens to a request that none of them signed. With
+    /// authentication on, the SQS credentials of API tokens are checked too and an
+    /// unsigned request is refused, configured keys or not.
+    fn sqs_keys_summary(&self) -> String {
+        let ids = self
+            .sqs_access_keys
+            .iter()
+            .map(|p| format!("{}:***", p.split_once(':').map_or(p.as_str(), |(id, _)| id)))
+            .collect::<Vec<_>>()
+            .join(",");
+        match (ids.is_empty(), self.auth.enabled) {
+            (true, false) => "(none: any signature accepted)".to_owned(),
+            (true, true) => {
+                "(none: signatures verified against the API tokens' SQS keys, unsigned \
+                 requests refused)"
+                    .to_owned()
+            }
+            (false, false) => ids,
+            (false, true) => format!("{ids} (and the API tokens' SQS keys)"),
+        }
+    }
+
     /// The effective configuration as one line of `key=value` pairs, secrets redacted.
     pub fn summary(&self) -> String {
         format!(
             "listen={} data_dir={} store={} log.level={} log.format={} \
              server.sweep_interval_ms={} server.shutdown_timeout_ms={} \
-             server.lease_ttl_ms={} sqs_listen={} \
+             server.lease_ttl_ms={} sqs_listen={} sqs_public_url={} \
              sqs_account_id={} sqs_region={} sqs_access_keys={} auth.enabled={} \
              auth.bootstrap_token={} auth.rate_limit_per_s={} auth.rate_limit_burst={} \
              auth.audit_retention_days={}",
@@ -807,17 +882,12 @@ impl Config {
             self.server.shutdown_timeout_ms,
             self.server.lease_ttl_ms,
             self.sqs_listen,
+            self.sqs_public_url
+                .as_deref()
+                .unwrap_or("(the listen address)"),
             self.sqs_account_id,
             self.sqs_region,
-            if self.sqs_access_keys.is_empty() {
-                "(none: any signature accepted)".to_owned()
-            } else {
-                self.sqs_access_keys
-                    .iter()
-                    .map(|p| format!("{}:***", p.split_once(':').map_or(p.as_str(), |(id, _)| id)))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            },
+            self.sqs_keys_summary(),
             self.auth.enabled,
             if self.auth.bootstrap_token.is_some() {
                 "***"
@@ -849,6 +919,42 @@ pub fn parse_sqs_listen(s: &str) -> Result<Option<SocketAddr>, String> {
         return Ok(None);
     }
     parse_listen(s).map(Some)
+}
+
+/// A public URL of the SQS endpoint: `http://` or `https://`, a host (and port), and
+/// optionally a path; no query, fragment or user info.
+pub fn parse_public_url(s: &str) -> Result<(), String> {
+    let s = s.trim();
+    let bad = || {
+        format!("{s:?} is not an http:// or https:// URL of a host (e.g. https://sqs.example.com)")
+    };
+    let rest = s
+        .strip_prefix("http://")
+        .or_else(|| s.strip_prefix("https://"))
+        .ok_or_else(bad)?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = if authority.starts_with('[') {
+        authority
+            .split(']')
+            .next()
+            .map(|h| h.trim_start_matches('['))
+    } else {
+        authority.split(':').next()
+    }
+    .unwrap_or_default();
+    let port_ok = match authority.rsplit_once(':') {
+        Some((_, p)) if !authority.ends_with(']') => p.parse::<u16>().is_ok(),
+        _ => true,
+    };
+    if host.is_empty()
+        || !port_ok
+        || s.len() > 2048
+        || s.bytes()
+            .any(|b| b.is_ascii_whitespace() || b.is_ascii_control() || b"?#@\\".contains(&b))
+    {
+        return Err(bad());
+    }
+    Ok(())
 }
 
 /// Milliseconds as a plain integer, or a duration with unit (`1s`).
@@ -1222,6 +1328,97 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("push_allowed_networks"), "{e}");
+    }
+
+    #[test]
+    fn the_summary_says_what_the_sqs_endpoint_checks() {
+        let open = Config::default();
+        assert!(
+            open.summary()
+                .contains("sqs_access_keys=(none: any signature accepted)"),
+            "{}",
+            open.summary()
+        );
+        let mut auth = Config::default();
+        auth.auth.enabled = true;
+        let line = auth.summary();
+        assert!(!line.contains("any signature accepted"), "{line}");
+        assert!(
+            line.contains(
+                "sqs_access_keys=(none: signatures verified against the API tokens' SQS keys, \
+                 unsigned requests refused)"
+            ),
+            "{line}"
+        );
+        auth.sqs_access_keys = vec!["AKID:hunter2".to_owned()];
+        let line = auth.summary();
+        assert!(
+            line.contains("sqs_access_keys=AKID:*** (and the API tokens' SQS keys)"),
+            "{line}"
+        );
+        assert!(!line.contains("hunter2"), "{line}");
+    }
+
+    #[test]
+    fn sqs_queue_urls_come_from_the_configuration() {
+        let bound: SocketAddr = "127.0.0.1:9324".parse().unwrap();
+        let c = Config::default();
+        assert_eq!(c.sqs_public_url(bound), "http://127.0.0.1:9324");
+        assert!(c.summary().contains("sqs_public_url=(the listen address)"));
+        let mut tls = Config::default();
+        tls.server.tls_cert_file = Some("c.pem".into());
+        tls.server.tls_key_file = Some("k.pem".into());
+        assert_eq!(tls.sqs_public_url(bound), "https://127.0.0.1:9324");
+        let c = Config::layered(
+            Some((
+                Path::new("f.toml"),
+                "sqs_listen = \"0.0.0.0:9324\"\nsqs_public_url = \"https://sqs.example.com/\"\n\
+                 [auth]\nenabled = true",
+            )),
+            &Overrides::default(),
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(c.sqs_public_url(bound), "https://sqs.example.com");
+        // Listening everywhere names no host: the URL must be given.
+        let e = Config::layered(
+            Some((
+                Path::new("f.toml"),
+                "sqs_listen = \"0.0.0.0:9324\"\n[auth]\nenabled = true",
+            )),
+            &Overrides::default(),
+            &Overrides::default(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("sqs_public_url"), "{e}");
+        let env = env_of(&[("REDRIVE_SQS_PUBLIC_URL", "http://sqs.internal:9324")]);
+        assert_eq!(
+            env.sqs_public_url.as_deref(),
+            Some("http://sqs.internal:9324")
+        );
+        for ok in [
+            "http://sqs.internal",
+            "https://sqs.example.com:8443/prefix",
+            "http://[::1]:9324",
+        ] {
+            assert!(parse_public_url(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "sqs.example.com",
+            "ftp://sqs.example.com",
+            "http://",
+            "http://:9324",
+            "http://a b",
+            "http://h:99999",
+            "http://user@h",
+            "http://h/?q=1",
+        ] {
+            assert!(parse_public_url(bad).is_err(), "{bad}");
+        }
+        assert!(
+            Overrides::from_env(|k| (k == "REDRIVE_SQS_PUBLIC_URL").then(|| "nope".into()))
+                .is_err()
+        );
     }
 
     #[test]

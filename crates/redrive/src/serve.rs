@@ -23,7 +23,7 @@ use crate::units::parse_duration_ms;
 #[command(after_help = "\
 Environment: REDRIVE_CONFIG, REDRIVE_LISTEN, REDRIVE_DATA_DIR, REDRIVE_STORE, REDRIVE_LOG,
 REDRIVE_LOG_FORMAT, REDRIVE_SERVER_SWEEP_INTERVAL_MS, REDRIVE_SERVER_SHUTDOWN_TIMEOUT_MS,
-REDRIVE_SQS_LISTEN, REDRIVE_SQS_ACCOUNT_ID, REDRIVE_SQS_REGION, REDRIVE_SQS_ACCESS_KEYS,
+REDRIVE_SQS_LISTEN, REDRIVE_SQS_PUBLIC_URL, REDRIVE_SQS_ACCOUNT_ID, REDRIVE_SQS_REGION, REDRIVE_SQS_ACCESS_KEYS,
 REDRIVE_AUTH_ENABLED, REDRIVE_BOOTSTRAP_TOKEN.
 Precedence: flags > environment > config file > built-in defaults.")]
 pub struct ServeArgs {
@@ -54,6 +54,10 @@ pub struct ServeArgs {
     /// Address of the SQS-compatible endpoint, or `off` [default: 127.0.0.1:9324].
     #[arg(long, value_name = "ADDR|off", value_parser = parse_sqs_listen_arg)]
     pub sqs_listen: Option<String>,
+    /// The URL clients reach the SQS endpoint at, the base of its queue URLs [default:
+    /// http:// and the SQS listen address].
+    #[arg(long, value_name = "URL", value_parser = parse_public_url_arg)]
+    pub sqs_public_url: Option<String>,
     /// Account id in SQS queue URLs and ARNs [default: 000000000000].
     #[arg(long, value_name = "ID")]
     pub sqs_account_id: Option<String>,
@@ -79,6 +83,7 @@ impl ServeArgs {
             sweep_interval_ms: self.sweep_interval,
             shutdown_timeout_ms: self.shutdown_timeout,
             sqs_listen: self.sqs_listen.clone(),
+            sqs_public_url: self.sqs_public_url.clone(),
             sqs_account_id: self.sqs_account_id.clone(),
             sqs_region: self.sqs_region.clone(),
             // Secrets come from the file or the environment, not from the command line.
@@ -88,6 +93,10 @@ impl ServeArgs {
             push_allowed_networks: None,
         }
     }
+}
+
+fn parse_public_url_arg(s: &str) -> Result<String, String> {
+    config::parse_public_url(s).map(|()| s.trim().to_owned())
 }
 
 fn parse_sqs_listen_arg(s: &str) -> Result<String, String> {
@@ -210,16 +219,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let mut extra = Vec::new();
     if let Some(l) = sqs_listener {
-        if let Ok(addr) = l.local_addr() {
-            info!(sqs_listen = %addr, account_id = %config.sqs_account_id,
-                region = %config.sqs_region, "SQS endpoint enabled");
-        }
+        let addr = l
+            .local_addr()
+            .context("cannot read the SQS endpoint's listening address")?;
+        let public_url = config.sqs_public_url(addr);
+        info!(sqs_listen = %addr, public_url = %public_url, account_id = %config.sqs_account_id,
+            region = %config.sqs_region, "SQS endpoint enabled");
         let sqs = redrive_sqs::router(
             broker.clone(),
             redrive_sqs::SqsConfig {
                 account_id: config.sqs_account_id.clone(),
                 region: config.sqs_region.clone(),
-                base_url: None,
+                public_url,
                 access_keys: config.sqs_keys()?,
             },
         );

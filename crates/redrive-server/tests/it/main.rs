@@ -10,6 +10,7 @@ mod auto_replay;
 mod cases;
 mod dead_letters;
 mod hardening_access;
+mod hardening_http;
 mod hardening_imports;
 mod hardening_plans;
 mod hardening_push;

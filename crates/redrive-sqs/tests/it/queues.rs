@@ -395,3 +395,49 @@ async fn set_queue_attributes_keeps_the_auto_replay_policy() {
     assert_eq!(native["policy"]["auto_replay"]["max_replay_attempts"], 4);
     s.stop().await;
 }
+
+/// A JSON-protocol request to the endpoint with a `Host` header of the caller's choice.
+async fn with_host(s: &SqsServer, host: &str, action: &str, input: serde_json::Value) -> String {
+    let r = s
+        .http
+        .post(format!("{}/", s.sqs_url))
+        .header("host", host)
+        .header("content-type", "application/x-amz-json-1.0")
+        .header("x-amz-target", format!("AmazonSQS.{action}"))
+        .body(input.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{action}: {}", r.status());
+    r.text().await.unwrap()
+}
+
+#[tokio::test]
+async fn queue_urls_name_the_configured_address_whatever_the_host_header_says() {
+    use serde_json::json;
+    let s = SqsServer::start_with(redrive_sqs::SqsConfig {
+        public_url: "https://sqs.example.com/".to_owned(),
+        ..redrive_sqs::SqsConfig::default()
+    })
+    .await;
+    let forged = "attacker.example:9324";
+    let want = "https://sqs.example.com/000000000000/orders";
+    let created = with_host(&s, forged, "CreateQueue", json!({"QueueName": "orders"})).await;
+    let got = with_host(&s, forged, "GetQueueUrl", json!({"QueueName": "orders"})).await;
+    let listed = with_host(&s, forged, "ListQueues", json!({})).await;
+    for text in [&created, &got, &listed] {
+        assert!(text.contains(want), "{text}");
+        assert!(!text.contains("attacker"), "{text}");
+    }
+    s.stop().await;
+
+    // By default the URLs name the address the endpoint listens on.
+    let s = SqsServer::start().await;
+    let created = with_host(&s, forged, "CreateQueue", json!({"QueueName": "orders"})).await;
+    assert!(
+        created.contains(&format!("{}/000000000000/orders", s.sqs_url)),
+        "{created}"
+    );
+    assert!(!created.contains("attacker"), "{created}");
+    s.stop().await;
+}

@@ -79,6 +79,12 @@ pub async fn run_token(ctx: &Ctx, c: TokenCommand) -> anyhow::Result<()> {
                 );
             print!("{}", kv.render());
             eprintln!("the token is shown only now: keep it (export REDRIVE_TOKEN=…)");
+            if created.sqs_secret_access_key.is_some() {
+                eprintln!(
+                    "the sqs secret access key is shown only now too (the server keeps it \
+                     to check signatures, and never shows it again)"
+                );
+            }
             Ok(())
         }
         TokenCommand::List => {

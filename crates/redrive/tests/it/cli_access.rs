@@ -173,3 +173,33 @@ fn without_authentication_only_loopback_is_served() {
     assert!(s.log().contains("AUTHENTICATION IS OFF"), "{}", s.log());
     s.cli(&["queue", "list"]).ok();
 }
+
+#[test]
+fn with_auth_the_startup_log_says_what_the_sqs_endpoint_checks_and_where_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start_with(|c| {
+        c.arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--sqs-listen")
+            .arg("127.0.0.1:0")
+            .arg("--sqs-public-url")
+            .arg("https://sqs.example.test")
+            .arg("--data-dir")
+            .arg(dir.path())
+            .arg("--auth");
+    });
+    let log = s.log();
+    assert!(!log.contains("any signature accepted"), "{log}");
+    assert!(
+        log.contains(
+            "sqs_access_keys=(none: signatures verified against the API tokens' SQS keys, \
+             unsigned requests refused)"
+        ),
+        "{log}"
+    );
+    assert!(
+        log.lines().any(|l| l.contains("SQS endpoint enabled")
+            && l.contains("public_url=https://sqs.example.test")),
+        "{log}"
+    );
+}

@@ -185,3 +185,81 @@ fn json_logs_are_one_object_per_line() {
         assert!(v.get("level").is_some(), "{line}");
     }
 }
+
+/// Sends one JSON-protocol SQS request with the `Host` header `host` and reads the answer
+/// to the close.
+fn sqs_with_host(port: u16, host: &str, action: &str, input: &str) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        c,
+        "POST / HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-amz-json-1.0\r\n\
+         X-Amz-Target: AmazonSQS.{action}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{input}",
+        input.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn sqs_queue_urls_name_the_listen_address_or_the_public_url_never_the_host_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let s = Server::start_with(|c| {
+        c.arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--sqs-listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--data-dir")
+            .arg(dir.path());
+    });
+    let forged = "attacker.example";
+    let created = sqs_with_host(port, forged, "CreateQueue", r#"{"QueueName":"jobs"}"#);
+    assert!(
+        created.contains(&format!("http://127.0.0.1:{port}/000000000000/jobs")),
+        "{created}"
+    );
+    assert!(!created.contains("attacker"), "{created}");
+    drop(s);
+
+    let port = free_port();
+    let _s = Server::start_with(|c| {
+        c.arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--sqs-listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--data-dir")
+            .arg(dir.path())
+            .env("REDRIVE_SQS_PUBLIC_URL", "https://sqs.example.test/");
+    });
+    let listed = sqs_with_host(port, forged, "ListQueues", "{}");
+    assert!(
+        listed.contains("https://sqs.example.test/000000000000/jobs"),
+        "{listed}"
+    );
+    assert!(!listed.contains("attacker"), "{listed}");
+}
+
+#[test]
+fn an_sqs_endpoint_on_every_address_needs_a_public_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = command()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--auth",
+            "--sqs-listen",
+            "0.0.0.0:0",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("sqs_public_url"), "{err}");
+}
