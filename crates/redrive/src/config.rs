@@ -680,23 +680,12 @@ impl Config {
         }
         let sqs_listen = parse_sqs_listen(&self.sqs_listen)
             .map_err(|e| input_error(format!("sqs_listen: {e}")))?;
-        match &self.sqs_public_url {
-            Some(url) => {
-                parse_public_url(url).map_err(|e| input_error(format!("sqs_public_url: {e}")))?;
-            }
-            None => {
-                if let Some(addr) = sqs_listen
-                    && addr.ip().is_unspecified()
-                {
-                    return Err(input_error(format!(
-                        "sqs_listen {addr} listens on every address, so it names no host for \
-                         the queue URLs the SQS endpoint answers: set sqs_public_url to the \
-                         URL clients reach it at (e.g. http://sqs.internal:{})",
-                        addr.port()
-                    )));
-                }
-            }
+        if let Some(url) = &self.sqs_public_url {
+            parse_public_url(url).map_err(|e| input_error(format!("sqs_public_url: {e}")))?;
         }
+        // Checked for its grammar only: an address on every interface is valid, and its
+        // queue URLs name `localhost` (see `sqs_public_url`).
+        let _ = sqs_listen;
         if self.sqs_account_id.len() != 12
             || !self.sqs_account_id.bytes().all(|b| b.is_ascii_digit())
         {
@@ -821,7 +810,10 @@ impl Config {
     }
 
     /// The base of the SQS endpoint's queue URLs when it listens on `bound`:
-    /// `sqs_public_url`, or the listen address itself (`https` when the server speaks TLS).
+    /// `sqs_public_url`, or the listen address itself (`https` when the server speaks TLS),
+    /// with `localhost` for an address on every interface (`0.0.0.0`, `[::]`), which names
+    /// no host a client could reach; the server warns at start that `sqs_public_url` should
+    /// say where clients reach it. Never the request's `Host` header.
     pub fn sqs_public_url(&self, bound: SocketAddr) -> String {
         match &self.sqs_public_url {
             Some(url) => url.trim().trim_end_matches('/').to_owned(),
@@ -831,9 +823,19 @@ impl Config {
                 } else {
                     "http"
                 };
-                format!("{scheme}://{bound}")
+                if bound.ip().is_unspecified() {
+                    format!("{scheme}://localhost:{}", bound.port())
+                } else {
+                    format!("{scheme}://{bound}")
+                }
             }
         }
+    }
+
+    /// Whether the SQS endpoint's queue URLs fall back to `localhost` (it listens on every
+    /// interface and no `sqs_public_url` says where clients reach it).
+    pub fn sqs_public_url_guessed(&self, bound: SocketAddr) -> bool {
+        self.sqs_public_url.is_none() && bound.ip().is_unspecified()
     }
 
     /// What the SQS endpoint checks, for the summary: the configured key ids (secrets
@@ -1380,8 +1382,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.sqs_public_url(bound), "https://sqs.example.com");
-        // Listening everywhere names no host: the URL must be given.
-        let e = Config::layered(
+        assert!(!c.sqs_public_url_guessed("0.0.0.0:9324".parse().unwrap()));
+        // Listening everywhere names no host: localhost, and a warning at start.
+        let c = Config::layered(
             Some((
                 Path::new("f.toml"),
                 "sqs_listen = \"0.0.0.0:9324\"\n[auth]\nenabled = true",
@@ -1389,8 +1392,13 @@ mod tests {
             &Overrides::default(),
             &Overrides::default(),
         )
-        .unwrap_err();
-        assert!(e.to_string().contains("sqs_public_url"), "{e}");
+        .unwrap();
+        let everywhere: SocketAddr = "0.0.0.0:9324".parse().unwrap();
+        assert_eq!(c.sqs_public_url(everywhere), "http://localhost:9324");
+        assert!(c.sqs_public_url_guessed(everywhere));
+        assert!(!c.sqs_public_url_guessed(bound));
+        let v6: SocketAddr = "[::]:9324".parse().unwrap();
+        assert_eq!(c.sqs_public_url(v6), "http://localhost:9324");
         let env = env_of(&[("REDRIVE_SQS_PUBLIC_URL", "http://sqs.internal:9324")]);
         assert_eq!(
             env.sqs_public_url.as_deref(),

@@ -223,6 +223,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .local_addr()
             .context("cannot read the SQS endpoint's listening address")?;
         let public_url = config.sqs_public_url(addr);
+        if config.sqs_public_url_guessed(addr) {
+            tracing::warn!(sqs_listen = %addr, public_url = %public_url,
+                "the SQS endpoint listens on every address, so its queue URLs name localhost: \
+                 set sqs_public_url to the URL clients reach it at");
+        }
         info!(sqs_listen = %addr, public_url = %public_url, account_id = %config.sqs_account_id,
             region = %config.sqs_region, "SQS endpoint enabled");
         let sqs = redrive_sqs::router(

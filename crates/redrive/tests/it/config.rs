@@ -244,22 +244,31 @@ fn sqs_queue_urls_name_the_listen_address_or_the_public_url_never_the_host_heade
 }
 
 #[test]
-fn an_sqs_endpoint_on_every_address_needs_a_public_url() {
+fn an_sqs_endpoint_on_every_address_names_localhost_and_warns() {
     let dir = tempfile::tempdir().unwrap();
-    let out = command()
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--auth",
-            "--sqs-listen",
-            "0.0.0.0:0",
-        ])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("sqs_public_url"), "{err}");
+    let port = free_port();
+    let mut s = Server::start_with(|c| {
+        c.arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--sqs-listen")
+            .arg(format!("0.0.0.0:{port}"))
+            .arg("--data-dir")
+            .arg(dir.path());
+    });
+    let created = sqs_with_host(
+        port,
+        "attacker.example",
+        "CreateQueue",
+        r#"{"QueueName":"jobs"}"#,
+    );
+    assert!(
+        created.contains(&format!("http://localhost:{port}/000000000000/jobs")),
+        "{created}"
+    );
+    assert!(s.terminate().success());
+    let log = s.log();
+    assert!(
+        log.contains("WARN") && log.contains("set sqs_public_url"),
+        "{log}"
+    );
 }
