@@ -988,8 +988,8 @@ mod tests {
         let let_go = store.get_move_task(&t.handle).await.unwrap().unwrap();
         assert_eq!(let_go.runner_until, None, "let go at shutdown");
         assert_eq!((let_go.status, let_go.moved), (MoveTaskStatus::Running, 1));
-        // The stopped runner's sleep is dropped but stays on the manual clock until its
-        // deadline passes: pass it, so that the resumed runner is the only sleeper.
+        // A second later (the stopped runner's sleep went with it): the resumed runner is
+        // the only sleeper.
         f.clock.advance(Duration::from_secs(1));
         assert_eq!(f.clock.sleepers(), 0);
         assert_eq!(b2.resume_move_tasks().await.unwrap(), 1);
@@ -1038,21 +1038,20 @@ mod tests {
         let plan = store.get_replay_plan(&t.handle).await.unwrap();
         assert_eq!(plan.kind, redrive_store::PlanKind::SqsMove);
         assert_eq!(plan.m.state["next_item_ms"], t0.plus_millis(1_000).0);
-        // Resumed on another node at the same instant: it waits for its slot. (The stopped
-        // runner's dropped sleep stays on the manual clock until its deadline.)
+        // Resumed on another node at the same instant: it waits for its slot (the stopped
+        // runner's sleep went with it).
         assert_eq!(b2.resume_move_tasks().await.unwrap(), 1);
+        let slot = t0.plus_millis(1_000);
         for _ in 0..10_000 {
             let now = store.get_move_task(&t.handle).await.unwrap().unwrap();
-            if now.runner.as_deref() == Some(b2.node_id()) && f.clock.sleepers() >= 2 {
+            if now.runner.as_deref() == Some(b2.node_id()) && f.clock.sleeping_until(slot) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        // The stopped runner's dropped sleep and the resumed runner's (a loaded machine
-        // may show another of the fixture's sleepers too): what counts is what moves.
         assert!(
-            f.clock.sleepers() >= 2,
-            "the resumed runner waits on the clock"
+            f.clock.sleeping_until(slot),
+            "the resumed runner waits on the clock for its slot"
         );
         assert_eq!(task(b2, "dlq").await.moved, 2, "nothing more at t0");
         assert_eq!(count(b2, "dest").await, 2);
