@@ -32,12 +32,17 @@
 //! `lastDeliveryAttemptTime` when the last attempt started, both RFC 3339 on the broker's
 //! clock. Every record keeps the last attempt's evidence whatever the reason: an event
 //! given up at its expiry without a further attempt (it waited for the time to live after
-//! its last failed attempt) carries the `last…` fields of that attempt, which the
-//! dispatcher remembers from the attempt until the event is settled for good
-//! ([`AttemptMemory`]). Only an event given up with no attempt at all, or whose last
-//! attempt this node did not make (it was made by another node sharing the store, or
-//! before a restart: the message row holds the attempt count and times, not the outcome),
-//! has no `last…` fields; its attempts are still counted in `deliveryAttempts`.
+//! its last failed attempt) carries the `last…` fields of that attempt. The abandon that
+//! follows a failed attempt (for a retry, or to wait for the expiry) writes the attempt's
+//! evidence on the message row, in the same store write
+//! ([`SettleAction::Abandon`]'s `last_attempt`, a JSON object of at most
+//! [`redrive_store::MAX_LAST_ATTEMPT_BYTES`]: the attempt's number, outcome, status code,
+//! error and start), and the expiry reads it from the received message, so it survives a
+//! restart and serves whichever node sharing the store gives the event up. It is used
+//! only when it describes the last attempt (its number is the count of attempts made); an
+//! event given up with no attempt at all, or whose stored evidence is of an earlier
+//! attempt (a later one never settled: its node stopped and the lock ran out), has no
+//! `last…` fields; its attempts are still counted in `deliveryAttempts`.
 //!
 //! Each push subscription drains in a task of its own (a slow endpoint holds up no other
 //! subscription). Drains start when a publish stores events for a push subscription, when
@@ -64,7 +69,7 @@
 //! parses the event to put its attributes in `ce-*` headers and its data in the body.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redrive_core::{EntityName, Timestamp};
@@ -73,8 +78,8 @@ use redrive_push::{
     ConcurrencyLimits, Deliverer, DeliveryMode, EncodedEvent, PushTarget, chunk_by,
 };
 use redrive_store::{
-    DeadLetterDestination, Delivery, PushMode, SettleAction, Settlement, SubscriptionKind,
-    SubscriptionRecord,
+    DeadLetterDestination, Delivery, MAX_LAST_ATTEMPT_BYTES, PushMode, SettleAction, Settlement,
+    SubscriptionKind, SubscriptionRecord,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -91,18 +96,13 @@ pub struct Dispatcher {
     deliverer: Deliverer,
     interval: Duration,
     limits: Arc<ConcurrencyLimits>,
-    /// The last failed attempt of each event waiting for a retry or its expiry.
-    memory: Arc<AttemptMemory>,
     /// Fires at shutdown: drains stop receiving and finish what they hold.
     stopping: CancellationToken,
 }
 
-/// Most events whose last failed attempt a dispatcher remembers; past it the oldest
-/// tenth is forgotten (their events' records then have no `last…` fields).
-pub const MAX_REMEMBERED_ATTEMPTS: usize = 100_000;
-
 /// The evidence of an event's last failed attempt, for a dead-letter record written
-/// later without another attempt (the event waited for its time to live).
+/// later without another attempt (the event waited for its time to live). Stored on the
+/// message row by the abandon that followed the attempt ([`LastAttempt::to_stored`]).
 #[derive(Debug, Clone, PartialEq)]
 struct LastAttempt {
     /// Which attempt (the delivery count of the receive that made it).
@@ -115,44 +115,67 @@ struct LastAttempt {
     started: Timestamp,
 }
 
-/// The last failed attempt of each event this node abandoned for a retry or its expiry,
-/// by queue and sequence: the message row keeps the attempt count and times, not the
-/// outcome, so the outcome is remembered here from the attempt until the event is
-/// completed or dead-lettered. Bounded by [`MAX_REMEMBERED_ATTEMPTS`]. A `std` mutex:
-/// held for a map operation, never across an `.await`.
-#[derive(Debug, Default)]
-pub(crate) struct AttemptMemory {
-    last: Mutex<HashMap<(EntityName, i64), LastAttempt>>,
-}
-
-impl AttemptMemory {
-    fn remember(&self, queue: &EntityName, sequence: i64, attempt: LastAttempt) {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (queue.clone(), sequence);
-        if !last.contains_key(&key) && last.len() >= MAX_REMEMBERED_ATTEMPTS {
-            // Full: the oldest tenth is forgotten at once, so a node at the bound does not
-            // scan the map at every failed attempt.
-            let mut by_age: Vec<((EntityName, i64), Timestamp)> =
-                last.iter().map(|(k, a)| (k.clone(), a.started)).collect();
-            by_age.sort_by_key(|(_, t)| *t);
-            for (k, _) in by_age.into_iter().take(MAX_REMEMBERED_ATTEMPTS / 10) {
-                last.remove(&k);
+impl LastAttempt {
+    /// The evidence as the message row keeps it: a JSON object of at most
+    /// [`MAX_LAST_ATTEMPT_BYTES`], the error chain shortened to fit (and left out if even
+    /// a few characters of it do not).
+    fn to_stored(&self) -> String {
+        let mut error: Option<String> = self
+            .error
+            .as_ref()
+            .map(|e| e.chars().take(MAX_ERROR_CHARS).collect());
+        loop {
+            let mut o = serde_json::Map::new();
+            o.insert("attempt".into(), self.attempt.into());
+            let outcome = match self.outcome {
+                AttemptOutcome::Status { status, .. } => {
+                    o.insert("status".into(), status.into());
+                    status.to_string()
+                }
+                AttemptOutcome::Timeout => "timeout".to_owned(),
+                AttemptOutcome::ConnectionError => "connection error".to_owned(),
+            };
+            o.insert("outcome".into(), outcome.into());
+            if let Some(e) = &error {
+                o.insert("error".into(), e.as_str().into());
             }
+            o.insert("started".into(), self.started.0.into());
+            let text = serde_json::Value::Object(o).to_string();
+            if text.len() <= MAX_LAST_ATTEMPT_BYTES {
+                return text;
+            }
+            // Escapes make the text longer than the characters: halve until it fits.
+            error = error.and_then(|e| {
+                let keep = e.chars().count() / 2;
+                (keep > 0).then(|| e.chars().take(keep).collect())
+            });
         }
-        last.insert(key, attempt);
     }
 
-    fn forget(&self, queue: &EntityName, sequence: i64) {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        last.remove(&(queue.clone(), sequence));
-    }
-
-    /// The remembered attempt of the event, if it is attempt `attempt` (an older one is
-    /// not the last attempt's evidence); forgotten either way.
-    fn take(&self, queue: &EntityName, sequence: i64, attempt: u32) -> Option<LastAttempt> {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        last.remove(&(queue.clone(), sequence))
-            .filter(|a| a.attempt == attempt)
+    /// The evidence a message row keeps, if it reads as [`to_stored`](Self::to_stored)
+    /// wrote it (anything else is no evidence).
+    fn from_stored(text: &str) -> Option<LastAttempt> {
+        let v: serde_json::Value = serde_json::from_str(text).ok()?;
+        let attempt = u32::try_from(v.get("attempt")?.as_u64()?).ok()?;
+        let outcome = match (v.get("status"), v.get("outcome")?.as_str()?) {
+            (Some(status), _) => AttemptOutcome::Status {
+                status: u16::try_from(status.as_u64()?).ok()?,
+                retry_after_ms: None,
+            },
+            (None, "timeout") => AttemptOutcome::Timeout,
+            (None, "connection error") => AttemptOutcome::ConnectionError,
+            (None, _) => return None,
+        };
+        let error = match v.get("error") {
+            Some(e) => Some(e.as_str()?.to_owned()),
+            None => None,
+        };
+        Some(LastAttempt {
+            attempt,
+            outcome,
+            error,
+            started: Timestamp(v.get("started")?.as_i64()?),
+        })
     }
 }
 
@@ -176,7 +199,6 @@ impl Dispatcher {
                 tokio::sync::Semaphore::MAX_PERMITS,
                 DEFAULT_ENDPOINT_CONCURRENCY,
             )),
-            memory: Arc::new(AttemptMemory::default()),
             stopping: CancellationToken::new(),
         })
     }
@@ -390,7 +412,7 @@ impl Dispatcher {
                                         .retry_policy
                                         .expired(d.message.enqueued_at, now) =>
                                 {
-                                    done.push(expired(&self.broker, &self.memory, &sub, &d, &e));
+                                    done.push(expired(&self.broker, &sub, &d, &e));
                                 }
                                 Ok(e) => readable.push((d, e)),
                                 Err(s) => done.push(s),
@@ -458,7 +480,6 @@ impl Dispatcher {
         Attempter {
             broker: self.broker.clone(),
             deliverer: self.deliverer.clone(),
-            memory: self.memory.clone(),
         }
     }
 }
@@ -467,7 +488,6 @@ impl Dispatcher {
 struct Attempter {
     broker: Broker,
     deliverer: Deliverer,
-    memory: Arc<AttemptMemory>,
 }
 
 fn seed(id: &str) -> u64 {
@@ -484,8 +504,8 @@ const MAX_ERROR_CHARS: usize = 1024;
 /// Event Grid's dead-letter diagnostics as the JSON object that is the record's
 /// description (see the module docs). `last` is the last attempt's (its outcome, error
 /// and start), absent only when there is none to report (the event was given up without
-/// any attempt, or its last attempt was not made by this node); then the `last…` fields
-/// are left out.
+/// any attempt, or the message row's evidence is not of its last attempt); then the
+/// `last…` fields are left out.
 fn evidence(
     reason: &str,
     attempts: u32,
@@ -561,18 +581,18 @@ fn give_up(
 
 /// The settlement of an event whose time to live has passed by `now`, before another
 /// attempt: dead-lettered `TimeToLiveExceeded` (or dropped), without an attempt, with the
-/// evidence of its last attempt when `memory` holds it.
-fn expired(
-    broker: &Broker,
-    memory: &AttemptMemory,
-    sub: &SubscriptionRecord,
-    d: &Delivery,
-    event: &Event,
-) -> Settlement {
+/// evidence of its last attempt that the message row keeps (written by the abandon after
+/// that attempt, by this node or another, before or after a restart) when it is of that
+/// last attempt.
+fn expired(broker: &Broker, sub: &SubscriptionRecord, d: &Delivery, event: &Event) -> Settlement {
     let m = &d.message;
     // The receive that found it expired counted a delivery that is not an attempt.
     let attempts = m.delivery_count.saturating_sub(1);
-    let previous = memory.take(&m.queue, m.sequence, attempts);
+    let previous = m
+        .last_attempt
+        .as_deref()
+        .and_then(LastAttempt::from_stored)
+        .filter(|a| a.attempt == attempts);
     let why = GiveUp::TimeToLiveExceeded;
     let last = format!("time to live passed after {attempts} attempts");
     Settlement {
@@ -772,14 +792,6 @@ impl Attempter {
             error: result.error.clone(),
             started,
         };
-        // Remembered while the event waits for a retry or its expiry: a record written
-        // then, without another attempt, keeps this attempt's evidence.
-        match verdict {
-            Verdict::RetryAt(_) | Verdict::ExpireAt(_) => {
-                self.memory.remember(&m.queue, m.sequence, this.clone());
-            }
-            Verdict::Delivered | Verdict::DeadLetter(_) => self.memory.forget(&m.queue, m.sequence),
-        }
         let action = match verdict {
             Verdict::Delivered => {
                 tracing::debug!(queue = %m.queue, id = %event.id, attempt, "event delivered");
@@ -788,8 +800,11 @@ impl Attempter {
             Verdict::RetryAt(t) => {
                 let delay_ms = u64::try_from(t.0.saturating_sub(now.0)).unwrap_or(0);
                 tracing::debug!(queue = %m.queue, id = %event.id, attempt, delay_ms, %last, "push attempt failed; retrying");
+                // Stored with the abandon: a record written without another attempt (the
+                // time to live passed first), on any node, keeps this attempt's evidence.
                 SettleAction::Abandon {
                     delay_ms: Some(delay_ms),
+                    last_attempt: Some(this.to_stored()),
                 }
             }
             Verdict::ExpireAt(t) => {
@@ -797,6 +812,7 @@ impl Attempter {
                 tracing::debug!(queue = %m.queue, id = %event.id, attempt, delay_ms, %last, "push attempt failed; no retry fits before the time to live, waiting for it");
                 SettleAction::Abandon {
                     delay_ms: Some(delay_ms),
+                    last_attempt: Some(this.to_stored()),
                 }
             }
             Verdict::DeadLetter(why) => give_up(
@@ -829,38 +845,71 @@ mod tests {
     }
 
     #[test]
-    fn the_last_attempt_is_taken_once_and_only_if_it_is_the_last() {
-        let q: EntityName = "orders.hook".parse().unwrap();
-        let memory = AttemptMemory::default();
-        memory.remember(&q, 1, failed(2, 500, 10_000));
-        memory.remember(&q, 1, failed(3, 500, 40_000));
-        assert_eq!(memory.take(&q, 1, 3), Some(failed(3, 500, 40_000)));
-        assert_eq!(memory.take(&q, 1, 3), None, "taken once");
-        // An older attempt is not the last one's evidence.
-        memory.remember(&q, 2, failed(1, 503, 0));
-        assert_eq!(memory.take(&q, 2, 2), None);
-        memory.remember(&q, 3, failed(1, 503, 0));
-        memory.forget(&q, 3);
-        assert_eq!(memory.take(&q, 3, 1), None);
+    fn stored_evidence_reads_back_as_it_was_written() {
+        for last in [
+            failed(3, 500, 40_000),
+            LastAttempt {
+                attempt: 2,
+                outcome: AttemptOutcome::Timeout,
+                error: Some("operation timed out".to_owned()),
+                started: Timestamp(1_700_000_000_000),
+            },
+            LastAttempt {
+                attempt: 1,
+                outcome: AttemptOutcome::ConnectionError,
+                error: None,
+                started: Timestamp(0),
+            },
+        ] {
+            let stored = last.to_stored();
+            assert_eq!(LastAttempt::from_stored(&stored), Some(last), "{stored}");
+        }
+        // `Retry-After` is not evidence: it is not kept.
+        let with_retry_after = LastAttempt {
+            outcome: AttemptOutcome::Status {
+                status: 503,
+                retry_after_ms: Some(5_000),
+            },
+            ..failed(1, 503, 0)
+        };
+        assert_eq!(
+            LastAttempt::from_stored(&with_retry_after.to_stored()),
+            Some(failed(1, 503, 0))
+        );
+        for other in [
+            "",
+            "null",
+            "{}",
+            r#"{"attempt":1,"outcome":"odd","started":0}"#,
+        ] {
+            assert_eq!(LastAttempt::from_stored(other), None, "{other}");
+        }
     }
 
     #[test]
-    fn a_full_memory_forgets_its_oldest_tenth() {
-        let q: EntityName = "orders.hook".parse().unwrap();
-        let memory = AttemptMemory::default();
-        let n = MAX_REMEMBERED_ATTEMPTS as i64;
-        for seq in 0..n {
-            memory.remember(&q, seq, failed(1, 500, seq));
+    fn stored_evidence_is_bounded_by_shortening_the_error() {
+        // Control characters are escaped six times longer than they are.
+        for error in [
+            "x".repeat(10_000),
+            "\u{1}".repeat(10_000),
+            "é".repeat(10_000),
+        ] {
+            let last = LastAttempt {
+                attempt: 7,
+                outcome: AttemptOutcome::ConnectionError,
+                error: Some(error.clone()),
+                started: Timestamp(1_700_000_000_000),
+            };
+            let stored = last.to_stored();
+            assert!(stored.len() <= MAX_LAST_ATTEMPT_BYTES, "{}", stored.len());
+            let back = LastAttempt::from_stored(&stored).expect("readable");
+            assert_eq!(
+                (back.attempt, back.outcome),
+                (7, AttemptOutcome::ConnectionError)
+            );
+            let kept = back.error.expect("a shortened error is kept");
+            assert!(!kept.is_empty() && error.starts_with(&kept));
         }
-        memory.remember(&q, n, failed(1, 500, n));
-        let kept = memory.last.lock().unwrap().len();
-        assert_eq!(
-            kept,
-            MAX_REMEMBERED_ATTEMPTS - MAX_REMEMBERED_ATTEMPTS / 10 + 1
-        );
-        assert_eq!(memory.take(&q, 0, 1), None, "the oldest is forgotten");
-        assert_eq!(memory.take(&q, n - 1, 1), Some(failed(1, 500, n - 1)));
-        assert_eq!(memory.take(&q, n, 1), Some(failed(1, 500, n)));
     }
 
     #[test]

@@ -117,7 +117,10 @@ impl Settle {
     fn action(self, default_lock_ms: u64) -> SettleAction {
         match self {
             Settle::Complete => SettleAction::Complete,
-            Settle::Abandon { delay_ms } => SettleAction::Abandon { delay_ms },
+            Settle::Abandon { delay_ms } => SettleAction::Abandon {
+                delay_ms,
+                last_attempt: None,
+            },
             Settle::Defer => SettleAction::Defer,
             Settle::DeadLetter {
                 reason,
@@ -695,7 +698,10 @@ impl Broker {
             for it in &mut items {
                 match &mut it.action {
                     SettleAction::Renew { lock_ms: 0, .. } => {
-                        it.action = SettleAction::Abandon { delay_ms: Some(0) };
+                        it.action = SettleAction::Abandon {
+                            delay_ms: Some(0),
+                            last_attempt: None,
+                        };
                     }
                     // SQS: a message's visibility can't exceed 12 hours from the time of
                     // the ReceiveMessage that took it.
@@ -745,7 +751,9 @@ impl Broker {
                         ));
                     }
                 }
-                SettleAction::Abandon { delay_ms: Some(d) } if *d > policy::MAX_DEDUP_WINDOW_MS => {
+                SettleAction::Abandon {
+                    delay_ms: Some(d), ..
+                } if *d > policy::MAX_DEDUP_WINDOW_MS => {
                     return Err(BrokerError::invalid("delay_ms", "must be at most 7 days"));
                 }
                 _ => {}

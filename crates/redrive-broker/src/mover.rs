@@ -751,7 +751,10 @@ impl Broker {
             .into_iter()
             .map(|d| Settlement {
                 lock_token: d.lock_token,
-                action: SettleAction::Abandon { delay_ms: Some(0) },
+                action: SettleAction::Abandon {
+                    delay_ms: Some(0),
+                    last_attempt: None,
+                },
             })
             .collect();
         if let Err(e) = self.settle_items(source, release, LockBounds::Native).await {

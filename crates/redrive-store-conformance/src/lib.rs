@@ -96,6 +96,7 @@ macro_rules! store_conformance_tests {
             receive_deferred_of_unknown_or_not_deferred_is_message_not_found,
             renew_extends_lock,
             renew_past_its_cap_from_the_receive_is_refused,
+            abandon_keeps_the_evidence_of_the_last_failed_attempt,
             // sessions
             session_messages_come_in_order_and_one_receiver_holds_session,
             next_session_message_not_delivered_while_earlier_locked,

@@ -918,6 +918,7 @@ async fn settle_one(
         head,
         write,
         mut settled,
+        last_attempt,
     } = match skeleton::settle(q, found, item, now, target_missing, effects) {
         Ok(decided) => decided,
         Err(refusal) => return Ok(Err(refusal)),
@@ -932,7 +933,13 @@ async fn settle_one(
             heads.remove(&head.key);
         }
     }
-    settled.dead_letter_id = apply(db, q, &head, write, now, effects, writes).await?;
+    settled.dead_letter_id = match (write, last_attempt) {
+        (Write::Meta(meta), Some(attempt)) => {
+            writes.update_with_attempt(head.key, meta, attempt);
+            None
+        }
+        (write, _) => apply(db, q, &head, write, now, effects, writes).await?,
+    };
     Ok(Ok(settled))
 }
 

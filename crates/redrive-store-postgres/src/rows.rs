@@ -367,6 +367,9 @@ pub(crate) async fn load_row(db: &Db<'_>, queue_id: i64, sequence: i64) -> Store
 pub(crate) struct Writes {
     /// New metas by sequence; a later decision for the same row replaces an earlier one.
     updates: BTreeMap<i64, MessageMeta>,
+    /// The evidence of a failed push attempt to store with a row's new meta (an
+    /// abandon's), by sequence; rows without one keep theirs.
+    attempts: BTreeMap<i64, String>,
     deletes: Vec<i64>,
 }
 
@@ -376,15 +379,29 @@ impl Writes {
         self.updates.insert(sequence, meta);
     }
 
+    /// Stores `meta` for the message at `flush`, with `attempt` as the evidence of its
+    /// last failed push attempt, in the same statement.
+    pub(crate) fn update_with_attempt(
+        &mut self,
+        sequence: i64,
+        meta: MessageMeta,
+        attempt: String,
+    ) {
+        self.updates.insert(sequence, meta);
+        self.attempts.insert(sequence, attempt);
+    }
+
     /// Removes the message at `flush`.
     pub(crate) fn delete(&mut self, sequence: i64) {
         self.updates.remove(&sequence);
+        self.attempts.remove(&sequence);
         self.deletes.push(sequence);
     }
 
     /// Drops any pending write of a message that was removed directly (dead-lettered).
     pub(crate) fn forget(&mut self, sequence: i64) {
         self.updates.remove(&sequence);
+        self.attempts.remove(&sequence);
         self.deletes.retain(|s| *s != sequence);
     }
 
@@ -393,6 +410,7 @@ impl Writes {
     pub(crate) async fn flush(&mut self, db: &Db<'_>, queue_id: i64) -> StoreResult<()> {
         if !self.updates.is_empty() {
             let updates = std::mem::take(&mut self.updates);
+            let mut attempts = std::mem::take(&mut self.attempts);
             let n = updates.len();
             let mut seq = Vec::with_capacity(n);
             let mut state = Vec::with_capacity(n);
@@ -404,7 +422,9 @@ impl Writes {
             let mut deferred = Vec::with_capacity(n);
             let mut first = Vec::with_capacity(n);
             let mut last = Vec::with_capacity(n);
+            let mut attempt: Vec<Option<String>> = Vec::with_capacity(n);
             for (s, m) in updates {
+                attempt.push(attempts.remove(&s));
                 seq.push(s);
                 state.push(m.state.as_str());
                 visible_at.push(m.visible_at.0);
@@ -421,12 +441,14 @@ impl Writes {
                  expires_at = u.expires_at, delivery_count = u.delivery_count, \
                  lock_token = u.lock_token, locked_until = u.locked_until, \
                  deferred = u.deferred, first_delivered_at = u.first_delivered_at, \
-                 last_delivered_at = u.last_delivered_at \
+                 last_delivered_at = u.last_delivered_at, \
+                 last_attempt = coalesce(u.last_attempt, m.last_attempt) \
                  FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::bigint[], \
                    $6::bigint[], $7::text[], $8::bigint[], $9::boolean[], $10::bigint[], \
-                   $11::bigint[]) \
+                   $11::bigint[], $12::text[]) \
                    AS u(sequence, state, visible_at, expires_at, delivery_count, lock_token, \
-                        locked_until, deferred, first_delivered_at, last_delivered_at) \
+                        locked_until, deferred, first_delivered_at, last_delivered_at, \
+                        last_attempt) \
                  WHERE m.queue_id = $1 AND m.sequence = u.sequence",
                 vec![
                     Box::new(queue_id),
@@ -440,6 +462,7 @@ impl Writes {
                     Box::new(deferred),
                     Box::new(first),
                     Box::new(last),
+                    Box::new(attempt),
                 ],
             )
             .await?;

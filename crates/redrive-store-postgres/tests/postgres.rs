@@ -370,7 +370,10 @@ async fn a_send_on_one_node_wakes_long_polls_on_another() {
         .deliveries;
     let abandon = redrive_store::Settlement {
         lock_token: d[0].lock_token.clone(),
-        action: redrive_store::SettleAction::Abandon { delay_ms: None },
+        action: redrive_store::SettleAction::Abandon {
+            delay_ms: None,
+            last_attempt: None,
+        },
     };
     a.settle(&q, vec![abandon], T0).await.unwrap();
     assert_eq!(next_woken(&mut rx).await, "orders", "an abandon wakes");
@@ -995,7 +998,8 @@ async fn one_node_wins_a_token_name() {
 /// Takes a schema back to version 7, as a build of that version left it: the case tables
 /// and the route columns of version 8, and the replay plans of version 10 (with the move
 /// plans version 11 made of the move tasks of version 9) gone.
-const BACK_TO_VERSION_7: &str = "ALTER TABLE dead_letters DROP COLUMN undecodable; \
+const BACK_TO_VERSION_7: &str = "ALTER TABLE messages DROP COLUMN last_attempt; \
+     ALTER TABLE dead_letters DROP COLUMN undecodable; \
      ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
      DROP TABLE replay_plans, replay_plan_items; \
      DROP TABLE cases, case_timeline, case_payloads, intents, \
@@ -1005,7 +1009,8 @@ const BACK_TO_VERSION_7: &str = "ALTER TABLE dead_letters DROP COLUMN undecodabl
 
 /// Takes a schema back to version 6, as a build of that version left it: version 8
 /// to 11 undone, then the replay columns and indexes of version 7 gone.
-const BACK_TO_VERSION_6: &str = "ALTER TABLE dead_letters DROP COLUMN undecodable; \
+const BACK_TO_VERSION_6: &str = "ALTER TABLE messages DROP COLUMN last_attempt; \
+     ALTER TABLE dead_letters DROP COLUMN undecodable; \
      ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
      DROP TABLE replay_plans, replay_plan_items; \
      DROP TABLE cases, case_timeline, case_payloads, intents, \
@@ -1041,10 +1046,10 @@ async fn a_version_4_schema_gains_the_access_tables() {
         "4"
     );
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 15);
+    assert_eq!(SCHEMA_VERSION, 16);
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "15"
+        "16"
     );
     assert_eq!(store.list_queues().await.unwrap().len(), 1);
     let appended = store
@@ -1913,7 +1918,8 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
     raw(
         &g,
         &format!(
-            "ALTER TABLE dead_letters DROP COLUMN undecodable; \
+            "ALTER TABLE messages DROP COLUMN last_attempt; \
+             ALTER TABLE dead_letters DROP COLUMN undecodable; \
              ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
              DROP INDEX replay_plans_active_move, replay_plans_moves, replay_plans_seq; \
              ALTER TABLE replay_plans DROP COLUMN kind, DROP COLUMN runner, \
@@ -2025,7 +2031,8 @@ async fn version_12_intents_hold_for_every_entity_after_the_migration() {
     raw(
         &g,
         &format!(
-            "ALTER TABLE dead_letters DROP COLUMN undecodable; \
+            "ALTER TABLE messages DROP COLUMN last_attempt; \
+             ALTER TABLE dead_letters DROP COLUMN undecodable; \
              ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
              DROP TABLE intents; \
              CREATE TABLE intents (intent_id text NOT NULL PRIMARY KEY, status text NOT NULL, \

@@ -588,12 +588,16 @@ fn settle_one(
         head,
         write,
         mut settled,
+        last_attempt,
     } = match skeleton::settle(q, found, item, now, target_missing, effects) {
         Ok(decided) => decided,
         Err(refusal) => return Ok(Err(refusal)),
     };
     match write {
-        Write::Meta(meta) => stmts.update.write(head.key, &head.meta, &meta)?,
+        Write::Meta(meta) => match &last_attempt {
+            Some(attempt) => stmts.update.write_with_attempt(head.key, &meta, attempt)?,
+            None => stmts.update.write(head.key, &head.meta, &meta)?,
+        },
         Write::Delete => {
             stmts.delete.execute([head.key]).db()?;
         }

@@ -29,7 +29,7 @@ macro_rules! msg_cols {
              coalesce(m.properties, b.properties), \
              coalesce(m.correlation_id, b.correlation_id), \
              coalesce(m.message_type, b.message_type), coalesce(m.intent, b.intent), \
-             m.valid_until, m.enqueued_at, m.scheduled_at"
+             m.valid_until, m.enqueued_at, m.scheduled_at, m.last_attempt"
         )
     };
 }
@@ -197,6 +197,12 @@ pub(crate) const WRITE_META: &str = "UPDATE messages SET state = ?1, visible_at 
      expires_at = ?3, delivery_count = ?4, lock_token = ?5, locked_until = ?6, deferred = ?7, \
      first_delivered_at = ?8, last_delivered_at = ?9 WHERE rowid = ?10";
 
+/// Stores a new meta for a message with the evidence of a failed push attempt (an
+/// abandon's, see [`MetaWriter::write_with_attempt`]).
+const WRITE_META_ATTEMPT: &str = "UPDATE messages SET state = ?1, visible_at = ?2, \
+     expires_at = ?3, delivery_count = ?4, lock_token = ?5, locked_until = ?6, deferred = ?7, \
+     first_delivered_at = ?8, last_delivered_at = ?9, last_attempt = ?11 WHERE rowid = ?10";
+
 /// Stores a new meta that differs from the old one only in the columns a receive
 /// changes (see [`MetaWriter`]).
 const WRITE_LOCK: &str = "UPDATE messages SET state = ?1, delivery_count = ?2, \
@@ -221,6 +227,7 @@ pub(crate) struct MetaWriter<'c> {
     full: Option<CachedStatement<'c>>,
     lock: Option<CachedStatement<'c>>,
     unlock: Option<CachedStatement<'c>>,
+    attempt: Option<CachedStatement<'c>>,
 }
 
 impl<'c> MetaWriter<'c> {
@@ -230,6 +237,7 @@ impl<'c> MetaWriter<'c> {
             full: None,
             lock: None,
             unlock: None,
+            attempt: None,
         }
     }
 
@@ -284,6 +292,32 @@ impl<'c> MetaWriter<'c> {
             let stmt = Self::stmt(self.conn, &mut self.full, WRITE_META)?;
             write_meta_with(stmt, rowid, new)?;
         }
+        Ok(())
+    }
+
+    /// Stores `new` for the message at `rowid` and, in the same statement, `attempt` as
+    /// the evidence of its last failed push attempt (an abandon that carries one).
+    pub(crate) fn write_with_attempt(
+        &mut self,
+        rowid: i64,
+        new: &MessageMeta,
+        attempt: &str,
+    ) -> StoreResult<()> {
+        let stmt = Self::stmt(self.conn, &mut self.attempt, WRITE_META_ATTEMPT)?;
+        stmt.execute(params![
+            new.state.as_str(),
+            new.visible_at.0,
+            millis(new.expires_at),
+            i64::from(new.delivery_count),
+            new.lock_token,
+            millis(new.locked_until),
+            new.deferred,
+            millis(new.first_delivered_at),
+            millis(new.last_delivered_at),
+            rowid,
+            attempt,
+        ])
+        .db()?;
         Ok(())
     }
 }

@@ -865,6 +865,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
         conn.execute_batch(
             "DROP TABLE tokens; DROP TABLE audit_log; DROP TABLE audit_head; \
              ALTER TABLE dead_letters DROP COLUMN undecodable; \
+             ALTER TABLE messages DROP COLUMN last_attempt; \
              DROP TABLE idempotency_register; \
              DROP INDEX dead_letters_candidates; DROP INDEX dead_letters_age; \
              ALTER TABLE dead_letters DROP COLUMN format; \
@@ -889,7 +890,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (15, 15));
+    assert_eq!((version, SCHEMA_VERSION), (16, 16));
     assert_eq!(store.peek(&name("q"), 1, 10, T0).await.unwrap().len(), 1);
     let token = NewToken {
         id: "tok_000000000000000a".to_owned(),

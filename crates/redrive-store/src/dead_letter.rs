@@ -225,6 +225,7 @@ mod tests {
             locked_until: Some(t(30)),
             first_delivered_at: Some(t(1)),
             last_delivered_at: Some(t(2)),
+            last_attempt: None,
         }
     }
 

@@ -137,6 +137,11 @@ pub struct StoredMessage {
     pub first_delivered_at: Option<Timestamp>,
     /// Latest delivery.
     pub last_delivered_at: Option<Timestamp>,
+    /// The evidence of the last failed push attempt, as the abandon that followed it
+    /// wrote it (see [`SettleAction::Abandon`]): a small JSON object the push dispatcher
+    /// reads back when the event expires without another attempt. `None` when no abandon
+    /// carried any.
+    pub last_attempt: Option<String>,
 }
 
 /// A locked delivery: the message and the token that settles it.
@@ -247,6 +252,10 @@ pub struct DeadLettered {
     pub case_opened: bool,
 }
 
+/// The longest `last_attempt` of a [`SettleAction::Abandon`] a caller hands a store, in bytes:
+/// the push dispatcher shortens the attempt's error so that its evidence fits.
+pub const MAX_LAST_ATTEMPT_BYTES: usize = 2048;
+
 /// One settlement in a (batch) settle call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settlement {
@@ -265,6 +274,14 @@ pub enum SettleAction {
     Abandon {
         /// Delay overriding the backoff.
         delay_ms: Option<u64>,
+        /// The evidence of the failed attempt that led to the abandon (the push
+        /// dispatcher's, a small JSON object it bounds by
+        /// [`MAX_LAST_ATTEMPT_BYTES`](crate::MAX_LAST_ATTEMPT_BYTES)), stored on the row
+        /// in the same write as the abandon and shown as
+        /// [`StoredMessage::last_attempt`] from then on. `None` keeps what the row holds:
+        /// an abandon by a consumer says nothing about push attempts. Other settlements
+        /// leave it as it is.
+        last_attempt: Option<String>,
     },
     /// Set aside; receivable by sequence number only.
     Defer,

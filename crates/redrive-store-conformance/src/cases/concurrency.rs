@@ -100,7 +100,10 @@ pub async fn concurrent_settlements_of_one_lock_succeed_once(t: &TestStore) {
             let action = if i % 2 == 0 {
                 SettleAction::Complete
             } else {
-                SettleAction::Abandon { delay_ms: None }
+                SettleAction::Abandon {
+                    delay_ms: None,
+                    last_attempt: None,
+                }
             };
             let mut out = store
                 .settle(

@@ -126,7 +126,10 @@ pub async fn dead_letter_to_another_queue_forwards_copy_and_keeps_evidence(t: &T
         .settle1(
             &q,
             &d[0].lock_token,
-            SettleAction::Abandon { delay_ms: None },
+            SettleAction::Abandon {
+                delay_ms: None,
+                last_attempt: None,
+            },
             secs(5),
         )
         .await
@@ -215,7 +218,10 @@ pub async fn broker_dead_letter_to_missing_queue_falls_back_to_own_store(t: &Tes
             &q,
             vec![Settlement {
                 lock_token: d[0].lock_token.clone(),
-                action: SettleAction::Abandon { delay_ms: None },
+                action: SettleAction::Abandon {
+                    delay_ms: None,
+                    last_attempt: None,
+                },
             }],
             secs(1),
         )

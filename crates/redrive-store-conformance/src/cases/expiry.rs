@@ -54,7 +54,10 @@ pub async fn ttl_expiry_dead_letters_with_real_count_when_enabled(t: &TestStore)
     t.settle1(
         &q,
         &d[0].lock_token,
-        SettleAction::Abandon { delay_ms: None },
+        SettleAction::Abandon {
+            delay_ms: None,
+            last_attempt: None,
+        },
         secs(1),
     )
     .await
@@ -178,7 +181,10 @@ pub async fn abandon_after_ttl_removes_message(t: &TestStore) {
             &q,
             vec![Settlement {
                 lock_token: d[0].lock_token.clone(),
-                action: SettleAction::Abandon { delay_ms: None },
+                action: SettleAction::Abandon {
+                    delay_ms: None,
+                    last_attempt: None,
+                },
             }],
             secs(15),
         )

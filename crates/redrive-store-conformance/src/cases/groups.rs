@@ -95,7 +95,10 @@ pub async fn group_ordering_after_abandon_redelivers_the_same_head_first(t: &Tes
     t.settle1(
         &q,
         &d[0].lock_token,
-        SettleAction::Abandon { delay_ms: None },
+        SettleAction::Abandon {
+            delay_ms: None,
+            last_attempt: None,
+        },
         secs(1),
     )
     .await

@@ -132,7 +132,10 @@ pub async fn policy_update_bumps_version_and_dead_letters_record_it(t: &TestStor
         .settle1(
             &q,
             &d[0].lock_token,
-            SettleAction::Abandon { delay_ms: None },
+            SettleAction::Abandon {
+                delay_ms: None,
+                last_attempt: None,
+            },
             secs(14),
         )
         .await
@@ -358,7 +361,10 @@ pub async fn purge_removes_every_message_in_flight_too_and_keeps_dead_letters(t:
     // The holder of a purged message's lock has lost it, whatever it does.
     for action in [
         SettleAction::Complete,
-        SettleAction::Abandon { delay_ms: None },
+        SettleAction::Abandon {
+            delay_ms: None,
+            last_attempt: None,
+        },
         SettleAction::Renew {
             lock_ms: 10_000,
             cap_from_receive_ms: None,

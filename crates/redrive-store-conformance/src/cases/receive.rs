@@ -63,7 +63,10 @@ pub async fn receive_counts_deliveries_and_records_delivery_times(t: &TestStore)
     t.settle1(
         &q,
         &d[0].lock_token,
-        SettleAction::Abandon { delay_ms: None },
+        SettleAction::Abandon {
+            delay_ms: None,
+            last_attempt: None,
+        },
         secs(2),
     )
     .await
@@ -233,7 +236,10 @@ pub async fn lowered_max_delivery_count_dead_letters_on_receive(t: &TestStore) {
         t.settle1(
             &q,
             &d[0].lock_token,
-            SettleAction::Abandon { delay_ms: None },
+            SettleAction::Abandon {
+                delay_ms: None,
+                last_attempt: None,
+            },
             secs(i),
         )
         .await

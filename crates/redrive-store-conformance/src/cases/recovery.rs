@@ -82,7 +82,10 @@ async fn broker_dead_letter(
             q,
             vec![Settlement {
                 lock_token: d[0].lock_token.clone(),
-                action: SettleAction::Abandon { delay_ms: None },
+                action: SettleAction::Abandon {
+                    delay_ms: None,
+                    last_attempt: None,
+                },
             }],
             now.plus_millis(1_000),
         )

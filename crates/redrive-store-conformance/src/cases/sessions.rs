@@ -107,7 +107,10 @@ pub async fn next_session_message_not_delivered_while_earlier_locked(t: &TestSto
     t.settle1(
         &q,
         &d[0].lock_token,
-        SettleAction::Abandon { delay_ms: None },
+        SettleAction::Abandon {
+            delay_ms: None,
+            last_attempt: None,
+        },
         secs(2),
     )
     .await

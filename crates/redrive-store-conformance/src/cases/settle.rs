@@ -47,7 +47,10 @@ pub async fn settle_with_stale_lock_token_is_lock_lost(t: &TestStore) {
     // Expired (the lock holds until, not including, locked_until) ...
     for action in [
         SettleAction::Complete,
-        SettleAction::Abandon { delay_ms: None },
+        SettleAction::Abandon {
+            delay_ms: None,
+            last_attempt: None,
+        },
         SettleAction::Defer,
         SettleAction::Renew {
             lock_ms: 10_000,
@@ -96,7 +99,10 @@ pub async fn settle_items_fail_independently(t: &TestStore) {
                 },
                 Settlement {
                     lock_token: d[1].lock_token.clone(),
-                    action: SettleAction::Abandon { delay_ms: None },
+                    action: SettleAction::Abandon {
+                        delay_ms: None,
+                        last_attempt: None,
+                    },
                 },
             ],
             secs(1),
@@ -122,7 +128,10 @@ pub async fn abandon_makes_message_visible_again(t: &TestStore) {
             &q,
             vec![Settlement {
                 lock_token: d[0].lock_token.clone(),
-                action: SettleAction::Abandon { delay_ms: None },
+                action: SettleAction::Abandon {
+                    delay_ms: None,
+                    last_attempt: None,
+                },
             }],
             secs(1),
         )
@@ -151,7 +160,10 @@ pub async fn abandon_with_delay_and_backoff(t: &TestStore) {
     t.settle1(
         &q,
         &d[0].lock_token,
-        SettleAction::Abandon { delay_ms: None },
+        SettleAction::Abandon {
+            delay_ms: None,
+            last_attempt: None,
+        },
         secs(1),
     )
     .await
@@ -167,6 +179,7 @@ pub async fn abandon_with_delay_and_backoff(t: &TestStore) {
         &d[0].lock_token,
         SettleAction::Abandon {
             delay_ms: Some(2_000),
+            last_attempt: None,
         },
         secs(7),
     )
@@ -196,7 +209,10 @@ pub async fn abandon_with_delay_and_backoff(t: &TestStore) {
         t.settle1(
             &q,
             &d[0].lock_token,
-            SettleAction::Abandon { delay_ms: None },
+            SettleAction::Abandon {
+                delay_ms: None,
+                last_attempt: None,
+            },
             now,
         )
         .await
@@ -244,7 +260,10 @@ pub async fn abandon_at_max_delivery_count_dead_letters_with_evidence(t: &TestSt
     t.settle1(
         &q,
         &d[0].lock_token,
-        SettleAction::Abandon { delay_ms: None },
+        SettleAction::Abandon {
+            delay_ms: None,
+            last_attempt: None,
+        },
         secs(2),
     )
     .await
@@ -257,7 +276,10 @@ pub async fn abandon_at_max_delivery_count_dead_letters_with_evidence(t: &TestSt
             &q,
             vec![Settlement {
                 lock_token: d[0].lock_token.clone(),
-                action: SettleAction::Abandon { delay_ms: None },
+                action: SettleAction::Abandon {
+                    delay_ms: None,
+                    last_attempt: None,
+                },
             }],
             secs(4),
         )
@@ -373,7 +395,10 @@ pub async fn defer_then_receive_by_sequence(t: &TestStore) {
     t.settle1(
         &q,
         &out.deliveries[0].lock_token,
-        SettleAction::Abandon { delay_ms: None },
+        SettleAction::Abandon {
+            delay_ms: None,
+            last_attempt: None,
+        },
         secs(3),
     )
     .await
@@ -495,4 +520,130 @@ pub async fn renew_past_its_cap_from_the_receive_is_refused(t: &TestStore) {
         .await
         .unwrap();
     assert_eq!(s.locked_until, Some(secs(122)));
+}
+
+pub async fn abandon_keeps_the_evidence_of_the_last_failed_attempt(t: &TestStore) {
+    let q = t.queue("orders", QueuePolicy::default()).await;
+    t.send(&q, vec![msg("m", b"m"), msg("other", b"other")], T0)
+        .await;
+    let abandon = |evidence: Option<&str>| SettleAction::Abandon {
+        delay_ms: Some(1_000),
+        last_attempt: evidence.map(str::to_owned),
+    };
+    let evidence_of = |d: &[redrive_store::Delivery], id: &str| {
+        d.iter()
+            .find(|d| d.message.message_id == id)
+            .unwrap_or_else(|| panic!("{id} received"))
+            .message
+            .last_attempt
+            .clone()
+    };
+    let a = r#"{"attempt":1,"outcome":"500","status":500,"started":1000}"#;
+    let b = r#"{"attempt":4,"outcome":"timeout","error":"deadline","started":9000}"#;
+
+    // Never abandoned with evidence: none.
+    let d = t.take(&q, 2, 30_000, secs(1)).await;
+    assert_eq!(d.len(), 2);
+    assert_eq!(evidence_of(&d, "m"), None);
+    // One call: an abandon with evidence next to one without, both written in it.
+    let (m, other) = if d[0].message.message_id == "m" {
+        (&d[0], &d[1])
+    } else {
+        (&d[1], &d[0])
+    };
+    let out = t
+        .s()
+        .settle(
+            &q,
+            vec![
+                Settlement {
+                    lock_token: m.lock_token.clone(),
+                    action: abandon(Some(a)),
+                },
+                Settlement {
+                    lock_token: other.lock_token.clone(),
+                    action: abandon(None),
+                },
+            ],
+            secs(2),
+        )
+        .await
+        .unwrap();
+    assert!(out.results.iter().all(Result::is_ok), "{:?}", out.results);
+    // Shown by a peek, and by the next receive.
+    let peeked = t.s().peek(&q, 1, 10, secs(2)).await.unwrap();
+    let shown: Vec<(&str, Option<&str>)> = peeked
+        .iter()
+        .map(|m| (m.message_id.as_str(), m.last_attempt.as_deref()))
+        .collect();
+    assert_eq!(shown, [("m", Some(a)), ("other", None)]);
+    let d = t.take(&q, 2, 30_000, secs(3)).await;
+    assert_eq!(evidence_of(&d, "m").as_deref(), Some(a));
+    assert_eq!(evidence_of(&d, "other"), None);
+    let m = d.iter().find(|d| d.message.message_id == "m").unwrap();
+    let other = d.iter().find(|d| d.message.message_id == "other").unwrap();
+
+    // An abandon without evidence (a consumer's) keeps it, and so do a renewal and a
+    // lock that runs out.
+    t.settle1(&q, &m.lock_token, abandon(None), secs(4))
+        .await
+        .unwrap();
+    let d = t.take(&q, 1, 1_000, secs(5)).await;
+    assert_eq!(d[0].message.message_id, "m");
+    assert_eq!(evidence_of(&d, "m").as_deref(), Some(a));
+    t.settle1(
+        &q,
+        &d[0].lock_token,
+        SettleAction::Renew {
+            lock_ms: 1_000,
+            cap_from_receive_ms: None,
+        },
+        secs(5),
+    )
+    .await
+    .unwrap();
+    let d = t.take(&q, 1, 30_000, secs(7)).await;
+    assert_eq!(d[0].message.message_id, "m", "its lock ran out");
+    assert_eq!(evidence_of(&d, "m").as_deref(), Some(a));
+
+    // A later attempt's evidence replaces it.
+    t.settle1(&q, &d[0].lock_token, abandon(Some(b)), secs(8))
+        .await
+        .unwrap();
+    let d = t.take(&q, 1, 30_000, secs(9)).await;
+    assert_eq!(evidence_of(&d, "m").as_deref(), Some(b));
+    assert_eq!(d[0].message.delivery_count, 5);
+
+    // Dead-lettering and completing are unaffected: the record keeps its own
+    // description, and the other message leaves the queue.
+    let id = t
+        .settle1(
+            &q,
+            &d[0].lock_token,
+            SettleAction::DeadLetter {
+                reason: "TimeToLiveExceeded".into(),
+                description: Some("expired".into()),
+                by_broker: true,
+            },
+            secs(10),
+        )
+        .await
+        .unwrap()
+        .dead_letter_id
+        .expect("dead-lettered");
+    let r = t.s().get_dead_letter(&q, &id).await.unwrap();
+    assert_eq!(r.description.as_deref(), Some("expired"));
+    assert_eq!(r.delivery_count, 5);
+    assert_err!(
+        t.settle1(&q, &other.lock_token, SettleAction::Complete, secs(40))
+            .await,
+        StoreError::LockLost
+    );
+    let d = t.take(&q, 1, 30_000, secs(40)).await;
+    assert_eq!(d[0].message.message_id, "other");
+    assert_eq!(d[0].message.last_attempt, None);
+    t.settle1(&q, &d[0].lock_token, SettleAction::Complete, secs(41))
+        .await
+        .unwrap();
+    assert!(t.sequences(&q).await.is_empty());
 }

@@ -81,7 +81,7 @@ pub fn invariant(what: &'static str) -> StoreError {
 ///
 /// - `head`: [`Head::decode`](crate::skeleton::Head::decode) (12 columns).
 /// - `content`: the rest of [`MessageRow::decode`](crate::skeleton::MessageRow::decode),
-///   after the head (9 columns).
+///   after the head (10 columns).
 /// - `dead_letter`: [`dead_letters::decode`](crate::skeleton::dead_letters::decode).
 /// - `queue`: [`QueueRow::decode`](crate::skeleton::entities::QueueRow::decode).
 /// - `topic`, `subscription`: [`entities::topic`](crate::skeleton::entities::topic),
@@ -102,7 +102,7 @@ macro_rules! columns {
     };
     (content) => {
         "body, content_type, properties, correlation_id, message_type, intent, valid_until, \
-         enqueued_at, scheduled_at"
+         enqueued_at, scheduled_at, last_attempt"
     };
     (dead_letter) => {
         "id, queue, area, message_id, sequence, session_id, body, body_sha256, content_type, \

@@ -451,6 +451,7 @@ mod tests {
             valid_until: None,
             enqueued_at: Timestamp(0),
             scheduled_at: None,
+            last_attempt: None,
         }
     }
 

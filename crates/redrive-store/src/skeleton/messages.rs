@@ -121,6 +121,8 @@ pub struct MessageRow {
     pub enqueued_at: Timestamp,
     /// Scheduled enqueue time.
     pub scheduled_at: Option<Timestamp>,
+    /// The evidence of the last failed push attempt (see [`StoredMessage::last_attempt`]).
+    pub last_attempt: Option<String>,
 }
 
 impl MessageRow {
@@ -140,6 +142,7 @@ impl MessageRow {
             valid_until: c.time_opt(at + 6)?,
             enqueued_at: c.time(at + 7)?,
             scheduled_at: c.time_opt(at + 8)?,
+            last_attempt: c.text_opt(at + 9)?,
         })
     }
 
@@ -174,6 +177,7 @@ impl MessageRow {
             valid_until,
             enqueued_at,
             scheduled_at,
+            last_attempt,
         } = self;
         StoredMessage {
             queue: queue.clone(),
@@ -196,6 +200,7 @@ impl MessageRow {
             locked_until: head.meta.locked_until,
             first_delivered_at: head.meta.first_delivered_at,
             last_delivered_at: head.meta.last_delivered_at,
+            last_attempt,
         }
     }
 }
@@ -629,6 +634,9 @@ pub struct Settling {
     pub write: Write,
     /// The item's answer; the backend fills in `dead_letter_id` after dead-lettering.
     pub settled: Settled,
+    /// The evidence of a failed push attempt to store on the row with `write` (an
+    /// abandon's, always a [`Write::Meta`]); `None` leaves the row's as it is.
+    pub last_attempt: Option<String>,
 }
 
 /// One settlement of the row `head` (`None`: no row has the token's key). The error is
@@ -650,7 +658,7 @@ pub fn settle(
     let seed = machine::jitter_seed(head.sequence);
     let (step, description) = match &item.action {
         SettleAction::Complete => (machine::complete(meta, token, now), None),
-        SettleAction::Abandon { delay_ms } => (
+        SettleAction::Abandon { delay_ms, .. } => (
             machine::abandon(meta, &q.policy, token, now, *delay_ms, seed),
             None,
         ),
@@ -705,10 +713,16 @@ pub fn settle(
     if q.policy.group_ordering && !matches!(item.action, SettleAction::Renew { .. }) {
         effects.wake(&q.name);
     }
+    // Only a lock released by an abandon stores the attempt's evidence.
+    let last_attempt = match (&item.action, &write) {
+        (SettleAction::Abandon { last_attempt, .. }, Write::Meta(_)) => last_attempt.clone(),
+        _ => None,
+    };
     Ok(Settling {
         head,
         write,
         settled,
+        last_attempt,
     })
 }
 
