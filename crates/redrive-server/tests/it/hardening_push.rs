@@ -1,8 +1,10 @@
 //! Hardening of push delivery: every dead-letter record keeps the last attempt's evidence
 //! whatever its reason. An event that failed its attempts and then waited for its time to
 //! live is dead-lettered `TimeToLiveExceeded` without another attempt; its record still
-//! names the last attempt's outcome, status code and time. On every backend, with the
-//! manual clock and a real local HTTP receiver.
+//! names the last attempt's outcome, status code and time — also when the server restarted
+//! between that attempt and the expiry (the evidence is on the message row, not in the
+//! memory of the node that made the attempt). On every backend, with the manual clock and
+//! a real local HTTP receiver.
 
 use redrive_testkit::{Backend, Receiver, Reply, T0, TestServer};
 use serde_json::json;
@@ -11,7 +13,20 @@ use crate::topics::{event, push_sub, the_dead_letter, until_stats};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_by_time_to_live_keeps_the_last_attempts_evidence_on_every_backend() {
-    for backend in Backend::all("the push time-to-live evidence test") {
+    three_failures_then_the_time_to_live("the push time-to-live evidence test", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_attempts_evidence_survives_a_restart_before_the_expiry_on_every_backend() {
+    three_failures_then_the_time_to_live("the push evidence across a restart test", true).await;
+}
+
+/// Three attempts answered 500, then the event waits for its time to live and is
+/// dead-lettered at it with the third attempt's evidence; with `restart`, the server is
+/// restarted over the same store and clock after the third attempt, and the new one
+/// dead-letters it.
+async fn three_failures_then_the_time_to_live(test: &str, restart: bool) {
+    for backend in Backend::all(test) {
         let name = backend.name();
         let s = TestServer::builder().backend(backend).start().await;
         let rx = Receiver::webhook(|_, _| Reply::status(500)).await;
@@ -34,7 +49,15 @@ async fn a_dead_letter_by_time_to_live_keeps_the_last_attempts_evidence_on_every
         until_stats(&s, "hook", waiting.clone()).await;
         s.advance(30_000);
         rx.wait_for(3).await;
-        until_stats(&s, "hook", waiting).await;
+        until_stats(&s, "hook", waiting.clone()).await;
+        let s = if restart {
+            // The node that made the attempts is gone; the new one only has the store.
+            let s = s.restart().await;
+            until_stats(&s, "hook", waiting).await;
+            s
+        } else {
+            s
+        };
         // The time to live passes at 60 s: given up without a fourth attempt.
         s.advance(20_000);
         until_stats(
