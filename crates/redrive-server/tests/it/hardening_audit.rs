@@ -1,6 +1,6 @@
-//! Hardening of the audit chain and the transport: removing the newest audit entries
-//! behind the server's back is detected (on SQLite and on PostgreSQL), the chain's head
-//! is on `/metrics`; and the transport's small ones.
+//! Hardening of the audit chain: removing the newest audit entries (or all of them, or
+//! the head's own record) behind the server's back is detected on SQLite and on
+//! PostgreSQL, and the chain's head is in `verify`'s answer and on `/metrics`.
 
 use redrive_broker::AccessSettings;
 use redrive_testkit::{Backend, TestServer};
