@@ -496,7 +496,6 @@ async fn revocation_takes_effect_at_once_and_ends_a_long_poll() {
     s.admin(Method::POST, "/v1/queues", Some(json!({"name": "q"})))
         .await;
     let (id, secret) = s.token("c", &["consumer:q"]).await;
-    let before = s.clock().sleepers();
     let poll = {
         let http = s.http.clone();
         let url = format!("{}/v1/queues/q/receive", s.url);
@@ -512,8 +511,11 @@ async fn revocation_takes_effect_at_once_and_ends_a_long_poll() {
             (r.status(), r.json::<Value>().await.unwrap())
         })
     };
-    // Wait (for a signal, not for time) until the long poll sleeps on the clock.
-    s.until_parked(before).await;
+    // Wait (for a signal, not for time) until the long poll sleeps on the clock, by its
+    // own deadline: a worker sleeping again also grows the count of sleepers, and a
+    // revocation before the poll is in would refuse it as unauthenticated instead.
+    s.until_parked_at(redrive_testkit::T0.plus_millis(20_000))
+        .await;
     let (st, _) = s
         .admin(Method::POST, &format!("/v1/tokens/{id}/revoke"), None)
         .await;
