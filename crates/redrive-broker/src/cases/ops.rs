@@ -354,6 +354,7 @@ impl Broker {
     }
 
     /// The view of a case now.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
     pub async fn get_case(&self, id: &str) -> BrokerResult<CaseView> {
         let case = self.inner.store.get_case(id).await?;
         self.case_view(case).await
@@ -378,6 +379,7 @@ impl Broker {
     }
 
     /// The timeline of a case, oldest first.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
     pub async fn case_timeline(&self, id: &str) -> BrokerResult<Vec<TimelineEntry>> {
         Ok(self.inner.store.case_timeline(id).await?)
     }
@@ -400,6 +402,7 @@ impl Broker {
 
     /// The payload of a case: its exact bytes, or the transformation `digest` kept with
     /// it. An audited read.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
     pub async fn case_payload(
         &self,
         id: &str,
@@ -454,6 +457,7 @@ impl Broker {
     }
 
     /// Advances a case as far as the broker may by itself. Returns the case as left.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
     pub async fn advance_case(&self, id: &str) -> BrokerResult<CaseRecord> {
         let ctx = self.case_context().await?;
         self.advance_case_in(id, &ctx).await
@@ -1287,6 +1291,7 @@ impl Broker {
     }
 
     /// Claims a case for `actor` (or renews its own claim) for `lease_ms`.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
     pub async fn claim_case(
         &self,
         id: &str,
@@ -1339,6 +1344,7 @@ impl Broker {
     }
 
     /// Releases `actor`'s claim on a case.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
     pub async fn release_case(&self, id: &str, actor: &Actor) -> BrokerResult<CaseView> {
         self.person_change(
             id,
@@ -1356,6 +1362,7 @@ impl Broker {
     }
 
     /// Adds a note (no state change).
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
     pub async fn note_case(&self, id: &str, text: &str, actor: &Actor) -> BrokerResult<CaseView> {
         check_text("text", text, true)?;
         self.person_change(id, actor, "case.note", vec![], false, |_, step, now| {
@@ -1370,6 +1377,7 @@ impl Broker {
     }
 
     /// Records a diagnosis (the owner's hypothesis and its disconfirming evidence).
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
     pub async fn diagnose_case(
         &self,
         id: &str,
@@ -1401,6 +1409,7 @@ impl Broker {
     }
 
     /// Records a correction: a versioned change that claims to address a failure shape.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
     pub async fn correct_case(
         &self,
         id: &str,
@@ -1463,6 +1472,7 @@ impl Broker {
 
     /// Records a payload transformation: a new payload identity kept with the case (the
     /// original stays as it is), and the correction it stands for.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
     pub async fn transform_case(
         &self,
         id: &str,
@@ -1575,6 +1585,7 @@ impl Broker {
     /// a queue declared a test sandbox, which the caller may send to). A pass on this
     /// case's exact payload is evidence (`correction_isolated`), not recovery; a pass on
     /// another fixture leaves the case where it was.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
     pub async fn test_case(
         &self,
         id: &str,
@@ -1692,6 +1703,7 @@ impl Broker {
     }
 
     /// Asks the effect authority now and records its answer.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
     pub async fn reconcile_case(&self, id: &str, actor: &Actor) -> BrokerResult<CaseView> {
         let case = self.inner.store.get_case(id).await?;
         if let Some(t) = case.m.state.terminal() {
@@ -1725,6 +1737,7 @@ impl Broker {
 
     /// Closes a case as `rejected` or `indeterminate` (the terminal states only a person
     /// decides).
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
     pub async fn close_case(
         &self,
         id: &str,
@@ -1812,6 +1825,7 @@ impl Broker {
     }
 
     /// The owner's decision on an overdue case: archive, delete, or extend its review.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
     pub async fn review_case(
         &self,
         id: &str,
@@ -1916,6 +1930,7 @@ impl Broker {
     /// Admits one replay of a case by its owner: the effect is reconciled now, every gate
     /// must pass, then the payload (or its equivalent transformation) goes to the case's
     /// queue as `<id>|<n>` and the case waits for its effect.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
     pub async fn replay_case(&self, id: &str, actor: &Actor) -> BrokerResult<CaseView> {
         let case = self.for_owner(id, actor).await?;
         // Reconcile now, not at planning time.
@@ -2212,6 +2227,7 @@ impl Broker {
     /// intent for entities stands (a different later one for the same entities, or for
     /// fewer, is refused); the word is kept with its entity, actor and time, and audited
     /// with its entity.
+    #[tracing::instrument(level = "debug", skip_all, fields(intent = %intent_id))]
     pub async fn update_intent(
         &self,
         intent_id: &str,
@@ -2324,6 +2340,7 @@ impl Broker {
     }
 
     /// Registers (or replaces) the effect authority of a message type.
+    #[tracing::instrument(level = "debug", skip_all, fields(message_type = %message_type))]
     pub async fn put_effect_authority(
         &self,
         message_type: &str,
@@ -2367,6 +2384,7 @@ impl Broker {
     }
 
     /// Removes the effect authority of a message type; whether there was one.
+    #[tracing::instrument(level = "debug", skip_all, fields(message_type = %message_type))]
     pub async fn delete_effect_authority(
         &self,
         message_type: &str,

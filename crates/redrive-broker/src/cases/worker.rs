@@ -71,6 +71,7 @@ impl CaseWorker {
 impl Broker {
     /// One look: advances up to [`CASE_BATCH`] due cases and deletes due payloads. Public
     /// so that tests drive cases on a manual clock.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn cases_once(&self) -> BrokerResult<CasePass> {
         let now = self.now();
         let due = self.inner.store.due_cases(now, CASE_BATCH).await?;

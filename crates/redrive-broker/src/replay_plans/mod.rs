@@ -173,6 +173,7 @@ impl Broker {
     /// The dry run of a plan: refused when its budget is unbounded (`ReplayUnbounded`) or
     /// out of range; otherwise what it would replay and what blocks each item. Touches
     /// nothing.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %selection.queue))]
     pub async fn preview_plan(
         &self,
         selection: &PlanSelectionInput,

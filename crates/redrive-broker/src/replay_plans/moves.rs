@@ -121,6 +121,7 @@ impl Broker {
     /// `plan_state`); `start`, `pause` and `resume` are refused with `plan_state` (the
     /// mover runs it; audited as the plan's change, refused). Answers the plan as it is
     /// now.
+    #[tracing::instrument(level = "debug", skip_all, fields(plan = %plan.id, queue = %plan.queue))]
     pub async fn change_move_plan(
         &self,
         plan: &ReplayPlanRecord,

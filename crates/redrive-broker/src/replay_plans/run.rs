@@ -408,6 +408,7 @@ impl Broker {
     /// [`FAILURE_PERSISTS_MS`](super::FAILURE_PERSISTS_MS)), or when `actor` may not
     /// replay to the destination. The items are fixed now, in order; a session's items are
     /// held `ordering_missing` unless the plan holds every open case of the session.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %input.selection.queue))]
     pub async fn create_plan(&self, input: &PlanInput, actor: &Actor) -> BrokerResult<PlanView> {
         let r = self.create_plan_inner(input, actor).await;
         let targets = match &r {
@@ -588,6 +589,7 @@ impl Broker {
     }
 
     /// The view of a plan now.
+    #[tracing::instrument(level = "debug", skip_all, fields(plan = %id))]
     pub async fn get_plan(&self, id: &str) -> BrokerResult<PlanView> {
         let plan = self.inner.store.get_replay_plan(id).await?;
         self.plan_view(plan).await
@@ -634,6 +636,7 @@ impl Broker {
     }
 
     /// A page of a plan's items.
+    #[tracing::instrument(level = "debug", skip_all, fields(plan = %id))]
     pub async fn plan_items(
         &self,
         id: &str,
@@ -643,6 +646,7 @@ impl Broker {
     }
 
     /// Starts a planned plan: its owner's lease runs from now.
+    #[tracing::instrument(level = "debug", skip_all, fields(plan = %id))]
     pub async fn start_plan(&self, id: &str, actor: &Actor) -> BrokerResult<PlanView> {
         self.owner_change(id, actor, "replay.plan_start", |plan, run, now| {
             if plan.m.status != PlanStatus::Planned {
@@ -668,6 +672,7 @@ impl Broker {
 
     /// Pauses a running plan: nothing more is admitted; replays in flight are still
     /// observed, and no evidence is reset.
+    #[tracing::instrument(level = "debug", skip_all, fields(plan = %id))]
     pub async fn pause_plan(&self, id: &str, actor: &Actor) -> BrokerResult<PlanView> {
         self.owner_change(id, actor, "replay.plan_pause", |plan, _run, _now| {
             if plan.m.status != PlanStatus::Running {
@@ -689,6 +694,7 @@ impl Broker {
 
     /// Resumes a paused plan under the same budget and evidence; the owner's lease is
     /// renewed from now.
+    #[tracing::instrument(level = "debug", skip_all, fields(plan = %id))]
     pub async fn resume_plan(&self, id: &str, actor: &Actor) -> BrokerResult<PlanView> {
         self.owner_change(id, actor, "replay.plan_resume", |plan, _run, now| {
             if plan.m.status != PlanStatus::Paused {
@@ -713,6 +719,7 @@ impl Broker {
 
     /// Cancels a plan that has not ended: nothing more is admitted; its replays in flight
     /// go on being observed by their cases.
+    #[tracing::instrument(level = "debug", skip_all, fields(plan = %id))]
     pub async fn cancel_plan(&self, id: &str, actor: &Actor) -> BrokerResult<PlanView> {
         self.owner_change(id, actor, "replay.plan_cancel", |plan, _run, _now| {
             if !(plan.m.status.is_active() || plan.m.status == PlanStatus::Planned) {
@@ -896,6 +903,7 @@ impl Broker {
 
     /// One look at every active plan that is due: public so that tests drive plans on a
     /// manual clock.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn plans_once(&self) -> BrokerResult<PlanPass> {
         let mut pass = PlanPass::default();
         let mut after = None;
@@ -942,6 +950,7 @@ impl Broker {
 
     /// Advances a plan once (see the module docs), retried when another writer changed it
     /// in between. Returns the plan as written.
+    #[tracing::instrument(level = "debug", skip_all, fields(plan = %id))]
     pub async fn advance_plan(&self, id: &str) -> BrokerResult<ReplayPlanRecord> {
         let mut last = None;
         for _ in 0..RETRIES {
