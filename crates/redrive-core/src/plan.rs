@@ -173,6 +173,17 @@ fn out_of_range(field: &'static str, why: String) -> BudgetError {
     BudgetError::OutOfRange { field, why }
 }
 
+/// A number as a refusal repeats it: as written when short, else in scientific notation
+/// (`1e-300`, not three hundred digits).
+fn shown(v: f64) -> String {
+    let plain = v.to_string();
+    if plain.len() <= 24 {
+        plain
+    } else {
+        format!("{v:e}")
+    }
+}
+
 /// `items_per_s`: a finite number from [`MIN_ITEMS_PER_S`] to [`MAX_ITEMS_PER_S`],
 /// both included (NaN and infinities refused).
 pub fn check_items_per_s(v: f64) -> Result<f64, BudgetError> {
@@ -181,7 +192,10 @@ pub fn check_items_per_s(v: f64) -> Result<f64, BudgetError> {
     } else {
         Err(out_of_range(
             "items_per_s",
-            format!("must be a number from {MIN_ITEMS_PER_S} to {MAX_ITEMS_PER_S} (got {v})"),
+            format!(
+                "must be a number from {MIN_ITEMS_PER_S} to {MAX_ITEMS_PER_S} (got {})",
+                shown(v)
+            ),
         ))
     }
 }
@@ -276,7 +290,7 @@ pub fn check_max_error_rate(v: f64) -> Result<f64, BudgetError> {
     } else {
         Err(out_of_range(
             "dependency.max_error_rate",
-            format!("must be a number from 0 to 1 (got {v})"),
+            format!("must be a number from 0 to 1 (got {})", shown(v)),
         ))
     }
 }
@@ -651,6 +665,16 @@ pub fn stop(budget: &Budget, o: &Observations) -> Option<StopReason> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_number_is_repeated_short() {
+        let e = check_items_per_s(1e-300).unwrap_err().to_string();
+        assert!(e.contains("(got 1e-300)"), "{e}");
+        let e = check_items_per_s(200_000.0).unwrap_err().to_string();
+        assert!(e.contains("(got 200000)"), "{e}");
+        let e = check_max_error_rate(f64::MAX).unwrap_err().to_string();
+        assert!(e.len() < 120, "{e}");
+    }
     use proptest::prelude::*;
 
     fn dep() -> Dependency {

@@ -2292,25 +2292,30 @@ impl Broker {
             IntentStatus::Cancelled => "intent.cancel",
             IntentStatus::Superseded => "intent.supersede",
         };
+        // A different word already stands: refused, and audited as that refusal.
+        let stored = stored.map_err(BrokerError::from).and_then(|w| {
+            if w.status != status || w.superseded_by != wanted.superseded_by {
+                Err(conflict(
+                    "intent_decided",
+                    format!(
+                        "intent {intent_id} was {} already for {}",
+                        w.status.as_str(),
+                        w.entity
+                    ),
+                ))
+            } else {
+                Ok(w)
+            }
+        });
         let stored = self
             .audited(
                 actor,
                 action,
                 Some(&entity),
                 vec![intent_id.to_owned(), format!("entity={entity}")],
-                stored.map_err(Into::into),
+                stored,
             )
             .await?;
-        if stored.status != status || stored.superseded_by != wanted.superseded_by {
-            return Err(conflict(
-                "intent_decided",
-                format!(
-                    "intent {intent_id} was {} already for {}",
-                    stored.status.as_str(),
-                    stored.entity
-                ),
-            ));
-        }
         let open = self
             .inner
             .store

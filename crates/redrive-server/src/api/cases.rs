@@ -609,10 +609,21 @@ async fn cancel_intent(
             &actor,
         )
         .await?;
-    let words = s.broker.intent_words(&id).await?;
-    let cases = intent_cases(&s, &actor, &id).await?;
+    word_spoken(&s, &actor, &id, out).await
+}
+
+/// The intent as it stands after a word on it: its words, the cases the caller may read,
+/// and the cases the word closed.
+async fn word_spoken(
+    s: &AppState,
+    actor: &Actor,
+    id: &str,
+    out: redrive_broker::cases::IntentOutcome,
+) -> Result<Json<Intent>, ApiError> {
+    let words = s.broker.intent_words(id).await?;
+    let cases = intent_cases(s, actor, id).await?;
     Ok(Json(intent_out(
-        &id,
+        id,
         Some(&out.intent),
         &words,
         cases,
@@ -638,15 +649,7 @@ async fn supersede_intent(
             &actor,
         )
         .await?;
-    let words = s.broker.intent_words(&id).await?;
-    let cases = intent_cases(&s, &actor, &id).await?;
-    Ok(Json(intent_out(
-        &id,
-        Some(&out.intent),
-        &words,
-        cases,
-        out.closed,
-    )))
+    word_spoken(&s, &actor, &id, out).await
 }
 
 fn authority_out(a: &redrive_broker::model::EffectAuthority) -> EffectAuthority {

@@ -616,6 +616,15 @@ async fn a_producers_word_on_an_intent_holds_only_for_the_entities_it_may_produc
         .await;
         assert_problem(&r, 409, "case_conflict");
         assert_eq!(r.1["reason"], "intent_decided");
+        // The refused word is audited as refused, not as accepted.
+        let refused: Vec<_> = s
+            .audit("action=intent.supersede&limit=100")
+            .await
+            .into_iter()
+            .filter(|e| e["actor_name"] == "orders-service")
+            .collect();
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert_eq!(refused[0]["outcome"], "error:intent_decided", "{refused:?}");
         let (st, v) = as_token(&s, &p, Method::POST, "/v1/intents/pay-2/cancel", json!({})).await;
         assert_eq!(st, 200, "the same word again is harmless: {v}");
         assert_eq!(v["entity"], "*", "the word that stands: {v}");
