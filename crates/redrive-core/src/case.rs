@@ -46,7 +46,15 @@
 //!     recall a delivery already made);
 //! 15. terminal states are recorded where they are decided (steps 4, 5, 9);
 //! 16. an unresolved case is retained only until its review deadline: then its owner
-//!     decides, and an unowned case is escalated.
+//!     decides, and an unowned case is escalated for its owner whatever else it waited on
+//!     ([`missing_now`] names all of it, the owner first).
+//!
+//! A closing without execution (steps 4 and 9) is held while a replay of the case still
+//! waits in its queue (`hold:replay_in_flight`): a terminal state is final and true. A
+//! case's next check ([`next_check`]) is never after the end of its value window still to
+//! come, and admission checks the window, the bytes and a queued replay again
+//! ([`admission_check`]). A transformation whose bytes fail the destination's validation
+//! is refused before it is recorded ([`judge_transformation`]).
 //!
 //! # Ownership and review
 //!
@@ -2491,7 +2499,10 @@ mod tests {
             lease: None,
             ..ready()
         };
-        assert_eq!(decide(&repair, at(23)), Decision::Repair(Repair::RouteConfiguration));
+        assert_eq!(
+            decide(&repair, at(23)),
+            Decision::Repair(Repair::RouteConfiguration)
+        );
         assert_eq!(decide(&repair, at(24)), escalate(Missing::Owner));
         assert!(missing_now(&ready(), now()).is_empty());
     }
@@ -2502,7 +2513,10 @@ mod tests {
             field: "body.time".to_owned(),
             rule: "must be an RFC 3339 timestamp".to_owned(),
         };
-        assert_eq!(judge_transformation(Err(bad.clone()), true), Err(bad.clone()));
+        assert_eq!(
+            judge_transformation(Err(bad.clone()), true),
+            Err(bad.clone())
+        );
         assert_eq!(
             judge_transformation(Ok(()), true),
             Ok(Transformation::Equivalent)
@@ -2543,7 +2557,10 @@ mod tests {
         let n = now();
         assert_eq!(next_check(at(24), Some(at(2)), None, false, n), Some(at(2)));
         assert_eq!(next_check(at(24), None, Some(at(3)), false, n), Some(at(3)));
-        assert_eq!(next_check(at(24), Some(at(48)), None, false, n), Some(at(24)));
+        assert_eq!(
+            next_check(at(24), Some(at(48)), None, false, n),
+            Some(at(24))
+        );
         assert_eq!(
             next_check(at(24), Some(at(48)), None, true, n),
             Some(n.plus_millis(REPLAY_POLL_MS))

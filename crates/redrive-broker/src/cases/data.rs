@@ -452,14 +452,16 @@ pub fn destination_validation(
         }
     }
     match format {
-        redrive_core::RecordFormat::Events => parse_events(body).map(|_| ()).map_err(|e| match &e {
-            SchemaError::Event { index, error } => of_event(&format!("body[{index}]"), error),
-            SchemaError::Message(error) => of_event("body", error),
-            other => ValidationFailure {
-                field: "body".to_owned(),
-                rule: other.to_string(),
-            },
-        }),
+        redrive_core::RecordFormat::Events => {
+            parse_events(body).map(|_| ()).map_err(|e| match &e {
+                SchemaError::Event { index, error } => of_event(&format!("body[{index}]"), error),
+                SchemaError::Message(error) => of_event("body", error),
+                other => ValidationFailure {
+                    field: "body".to_owned(),
+                    rule: other.to_string(),
+                },
+            })
+        }
         redrive_core::RecordFormat::Message
             if content_type.is_some_and(|c| c.starts_with(STRUCTURED)) =>
         {

@@ -350,9 +350,7 @@ impl Broker {
         };
         let data = CaseData::of(case);
         let replay_queued = self.replay_queued(&data).await?;
-        let transformation_failure = self
-            .transformation_failure(case, &data, record)
-            .await?;
+        let transformation_failure = self.transformation_failure(case, &data, record).await?;
         let known = Known {
             record_area,
             schema_invalid,
@@ -921,7 +919,10 @@ impl Broker {
                 if !also.is_empty() {
                     fields.push((
                         "also_missing",
-                        also.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(","),
+                        also.iter()
+                            .map(|m| m.as_str())
+                            .collect::<Vec<_>>()
+                            .join(","),
                     ));
                 }
                 if missing == Missing::Owner {
@@ -2043,7 +2044,11 @@ impl Broker {
             true,
             |case, step, now| {
                 if let Some(m) = &queued {
-                    return Err(replay_in_flight(&case.id, m, &format!("closed by a review {name}")));
+                    return Err(replay_in_flight(
+                        &case.id,
+                        m,
+                        &format!("closed by a review {name}"),
+                    ));
                 }
                 if case.m.review_deadline > now {
                     return Err(conflict(
@@ -2714,7 +2719,12 @@ fn type_words(case: &CaseRecord) -> String {
     }
 }
 
-fn escalation_text(missing: Missing, also: &[Missing], case: &CaseRecord, data: &CaseData) -> String {
+fn escalation_text(
+    missing: Missing,
+    also: &[Missing],
+    case: &CaseRecord,
+    data: &CaseData,
+) -> String {
     let text = escalation_reason(missing, case, data);
     if also.is_empty() {
         return text;

@@ -85,7 +85,13 @@ impl Authority {
 
 /// Sends a message with `extra` fields and dead-letters its first delivery with `reason`;
 /// answers the record id.
-pub(crate) async fn dead_letter(s: &TestServer, queue: &str, id: &str, extra: Value, reason: &str) -> String {
+pub(crate) async fn dead_letter(
+    s: &TestServer,
+    queue: &str,
+    id: &str,
+    extra: Value,
+    reason: &str,
+) -> String {
     let mut msg =
         json!({"message_id": id, "body": format!("{{\"order\":\"{id}\",\"card\":\"4111\"}}")});
     if let Value::Object(m) = extra {

@@ -89,12 +89,20 @@ async fn a_case_is_not_closed_while_its_replay_waits_in_its_queue() {
         assert!(states(&c).contains(&"replay_stopped".to_owned()), "{c}");
         assert_eq!(c["state"], "retained", "{c}");
         assert_eq!(c["next"], "hold:replay_in_flight", "{c}");
-        assert_eq!(listed(&s, "orders", &id).await["next"], "hold:replay_in_flight");
+        assert_eq!(
+            listed(&s, "orders", &id).await["next"],
+            "hold:replay_in_flight"
+        );
         // Nothing of the replay was withdrawn: the consumer takes it and completes it.
         let got = s.receive("orders", 1).await;
         assert_eq!(got[0]["message_id"], "o-1|1");
         let (st, v) = s
-            .settle("orders", got[0]["lock_token"].as_str().unwrap(), "complete", json!({}))
+            .settle(
+                "orders",
+                got[0]["lock_token"].as_str().unwrap(),
+                "complete",
+                json!({}),
+            )
             .await;
         assert!(st.is_success(), "{v}");
         s.advance(61_000);
@@ -216,7 +224,11 @@ async fn a_transformation_failing_the_destination_validation_is_refused() {
             .await;
         assert_problem(&(st, v.clone()), 400, "invalid_request");
         assert!(v["detail"].as_str().unwrap().contains("body.time"), "{v}");
-        assert!(case(&s, &ce).await["record"].get("transformations").is_none());
+        assert!(
+            case(&s, &ce).await["record"]
+                .get("transformations")
+                .is_none()
+        );
     }
 }
 
@@ -252,7 +264,10 @@ async fn a_decision_is_recorded_within_one_pass_of_the_case_worker() {
         assert_eq!(c["state"], "escalated", "{c}");
         assert_eq!(last(&c)["fields"]["missing"], "payload_identity", "{c}");
         assert_eq!(c["next"], "escalate:payload_identity");
-        assert_eq!(listed(&s, "orders", &id).await["next"], "escalate:payload_identity");
+        assert_eq!(
+            listed(&s, "orders", &id).await["next"],
+            "escalate:payload_identity"
+        );
         // Recorded once: a further pass changes nothing.
         let n = states(&c).len();
         let pass = s.broker.cases_once().await.unwrap();
@@ -284,7 +299,10 @@ async fn an_overdue_unowned_case_escalates_for_its_owner_and_deadline() {
         assert_eq!(e["fields"]["also_missing"], "repeat_safety", "{c}");
         assert_eq!(e["fields"]["review_deadline"], deadline.as_str(), "{c}");
         let text = e["evidence"].as_str().unwrap();
-        assert!(text.contains("no owner") && text.contains(&deadline), "{text}");
+        assert!(
+            text.contains("no owner") && text.contains(&deadline),
+            "{text}"
+        );
         assert!(text.contains("repeat_safety"), "{text}");
         assert_eq!(c["next"], "escalate:owner");
         assert_eq!(listed(&s, "orders", &id).await["next"], "escalate:owner");
