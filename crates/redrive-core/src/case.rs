@@ -1102,15 +1102,16 @@ pub fn decide(f: &CaseFacts, now: Timestamp) -> Decision {
 
 /// A closing without execution is held while a replay of the case still waits in its
 /// queue: `cancelled`, `superseded`, `expired` or `rejected` would not be true while that
-/// delivery may still happen. `completed` stands on the effect's own evidence.
+/// delivery may still happen. `completed` stands on the effect's own evidence. Nor is
+/// another replay eligible while one still waits: one delivery at a time.
 fn hold_close(f: &CaseFacts, d: Decision) -> Decision {
+    let held = Decision::Hold {
+        gate: Gate::ReplayInFlight,
+        next_review: f.review_deadline,
+    };
     match d {
-        Decision::Close(c) if f.replay_queued && !matches!(c, Closure::Completed { .. }) => {
-            Decision::Hold {
-                gate: Gate::ReplayInFlight,
-                next_review: f.review_deadline,
-            }
-        }
+        Decision::Close(c) if f.replay_queued && !matches!(c, Closure::Completed { .. }) => held,
+        Decision::ReplayEligible if f.replay_queued => held,
         d => d,
     }
 }
@@ -2438,6 +2439,8 @@ mod tests {
                 ..queued.clone()
             },
         ];
+        // Nor is another replay eligible while one waits.
+        assert_eq!(decide(&queued, now()), held);
         for f in &closings {
             assert_eq!(decide(f, now()), held, "{f:?}");
             // Once the replay left its queue, the closing is decided.

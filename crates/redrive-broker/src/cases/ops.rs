@@ -33,6 +33,9 @@ pub const UNREACHABLE_RETRY_MS: i64 = 5 * 60 * 1000;
 /// Steps one advance takes at most (each a write); a case needs a handful.
 const MAX_STEPS: usize = 12;
 
+/// How often a route found misconfigured is checked again, ms.
+const ROUTE_RECHECK_MS: i64 = 60_000;
+
 /// Messages read per page when a replay is looked for in its destination queue.
 const REPLAY_SCAN_PAGE: u32 = 500;
 /// Pages read at most: a replay not found in the first 10,000 messages of a longer queue
@@ -700,7 +703,16 @@ impl Broker {
             .is_some_and(|r| r.check == RouteCheck::Misconfigured);
         if step.data.route.is_none() || recheck {
             self.verify_route(case, &mut step, &settings, now).await?;
-            return Ok(Some((step, false)));
+            if !route_misconfigured(&step.data) {
+                return Ok(Some((step, false)));
+            }
+            // Still to repair: that is the decision, recorded as such, unless the review
+            // deadline asks for more (an owner), which is decided below.
+            let d = case::decide(&data::facts(case, &step.data, known), now);
+            if d == Decision::Repair(Repair::RouteConfiguration) {
+                step.data.next = Some(data::describe(&d));
+                return Ok(Some((step, true)));
+            }
         }
         let facts = data::facts(case, &step.data, known);
         let decision = case::decide(&facts, now);
@@ -1186,7 +1198,7 @@ impl Broker {
                 .map_err(case_error)?;
             }
             // Checked again until the configuration is repaired.
-            step.set.next_check_at = Some(now.plus_millis(60_000));
+            step.set.next_check_at = Some(now.plus_millis(ROUTE_RECHECK_MS));
             return Ok(());
         }
         let evidence = match (&missing, rule) {
@@ -2679,13 +2691,26 @@ fn decisions(step: &Step) -> Vec<String> {
 /// deadline, the end of its value window or its claim's expiry, whichever comes first, and
 /// within a minute while a replay of it waits in its queue (none: nothing scheduled).
 pub(crate) fn next_check(case: &CaseRecord, step: &Step, now: Timestamp) -> Option<Timestamp> {
-    case::next_check(
+    let next = case::next_check(
         step.set.review_deadline,
         data::value_window_end(case, &step.data),
         step.set.lease.as_ref().map(|l| l.until),
         step.replay_queued,
         now,
-    )
+    );
+    // A route still to repair is checked again every minute.
+    if route_misconfigured(&step.data) {
+        let poll = now.plus_millis(ROUTE_RECHECK_MS);
+        return Some(next.map_or(poll, |n| n.min(poll)));
+    }
+    next
+}
+
+/// Whether the case's route was found misconfigured (its dead-letter queue still missing).
+fn route_misconfigured(data: &CaseData) -> bool {
+    data.route
+        .as_ref()
+        .is_some_and(|r| r.check == RouteCheck::Misconfigured)
 }
 
 /// The destination's validation of bytes replayed from `record` (its format and content

@@ -314,6 +314,8 @@ async fn an_overdue_unowned_case_escalates_for_its_owner_and_deadline() {
             .cloned()
             .collect();
         assert_eq!(escalations.len(), 2, "{c}");
+        // The recorded decision is the broker's: the sweep finds nothing to record.
+        assert_eq!(s.broker.cases_once().await.unwrap().swept, 0);
     }
 }
 
