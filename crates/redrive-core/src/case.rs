@@ -46,7 +46,15 @@
 //!     recall a delivery already made);
 //! 15. terminal states are recorded where they are decided (steps 4, 5, 9);
 //! 16. an unresolved case is retained only until its review deadline: then its owner
-//!     decides, and an unowned case is escalated.
+//!     decides, and an unowned case is escalated for its owner whatever else it waited on
+//!     ([`missing_now`] names all of it, the owner first).
+//!
+//! A closing without execution (steps 4 and 9) is held while a replay of the case still
+//! waits in its queue (`hold:replay_in_flight`): a terminal state is final and true. A
+//! case's next check ([`next_check`]) is never after the end of its value window still to
+//! come, and admission checks the window, the bytes and a queued replay again
+//! ([`admission_check`]). A transformation whose bytes fail the destination's validation
+//! is refused before it is recorded ([`judge_transformation`]).
 //!
 //! # Ownership and review
 //!
@@ -770,6 +778,9 @@ named_enum! {
         Equivalent = "equivalent",
         /// Transformed, equivalence not established: a new intent, never a replay.
         NotEquivalent = "not_equivalent",
+        /// Transformed, but the new bytes fail the destination's validation: never tested
+        /// or replayed; another correction is needed.
+        FailsValidation = "fails_validation",
     }
 }
 
@@ -884,6 +895,9 @@ pub struct CaseFacts {
     pub budget: Budget,
     /// The replay.
     pub replay: ReplayProgress,
+    /// Whether the message of the case's last replay still waits in (or is locked on) its
+    /// destination queue, whatever its record says.
+    pub replay_queued: bool,
     /// Whether a live dead-letter record is still held for the case.
     pub record_live: bool,
     /// The review deadline.
@@ -969,6 +983,9 @@ named_enum! {
         Ordering = "ordering",
         /// The replay budget's capacity or a dependency is unavailable.
         Capacity = "capacity",
+        /// A replay of the case still waits in (or is locked on) its destination queue: the
+        /// case is not closed without execution while that delivery may still happen.
+        ReplayInFlight = "replay_in_flight",
     }
 }
 
@@ -1065,18 +1082,162 @@ pub fn decide(f: &CaseFacts, now: Timestamp) -> Decision {
     if matches!(f.replay, ReplayProgress::InFlight | ReplayProgress::Failed) {
         return observe_replay(f, now);
     }
-    let gate = gates(f, now);
+    let gate = hold_close(f, gates(f, now));
     // 16. Unresolved evidence is retained only under a bounded review.
-    if gate.waits() {
+    if gate.waits_for_review() {
         return match review_due(f.review_deadline, f.lease.as_ref(), now) {
             ReviewDue::NotDue => gate,
+            // An escalation stands under its owner: the owner has what is missing.
+            ReviewDue::OwnerDecides { .. } if matches!(gate, Decision::Escalate { .. }) => gate,
             ReviewDue::OwnerDecides { owner } => Decision::Review { owner },
+            // The owner (and the passed deadline) is named first, whatever else is
+            // missing ([`missing_now`] names the rest).
             ReviewDue::Escalate => Decision::Escalate {
                 missing: Missing::Owner,
             },
         };
     }
     gate
+}
+
+/// A closing without execution is held while a replay of the case still waits in its
+/// queue: `cancelled`, `superseded`, `expired` or `rejected` would not be true while that
+/// delivery may still happen. `completed` stands on the effect's own evidence. Nor is
+/// another replay eligible while one still waits: one delivery at a time.
+fn hold_close(f: &CaseFacts, d: Decision) -> Decision {
+    let held = Decision::Hold {
+        gate: Gate::ReplayInFlight,
+        next_review: f.review_deadline,
+    };
+    match d {
+        Decision::Close(c) if f.replay_queued && !matches!(c, Closure::Completed { .. }) => held,
+        Decision::ReplayEligible if f.replay_queued => held,
+        d => d,
+    }
+}
+
+impl Decision {
+    /// Whether the review deadline applies to the decision: a case waiting for a person or
+    /// a condition, an escalation, or a route configuration to repair.
+    fn waits_for_review(&self) -> bool {
+        self.waits()
+            || matches!(
+                self,
+                Decision::Escalate { .. } | Decision::Repair(Repair::RouteConfiguration)
+            )
+    }
+}
+
+/// Everything a person must supply for the case now, the decision's own first: an overdue
+/// case with no owner names the owner before what its gates still miss (a type that may
+/// not be repeated, an effect authority…). Empty when the decision is no escalation.
+pub fn missing_now(f: &CaseFacts, now: Timestamp) -> Vec<Missing> {
+    match decide(f, now) {
+        Decision::Escalate {
+            missing: Missing::Owner,
+        } => {
+            let mut all = vec![Missing::Owner];
+            if let Decision::Escalate { missing } = hold_close(f, gates(f, now))
+                && missing != Missing::Owner
+            {
+                all.push(missing);
+            }
+            all
+        }
+        Decision::Escalate { missing } => vec![missing],
+        _ => Vec::new(),
+    }
+}
+
+/// How long a case whose replay still waits in its queue waits before the queue is looked
+/// at again, ms.
+pub const REPLAY_POLL_MS: i64 = 60_000;
+
+/// When an open case waiting at `now` is looked at next: the earliest of its review
+/// deadline, the end of its value window and the end of its claim that is still to come,
+/// and within [`REPLAY_POLL_MS`] while a replay of it waits in its queue. Whatever state
+/// the case waits in, the check is never after the end of a value window still to come:
+/// expiry is applied when the window ends, not at the next review. `None`: nothing is
+/// scheduled.
+pub fn next_check(
+    review_deadline: Timestamp,
+    value_window_end: Option<Timestamp>,
+    lease_until: Option<Timestamp>,
+    replay_queued: bool,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    let poll = replay_queued.then(|| now.plus_millis(REPLAY_POLL_MS));
+    [Some(review_deadline), value_window_end, lease_until, poll]
+        .into_iter()
+        .flatten()
+        .filter(|t| *t > now)
+        .min()
+}
+
+/// Where the bytes a replay (or a test) would deliver fail the destination's validation:
+/// the field and the rule it breaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidationFailure {
+    /// The field (`body`, `body[0].eventTime`, `body.time`…).
+    pub field: String,
+    /// The rule it breaks, in words.
+    pub rule: String,
+}
+
+impl fmt::Display for ValidationFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.rule)
+    }
+}
+
+/// A proposed payload transformation, judged before anything is recorded: its bytes must
+/// pass the validation the broker applies to what goes to the destination (`validation`),
+/// or it is refused at once and never becomes a correction; a valid one is
+/// [`Transformation::Equivalent`] or [`Transformation::NotEquivalent`] as its equivalence
+/// statement says.
+pub fn judge_transformation(
+    validation: Result<(), ValidationFailure>,
+    equivalent: bool,
+) -> Result<Transformation, ValidationFailure> {
+    validation?;
+    Ok(if equivalent {
+        Transformation::Equivalent
+    } else {
+        Transformation::NotEquivalent
+    })
+}
+
+/// Why a replay is refused at admission, whatever admits it (a case's owner, a plan).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdmissionRefusal {
+    /// The value window ended: the case is closed `expired`, not revived.
+    Expired {
+        /// When it ended.
+        deadline: Timestamp,
+    },
+    /// The bytes to deliver fail the destination's validation.
+    PayloadInvalid(ValidationFailure),
+    /// An earlier replay of the case still waits in its queue.
+    ReplayQueued,
+}
+
+/// The checks made again at the moment of admission, after every gate passed when the
+/// replay was asked for: the value window has not ended at `now`, the bytes to deliver
+/// pass the destination's validation, and no earlier replay still waits in its queue.
+pub fn admission_check(
+    value_window_end: Option<Timestamp>,
+    payload: Result<(), ValidationFailure>,
+    replay_queued: bool,
+    now: Timestamp,
+) -> Result<(), AdmissionRefusal> {
+    if let Some(deadline) = value_window_end.filter(|d| *d <= now) {
+        return Err(AdmissionRefusal::Expired { deadline });
+    }
+    payload.map_err(AdmissionRefusal::PayloadInvalid)?;
+    if replay_queued {
+        return Err(AdmissionRefusal::ReplayQueued);
+    }
+    Ok(())
 }
 
 /// The effect of an intent whose authority answered `present`: the record goes first
@@ -1192,6 +1353,9 @@ fn gates(f: &CaseFacts, now: Timestamp) -> Decision {
     }
     // 7. Identify and version one correction (a non-equivalent transformation is a new
     // intent).
+    if f.transformation == Transformation::FailsValidation {
+        return Decision::NeedsCorrection;
+    }
     if f.transformation == Transformation::NotEquivalent {
         return Decision::NewIntent;
     }
@@ -1293,6 +1457,7 @@ mod tests {
             lease: lease("alice", at(2)),
             budget: Budget::Available,
             replay: ReplayProgress::NotStarted,
+            replay_queued: false,
             record_live: false,
             review_deadline: at(24),
         }
@@ -2243,6 +2408,207 @@ mod tests {
         assert_eq!(intent_identity(Some("order-7"), "m-1"), "order-7");
         assert_eq!(intent_identity(Some(""), "m-1"), "m-1");
         assert_eq!(intent_identity(None, "m-1"), "m-1");
+    }
+
+    #[test]
+    fn a_queued_replay_holds_every_closing_without_execution() {
+        // A stopped replay, corrected since, whose message still waits in its queue.
+        let queued = CaseFacts {
+            replay_queued: true,
+            ..ready()
+        };
+        let held = Decision::Hold {
+            gate: Gate::ReplayInFlight,
+            next_review: at(24),
+        };
+        let closings = [
+            CaseFacts {
+                intent: IntentStatus::Cancelled,
+                ..queued.clone()
+            },
+            CaseFacts {
+                intent: IntentStatus::Superseded,
+                ..queued.clone()
+            },
+            CaseFacts {
+                value_window_end: Some(at(1)),
+                ..queued.clone()
+            },
+            CaseFacts {
+                payload_check: PayloadCheck::Invalid,
+                ..queued.clone()
+            },
+        ];
+        // Nor is another replay eligible while one waits.
+        assert_eq!(decide(&queued, now()), held);
+        for f in &closings {
+            assert_eq!(decide(f, now()), held, "{f:?}");
+            // Once the replay left its queue, the closing is decided.
+            let settled = CaseFacts {
+                replay_queued: false,
+                ..f.clone()
+            };
+            assert!(matches!(decide(&settled, now()), Decision::Close(_)));
+        }
+        // The effect's own evidence completes the case whatever is queued.
+        let present = CaseFacts {
+            effect: answered(EffectAnswer::Present, "ledger:1"),
+            ..queued.clone()
+        };
+        assert_eq!(
+            decide(&present, now()),
+            Decision::Close(Closure::Completed {
+                binding: "ledger:1".to_owned()
+            })
+        );
+        // Unowned at the review deadline, the hold escalates for the owner.
+        let unowned = CaseFacts {
+            lease: None,
+            ..closings[0].clone()
+        };
+        assert_eq!(decide(&unowned, at(24)), escalate(Missing::Owner));
+    }
+
+    #[test]
+    fn an_overdue_unowned_escalation_names_the_owner_first_and_what_else_is_missing() {
+        let f = CaseFacts {
+            effect: EffectLookup::NoAuthority,
+            repetition: RepetitionPolicy::NonRepeatable,
+            lease: None,
+            ..ready()
+        };
+        assert_eq!(decide(&f, at(23)), escalate(Missing::RepeatSafety));
+        assert_eq!(missing_now(&f, at(23)), vec![Missing::RepeatSafety]);
+        assert_eq!(decide(&f, at(24)), escalate(Missing::Owner));
+        assert_eq!(
+            missing_now(&f, at(24)),
+            vec![Missing::Owner, Missing::RepeatSafety]
+        );
+        // Owned, the escalation stands under its owner.
+        let owned = CaseFacts {
+            lease: lease("alice", at(30)),
+            ..f.clone()
+        };
+        assert_eq!(decide(&owned, at(25)), escalate(Missing::RepeatSafety));
+        // A waiting case names only the owner; so does a route still to repair.
+        let waiting = CaseFacts {
+            diagnosed: false,
+            lease: None,
+            ..ready()
+        };
+        assert_eq!(missing_now(&waiting, at(24)), vec![Missing::Owner]);
+        let repair = CaseFacts {
+            route_check: RouteCheck::Misconfigured,
+            lease: None,
+            ..ready()
+        };
+        assert_eq!(
+            decide(&repair, at(23)),
+            Decision::Repair(Repair::RouteConfiguration)
+        );
+        assert_eq!(decide(&repair, at(24)), escalate(Missing::Owner));
+        assert!(missing_now(&ready(), now()).is_empty());
+    }
+
+    #[test]
+    fn a_transformation_failing_validation_is_refused_and_never_eligible() {
+        let bad = ValidationFailure {
+            field: "body.time".to_owned(),
+            rule: "must be an RFC 3339 timestamp".to_owned(),
+        };
+        assert_eq!(
+            judge_transformation(Err(bad.clone()), true),
+            Err(bad.clone())
+        );
+        assert_eq!(
+            judge_transformation(Ok(()), true),
+            Ok(Transformation::Equivalent)
+        );
+        assert_eq!(
+            judge_transformation(Ok(()), false),
+            Ok(Transformation::NotEquivalent)
+        );
+        // One recorded before the rule, or failing the re-check, is never eligible.
+        let recorded = CaseFacts {
+            transformation: Transformation::FailsValidation,
+            payload_check: PayloadCheck::Invalid,
+            ..ready()
+        };
+        assert_eq!(decide(&recorded, now()), Decision::NeedsCorrection);
+        assert_eq!(
+            admission_check(None, Err(bad.clone()), false, now()),
+            Err(AdmissionRefusal::PayloadInvalid(bad))
+        );
+    }
+
+    #[test]
+    fn admission_checks_the_value_window_the_bytes_and_a_queued_replay_again() {
+        assert_eq!(admission_check(Some(at(2)), Ok(()), false, now()), Ok(()));
+        assert_eq!(admission_check(None, Ok(()), false, now()), Ok(()));
+        assert_eq!(
+            admission_check(Some(at(1)), Ok(()), false, now()),
+            Err(AdmissionRefusal::Expired { deadline: at(1) })
+        );
+        assert_eq!(
+            admission_check(Some(at(2)), Ok(()), true, now()),
+            Err(AdmissionRefusal::ReplayQueued)
+        );
+    }
+
+    #[test]
+    fn the_next_check_is_the_earliest_deadline_to_come() {
+        let n = now();
+        assert_eq!(next_check(at(24), Some(at(2)), None, false, n), Some(at(2)));
+        assert_eq!(next_check(at(24), None, Some(at(3)), false, n), Some(at(3)));
+        assert_eq!(
+            next_check(at(24), Some(at(48)), None, false, n),
+            Some(at(24))
+        );
+        assert_eq!(
+            next_check(at(24), Some(at(48)), None, true, n),
+            Some(n.plus_millis(REPLAY_POLL_MS))
+        );
+        // Deadlines already passed schedule nothing by themselves.
+        assert_eq!(next_check(at(0), Some(at(0)), None, false, n), None);
+    }
+
+    proptest! {
+        #[test]
+        fn the_next_check_is_never_after_a_value_window_still_to_come(
+            review in 0i64..100_000,
+            window in proptest::option::of(0i64..100_000),
+            lease_end in proptest::option::of(0i64..100_000),
+            queued in any::<bool>(),
+            now_ms in 0i64..100_000,
+        ) {
+            let t = |ms: i64| T0.plus_millis(ms);
+            let n = t(now_ms);
+            let next = next_check(t(review), window.map(t), lease_end.map(t), queued, n);
+            if let Some(w) = window.map(t).filter(|w| *w > n) {
+                prop_assert!(next.is_some_and(|c| c <= w), "{next:?} after {w:?}");
+            }
+            if let Some(c) = next {
+                prop_assert!(c > n);
+            }
+            if queued {
+                prop_assert!(next.is_some_and(|c| c <= n.plus_millis(REPLAY_POLL_MS)));
+            }
+        }
+
+        #[test]
+        fn an_ended_value_window_is_never_replay_eligible_nor_admitted(
+            ended_ms in 0i64..10_000,
+            after_ms in 0i64..10_000,
+        ) {
+            let deadline = at(1).plus_millis(-ended_ms);
+            let n = deadline.plus_millis(after_ms);
+            let f = CaseFacts { value_window_end: Some(deadline), ..ready() };
+            prop_assert_eq!(decide(&f, n), Decision::Close(Closure::Expired { deadline }));
+            prop_assert_eq!(
+                admission_check(Some(deadline), Ok(()), false, n),
+                Err(AdmissionRefusal::Expired { deadline })
+            );
+        }
     }
 
     proptest! {

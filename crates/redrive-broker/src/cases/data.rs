@@ -8,7 +8,7 @@ use redrive_core::Timestamp;
 use redrive_core::case::{
     Authorization, Budget, CaseFacts, CaseState, CorrectionStatus, Decision, DestinationCheck,
     EffectAnswer, EffectLookup, IntentStatus, OrderingContext, PayloadCheck, RepetitionPolicy,
-    ReplayProgress, RouteCheck, RouteRule, RouteTarget, Transformation,
+    ReplayProgress, RouteCheck, RouteRule, RouteTarget, Transformation, ValidationFailure,
 };
 use redrive_core::dead_letter::EvidenceQuality;
 use redrive_store::{CaseRecord, IntentRecord};
@@ -197,6 +197,10 @@ pub struct Correction {
 /// A payload transformation: a new payload identity.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TransformationRecord {
+    /// SHA-256 of the original bytes it was made from (the case's payload identity, which
+    /// stays as it was).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub original_digest: String,
     /// SHA-256 of the transformed bytes (kept with the case).
     pub digest: String,
     /// Their size.
@@ -395,6 +399,78 @@ pub struct Known {
     pub destination_exists: bool,
     /// Open cases of the same session on the same queue dead-lettered before this one.
     pub blocked_by: u64,
+    /// The message id of the case's last replay while it still waits in (or is locked on)
+    /// its destination queue.
+    pub replay_queued: Option<String>,
+    /// Where the transformation in force fails the destination's validation (checked
+    /// again on every read: a transformation is never eligible while it fails).
+    pub transformation_failure: Option<ValidationFailure>,
+}
+
+/// When a case's value window ends: the message's `valid_until`, else, for a message
+/// dead-lettered because its time to live ran out, the dead letter itself (the time to
+/// live was its window).
+pub fn value_window_end(case: &CaseRecord, data: &CaseData) -> Option<Timestamp> {
+    let rule = data
+        .route
+        .as_ref()
+        .map(|r| r.rule)
+        .unwrap_or_else(|| RouteRule::of(case.m.route, &case.reason));
+    case.valid_until.or(match rule {
+        RouteRule::Expiry => Some(case.dead_lettered_at),
+        _ => None,
+    })
+}
+
+/// The validation the broker applies to bytes going to a case's destination as a record
+/// of `format` with `content_type`, the same automatic replay's judgement applies: a
+/// record of events (an Event Grid dead-letter blob) must be a list of valid CloudEvent
+/// 1.0 or Event Grid events (`SchemaInvalid` otherwise); a structured-mode CloudEvent
+/// message must be a valid CloudEvent 1.0; other bytes are opaque to the broker. A failure
+/// names the field (`body[0].eventTime`, `body.time`) and the rule.
+pub fn destination_validation(
+    format: redrive_core::RecordFormat,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Result<(), ValidationFailure> {
+    use redrive_events::cloudevent::{CloudEvent, EventError, STRUCTURED};
+    use redrive_events::dead_letter_events::{SchemaError, parse_events};
+    fn of_event(prefix: &str, e: &EventError) -> ValidationFailure {
+        match e {
+            EventError::Invalid { name, why } => ValidationFailure {
+                field: format!("{prefix}.{name}"),
+                rule: why.clone(),
+            },
+            EventError::Missing(name) => ValidationFailure {
+                field: format!("{prefix}.{name}"),
+                rule: "a required attribute, must be present and not empty".to_owned(),
+            },
+            other => ValidationFailure {
+                field: prefix.to_owned(),
+                rule: other.to_string(),
+            },
+        }
+    }
+    match format {
+        redrive_core::RecordFormat::Events => {
+            parse_events(body).map(|_| ()).map_err(|e| match &e {
+                SchemaError::Event { index, error } => of_event(&format!("body[{index}]"), error),
+                SchemaError::Message(error) => of_event("body", error),
+                other => ValidationFailure {
+                    field: "body".to_owned(),
+                    rule: other.to_string(),
+                },
+            })
+        }
+        redrive_core::RecordFormat::Message
+            if content_type.is_some_and(|c| c.starts_with(STRUCTURED)) =>
+        {
+            CloudEvent::from_slice(body)
+                .map(|_| ())
+                .map_err(|e| of_event("body", &e))
+        }
+        redrive_core::RecordFormat::Message => Ok(()),
+    }
 }
 
 /// The facts of a case at `now` for [`redrive_core::case::decide`].
@@ -408,17 +484,12 @@ pub fn facts(case: &CaseRecord, data: &CaseData, known: &Known) -> CaseFacts {
         (None, true) => EffectLookup::NotAsked,
         (None, false) => EffectLookup::NoAuthority,
     };
-    let rule = data
-        .route
-        .as_ref()
-        .map(|r| r.rule)
-        .unwrap_or_else(|| RouteRule::of(m.route, &case.reason));
-    // An expiry ends the value window at the dead letter if the message had no
-    // `valid_until` of its own: the time to live was its window.
-    let value_window_end = case.valid_until.or(match rule {
-        RouteRule::Expiry => Some(case.dead_lettered_at),
-        _ => None,
-    });
+    let value_window_end = value_window_end(case, data);
+    let transformation = match data.transformation() {
+        Transformation::None => Transformation::None,
+        _ if known.transformation_failure.is_some() => Transformation::FailsValidation,
+        t => t,
+    };
     CaseFacts {
         closed: m.state.terminal(),
         payload_preserved: m.payload_deleted_at.is_none() && known.record_area.is_some(),
@@ -438,7 +509,7 @@ pub fn facts(case: &CaseRecord, data: &CaseData, known: &Known) -> CaseFacts {
         repetition: known.repetition,
         diagnosed: !data.diagnoses.is_empty(),
         correction: data.correction_status(),
-        transformation: data.transformation(),
+        transformation,
         authorization: Authorization::Current,
         payload_check: if known.schema_invalid {
             PayloadCheck::Invalid
@@ -459,6 +530,7 @@ pub fn facts(case: &CaseRecord, data: &CaseData, known: &Known) -> CaseFacts {
         // One case's replay is one item: bounded by itself.
         budget: Budget::Available,
         replay: data.replay_progress(),
+        replay_queued: known.replay_queued.is_some(),
         record_live: known.record_area == Some(redrive_core::Area::Live),
         review_deadline: m.review_deadline,
     }

@@ -117,6 +117,8 @@ pub(crate) struct CaseState {
     pub(crate) wake: tokio::sync::Notify,
     pub(crate) settings: std::sync::RwLock<CaseSettings>,
     pub(crate) client: std::sync::OnceLock<reqwest::Client>,
+    /// Where the case worker's sweep of open cases goes on from (an id; none: the start).
+    pub(crate) sweep_after: std::sync::Mutex<Option<String>>,
 }
 
 impl Default for CaseState {
@@ -125,6 +127,7 @@ impl Default for CaseState {
             wake: tokio::sync::Notify::new(),
             settings: std::sync::RwLock::new(CaseSettings::default()),
             client: std::sync::OnceLock::new(),
+            sweep_after: std::sync::Mutex::new(None),
         }
     }
 }

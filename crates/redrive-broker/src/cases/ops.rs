@@ -33,6 +33,15 @@ pub const UNREACHABLE_RETRY_MS: i64 = 5 * 60 * 1000;
 /// Steps one advance takes at most (each a write); a case needs a handful.
 const MAX_STEPS: usize = 12;
 
+/// How often a route found misconfigured is checked again, ms.
+const ROUTE_RECHECK_MS: i64 = 60_000;
+
+/// Messages read per page when a replay is looked for in its destination queue.
+const REPLAY_SCAN_PAGE: u32 = 500;
+/// Pages read at most: a replay not found in the first 10,000 messages of a longer queue
+/// counts as still waiting.
+const REPLAY_SCAN_PAGES: usize = 20;
+
 /// A case as the interfaces show it: its record, its data, the next decision. The
 /// timeline is read apart ([`Broker::case_timeline`]).
 #[derive(Debug, Clone)]
@@ -197,6 +206,8 @@ pub(crate) struct Step {
     payload: Option<CasePayload>,
     archive_record: bool,
     data: CaseData,
+    /// Whether a replay of the case still waits in its queue (its next check polls it).
+    replay_queued: bool,
 }
 
 impl Step {
@@ -217,7 +228,25 @@ impl Step {
             payload: None,
             archive_record: false,
             data: CaseData::of(case),
+            replay_queued: false,
         }
+    }
+
+    /// The step with only the case's recorded next decision changed, if it changed: a
+    /// decision the broker takes is in the listing even when it appends nothing.
+    fn only_next(mut self, case: &CaseRecord) -> Option<(Step, bool)> {
+        let recorded = CaseData::of(case);
+        if self.data.next == recorded.next {
+            return None;
+        }
+        let next = self.data.next.take();
+        self.data = recorded;
+        self.data.next = next;
+        self.set = case.m.clone();
+        self.append.clear();
+        self.payload = None;
+        self.archive_record = false;
+        Some((self, true))
     }
 
     /// The update that writes this step over `case` as read (no audit entry).
@@ -322,9 +351,14 @@ impl Broker {
                     .count() as u64
             }
         };
+        let data = CaseData::of(case);
+        let replay_queued = self.replay_queued(&data).await?;
+        let transformation_failure = self.transformation_failure(case, &data, record).await?;
         let known = Known {
             record_area,
             schema_invalid,
+            replay_queued,
+            transformation_failure,
             retention_bounded: queue
                 .as_ref()
                 .is_none_or(|q| q.policy.dead_letter_retention_ms > 0),
@@ -335,6 +369,69 @@ impl Broker {
             blocked_by,
         };
         Ok(known)
+    }
+
+    /// The message id of the case's last replay while it still waits in (or is locked on)
+    /// its destination queue: a replay that was neither completed nor dead-lettered again
+    /// (in flight, or stopped) is looked for there by its message id.
+    pub(crate) async fn replay_queued(&self, data: &CaseData) -> BrokerResult<Option<String>> {
+        let Some(last) = data
+            .replays
+            .last()
+            .filter(|r| matches!(r.status, ReplayStatus::InFlight | ReplayStatus::Stopped))
+        else {
+            return Ok(None);
+        };
+        let Ok(queue) = last.destination.parse::<EntityName>() else {
+            return Ok(None);
+        };
+        let now = self.now();
+        let mut from = 0;
+        for _ in 0..REPLAY_SCAN_PAGES {
+            let page = match self
+                .inner
+                .store
+                .peek(&queue, from, REPLAY_SCAN_PAGE, now)
+                .await
+            {
+                Ok(p) => p,
+                Err(StoreError::QueueNotFound { .. }) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            if page
+                .iter()
+                .any(|m| m.message_id == last.message_id && m.expires_at.is_none_or(|t| t > now))
+            {
+                return Ok(Some(last.message_id.clone()));
+            }
+            match page.last() {
+                Some(m) if page.len() == REPLAY_SCAN_PAGE as usize => from = m.sequence + 1,
+                _ => return Ok(None),
+            }
+        }
+        // A queue longer than the scan: the replay is not shown gone, so it counts as
+        // still waiting.
+        Ok(Some(last.message_id.clone()))
+    }
+
+    /// Where the transformation in force fails the validation of the case's destination
+    /// (its bytes gone count as a failure: nothing can be tested or replayed from them).
+    pub(crate) async fn transformation_failure(
+        &self,
+        case: &CaseRecord,
+        data: &CaseData,
+        record: Option<&DeadLetterRecord>,
+    ) -> BrokerResult<Option<case::ValidationFailure>> {
+        let Some(t) = data.transformations.last() else {
+            return Ok(None);
+        };
+        let Some(body) = self.inner.store.case_payload(&case.id, &t.digest).await? else {
+            return Ok(Some(case::ValidationFailure {
+                field: "body".to_owned(),
+                rule: format!("the transformation's bytes ({}) are gone", t.digest),
+            }));
+        };
+        Ok(validate_for(record, &body).err())
     }
 
     pub(crate) async fn authority_for(
@@ -597,6 +694,7 @@ impl Broker {
         let settings = self.case_settings();
         let mut step = Step::of(case);
         step.data.repetition = Some(known.repetition);
+        step.replay_queued = known.replay_queued.is_some();
         // Route verification comes first, and a misconfigured route is checked again.
         let recheck = step
             .data
@@ -605,7 +703,16 @@ impl Broker {
             .is_some_and(|r| r.check == RouteCheck::Misconfigured);
         if step.data.route.is_none() || recheck {
             self.verify_route(case, &mut step, &settings, now).await?;
-            return Ok(Some((step, false)));
+            if !route_misconfigured(&step.data) {
+                return Ok(Some((step, false)));
+            }
+            // Still to repair: that is the decision, recorded as such, unless the review
+            // deadline asks for more (an owner), which is decided below.
+            let d = case::decide(&data::facts(case, &step.data, known), now);
+            if d == Decision::Repair(Repair::RouteConfiguration) {
+                step.data.next = Some(data::describe(&d));
+                return Ok(Some((step, true)));
+            }
         }
         let facts = data::facts(case, &step.data, known);
         let decision = case::decide(&facts, now);
@@ -719,9 +826,10 @@ impl Broker {
                             .is_some_and(|e| e.answer == EffectAnswer::Absent)
                     {
                         // Nothing new: look again later; a check already scheduled stands
-                        // (nothing is written).
+                        // (nothing is written but a changed next decision).
                         if case.m.next_check_at.is_some_and(|t| t > now) {
-                            return Ok(None);
+                            step.data.effect = before;
+                            return Ok(step.only_next(case));
                         }
                         step.append.clear();
                         step.set.state = case.m.state;
@@ -730,7 +838,9 @@ impl Broker {
                     }
                     return Ok(Some((step, false)));
                 }
-                step.set.next_check_at = Some(step.set.review_deadline.max(now));
+                // Without an authority, the claim's end (a lost lease stops the replay) and
+                // the review deadline are the next checks.
+                step.set.next_check_at = next_check(case, &step, now);
                 Ok(Some((step, true)))
             }
             Decision::StopReplay { trigger } => {
@@ -767,8 +877,12 @@ impl Broker {
                         "every gate passes: one bounded replay may be admitted by the owner",
                     ));
                 }
-                step.set.next_check_at = Some(step.set.review_deadline.max(now));
-                if step.append.is_empty() && step.data.next == CaseData::of(case).next {
+                // The value window's end is a check too: an eligible case expires at once.
+                step.set.next_check_at = next_check(case, &step, now);
+                if step.append.is_empty()
+                    && step.data.next == CaseData::of(case).next
+                    && step.set.next_check_at == case.m.next_check_at
+                {
                     return Ok(None);
                 }
                 Ok(Some((step, true)))
@@ -787,10 +901,10 @@ impl Broker {
                     // An authority that could not be reached is asked again every
                     // UNREACHABLE_RETRY_MS; the timeline records only a changed answer.
                     let Some(at) = unreachable.filter(|_| known.has_authority) else {
-                        return Ok(None);
+                        return Ok(step.only_next(case));
                     };
                     if now.as_millis() - at < UNREACHABLE_RETRY_MS {
-                        return Ok(None);
+                        return Ok(step.only_next(case));
                     }
                     let before = step.set.state;
                     self.reconcile_into(case, &mut step, now, broker, ctx)
@@ -806,10 +920,29 @@ impl Broker {
                     step.data.escalated_for = None;
                     return Ok(Some((step, false)));
                 }
-                let text = escalation_text(missing, case, &step.data);
+                // Everything missing is named, the decision's own first (an overdue case
+                // with no owner: the owner and the passed deadline, then the rest).
+                let also: Vec<Missing> = case::missing_now(&facts, now)
+                    .into_iter()
+                    .filter(|m| *m != missing)
+                    .collect();
+                let text = escalation_text(missing, &also, case, &step.data);
+                let mut fields = vec![("missing", what.clone())];
+                if !also.is_empty() {
+                    fields.push((
+                        "also_missing",
+                        also.iter()
+                            .map(|m| m.as_str())
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    ));
+                }
+                if missing == Missing::Owner {
+                    fields.push(("review_deadline", step.set.review_deadline.to_rfc3339()));
+                }
                 step.push(with(
                     entry(now, broker, CaseState::Escalated, text.clone()),
-                    &[("missing", what.clone())],
+                    &fields,
                 ))
                 .map_err(case_error)?;
                 step.data.escalated_for = Some(what.clone());
@@ -1065,7 +1198,7 @@ impl Broker {
                 .map_err(case_error)?;
             }
             // Checked again until the configuration is repaired.
-            step.set.next_check_at = Some(now.plus_millis(60_000));
+            step.set.next_check_at = Some(now.plus_millis(ROUTE_RECHECK_MS));
             return Ok(());
         }
         let evidence = match (&missing, rule) {
@@ -1505,6 +1638,27 @@ impl Broker {
                 limit,
             });
         }
+        // The new bytes pass the destination's validation, or nothing is recorded.
+        let record = match self
+            .inner
+            .store
+            .get_dead_letter(&case.queue, &case.record_id)
+            .await
+        {
+            Ok(r) => Some(r),
+            Err(StoreError::DeadLetterNotFound { .. } | StoreError::QueueNotFound { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        case::judge_transformation(validate_for(record.as_ref(), &input.body), input.equivalent)
+            .map_err(|f| {
+                BrokerError::invalid(
+                    f.field.clone(),
+                    format!(
+                        "{} — the validation applied to what goes to queue {}; a transformation that fails it is not recorded",
+                        f.rule, case.queue
+                    ),
+                )
+            })?;
         let digest = redrive_core::digest::sha256_hex(&input.body);
         let d2 = digest.clone();
         // Both payload identities are bound in the audit entry.
@@ -1528,6 +1682,7 @@ impl Broker {
                 }
                 let version = u32::try_from(step.data.corrections.len() + 1).unwrap_or(u32::MAX);
                 step.data.transformations.push(TransformationRecord {
+                    original_digest: case.body_sha256.clone(),
                     digest: d2.clone(),
                     size: input.body.len() as u64,
                     transformation_version: input.transformation_version.clone(),
@@ -1638,6 +1793,31 @@ impl Broker {
                     "destination",
                     format!(
                         "{sink} is not a test sandbox: a test sends only to a queue whose policy says `test_sandbox: true`"
+                    ),
+                ));
+            }
+        }
+        // A transformation in force that fails the destination's validation is never
+        // tested (checked again now: the rule may have come after it was recorded).
+        if data.transformations.last().is_some() {
+            let record = match self
+                .inner
+                .store
+                .get_dead_letter(&case.queue, &case.record_id)
+                .await
+            {
+                Ok(r) => Some(r),
+                Err(StoreError::DeadLetterNotFound { .. }) => None,
+                Err(e) => return Err(e.into()),
+            };
+            if let Some(f) = self
+                .transformation_failure(&case, &data, record.as_ref())
+                .await?
+            {
+                return Err(conflict(
+                    "transformation_invalid",
+                    format!(
+                        "case {id}'s transformation fails the destination's validation ({f}): it is never tested or replayed; record another correction"
                     ),
                 ));
             }
@@ -1773,6 +1953,14 @@ impl Broker {
                 ),
             ));
         }
+        // A close without execution is refused while a replay of the case still waits in
+        // its queue: the terminal state would not be true (withdrawn is not an option the
+        // broker takes for the owner; the replay settles first).
+        let queued = if terminal == case::Terminal::Completed {
+            None
+        } else {
+            self.replay_queued(&CaseData::of(&case)).await?
+        };
         self.person_change(
             id,
             actor,
@@ -1780,6 +1968,9 @@ impl Broker {
             vec![format!("state={terminal}")],
             true,
             |case, step, now| {
+                if let Some(m) = &queued {
+                    return Err(replay_in_flight(&case.id, m, &format!("closed {terminal}")));
+                }
                 if case.m.state == CaseState::ReplayAdmitted && terminal == case::Terminal::Rejected
                 {
                     return Err(conflict(
@@ -1848,6 +2039,15 @@ impl Broker {
             ReviewDecision::Delete => "delete".to_owned(),
             ReviewDecision::Extend(ms) => format!("extend:{ms}"),
         };
+        // Archive and delete close the case: refused while a replay of it still waits in
+        // its queue.
+        let queued = match decision {
+            ReviewDecision::Extend(_) => None,
+            _ => {
+                let case = self.inner.store.get_case(id).await?;
+                self.replay_queued(&CaseData::of(&case)).await?
+            }
+        };
         self.person_change(
             id,
             actor,
@@ -1855,6 +2055,13 @@ impl Broker {
             vec![format!("decision={name}"), format!("policy={policy}")],
             true,
             |case, step, now| {
+                if let Some(m) = &queued {
+                    return Err(replay_in_flight(
+                        &case.id,
+                        m,
+                        &format!("closed by a review {name}"),
+                    ));
+                }
                 if case.m.review_deadline > now {
                     return Err(conflict(
                         "case_not_due",
@@ -2045,6 +2252,44 @@ impl Broker {
             ),
             _ => (record.body.clone(), record.body_sha256.clone()),
         };
+        // Checked again at the moment of admission, whoever admits it: the value window,
+        // the bytes against the destination's validation, no earlier replay still queued.
+        let transformed = data.transformations.last().is_some_and(|t| t.equivalent);
+        let payload = if transformed {
+            validate_for(Some(record), &body)
+        } else {
+            Ok(())
+        };
+        let queued = self.replay_queued(data).await?;
+        if let Err(r) = case::admission_check(
+            data::value_window_end(case, data),
+            payload,
+            queued.is_some(),
+            now,
+        ) {
+            return Err(match r {
+                case::AdmissionRefusal::Expired { deadline } => conflict(
+                    "case_expired",
+                    format!(
+                        "case {}'s value window ended at {}: no replay is admitted (the case closes expired)",
+                        case.id,
+                        deadline.to_rfc3339()
+                    ),
+                ),
+                case::AdmissionRefusal::PayloadInvalid(f) => conflict(
+                    "transformation_invalid",
+                    format!(
+                        "case {}'s transformation fails the destination's validation ({f}): it is never replayed",
+                        case.id
+                    ),
+                ),
+                case::AdmissionRefusal::ReplayQueued => replay_in_flight(
+                    &case.id,
+                    queued.as_deref().unwrap_or_default(),
+                    "replayed again",
+                ),
+            });
+        }
         let (base, n) = redrive_core::id::split_replay_count(&record.message_id);
         let message_id = format!("{base}|{}", n + 1);
         if let Some(lease) = &a.lease {
@@ -2442,23 +2687,53 @@ fn decisions(step: &Step) -> Vec<String> {
     out
 }
 
-/// When a case waiting at `now` is looked at next: its review deadline, its value window's
-/// end or its claim's expiry, whichever comes first (none: nothing scheduled).
+/// When a case waiting at `now` is looked at next ([`case::next_check`]): its review
+/// deadline, the end of its value window or its claim's expiry, whichever comes first, and
+/// within a minute while a replay of it waits in its queue (none: nothing scheduled).
 pub(crate) fn next_check(case: &CaseRecord, step: &Step, now: Timestamp) -> Option<Timestamp> {
-    let mut next: Option<Timestamp> = None;
-    let mut consider = |t: Timestamp| {
-        if t > now {
-            next = Some(next.map_or(t, |n: Timestamp| n.min(t)));
-        }
-    };
-    consider(step.set.review_deadline);
-    if let Some(v) = case.valid_until {
-        consider(v);
-    }
-    if let Some(l) = &step.set.lease {
-        consider(l.until);
+    let next = case::next_check(
+        step.set.review_deadline,
+        data::value_window_end(case, &step.data),
+        step.set.lease.as_ref().map(|l| l.until),
+        step.replay_queued,
+        now,
+    );
+    // A route still to repair is checked again every minute.
+    if route_misconfigured(&step.data) {
+        let poll = now.plus_millis(ROUTE_RECHECK_MS);
+        return Some(next.map_or(poll, |n| n.min(poll)));
     }
     next
+}
+
+/// Whether the case's route was found misconfigured (its dead-letter queue still missing).
+fn route_misconfigured(data: &CaseData) -> bool {
+    data.route
+        .as_ref()
+        .is_some_and(|r| r.check == RouteCheck::Misconfigured)
+}
+
+/// The destination's validation of bytes replayed from `record` (its format and content
+/// type; opaque bytes when the record is gone).
+fn validate_for(
+    record: Option<&DeadLetterRecord>,
+    body: &[u8],
+) -> Result<(), case::ValidationFailure> {
+    match record {
+        Some(r) => data::destination_validation(r.format, r.content_type.as_deref(), body),
+        None => Ok(()),
+    }
+}
+
+/// The refusal of a close without execution while the case's replay `message_id` still
+/// waits in its queue.
+fn replay_in_flight(id: &str, message_id: &str, what: &str) -> BrokerError {
+    conflict(
+        "replay_in_flight",
+        format!(
+            "case {id} has a replay in flight ({message_id} still waits in its queue): it cannot be {what} until that replay settles (consumed, dead-lettered again, or its effect observed)"
+        ),
+    )
 }
 
 /// `message type "x"`, or `a message without a type` (for texts).
@@ -2469,7 +2744,24 @@ fn type_words(case: &CaseRecord) -> String {
     }
 }
 
-fn escalation_text(missing: Missing, case: &CaseRecord, data: &CaseData) -> String {
+fn escalation_text(
+    missing: Missing,
+    also: &[Missing],
+    case: &CaseRecord,
+    data: &CaseData,
+) -> String {
+    let text = escalation_reason(missing, case, data);
+    if also.is_empty() {
+        return text;
+    }
+    let rest: Vec<String> = also
+        .iter()
+        .map(|m| format!("{m} ({})", escalation_reason(*m, case, data)))
+        .collect();
+    format!("{text}; also missing: {}", rest.join("; "))
+}
+
+fn escalation_reason(missing: Missing, case: &CaseRecord, data: &CaseData) -> String {
     match missing {
         Missing::EffectAuthority => match &data.effect {
             Some(e) => format!(

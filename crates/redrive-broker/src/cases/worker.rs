@@ -14,6 +14,9 @@ pub struct CasePass {
     pub advanced: u64,
     /// Cases whose payload was deleted under their retention rule.
     pub payloads_deleted: u64,
+    /// Open cases the sweep found deciding something they had not recorded (their
+    /// record gone, their queue deleted…), advanced so that it is recorded.
+    pub swept: u64,
 }
 
 /// The case worker.
@@ -78,7 +81,9 @@ impl Broker {
         let mut pass = CasePass::default();
         // The authorities, the register and the queues are read once for the pass.
         let ctx = self.case_context().await?;
+        let mut seen = std::collections::BTreeSet::new();
         for case in due {
+            seen.insert(case.id.clone());
             match self.advance_case_in(&case.id, &ctx).await {
                 Ok(after) => {
                     pass.advanced += 1;
@@ -99,12 +104,89 @@ impl Broker {
                 }
             }
         }
+        pass.swept = self.sweep_cases(&ctx, &seen, now).await?;
         let dropped = self.inner.store.drop_case_payloads(now, CASE_BATCH).await?;
         for id in &dropped {
             tracing::info!(case_id = %id, "case payload deleted under its retention rule");
         }
         pass.payloads_deleted = dropped.len() as u64;
         Ok(pass)
+    }
+
+    /// The sweep: one page of open cases (in id order, going on from where the last pass
+    /// stopped, round and round) whose decision now differs from the one they recorded is
+    /// advanced, so that every decision the broker takes — also one caused by a change
+    /// elsewhere (a dead letter completed or deleted, a queue deleted, a register entry
+    /// changed) — is on the case's timeline and in its listing within one pass, whether or
+    /// not the case's own check time has come.
+    async fn sweep_cases(
+        &self,
+        ctx: &super::CaseContext,
+        seen: &std::collections::BTreeSet<String>,
+        now: redrive_core::Timestamp,
+    ) -> BrokerResult<u64> {
+        let after = self
+            .inner
+            .cases
+            .sweep_after
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let page = self
+            .inner
+            .store
+            .list_cases(&redrive_store::CaseQuery {
+                open: true,
+                after,
+                limit: CASE_BATCH,
+                ..redrive_store::CaseQuery::default()
+            })
+            .await?;
+        let resume = if page.len() < CASE_BATCH as usize {
+            None
+        } else {
+            page.last().map(|c| c.id.clone())
+        };
+        *self
+            .inner
+            .cases
+            .sweep_after
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = resume;
+        let ids: Vec<String> = page
+            .into_iter()
+            .filter(|c| !seen.contains(&c.id))
+            .map(|c| c.id)
+            .collect();
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut swept = 0;
+        for read in self.inner.store.case_reads(&ids).await? {
+            // A record this build cannot read is not a lost payload.
+            if read.record_undecodable.is_some() || read.case.m.state.terminal().is_some() {
+                continue;
+            }
+            let data = super::data::CaseData::of(&read.case);
+            let known = self
+                .known_of(&read.case, read.record.as_ref(), read.intent, ctx)
+                .await?;
+            let live = super::data::describe(&redrive_core::case::decide(
+                &super::data::facts(&read.case, &data, &known),
+                now,
+            ));
+            if data.next.as_deref().unwrap_or("verify_route") == live {
+                continue;
+            }
+            let id = read.case.id.clone();
+            match self.advance_read_case(read.case, ctx).await {
+                Ok(_) => swept += 1,
+                Err(e) => {
+                    tracing::warn!(case_id = %id, error = %e, "case could not be advanced by the sweep");
+                }
+            }
+        }
+        Ok(swept)
     }
 
     /// The case gauges, read from the store at scrape time: open cases by state, overdue

@@ -160,6 +160,10 @@ pub fn gate_of(decision: &Decision, data: &CaseData) -> Option<&'static str> {
             gate: Gate::Capacity,
             ..
         } => Some("capacity_unavailable"),
+        Decision::Hold {
+            gate: Gate::ReplayInFlight,
+            ..
+        } => Some("replay_in_flight"),
         Decision::NeedsDiagnosis | Decision::NeedsCorrection | Decision::NeedsIsolatedTest => {
             Some("no_tested_correction")
         }
