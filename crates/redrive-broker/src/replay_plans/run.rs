@@ -1083,6 +1083,17 @@ impl Broker {
         obs.failures = run.failures.clone();
         // The replays this look saw settle (or go back to waiting).
         let settled: BTreeSet<u32> = items.keys().copied().collect();
+        // Held items are looked at again when a replay settled or nothing is in flight:
+        // one whose case reached a terminal state closes; a session's successor goes back
+        // to waiting once its predecessors' cases are terminal (admitted in order).
+        let mut holds = Vec::new();
+        let mut released = false;
+        if running && run.held > 0 && (!settled.is_empty() || pacer.in_flight == 0) {
+            released = self
+                .reexamine_held(&plan, &spec, &mut run, &mut items, &mut holds, now)
+                .await?;
+            changed |= released || !holds.is_empty();
+        }
 
         // 3. The dependency, once per observation window (and before the first window).
         // A window opens when the last one's items all settled (or none opened yet), and
@@ -1108,9 +1119,8 @@ impl Broker {
         }
 
         // 5. Admissions (each item a gate holds is an audit entry once written).
-        let mut next_at = None;
+        let mut next_at = released.then_some(now);
         let mut admitted_now = false;
-        let mut holds = Vec::new();
         if running {
             if opening {
                 run.window += 1;
@@ -1232,8 +1242,10 @@ impl Broker {
                 items
                     .get(&w.seq)
                     .is_none_or(|i| i.state == PlanItemState::Waiting)
-            });
-            if !still_waiting {
+            }) || items.values().any(|i| i.state == PlanItemState::Waiting);
+            // Never completed with items held: the plan stays running, holding them (each
+            // with its gate, `GET …/items?state=held`), and looks at them again.
+            if !still_waiting && run.held == 0 {
                 status = PlanStatus::Completed;
                 changed = true;
             }
@@ -1516,6 +1528,9 @@ impl Broker {
                     Some(PlanItemState::Waiting | PlanItemState::Admitted) => {
                         return Ok(Admit::Wait);
                     }
+                    // A predecessor that did not complete here blocks its successors
+                    // until its case reaches a terminal state some other way.
+                    _ if self.case_terminal(before).await? => {}
                     _ => {
                         return Ok(hold(
                             item,
@@ -1901,6 +1916,96 @@ impl Broker {
             }
         }
         Ok(out)
+    }
+
+    /// Whether `case_id`'s case is in a terminal state (a case that is gone is: nothing of
+    /// it can be replayed any more).
+    async fn case_terminal(&self, case_id: &str) -> BrokerResult<bool> {
+        match self.inner.store.get_case(case_id).await {
+            Ok(c) => Ok(c.m.state.terminal().is_some()),
+            Err(StoreError::CaseNotFound { .. }) => Ok(true),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Looks again at a plan's held items (at most a page of them, in order): an item whose
+    /// case reached a terminal state meanwhile is closed with that state; a session's
+    /// successor held for its ordering goes back to waiting once every predecessor's case
+    /// is terminal. Each change is an audit entry (`replay.plan_settle`,
+    /// `replay.plan_release`). Answers whether an item went back to waiting.
+    async fn reexamine_held(
+        &self,
+        plan: &ReplayPlanRecord,
+        spec: &PlanSpec,
+        run: &mut RunState,
+        items: &mut BTreeMap<u32, PlanItemRecord>,
+        holds: &mut Vec<AuditFields>,
+        now: Timestamp,
+    ) -> BrokerResult<bool> {
+        let held = self
+            .items_in(&plan.id, PlanItemState::Held, redrive_store::MAX_PLAN_ITEM_PAGE)
+            .await?;
+        let mut released = false;
+        for mut item in held {
+            if items.contains_key(&item.seq) {
+                continue;
+            }
+            let case = match self.inner.store.get_case(&item.case_id).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::debug!(plan_id = %plan.id, case_id = %item.case_id, error = %e, "a held item's case could not be read; it stays held");
+                    continue;
+                }
+            };
+            let gate = item.detail.clone().unwrap_or_default();
+            let action = if let Some(t) = case.m.state.terminal() {
+                run.closed += 1;
+                item.state = PlanItemState::Closed;
+                item.detail = Some(format!("{t}: its case reached {t} while held ({gate})"));
+                "replay.plan_settle"
+            } else if gate.starts_with("ordering_")
+                && let Some(order) = case.session_id.as_ref().and_then(|s| spec.sessions.get(s))
+            {
+                let pos = order.iter().position(|c| *c == case.id).unwrap_or(0);
+                let mut clear = true;
+                for before in &order[..pos] {
+                    if !self.case_terminal(before).await? {
+                        clear = false;
+                        break;
+                    }
+                }
+                if !clear {
+                    continue;
+                }
+                released = true;
+                item.state = PlanItemState::Waiting;
+                item.detail = None;
+                "replay.plan_release"
+            } else {
+                continue;
+            };
+            run.held = run.held.saturating_sub(1);
+            run.bytes_held = run.bytes_held.saturating_sub(item.bytes);
+            item.updated_at = now;
+            let actor = Actor::system("replay_plans");
+            holds.push(AuditFields {
+                at: now,
+                actor_id: actor.id,
+                actor_name: actor.name,
+                action: action.to_owned(),
+                entity: Some(plan.queue.clone()),
+                targets: vec![
+                    plan.id.clone(),
+                    item.case_id.clone(),
+                    format!("gate={gate}"),
+                    format!("state={}", item.state),
+                ],
+                outcome: "ok".to_owned(),
+                client: None,
+            });
+            items.insert(item.seq, item);
+        }
+        Ok(released)
     }
 
     async fn predecessor_state(

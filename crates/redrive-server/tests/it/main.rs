@@ -26,6 +26,7 @@ mod replay;
 mod replay_api;
 mod replay_moves;
 mod replay_plans;
+mod contract_budgets;
 mod seed_003;
 mod sessions;
 mod topics;
