@@ -296,3 +296,79 @@ async fn held_successors_wait_for_their_predecessors_terminal_state() {
         s.stop().await;
     }
 }
+
+/// Item 2: automatic replay stays automatic but draws from the node-wide replay budget.
+/// Twenty dead letters of an idempotent type under a node budget of 4 items/s: no pass
+/// republishes more than the budget allows — a pass held back claims nothing and says
+/// when the next slot comes (250 ms after the last, on the manual clock) — and every
+/// interval holds at most 1 + 4 × its length.
+#[tokio::test]
+async fn automatic_replay_draws_from_the_node_budget() {
+    for backend in Backend::all("auto replay under the node budget") {
+        let name = backend.name();
+        let s = crate::replay::server(backend).await;
+        s.broker.set_node_replay_budget(NodeReplayBudget {
+            items_per_s: 4.0,
+            bytes_per_s: 64 * KIB,
+        });
+        crate::replay::replaying_queue(&s, "events", json!({})).await;
+        crate::replay::register(&s, "events:*", Idempotency::Idempotent).await;
+        let mut records = Vec::new();
+        for k in 0..20 {
+            records.push(crate::replay::dead_letter(&s, "events", &format!("e-{k}")).await);
+        }
+        let start = s.broker.clock().now().as_millis();
+        let mut at = Vec::new();
+        for _ in 0..2_000 {
+            let p = s.broker.replay_once().await.unwrap();
+            let now = s.broker.clock().now().as_millis();
+            if p.republished > 0 {
+                assert_eq!(p.republished, 1, "{name}: one record a slot: {p:?}");
+                at.push(now - start);
+            }
+            if let Some(t) = p.next_at {
+                assert_eq!(p.judged, 0, "{name}: a pass held back claims nothing");
+                let last = *at.last().unwrap() + start;
+                assert_eq!(t.as_millis(), last + 250, "{name}: the pacer's time");
+            }
+            if at.len() == 20 {
+                break;
+            }
+            s.advance(10);
+        }
+        assert_eq!(at.len(), 20, "{name}: every dead letter republished");
+        assert_eq!(at[..4], [0, 250, 500, 750], "{name}: {at:?}");
+        assert_within(name, &at, 4.0);
+        let got = s.receive("events", 10).await;
+        assert!(!got.is_empty(), "{name}");
+        // Each republished record keeps the binding original → `<id>|<n>` → outcome,
+        // with the rule, the policy version and the budget: for the queue (its archived
+        // records) and for each message (its record).
+        let (st, page) = s
+            .get("/v1/queues/events/dead-letters?area=archived&limit=100")
+            .await;
+        assert_eq!(st, 200, "{name}: {page}");
+        let archived = page["dead_letters"].as_array().unwrap();
+        assert_eq!(archived.len(), 20, "{name}: {page}");
+        let (st, r) = s
+            .get(&format!("/v1/queues/events/dead-letters/{}", records[7]))
+            .await;
+        assert_eq!(st, 200, "{name}: {r}");
+        let j = &r["judgement"];
+        assert_eq!(j["events"][0]["id"], "e-7", "{name}: {r}");
+        assert_eq!(j["events"][0]["republished_as"], "e-7|1", "{name}: {r}");
+        assert_eq!(j["replay"]["rule"], "automatic_replay", "{name}: {r}");
+        assert_eq!(j["replay"]["outcome"], "republished", "{name}: {r}");
+        assert_eq!(j["replay"]["destination"], "events", "{name}: {r}");
+        assert!(j["replay"]["policy_version"].as_u64().unwrap() >= 1, "{name}: {r}");
+        assert!(
+            j["replay"]["budget"].as_str().unwrap().contains("4 items/s"),
+            "{name}: {r}"
+        );
+        let when = redrive_core::Timestamp::parse_rfc3339(j["replay"]["republished_at"].as_str().unwrap())
+            .unwrap()
+            .as_millis();
+        assert_eq!(when - start, at[7], "{name}: {r}");
+        s.stop().await;
+    }
+}
