@@ -1120,7 +1120,10 @@ mod tests {
             (n, p.check(&b, 10, now))
         };
         assert_eq!(burst(1_000.0, 60), (1, Admission::At(Timestamp(1_000_061))));
-        assert_eq!(burst(100_000.0, 1_000), (1, Admission::At(Timestamp(1_001_001))));
+        assert_eq!(
+            burst(100_000.0, 1_000),
+            (1, Admission::At(Timestamp(1_001_001)))
+        );
         assert_eq!(burst(1.0, 5_000), (1, Admission::At(Timestamp(1_006_000))));
         let four = BudgetSpec {
             items_per_s: Some(4.0),
@@ -1156,10 +1159,7 @@ mod tests {
         .check()
         .unwrap();
         let now = Timestamp(1_000_000);
-        assert_eq!(
-            fast.next_look(now.plus_millis(1), now),
-            now.plus_millis(1)
-        );
+        assert_eq!(fast.next_look(now.plus_millis(1), now), now.plus_millis(1));
         // Looking only when `next_look` says, 10 s at 1,000 items/s admit 10,000 items.
         let mut p = Pacer::default();
         let mut t = now;

@@ -1943,7 +1943,11 @@ impl Broker {
         now: Timestamp,
     ) -> BrokerResult<bool> {
         let held = self
-            .items_in(&plan.id, PlanItemState::Held, redrive_store::MAX_PLAN_ITEM_PAGE)
+            .items_in(
+                &plan.id,
+                PlanItemState::Held,
+                redrive_store::MAX_PLAN_ITEM_PAGE,
+            )
             .await?;
         let mut released = false;
         for mut item in held {

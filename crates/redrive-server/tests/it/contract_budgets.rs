@@ -9,8 +9,8 @@ use redrive_testkit::{Backend, TestServer};
 use serde_json::{Value, json};
 
 use crate::replay_plans::{
-    KIB, Ledger, Probe, act, admissions, budget, consume, create, drain_session, eligible,
-    fixture, items, plan, server,
+    KIB, Ledger, Probe, act, admissions, budget, consume, create, drain_session, eligible, fixture,
+    items, plan, server,
 };
 
 /// Every interval between two admissions holds at most 1 + rate × its length.
@@ -69,11 +69,7 @@ async fn the_worked_example_at_four_items_a_second_admits_on_its_slots() {
             .into_iter()
             .map(|(t, _, _)| t - start)
             .collect();
-        assert_eq!(
-            at,
-            [0, 250, 500, 750, 2_760, 3_010, 3_260, 3_510],
-            "{name}"
-        );
+        assert_eq!(at, [0, 250, 500, 750, 2_760, 3_010, 3_260, 3_510], "{name}");
         assert_within(name, &at, 4.0);
         s.stop().await;
     }
@@ -253,7 +249,10 @@ async fn held_successors_wait_for_their_predecessors_terminal_state() {
             session_tick(&s, &ledger, "complete").await;
         }
         let p = plan(&s, &id).await;
-        assert_eq!(p["status"], "running", "{name}: never completed with held items: {p}");
+        assert_eq!(
+            p["status"], "running",
+            "{name}: never completed with held items: {p}"
+        );
         assert_eq!(p["progress"]["held"], 2, "{name}: {p}");
         let (st, v) = s
             .get(&format!("/v1/replay/plans/{id}/items?state=held"))
@@ -267,7 +266,10 @@ async fn held_successors_wait_for_their_predecessors_terminal_state() {
         );
         for (_, why) in &held {
             assert!(why.starts_with("ordering_blocked"), "{name}: {why}");
-            assert!(why.contains(cases[0].as_str()) || why.contains(cases[1].as_str()), "{name}: {why}");
+            assert!(
+                why.contains(cases[0].as_str()) || why.contains(cases[1].as_str()),
+                "{name}: {why}"
+            );
         }
         // Five quiet minutes: the origin is off the failing path again. Then the first
         // case's owner closes it: the successors go, in order.
@@ -286,7 +288,12 @@ async fn held_successors_wait_for_their_predecessors_terminal_state() {
                 break;
             }
         }
-        assert_eq!(order, ["orders-1|1", "orders-2|1"], "{name}: {:?}", items(&s, &id).await);
+        assert_eq!(
+            order,
+            ["orders-1|1", "orders-2|1"],
+            "{name}: {:?}",
+            items(&s, &id).await
+        );
         let p = plan(&s, &id).await;
         assert_eq!(p["status"], "completed", "{name}: {p}");
         assert_eq!(p["progress"]["held"], 0, "{name}: {p}");
@@ -360,14 +367,21 @@ async fn automatic_replay_draws_from_the_node_budget() {
         assert_eq!(j["replay"]["rule"], "automatic_replay", "{name}: {r}");
         assert_eq!(j["replay"]["outcome"], "republished", "{name}: {r}");
         assert_eq!(j["replay"]["destination"], "events", "{name}: {r}");
-        assert!(j["replay"]["policy_version"].as_u64().unwrap() >= 1, "{name}: {r}");
         assert!(
-            j["replay"]["budget"].as_str().unwrap().contains("4 items/s"),
+            j["replay"]["policy_version"].as_u64().unwrap() >= 1,
             "{name}: {r}"
         );
-        let when = redrive_core::Timestamp::parse_rfc3339(j["replay"]["republished_at"].as_str().unwrap())
-            .unwrap()
-            .as_millis();
+        assert!(
+            j["replay"]["budget"]
+                .as_str()
+                .unwrap()
+                .contains("4 items/s"),
+            "{name}: {r}"
+        );
+        let when =
+            redrive_core::Timestamp::parse_rfc3339(j["replay"]["republished_at"].as_str().unwrap())
+                .unwrap()
+                .as_millis();
         assert_eq!(when - start, at[7], "{name}: {r}");
         s.stop().await;
     }

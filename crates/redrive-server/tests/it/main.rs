@@ -8,6 +8,7 @@
 mod access;
 mod auto_replay;
 mod cases;
+mod contract_budgets;
 mod dead_letters;
 mod hardening_access;
 mod hardening_audit;
@@ -26,7 +27,6 @@ mod replay;
 mod replay_api;
 mod replay_moves;
 mod replay_plans;
-mod contract_budgets;
 mod seed_003;
 mod sessions;
 mod topics;

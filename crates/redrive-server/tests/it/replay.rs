@@ -110,7 +110,11 @@ pub(crate) async fn replay_passes(s: &TestServer) -> ReplayPass {
         let p = s.broker.replay_once().await.expect("a replay pass");
         if let Some(t) = p.next_at {
             let now = s.broker.clock().now();
-            s.advance(u64::try_from(t.as_millis() - now.as_millis()).unwrap_or(0).max(1));
+            s.advance(
+                u64::try_from(t.as_millis() - now.as_millis())
+                    .unwrap_or(0)
+                    .max(1),
+            );
             continue;
         }
         let done = p.judged == 0 && p.undecodable.is_empty();

@@ -371,7 +371,12 @@ pub(crate) async fn act(s: &TestServer, id: &str, action: &str) -> Value {
 /// The consumer: receives the replays on `queue`, applies each one's effect in the
 /// ledger (unless `fail`: then it dead-letters it again with the same reason), completes
 /// it. Answers the message ids it saw.
-pub(crate) async fn consume(s: &TestServer, queue: &str, ledger: &Ledger, fail: bool) -> Vec<String> {
+pub(crate) async fn consume(
+    s: &TestServer,
+    queue: &str,
+    ledger: &Ledger,
+    fail: bool,
+) -> Vec<String> {
     let mut seen = Vec::new();
     loop {
         let got = s.receive(queue, 10).await;
