@@ -386,3 +386,55 @@ async fn automatic_replay_draws_from_the_node_budget() {
         s.stop().await;
     }
 }
+
+/// Item 2: a dead letter with a case (quarantined, then restored once its type is
+/// registered idempotent) that automatic replay republishes: the case's timeline records
+/// the republish — rule, the entity's policy version, the new message id, the budget —
+/// and the case reaches a terminal state from the outcome (`indeterminate`: automatic
+/// replay observes no effect, so nothing can bind the republish to a completed effect).
+#[tokio::test]
+async fn an_automatic_replay_is_on_its_cases_timeline_and_closes_it() {
+    for backend in Backend::all("auto replay on the case") {
+        let name = backend.name();
+        let s = crate::replay::server(backend).await;
+        crate::replay::replaying_queue(&s, "events", json!({})).await;
+        let record = crate::replay::dead_letter(&s, "events", "e-1").await;
+        crate::replay::replay_passes(&s).await;
+        s.broker.cases_once().await.unwrap();
+        let case = format!("case_{}", record.strip_prefix("dl_").unwrap());
+        let (st, c) = s.get(&format!("/v1/cases/{case}")).await;
+        assert_eq!(st, 200, "{name}: {c}");
+        crate::replay::register(&s, "events:*", Idempotency::Idempotent).await;
+        s.broker
+            .restore_dead_letter(
+                "events",
+                &record,
+                false,
+                &redrive_broker::Actor::system("test"),
+            )
+            .await
+            .unwrap();
+        crate::replay::replay_passes(&s).await;
+        s.broker.cases_once().await.unwrap();
+        let (_, c) = s.get(&format!("/v1/cases/{case}")).await;
+        assert_eq!(c["state"], "indeterminate", "{name}: {c}");
+        let last = c["timeline"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["state"], "indeterminate", "{name}: {last}");
+        assert_eq!(last["fields"]["rule"], "automatic_replay", "{name}: {last}");
+        assert_eq!(last["fields"]["message_id"], "e-1|1", "{name}: {last}");
+        assert_eq!(last["fields"]["outcome"], "republished", "{name}: {last}");
+        assert_eq!(last["fields"]["policy_version"], "1", "{name}: {last}");
+        assert!(
+            last["fields"]["budget"]
+                .as_str()
+                .unwrap()
+                .contains("1000 items/s"),
+            "{name}: {last}"
+        );
+        let got = s.receive("events", 1).await;
+        assert_eq!(got[0]["message_id"], "e-1|1", "{name}");
+        let closes = s.audit("action=case.close").await;
+        assert_eq!(closes.len(), 1, "{name}: {closes:?}");
+        s.stop().await;
+    }
+}
