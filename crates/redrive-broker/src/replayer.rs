@@ -896,7 +896,7 @@ impl Broker {
             }
         }
         let node = self.node_replay_budget();
-        j.replay = Some(judgement::ReplayRecord {
+        j.replay = Some(Box::new(judgement::ReplayRecord {
             rule: "automatic_replay".to_owned(),
             policy_version,
             budget: format!(
@@ -906,7 +906,7 @@ impl Broker {
             destination: queue.to_string(),
             republished_at: now.as_millis(),
             outcome: "republished".to_owned(),
-        });
+        }));
         Ok(Prepared::Republish {
             messages,
             chunks,

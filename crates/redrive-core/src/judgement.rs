@@ -309,7 +309,7 @@ pub struct Judgement {
     pub events: Vec<JudgedEvent>,
     /// The republish, for a record automatic replay republished and archived.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replay: Option<ReplayRecord>,
+    pub replay: Option<Box<ReplayRecord>>,
 }
 
 impl Judgement {
