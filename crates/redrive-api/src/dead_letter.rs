@@ -144,6 +144,27 @@ pub struct Judgement {
     /// Every event judged.
     #[serde(default)]
     pub events: Vec<JudgedEvent>,
+    /// For a record automatic replay republished (archived): the rule, the entity's
+    /// policy version, the budget, where and when, and the outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<JudgedReplay>,
+}
+
+/// What automatic replay did with a record it republished.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct JudgedReplay {
+    /// `automatic_replay`.
+    pub rule: String,
+    /// The entity's policy version it was judged under.
+    pub policy_version: u64,
+    /// The budget it drew from, in words (the node-wide replay budget).
+    pub budget: String,
+    /// Where the events went.
+    pub destination: String,
+    /// RFC 3339.
+    pub republished_at: String,
+    /// `republished`.
+    pub outcome: String,
 }
 
 /// One event of a judgement.
@@ -159,6 +180,9 @@ pub struct JudgedEvent {
     /// Why it was quarantined; absent: republished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<String>,
+    /// The id it was republished under (`<id>|<n>`), if republished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub republished_as: Option<String>,
 }
 
 /// A page of records.

@@ -55,8 +55,11 @@ use crate::{Actor, Broker, BrokerError, BrokerResult};
 /// Name of the store lease that elects the replaying process.
 pub const REPLAY_LEASE: &str = "replayer";
 
-/// Records claimed per pass.
+/// Records claimed per pass at most.
 pub const REPLAY_BATCH: u32 = 2_000;
+
+/// Records claimed per slot of the node-wide replay budget: one item each.
+const REPLAY_PER_SLOT: u32 = 1;
 
 /// Records the drain makes candidates per store call.
 const DRAIN_BATCH: u32 = 1_000;
@@ -125,6 +128,9 @@ pub struct ReplayPass {
     /// (each logged once, here; no claim takes them again until an operator fixes or
     /// removes them).
     pub undecodable: Vec<redrive_store::UndecodableRecord>,
+    /// When the node-wide replay budget lets the next record go, if it held this pass
+    /// back (the worker sleeps until then; nothing was claimed).
+    pub next_at: Option<Timestamp>,
 }
 
 /// What the next judgement of a quarantined record will do, were it restored now.
@@ -178,6 +184,7 @@ impl Replayer {
                 }
             };
             let mut more = false;
+            let mut budget_at: Option<Timestamp> = None;
             if held {
                 if !drained {
                     drained = true;
@@ -200,7 +207,12 @@ impl Replayer {
                 let (one, two) = tokio::join!(b.replay_once(), b.replay_once());
                 for pass in [one, two] {
                     match pass {
-                        Ok(pass) => more |= pass.judged > 0 || !pass.undecodable.is_empty(),
+                        Ok(pass) => {
+                            more |= pass.judged > 0 || !pass.undecodable.is_empty();
+                            if let Some(t) = pass.next_at {
+                                budget_at = Some(budget_at.map_or(t, |b| b.min(t)));
+                            }
+                        }
                         Err(e) => tracing::warn!(error = %e, "replay pass failed; retrying"),
                     }
                 }
@@ -209,9 +221,12 @@ impl Replayer {
                 tokio::task::yield_now().await;
                 continue;
             }
-            let next = b
+            let mut next = b
                 .now()
                 .plus(settings.poll_interval.min(settings.lease_ttl / 2));
+            if let Some(t) = budget_at {
+                next = next.min(t);
+            }
             tokio::select! {
                 () = b.inner.replay.wake.notified() => {}
                 () = b.inner.clock.sleep_until(next) => {}
@@ -352,7 +367,8 @@ impl Broker {
         self.inner.replay.wake.notify_one();
     }
 
-    /// One pass: claims up to [`REPLAY_BATCH`] due candidates and judges each. Public so
+    /// One pass: takes a slot of the node-wide replay budget, claims one due candidate
+    /// (a record: one item, its bytes charged) and judges it. Public so
     /// that tests drive replay on a manual clock.
     ///
     /// Quarantines are written record by record, first. The republish of a record whose
@@ -364,12 +380,35 @@ impl Broker {
     pub async fn replay_once(&self) -> BrokerResult<ReplayPass> {
         let settings = self.replay_settings();
         let now = self.now();
-        let claim = self
+        let mut pass = ReplayPass::default();
+        // The node-wide replay budget (the plans' pacer): one record a slot, its bytes
+        // charged once claimed; a pass the budget holds back claims nothing and says when
+        // the next slot comes.
+        let slot = match self.node_reserve(now) {
+            Ok(slot) => slot,
+            Err(t) => {
+                pass.next_at = Some(t);
+                return Ok(pass);
+            }
+        };
+        let claim = match self
             .inner
             .store
-            .claim_replay(now, REPLAY_BATCH, settings.claim_ms)
-            .await?;
-        let mut pass = ReplayPass::default();
+            .claim_replay(now, REPLAY_PER_SLOT, settings.claim_ms)
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                self.node_unreserve(slot);
+                return Err(e.into());
+            }
+        };
+        if claim.records.is_empty() {
+            // Nothing was due: the slot is not spent.
+            self.node_unreserve(slot);
+        }
+        let bytes: u64 = claim.records.iter().map(|r| r.body.len() as u64).sum();
+        self.node_charge(bytes, now);
         for u in &claim.undecodable {
             // Set aside by this claim alone: logged once, then left out of every pass.
             tracing::error!(queue = %u.queue, dead_letter_id = %u.id, reason = %u.reason,
@@ -382,6 +421,7 @@ impl Broker {
         }
         let register = self.register().await?;
         let mut policies: BTreeMap<EntityName, Option<QueuePolicy>> = BTreeMap::new();
+        let mut versions: BTreeMap<EntityName, u64> = BTreeMap::new();
         let mut work = Work::default();
         let mut in_flight: tokio::task::JoinSet<RepublishDone> = tokio::task::JoinSet::new();
         for record in claimed {
@@ -390,7 +430,10 @@ impl Broker {
                 Some(p) => p.clone(),
                 None => {
                     let p = match self.inner.store.get_queue(&record.queue).await {
-                        Ok(q) => Some(q.policy),
+                        Ok(q) => {
+                            versions.insert(record.queue.clone(), q.policy_version);
+                            Some(q.policy)
+                        }
                         Err(StoreError::QueueNotFound { .. }) => None,
                         Err(e) => return Err(e.into()),
                     };
@@ -413,7 +456,11 @@ impl Broker {
                 id: record.id.clone(),
                 failures: record.replay.failures,
             };
-            match self.prepare(record, &policy, &register, &mut pass).await {
+            let version = versions.get(&record.queue).copied().unwrap_or_default();
+            match self
+                .prepare(record, (&policy, version), &register, &mut pass)
+                .await
+            {
                 Ok(Prepared::Done) => work.judged(&key),
                 Ok(Prepared::AlreadyDone) => pass.already_done += 1,
                 Ok(Prepared::Finish(finish)) => work.finish(key, finish, 0),
@@ -550,11 +597,12 @@ impl Broker {
         match self.inner.store.finish_replays(&items, self.now()).await {
             Ok(done) => {
                 for ((key, finish, n), did) in finished.into_iter().zip(done) {
-                    if did && matches!(finish, ReplayFinish::Archive(_)) {
+                    if did && let ReplayFinish::Archive(j) = &finish {
                         pass.archived += 1;
                         self.inner
                             .metrics
                             .add(Counter::ReplayArchived, key.queue.as_str(), 1);
+                        self.close_replayed_case(&key, j).await;
                     }
                     tracing::debug!(queue = %key.queue, dead_letter_id = %key.id,
                         republished = n, "dead letter replayed");
@@ -567,6 +615,105 @@ impl Broker {
                 for (key, _, _) in finished {
                     work.judged(&key);
                 }
+            }
+        }
+    }
+
+    /// The case of a record automatic replay republished (a record that was a case: one
+    /// quarantined and restored, or dead-lettered before its entity replayed), closed from
+    /// the outcome: one terminal entry `indeterminate` — automatic replay observes no
+    /// effect, so nothing binds the republish to a completed effect — whose fields bind
+    /// the original to the new message ids and the outcome, under the rule, the entity's
+    /// policy version and the budget. A record settled before it was a case has none (its
+    /// judgement is the record). Best-effort: a case that cannot be written is logged and
+    /// left to the case worker.
+    async fn close_replayed_case(&self, key: &Key, j: &Judgement) {
+        let Some(r) = j.replay.as_ref() else {
+            return;
+        };
+        let store = &self.inner.store;
+        let case_id = redrive_store::skeleton::cases::case_id(&key.id);
+        let case = match store.get_case(&case_id).await {
+            Ok(c) => c,
+            Err(StoreError::CaseNotFound { .. }) => return,
+            Err(e) => {
+                tracing::warn!(case_id = %case_id, error = %e, "the case of a replayed dead letter could not be read");
+                return;
+            }
+        };
+        if case.m.state.terminal().is_some() {
+            return;
+        }
+        let now = self.now();
+        let ids: Vec<&str> = j
+            .events
+            .iter()
+            .filter_map(|e| e.republished_as.as_deref())
+            .collect();
+        let ids = ids.join(", ");
+        let mut fields = BTreeMap::new();
+        for (k, v) in [
+            ("rule", r.rule.clone()),
+            ("policy_version", r.policy_version.to_string()),
+            ("message_id", ids.clone()),
+            ("budget", r.budget.clone()),
+            ("destination", r.destination.clone()),
+            ("outcome", r.outcome.clone()),
+        ] {
+            fields.insert(k.to_owned(), v);
+        }
+        let entry = redrive_core::case::TimelineEntry {
+            at: now,
+            actor: "broker".to_owned(),
+            state: redrive_core::case::CaseState::Indeterminate,
+            evidence: format!(
+                "automatic replay republished it as {ids} to {} under policy version {} ({}); no effect authority binds the outcome: closed with the outcome {}",
+                r.destination, r.policy_version, r.budget, r.outcome
+            ),
+            fields,
+        };
+        let settings = self.case_settings();
+        let retention = settings
+            .rule(case.queue.as_str())
+            .and_then(|c| c.payload_retention_ms)
+            .unwrap_or(settings.payload_retention_ms);
+        let mut u = crate::cases::ops::Step::of(&case).update_of(&case);
+        u.append.push(entry);
+        u.set.state = redrive_core::case::CaseState::Indeterminate;
+        u.set.closed_at = Some(now);
+        u.set.next_check_at = None;
+        u.set.payload_until = Some(now.plus_millis(i64::try_from(retention).unwrap_or(i64::MAX)));
+        if let Some(d) = u.set.data.as_object_mut() {
+            d.insert("next".to_owned(), "closed:indeterminate".into());
+            d.remove("escalated_for");
+        }
+        let actor = Actor::system("replay");
+        u.audit.push(redrive_store::AuditFields {
+            at: now,
+            actor_id: actor.id,
+            actor_name: actor.name,
+            action: "case.close".to_owned(),
+            entity: Some(case.queue.to_string()),
+            targets: vec![
+                case.id.clone(),
+                "state=indeterminate".to_owned(),
+                format!("message_id={ids}"),
+            ],
+            outcome: "ok".to_owned(),
+            client: None,
+        });
+        match store.update_case(&u).await {
+            Ok(_) => {
+                self.inner.metrics.audit_entries.inc();
+                self.inner.metrics.add_labelled(
+                    Counter::CasesClosed,
+                    case.queue.as_str(),
+                    "indeterminate",
+                    1,
+                );
+            }
+            Err(e) => {
+                tracing::warn!(case_id = %case.id, error = %e, "the case of a replayed dead letter could not be closed; the case worker looks at it again");
             }
         }
     }
@@ -648,7 +795,7 @@ impl Broker {
     async fn prepare(
         &self,
         record: DeadLetterRecord,
-        policy: &QueuePolicy,
+        (policy, policy_version): (&QueuePolicy, u64),
         register: &Register,
         pass: &mut ReplayPass,
     ) -> BrokerResult<Prepared> {
@@ -741,6 +888,25 @@ impl Broker {
         }
         let mut j = Judgement::new(now.as_millis(), None);
         j.events = judged_events(None);
+        // The record of the republish: each event's new id, the rule, the policy version
+        // and the budget it drew from.
+        for (i, new_id) in &part.republish {
+            if let Some(e) = j.events.get_mut(*i) {
+                e.republished_as = Some(new_id.clone());
+            }
+        }
+        let node = self.node_replay_budget();
+        j.replay = Some(Box::new(judgement::ReplayRecord {
+            rule: "automatic_replay".to_owned(),
+            policy_version,
+            budget: format!(
+                "node replay budget: {} items/s, {} bytes/s",
+                node.items_per_s, node.bytes_per_s
+            ),
+            destination: queue.to_string(),
+            republished_at: now.as_millis(),
+            outcome: "republished".to_owned(),
+        }));
         Ok(Prepared::Republish {
             messages,
             chunks,

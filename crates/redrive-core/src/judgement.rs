@@ -262,6 +262,30 @@ pub struct JudgedEvent {
     /// Why it was quarantined; `None`: republished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<QuarantineCause>,
+    /// The id it was republished under (`<id>|<n>`), if republished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub republished_as: Option<String>,
+}
+
+/// What automatic replay did with a record it republished: the rule, the entity's policy
+/// version, the node-wide budget it drew from, where and when it went, and the outcome.
+/// Kept in the archived record's judgement, so what was replayed, when and under which
+/// rule stays answerable for as long as the record is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayRecord {
+    /// The rule: `automatic_replay`.
+    pub rule: String,
+    /// The entity's policy version the republish was judged under.
+    pub policy_version: u64,
+    /// The budget it drew from, in words (the node-wide replay budget).
+    pub budget: String,
+    /// Where the events went.
+    pub destination: String,
+    /// When (ms since the epoch).
+    pub republished_at: i64,
+    /// The outcome: `republished` (every event went; the consumer's effect is not
+    /// observed: automatic replay binds no effect authority).
+    pub outcome: String,
 }
 
 /// The judgement stored on a record the engine quarantined or archived.
@@ -283,6 +307,9 @@ pub struct Judgement {
     /// Every event judged, with its cause.
     #[serde(default)]
     pub events: Vec<JudgedEvent>,
+    /// The republish, for a record automatic replay republished and archived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<Box<ReplayRecord>>,
 }
 
 impl Judgement {
@@ -295,6 +322,7 @@ impl Judgement {
             copied_from: None,
             error: None,
             events: Vec::new(),
+            replay: None,
         }
     }
 }
@@ -307,6 +335,7 @@ pub fn judged(event: &EventRef<'_>, cause: Option<QuarantineCause>) -> JudgedEve
         attempts,
         event_type: event.event_type.map(str::to_owned),
         cause,
+        republished_as: None,
     }
 }
 

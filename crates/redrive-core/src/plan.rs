@@ -21,22 +21,27 @@
 //!
 //! Admissions are spaced, never burst: after an item is admitted at `t`, the next one may
 //! be admitted at `t + 1/items_per_s` at the earliest, and not before the bytes already
-//! admitted have been paid for at `bytes_per_s` (an item of `b` bytes holds the byte
-//! budget for `b / bytes_per_s`). The two budgets hold independently: a large item waits
-//! for the byte budget although the item budget has room. An item larger than one
-//! second of the byte budget is never admitted under it ([`Admission::TooLarge`]): it
-//! takes a separate path. Concurrency is counted in deliveries admitted and not yet
-//! finished. So over any interval of length `T`, at most `⌊T·items_per_s⌋ + 1` items and
-//! at most `T·bytes_per_s + max_item_bytes` bytes are admitted.
+//! admitted have been paid for at `bytes_per_s` (an item of `b` bytes admitted at `t`
+//! holds the byte budget until `t + b / bytes_per_s`). Both are counted from the time the
+//! item was actually admitted, never from a slot that came due earlier: a look that comes
+//! late admits one item, not the slots it missed (nothing is saved up, nothing caught
+//! up). The two budgets hold independently: a large item waits for the byte budget
+//! although the item budget has room. An item larger than one second of the byte budget
+//! is never admitted under it ([`Admission::TooLarge`]): it takes a separate path.
+//! Concurrency is counted in deliveries admitted and not yet finished.
 //!
-//! A runner looks at a plan now and then, not at every slot: at rates above one item per
-//! [`CATCH_UP_MS`], a look admits every slot that came due since the last one, but never
-//! a slot more than [`CATCH_UP_MS`] old (a plan idle or late for longer starts again
-//! from now: it saves nothing up). At those rates the bounds are `⌊(T + CATCH_UP_MS)·items_per_s⌋ + 1` items
-//! and `(T + CATCH_UP_MS)·bytes_per_s + max_item_bytes` bytes: over a 10 s window at
-//! 1,000 items/s, at most 1 % above the rate. At one item per [`CATCH_UP_MS`] or slower,
-//! admissions are spaced exactly.
+//! The bound, whatever the times of the looks: over any interval `[a, b]` of the clock,
 //!
+//! - items admitted ≤ 1 + items_per_s × (b − a);
+//! - bytes admitted ≤ bytes_per_s × (b − a) + the bytes of the last item admitted in it
+//!   (so at most bytes_per_s × (b − a) + the largest item).
+//!
+//! The clock counts whole milliseconds, so two admissions are never in the same
+//! millisecond: a rate above 1,000 items/s admits one item a millisecond, and a gap that
+//! is not a whole number of milliseconds is waited out to the next one (at 3 items/s the
+//! items go 334 ms apart). The property test `no_interval_exceeds_either_rate` states
+//! the bound this way, over arbitrary look times and item sizes.
+
 //! # Windows ([`Window`])
 //!
 //! Items are admitted one at a time within a window of `window` items. The next window
@@ -55,14 +60,13 @@ use std::collections::BTreeMap;
 
 use crate::clock::Timestamp;
 
-/// How far behind a look may catch up on slots that came due since the last one, ms
-/// (only for plans faster than one item per this long).
-pub const CATCH_UP_MS: f64 = 100.0;
+/// How far behind a look may catch up on slots that came due since the last one, ms:
+/// none (a catch-up would admit several items at one instant, over the bound).
+pub const CATCH_UP_MS: f64 = 0.0;
 
 /// The admission window of a plan that does not name one.
 pub const DEFAULT_WINDOW: u32 = 10;
-/// The least time between two looks of a plan that catches up, ms (well inside
-/// [`CATCH_UP_MS`], so no slot is lost to it).
+/// The least time between two looks of a plan at replays in flight, ms.
 pub const LOOK_GAP_MS: i64 = 20;
 /// The largest admission window: as many items as a plan holds (one window for all).
 pub const MAX_WINDOW: u32 = 100_000;
@@ -408,26 +412,16 @@ impl Budget {
         1000.0 / self.items_per_s
     }
 
-    /// How far behind `now` a look catches up on slots: [`CATCH_UP_MS`] for plans faster
-    /// than one item per [`CATCH_UP_MS`], none for slower ones.
+    /// How far behind `now` a look catches up on slots that came due meanwhile: never
+    /// ([`CATCH_UP_MS`]); each admission is spaced from the one before it.
     pub fn catch_up_ms(&self) -> f64 {
-        if self.item_gap_ms() < CATCH_UP_MS {
-            CATCH_UP_MS
-        } else {
-            0.0
-        }
+        CATCH_UP_MS
     }
 
-    /// When a plan whose next slot is `slot` looks again: at the slot, but a plan that
-    /// catches up ([`Budget::catch_up_ms`]) not sooner than [`LOOK_GAP_MS`] after `now` —
-    /// the look then admits every slot that came due meanwhile, so the bound is the same
-    /// and a fast plan is not looked at once per item.
-    pub fn next_look(&self, slot: Timestamp, now: Timestamp) -> Timestamp {
-        if self.catch_up_ms() > 0.0 {
-            slot.max(now.plus_millis(LOOK_GAP_MS))
-        } else {
-            slot
-        }
+    /// When a plan whose next slot is `slot` looks again: at the slot (a look admits one
+    /// item per slot, so a later look would lose slots, never gain them).
+    pub fn next_look(&self, slot: Timestamp, _now: Timestamp) -> Timestamp {
+        slot
     }
 
     fn byte_ms(&self, bytes: u64) -> f64 {
@@ -479,15 +473,13 @@ impl Pacer {
     }
 
     /// Records the admission of an item of `bytes` at `now` (after [`Pacer::check`]
-    /// answered [`Admission::Now`]).
+    /// answered [`Admission::Now`]): the next item no sooner than `1/items_per_s` after
+    /// `now`, and the bytes held from `now` (or from when those before are paid for, were
+    /// `now` earlier: an admission the check did not allow only pushes the next further).
     pub fn admit(&mut self, budget: &Budget, bytes: u64, now: Timestamp) {
-        // The slot this admission takes: the one due, if it came due within the catch-up;
-        // otherwise now (a plan idle or late for longer saves nothing up).
         let now_ms = now.as_millis() as f64;
-        let oldest = now_ms - budget.catch_up_ms();
-        let slot = |due: f64| if due >= oldest { due } else { now_ms };
-        self.next_item_ms = slot(self.next_item_ms) + budget.item_gap_ms();
-        self.bytes_until_ms = slot(self.bytes_until_ms) + budget.byte_ms(bytes);
+        self.next_item_ms = now_ms.max(self.next_item_ms) + budget.item_gap_ms();
+        self.bytes_until_ms = now_ms.max(self.bytes_until_ms) + budget.byte_ms(bytes);
         self.in_flight += 1;
     }
 
@@ -1100,10 +1092,11 @@ mod tests {
         }
     }
 
-    /// At 1,000 items/s a look admits the slots that came due since the last look, and
-    /// after an idle second no more than the catch-up's worth; at 1 item/s none is saved.
+    /// A late look admits one item, not the slots it missed: at 1,000 items/s after an
+    /// idle 60 ms, one item; the next a millisecond later. At 4 items/s the seed's worked
+    /// example admits at 0, 250, 500 and 750 ms however often it is looked at.
     #[test]
-    fn a_fast_plan_catches_up_on_due_slots_within_the_bound() {
+    fn a_late_look_admits_one_item_and_catches_nothing_up() {
         let burst = |rate: f64, idle: i64| {
             let b = BudgetSpec {
                 items_per_s: Some(rate),
@@ -1124,44 +1117,50 @@ mod tests {
                 p.finish();
                 n += 1;
             }
-            n
+            (n, p.check(&b, 10, now))
         };
-        assert_eq!(burst(1_000.0, 20), 20, "the slots due since the last look");
-        assert_eq!(burst(1_000.0, 60), 60, "a look 60 ms late catches up");
-        assert_eq!(burst(1_000.0, 1_000), 1, "an idle second saves nothing up");
-        assert_eq!(burst(1.0, 5_000), 1, "slow plans are spaced exactly");
+        assert_eq!(burst(1_000.0, 60), (1, Admission::At(Timestamp(1_000_061))));
+        assert_eq!(
+            burst(100_000.0, 1_000),
+            (1, Admission::At(Timestamp(1_001_001)))
+        );
+        assert_eq!(burst(1.0, 5_000), (1, Admission::At(Timestamp(1_006_000))));
+        let four = BudgetSpec {
+            items_per_s: Some(4.0),
+            bytes_per_s: Some(64 * 1024),
+            max_concurrent: Some(10),
+            window: None,
+            dependency: Some(dep()),
+        }
+        .check()
+        .unwrap();
+        let mut p = Pacer::default();
+        let mut at = Vec::new();
+        // Looked at every 10 ms for a second.
+        for ms in (0..1_000).step_by(10) {
+            let now = Timestamp(ms);
+            while p.check(&four, 100, now) == Admission::Now {
+                p.admit(&four, 100, now);
+                at.push(ms);
+            }
+        }
+        assert_eq!(at, [0, 250, 500, 750]);
     }
 
     #[test]
-    fn a_fast_plan_looks_at_most_every_look_gap_and_loses_no_slot() {
-        let budget = |rate: f64| {
-            BudgetSpec {
-                items_per_s: Some(rate),
-                bytes_per_s: Some(1 << 30),
-                max_concurrent: Some(1_000),
-                window: None,
-                dependency: Some(dep()),
-            }
-            .check()
-            .unwrap()
-        };
+    fn a_plan_looked_at_when_the_pacer_says_admits_its_rate() {
+        let fast = BudgetSpec {
+            items_per_s: Some(1_000.0),
+            bytes_per_s: Some(1 << 30),
+            max_concurrent: Some(1_000),
+            window: None,
+            dependency: Some(dep()),
+        }
+        .check()
+        .unwrap();
         let now = Timestamp(1_000_000);
-        // 1,000 items/s: the next slot is 1 ms away, the next look 20 ms.
-        let fast = budget(1_000.0);
-        assert_eq!(
-            fast.next_look(now.plus_millis(1), now),
-            now.plus_millis(LOOK_GAP_MS)
-        );
-        assert_eq!(
-            fast.next_look(now.plus_millis(500), now),
-            now.plus_millis(500)
-        );
-        // 1 item/s: exactly at the slot.
-        let slow = budget(1.0);
-        assert_eq!(slow.next_look(now.plus_millis(1), now), now.plus_millis(1));
-        // Looking only when `next_look` says, a fast plan still admits its rate: 10 s at
-        // 1,000 items/s admit 10,000 items, never more (the bound), and less only by the
-        // slots' rounding to whole milliseconds (under 0.5 %).
+        assert_eq!(fast.next_look(now.plus_millis(1), now), now.plus_millis(1));
+        // Looking only when `next_look` says, 10 s at 1,000 items/s admit 10,000 items.
         let mut p = Pacer::default();
         let mut t = now;
         let mut n = 0u64;
@@ -1184,20 +1183,20 @@ mod tests {
             }
             t = fast.next_look(slot.expect("a next slot"), t);
         }
-        assert!((9_950..=10_001).contains(&n), "{n} items in 10 s");
+        assert_eq!(n, 10_000);
     }
 
     proptest! {
-        /// Driven as fast as it allows, the pacer never exceeds either rate over any
-        /// interval: items ≤ ⌊(T + lag)·rate⌋ + 1 and bytes ≤ (T + lag)·byte_rate + the
-        /// largest item, where lag is the catch-up (none at 10 items/s or slower). The
-        /// looks come at the times the pacer names, or `late` ms after them.
+        /// The bound, over looks at arbitrary times (each look admits every item the
+        /// pacer lets go then) and arbitrary item sizes: over any interval [a, b],
+        /// items ≤ 1 + items_per_s × (b − a), and bytes ≤ bytes_per_s × (b − a) + the
+        /// bytes of the last item admitted in it (hence ≤ … + the largest item).
         #[test]
         fn no_interval_exceeds_either_rate(
             rate in 0.5f64..5_000.0,
-            late in 0i64..300,
             byte_rate in 1_024u64..100_000,
-            sizes in proptest::collection::vec(1u64..1_000, 1..200),
+            gaps in proptest::collection::vec(0i64..400, 1..300),
+            sizes in proptest::collection::vec(1u64..1_024, 1..200),
         ) {
             let b = BudgetSpec {
                 items_per_s: Some(rate),
@@ -1211,29 +1210,28 @@ mod tests {
             let mut p = Pacer::default();
             let mut now = Timestamp(0);
             let mut admitted: Vec<(i64, u64)> = Vec::new();
-            for &size in &sizes {
-                loop {
-                    match p.check(&b, size, now) {
-                        Admission::Now => {
-                            p.admit(&b, size, now);
-                            admitted.push((now.as_millis(), size));
-                            break;
-                        }
-                        Admission::At(t) => now = t.plus_millis(late),
-                        other => panic!("{other:?}"),
+            let mut next = sizes.iter().copied().peekable();
+            for gap in gaps {
+                now = now.plus_millis(gap);
+                while let Some(&size) = next.peek() {
+                    if p.check(&b, size, now) != Admission::Now {
+                        break;
                     }
+                    p.admit(&b, size, now);
+                    admitted.push((now.as_millis(), size));
+                    next.next();
                 }
             }
-            let max = *sizes.iter().max().unwrap() as f64;
-            let lag = b.catch_up_ms() / 1000.0;
             for i in 0..admitted.len() {
+                let mut bytes = 0u64;
                 for j in i..admitted.len() {
                     let t = (admitted[j].0 - admitted[i].0) as f64 / 1000.0;
                     let items = (j - i + 1) as f64;
-                    let bytes: u64 = admitted[i..=j].iter().map(|a| a.1).sum();
-                    prop_assert!(items <= ((t + lag) * rate).floor() + 1.0 + 1e-9,
+                    bytes += admitted[j].1;
+                    prop_assert!(items <= 1.0 + rate * t + 1e-9,
                         "{items} items in {t} s at {rate}/s");
-                    prop_assert!(bytes as f64 <= (t + lag) * byte_rate as f64 + max + 1.0,
+                    prop_assert!(
+                        bytes as f64 <= byte_rate as f64 * t + admitted[j].1 as f64 + 1e-6,
                         "{bytes} bytes in {t} s at {byte_rate}/s");
                 }
             }

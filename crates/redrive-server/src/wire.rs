@@ -240,8 +240,20 @@ fn judgement_out(j: &redrive_core::judgement::Judgement) -> Judgement {
                 attempts: e.attempts,
                 event_type: e.event_type.clone(),
                 cause: e.cause.map(|c| c.as_str().to_owned()),
+                republished_as: e.republished_as.clone(),
             })
             .collect(),
+        replay: j
+            .replay
+            .as_ref()
+            .map(|r| redrive_api::dead_letter::JudgedReplay {
+                rule: r.rule.clone(),
+                policy_version: r.policy_version,
+                budget: r.budget.clone(),
+                destination: r.destination.clone(),
+                republished_at: t(Timestamp(r.republished_at)),
+                outcome: r.outcome.clone(),
+            }),
     }
 }
 

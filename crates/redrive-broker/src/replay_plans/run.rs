@@ -1083,6 +1083,17 @@ impl Broker {
         obs.failures = run.failures.clone();
         // The replays this look saw settle (or go back to waiting).
         let settled: BTreeSet<u32> = items.keys().copied().collect();
+        // Held items are looked at again when a replay settled or nothing is in flight:
+        // one whose case reached a terminal state closes; a session's successor goes back
+        // to waiting once its predecessors' cases are terminal (admitted in order).
+        let mut holds = Vec::new();
+        let mut released = false;
+        if running && run.held > 0 && (!settled.is_empty() || pacer.in_flight == 0) {
+            released = self
+                .reexamine_held(&plan, &spec, &mut run, &mut items, &mut holds, now)
+                .await?;
+            changed |= released || !holds.is_empty();
+        }
 
         // 3. The dependency, once per observation window (and before the first window).
         // A window opens when the last one's items all settled (or none opened yet), and
@@ -1108,9 +1119,8 @@ impl Broker {
         }
 
         // 5. Admissions (each item a gate holds is an audit entry once written).
-        let mut next_at = None;
+        let mut next_at = released.then_some(now);
         let mut admitted_now = false;
-        let mut holds = Vec::new();
         if running {
             if opening {
                 run.window += 1;
@@ -1232,8 +1242,10 @@ impl Broker {
                 items
                     .get(&w.seq)
                     .is_none_or(|i| i.state == PlanItemState::Waiting)
-            });
-            if !still_waiting {
+            }) || items.values().any(|i| i.state == PlanItemState::Waiting);
+            // Never completed with items held: the plan stays running, holding them (each
+            // with its gate, `GET …/items?state=held`), and looks at them again.
+            if !still_waiting && run.held == 0 {
                 status = PlanStatus::Completed;
                 changed = true;
             }
@@ -1516,6 +1528,9 @@ impl Broker {
                     Some(PlanItemState::Waiting | PlanItemState::Admitted) => {
                         return Ok(Admit::Wait);
                     }
+                    // A predecessor that did not complete here blocks its successors
+                    // until its case reaches a terminal state some other way.
+                    _ if self.case_terminal(before).await? => {}
                     _ => {
                         return Ok(hold(
                             item,
@@ -1903,6 +1918,100 @@ impl Broker {
         Ok(out)
     }
 
+    /// Whether `case_id`'s case is in a terminal state (a case that is gone is: nothing of
+    /// it can be replayed any more).
+    async fn case_terminal(&self, case_id: &str) -> BrokerResult<bool> {
+        match self.inner.store.get_case(case_id).await {
+            Ok(c) => Ok(c.m.state.terminal().is_some()),
+            Err(StoreError::CaseNotFound { .. }) => Ok(true),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Looks again at a plan's held items (at most a page of them, in order): an item whose
+    /// case reached a terminal state meanwhile is closed with that state; a session's
+    /// successor held for its ordering goes back to waiting once every predecessor's case
+    /// is terminal. Each change is an audit entry (`replay.plan_settle`,
+    /// `replay.plan_release`). Answers whether an item went back to waiting.
+    async fn reexamine_held(
+        &self,
+        plan: &ReplayPlanRecord,
+        spec: &PlanSpec,
+        run: &mut RunState,
+        items: &mut BTreeMap<u32, PlanItemRecord>,
+        holds: &mut Vec<AuditFields>,
+        now: Timestamp,
+    ) -> BrokerResult<bool> {
+        let held = self
+            .items_in(
+                &plan.id,
+                PlanItemState::Held,
+                redrive_store::MAX_PLAN_ITEM_PAGE,
+            )
+            .await?;
+        let mut released = false;
+        for mut item in held {
+            if items.contains_key(&item.seq) {
+                continue;
+            }
+            let case = match self.inner.store.get_case(&item.case_id).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::debug!(plan_id = %plan.id, case_id = %item.case_id, error = %e, "a held item's case could not be read; it stays held");
+                    continue;
+                }
+            };
+            let gate = item.detail.clone().unwrap_or_default();
+            let action = if let Some(t) = case.m.state.terminal() {
+                run.closed += 1;
+                item.state = PlanItemState::Closed;
+                item.detail = Some(format!("{t}: its case reached {t} while held ({gate})"));
+                "replay.plan_settle"
+            } else if gate.starts_with("ordering_")
+                && let Some(order) = case.session_id.as_ref().and_then(|s| spec.sessions.get(s))
+            {
+                let pos = order.iter().position(|c| *c == case.id).unwrap_or(0);
+                let mut clear = true;
+                for before in &order[..pos] {
+                    if !self.case_terminal(before).await? {
+                        clear = false;
+                        break;
+                    }
+                }
+                if !clear {
+                    continue;
+                }
+                released = true;
+                item.state = PlanItemState::Waiting;
+                item.detail = None;
+                "replay.plan_release"
+            } else {
+                continue;
+            };
+            run.held = run.held.saturating_sub(1);
+            run.bytes_held = run.bytes_held.saturating_sub(item.bytes);
+            item.updated_at = now;
+            let actor = Actor::system("replay_plans");
+            holds.push(AuditFields {
+                at: now,
+                actor_id: actor.id,
+                actor_name: actor.name,
+                action: action.to_owned(),
+                entity: Some(plan.queue.clone()),
+                targets: vec![
+                    plan.id.clone(),
+                    item.case_id.clone(),
+                    format!("gate={gate}"),
+                    format!("state={}", item.state),
+                ],
+                outcome: "ok".to_owned(),
+                client: None,
+            });
+            items.insert(item.seq, item);
+        }
+        Ok(released)
+    }
+
     async fn predecessor_state(
         &self,
         plan_id: &str,
@@ -2217,6 +2326,80 @@ impl Broker {
         node.1.admit(&b, bytes, now);
         node.1.in_flight = 0;
     }
+}
+
+impl Broker {
+    /// Takes one item of the node-wide replay budget now, for automatic replay (whose
+    /// records' sizes are known only once claimed): `Err(t)` when the budget lets the next
+    /// item go at `t` only (nothing is taken). The item's bytes are charged by
+    /// [`Broker::node_charge`] once known; until they are paid for at the node's byte rate
+    /// no item goes, so the same bound holds as for the plans (same pacer, same state).
+    pub(crate) fn node_reserve(&self, now: Timestamp) -> Result<Reserved, Timestamp> {
+        let mut node = self
+            .inner
+            .plans
+            .node
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let b = node_budget(&node.0, 0);
+        match node.1.check(&b, 0, now) {
+            redrive_core::plan::Admission::At(t) => Err(t),
+            _ => {
+                let before = node.1;
+                node.1.admit(&b, 0, now);
+                node.1.in_flight = 0;
+                Ok(Reserved {
+                    before,
+                    after: node.1,
+                })
+            }
+        }
+    }
+
+    /// Gives back a slot [`Broker::node_reserve`] took for nothing (no record was due),
+    /// unless another admission came after it.
+    pub(crate) fn node_unreserve(&self, r: Reserved) {
+        let mut node = self
+            .inner
+            .plans
+            .node
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if node.1 == r.after {
+            node.1 = r.before;
+        }
+    }
+
+    /// Charges `bytes` admitted at `now` (by [`Broker::node_reserve`]) to the node's byte
+    /// budget: no item goes until they are paid for.
+    pub(crate) fn node_charge(&self, bytes: u64, now: Timestamp) {
+        let mut node = self
+            .inner
+            .plans
+            .node
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let rate = node.0.bytes_per_s.max(1) as f64;
+        let from = (now.as_millis() as f64).max(node.1.bytes_until_ms);
+        node.1.bytes_until_ms = from + bytes as f64 * 1000.0 / rate;
+    }
+
+    /// The node-wide replay budget.
+    pub fn node_replay_budget(&self) -> NodeReplayBudget {
+        self.inner
+            .plans
+            .node
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+    }
+}
+
+/// A slot of the node-wide replay budget taken by [`Broker::node_reserve`]: the pacer
+/// before and after.
+pub(crate) struct Reserved {
+    before: Pacer,
+    after: Pacer,
 }
 
 /// `f` over `inputs`, [`PARALLEL`] at a time, the answers in the inputs' order.

@@ -1025,7 +1025,7 @@ async fn a_code_correction_does_not_make_an_invalid_payload_valid() {
         // A candidate is not a case until the judgement quarantines it.
         let (st, _) = s.get(&format!("/v1/cases/{}", case_id(&ids[0]))).await;
         assert_eq!(st, 404);
-        s.broker.replay_once().await.unwrap();
+        crate::replay::replay_passes(&s).await;
         let id = case_id(&ids[0]);
         work(&s).await;
         let c = case(&s, &id).await;

@@ -53,7 +53,7 @@ async fn an_unreadable_record_is_set_aside_and_every_other_dead_letter_still_rep
         dead_letter(&s, "a", "a-ok").await;
         dead_letter(&s, "b", "b-ok").await;
 
-        let p = s.broker.replay_once().await.expect("the pass answers");
+        let p = crate::replay::replay_passes(&s).await;
         assert_eq!(p.undecodable.len(), 1, "{name}: {p:?}");
         assert_eq!(p.undecodable[0].id, bad, "{name}");
         assert_eq!(p.undecodable[0].queue, "a", "{name}");
@@ -78,7 +78,7 @@ async fn an_unreadable_record_is_set_aside_and_every_other_dead_letter_still_rep
         // Set aside once: not claimed (nor reported) again, even long after any claim
         // would have run out.
         s.clock().advance(std::time::Duration::from_secs(3_600));
-        let p = s.broker.replay_once().await.expect("the pass answers");
+        let p = crate::replay::replay_passes(&s).await;
         assert!(p.undecodable.is_empty(), "{name}: reported once: {p:?}");
         assert_eq!(p.judged, 0, "{name}");
 
@@ -159,7 +159,7 @@ async fn an_unreadable_record_is_set_aside_and_every_other_dead_letter_still_rep
              WHERE id = '{bad}'"
         ))
         .await;
-        let p = s.broker.replay_once().await.expect("the pass answers");
+        let p = crate::replay::replay_passes(&s).await;
         assert_eq!((p.judged, p.republished), (1, 1), "{name}: {p:?}");
         let got = s.receive("a", 1).await;
         assert_eq!(got[0]["message_id"], "bad|1", "{name}");

@@ -8,6 +8,7 @@
 mod access;
 mod auto_replay;
 mod cases;
+mod contract_budgets;
 mod contract_cases;
 mod dead_letters;
 mod hardening_access;

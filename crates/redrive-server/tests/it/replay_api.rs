@@ -33,7 +33,7 @@ async fn dead_letter(s: &TestServer, queue: &str, id: &str, extra: Value) -> Str
 
 /// One judgement pass; answers how many records it judged.
 async fn pass(s: &TestServer) -> u64 {
-    s.broker.replay_once().await.expect("a replay pass").judged
+    crate::replay::replay_passes(s).await.judged
 }
 
 /// The record as the API shows it.
@@ -215,8 +215,12 @@ async fn restore_previews_then_moves_a_quarantined_record_back_and_is_audited() 
         assert!(done["judgement"].get("cause").is_none(), "{name}: {done}");
         assert_eq!(
             done["judgement"]["events"],
-            json!([{"id": "a", "attempts": 0}]),
+            json!([{"id": "a", "attempts": 0, "republished_as": "a|1"}]),
             "{name}"
+        );
+        assert_eq!(
+            done["judgement"]["replay"]["rule"], "automatic_replay",
+            "{name}: {done}"
         );
         let got = s.receive("q", 1).await;
         assert_eq!(got[0]["message_id"], "a|1", "{name}");

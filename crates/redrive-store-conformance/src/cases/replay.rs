@@ -68,6 +68,8 @@ fn ids(records: &[DeadLetterRecord]) -> Vec<&str> {
     records.iter().map(|r| r.id.as_str()).collect()
 }
 
+/// A judgement at `at`: quarantined for `cause`, or (no cause) republished, with the
+/// record of the republish (kept whole by the store).
 fn judgement(at: Timestamp, cause: Option<QuarantineCause>) -> Judgement {
     Judgement {
         events: vec![JudgedEvent {
@@ -75,7 +77,18 @@ fn judgement(at: Timestamp, cause: Option<QuarantineCause>) -> Judgement {
             attempts: 2,
             event_type: Some("order.created".into()),
             cause,
+            republished_as: cause.is_none().then(|| "ev-1|3".into()),
         }],
+        replay: cause.is_none().then(|| {
+            Box::new(redrive_core::judgement::ReplayRecord {
+                rule: "automatic_replay".into(),
+                policy_version: 3,
+                budget: "node replay budget: 4 items/s, 65536 bytes/s".into(),
+                destination: "orders".into(),
+                republished_at: at.0,
+                outcome: "republished".into(),
+            })
+        }),
         ..Judgement::new(at.0, cause)
     }
 }
@@ -519,6 +532,7 @@ pub async fn quarantine_copy_is_create_if_absent_and_copies_the_evidence(t: &Tes
         attempts: 0,
         event_type: Some(t.into()),
         cause: Some(cause),
+        republished_as: None,
     };
     let mixed = QuarantineCopy {
         id: quarantine_copy_id(&id, QuarantineCause::ReplayAttemptsExhausted),
