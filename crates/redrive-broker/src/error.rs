@@ -111,6 +111,27 @@ pub enum BrokerError {
         /// The current owner, when another owner's claim is in the way.
         owner: Option<String>,
     },
+    /// A delivery of a dead letter again by hand (resubmit, move to live, restore, import,
+    /// move task) that its recovery case refuses (`code`: `case_closed`,
+    /// `replay_in_flight`, `case_claimed`, `repeat_safety`, `effect_authority`,
+    /// `effect_present`, `case_busy`); nothing was delivered.
+    #[error("{why}")]
+    RedeliveryRefused {
+        /// The reason's code.
+        code: String,
+        /// Why, in words.
+        why: String,
+        /// The case.
+        case_id: String,
+        /// The operation refused (`resubmit`, `move_to_live`, …).
+        operation: String,
+        /// The case's terminal state (`case_closed`).
+        state: Option<String>,
+        /// The replay in flight (`replay_in_flight`).
+        message_id: Option<String>,
+        /// The claim's holder (`case_claimed`).
+        owner: Option<String>,
+    },
     /// A replay plan cannot do what was asked now (`code` says why: `plan_state`,
     /// `destination_invalid`, `plan_busy`).
     #[error("{why}")]
@@ -180,6 +201,7 @@ impl BrokerError {
             BrokerError::CaseConflict { code, .. } => code.clone(),
             BrokerError::ReplayUnbounded { .. } => "replay_unbounded".into(),
             BrokerError::PlanConflict { code, .. } => code.clone(),
+            BrokerError::RedeliveryRefused { code, .. } => format!("redelivery_refused:{code}"),
             BrokerError::Store(s) => format!("{:?}", s.kind()).to_lowercase(),
             _ => "refused".into(),
         }

@@ -109,6 +109,30 @@ pub fn problem_for(e: &BrokerError) -> Problem {
                 None => p,
             }
         }
+        BrokerError::RedeliveryRefused {
+            code,
+            case_id,
+            operation,
+            state,
+            message_id,
+            owner,
+            ..
+        } => {
+            let mut p = Problem::new(C::RedeliveryRefused, e.to_string())
+                .with("reason", code.as_str())
+                .with("case_id", case_id.as_str())
+                .with("operation", operation.as_str());
+            for (k, v) in [
+                ("state", state),
+                ("message_id", message_id),
+                ("owner", owner),
+            ] {
+                if let Some(v) = v {
+                    p = p.with(k, v.as_str());
+                }
+            }
+            p
+        }
         BrokerError::PlanConflict { code, .. } => {
             Problem::new(C::PlanConflict, e.to_string()).with("reason", code.as_str())
         }

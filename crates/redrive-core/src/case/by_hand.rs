@@ -113,7 +113,9 @@ impl Refusal {
     pub fn describe(&self, case: &str, op: HandOperation) -> String {
         match self {
             Refusal::CaseClosed(t) => {
-                format!("case {case} is closed ({t}): its dead letter is not delivered again ({op})")
+                format!(
+                    "case {case} is closed ({t}): its dead letter is not delivered again ({op})"
+                )
             }
             Refusal::ReplayInFlight(m) => format!(
                 "a replay of case {case} is in flight as {m}: its outcome is awaited before another delivery ({op})"
@@ -260,10 +262,16 @@ mod tests {
             ..facts(&idem)
         };
         let v = judge(&f, NOW);
-        assert_eq!(v, HandVerdict::Refuse(Refusal::ReplayInFlight("m|1".into())));
+        assert_eq!(
+            v,
+            HandVerdict::Refuse(Refusal::ReplayInFlight("m|1".into()))
+        );
         if let HandVerdict::Refuse(r) = v {
             assert_eq!(r.code(), "replay_in_flight");
-            assert!(r.describe("case_1", HandOperation::Resubmit).contains("m|1"));
+            assert!(
+                r.describe("case_1", HandOperation::Resubmit)
+                    .contains("m|1")
+            );
         }
     }
 
@@ -282,10 +290,16 @@ mod tests {
             judge(&f, NOW),
             HandVerdict::Refuse(Refusal::CaseClaimed("alice".into()))
         );
-        let by_alice = HandFacts { who: "alice", ..f.clone() };
+        let by_alice = HandFacts {
+            who: "alice",
+            ..f.clone()
+        };
         assert_eq!(judge(&by_alice, NOW), HandVerdict::CloseIndeterminate);
         // At its end a claim holds no more.
-        assert_eq!(judge(&f, NOW.plus_millis(10)), HandVerdict::CloseIndeterminate);
+        assert_eq!(
+            judge(&f, NOW.plus_millis(10)),
+            HandVerdict::CloseIndeterminate
+        );
     }
 
     #[test]

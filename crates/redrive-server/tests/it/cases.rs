@@ -12,9 +12,9 @@ use redrive_testkit::{Backend, TestServer, assert_problem, default_settings};
 use redrive_testkit::{Receiver, Reply};
 use serde_json::{Value, json};
 
-const HOUR: u64 = 3_600_000;
+pub(crate) const HOUR: u64 = 3_600_000;
 
-async fn server(backend: Backend) -> TestServer {
+pub(crate) async fn server(backend: Backend) -> TestServer {
     TestServer::builder()
         .backend(backend)
         .settings(redrive_server::Settings {
@@ -26,7 +26,7 @@ async fn server(backend: Backend) -> TestServer {
         .await
 }
 
-async fn register(s: &TestServer, key: &str, answer: Idempotency) {
+pub(crate) async fn register(s: &TestServer, key: &str, answer: Idempotency) {
     let entry = RegisterEntry::new(key.parse::<RegisterKey>().unwrap(), answer, None).unwrap();
     s.broker
         .set_register_entry(&Actor::system("test"), entry)
@@ -36,13 +36,13 @@ async fn register(s: &TestServer, key: &str, answer: Idempotency) {
 
 /// An effect authority whose answer the test changes as it goes; it records each
 /// question.
-struct Authority {
+pub(crate) struct Authority {
     receiver: Receiver,
     answer: Arc<Mutex<(u16, Value)>>,
 }
 
 impl Authority {
-    async fn start(effect: &str, evidence: &str) -> Authority {
+    pub(crate) async fn start(effect: &str, evidence: &str) -> Authority {
         let answer = Arc::new(Mutex::new((
             200,
             json!({"effect": effect, "evidence": evidence}),
@@ -59,19 +59,23 @@ impl Authority {
         Authority { receiver, answer }
     }
 
-    fn answer(&self, effect: &str, evidence: &str) {
+    pub(crate) fn answer(&self, effect: &str, evidence: &str) {
         *self.answer.lock().unwrap() = (200, json!({"effect": effect, "evidence": evidence}));
     }
 
-    fn fail(&self, status: u16) {
+    pub(crate) fn fail(&self, status: u16) {
         *self.answer.lock().unwrap() = (status, json!({}));
     }
 
-    fn questions(&self) -> Vec<Value> {
+    pub(crate) fn url(&self) -> String {
+        self.receiver.url.clone()
+    }
+
+    pub(crate) fn questions(&self) -> Vec<Value> {
         self.receiver.requests().iter().map(|r| r.json()).collect()
     }
 
-    async fn register(&self, s: &TestServer, message_type: &str) {
+    pub(crate) async fn register(&self, s: &TestServer, message_type: &str) {
         let (st, v) = s
             .call(
                 reqwest::Method::PUT,
@@ -85,7 +89,13 @@ impl Authority {
 
 /// Sends a message with `extra` fields and dead-letters its first delivery with `reason`;
 /// answers the record id.
-async fn dead_letter(s: &TestServer, queue: &str, id: &str, extra: Value, reason: &str) -> String {
+pub(crate) async fn dead_letter(
+    s: &TestServer,
+    queue: &str,
+    id: &str,
+    extra: Value,
+    reason: &str,
+) -> String {
     let mut msg =
         json!({"message_id": id, "body": format!("{{\"order\":\"{id}\",\"card\":\"4111\"}}")});
     if let Value::Object(m) = extra {
@@ -109,18 +119,18 @@ async fn dead_letter(s: &TestServer, queue: &str, id: &str, extra: Value, reason
     v["dead_letter_id"].as_str().unwrap().to_owned()
 }
 
-fn case_id(record: &str) -> String {
+pub(crate) fn case_id(record: &str) -> String {
     format!("case_{}", record.trim_start_matches("dl_"))
 }
 
-async fn case(s: &TestServer, id: &str) -> Value {
+pub(crate) async fn case(s: &TestServer, id: &str) -> Value {
     let (st, v) = s.get(&format!("/v1/cases/{id}")).await;
     assert_eq!(st, 200, "{v}");
     v
 }
 
 /// Looks until a look advances nothing.
-async fn work(s: &TestServer) {
+pub(crate) async fn work(s: &TestServer) {
     for _ in 0..10 {
         let pass = s.broker.cases_once().await.expect("a case pass");
         if pass.advanced == 0 {
@@ -129,7 +139,7 @@ async fn work(s: &TestServer) {
     }
 }
 
-fn states(c: &Value) -> Vec<String> {
+pub(crate) fn states(c: &Value) -> Vec<String> {
     c["timeline"]
         .as_array()
         .unwrap()
@@ -138,7 +148,7 @@ fn states(c: &Value) -> Vec<String> {
         .collect()
 }
 
-async fn act(s: &TestServer, id: &str, action: &str, body: Value) -> Value {
+pub(crate) async fn act(s: &TestServer, id: &str, action: &str, body: Value) -> Value {
     let (st, v) = s.post(&format!("/v1/cases/{id}/{action}"), body).await;
     assert_eq!(st, 200, "{action}: {v}");
     v
@@ -308,7 +318,7 @@ async fn one_item_is_worked_through_the_gates_to_completion() {
 
 /// Claims a case and takes it through diagnosis, one correction and an isolated test on
 /// its exact payload (to `sandbox`).
-async fn to_eligible(s: &TestServer, id: &str, sandbox: &str) -> Value {
+pub(crate) async fn to_eligible(s: &TestServer, id: &str, sandbox: &str) -> Value {
     act(s, id, "claim", json!({"lease_ms": 4 * HOUR})).await;
     act(
         s,
@@ -334,7 +344,7 @@ async fn to_eligible(s: &TestServer, id: &str, sandbox: &str) -> Value {
 }
 
 /// Imports JSON-Lines records into `queue`; answers the record ids.
-async fn import(s: &TestServer, queue: &str, lines: &[Value]) -> Vec<String> {
+pub(crate) async fn import(s: &TestServer, queue: &str, lines: &[Value]) -> Vec<String> {
     let times = json!({"enqueued_time": "2027-01-15T06:00:00Z", "dead_lettered_at": "2027-01-15T07:00:00Z"});
     let content: Vec<String> = lines
         .iter()
