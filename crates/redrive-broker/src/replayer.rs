@@ -896,11 +896,16 @@ impl Broker {
                 .iter()
                 .map(|(c, n)| format!("requarantine.{c}={n}")),
         );
-        // Back in live, automatic replay delivers it again: through its case's gates.
-        let pass = match self
-            .hand_record_gate(&name, id, Area::Quarantine, HandOperation::Restore, actor)
-            .await
-        {
+        // Back in live, automatic replay delivers it again: through its case's gates. A
+        // restore whose judgement republishes nothing (every event back to quarantine)
+        // delivers nothing again and passes as before.
+        let gate = if preview.republish == 0 {
+            Ok(HandPass::NoCase)
+        } else {
+            self.hand_record_gate(&name, id, Area::Quarantine, HandOperation::Restore, actor)
+                .await
+        };
+        let pass = match gate {
             Ok(p) => p,
             Err(e) => {
                 return self

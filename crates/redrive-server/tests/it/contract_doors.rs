@@ -526,18 +526,20 @@ async fn restore_import_and_move_tasks_go_through_the_case() {
             json!({"max_delivery_count": 1, "dead_letter_queue": "orders-dlq"}),
         )
         .await;
-        register(&s, "order.placed", Idempotency::NotIdempotent).await;
+        register(&s, "order.noted", Idempotency::Idempotent).await;
+        // Automatic replay would republish an idempotent type: a restore delivers it.
+        register(&s, "note.kept", Idempotency::Idempotent).await;
         let authority = Authority::start("present", "ledger entry 5").await;
-        authority.register(&s, "order.placed").await;
+        authority.register(&s, "order.noted").await;
         let done = dead_letter(
             &s,
             "orders",
             "o-5",
-            json!({"type": "order.placed"}),
+            json!({"type": "order.noted"}),
             "AckLost",
         )
         .await;
-        let open = dead_letter(&s, "orders", "o-7", json!({}), "Boom").await;
+        let open = dead_letter(&s, "orders", "o-7", json!({"type": "note.kept"}), "Boom").await;
         work(&s).await;
         let done_case = case_id(&done);
         assert_eq!(case(&s, &done_case).await["state"], "completed", "{name}");
@@ -625,7 +627,7 @@ async fn restore_import_and_move_tasks_go_through_the_case() {
 
         // An SQS move task: the completed case's message stays on the dead-letter queue,
         // the task goes on past it, moves the other, and reports what it skipped.
-        for (id, extra) in [("b-1", json!({"type": "order.placed"})), ("b-2", json!({}))] {
+        for (id, extra) in [("b-1", json!({"type": "order.noted"})), ("b-2", json!({}))] {
             let mut msg = json!({"message_id": id, "body": "x"});
             for (k, v) in extra.as_object().unwrap() {
                 msg[k] = v.clone();
