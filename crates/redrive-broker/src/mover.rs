@@ -886,9 +886,9 @@ impl Broker {
         };
         match self.hand_gate(case, target, &spec.owner).await {
             Ok(p) => Ok(Some(p)),
-            Err(e @ BrokerError::RedeliveryRefused { .. }) => {
+            Err(e @ BrokerError::RedeliveryRefused(_)) => {
                 let case_id = match &e {
-                    BrokerError::RedeliveryRefused { case_id, .. } => case_id.clone(),
+                    BrokerError::RedeliveryRefused(r) => r.case_id.clone(),
                     _ => String::new(),
                 };
                 tracing::info!(handle, message_id = %m.message_id, case_id = %case_id,

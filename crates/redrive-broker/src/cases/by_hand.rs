@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use super::data::{CaseData, EffectRecord, ReplayRecord, ReplayStatus};
 use super::effect;
+use crate::error::RedeliveryRefusal;
 use crate::metrics::Counter;
 use crate::{Actor, Broker, BrokerError, BrokerResult};
 
@@ -141,7 +142,7 @@ fn with(mut e: TimelineEntry, fields: &[(&str, String)]) -> TimelineEntry {
 }
 
 fn refused(case: &CaseRecord, op: HandOperation, r: &Refusal) -> BrokerError {
-    BrokerError::RedeliveryRefused {
+    BrokerError::RedeliveryRefused(Box::new(RedeliveryRefusal {
         code: r.code().to_owned(),
         why: r.describe(&case.id, op),
         case_id: case.id.clone(),
@@ -159,11 +160,11 @@ fn refused(case: &CaseRecord, op: HandOperation, r: &Refusal) -> BrokerError {
             Refusal::CaseClaimed(o) => Some(o.clone()),
             _ => None,
         },
-    }
+    }))
 }
 
 fn busy(case: &CaseRecord, op: HandOperation) -> BrokerError {
-    BrokerError::RedeliveryRefused {
+    BrokerError::RedeliveryRefused(Box::new(RedeliveryRefusal {
         code: "case_busy".to_owned(),
         why: format!(
             "case {} changed while its dead letter was to be delivered again ({op}): nothing was delivered; retry",
@@ -174,7 +175,7 @@ fn busy(case: &CaseRecord, op: HandOperation) -> BrokerError {
         state: None,
         message_id: None,
         owner: None,
-    }
+    }))
 }
 
 /// Appends `e` to `append` if the timeline allows it after `state`, which it moves.
