@@ -169,6 +169,13 @@ codes! {
     /// `intent_decided`, `no_effect_authority`, `no_correction`, `payload_gone`,
     /// `case_state`, `case_changed`, `case_busy`, `timeline_full`). Nothing changed.
     CaseConflict = ("case_conflict", 409, "Case conflict"),
+    /// A delivery of a dead letter again by hand (resubmit, move to live, restore, import,
+    /// a message move task) that its recovery case refuses; `case_id`, `operation` and
+    /// `reason` say which and why (`case_closed` with `state`, `replay_in_flight` with
+    /// `message_id`, `case_claimed` with `owner`, `repeat_safety`, `effect_authority`,
+    /// `effect_present` — the case completed instead —, `case_busy`). Nothing was
+    /// delivered.
+    RedeliveryRefused = ("redelivery_refused", 409, "Redelivery refused by its recovery case"),
     /// No replay plan with that id.
     ReplayPlanNotFound = ("replay_plan_not_found", 404, "Replay plan not found"),
     /// A replay plan operation refused now; `reason` says why (`plan_state`: the plan's

@@ -3,11 +3,14 @@
 //! decision (settle, resubmit, move) with its outcome.
 
 use redrive_core::access::Operation;
-use redrive_core::{Area, EntityName, Timestamp};
+use redrive_core::case::by_hand::HandOperation;
+use redrive_core::{Area, EntityName, RecordFormat, Timestamp};
 use redrive_store::{
-    DeadLetterDelivery, DeadLetterPage, DeadLetterQuery, DeadLetterRecord, Enqueued,
+    DeadLetterDelivery, DeadLetterPage, DeadLetterQuery, DeadLetterRecord, Enqueued, StoreError,
     UndecodableRecord,
 };
+
+use crate::cases::by_hand::{HandPass, HandTarget};
 
 use crate::metrics::Counter;
 use crate::{Actor, Broker, BrokerError, BrokerResult, MAX_RECEIVE_BATCH};
@@ -215,7 +218,9 @@ impl Broker {
         Ok(())
     }
 
-    /// Sends a live dead letter back to its queue and archives the record.
+    /// Sends a live dead letter back to its queue and archives the record. A record with
+    /// a recovery case goes through the case's gates first (`cases::by_hand`): refused
+    /// with the reason (audited, nothing sent), or sent and recorded on the case.
     #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue, dead_letter = %id))]
     pub async fn resubmit_dead_letter(
         &self,
@@ -224,18 +229,43 @@ impl Broker {
         actor: &Actor,
     ) -> BrokerResult<Enqueued> {
         let name: EntityName = queue.parse()?;
-        let e = self
+        let pass = match self
+            .hand_record_gate(&name, id, Area::Live, HandOperation::Resubmit, actor)
+            .await
+        {
+            Ok(p) => p,
+            Err(e) => {
+                return self
+                    .audited(
+                        actor,
+                        "dead_letter.resubmit",
+                        Some(name.as_str()),
+                        vec![id.to_owned()],
+                        Err(e),
+                    )
+                    .await;
+            }
+        };
+        let e: BrokerResult<Enqueued> = self
             .inner
             .store
             .resubmit_dead_letter(&name, id, self.now())
-            .await;
+            .await
+            .map_err(Into::into);
+        match &e {
+            Ok(enq) => {
+                self.hand_delivered(pass, Some(&enq.message_id), actor)
+                    .await
+            }
+            Err(err) => self.hand_failed(&pass, err).await,
+        }
         let e = self
             .audited(
                 actor,
                 "dead_letter.resubmit",
                 Some(name.as_str()),
                 vec![id.to_owned()],
-                e.map_err(Into::into),
+                e,
             )
             .await?;
         self.inner
@@ -245,6 +275,46 @@ impl Broker {
             sequence = e.sequence, actor = %actor.id, "dead letter resubmitted");
         self.inner.waiters.wake(name.as_str());
         Ok(e)
+    }
+
+    /// The gate of a delivery by hand of record `id` of `queue` (see `cases::by_hand`):
+    /// a record that is not in area `from` (the store then answers as it does), or that
+    /// has no case, passes as before.
+    pub(crate) async fn hand_record_gate(
+        &self,
+        queue: &EntityName,
+        id: &str,
+        from: Area,
+        operation: HandOperation,
+        actor: &Actor,
+    ) -> BrokerResult<HandPass> {
+        let record = match self.inner.store.get_dead_letter(queue, id).await {
+            Ok(r) if r.area == from => r,
+            Ok(_)
+            | Err(StoreError::DeadLetterNotFound { .. } | StoreError::QueueNotFound { .. }) => {
+                return Ok(HandPass::NoCase);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let case = self.case_of_record(&record.id).await?;
+        let message_id = match operation {
+            HandOperation::Resubmit => record.message_id.clone(),
+            // Handed to automatic replay: the id it gives a message record.
+            _ => match record.format {
+                RecordFormat::Message => {
+                    let (_, n) = redrive_core::id::split_replay_count(&record.message_id);
+                    redrive_core::id::with_replay_count(&record.message_id, n + 1)
+                }
+                RecordFormat::Events => String::new(),
+            },
+        };
+        let target = HandTarget {
+            operation,
+            message_id,
+            destination: queue.to_string(),
+            digest: record.body_sha256.clone(),
+        };
+        self.hand_gate(case, target, actor).await
     }
 
     /// Moves a record to another area.
@@ -258,17 +328,50 @@ impl Broker {
         actor: &Actor,
     ) -> BrokerResult<()> {
         let name: EntityName = queue.parse()?;
-        let r = self
+        // Back to live, automatic replay delivers it again: through its case's gates.
+        let pass = if to == Area::Live {
+            let mut pass = Ok(HandPass::NoCase);
+            for from in [Area::Archived, Area::Quarantine] {
+                pass = self
+                    .hand_record_gate(&name, id, from, HandOperation::MoveToLive, actor)
+                    .await;
+                if !matches!(pass, Ok(HandPass::NoCase)) {
+                    break;
+                }
+            }
+            match pass {
+                Ok(p) => p,
+                Err(e) => {
+                    return self
+                        .audited(
+                            actor,
+                            "dead_letter.move",
+                            Some(name.as_str()),
+                            vec![id.to_owned(), format!("to={to}")],
+                            Err(e),
+                        )
+                        .await;
+                }
+            }
+        } else {
+            HandPass::NoCase
+        };
+        let r: BrokerResult<()> = self
             .inner
             .store
             .move_dead_letter(&name, id, to, self.now())
-            .await;
+            .await
+            .map_err(Into::into);
+        match &r {
+            Ok(()) => self.hand_delivered(pass, None, actor).await,
+            Err(err) => self.hand_failed(&pass, err).await,
+        }
         self.audited(
             actor,
             "dead_letter.move",
             Some(name.as_str()),
             vec![id.to_owned(), format!("to={to}")],
-            r.map_err(Into::into),
+            r,
         )
         .await?;
         tracing::info!(queue = %name, dead_letter_id = id, area = %to, actor = %actor.id,

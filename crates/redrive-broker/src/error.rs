@@ -111,6 +111,10 @@ pub enum BrokerError {
         /// The current owner, when another owner's claim is in the way.
         owner: Option<String>,
     },
+    /// A delivery of a dead letter again by hand (resubmit, move to live, restore, import,
+    /// move task) that its recovery case refuses; nothing was delivered.
+    #[error("{}", .0.why)]
+    RedeliveryRefused(Box<RedeliveryRefusal>),
     /// A replay plan cannot do what was asked now (`code` says why: `plan_state`,
     /// `destination_invalid`, `plan_busy`).
     #[error("{why}")]
@@ -156,6 +160,26 @@ pub enum BrokerError {
     Store(#[from] StoreError),
 }
 
+/// Why a recovery case refused a delivery of its dead letter by hand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedeliveryRefusal {
+    /// The reason's code: `case_closed`, `replay_in_flight`, `case_claimed`,
+    /// `repeat_safety`, `effect_authority`, `effect_present`, `case_busy`.
+    pub code: String,
+    /// Why, in words.
+    pub why: String,
+    /// The case.
+    pub case_id: String,
+    /// The operation refused (`resubmit`, `move_to_live`, …).
+    pub operation: String,
+    /// The case's terminal state (`case_closed`, `effect_present`).
+    pub state: Option<String>,
+    /// The replay in flight (`replay_in_flight`).
+    pub message_id: Option<String>,
+    /// The claim's holder (`case_claimed`).
+    pub owner: Option<String>,
+}
+
 fn forbidden_text(operation: &str, needs: &str, entity: Option<&str>) -> String {
     match entity {
         Some(e) => format!("this token may not do {operation} on {e:?}: it needs {needs} on it"),
@@ -180,6 +204,7 @@ impl BrokerError {
             BrokerError::CaseConflict { code, .. } => code.clone(),
             BrokerError::ReplayUnbounded { .. } => "replay_unbounded".into(),
             BrokerError::PlanConflict { code, .. } => code.clone(),
+            BrokerError::RedeliveryRefused(r) => format!("redelivery_refused:{}", r.code),
             BrokerError::Store(s) => format!("{:?}", s.kind()).to_lowercase(),
             _ => "refused".into(),
         }

@@ -44,11 +44,13 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use redrive_core::case::by_hand::HandOperation;
+use redrive_core::case::intent_identity;
 use redrive_core::message::{
     DEAD_LETTER_DESCRIPTION_PROPERTY, DEAD_LETTER_REASON_PROPERTY, DEAD_LETTER_SOURCE_PROPERTY,
 };
 use redrive_core::plan::{Admission, Budget, Dependency, Pacer};
-use redrive_core::{PropertyValue, Timestamp};
+use redrive_core::{EntityName, PropertyValue, Timestamp};
 use redrive_store::skeleton::columns::after;
 use redrive_store::{
     Delivery, MoveTaskProgress, MoveTaskRecord, MoveTaskStatus, SettleAction, Settlement,
@@ -57,6 +59,7 @@ use redrive_store::{
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::cases::by_hand::{HandPass, HandTarget};
 use crate::{
     Actor, Broker, BrokerError, BrokerResult, LockBounds, Outgoing, ReceiveOptions, Settle,
 };
@@ -485,7 +488,7 @@ impl Broker {
                         runner_until: None,
                         next_slot: record.next_slot,
                     };
-                    self.end_move(&record, &owner, &end).await;
+                    self.end_move(&record, &owner, &end, 0).await;
                 }
             }
         }
@@ -514,8 +517,15 @@ impl Broker {
             .map(crate::access::actor_of))
     }
 
-    /// Writes the end of a task this node runs and audits it (when the write took).
-    async fn end_move(&self, record: &MoveTaskRecord, owner: &Actor, end: &MoveTaskProgress) {
+    /// Writes the end of a task this node runs and audits it (when the write took), with
+    /// how many messages their recovery case refused (`skipped`).
+    async fn end_move(
+        &self,
+        record: &MoveTaskRecord,
+        owner: &Actor,
+        end: &MoveTaskProgress,
+        skipped: u64,
+    ) {
         let handle = &record.handle;
         let written = match self
             .inner
@@ -533,7 +543,11 @@ impl Broker {
             tracing::info!(handle, "message move task is run by another node now");
             return;
         };
-        let mut targets = vec![handle.clone(), format!("moved={}", w.moved)];
+        let mut targets = vec![
+            handle.clone(),
+            format!("moved={}", w.moved),
+            format!("skipped={skipped}"),
+        ];
         if let Some(f) = &w.failure_reason {
             targets.push(format!("failure={f}"));
         }
@@ -558,10 +572,14 @@ impl Broker {
         let mut moved = record.moved;
         let mut pacer = pacer_of(&record);
         let stop = cancel.child_token();
+        let mut skipped: Vec<Delivery> = Vec::new();
         let result = tokio::select! {
-            r = self.move_loop(&handle, &spec, &stop, &mut moved, &mut pacer) => r,
+            r = self.move_loop(&handle, &spec, &stop, &mut moved, &mut pacer, &mut skipped) => r,
             () = revoked.cancelled() => Err(AUTHORIZATION_REVOKED.to_owned()),
         };
+        // Messages their recovery case refused stay on the source, available again.
+        let skipped_count = skipped.len() as u64;
+        self.release(&handle, &spec.source, skipped).await;
         // A revocation that lands between batches ends the loop through the select; one
         // noticed only after the loop ended still counts as the reason it stopped.
         let result = if revoked.is_cancelled() {
@@ -608,8 +626,8 @@ impl Broker {
             runner_until,
             next_slot: next_slot(&pacer),
         };
-        self.end_move(&record, &owner, &end).await;
-        tracing::info!(handle, "message move task ended");
+        self.end_move(&record, &owner, &end, skipped_count).await;
+        tracing::info!(handle, skipped = skipped_count, "message move task ended");
     }
 
     /// Writes progress and the pacing state and renews the heartbeat; says whether to go
@@ -643,7 +661,9 @@ impl Broker {
 
     /// Moves until the source is empty, the task is cancelled, or the broker shuts down;
     /// `Err` with the reason when a message cannot be moved. `moved` counts as it goes;
-    /// `pacer` holds the task to its rate (see the module docs).
+    /// `pacer` holds the task to its rate (see the module docs). A message its recovery
+    /// case refuses stays on the source, held in `skipped` (once each) until the task
+    /// ends, and the task goes on past it.
     async fn move_loop(
         &self,
         handle: &str,
@@ -651,6 +671,7 @@ impl Broker {
         cancel: &CancellationToken,
         moved: &mut u64,
         pacer: &mut Pacer,
+        skipped: &mut Vec<Delivery>,
     ) -> Result<Stop, String> {
         let stopped = |c: &CancellationToken| {
             if self.inner.shutdown.is_cancelled() {
@@ -709,18 +730,30 @@ impl Broker {
             }
             let mut rest = std::mem::take(&mut held).into_iter();
             while let Some(d) = rest.next() {
-                let one = self.move_one(spec, &d).await;
+                let one = self.move_one(handle, spec, &d).await;
                 pacer.finish();
-                if let Err(reason) = one {
-                    self.release(
-                        handle,
-                        &spec.source,
-                        std::iter::once(d).chain(rest).collect(),
-                    )
-                    .await;
-                    return Err(reason);
+                match one {
+                    Err(reason) => {
+                        self.release(
+                            handle,
+                            &spec.source,
+                            std::iter::once(d).chain(rest).collect(),
+                        )
+                        .await;
+                        return Err(reason);
+                    }
+                    Ok(true) => *moved += 1,
+                    Ok(false) => {
+                        match skipped
+                            .iter_mut()
+                            .find(|s| s.message.sequence == d.message.sequence)
+                        {
+                            // Received again after its lock ran out: counted once.
+                            Some(s) => *s = d,
+                            None => skipped.push(d),
+                        }
+                    }
                 }
-                *moved += 1;
             }
             tokio::task::yield_now().await;
         }
@@ -762,8 +795,12 @@ impl Broker {
         }
     }
 
-    /// Sends one delivery to its destination, then completes it on the source.
-    async fn move_one(&self, spec: &MoveSpec, d: &Delivery) -> Result<(), String> {
+    /// Sends one delivery to its destination, then completes it on the source: `true`.
+    /// A message that stands for a recovery case (the latest case of its intent on the
+    /// queue that dead-lettered it, its `DeadLetterSource`) goes through the case's gates
+    /// first (`cases::by_hand`); refused, it is not sent (`false`, audited
+    /// `move_task.move` with the reason).
+    async fn move_one(&self, handle: &str, spec: &MoveSpec, d: &Delivery) -> Result<bool, String> {
         let m = &d.message;
         let dest = match (
             &spec.destination,
@@ -778,11 +815,20 @@ impl Broker {
                 ));
             }
         };
+        let pass = match self.move_gate(handle, spec, d, &dest).await {
+            Ok(Some(p)) => p,
+            Ok(None) => return Ok(false),
+            Err(e) => return Err(format!("judging message {}: {e}", m.message_id)),
+        };
         let out = outgoing(m);
-        let sent = self
-            .send(&dest, vec![out.clone()])
-            .await
-            .map_err(|e| format!("sending message {} to {dest}: {e}", m.message_id))?;
+        let sent = match self.send(&dest, vec![out.clone()]).await {
+            Ok(sent) => sent,
+            Err(e) => {
+                self.hand_failed(&pass, &e).await;
+                return Err(format!("sending message {} to {dest}: {e}", m.message_id));
+            }
+        };
+        let mut sent_id = sent.first().map(|e| e.message_id.clone());
         if sent.first().is_some_and(|e| e.duplicate) {
             // The destination's duplicate detection knows the id: moved messages are not
             // duplicates, so send it under a new id rather than lose it.
@@ -790,10 +836,16 @@ impl Broker {
                 message_id: None,
                 ..out
             };
-            self.send(&dest, vec![fresh])
-                .await
-                .map_err(|e| format!("sending message {} to {dest}: {e}", m.message_id))?;
+            match self.send(&dest, vec![fresh]).await {
+                Ok(again) => sent_id = again.first().map(|e| e.message_id.clone()),
+                Err(e) => {
+                    self.hand_failed(&pass, &e).await;
+                    return Err(format!("sending message {} to {dest}: {e}", m.message_id));
+                }
+            }
         }
+        self.hand_delivered(pass, sent_id.as_deref(), &spec.owner)
+            .await;
         let done = self
             .settle(&spec.source, vec![(d.lock_token.clone(), Settle::Complete)])
             .await
@@ -803,7 +855,57 @@ impl Broker {
             tracing::warn!(message_id = %m.message_id, error = %e,
                 "moved message could not be completed on the source");
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// The gate of moving `d` to `dest` (see [`Broker::move_one`]): `Ok(None)` when its
+    /// case refuses it (audited); `Err` when the case could not be asked.
+    async fn move_gate(
+        &self,
+        handle: &str,
+        spec: &MoveSpec,
+        d: &Delivery,
+        dest: &str,
+    ) -> BrokerResult<Option<HandPass>> {
+        let m = &d.message;
+        let case = match m.properties.get(DEAD_LETTER_SOURCE_PROPERTY) {
+            Some(PropertyValue::String(q)) => match q.parse::<EntityName>() {
+                Ok(origin) => {
+                    let intent = intent_identity(m.intent.as_deref(), &m.message_id);
+                    self.case_of_intent(&origin, intent).await?
+                }
+                Err(_) => None,
+            },
+            _ => None,
+        };
+        let target = HandTarget {
+            operation: HandOperation::MoveTask,
+            message_id: m.message_id.clone(),
+            destination: dest.to_owned(),
+            digest: redrive_core::digest::sha256_hex(&m.body),
+        };
+        match self.hand_gate(case, target, &spec.owner).await {
+            Ok(p) => Ok(Some(p)),
+            Err(e @ BrokerError::RedeliveryRefused(_)) => {
+                let case_id = match &e {
+                    BrokerError::RedeliveryRefused(r) => r.case_id.clone(),
+                    _ => String::new(),
+                };
+                tracing::info!(handle, message_id = %m.message_id, case_id = %case_id,
+                    error = %e, "message move task skipped a message its recovery case refuses");
+                let outcome = format!("error:{}", e.code_hint());
+                self.audit(
+                    &spec.owner,
+                    "move_task.move",
+                    Some(&spec.source),
+                    vec![handle.to_owned(), m.message_id.clone(), case_id],
+                    &outcome,
+                )
+                .await?;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 

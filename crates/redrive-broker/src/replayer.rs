@@ -34,6 +34,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use redrive_core::case::by_hand::HandOperation;
 use redrive_core::judgement::{
     self, Destination, EventRef, Judgement, ORIGINAL_ID_PROPERTY, Partition, QuarantineCause,
     REPLAYED_FROM_PROPERTY,
@@ -49,6 +50,7 @@ use redrive_store::{
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::cases::by_hand::{HandPass, HandTarget, Judged};
 use crate::metrics::Counter;
 use crate::{Actor, Broker, BrokerError, BrokerResult};
 
@@ -1053,11 +1055,6 @@ impl Broker {
         if dry_run {
             return Ok(preview);
         }
-        let r = self
-            .inner
-            .store
-            .move_dead_letter(&name, id, Area::Live, self.now())
-            .await;
         let mut targets = vec![id.to_owned(), format!("republish={}", preview.republish)];
         targets.extend(
             preview
@@ -1065,12 +1062,45 @@ impl Broker {
                 .iter()
                 .map(|(c, n)| format!("requarantine.{c}={n}")),
         );
+        // Back in live, automatic replay delivers it again: through its case's gates. A
+        // restore whose judgement republishes nothing (every event back to quarantine)
+        // delivers nothing again and passes as before.
+        let gate = if preview.republish == 0 {
+            Ok(HandPass::NoCase)
+        } else {
+            self.hand_record_gate(&name, id, Area::Quarantine, HandOperation::Restore, actor)
+                .await
+        };
+        let pass = match gate {
+            Ok(p) => p,
+            Err(e) => {
+                return self
+                    .audited(
+                        actor,
+                        "dead_letter.restore",
+                        Some(name.as_str()),
+                        targets,
+                        Err(e),
+                    )
+                    .await;
+            }
+        };
+        let r: BrokerResult<()> = self
+            .inner
+            .store
+            .move_dead_letter(&name, id, Area::Live, self.now())
+            .await
+            .map_err(Into::into);
+        match &r {
+            Ok(()) => self.hand_delivered(pass, None, actor).await,
+            Err(e) => self.hand_failed(&pass, e).await,
+        }
         self.audited(
             actor,
             "dead_letter.restore",
             Some(name.as_str()),
             targets,
-            r.map_err(Into::into),
+            r,
         )
         .await?;
         preview.restored = true;
@@ -1288,11 +1318,38 @@ impl Broker {
             .map(|r| imported_record(&name, record.policy_version, r, now))
             .collect();
         let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
-        let result = self
+        // A record whose intent has a case here delivers it again (automatic replay, a
+        // resubmit): every one goes through its case's gates, or the import is refused
+        // whole, as any refused import is.
+        let passes = match self.import_gates(&name, &records, actor).await {
+            Ok(p) => p,
+            Err(e) => {
+                let targets = vec![format!("format={}", format.as_str()), "records=0".into()];
+                tracing::info!(queue = %name, format = format.as_str(), actor = %actor.id,
+                    error = %e, "dead-letter import refused by a recovery case");
+                return self
+                    .audited(
+                        actor,
+                        "dead_letter.import",
+                        Some(name.as_str()),
+                        targets,
+                        Err(e),
+                    )
+                    .await;
+            }
+        };
+        let result: BrokerResult<()> = self
             .inner
             .store
             .import_dead_letters(&name, records, now)
-            .await;
+            .await
+            .map_err(Into::into);
+        for pass in passes {
+            match &result {
+                Ok(()) => self.hand_delivered(pass, None, actor).await,
+                Err(e) => self.hand_failed(&pass, e).await,
+            }
+        }
         let mut targets = vec![
             format!("format={}", format.as_str()),
             format!("records={}", ids.len()),
@@ -1306,13 +1363,64 @@ impl Broker {
             "dead_letter.import",
             Some(name.as_str()),
             targets,
-            result.map_err(Into::into),
+            result,
         )
         .await?;
         tracing::info!(queue = %name, records = ids.len(), format = format.as_str(),
             actor = %actor.id, "dead letters imported");
         self.wake_replay();
         Ok(ids)
+    }
+}
+
+impl Broker {
+    /// The gates of an import's records (see `cases::by_hand`): each record whose intent
+    /// has a case on `queue` is judged first (none is admitted while one may still be
+    /// refused), then the followed ones are admitted. `Err`: the first refusal.
+    async fn import_gates(
+        &self,
+        queue: &EntityName,
+        records: &[DeadLetterRecord],
+        actor: &Actor,
+    ) -> BrokerResult<Vec<HandPass>> {
+        let mut judged: Vec<Judged> = Vec::new();
+        for r in records {
+            let intent = redrive_core::case::intent_identity(r.intent.as_deref(), &r.message_id);
+            let Some(case) = self.case_of_intent(queue, intent).await? else {
+                continue;
+            };
+            if judged.iter().any(|j| j.case_id() == case.id) {
+                // One delivery per case and import: the first record stands for it.
+                continue;
+            }
+            let message_id = match r.format {
+                RecordFormat::Message => {
+                    let (_, n) = redrive_core::id::split_replay_count(&r.message_id);
+                    redrive_core::id::with_replay_count(&r.message_id, n + 1)
+                }
+                RecordFormat::Events => String::new(),
+            };
+            let target = HandTarget {
+                operation: HandOperation::Import,
+                message_id,
+                destination: queue.to_string(),
+                digest: r.body_sha256.clone(),
+            };
+            judged.push(self.hand_judge(case, target, actor).await?);
+        }
+        let mut passes = Vec::with_capacity(judged.len());
+        for j in judged {
+            match self.hand_admit(j, actor).await {
+                Ok(p) => passes.push(p),
+                Err(e) => {
+                    for p in &passes {
+                        self.hand_failed(p, &e).await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(passes)
     }
 }
 

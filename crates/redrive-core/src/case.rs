@@ -2633,3 +2633,6 @@ mod tests {
         }
     }
 }
+
+/// Delivering a dead letter again by hand goes through the case (see the module).
+pub mod by_hand;

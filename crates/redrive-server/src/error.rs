@@ -109,6 +109,22 @@ pub fn problem_for(e: &BrokerError) -> Problem {
                 None => p,
             }
         }
+        BrokerError::RedeliveryRefused(r) => {
+            let mut p = Problem::new(C::RedeliveryRefused, e.to_string())
+                .with("reason", r.code.as_str())
+                .with("case_id", r.case_id.as_str())
+                .with("operation", r.operation.as_str());
+            for (k, v) in [
+                ("state", &r.state),
+                ("message_id", &r.message_id),
+                ("owner", &r.owner),
+            ] {
+                if let Some(v) = v {
+                    p = p.with(k, v.as_str());
+                }
+            }
+            p
+        }
         BrokerError::PlanConflict { code, .. } => {
             Problem::new(C::PlanConflict, e.to_string()).with("reason", code.as_str())
         }

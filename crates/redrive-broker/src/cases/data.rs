@@ -65,6 +65,10 @@ pub struct CaseData {
     /// What the escalation named, while escalated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalated_for: Option<String>,
+    /// The last delivery of the dead letter by hand that the case follows (see
+    /// `cases::by_hand`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by_hand: Option<super::by_hand::HandRecord>,
 }
 
 /// What the route verification found when the case was opened (and re-checked).
@@ -526,7 +530,7 @@ pub fn facts(case: &CaseRecord, data: &CaseData, known: &Known) -> CaseFacts {
         } else {
             DestinationCheck::Missing
         },
-        lease: m.lease.clone(),
+        lease: super::by_hand::facts_lease(m.lease.as_ref(), data),
         // One case's replay is one item: bounded by itself.
         budget: Budget::Available,
         replay: data.replay_progress(),

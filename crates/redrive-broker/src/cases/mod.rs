@@ -18,6 +18,7 @@
 //! deadline, value window, an in-flight replay to observe) and deletes the payloads of
 //! closed cases past their retention.
 
+pub mod by_hand;
 mod context;
 pub mod data;
 pub mod effect;

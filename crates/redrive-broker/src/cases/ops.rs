@@ -1257,10 +1257,7 @@ impl Broker {
     /// Marks the in-flight replay whose message this case's record is as failed: it
     /// repeated the failure.
     async fn replay_failed(&self, case: &CaseRecord, now: Timestamp) -> BrokerResult<()> {
-        let (_, n) = redrive_core::id::split_replay_count(&case.message_id);
-        if n == 0 {
-            return Ok(());
-        }
+        // A replay is `<id>|<n>`; a resubmit by hand keeps `<id>` (cases::by_hand).
         let others = self
             .inner
             .store

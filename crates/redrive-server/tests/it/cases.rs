@@ -67,6 +67,10 @@ impl Authority {
         *self.answer.lock().unwrap() = (status, json!({}));
     }
 
+    pub(crate) fn url(&self) -> String {
+        self.receiver.url.clone()
+    }
+
     pub(crate) fn questions(&self) -> Vec<Value> {
         self.receiver.requests().iter().map(|r| r.json()).collect()
     }

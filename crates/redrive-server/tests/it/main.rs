@@ -10,6 +10,7 @@ mod auto_replay;
 mod cases;
 mod contract_budgets;
 mod contract_cases;
+mod contract_doors;
 mod dead_letters;
 mod hardening_access;
 mod hardening_audit;
