@@ -643,7 +643,11 @@ impl Broker {
                 return;
             }
         };
-        if case.m.state.terminal().is_some() {
+        // Closed already, or following a delivery of its own (a replay admitted, by its
+        // owner or by hand): that delivery's observation closes it.
+        if case.m.state.terminal().is_some()
+            || case.m.state == redrive_core::case::CaseState::ReplayAdmitted
+        {
             return;
         }
         let now = self.now();

@@ -387,33 +387,37 @@ async fn automatic_replay_draws_from_the_node_budget() {
     }
 }
 
-/// Item 2: a dead letter with a case (quarantined, then restored once its type is
-/// registered idempotent) that automatic replay republishes: the case's timeline records
-/// the republish — rule, the entity's policy version, the new message id, the budget —
-/// and the case reaches a terminal state from the outcome (`indeterminate`: automatic
-/// replay observes no effect, so nothing can bind the republish to a completed effect).
+/// Item 2: a dead letter with a case (dead-lettered before its entity replayed, then
+/// made a candidate by the drain once replay is enabled) that automatic replay
+/// republishes: the case's timeline records the republish — rule, the entity's policy
+/// version, the new message id, the budget — and the case reaches a terminal state from
+/// the outcome (`indeterminate`: automatic replay observes no effect, so nothing can bind
+/// the republish to a completed effect). A record delivered again by hand is the
+/// person's decision instead (contract_doors).
 #[tokio::test]
 async fn an_automatic_replay_is_on_its_cases_timeline_and_closes_it() {
     for backend in Backend::all("auto replay on the case") {
         let name = backend.name();
         let s = crate::replay::server(backend).await;
-        crate::replay::replaying_queue(&s, "events", json!({})).await;
+        s.queue("events", json!({"lock_duration_ms": 30_000})).await;
+        crate::replay::register(&s, "events:*", Idempotency::Idempotent).await;
         let record = crate::replay::dead_letter(&s, "events", "e-1").await;
-        crate::replay::replay_passes(&s).await;
         s.broker.cases_once().await.unwrap();
         let case = format!("case_{}", record.strip_prefix("dl_").unwrap());
         let (st, c) = s.get(&format!("/v1/cases/{case}")).await;
         assert_eq!(st, 200, "{name}: {c}");
-        crate::replay::register(&s, "events:*", Idempotency::Idempotent).await;
-        s.broker
-            .restore_dead_letter(
-                "events",
-                &record,
-                false,
-                &redrive_broker::Actor::system("test"),
-            )
-            .await
-            .unwrap();
+        assert!(c["closed_at"].is_null(), "{name}: open: {c}");
+        s.advance(30_001);
+        s.patch(
+            "/v1/queues/events",
+            json!({"auto_replay": {"enabled": true}}),
+        )
+        .await;
+        assert_eq!(
+            s.broker.drain_replay_candidates().await.unwrap(),
+            1,
+            "{name}"
+        );
         crate::replay::replay_passes(&s).await;
         s.broker.cases_once().await.unwrap();
         let (_, c) = s.get(&format!("/v1/cases/{case}")).await;
@@ -423,7 +427,7 @@ async fn an_automatic_replay_is_on_its_cases_timeline_and_closes_it() {
         assert_eq!(last["fields"]["rule"], "automatic_replay", "{name}: {last}");
         assert_eq!(last["fields"]["message_id"], "e-1|1", "{name}: {last}");
         assert_eq!(last["fields"]["outcome"], "republished", "{name}: {last}");
-        assert_eq!(last["fields"]["policy_version"], "1", "{name}: {last}");
+        assert_eq!(last["fields"]["policy_version"], "2", "{name}: {last}");
         assert!(
             last["fields"]["budget"]
                 .as_str()
