@@ -574,6 +574,7 @@ fn give_up(
                 reason: why.reason().to_owned(),
                 description: Some(description),
                 by_broker: true,
+                classifier: redrive_core::Classifier::default(),
             }
         }
     }
@@ -698,6 +699,7 @@ fn read_event(d: &Delivery, mode: PushMode) -> Result<Event, Settlement> {
                 reason: "InvalidEvent".to_owned(),
                 description: Some(why),
                 by_broker: true,
+                classifier: redrive_core::Classifier::default(),
             },
         }
     })

@@ -313,7 +313,7 @@ pub(crate) fn import(
     for r in records {
         insert_record(
             tx.conn,
-            &imported(&q.name, &q.policy, q.version, r, now),
+            &imported(&q.name, &q.policy, r, now),
             now,
         )?;
     }

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 const HOUR: u64 = 3_600_000;
 
-async fn server(backend: Backend) -> TestServer {
+pub(crate) async fn server(backend: Backend) -> TestServer {
     TestServer::builder()
         .backend(backend)
         .settings(redrive_server::Settings {
@@ -109,18 +109,18 @@ async fn dead_letter(s: &TestServer, queue: &str, id: &str, extra: Value, reason
     v["dead_letter_id"].as_str().unwrap().to_owned()
 }
 
-fn case_id(record: &str) -> String {
+pub(crate) fn case_id(record: &str) -> String {
     format!("case_{}", record.trim_start_matches("dl_"))
 }
 
-async fn case(s: &TestServer, id: &str) -> Value {
+pub(crate) async fn case(s: &TestServer, id: &str) -> Value {
     let (st, v) = s.get(&format!("/v1/cases/{id}")).await;
     assert_eq!(st, 200, "{v}");
     v
 }
 
 /// Looks until a look advances nothing.
-async fn work(s: &TestServer) {
+pub(crate) async fn work(s: &TestServer) {
     for _ in 0..10 {
         let pass = s.broker.cases_once().await.expect("a case pass");
         if pass.advanced == 0 {
@@ -129,7 +129,7 @@ async fn work(s: &TestServer) {
     }
 }
 
-fn states(c: &Value) -> Vec<String> {
+pub(crate) fn states(c: &Value) -> Vec<String> {
     c["timeline"]
         .as_array()
         .unwrap()

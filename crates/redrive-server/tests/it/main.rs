@@ -8,6 +8,7 @@
 mod access;
 mod auto_replay;
 mod cases;
+mod contract_evidence;
 mod dead_letters;
 mod hardening_access;
 mod hardening_audit;
