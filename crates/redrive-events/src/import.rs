@@ -31,6 +31,10 @@
 //!   best-effort; [`EvidenceQuality::Incomplete`] when the blob is not a non-empty array
 //!   of objects, when any event lacks `deliveryAttempts` or `deadLetterReason`, or when
 //!   no event has a `lastDeliveryAttemptTime`.
+//! - the route: `broker_routed` (Event Grid's delivery policy routed it) under the rule
+//!   the first event's `deadLetterReason` names ([`RouteRule::named`]), if any; no
+//!   `deadLetterReason` says nothing of the route: `route_indeterminate`, no rule. Event
+//!   Grid names no policy version.
 //!
 //! # `sqs`: SQS `ReceiveMessage` output
 //!
@@ -58,6 +62,8 @@
 //! - `count_quality`: [`EvidenceQuality::Approximate`] (SQS's receive count is
 //!   approximate) when `ApproximateReceiveCount` and `SentTimestamp` are both present,
 //!   else [`EvidenceQuality::Incomplete`].
+//! - the route: `route_indeterminate`, no rule, no policy version (SQS does not say how
+//!   a message reached its dead-letter queue).
 //!
 //! `MD5OfMessageAttributes` is not checked.
 //!
@@ -69,7 +75,10 @@
 //! `properties` (strings, numbers, booleans), `correlation_id`, `type`, `session_id`,
 //! `reason`, `description`, `delivery_count`, `delivery_count_quality` (kept as
 //! exported), `first_delivered_at`, `last_delivered_at`, `enqueued_time`,
-//! `dead_lettered_at` (RFC 3339) and `format` (`message`, the default, or `events`).
+//! `dead_lettered_at` (RFC 3339), `format` (`message`, the default, or `events`) and the
+//! route evidence (`route`, else `routed_by`; `route_rule`,
+//! `policy_version`, `consumer`, `rule_version`), kept as exported and never filled in
+//! with the importing queue's.
 //! Every other field (the record's `id`, `area`, `queue`, ...) belongs to the store it
 //! was exported from and is ignored. A record without `body` was exported by a caller
 //! who may not read payloads and cannot be imported.
@@ -1775,6 +1784,77 @@ mod tests {
             r.count_quality,
             EvidenceQuality::Incomplete,
             "kept as exported"
+        );
+    }
+
+    #[test]
+    fn an_export_keeps_its_route_and_an_import_invents_none() {
+        let mut app = exported("m1");
+        app["route"] = json!("application_quarantined");
+        app["route_rule"] = json!("application");
+        app["policy_version"] = json!(3);
+        app["consumer"] = json!("orders@4");
+        app["rule_version"] = json!("sku-7");
+        let r = one(ImportFormat::Json, &app);
+        assert_eq!(
+            (r.route_kind, r.route_rule, r.policy_version),
+            (
+                Route::ApplicationQuarantined,
+                Some(RouteRule::Application),
+                Some(3)
+            )
+        );
+        assert_eq!(
+            (r.consumer.as_deref(), r.rule_version.as_deref()),
+            (Some("orders@4"), Some("sku-7"))
+        );
+        // An older export: `routed_by` and the reason say it.
+        let r = one(ImportFormat::Json, &exported("m2"));
+        assert_eq!(
+            (r.route_kind, r.route_rule, r.policy_version),
+            (Route::BrokerRouted, Some(RouteRule::DeliveryThreshold), Some(1))
+        );
+        // Nothing says: indeterminate, no rule, no version.
+        let mut bare = exported("m3");
+        for k in ["routed_by", "policy_version"] {
+            bare.as_object_mut().map(|m| m.remove(k));
+        }
+        bare["reason"] = json!(IMPORTED_REASON);
+        let r = one(ImportFormat::Json, &bare);
+        assert_eq!(
+            (r.route_kind, r.route_rule, r.policy_version),
+            (Route::RouteIndeterminate, None, None)
+        );
+        for (key, bad) in [
+            ("route", json!("elsewhere")),
+            ("route_rule", json!("whim")),
+            ("routed_by", json!("nobody")),
+            ("policy_version", json!(0)),
+            ("consumer", json!("a\u{1}")),
+            ("rule_version", json!("")),
+        ] {
+            let mut rec = exported("m4");
+            rec[key] = bad;
+            let (_, field, _) = record_error(import(ImportFormat::Json, &rec));
+            assert_eq!(field, key);
+        }
+        // Event Grid without a reason, and SQS, say nothing of the route.
+        let mut event = dl_event("e1", "X", 1, "2026-01-01T01:00:00Z", "2026-01-01T00:00:00Z");
+        event.as_object_mut().map(|m| m.remove("deadLetterReason"));
+        let r = one(ImportFormat::EventGrid, &json!([event]));
+        assert_eq!((r.route_kind, r.route_rule), (Route::RouteIndeterminate, None));
+        let r = one(
+            ImportFormat::EventGrid,
+            &json!([dl_event("e1", "TimeToLiveExceeded", 1, "2026-01-01T01:00:00Z", "2026-01-01T00:00:00Z")]),
+        );
+        assert_eq!(
+            (r.route_kind, r.route_rule, r.policy_version),
+            (Route::BrokerRouted, Some(RouteRule::Expiry), None)
+        );
+        let r = one(ImportFormat::Sqs, &json!({"Messages": [sqs_message("s1", "b")]}));
+        assert_eq!(
+            (r.route_kind, r.route_rule, r.policy_version),
+            (Route::RouteIndeterminate, None, None)
         );
     }
 

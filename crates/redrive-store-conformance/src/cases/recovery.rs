@@ -1326,6 +1326,8 @@ pub async fn import_opens_cases_where_no_replay_settles_the_records(t: &TestStor
         message_type: Some("order.created".into()),
         reason: "Imported".into(),
         route: RouteKind::Broker,
+        // The case's route is the record's route evidence.
+        route_kind: Route::BrokerRouted,
         route_target: RouteTarget::Unknown,
         missing_target: None,
         count_quality: EvidenceQuality::Exact,
