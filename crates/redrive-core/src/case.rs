@@ -1387,7 +1387,10 @@ mod tests {
             RouteRule::named("MaxDeliveryAttemptsExceeded"),
             Some(RouteRule::DeliveryThreshold)
         );
-        assert_eq!(RouteRule::named("TimeToLiveExceeded"), Some(RouteRule::Expiry));
+        assert_eq!(
+            RouteRule::named("TimeToLiveExceeded"),
+            Some(RouteRule::Expiry)
+        );
         assert_eq!(
             RouteRule::named("FilterEvaluationException"),
             Some(RouteRule::Filter)
@@ -1953,7 +1956,11 @@ mod tests {
             None
         );
         assert_eq!(
-            attempt_evidence(Some(RouteRule::DeliveryThreshold), EvidenceQuality::Exact, 5),
+            attempt_evidence(
+                Some(RouteRule::DeliveryThreshold),
+                EvidenceQuality::Exact,
+                5
+            ),
             Some(5)
         );
         let f = CaseFacts {

@@ -1812,7 +1812,11 @@ mod tests {
         let r = one(ImportFormat::Json, &exported("m2"));
         assert_eq!(
             (r.route_kind, r.route_rule, r.policy_version),
-            (Route::BrokerRouted, Some(RouteRule::DeliveryThreshold), Some(1))
+            (
+                Route::BrokerRouted,
+                Some(RouteRule::DeliveryThreshold),
+                Some(1)
+            )
         );
         // Nothing says: indeterminate, no rule, no version.
         let mut bare = exported("m3");
@@ -1842,16 +1846,28 @@ mod tests {
         let mut event = dl_event("e1", "X", 1, "2026-01-01T01:00:00Z", "2026-01-01T00:00:00Z");
         event.as_object_mut().map(|m| m.remove("deadLetterReason"));
         let r = one(ImportFormat::EventGrid, &json!([event]));
-        assert_eq!((r.route_kind, r.route_rule), (Route::RouteIndeterminate, None));
+        assert_eq!(
+            (r.route_kind, r.route_rule),
+            (Route::RouteIndeterminate, None)
+        );
         let r = one(
             ImportFormat::EventGrid,
-            &json!([dl_event("e1", "TimeToLiveExceeded", 1, "2026-01-01T01:00:00Z", "2026-01-01T00:00:00Z")]),
+            &json!([dl_event(
+                "e1",
+                "TimeToLiveExceeded",
+                1,
+                "2026-01-01T01:00:00Z",
+                "2026-01-01T00:00:00Z"
+            )]),
         );
         assert_eq!(
             (r.route_kind, r.route_rule, r.policy_version),
             (Route::BrokerRouted, Some(RouteRule::Expiry), None)
         );
-        let r = one(ImportFormat::Sqs, &json!({"Messages": [sqs_message("s1", "b")]}));
+        let r = one(
+            ImportFormat::Sqs,
+            &json!({"Messages": [sqs_message("s1", "b")]}),
+        );
         assert_eq!(
             (r.route_kind, r.route_rule, r.policy_version),
             (Route::RouteIndeterminate, None, None)

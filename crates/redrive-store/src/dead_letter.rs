@@ -289,7 +289,10 @@ mod tests {
                 Some(redrive_core::case::RouteRule::DeliveryThreshold)
             )
         );
-        assert_eq!((r.consumer.as_deref(), r.rule_version.as_deref()), (None, None));
+        assert_eq!(
+            (r.consumer.as_deref(), r.rule_version.as_deref()),
+            (None, None)
+        );
         assert_eq!(r.forwarded_to, Some((n("orders-dlq"), 41)));
         assert_eq!((r.dlq_delivery_count, r.locked_until), (0, None));
         let app = evidence_record(

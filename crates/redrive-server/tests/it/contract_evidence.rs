@@ -54,7 +54,10 @@ async fn over_threshold(s: &TestServer, queue: &str, id: &str) -> String {
     let token = delivered(s, queue, id, json!({})).await;
     let (st, v) = s.settle(queue, &token, "abandon", json!({})).await;
     assert_eq!(st, 200, "{v}");
-    v["dead_letter_id"].as_str().expect("dead-lettered").to_owned()
+    v["dead_letter_id"]
+        .as_str()
+        .expect("dead-lettered")
+        .to_owned()
 }
 
 /// The timeline entry of `state` (the first).
@@ -193,7 +196,11 @@ async fn an_application_reason_stays_bound_to_its_consumer_and_rule_version() {
         );
         assert_eq!(
             (&r["consumer"], &r["rule_version"], &r["policy_version"]),
-            (&json!("orders-consumer@4.2.0"), &json!("sku-rules/7"), &json!(2)),
+            (
+                &json!("orders-consumer@4.2.0"),
+                &json!("sku-rules/7"),
+                &json!(2)
+            ),
             "{name}: {r}"
         );
         work(&s).await;
@@ -392,7 +399,10 @@ async fn an_export_import_round_trip_keeps_the_route() {
         assert_eq!(c["rule_version"], "sku-rules/7", "{name}: {c}");
         // The filter rule stays routing evidence: no receive history, no failure.
         let c = case(&s, &case_id(&ids[2])).await;
-        assert!(c["record"]["route"].get("attempts").is_none(), "{name}: {c}");
+        assert!(
+            c["record"]["route"].get("attempts").is_none(),
+            "{name}: {c}"
+        );
         assert!(!states(&c).contains(&"failure_classified".to_owned()));
 
         // A second round trip, from the imported records' own export.

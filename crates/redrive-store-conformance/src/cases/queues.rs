@@ -152,10 +152,7 @@ pub async fn policy_update_bumps_version_and_dead_letters_record_it(t: &TestStor
         Some(redrive_core::case::RouteRule::DeliveryThreshold)
     );
     // The cases keep the version that routed each, whatever the queue's is now.
-    t.s()
-        .update_queue(&q, &p2, None, secs(15))
-        .await
-        .unwrap();
+    t.s().update_queue(&q, &p2, None, secs(15)).await.unwrap();
     for (record, version) in [(&id, 2), (&r.id, 3)] {
         let c = t
             .s()

@@ -480,7 +480,11 @@ pub async fn settle(ctx: &Ctx, args: SettleArgs) -> anyhow::Result<()> {
             args.description.is_some(),
             SettleKind::DeadLetter,
         ),
-        ("--consumer", args.consumer.is_some(), SettleKind::DeadLetter),
+        (
+            "--consumer",
+            args.consumer.is_some(),
+            SettleKind::DeadLetter,
+        ),
         (
             "--rule-version",
             args.rule_version.is_some(),
