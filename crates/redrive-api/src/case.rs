@@ -85,8 +85,19 @@ pub struct CaseSummary {
     pub payload_deleted_at: Option<String>,
     /// The deliveries counted before the dead letter.
     pub delivery_count: u32,
-    /// The queue policy version that routed it.
-    pub policy_version: u64,
+    /// The version of the routing policy in force when it was dead-lettered (for an
+    /// import, its source's); absent when nothing says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<u64>,
+    /// The rule it was routed under; absent when nothing names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_rule: Option<String>,
+    /// The consumer that applied an application's reason, when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<String>,
+    /// The version of that consumer's classification rule, when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_version: Option<String>,
     /// Incremented by every change.
     pub version: u64,
 }

@@ -73,11 +73,28 @@ pub struct DeadLetter {
     pub enqueued_time: String,
     /// RFC 3339.
     pub dead_lettered_at: String,
-    /// Policy version that routed it.
-    pub policy_version: u64,
+    /// The version of the routing policy in force when it was dead-lettered (for an
+    /// import, its source's); absent when nothing says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<u64>,
     /// `broker`, `application`, or `import` (imported from elsewhere: another system
     /// routed it, and nothing here vouches for who or why).
     pub routed_by: String,
+    /// How the evidence says it was separated: `broker_routed`,
+    /// `application_quarantined` or `route_indeterminate` (an import whose source did
+    /// not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
+    /// The rule it was routed under (`delivery_threshold`, `expiry`, `filter`, `size`,
+    /// `application`); absent when nothing names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_rule: Option<String>,
+    /// The consumer that applied an application's reason, when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<String>,
+    /// The version of that consumer's classification rule, when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_version: Option<String>,
     /// Dead-letter queue it was forwarded to, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forwarded_to_queue: Option<String>,

@@ -201,6 +201,14 @@ pub struct Settle {
     /// Dead-letter: description.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// Dead-letter: the consumer that applied the reason (printable, at most 256 bytes),
+    /// kept on the record and its case.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<String>,
+    /// Dead-letter: the version of the consumer's classification rule (printable, at most
+    /// 256 bytes), kept on the record and its case.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_version: Option<String>,
     /// Renew: new lock duration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock_duration_ms: Option<u64>,

@@ -481,6 +481,8 @@ fn settle(lock_token: String, action: SettleKind) -> Settle {
         delay_ms: None,
         reason: None,
         description: None,
+        consumer: None,
+        rule_version: None,
         lock_duration_ms: None,
     }
 }

@@ -415,7 +415,7 @@ impl Dispatcher {
                                     done.push(expired(&self.broker, &sub, &d, &e));
                                 }
                                 Ok(e) => readable.push((d, e)),
-                                Err(s) => done.push(s),
+                                Err(s) => done.push(*s),
                             }
                         }
                         // A stored body is the event's structured JSON, so its length is
@@ -574,6 +574,7 @@ fn give_up(
                 reason: why.reason().to_owned(),
                 description: Some(description),
                 by_broker: true,
+                classifier: redrive_core::Classifier::default(),
             }
         }
     }
@@ -671,7 +672,7 @@ struct Event {
 }
 
 /// The stored event of a delivery, or the dead-letter settlement of an unreadable one.
-fn read_event(d: &Delivery, mode: PushMode) -> Result<Event, Settlement> {
+fn read_event(d: &Delivery, mode: PushMode) -> Result<Event, Box<Settlement>> {
     let m = &d.message;
     let event = match mode {
         PushMode::Structured => CloudEvent::id_and_source(&m.body)
@@ -692,14 +693,15 @@ fn read_event(d: &Delivery, mode: PushMode) -> Result<Event, Settlement> {
     };
     event.map_err(|why| {
         tracing::error!(queue = %m.queue, sequence = m.sequence, %why, "stored event unreadable");
-        Settlement {
+        Box::new(Settlement {
             lock_token: d.lock_token.clone(),
             action: SettleAction::DeadLetter {
                 reason: "InvalidEvent".to_owned(),
                 description: Some(why),
                 by_broker: true,
+                classifier: redrive_core::Classifier::default(),
             },
-        }
+        })
     })
 }
 

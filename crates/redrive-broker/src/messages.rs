@@ -103,6 +103,9 @@ pub enum Settle {
         reason: String,
         /// Description (at most 4096 characters).
         description: Option<String>,
+        /// The consumer that applied the reason and the version of its rule (each
+        /// optional, printable, at most 256 bytes): kept on the record and its case.
+        classifier: redrive_core::Classifier,
     },
     /// The lock extended from now by `lock_ms`, or by the queue's lock duration when
     /// absent.
@@ -125,10 +128,12 @@ impl Settle {
             Settle::DeadLetter {
                 reason,
                 description,
+                classifier,
             } => SettleAction::DeadLetter {
                 reason,
                 description,
                 by_broker: false,
+                classifier,
             },
             Settle::Renew { lock_ms } => SettleAction::Renew {
                 lock_ms: lock_ms.unwrap_or(default_lock_ms),
@@ -728,7 +733,18 @@ impl Broker {
                     reason,
                     description,
                     by_broker,
+                    classifier,
                 } => {
+                    for (field, value) in [
+                        ("consumer", &classifier.consumer),
+                        ("rule_version", &classifier.rule_version),
+                    ] {
+                        if let Some(v) = value
+                            && let Err(why) = redrive_core::dead_letter::check_classifier(v)
+                        {
+                            return Err(BrokerError::invalid(field, why));
+                        }
+                    }
                     if reason.is_empty() || reason.len() > 256 {
                         return Err(BrokerError::invalid(
                             "reason",

@@ -1319,7 +1319,7 @@ impl Broker {
         };
         let records: Vec<DeadLetterRecord> = parsed
             .into_iter()
-            .map(|r| imported_record(&name, record.policy_version, r, now))
+            .map(|r| imported_record(&name, r, now))
             .collect();
         let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
         // A record whose intent has a case here delivers it again (automatic replay, a
@@ -1472,13 +1472,10 @@ fn check_imported(
     }
 }
 
-/// An imported record as a dead-letter record of `queue`, under a new id.
-fn imported_record(
-    queue: &EntityName,
-    policy_version: u64,
-    r: ImportedRecord,
-    now: Timestamp,
-) -> DeadLetterRecord {
+/// An imported record as a dead-letter record of `queue`, under a new id. Its route
+/// evidence is what its source said (the route, the rule, the policy version that routed
+/// it, the consumer and rule version), kept as read: `queue`'s policy routed nothing.
+fn imported_record(queue: &EntityName, r: ImportedRecord, now: Timestamp) -> DeadLetterRecord {
     DeadLetterRecord {
         id: redrive_core::id::new_dead_letter_id(now),
         queue: queue.clone(),
@@ -1502,7 +1499,7 @@ fn imported_record(
         last_delivered_at: r.last_delivered_at,
         enqueued_at: r.enqueued_at,
         dead_lettered_at: r.dead_lettered_at,
-        policy_version,
+        policy_version: r.policy_version,
         // Another system routed it there (Event Grid's retry policy, SQS's redrive
         // policy, another redrive): nothing here saw who or why, whatever the source
         // says, so it is no broker's or application's decision of this one.
@@ -1517,5 +1514,9 @@ fn imported_record(
         // evidence keeps the quality the import gave it.
         route_target: redrive_core::case::RouteTarget::Written,
         missing_target: None,
+        route_kind: r.route_kind,
+        route_rule: r.route_rule,
+        consumer: r.consumer,
+        rule_version: r.rule_version,
     }
 }

@@ -193,6 +193,24 @@ impl RouteRule {
         }
     }
 
+    /// The rule a reason names by itself, if it names one: for evidence from elsewhere
+    /// (an import) whose source said nothing else of the route. Expiry, filter and size as
+    /// [`RouteRule::of`] reads them; a delivery threshold only when the reason names a
+    /// count of deliveries, attempts or receives (`MaxDeliveryCountExceeded`,
+    /// `MaxDeliveryAttemptsExceeded`, `MaxReceiveCountExceeded`). Any other reason names
+    /// no rule: none is invented for it.
+    pub fn named(reason: &str) -> Option<RouteRule> {
+        let r = reason.to_ascii_lowercase();
+        match RouteRule::of(Route::BrokerRouted, reason) {
+            RouteRule::DeliveryThreshold
+                if !(r.contains("deliver") || r.contains("attempt") || r.contains("receive")) =>
+            {
+                None
+            }
+            rule => Some(rule),
+        }
+    }
+
     /// Whether routing under this rule follows a consumer's observed failure. Expiry,
     /// filter and size routing say nothing about the consumer or the payload: they stay
     /// routing evidence and are never recorded as a failure of processing.
@@ -214,6 +232,23 @@ pub fn attempt_history(rule: RouteRule, delivery_count: Option<u32>) -> Option<u
         delivery_count
     } else {
         None
+    }
+}
+
+/// The attempt history a record's evidence supports: none when its count quality is
+/// [`EvidenceQuality::Unavailable`] (no count was kept); under a known rule, as
+/// [`attempt_history`] says; under no known rule (an indeterminate route), the count only
+/// when its source counted it (`exact` or `approximate`), never an invented one.
+pub fn attempt_evidence(
+    rule: Option<RouteRule>,
+    quality: EvidenceQuality,
+    delivery_count: u32,
+) -> Option<u32> {
+    match (rule, quality) {
+        (_, EvidenceQuality::Unavailable) => None,
+        (Some(r), _) => attempt_history(r, Some(delivery_count)),
+        (None, EvidenceQuality::Exact | EvidenceQuality::Approximate) => Some(delivery_count),
+        (None, _) => None,
     }
 }
 
@@ -1509,6 +1544,24 @@ mod tests {
         let a = Route::ApplicationQuarantined;
         assert_eq!(RouteRule::of(a, "TTLExpired"), RouteRule::Application);
         assert_eq!(RouteRule::of(a, "bad-payload"), RouteRule::Application);
+        assert_eq!(
+            RouteRule::named("MaxReceiveCountExceeded"),
+            Some(RouteRule::DeliveryThreshold)
+        );
+        assert_eq!(
+            RouteRule::named("MaxDeliveryAttemptsExceeded"),
+            Some(RouteRule::DeliveryThreshold)
+        );
+        assert_eq!(
+            RouteRule::named("TimeToLiveExceeded"),
+            Some(RouteRule::Expiry)
+        );
+        assert_eq!(
+            RouteRule::named("FilterEvaluationException"),
+            Some(RouteRule::Filter)
+        );
+        assert_eq!(RouteRule::named("Imported"), None);
+        assert_eq!(RouteRule::named("NonRetriableError"), None);
     }
 
     #[test]
@@ -2054,6 +2107,27 @@ mod tests {
     #[test]
     fn matrix_row_20_application_reason_is_an_observation_not_a_diagnosis() {
         assert!(RouteRule::Application.observes_consumer_failure());
+        assert_eq!(
+            attempt_evidence(None, EvidenceQuality::Approximate, 4),
+            Some(4)
+        );
+        assert_eq!(attempt_evidence(None, EvidenceQuality::Incomplete, 0), None);
+        assert_eq!(
+            attempt_evidence(Some(RouteRule::Expiry), EvidenceQuality::Unavailable, 0),
+            None
+        );
+        assert_eq!(
+            attempt_evidence(Some(RouteRule::Filter), EvidenceQuality::Exact, 1),
+            None
+        );
+        assert_eq!(
+            attempt_evidence(
+                Some(RouteRule::DeliveryThreshold),
+                EvidenceQuality::Exact,
+                5
+            ),
+            Some(5)
+        );
         let f = CaseFacts {
             route: Route::from(RouteKind::Application),
             diagnosed: false,

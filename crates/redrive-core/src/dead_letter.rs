@@ -138,6 +138,48 @@ string_enum! {
     }
 }
 
+/// Longest consumer identity, and longest rule version, an application may give with its
+/// dead letter (bytes).
+pub const MAX_CLASSIFIER_BYTES: usize = 256;
+
+/// What classified an application's dead letter: the consumer that applied its reason and
+/// the version of the rule it applied. Both are optional and bounded
+/// ([`check_classifier`]); an application reason stays bound to them, never a diagnosis.
+/// The broker's own dead letters have neither.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Classifier {
+    /// The consumer's identity (a service name and version, a deployment).
+    pub consumer: Option<String>,
+    /// The version of the classification rule that gave the reason.
+    pub rule_version: Option<String>,
+}
+
+impl Classifier {
+    /// Whether neither is given.
+    pub fn is_empty(&self) -> bool {
+        self.consumer.is_none() && self.rule_version.is_none()
+    }
+}
+
+/// Why a consumer identity or rule version is refused, if it is: empty, longer than
+/// [`MAX_CLASSIFIER_BYTES`], only white space, or holding a control character (it must be
+/// printable text).
+pub fn check_classifier(value: &str) -> Result<(), String> {
+    if value.trim().is_empty() {
+        return Err("must not be empty".to_owned());
+    }
+    if value.len() > MAX_CLASSIFIER_BYTES {
+        return Err(format!(
+            "is {} bytes; at most {MAX_CLASSIFIER_BYTES}",
+            value.len()
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err("must be printable (no control characters)".to_owned());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,5 +198,28 @@ mod tests {
             DeadLetterReason::TtlExpired
         );
         assert_eq!(DeadLetterReason::from("Bad").as_str(), "Bad");
+    }
+
+    #[test]
+    fn a_classifier_is_printable_and_bounded() {
+        assert_eq!(check_classifier("orders-consumer@4.2"), Ok(()));
+        assert!(check_classifier("").is_err());
+        assert!(check_classifier("  ").is_err());
+        assert!(check_classifier("a\nb").is_err());
+        assert!(check_classifier("a\u{7f}").is_err());
+        assert_eq!(check_classifier(&"é".repeat(128)), Ok(()));
+        assert!(check_classifier(&"é".repeat(129)).is_err());
+    }
+
+    proptest::proptest! {
+        /// The bound: accepted exactly when non-blank, at most the limit in bytes and
+        /// free of control characters.
+        #[test]
+        fn a_classifier_is_accepted_exactly_within_its_bound(s in "\\PC{0,300}|[ -~\t\n]{0,300}") {
+            let ok = !s.trim().is_empty()
+                && s.len() <= MAX_CLASSIFIER_BYTES
+                && !s.chars().any(char::is_control);
+            proptest::prop_assert_eq!(check_classifier(&s).is_ok(), ok);
+        }
     }
 }

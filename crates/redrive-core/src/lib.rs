@@ -40,7 +40,9 @@ pub mod replay;
 pub mod sqs;
 
 pub use clock::{Clock, ManualClock, Timestamp};
-pub use dead_letter::{Area, DeadLetterReason, EvidenceQuality, RecordFormat, RouteKind};
+pub use dead_letter::{
+    Area, Classifier, DeadLetterReason, EvidenceQuality, RecordFormat, RouteKind,
+};
 pub use machine::{MessageMeta, MessageState};
 pub use message::{Properties, PropertyValue};
 pub use name::EntityName;

@@ -31,6 +31,10 @@
 //!   best-effort; [`EvidenceQuality::Incomplete`] when the blob is not a non-empty array
 //!   of objects, when any event lacks `deliveryAttempts` or `deadLetterReason`, or when
 //!   no event has a `lastDeliveryAttemptTime`.
+//! - the route: `broker_routed` (Event Grid's delivery policy routed it) under the rule
+//!   the first event's `deadLetterReason` names ([`RouteRule::named`]), if any; no
+//!   `deadLetterReason` says nothing of the route: `route_indeterminate`, no rule. Event
+//!   Grid names no policy version.
 //!
 //! # `sqs`: SQS `ReceiveMessage` output
 //!
@@ -58,6 +62,8 @@
 //! - `count_quality`: [`EvidenceQuality::Approximate`] (SQS's receive count is
 //!   approximate) when `ApproximateReceiveCount` and `SentTimestamp` are both present,
 //!   else [`EvidenceQuality::Incomplete`].
+//! - the route: `route_indeterminate`, no rule, no policy version (SQS does not say how
+//!   a message reached its dead-letter queue).
 //!
 //! `MD5OfMessageAttributes` is not checked.
 //!
@@ -69,7 +75,10 @@
 //! `properties` (strings, numbers, booleans), `correlation_id`, `type`, `session_id`,
 //! `reason`, `description`, `delivery_count`, `delivery_count_quality` (kept as
 //! exported), `first_delivered_at`, `last_delivered_at`, `enqueued_time`,
-//! `dead_lettered_at` (RFC 3339) and `format` (`message`, the default, or `events`).
+//! `dead_lettered_at` (RFC 3339), `format` (`message`, the default, or `events`) and the
+//! route evidence (`route`, else `routed_by`; `route_rule`,
+//! `policy_version`, `consumer`, `rule_version`), kept as exported and never filled in
+//! with the importing queue's.
 //! Every other field (the record's `id`, `area`, `queue`, ...) belongs to the store it
 //! was exported from and is ignored. A record without `body` was exported by a caller
 //! who may not read payloads and cannot be imported.
@@ -80,6 +89,7 @@ use std::str::FromStr;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
+use redrive_core::case::{Route, RouteRule};
 use redrive_core::dead_letter::UnknownVariant;
 use redrive_core::{EvidenceQuality, Properties, PropertyValue, RecordFormat, Timestamp};
 use serde_json::{Map, Value};
@@ -214,6 +224,19 @@ pub struct ImportedRecord {
     pub enqueued_at: Timestamp,
     /// When it was dead-lettered (the import time when the source did not record it).
     pub dead_lettered_at: Timestamp,
+    /// How the evidence says the delivery was separated: an export's `route` (else its
+    /// `routed_by`), `broker_routed` for a provider's reason, `route_indeterminate` when
+    /// nothing says.
+    pub route_kind: Route,
+    /// The rule it was routed under, as the source named it (an export's `route_rule`, a
+    /// reason that names one: [`RouteRule::named`]); `None` when nothing names one.
+    pub route_rule: Option<RouteRule>,
+    /// The version of the source's routing policy, when the source named it.
+    pub policy_version: Option<u64>,
+    /// The consumer that applied an application's reason, when the source named it.
+    pub consumer: Option<String>,
+    /// The version of that consumer's classification rule, when the source named it.
+    pub rule_version: Option<String>,
 }
 
 /// Why an import was refused. Nothing of it is imported.
@@ -634,10 +657,14 @@ fn event_grid(bytes: &[u8], now: Timestamp) -> Result<ImportedRecord, ImportErro
     let s = summarise(events);
     let dead_lettered_at = s.last_attempt.unwrap_or(now);
     let complete = s.complete && s.last_attempt.is_some();
-    let reason = s
-        .first_reason
-        .filter(|r| r.len() <= MAX_REASON_BYTES)
-        .unwrap_or(IMPORTED_REASON);
+    let given = s.first_reason.filter(|r| r.len() <= MAX_REASON_BYTES);
+    let reason = given.unwrap_or(IMPORTED_REASON);
+    // Event Grid's delivery policy routed an event that names its reason; an event that
+    // names none says nothing of how it was routed.
+    let (route_kind, route_rule) = match given {
+        Some(r) => (Route::BrokerRouted, RouteRule::named(r)),
+        None => (Route::RouteIndeterminate, None),
+    };
     Ok(ImportedRecord {
         line: None,
         format: RecordFormat::Events,
@@ -664,6 +691,11 @@ fn event_grid(bytes: &[u8], now: Timestamp) -> Result<ImportedRecord, ImportErro
         last_delivered_at: s.last_attempt,
         enqueued_at: s.first_publish.unwrap_or(dead_lettered_at),
         dead_lettered_at,
+        route_kind,
+        route_rule,
+        policy_version: None,
+        consumer: None,
+        rule_version: None,
     })
 }
 
@@ -832,6 +864,12 @@ fn sqs_message(at: At, m: &Value, now: Timestamp) -> Result<ImportedRecord, Impo
         last_delivered_at: None,
         enqueued_at: sent.unwrap_or(now),
         dead_lettered_at: now,
+        // SQS does not record why or how a message reached its dead-letter queue.
+        route_kind: Route::RouteIndeterminate,
+        route_rule: None,
+        policy_version: None,
+        consumer: None,
+        rule_version: None,
     })
 }
 
@@ -1017,6 +1055,7 @@ fn exported_record(at: At, text: &[u8], now: Timestamp) -> Result<ImportedRecord
         })?,
     };
     let reason = f.req_bounded("reason", MAX_REASON_BYTES)?.to_owned();
+    let route = exported_route(&f, &reason)?;
     let description = f
         .opt_bounded("description", MAX_DESCRIPTION_BYTES)?
         .map(str::to_owned);
@@ -1063,6 +1102,102 @@ fn exported_record(at: At, text: &[u8], now: Timestamp) -> Result<ImportedRecord
         last_delivered_at,
         enqueued_at,
         dead_lettered_at,
+        route_kind: route.kind,
+        route_rule: route.rule,
+        policy_version: route.policy_version,
+        consumer: route.consumer,
+        rule_version: route.rule_version,
+    })
+}
+
+/// The route evidence of an exported record.
+struct ExportedRoute {
+    kind: Route,
+    rule: Option<RouteRule>,
+    policy_version: Option<u64>,
+    consumer: Option<String>,
+    rule_version: Option<String>,
+}
+
+/// Reads an exported record's route evidence: `route` (`broker_routed`,
+/// `application_quarantined`, `route_indeterminate`), else `routed_by` (`broker`,
+/// `application`; `import`, or neither, as the reason says); `route_rule`, else the
+/// application rule of an application's record or the rule its reason names;
+/// `policy_version` (from 1), `consumer` and `rule_version` ([`check_classifier`]
+/// bounds). What the record does not say stays unsaid: `route_indeterminate`, no rule,
+/// no policy version.
+///
+/// [`check_classifier`]: redrive_core::dead_letter::check_classifier
+fn exported_route(f: &Fields<'_>, reason: &str) -> Result<ExportedRoute, ImportError> {
+    let by_reason = || match RouteRule::named(reason) {
+        Some(_) => Route::BrokerRouted,
+        None => Route::RouteIndeterminate,
+    };
+    let kind = match (f.opt_str("route")?, f.opt_str("routed_by")?) {
+        (Some(r), _) => r.parse::<Route>().map_err(|_| {
+            f.fail(
+                "route",
+                format!(
+                    "must be `broker_routed`, `application_quarantined` or \
+                     `route_indeterminate`, not {}",
+                    quoted(r)
+                ),
+            )
+        })?,
+        (None, Some("broker")) => Route::BrokerRouted,
+        (None, Some("application")) => Route::ApplicationQuarantined,
+        (None, Some("import") | None) => by_reason(),
+        (None, Some(other)) => {
+            return Err(f.fail(
+                "routed_by",
+                format!(
+                    "must be `broker`, `application` or `import`, not {}",
+                    quoted(other)
+                ),
+            ));
+        }
+    };
+    let rule = match f.opt_str("route_rule")? {
+        Some(r) => Some(r.parse::<RouteRule>().map_err(|_| {
+            f.fail(
+                "route_rule",
+                format!(
+                    "must be `delivery_threshold`, `expiry`, `filter`, `size` or \
+                     `application`, not {}",
+                    quoted(r)
+                ),
+            )
+        })?),
+        None => match kind {
+            Route::ApplicationQuarantined => Some(RouteRule::Application),
+            Route::BrokerRouted => RouteRule::named(reason),
+            Route::RouteIndeterminate => None,
+        },
+    };
+    let policy_version = match f.get("policy_version") {
+        None => None,
+        Some(v) => Some(v.as_u64().filter(|n| *n >= 1).ok_or_else(|| {
+            f.fail(
+                "policy_version",
+                "must be a whole number from 1 (policy versions start at 1)",
+            )
+        })?),
+    };
+    let classifier = |key: &str| -> Result<Option<String>, ImportError> {
+        match f.opt_str(key)? {
+            None => Ok(None),
+            Some(v) => match redrive_core::dead_letter::check_classifier(v) {
+                Ok(()) => Ok(Some(v.to_owned())),
+                Err(why) => Err(f.fail(key, why)),
+            },
+        }
+    };
+    Ok(ExportedRoute {
+        kind,
+        rule,
+        policy_version,
+        consumer: classifier("consumer")?,
+        rule_version: classifier("rule_version")?,
     })
 }
 
@@ -1632,6 +1767,11 @@ mod tests {
                 last_delivered_at: Some(t("2026-01-01T00:09:00Z")),
                 enqueued_at: t("2026-01-01T00:00:00Z"),
                 dead_lettered_at: t("2026-01-01T00:10:00Z"),
+                route_kind: Route::BrokerRouted,
+                route_rule: Some(RouteRule::DeliveryThreshold),
+                policy_version: Some(1),
+                consumer: None,
+                rule_version: None,
             }
         );
         assert_eq!(records[1].body, [0, 255]);
@@ -1644,6 +1784,93 @@ mod tests {
             r.count_quality,
             EvidenceQuality::Incomplete,
             "kept as exported"
+        );
+    }
+
+    #[test]
+    fn an_export_keeps_its_route_and_an_import_invents_none() {
+        let mut app = exported("m1");
+        app["route"] = json!("application_quarantined");
+        app["route_rule"] = json!("application");
+        app["policy_version"] = json!(3);
+        app["consumer"] = json!("orders@4");
+        app["rule_version"] = json!("sku-7");
+        let r = one(ImportFormat::Json, &app);
+        assert_eq!(
+            (r.route_kind, r.route_rule, r.policy_version),
+            (
+                Route::ApplicationQuarantined,
+                Some(RouteRule::Application),
+                Some(3)
+            )
+        );
+        assert_eq!(
+            (r.consumer.as_deref(), r.rule_version.as_deref()),
+            (Some("orders@4"), Some("sku-7"))
+        );
+        // An older export: `routed_by` and the reason say it.
+        let r = one(ImportFormat::Json, &exported("m2"));
+        assert_eq!(
+            (r.route_kind, r.route_rule, r.policy_version),
+            (
+                Route::BrokerRouted,
+                Some(RouteRule::DeliveryThreshold),
+                Some(1)
+            )
+        );
+        // Nothing says: indeterminate, no rule, no version.
+        let mut bare = exported("m3");
+        for k in ["routed_by", "policy_version"] {
+            bare.as_object_mut().map(|m| m.remove(k));
+        }
+        bare["reason"] = json!(IMPORTED_REASON);
+        let r = one(ImportFormat::Json, &bare);
+        assert_eq!(
+            (r.route_kind, r.route_rule, r.policy_version),
+            (Route::RouteIndeterminate, None, None)
+        );
+        for (key, bad) in [
+            ("route", json!("elsewhere")),
+            ("route_rule", json!("whim")),
+            ("routed_by", json!("nobody")),
+            ("policy_version", json!(0)),
+            ("consumer", json!("a\u{1}")),
+            ("rule_version", json!("")),
+        ] {
+            let mut rec = exported("m4");
+            rec[key] = bad;
+            let (_, field, _) = record_error(import(ImportFormat::Json, &rec));
+            assert_eq!(field, key);
+        }
+        // Event Grid without a reason, and SQS, say nothing of the route.
+        let mut event = dl_event("e1", "X", 1, "2026-01-01T01:00:00Z", "2026-01-01T00:00:00Z");
+        event.as_object_mut().map(|m| m.remove("deadLetterReason"));
+        let r = one(ImportFormat::EventGrid, &json!([event]));
+        assert_eq!(
+            (r.route_kind, r.route_rule),
+            (Route::RouteIndeterminate, None)
+        );
+        let r = one(
+            ImportFormat::EventGrid,
+            &json!([dl_event(
+                "e1",
+                "TimeToLiveExceeded",
+                1,
+                "2026-01-01T01:00:00Z",
+                "2026-01-01T00:00:00Z"
+            )]),
+        );
+        assert_eq!(
+            (r.route_kind, r.route_rule, r.policy_version),
+            (Route::BrokerRouted, Some(RouteRule::Expiry), None)
+        );
+        let r = one(
+            ImportFormat::Sqs,
+            &json!({"Messages": [sqs_message("s1", "b")]}),
+        );
+        assert_eq!(
+            (r.route_kind, r.route_rule, r.policy_version),
+            (Route::RouteIndeterminate, None, None)
         );
     }
 

@@ -168,6 +168,7 @@ impl TestStore {
                 reason: reason.to_owned(),
                 description: None,
                 by_broker: false,
+                classifier: redrive_core::Classifier::default(),
             },
             now,
         )

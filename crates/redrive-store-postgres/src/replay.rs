@@ -386,7 +386,7 @@ pub(crate) async fn import(
     let q = queue(db, name).await?;
     let made: Vec<DeadLetterRecord> = records
         .iter()
-        .map(|r| imported(&q.name, &q.policy, q.version, r.clone(), now))
+        .map(|r| imported(&q.name, &q.policy, r.clone(), now))
         .collect();
     insert_records(db, &made, OnConflict::Fail, now).await?;
     Ok(())

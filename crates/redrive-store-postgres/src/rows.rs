@@ -644,14 +644,15 @@ macro_rules! insert_records_sql {
              first_delivered_at, last_delivered_at, enqueued_at, dead_lettered_at, \
              policy_version, route, forwarded_queue, forwarded_sequence, dlq_delivery_count, \
              format, replay_due_at, replay_failures, last_replay_error, judgement, replay_cause, \
-             route_target, missing_target) \
+             route_target, missing_target, route_kind, route_rule, consumer, rule_version) \
              SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], \
                $5::bigint[], $6::text[], $7::bytea[], $8::text[], $9::text[], $10::text[], \
                $11::text[], $12::text[], $13::text[], $14::bigint[], $15::text[], $16::text[], \
                $17::bigint[], $18::text[], $19::bigint[], $20::bigint[], $21::bigint[], \
                $22::bigint[], $23::bigint[], $24::text[], $25::text[], $26::bigint[], \
                $27::bigint[], $28::text[], $29::bigint[], $30::bigint[], $31::text[], \
-               $32::text[], $33::text[], $34::text[], $35::text[])",
+               $32::text[], $33::text[], $34::text[], $35::text[], $36::text[], $37::text[], \
+               $38::text[], $39::text[])",
             $tail
         )
     };
@@ -756,6 +757,10 @@ async fn insert_batch(
     let mut replay_cause = Vec::with_capacity(n);
     let mut route_target = Vec::with_capacity(n);
     let mut missing_target = Vec::with_capacity(n);
+    let mut route_kind = Vec::with_capacity(n);
+    let mut route_rule = Vec::with_capacity(n);
+    let mut consumer = Vec::with_capacity(n);
+    let mut rule_version = Vec::with_capacity(n);
     for d in records {
         id.push(d.id.clone());
         queue.push(d.queue.as_str().to_owned());
@@ -779,7 +784,8 @@ async fn insert_batch(
         last_delivered_at.push(millis(d.last_delivered_at));
         enqueued_at.push(d.enqueued_at.0);
         dead_lettered_at.push(d.dead_lettered_at.0);
-        policy_version.push(to_int(d.policy_version, "policy_version")?);
+        // 0: no version is known (policy versions start at 1).
+        policy_version.push(to_int(d.policy_version.unwrap_or(0), "policy_version")?);
         route.push(d.route.as_str());
         forwarded_queue.push(d.forwarded_to.as_ref().map(|(q, _)| q.as_str().to_owned()));
         forwarded_sequence.push(d.forwarded_to.as_ref().map(|(_, s)| *s));
@@ -792,6 +798,10 @@ async fn insert_batch(
         replay_cause.push(replay::cause_column(d.judgement.as_ref()));
         route_target.push(d.route_target.as_str());
         missing_target.push(d.missing_target.clone());
+        route_kind.push(d.route_kind.as_str());
+        route_rule.push(d.route_rule.map(|r| r.as_str()));
+        consumer.push(d.consumer.clone());
+        rule_version.push(d.rule_version.clone());
     }
     let sql = match on_conflict {
         OnConflict::Fail => insert_records_sql!(""),
@@ -835,6 +845,10 @@ async fn insert_batch(
             &replay_cause,
             &route_target,
             &missing_target,
+            &route_kind,
+            &route_rule,
+            &consumer,
+            &rule_version,
         ],
     )
     .await

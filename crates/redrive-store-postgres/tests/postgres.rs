@@ -998,7 +998,11 @@ async fn one_node_wins_a_token_name() {
 /// Takes a schema back to version 7, as a build of that version left it: the case tables
 /// and the route columns of version 8, and the replay plans of version 10 (with the move
 /// plans version 11 made of the move tasks of version 9) gone.
-const BACK_TO_VERSION_7: &str = "ALTER TABLE messages DROP COLUMN last_attempt; \
+const BACK_TO_VERSION_7: &str = "ALTER TABLE dead_letters DROP COLUMN route_kind, \
+       DROP COLUMN route_rule, DROP COLUMN consumer, DROP COLUMN rule_version; \
+     ALTER TABLE cases DROP COLUMN route_rule, DROP COLUMN consumer, \
+       DROP COLUMN rule_version; \
+     ALTER TABLE messages DROP COLUMN last_attempt; \
      ALTER TABLE dead_letters DROP COLUMN undecodable; \
      ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
      DROP TABLE replay_plans, replay_plan_items; \
@@ -1009,7 +1013,11 @@ const BACK_TO_VERSION_7: &str = "ALTER TABLE messages DROP COLUMN last_attempt; 
 
 /// Takes a schema back to version 6, as a build of that version left it: version 8
 /// to 11 undone, then the replay columns and indexes of version 7 gone.
-const BACK_TO_VERSION_6: &str = "ALTER TABLE messages DROP COLUMN last_attempt; \
+const BACK_TO_VERSION_6: &str = "ALTER TABLE dead_letters DROP COLUMN route_kind, \
+       DROP COLUMN route_rule, DROP COLUMN consumer, DROP COLUMN rule_version; \
+     ALTER TABLE cases DROP COLUMN route_rule, DROP COLUMN consumer, \
+       DROP COLUMN rule_version; \
+     ALTER TABLE messages DROP COLUMN last_attempt; \
      ALTER TABLE dead_letters DROP COLUMN undecodable; \
      ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
      DROP TABLE replay_plans, replay_plan_items; \
@@ -1046,10 +1054,10 @@ async fn a_version_4_schema_gains_the_access_tables() {
         "4"
     );
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 16);
+    assert_eq!(SCHEMA_VERSION, 17);
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "16"
+        "17"
     );
     assert_eq!(store.list_queues().await.unwrap().len(), 1);
     let appended = store
@@ -1362,6 +1370,7 @@ async fn a_subscription_change_reaches_a_queue_another_node_has_cached() {
                     reason: "Bad".into(),
                     description: None,
                     by_broker: false,
+                    classifier: redrive_core::Classifier::default(),
                 },
             }],
             secs(2),
@@ -1372,7 +1381,7 @@ async fn a_subscription_change_reaches_a_queue_another_node_has_cached() {
     let id = out.effects.dead_lettered[0].dead_letter_id.clone();
     let record = a.get_dead_letter(&queue, &id).await.unwrap();
     assert_eq!(record.replay.due_at, Some(secs(7)));
-    assert_eq!(record.policy_version, 2);
+    assert_eq!(record.policy_version, Some(2));
 
     // A change that mirrors nothing new leaves the queue's policy version alone.
     b.update_subscription(
@@ -1918,7 +1927,11 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
     raw(
         &g,
         &format!(
-            "ALTER TABLE messages DROP COLUMN last_attempt; \
+            "ALTER TABLE dead_letters DROP COLUMN route_kind, DROP COLUMN route_rule, \
+               DROP COLUMN consumer, DROP COLUMN rule_version; \
+             ALTER TABLE cases DROP COLUMN route_rule, DROP COLUMN consumer, \
+               DROP COLUMN rule_version; \
+             ALTER TABLE messages DROP COLUMN last_attempt; \
              ALTER TABLE dead_letters DROP COLUMN undecodable; \
              ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
              DROP INDEX replay_plans_active_move, replay_plans_moves, replay_plans_seq; \
@@ -2031,7 +2044,11 @@ async fn version_12_intents_hold_for_every_entity_after_the_migration() {
     raw(
         &g,
         &format!(
-            "ALTER TABLE messages DROP COLUMN last_attempt; \
+            "ALTER TABLE dead_letters DROP COLUMN route_kind, DROP COLUMN route_rule, \
+               DROP COLUMN consumer, DROP COLUMN rule_version; \
+             ALTER TABLE cases DROP COLUMN route_rule, DROP COLUMN consumer, \
+               DROP COLUMN rule_version; \
+             ALTER TABLE messages DROP COLUMN last_attempt; \
              ALTER TABLE dead_letters DROP COLUMN undecodable; \
              ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
              DROP TABLE intents; \

@@ -311,11 +311,7 @@ pub(crate) fn import(
 ) -> StoreResult<()> {
     let q = tx.queue(queue)?;
     for r in records {
-        insert_record(
-            tx.conn,
-            &imported(&q.name, &q.policy, q.version, r, now),
-            now,
-        )?;
+        insert_record(tx.conn, &imported(&q.name, &q.policy, r, now), now)?;
     }
     Ok(())
 }

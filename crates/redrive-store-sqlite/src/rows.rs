@@ -458,7 +458,8 @@ pub(crate) fn insert_record(
 ) -> StoreResult<()> {
     let properties = props_to_json(&d.properties)?;
     let judgement = replay::judgement_column(d.judgement.as_ref())?;
-    let version = to_int(d.policy_version, "policy_version")?;
+    // 0: no version is known (policy versions start at 1).
+    let version = to_int(d.policy_version.unwrap_or(0), "policy_version")?;
     conn.prepare_cached(
         "INSERT INTO dead_letters (id, queue, area, message_id, sequence, session_id, body, \
          body_sha256, content_type, properties, correlation_id, message_type, intent, \
@@ -466,10 +467,10 @@ pub(crate) fn insert_record(
          last_delivered_at, enqueued_at, dead_lettered_at, policy_version, route, \
          forwarded_queue, forwarded_sequence, dlq_delivery_count, format, replay_due_at, \
          replay_failures, last_replay_error, judgement, replay_cause, route_target, \
-         missing_target) \
+         missing_target, route_kind, route_rule, consumer, rule_version) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
          ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, \
-         ?35)",
+         ?35, ?36, ?37, ?38, ?39)",
     )
     .db()?
     .execute(params![
@@ -508,6 +509,10 @@ pub(crate) fn insert_record(
         replay::cause_column(d.judgement.as_ref()),
         d.route_target.as_str(),
         d.missing_target,
+        d.route_kind.as_str(),
+        d.route_rule.map(|r| r.as_str()),
+        d.consumer,
+        d.rule_version,
     ])
     .db()?;
     crate::cases::open(conn, &d.id, now)

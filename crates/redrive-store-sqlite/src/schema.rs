@@ -31,10 +31,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("migrations/0015_undecodable_dead_letters.sql"),
     ),
     (16, include_str!("migrations/0016_message_last_attempt.sql")),
+    (17, include_str!("migrations/0017_route_evidence.sql")),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: i64 = 16;
+pub const LATEST_VERSION: i64 = 17;
 
 /// How long a connection waits for a lock held by another connection before giving up
 /// with SQLITE_BUSY (mapped to `Unavailable`).

@@ -702,6 +702,7 @@ async fn version_3_messages_keep_their_contents_through_the_migration() {
                         reason: "bad".to_owned(),
                         description: None,
                         by_broker: false,
+                        classifier: redrive_core::Classifier::default(),
                     },
                 },
                 Settlement {
@@ -866,6 +867,10 @@ async fn version_4_database_migrates_to_the_access_tables() {
             "DROP TABLE tokens; DROP TABLE audit_log; DROP TABLE audit_head; \
              ALTER TABLE dead_letters DROP COLUMN undecodable; \
              ALTER TABLE messages DROP COLUMN last_attempt; \
+             ALTER TABLE dead_letters DROP COLUMN route_kind; \
+             ALTER TABLE dead_letters DROP COLUMN route_rule; \
+             ALTER TABLE dead_letters DROP COLUMN consumer; \
+             ALTER TABLE dead_letters DROP COLUMN rule_version; \
              DROP TABLE idempotency_register; \
              DROP INDEX dead_letters_candidates; DROP INDEX dead_letters_age; \
              ALTER TABLE dead_letters DROP COLUMN format; \
@@ -890,7 +895,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (16, 16));
+    assert_eq!((version, SCHEMA_VERSION), (17, 17));
     assert_eq!(store.peek(&name("q"), 1, 10, T0).await.unwrap().len(), 1);
     let token = NewToken {
         id: "tok_000000000000000a".to_owned(),
@@ -1087,6 +1092,7 @@ async fn a_failed_opening_fails_the_write_that_needed_it() {
                     reason: "Bad".into(),
                     description: None,
                     by_broker: false,
+                    classifier: redrive_core::Classifier::default(),
                 },
             }],
             T0,

@@ -41,8 +41,15 @@ pub struct CaseRecord {
     pub description: Option<String>,
     /// The deliveries counted before the dead letter.
     pub delivery_count: u32,
-    /// The queue's policy version that routed it.
-    pub policy_version: u64,
+    /// The version of the routing policy in force when it was dead-lettered (the
+    /// record's); `None` when nothing says (an import whose source did not).
+    pub policy_version: Option<u64>,
+    /// The rule it was routed under (the record's); `None` when nothing names one.
+    pub route_rule: Option<redrive_core::case::RouteRule>,
+    /// The consumer that applied an application's reason, when it said.
+    pub consumer: Option<String>,
+    /// The version of that consumer's classification rule, when it said.
+    pub rule_version: Option<String>,
     /// Lower-case hex SHA-256 of the exact payload bytes.
     pub body_sha256: String,
     /// Size of the payload, bytes.

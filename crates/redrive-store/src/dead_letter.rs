@@ -134,6 +134,8 @@ pub struct Routing {
     pub route_target: redrive_core::case::RouteTarget,
     /// The dead-letter queue that could not (a fallback).
     pub missing_target: Option<String>,
+    /// The consumer and rule version of an application's dead letter.
+    pub classifier: redrive_core::Classifier,
 }
 
 /// The evidence record `id` of `message`, dead-lettered at `now` for `reason` under
@@ -149,6 +151,13 @@ pub fn evidence_record(
     now: Timestamp,
 ) -> DeadLetterRecord {
     let body_sha256 = redrive_core::digest::sha256_hex(&message.body);
+    let route = if routing.by_broker {
+        RouteKind::Broker
+    } else {
+        RouteKind::Application
+    };
+    let route_kind = redrive_core::case::Route::from(route);
+    let route_rule = redrive_core::case::RouteRule::of(route_kind, reason.as_str());
     DeadLetterRecord {
         id,
         queue: message.queue,
@@ -173,12 +182,8 @@ pub fn evidence_record(
         last_delivered_at: meta.last_delivered_at,
         enqueued_at: message.enqueued_at,
         dead_lettered_at: now,
-        policy_version,
-        route: if routing.by_broker {
-            RouteKind::Broker
-        } else {
-            RouteKind::Application
-        },
+        policy_version: Some(policy_version),
+        route,
         forwarded_to: routing.forwarded_to,
         dlq_delivery_count: 0,
         locked_until: None,
@@ -187,6 +192,10 @@ pub fn evidence_record(
         judgement: None,
         route_target: routing.route_target,
         missing_target: routing.missing_target,
+        route_kind,
+        route_rule: Some(route_rule),
+        consumer: routing.classifier.consumer,
+        rule_version: routing.classifier.rule_version,
     }
 }
 
@@ -246,6 +255,7 @@ mod tests {
             forwarded_to: Some((n("orders-dlq"), 41)),
             route_target: redrive_core::case::RouteTarget::Written,
             missing_target: None,
+            classifier: redrive_core::Classifier::default(),
         };
         let r = evidence_record(
             "dl_1".to_owned(),
@@ -270,8 +280,19 @@ mod tests {
         assert_eq!(r.delivery_count, 3);
         assert_eq!(r.last_delivered_at, Some(t(9)));
         assert_eq!(r.count_quality, EvidenceQuality::Exact);
-        assert_eq!((r.dead_lettered_at, r.policy_version), (t(10), 5));
+        assert_eq!((r.dead_lettered_at, r.policy_version), (t(10), Some(5)));
         assert_eq!(r.route, RouteKind::Broker);
+        assert_eq!(
+            (r.route_kind, r.route_rule),
+            (
+                redrive_core::case::Route::BrokerRouted,
+                Some(redrive_core::case::RouteRule::DeliveryThreshold)
+            )
+        );
+        assert_eq!(
+            (r.consumer.as_deref(), r.rule_version.as_deref()),
+            (None, None)
+        );
         assert_eq!(r.forwarded_to, Some((n("orders-dlq"), 41)));
         assert_eq!((r.dlq_delivery_count, r.locked_until), (0, None));
         let app = evidence_record(
@@ -286,12 +307,27 @@ mod tests {
                 forwarded_to: None,
                 route_target: redrive_core::case::RouteTarget::Written,
                 missing_target: None,
+                classifier: redrive_core::Classifier {
+                    consumer: Some("orders@4".to_owned()),
+                    rule_version: Some("sku-rule-7".to_owned()),
+                },
             },
             5,
             t(10),
         );
         assert_eq!((app.route, app.area), (RouteKind::Application, Area::Live));
         assert_eq!(app.reason, "Bad");
+        assert_eq!(
+            (app.route_kind, app.route_rule),
+            (
+                redrive_core::case::Route::ApplicationQuarantined,
+                Some(redrive_core::case::RouteRule::Application)
+            )
+        );
+        assert_eq!(
+            (app.consumer.as_deref(), app.rule_version.as_deref()),
+            (Some("orders@4"), Some("sku-rule-7"))
+        );
     }
 
     #[test]

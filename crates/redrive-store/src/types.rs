@@ -296,6 +296,9 @@ pub enum SettleAction {
         /// queue falls back to the own store as for the broker's other dead letters.
         /// False for an application's settlement.
         by_broker: bool,
+        /// The consumer and rule version that classified an application's dead letter
+        /// (kept on the record and its case); empty for the broker's.
+        classifier: redrive_core::Classifier,
     },
     /// Extend the lock.
     Renew {
@@ -401,9 +404,11 @@ pub struct DeadLetterRecord {
     pub enqueued_at: Timestamp,
     /// When it was dead-lettered.
     pub dead_lettered_at: Timestamp,
-    /// Policy version in force at that moment.
-    pub policy_version: u64,
-    /// Broker (policy) or application.
+    /// The version of the routing policy in force at that moment: the queue's, for a
+    /// record routed here; the source's, for an import whose source named it; `None` when
+    /// nothing says (an import whose source did not), never a version invented for it.
+    pub policy_version: Option<u64>,
+    /// Broker (policy) or application; `import` for a record read from elsewhere.
     pub route: RouteKind,
     /// If the message went on to a dead-letter queue: that queue and its sequence there.
     pub forwarded_to: Option<(EntityName, i64)>,
@@ -425,6 +430,19 @@ pub struct DeadLetterRecord {
     pub route_target: redrive_core::case::RouteTarget,
     /// The dead-letter queue that could not take it (`fell_back` only).
     pub missing_target: Option<String>,
+    /// How the evidence says the delivery was separated: `broker_routed` or
+    /// `application_quarantined` for a record routed here; for an import, what its
+    /// source said (an export's route, a provider's reason), `route_indeterminate` when it
+    /// said nothing of it.
+    pub route_kind: redrive_core::case::Route,
+    /// The rule it was routed under, recorded at routing (an import: as its source named
+    /// it); `None` when nothing names one.
+    pub route_rule: Option<redrive_core::case::RouteRule>,
+    /// The consumer that applied an application's reason, when it said (bounded by
+    /// [`redrive_core::dead_letter::check_classifier`]).
+    pub consumer: Option<String>,
+    /// The version of the consumer's classification rule, when it said.
+    pub rule_version: Option<String>,
 }
 
 /// Automatic replay's bookkeeping of a dead-letter record.

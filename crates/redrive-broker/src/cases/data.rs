@@ -78,8 +78,10 @@ pub struct RouteEvidence {
     pub checked_at_ms: i64,
     /// Verified, or misconfigured (the destination is still missing).
     pub check: RouteCheck,
-    /// The rule the record was routed under.
-    pub rule: RouteRule,
+    /// The rule the record was routed under; absent when nothing names one (an
+    /// indeterminate route).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<RouteRule>,
     /// Whether the configured destination took it.
     pub target: RouteTarget,
     /// The destination that did not.
@@ -94,8 +96,16 @@ pub struct RouteEvidence {
     /// How far that evidence goes.
     #[serde(with = "quality")]
     pub quality: EvidenceQuality,
-    /// The queue policy version that routed it.
-    pub policy_version: u64,
+    /// The version of the routing policy in force when it was dead-lettered; absent
+    /// when nothing says (an import whose source did not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<u64>,
+    /// The consumer that applied an application's reason, when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<String>,
+    /// The version of that consumer's classification rule, when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_version: Option<String>,
 }
 
 mod quality {
@@ -415,13 +425,11 @@ pub struct Known {
 /// dead-lettered because its time to live ran out, the dead letter itself (the time to
 /// live was its window).
 pub fn value_window_end(case: &CaseRecord, data: &CaseData) -> Option<Timestamp> {
-    let rule = data
-        .route
-        .as_ref()
-        .map(|r| r.rule)
-        .unwrap_or_else(|| RouteRule::of(case.m.route, &case.reason));
+    let rule = data.route.as_ref().map_or(case.route_rule, |r| r.rule);
+    // An expiry ends the value window at the dead letter if the message had no
+    // `valid_until` of its own: the time to live was its window.
     case.valid_until.or(match rule {
-        RouteRule::Expiry => Some(case.dead_lettered_at),
+        Some(RouteRule::Expiry) => Some(case.dead_lettered_at),
         _ => None,
     })
 }

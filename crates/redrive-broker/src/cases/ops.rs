@@ -143,6 +143,15 @@ fn entry(
     }
 }
 
+/// How a route's evidence names its policy version: `, policy version N`, or that none
+/// is known.
+fn policy_phrase(version: Option<u64>) -> String {
+    match version {
+        Some(v) => format!(", policy version {v}"),
+        None => ", policy version unknown".to_owned(),
+    }
+}
+
 fn with(mut e: TimelineEntry, fields: &[(&str, String)]) -> TimelineEntry {
     for (k, v) in fields {
         e.fields.insert((*k).to_owned(), v.clone());
@@ -770,7 +779,8 @@ impl Broker {
                                 step.data
                                     .route
                                     .as_ref()
-                                    .map(|r| r.rule.to_string())
+                                    .and_then(|r| r.rule)
+                                    .map(|r| r.to_string())
                                     .unwrap_or_default(),
                             ),
                         ],
@@ -1111,7 +1121,9 @@ impl Broker {
             Err(e) => return Err(e.into()),
         };
         let first = step.data.route.is_none();
-        let rule = RouteRule::of(case.m.route, &case.reason);
+        // The rule, the policy version and the classifier are the record's as routed
+        // (copied onto the case when it opened): never re-derived, never invented.
+        let rule = case.route_rule;
         let (target, missing) = record.as_ref().map_or((RouteTarget::Unknown, None), |r| {
             (r.route_target, r.missing_target.clone())
         });
@@ -1138,7 +1150,7 @@ impl Broker {
             .as_ref()
             .and_then(|r| r.forwarded_to.as_ref().map(|(q, _)| q.to_string()))
             .unwrap_or_else(|| "own_store".to_owned());
-        let attempts = case::attempt_history(rule, Some(case.delivery_count));
+        let attempts = case::attempt_evidence(rule, counted, case.delivery_count);
         step.data.route = Some(RouteEvidence {
             checked_at_ms: now.as_millis(),
             check,
@@ -1149,13 +1161,20 @@ impl Broker {
             attempts,
             quality,
             policy_version: case.policy_version,
+            consumer: case.consumer.clone(),
+            rule_version: case.rule_version.clone(),
         });
         step.set.evidence_quality = quality;
+        let unknown = || "unknown".to_owned();
         let mut fields = vec![
-            ("rule", rule.to_string()),
+            ("route", case.m.route.to_string()),
+            ("rule", rule.map_or_else(unknown, |r| r.to_string())),
             ("target", target.to_string()),
             ("destination", destination),
-            ("policy_version", case.policy_version.to_string()),
+            (
+                "policy_version",
+                case.policy_version.map_or_else(unknown, |v| v.to_string()),
+            ),
             ("evidence_quality", quality.to_string()),
             (
                 "attempts",
@@ -1167,6 +1186,12 @@ impl Broker {
         ];
         if let Some(m) = &missing {
             fields.push(("missing_target", m.clone()));
+        }
+        if let Some(c) = &case.consumer {
+            fields.push(("consumer", c.clone()));
+        }
+        if let Some(v) = &case.rule_version {
+            fields.push(("rule_version", v.clone()));
         }
         if first {
             let rule_cfg = settings.rule(case.queue.as_str());
@@ -1205,13 +1230,24 @@ impl Broker {
             (Some(t), _) => format!(
                 "dead-letter queue {t} was missing at routing (repaired since); the attempt history is incomplete"
             ),
-            (None, RouteRule::Filter | RouteRule::Size) => format!(
-                "routed under the {rule} rule before ordinary delivery: routing evidence, not a payload diagnosis; no receive history"
+            (None, None) => "nothing says how it was routed: route indeterminate, no rule or policy version recorded".to_owned(),
+            (None, Some(rule @ (RouteRule::Filter | RouteRule::Size))) => format!(
+                "routed under the {rule} rule before ordinary delivery{}: routing evidence, not a payload diagnosis; no receive history",
+                policy_phrase(case.policy_version)
             ),
-            _ => format!(
-                "routed under the {rule} rule, policy version {}",
-                case.policy_version
-            ),
+            (None, Some(rule)) => {
+                let mut e = format!(
+                    "routed under the {rule} rule{}",
+                    policy_phrase(case.policy_version)
+                );
+                if let Some(c) = &case.consumer {
+                    e.push_str(&format!("; reason applied by consumer {c}"));
+                }
+                if let Some(v) = &case.rule_version {
+                    e.push_str(&format!(", rule version {v}"));
+                }
+                e
+            }
         };
         step.push(with(
             entry(now, "broker", CaseState::RouteVerified, evidence),
@@ -1227,7 +1263,7 @@ impl Broker {
             ))
             .map_err(case_error)?;
         }
-        if first && rule.observes_consumer_failure() {
+        if first && rule.is_some_and(RouteRule::observes_consumer_failure) {
             let observed = record
                 .as_ref()
                 .and_then(|r| r.description.clone())
@@ -1244,7 +1280,7 @@ impl Broker {
                         format!("observed: {} — {observed}", case.reason)
                     },
                 ),
-                &[("reason", case.reason.clone()), ("observation", observed)],
+                &classified_fields(case, observed),
             ))
             .map_err(case_error)?;
             // A dead letter of a replay this broker admitted is that replay's outcome.
@@ -2668,6 +2704,20 @@ impl Broker {
 
 /// The decisions a step of the broker's records, for the audit log: a closing, an
 /// escalation, a stopped replay, a repaired record (`state=<state>`, `repair=archive_record`).
+/// The fields of a case's `failure_classified` entry at its opening: the reason and the
+/// observation, bound to the consumer and rule version that applied an application's
+/// reason when it named them.
+fn classified_fields(case: &CaseRecord, observed: String) -> Vec<(&'static str, String)> {
+    let mut fields = vec![("reason", case.reason.clone()), ("observation", observed)];
+    if let Some(c) = &case.consumer {
+        fields.push(("consumer", c.clone()));
+    }
+    if let Some(v) = &case.rule_version {
+        fields.push(("rule_version", v.clone()));
+    }
+    fields
+}
+
 fn decisions(step: &Step) -> Vec<String> {
     let mut out: Vec<String> = step
         .append

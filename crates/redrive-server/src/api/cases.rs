@@ -72,6 +72,9 @@ fn summary(c: &CaseRecord, next: String, now: Timestamp) -> CaseSummary {
         payload_deleted_at: m.payload_deleted_at.map(t),
         delivery_count: c.delivery_count,
         policy_version: c.policy_version,
+        route_rule: c.route_rule.map(|r| r.to_string()),
+        consumer: c.consumer.clone(),
+        rule_version: c.rule_version.clone(),
         version: c.version,
     }
 }

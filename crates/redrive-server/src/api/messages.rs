@@ -163,6 +163,16 @@ async fn cancel_scheduled(
 /// A settlement from the wire to the broker's input.
 fn settlement(s: Settle) -> Result<(String, redrive_broker::Settle), ApiError> {
     use redrive_broker::Settle as To;
+    if s.action != SettleKind::DeadLetter {
+        for (field, given) in [("consumer", &s.consumer), ("rule_version", &s.rule_version)] {
+            if given.is_some() {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    format!("`{field}` is given with a dead_letter settlement only"),
+                ));
+            }
+        }
+    }
     let action = match s.action {
         SettleKind::Complete => To::Complete,
         SettleKind::Abandon => To::Abandon {
@@ -174,6 +184,10 @@ fn settlement(s: Settle) -> Result<(String, redrive_broker::Settle), ApiError> {
                 ApiError::new(ErrorCode::InvalidRequest, "dead_letter needs a `reason`")
             })?,
             description: s.description,
+            classifier: redrive_core::Classifier {
+                consumer: s.consumer,
+                rule_version: s.rule_version,
+            },
         },
         SettleKind::Renew => To::Renew {
             lock_ms: s.lock_duration_ms,

@@ -1021,7 +1021,10 @@ async fn a_code_correction_does_not_make_an_invalid_payload_valid() {
             .import_dead_letters(
                 "events",
                 redrive_events::import::ImportFormat::EventGrid,
-                br#"[{"specversion": "1.0", "id": "x", "type": "t"}]"#,
+                // Event Grid's reason and count say how it was routed (an event with
+                // neither is route_indeterminate, and escalated for that first).
+                br#"[{"specversion": "1.0", "id": "x", "type": "t",
+                      "deadLetterReason": "MaxDeliveryAttemptsExceeded", "deliveryAttempts": 3}]"#,
                 &Actor::system("test"),
             )
             .await

@@ -11,6 +11,7 @@ mod cases;
 mod contract_budgets;
 mod contract_cases;
 mod contract_doors;
+mod contract_evidence;
 mod dead_letters;
 mod hardening_access;
 mod hardening_audit;

@@ -60,6 +60,7 @@ pub async fn dead_letter_to_another_queue_forwards_copy_and_keeps_evidence(t: &T
                     reason: "Bad".into(),
                     description: Some("why".into()),
                     by_broker: false,
+                    classifier: redrive_core::Classifier::default(),
                 },
             }],
             secs(2),
@@ -169,6 +170,7 @@ pub async fn application_dead_letter_to_missing_queue_is_refused_and_changes_not
                 reason: "Bad".into(),
                 description: None,
                 by_broker: false,
+                classifier: redrive_core::Classifier::default(),
             },
             secs(1),
         )
@@ -270,6 +272,7 @@ pub async fn resubmit_creates_new_sequence_and_archives_record(t: &TestStore) {
                 reason: "Bad".into(),
                 description: None,
                 by_broker: false,
+                classifier: redrive_core::Classifier::default(),
             },
             T0,
         )

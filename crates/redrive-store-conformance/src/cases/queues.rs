@@ -120,7 +120,7 @@ pub async fn policy_update_bumps_version_and_dead_letters_record_it(t: &TestStor
     // An application dead-letter under version 2.
     let id = t.dead_letter_one(&q, "m1", "Bad", secs(11)).await;
     let r = t.s().get_dead_letter(&q, &id).await.unwrap();
-    assert_eq!(r.policy_version, 2);
+    assert_eq!(r.policy_version, Some(2));
 
     // A broker dead-letter (max delivery count) under version 3.
     let p3 = policy(|p| p.max_delivery_count = 1);
@@ -146,7 +146,21 @@ pub async fn policy_update_bumps_version_and_dead_letters_record_it(t: &TestStor
         .await
         .unwrap();
     assert_eq!(r.reason, "MaxDeliveryCountExceeded");
-    assert_eq!(r.policy_version, 3);
+    assert_eq!(r.policy_version, Some(3));
+    assert_eq!(
+        r.route_rule,
+        Some(redrive_core::case::RouteRule::DeliveryThreshold)
+    );
+    // The cases keep the version that routed each, whatever the queue's is now.
+    t.s().update_queue(&q, &p2, None, secs(15)).await.unwrap();
+    for (record, version) in [(&id, 2), (&r.id, 3)] {
+        let c = t
+            .s()
+            .get_case(&redrive_store::skeleton::cases::case_id(record))
+            .await
+            .unwrap();
+        assert_eq!(c.policy_version, Some(version), "{record}");
+    }
 }
 
 pub async fn delete_non_empty_queue_needs_force(t: &TestStore) {
@@ -169,6 +183,7 @@ pub async fn delete_non_empty_queue_needs_force(t: &TestStore) {
             reason: "Bad".into(),
             description: None,
             by_broker: false,
+            classifier: redrive_core::Classifier::default(),
         },
         T0,
     )
@@ -255,6 +270,7 @@ pub async fn counts_add_up(t: &TestStore) {
             reason: "Bad".into(),
             description: None,
             by_broker: false,
+            classifier: redrive_core::Classifier::default(),
         },
         secs(5),
     )

@@ -259,5 +259,5 @@ pub async fn lowered_max_delivery_count_dead_letters_on_receive(t: &TestStore) {
         .unwrap();
     assert_eq!(r.reason, "MaxDeliveryCountExceeded");
     assert_eq!(r.delivery_count, 2);
-    assert_eq!(r.policy_version, 2);
+    assert_eq!(r.policy_version, Some(2));
 }

@@ -49,6 +49,7 @@ async fn app_dead_letter(
                     reason: reason.to_owned(),
                     description: description.map(str::to_owned),
                     by_broker: false,
+                    classifier: redrive_core::Classifier::default(),
                 },
             }],
             now,
@@ -210,7 +211,7 @@ pub async fn a_dead_letter_without_auto_replay_opens_a_case_with_the_record_iden
     assert_eq!(c.reason, "MaxDeliveryCountExceeded");
     assert_eq!(c.description, r.description);
     assert_eq!(c.delivery_count, 1);
-    assert_eq!(c.policy_version, 1);
+    assert_eq!(c.policy_version, Some(1));
     assert_eq!(c.body_sha256, redrive_core::digest::sha256_hex(b"payload"));
     assert_eq!(c.body_size, 7);
     assert_eq!(c.valid_until, Some(secs(3_600)));
@@ -1325,6 +1326,8 @@ pub async fn import_opens_cases_where_no_replay_settles_the_records(t: &TestStor
         message_type: Some("order.created".into()),
         reason: "Imported".into(),
         route: RouteKind::Broker,
+        // The case's route is the record's route evidence.
+        route_kind: Route::BrokerRouted,
         route_target: RouteTarget::Unknown,
         missing_target: None,
         count_quality: EvidenceQuality::Exact,

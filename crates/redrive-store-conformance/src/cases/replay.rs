@@ -39,6 +39,7 @@ async fn dead_letter(t: &TestStore, q: &EntityName, id: &str, now: Timestamp) ->
                     reason: "Bad".into(),
                     description: None,
                     by_broker: false,
+                    classifier: redrive_core::Classifier::default(),
                 },
             }],
             now,
@@ -228,7 +229,7 @@ pub async fn subscriptions_mirror_replay_and_retention_onto_their_queue(t: &Test
     let (id, _) = dead_letter(t, &queue, "e2", secs(11)).await;
     assert_eq!(due(t, &queue, &id).await, Some(secs(20)));
     let r = get(t, &queue, &id).await;
-    assert_eq!(r.policy_version, 2);
+    assert_eq!(r.policy_version, Some(2));
 
     // A change of anything else leaves the queue as it is.
     t.s()
@@ -473,6 +474,7 @@ pub async fn quarantine_copy_is_create_if_absent_and_copies_the_evidence(t: &Tes
                 reason: "Bad".into(),
                 description: Some("why".into()),
                 by_broker: false,
+                classifier: redrive_core::Classifier::default(),
             },
             secs(2),
         )
@@ -1025,8 +1027,14 @@ pub async fn import_stores_live_records_that_are_candidates_where_replay_is_on(t
             last_error: Some("x".into()),
         },
         forwarded_to: Some((name("elsewhere"), 9)),
-        // An import's own route kind reads back as it was written.
+        // An import's own route kind reads back as it was written, and so does the
+        // route evidence its source gave (none of a policy version here).
         route: RouteKind::Import,
+        route_kind: redrive_core::case::Route::RouteIndeterminate,
+        route_rule: None,
+        policy_version: None,
+        consumer: Some("orders-consumer@4".into()),
+        rule_version: Some("sku-rule-7".into()),
         ..template.clone()
     };
     let (r1, r2) = (blob("blob-1"), blob("blob-2"));
@@ -1040,7 +1048,8 @@ pub async fn import_stores_live_records_that_are_candidates_where_replay_is_on(t
         DeadLetterRecord {
             queue: on.clone(),
             area: Area::Live,
-            policy_version: 2,
+            // Its route evidence (the policy version that routed it with the rest) is
+            // its own: the queue it is imported into routed nothing.
             forwarded_to: None,
             dlq_delivery_count: 0,
             locked_until: None,

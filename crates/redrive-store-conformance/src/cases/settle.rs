@@ -60,6 +60,7 @@ pub async fn settle_with_stale_lock_token_is_lock_lost(t: &TestStore) {
             reason: "Bad".into(),
             description: None,
             by_broker: false,
+            classifier: redrive_core::Classifier::default(),
         },
     ] {
         assert_err!(
@@ -316,7 +317,7 @@ pub async fn abandon_at_max_delivery_count_dead_letters_with_evidence(t: &TestSt
     assert_eq!(r.last_delivered_at, Some(secs(3)));
     assert_eq!(r.enqueued_at, T0);
     assert_eq!(r.dead_lettered_at, secs(4));
-    assert_eq!(r.policy_version, 1);
+    assert_eq!(r.policy_version, Some(1));
     assert_eq!(r.route, RouteKind::Broker);
     assert_eq!(r.forwarded_to, None);
     assert_eq!(r.dlq_delivery_count, 0);
@@ -343,6 +344,10 @@ pub async fn application_dead_letter_keeps_reason_and_description(t: &TestStore)
                     reason: "BadFormat".into(),
                     description: Some("field `total` missing".into()),
                     by_broker: false,
+                    classifier: redrive_core::Classifier {
+                        consumer: Some("orders-consumer@4".into()),
+                        rule_version: Some("total-rule-2".into()),
+                    },
                 },
             }],
             secs(2),
@@ -366,6 +371,33 @@ pub async fn application_dead_letter_keeps_reason_and_description(t: &TestStore)
     assert_eq!(r.delivery_count, 1);
     assert_eq!(r.dead_lettered_at, secs(2));
     assert_eq!(r.body, b"m");
+    // The route evidence: the consumer and rule version that applied the reason, the
+    // rule and the policy version, on the record and on its case.
+    assert_eq!(
+        (r.consumer.as_deref(), r.rule_version.as_deref()),
+        (Some("orders-consumer@4"), Some("total-rule-2"))
+    );
+    assert_eq!(
+        (r.route_kind, r.route_rule, r.policy_version),
+        (
+            redrive_core::case::Route::ApplicationQuarantined,
+            Some(redrive_core::case::RouteRule::Application),
+            Some(1)
+        )
+    );
+    let c = t
+        .s()
+        .get_case(&redrive_store::skeleton::cases::case_id(&id))
+        .await
+        .unwrap();
+    assert_eq!(
+        (c.consumer.as_deref(), c.rule_version.as_deref()),
+        (Some("orders-consumer@4"), Some("total-rule-2"))
+    );
+    assert_eq!(
+        (c.route_rule, c.policy_version),
+        (Some(redrive_core::case::RouteRule::Application), Some(1))
+    );
     assert!(t.sequences(&q).await.is_empty());
 }
 
@@ -624,6 +656,7 @@ pub async fn abandon_keeps_the_evidence_of_the_last_failed_attempt(t: &TestStore
                 reason: "TimeToLiveExceeded".into(),
                 description: Some("expired".into()),
                 by_broker: true,
+                classifier: redrive_core::Classifier::default(),
             },
             secs(10),
         )

@@ -65,15 +65,15 @@ pub fn case_id(record_id: &str) -> String {
 pub const OPEN_CASE: &str = "INSERT INTO cases (id, record_id, queue, message_id, intent_id, \
      message_type, session_id, reason, description, delivery_count, policy_version, \
      body_sha256, body_size, valid_until, dead_lettered_at, opened_at, version, state, route, \
-     evidence_quality, review_deadline, next_check_at, data) \
+     evidence_quality, review_deadline, next_check_at, data, route_rule, consumer, \
+     rule_version) \
      SELECT 'case_' || substr(id, 4), id, queue, message_id, \
      COALESCE(NULLIF(intent, ''), message_id), message_type, session_id, reason, description, \
      delivery_count, policy_version, body_sha256, length(body), valid_until, dead_lettered_at, \
-     $2, 1, 'route_observed', \
-     CASE route WHEN 'application' THEN 'application_quarantined' ELSE 'broker_routed' END, \
+     $2, 1, 'route_observed', route_kind, \
      CASE WHEN route_target <> 'written' AND count_quality IN ('exact', 'approximate') \
      THEN 'incomplete' ELSE count_quality END, \
-     $3, $2, '{}' \
+     $3, $2, '{}', route_rule, consumer, rule_version \
      FROM dead_letters WHERE id = $1 AND (area = 'quarantine' \
      OR (area = 'live' AND replay_due_at IS NULL) \
      OR (area = 'archived' AND forwarded_queue IS NOT NULL AND judgement IS NULL)) \
@@ -100,7 +100,7 @@ pub const CASE_COLUMNS: &str = "id, record_id, queue, message_id, intent_id, mes
      session_id, reason, description, delivery_count, policy_version, body_sha256, body_size, \
      valid_until, dead_lettered_at, opened_at, version, state, route, evidence_quality, owner, \
      lease_until, review_deadline, next_check_at, closed_at, payload_until, payload_deleted_at, \
-     source, subject, data";
+     source, subject, data, route_rule, consumer, rule_version";
 
 /// Reads [`CASE_COLUMNS`].
 pub fn decode(c: &impl Columns) -> StoreResult<CaseRecord> {
@@ -119,7 +119,14 @@ pub fn decode(c: &impl Columns) -> StoreResult<CaseRecord> {
         reason: c.text(7)?,
         description: c.text_opt(8)?,
         delivery_count: c.count(9, "cases.delivery_count")?,
-        policy_version: c.unsigned(10, "cases.policy_version")?,
+        // 0: no version is known (policy versions start at 1).
+        policy_version: Some(c.unsigned(10, "cases.policy_version")?).filter(|v| *v > 0),
+        route_rule: match c.text_opt(30)? {
+            Some(r) => Some(r.parse().map_err(|e| bad_value("cases.route_rule", e))?),
+            None => None,
+        },
+        consumer: c.text_opt(31)?,
+        rule_version: c.text_opt(32)?,
         body_sha256: c.text(11)?,
         body_size: c.unsigned(12, "cases.body_size")?,
         valid_until: c.time_opt(13)?,

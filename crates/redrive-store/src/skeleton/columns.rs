@@ -110,7 +110,8 @@ macro_rules! columns {
          delivery_count, count_quality, first_delivered_at, last_delivered_at, enqueued_at, \
          dead_lettered_at, policy_version, route, forwarded_queue, forwarded_sequence, \
          dlq_delivery_count, locked_until, format, replay_due_at, replay_failures, \
-         last_replay_error, judgement, route_target, missing_target"
+         last_replay_error, judgement, route_target, missing_target, route_kind, route_rule, \
+         consumer, rule_version"
     };
     (queue) => {
         "name, policy, policy_version, created_at, updated_at, id"

@@ -200,6 +200,7 @@ impl DeadLetterPlan {
             forwarded_to: forwarded_to.clone(),
             route_target,
             missing_target,
+            classifier: self.cause.classifier,
         };
         let mut record = evidence_record(
             id.clone(),
@@ -259,7 +260,8 @@ pub fn decode(c: &impl Columns) -> StoreResult<DeadLetterRecord> {
         last_delivered_at: c.time_opt(19)?,
         enqueued_at: c.time(20)?,
         dead_lettered_at: c.time(21)?,
-        policy_version: c.unsigned(22, "dead_letters.policy_version")?,
+        // 0: no version is known (policy versions start at 1).
+        policy_version: Some(c.unsigned(22, "dead_letters.policy_version")?).filter(|v| *v > 0),
         route: c.parse(23, "dead_letters.route")?,
         forwarded_to,
         dlq_delivery_count: c.count(26, "dead_letters.dlq_delivery_count")?,
@@ -278,6 +280,16 @@ pub fn decode(c: &impl Columns) -> StoreResult<DeadLetterRecord> {
         },
         route_target: c.parse(33, "dead_letters.route_target")?,
         missing_target: c.text_opt(34)?,
+        route_kind: c.parse(35, "dead_letters.route_kind")?,
+        route_rule: match c.text_opt(36)? {
+            Some(r) => Some(
+                r.parse()
+                    .map_err(|e| bad_value("dead_letters.route_rule", e))?,
+            ),
+            None => None,
+        },
+        consumer: c.text_opt(37)?,
+        rule_version: c.text_opt(38)?,
     })
 }
 
@@ -464,6 +476,7 @@ mod tests {
             },
             by_broker,
             description: None,
+            classifier: redrive_core::Classifier::default(),
         }
     }
 

@@ -339,6 +339,9 @@ pub struct Cause {
     pub by_broker: bool,
     /// The application's description, if it gave one.
     pub description: Option<String>,
+    /// The consumer and rule version of an application's dead letter (empty for the
+    /// broker's).
+    pub classifier: redrive_core::Classifier,
 }
 
 /// What to store for one message row.
@@ -379,6 +382,7 @@ pub fn write_for(
             reason,
             by_broker,
             description,
+            classifier: redrive_core::Classifier::default(),
         }),
     }
 }
@@ -668,6 +672,7 @@ pub fn settle(
             reason,
             description,
             by_broker,
+            ..
         } => (
             machine::dead_letter(meta, token, now, reason).map(|step| match step {
                 Step::DeadLetter { reason, .. } if *by_broker => Step::DeadLetter {
@@ -698,7 +703,13 @@ pub fn settle(
     {
         return Err(super::dead_letters::target_missing(q));
     }
-    let write = write_for(q, &head, step, description, effects);
+    let mut write = write_for(q, &head, step, description, effects);
+    if let (Write::DeadLetter(cause), SettleAction::DeadLetter { classifier, .. }) =
+        (&mut write, &item.action)
+        && !cause.by_broker
+    {
+        cause.classifier = classifier.clone();
+    }
     let settled = Settled {
         sequence: head.sequence,
         message_id: head.message_id.clone(),

@@ -160,18 +160,19 @@ pub fn copy_record(source: &DeadLetterRecord, copy: &QuarantineCopy) -> DeadLett
     }
 }
 
-/// An imported record as stored on queue `queue` (policy `policy` at `version`) at `now`:
-/// live, a candidate if the policy enables replay, unlocked, never delivered from here.
+/// An imported record as stored on queue `queue` (policy `policy`) at `now`: live, a
+/// candidate if the policy enables replay, unlocked, never delivered from here. Its route
+/// evidence (route, rule, the policy version that routed it, the consumer and rule
+/// version) is its source's and is kept as given: the queue it is imported into routed
+/// nothing.
 pub fn imported(
     queue: &EntityName,
     policy: &QueuePolicy,
-    version: u64,
     mut record: DeadLetterRecord,
     now: Timestamp,
 ) -> DeadLetterRecord {
     record.queue = queue.clone();
     record.area = Area::Live;
-    record.policy_version = version;
     record.forwarded_to = None;
     record.dlq_delivery_count = 0;
     record.locked_until = None;

@@ -701,7 +701,14 @@ pub fn show_text(case: &Case) -> anyhow::Result<String> {
         )
         .add_opt("payload deleted at", s.payload_deleted_at.clone())
         .add("deliveries", s.delivery_count.to_string())
-        .add("policy version", s.policy_version.to_string())
+        .add(
+            "policy version",
+            s.policy_version
+                .map_or_else(|| "unknown".to_owned(), |v| v.to_string()),
+        )
+        .add_opt("route rule", s.route_rule.clone())
+        .add_opt("consumer", s.consumer.clone())
+        .add_opt("rule version", s.rule_version.clone())
         .add("version", s.version.to_string());
     let mut out = kv.render();
     out.push_str("record:\n");
@@ -876,7 +883,10 @@ mod tests {
             payload_size: 2,
             payload_deleted_at: None,
             delivery_count: 1,
-            policy_version: 1,
+            policy_version: Some(1),
+            route_rule: Some("application".to_owned()),
+            consumer: None,
+            rule_version: None,
             version: 3,
         }
     }

@@ -484,7 +484,15 @@ pub fn describe(d: &DeadLetter) -> KeyValues {
         .add("enqueued_time", d.enqueued_time.clone())
         .add("dead_lettered_at", d.dead_lettered_at.clone())
         .add("routed_by", d.routed_by.clone())
-        .add("policy_version", d.policy_version.to_string())
+        .add_opt("route", d.route.clone())
+        .add_opt("route_rule", d.route_rule.clone())
+        .add(
+            "policy_version",
+            d.policy_version
+                .map_or_else(|| "unknown".to_owned(), |v| v.to_string()),
+        )
+        .add_opt("consumer", d.consumer.clone())
+        .add_opt("rule_version", d.rule_version.clone())
         .add_opt("forwarded_to_queue", d.forwarded_to_queue.clone())
         .add_opt(
             "forwarded_sequence_number",

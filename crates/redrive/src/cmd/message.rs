@@ -106,6 +106,12 @@ pub struct ReceiveArgs {
     /// With --dead-letter: a description.
     #[arg(long, value_name = "TEXT", requires = "dead_letter")]
     pub description: Option<String>,
+    /// With --dead-letter: the consumer that applied the reason.
+    #[arg(long, value_name = "ID", requires = "dead_letter")]
+    pub consumer: Option<String>,
+    /// With --dead-letter: the version of the consumer's classification rule.
+    #[arg(long, value_name = "VERSION", requires = "dead_letter")]
+    pub rule_version: Option<String>,
 }
 
 /// The action of `redrive settle`.
@@ -142,6 +148,12 @@ pub struct SettleArgs {
     /// dead-letter: description.
     #[arg(long, value_name = "TEXT")]
     pub description: Option<String>,
+    /// dead-letter: the consumer that applied the reason.
+    #[arg(long, value_name = "ID")]
+    pub consumer: Option<String>,
+    /// dead-letter: the version of the consumer's classification rule.
+    #[arg(long, value_name = "VERSION")]
+    pub rule_version: Option<String>,
     /// renew: new lock duration.
     #[arg(long, value_name = "DUR", value_parser = parse_duration_ms)]
     pub lock: Option<u64>,
@@ -335,6 +347,8 @@ pub async fn receive(ctx: &Ctx, args: ReceiveArgs) -> anyhow::Result<()> {
             delay_ms: args.delay,
             reason: args.dead_letter.clone(),
             description: args.description.clone(),
+            consumer: args.consumer.clone(),
+            rule_version: args.rule_version.clone(),
             lock_duration_ms: None,
         })
         .collect();
@@ -466,6 +480,16 @@ pub async fn settle(ctx: &Ctx, args: SettleArgs) -> anyhow::Result<()> {
             args.description.is_some(),
             SettleKind::DeadLetter,
         ),
+        (
+            "--consumer",
+            args.consumer.is_some(),
+            SettleKind::DeadLetter,
+        ),
+        (
+            "--rule-version",
+            args.rule_version.is_some(),
+            SettleKind::DeadLetter,
+        ),
         ("--lock", args.lock.is_some(), SettleKind::Renew),
     ];
     for (flag, given, only_for) in misplaced {
@@ -482,6 +506,8 @@ pub async fn settle(ctx: &Ctx, args: SettleArgs) -> anyhow::Result<()> {
         delay_ms: args.delay,
         reason: args.reason,
         description: args.description,
+        consumer: args.consumer,
+        rule_version: args.rule_version,
         lock_duration_ms: args.lock,
     };
     let r = ctx
