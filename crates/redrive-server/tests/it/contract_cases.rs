@@ -131,7 +131,9 @@ async fn a_transformation_failing_the_destination_validation_is_refused() {
             .import_dead_letters(
                 "events",
                 redrive_events::import::ImportFormat::EventGrid,
-                br#"[{"specversion": "1.0", "id": "x", "type": "t"}]"#,
+                // Event Grid's reason and count say how it was routed.
+                br#"[{"specversion": "1.0", "id": "x", "type": "t",
+                      "deadLetterReason": "MaxDeliveryAttemptsExceeded", "deliveryAttempts": 3}]"#,
                 &Actor::system("test"),
             )
             .await
