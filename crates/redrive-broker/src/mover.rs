@@ -51,7 +51,6 @@ use redrive_core::message::{
 };
 use redrive_core::plan::{Admission, Budget, Dependency, Pacer};
 use redrive_core::{EntityName, PropertyValue, Timestamp};
-use redrive_store::skeleton::columns::after;
 use redrive_store::{
     Delivery, MoveTaskProgress, MoveTaskRecord, MoveTaskStatus, SettleAction, Settlement,
     StoreError, StoredMessage,
@@ -933,6 +932,11 @@ fn outgoing(m: &StoredMessage) -> Outgoing {
         scheduled_at: None,
         ttl_ms: None,
     }
+}
+
+/// `ms` after `now`, saturating.
+fn after(now: Timestamp, ms: u64) -> Timestamp {
+    now.plus_millis(i64::try_from(ms).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]

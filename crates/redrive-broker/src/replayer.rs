@@ -634,7 +634,7 @@ impl Broker {
             return;
         };
         let store = &self.inner.store;
-        let case_id = redrive_store::skeleton::cases::case_id(&key.id);
+        let case_id = redrive_store::case_id_of(&key.id);
         let case = match store.get_case(&case_id).await {
             Ok(c) => c,
             Err(StoreError::CaseNotFound { .. }) => return,

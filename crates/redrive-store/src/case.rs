@@ -248,6 +248,29 @@ pub struct IntentRecord {
     pub at: Timestamp,
 }
 
+impl IntentRecord {
+    /// The word on an intent that holds for a case of `queue`: the first of `words`
+    /// (oldest first, as [`Store::intent_words`](crate::Store::intent_words) answers them)
+    /// whose entity scope covers the queue. A word for other entities says nothing of
+    /// this case.
+    pub fn for_queue(words: Vec<IntentRecord>, queue: &str) -> Option<IntentRecord> {
+        words.into_iter().find(|w| {
+            w.entity
+                .parse::<redrive_core::access::Scope>()
+                .is_ok_and(|s| s.covers(queue))
+        })
+    }
+}
+
+/// The case id of a dead-letter record: `case_` and the record id without its `dl_`
+/// prefix (the rule the backends' `OPEN_CASE` statement applies in SQL).
+pub fn case_id_of(record_id: &str) -> String {
+    format!(
+        "case_{}",
+        record_id.strip_prefix("dl_").unwrap_or(record_id)
+    )
+}
+
 /// An effect authority: the HTTP endpoint that answers, for an intent of one message type,
 /// whether its effect exists.
 #[derive(Debug, Clone, PartialEq, Eq)]

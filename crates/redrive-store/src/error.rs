@@ -329,6 +329,11 @@ impl StoreError {
         }
     }
 
+    /// A stored value that cannot be read (`column` is `table.column`).
+    pub fn bad_value(column: &'static str, why: impl std::fmt::Display) -> Self {
+        crate::skeleton::columns::bad_value(column, why)
+    }
+
     /// Wraps a transient backend error.
     pub fn unavailable(e: impl StdError + Send + Sync + 'static) -> Self {
         StoreError::Unavailable {

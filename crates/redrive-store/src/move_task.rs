@@ -131,3 +131,15 @@ pub const MOVE_TASKS_KEPT_PER_SOURCE: usize = 10;
 
 /// Most tasks one listing returns.
 pub const MAX_MOVE_TASK_PAGE: u32 = 100;
+
+impl MoveTaskRecord {
+    /// The move task a replay plan of kind `sqs_move` stores, with its runner's columns
+    /// (the mapping of [`skeleton::move_tasks`](crate::skeleton::move_tasks)).
+    pub fn from_plan(
+        p: &crate::ReplayPlanRecord,
+        runner: Option<String>,
+        runner_until: Option<redrive_core::Timestamp>,
+    ) -> crate::StoreResult<MoveTaskRecord> {
+        crate::skeleton::move_tasks::from_plan(p, runner, runner_until)
+    }
+}

@@ -211,7 +211,7 @@ fn effect_entry(now: Timestamp, who: &str, e: &EffectRecord) -> TimelineEntry {
 impl Broker {
     /// The case of the dead-letter record `record_id`, if it has one.
     pub(crate) async fn case_of_record(&self, record_id: &str) -> BrokerResult<Option<CaseRecord>> {
-        let id = redrive_store::skeleton::cases::case_id(record_id);
+        let id = redrive_store::case_id_of(record_id);
         match self.inner.store.get_case(&id).await {
             Ok(c) => Ok(Some(c)),
             Err(StoreError::CaseNotFound { .. }) => Ok(None),

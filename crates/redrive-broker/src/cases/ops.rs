@@ -313,7 +313,7 @@ impl Broker {
             Err(StoreError::DeadLetterNotFound { .. } | StoreError::QueueNotFound { .. }) => None,
             Err(e) => return Err(e.into()),
         };
-        let intent = redrive_store::skeleton::cases::intent_for(
+        let intent = redrive_store::IntentRecord::for_queue(
             store.intent_words(&case.intent_id).await?,
             case.queue.as_str(),
         );

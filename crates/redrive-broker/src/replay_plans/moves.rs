@@ -5,8 +5,7 @@
 //! the owner's `start`, `pause` and `resume` do not apply to it (`plan_state`), and its
 //! `cancel` is `CancelMessageMoveTask`'s (audited `move_task.cancel`).
 
-use redrive_store::skeleton::move_tasks;
-use redrive_store::{MoveTaskRecord, PlanStatus, ReplayPlanRecord};
+use redrive_store::{MoveTaskRecord, PlanStatus, ReplayPlanRecord, StoreError};
 
 use super::run::{BudgetRecord, DependencySpec, PlanSpec, PlanView, RunState};
 use crate::mover::{MoveError, move_budget, move_rate};
@@ -59,7 +58,7 @@ pub struct MovePlanView {
 /// the task's (items: the messages to move; admitted and completed: those moved).
 pub(crate) fn move_plan_view(plan: ReplayPlanRecord) -> BrokerResult<PlanView> {
     // The runner's columns are the mover's; the view does not need them.
-    let task: MoveTaskRecord = move_tasks::from_plan(&plan, None, None)?;
+    let task: MoveTaskRecord = MoveTaskRecord::from_plan(&plan, None, None)?;
     let budget = move_budget(task.max_per_second);
     let spec = PlanSpec {
         reasons: Vec::new(),
@@ -161,7 +160,10 @@ impl Broker {
                 });
             }
             Err(MoveError::NotFound(_)) => {
-                return Err(redrive_store::skeleton::replay_plans::not_found(&plan.id).into());
+                return Err(StoreError::ReplayPlanNotFound {
+                    id: plan.id.clone(),
+                }
+                .into());
             }
             Err(MoveError::AlreadyRunning(q)) => {
                 return Err(BrokerError::PlanConflict {

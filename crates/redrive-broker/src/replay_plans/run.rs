@@ -190,7 +190,7 @@ impl PlanSpec {
     /// The spec of a stored plan.
     pub fn of(plan: &ReplayPlanRecord) -> BrokerResult<PlanSpec> {
         serde_json::from_value(plan.spec.clone())
-            .map_err(|e| redrive_store::skeleton::columns::bad_value("replay_plans.spec", e).into())
+            .map_err(|e| StoreError::bad_value("replay_plans.spec", e).into())
     }
 }
 
@@ -1839,7 +1839,7 @@ impl Broker {
         let (known, record) = match self.known_in(&case, ctx).await {
             Ok(k) => k,
             Err(BrokerError::Store(StoreError::DeadLetterUndecodable { reason, .. })) => {
-                let intent = redrive_store::skeleton::cases::intent_for(
+                let intent = redrive_store::IntentRecord::for_queue(
                     self.inner.store.intent_words(&case.intent_id).await?,
                     case.queue.as_str(),
                 );

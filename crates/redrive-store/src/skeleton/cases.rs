@@ -33,11 +33,7 @@ use crate::{CaseCounts, CaseMut, CaseRecord, DeadLetterRecord, IntentRecord, Sto
 /// first, as [`Store::intent_words`](crate::Store::intent_words) answers them) whose entity
 /// scope covers the queue. A word for other entities says nothing of this case.
 pub fn intent_for(words: Vec<IntentRecord>, queue: &str) -> Option<IntentRecord> {
-    words.into_iter().find(|w| {
-        w.entity
-            .parse::<redrive_core::access::Scope>()
-            .is_ok_and(|s| s.covers(queue))
-    })
+    IntentRecord::for_queue(words, queue)
 }
 
 /// The columns of an intent row, in the order the backends read them.
@@ -54,10 +50,7 @@ pub fn opens_case(d: &DeadLetterRecord) -> bool {
 
 /// The case id of a record: `case_` and the record id without its `dl_` prefix.
 pub fn case_id(record_id: &str) -> String {
-    format!(
-        "case_{}",
-        record_id.strip_prefix("dl_").unwrap_or(record_id)
-    )
+    crate::case_id_of(record_id)
 }
 
 /// Opens the case of record `$1` at `$2` (ms) with review deadline `$3` (ms), if the
