@@ -1,8 +1,9 @@
-//! Errors of broker operations: input the broker refused, or a store error passed on.
+//! Errors of broker operations: input the broker refused, or what its storage refused
+//! or failed, told in broker words ([`Storage`]) so that no interface names a store error.
 
 use redrive_core::PolicyError;
 use redrive_core::name::NameError;
-use redrive_store::StoreError;
+use redrive_store::{StoreError, StoreErrorKind};
 
 /// A broker operation that did not happen. Refusals change nothing.
 #[derive(Debug, thiserror::Error)]
@@ -210,6 +211,24 @@ impl BrokerError {
         }
     }
 
+    /// What the storage refused or failed, in broker words; `None` for the broker's own
+    /// refusals (matched by variant).
+    pub fn storage(&self) -> Option<Storage> {
+        match self {
+            BrokerError::Store(e) => Some(Storage::of(e)),
+            _ => None,
+        }
+    }
+
+    /// The class of a storage error (`unavailable`, `poisoned`, `not_found`…), or `None`
+    /// for the broker's own refusals.
+    pub fn storage_class(&self) -> Option<&'static str> {
+        match self {
+            BrokerError::Store(e) => Some(class_name(e)),
+            _ => None,
+        }
+    }
+
     /// An out-of-range request field.
     pub fn invalid(field: impl Into<String>, why: impl Into<String>) -> Self {
         BrokerError::InvalidRequest {
@@ -219,5 +238,237 @@ impl BrokerError {
     }
 }
 
+/// What the broker's storage refused or failed, in the broker's words: the interfaces
+/// match these ([`BrokerError::storage`]), never the store's own errors. The message of
+/// the [`BrokerError`] says the rest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Storage {
+    /// No queue of that name.
+    QueueNotFound {
+        /// The name asked for.
+        queue: String,
+    },
+    /// A queue of that name exists already.
+    QueueExists,
+    /// A delete without force of a queue that holds messages or live dead letters.
+    QueueNotEmpty {
+        /// Messages on it.
+        messages: u64,
+        /// Live dead letters in its store.
+        dead_letters: u64,
+    },
+    /// The policy version is not the one the caller expected.
+    VersionConflict {
+        /// What the caller expected.
+        expected: u64,
+        /// What is stored.
+        actual: u64,
+    },
+    /// No such message.
+    MessageNotFound,
+    /// The lock is not held: it expired, or the message was settled.
+    LockLost,
+    /// A lock renewal past the longest a lock may last from its receive.
+    LockCapExceeded {
+        /// The longest a lock may last, in ms.
+        cap_ms: u64,
+        /// What remains of it, in ms.
+        remaining_ms: u64,
+    },
+    /// The queue needs a session id.
+    SessionRequired,
+    /// The queue does not use sessions.
+    SessionNotAllowed,
+    /// Another receiver holds the session.
+    SessionLocked,
+    /// The session lock is not held.
+    SessionLockLost,
+    /// No such dead letter.
+    DeadLetterNotFound,
+    /// A dead letter that cannot be read.
+    DeadLetterUndecodable {
+        /// The record.
+        id: String,
+        /// Why it cannot be read.
+        reason: String,
+    },
+    /// A dead-letter target queue that does not exist.
+    DeadLetterTargetMissing,
+    /// No such topic.
+    TopicNotFound,
+    /// A topic of that name exists already.
+    TopicExists,
+    /// A delete without force of a topic that has subscriptions.
+    TopicHasSubscriptions {
+        /// How many.
+        subscriptions: u64,
+    },
+    /// No such subscription.
+    SubscriptionNotFound,
+    /// A subscription of that name exists already.
+    SubscriptionExists,
+    /// A delete without force of a subscription with undelivered events.
+    SubscriptionNotEmpty {
+        /// How many.
+        messages: u64,
+    },
+    /// A token of that name, id, secret or access key exists already.
+    TokenExists,
+    /// No such token.
+    TokenNotFound,
+    /// No such case.
+    CaseNotFound,
+    /// Another writer changed the case first: read it again.
+    CaseChanged,
+    /// The case's timeline is full.
+    TimelineFull,
+    /// No such replay plan.
+    ReplayPlanNotFound,
+    /// Another writer changed the plan, or another plan holds an item's case: retry.
+    PlanBusy,
+    /// Anything else the storage refused (a conflict of its own bookkeeping).
+    Conflict,
+    /// Storage is unavailable for now: retry.
+    Unavailable,
+    /// Storage stopped accepting writes after a failed commit: restart.
+    Poisoned,
+    /// A fault of the storage that is no refusal (the cause is in the error's source).
+    Internal,
+}
+
+impl Storage {
+    fn of(e: &StoreError) -> Storage {
+        use StoreError as E;
+        match e {
+            E::QueueNotFound { queue } => Storage::QueueNotFound {
+                queue: queue.clone(),
+            },
+            E::QueueExists { .. } => Storage::QueueExists,
+            E::QueueNotEmpty {
+                messages,
+                dead_letters,
+                ..
+            } => Storage::QueueNotEmpty {
+                messages: *messages,
+                dead_letters: *dead_letters,
+            },
+            E::VersionConflict { expected, actual } => Storage::VersionConflict {
+                expected: *expected,
+                actual: *actual,
+            },
+            E::MessageNotFound { .. } => Storage::MessageNotFound,
+            E::LockLost => Storage::LockLost,
+            E::LockCapExceeded {
+                cap_ms,
+                remaining_ms,
+            } => Storage::LockCapExceeded {
+                cap_ms: *cap_ms,
+                remaining_ms: *remaining_ms,
+            },
+            E::SessionRequired { .. } => Storage::SessionRequired,
+            E::SessionNotAllowed { .. } => Storage::SessionNotAllowed,
+            E::SessionLocked { .. } => Storage::SessionLocked,
+            E::SessionLockLost => Storage::SessionLockLost,
+            E::DeadLetterNotFound { .. } => Storage::DeadLetterNotFound,
+            E::DeadLetterUndecodable { id, reason, .. } => Storage::DeadLetterUndecodable {
+                id: id.clone(),
+                reason: reason.clone(),
+            },
+            E::DeadLetterTargetMissing { .. } => Storage::DeadLetterTargetMissing,
+            E::TopicNotFound { .. } => Storage::TopicNotFound,
+            E::TopicExists { .. } => Storage::TopicExists,
+            E::TopicHasSubscriptions { subscriptions, .. } => Storage::TopicHasSubscriptions {
+                subscriptions: *subscriptions,
+            },
+            E::SubscriptionNotFound { .. } => Storage::SubscriptionNotFound,
+            E::SubscriptionExists { .. } => Storage::SubscriptionExists,
+            E::SubscriptionNotEmpty { messages, .. } => Storage::SubscriptionNotEmpty {
+                messages: *messages,
+            },
+            E::TokenExists { .. } => Storage::TokenExists,
+            E::TokenNotFound { .. } => Storage::TokenNotFound,
+            E::CaseNotFound { .. } => Storage::CaseNotFound,
+            E::CaseChanged { .. } => Storage::CaseChanged,
+            E::TimelineFull { .. } => Storage::TimelineFull,
+            E::ReplayPlanNotFound { .. } => Storage::ReplayPlanNotFound,
+            E::ReplayPlanChanged { .. } | E::ReplayItemTaken { .. } => Storage::PlanBusy,
+            E::Unavailable { .. } => Storage::Unavailable,
+            E::Poisoned => Storage::Poisoned,
+            e if e.kind() == StoreErrorKind::Conflict => Storage::Conflict,
+            _ => Storage::Internal,
+        }
+    }
+}
+
+/// The class of a storage error, for health reports and metrics: `not_found`,
+/// `conflict`, `lock_lost`, `invalid`, `unavailable`, `poisoned`, `other`.
+fn class_name(e: &StoreError) -> &'static str {
+    match e.kind() {
+        StoreErrorKind::NotFound => "not_found",
+        StoreErrorKind::Conflict => "conflict",
+        StoreErrorKind::LockLost => "lock_lost",
+        StoreErrorKind::Invalid => "invalid",
+        StoreErrorKind::Unavailable => "unavailable",
+        StoreErrorKind::Poisoned => "poisoned",
+        StoreErrorKind::Other => "other",
+    }
+}
+
 /// Result of a broker operation.
 pub type BrokerResult<T> = Result<T, BrokerError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn storage(e: StoreError) -> Option<Storage> {
+        BrokerError::Store(e).storage()
+    }
+
+    #[test]
+    fn storage_errors_are_told_in_broker_words() {
+        let q = || "orders".to_owned();
+        assert_eq!(
+            storage(StoreError::QueueNotFound { queue: q() }),
+            Some(Storage::QueueNotFound { queue: q() })
+        );
+        assert_eq!(
+            storage(StoreError::QueueNotEmpty {
+                queue: q(),
+                messages: 3,
+                dead_letters: 1
+            }),
+            Some(Storage::QueueNotEmpty {
+                messages: 3,
+                dead_letters: 1
+            })
+        );
+        // Two store conflicts of a plan are one thing to a caller: retry.
+        for e in [
+            StoreError::ReplayPlanChanged {
+                id: "p".into(),
+                version: 2,
+            },
+            StoreError::ReplayItemTaken {
+                case_id: "c".into(),
+                plan_id: "p".into(),
+            },
+        ] {
+            assert_eq!(storage(e), Some(Storage::PlanBusy));
+        }
+        assert_eq!(
+            storage(StoreError::MoveTaskRunning { queue: q() }),
+            Some(Storage::Conflict)
+        );
+        assert_eq!(storage(StoreError::Poisoned), Some(Storage::Poisoned));
+        let backend = BrokerError::Store(StoreError::backend(std::io::Error::other("disk")));
+        assert_eq!(backend.storage(), Some(Storage::Internal));
+        assert_eq!(backend.storage_class(), Some("other"));
+        let gone = BrokerError::Store(StoreError::unavailable(std::io::Error::other("down")));
+        assert_eq!(gone.storage_class(), Some("unavailable"));
+        // The broker's own refusals are matched by variant, not as storage.
+        assert_eq!(BrokerError::ShuttingDown.storage(), None);
+        assert_eq!(BrokerError::invalid("x", "y").storage_class(), None);
+    }
+}

@@ -1,8 +1,6 @@
 //! The health of what the broker depends on, for `/healthz`.
 
-use redrive_store::StoreError;
-
-use crate::Broker;
+use crate::{Broker, BrokerError};
 
 /// Whether the store answers now.
 #[derive(Debug)]
@@ -12,7 +10,7 @@ pub struct StoreHealth {
     /// `Ok` when it answered a round trip; otherwise the error an operation would get
     /// (`Unavailable` while the database cannot be reached, `Poisoned` after a failed
     /// commit).
-    pub answer: Result<(), StoreError>,
+    pub answer: Result<(), BrokerError>,
 }
 
 impl Broker {
@@ -21,7 +19,7 @@ impl Broker {
     pub async fn store_health(&self) -> StoreHealth {
         StoreHealth {
             backend: self.inner.store.backend_name(),
-            answer: self.inner.store.ping().await,
+            answer: self.inner.store.ping().await.map_err(BrokerError::from),
         }
     }
 }

@@ -66,7 +66,7 @@ pub use cases::{CaseSettings, CaseWorker};
 pub use clock::SystemClock;
 pub use dead_letters::{DeadLetterFilter, DeadLetterListing};
 pub use dispatcher::Dispatcher;
-pub use error::{BrokerError, BrokerResult, RedeliveryRefusal};
+pub use error::{BrokerError, BrokerResult, RedeliveryRefusal, Storage};
 pub use health::StoreHealth;
 pub use messages::{
     BROKER_REASONS, LockBounds, MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_SQS_LOCK_MS, MAX_WAIT_MS,

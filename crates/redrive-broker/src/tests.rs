@@ -9,10 +9,11 @@ use std::time::Duration;
 use redrive_core::{ManualClock, QueuePolicy, Timestamp};
 use redrive_store_sqlite::{SqliteOptions, SqliteStore};
 
-use crate::model::{AuditQuery, MAX_REGISTER_PAGE, StoreError};
+use crate::model::{AuditQuery, MAX_REGISTER_PAGE};
 use crate::{
     Actor, Broker, BrokerError, LockBounds, MAX_AUDIT_FILTER_LEN, Outgoing, ReceiveOptions, Settle,
 };
+use redrive_store::StoreError;
 
 const T0: Timestamp = Timestamp(1_800_000_000_000);
 

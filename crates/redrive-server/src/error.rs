@@ -11,8 +11,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use redrive_api::problem::PROBLEM_JSON;
 use redrive_api::{ErrorCode, Problem};
-use redrive_broker::BrokerError;
-use redrive_broker::model::StoreError;
+use redrive_broker::{BrokerError, Storage};
 use serde::de::DeserializeOwned;
 
 /// An error response.
@@ -131,83 +130,84 @@ pub fn problem_for(e: &BrokerError) -> Problem {
         BrokerError::ReplayUnbounded { missing } => {
             Problem::new(C::ReplayUnbounded, e.to_string()).with("missing", missing.clone())
         }
-        BrokerError::Store(s) => problem_for_store(s),
-        _ => internal(e),
+        _ => match e.storage() {
+            Some(s) => problem_for_storage(e, s),
+            None => internal(e),
+        },
     }
 }
 
-fn problem_for_store(e: &StoreError) -> Problem {
+fn problem_for_storage(e: &BrokerError, s: Storage) -> Problem {
     use ErrorCode as C;
-    let code = match e {
-        StoreError::QueueNotFound { .. } => C::QueueNotFound,
-        StoreError::QueueExists { .. } => C::QueueExists,
-        StoreError::QueueNotEmpty {
+    let code = match s {
+        Storage::QueueNotFound { .. } => C::QueueNotFound,
+        Storage::QueueExists => C::QueueExists,
+        Storage::QueueNotEmpty {
             messages,
             dead_letters,
-            ..
         } => {
             return Problem::new(
                 C::QueueNotEmpty,
                 format!("{e}; delete with force=true to remove them"),
             )
-            .with("messages", *messages)
-            .with("dead_letters", *dead_letters);
+            .with("messages", messages)
+            .with("dead_letters", dead_letters);
         }
-        StoreError::VersionConflict { expected, actual } => {
+        Storage::VersionConflict { expected, actual } => {
             return Problem::new(C::VersionConflict, e.to_string())
-                .with("expected_version", *expected)
-                .with("actual_version", *actual);
+                .with("expected_version", expected)
+                .with("actual_version", actual);
         }
-        StoreError::MessageNotFound { .. } => C::MessageNotFound,
-        StoreError::TopicNotFound { .. } => C::TopicNotFound,
-        StoreError::TopicExists { .. } => C::TopicExists,
-        StoreError::TopicHasSubscriptions { subscriptions, .. } => {
+        Storage::MessageNotFound => C::MessageNotFound,
+        Storage::TopicNotFound => C::TopicNotFound,
+        Storage::TopicExists => C::TopicExists,
+        Storage::TopicHasSubscriptions { subscriptions } => {
             return Problem::new(
                 C::TopicHasSubscriptions,
                 format!("{e}; delete with force=true to delete them and their events"),
             )
-            .with("subscriptions", *subscriptions);
+            .with("subscriptions", subscriptions);
         }
-        StoreError::SubscriptionNotFound { .. } => C::SubscriptionNotFound,
-        StoreError::SubscriptionExists { .. } => C::SubscriptionExists,
-        StoreError::SubscriptionNotEmpty { messages, .. } => {
+        Storage::SubscriptionNotFound => C::SubscriptionNotFound,
+        Storage::SubscriptionExists => C::SubscriptionExists,
+        Storage::SubscriptionNotEmpty { messages } => {
             return Problem::new(
                 C::SubscriptionNotEmpty,
                 format!("{e}; delete with force=true to discard them"),
             )
-            .with("messages", *messages);
+            .with("messages", messages);
         }
-        StoreError::TokenExists { .. } => C::TokenExists,
-        StoreError::TokenNotFound { .. } => C::TokenNotFound,
-        StoreError::LockLost => C::LockLost,
-        StoreError::SessionRequired { .. } => C::SessionRequired,
-        StoreError::SessionNotAllowed { .. } => C::SessionNotAllowed,
-        StoreError::SessionLocked { .. } => C::SessionLocked,
-        StoreError::SessionLockLost => C::SessionLockLost,
-        StoreError::DeadLetterNotFound { .. } => C::DeadLetterNotFound,
-        StoreError::DeadLetterTargetMissing { .. } => C::DeadLetterTargetMissing,
-        StoreError::DeadLetterUndecodable { id, reason, .. } => {
+        Storage::TokenExists => C::TokenExists,
+        Storage::TokenNotFound => C::TokenNotFound,
+        Storage::LockLost => C::LockLost,
+        Storage::SessionRequired => C::SessionRequired,
+        Storage::SessionNotAllowed => C::SessionNotAllowed,
+        Storage::SessionLocked => C::SessionLocked,
+        Storage::SessionLockLost => C::SessionLockLost,
+        Storage::DeadLetterNotFound => C::DeadLetterNotFound,
+        Storage::DeadLetterTargetMissing => C::DeadLetterTargetMissing,
+        Storage::DeadLetterUndecodable { id, reason } => {
             return Problem::new(C::DeadLetterUndecodable, e.to_string())
-                .with("dead_letter_id", id.as_str())
-                .with("reason", reason.as_str());
+                .with("dead_letter_id", id)
+                .with("reason", reason);
         }
-        StoreError::CaseNotFound { .. } => C::CaseNotFound,
-        StoreError::CaseChanged { .. } => {
+        Storage::CaseNotFound => C::CaseNotFound,
+        Storage::CaseChanged => {
             return Problem::new(C::CaseConflict, e.to_string()).with("reason", "case_changed");
         }
-        StoreError::TimelineFull { .. } => {
+        Storage::TimelineFull => {
             return Problem::new(C::CaseConflict, e.to_string()).with("reason", "timeline_full");
         }
-        StoreError::ReplayPlanNotFound { .. } => C::ReplayPlanNotFound,
+        Storage::ReplayPlanNotFound => C::ReplayPlanNotFound,
         // Another writer changed the plan, or holds an item's case: retry.
-        StoreError::ReplayPlanChanged { .. } | StoreError::ReplayItemTaken { .. } => {
+        Storage::PlanBusy => {
             return Problem::new(C::PlanConflict, e.to_string()).with("reason", "plan_busy");
         }
-        StoreError::Unavailable { .. } => {
+        Storage::Unavailable => {
             tracing::warn!(error = %e, "storage unavailable");
             return Problem::new(C::Unavailable, "storage is temporarily unavailable; retry");
         }
-        StoreError::Poisoned => {
+        Storage::Poisoned => {
             tracing::error!(error = %e, "storage poisoned");
             return Problem::new(
                 C::Unavailable,
@@ -493,19 +493,19 @@ mod tests {
 
     #[test]
     fn an_unavailable_store_is_a_503_with_retry_after_and_no_internals() {
-        let e = BrokerError::Store(StoreError::unavailable(std::io::Error::other(
-            "connection to 10.0.0.1 refused",
-        )));
+        let e = BrokerError::Store(redrive_store::StoreError::unavailable(
+            std::io::Error::other("connection to 10.0.0.1 refused"),
+        ));
         let resp = ApiError::from(e).into_response();
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
         assert_eq!(resp.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
-        let p = problem_for(&BrokerError::Store(StoreError::unavailable(
+        let p = problem_for(&BrokerError::Store(redrive_store::StoreError::unavailable(
             std::io::Error::other("connection to 10.0.0.1 refused"),
         )));
         assert_eq!(p.code, "unavailable");
         assert!(!p.detail.unwrap_or_default().contains("10.0.0.1"));
-        let poisoned = problem_for(&BrokerError::Store(StoreError::Poisoned));
+        let poisoned = problem_for(&BrokerError::Store(redrive_store::StoreError::Poisoned));
         assert_eq!(
             (poisoned.status, poisoned.code.as_str()),
             (503, "unavailable")

@@ -4,10 +4,7 @@
 //! the store: any node lists and cancels them, and one whose node stops is resumed by
 //! another (or by the same after a restart).
 
-use redrive_broker::model::StoreError;
-use redrive_broker::{
-    BrokerError, MAX_MOVE_RATE, MoveError, MoveSpec, MoveTask, is_move_task_handle,
-};
+use redrive_broker::{MAX_MOVE_RATE, MoveError, MoveSpec, MoveTask, Storage, is_move_task_handle};
 use serde_json::{Map, Value, json};
 
 use crate::attributes::name_from_arn;
@@ -64,10 +61,10 @@ fn move_error(e: MoveError) -> SqsError {
             "There is already a task running. Only one active task is allowed for a source \
              queue arn at a given time.",
         ),
-        MoveError::Broker(BrokerError::Store(StoreError::QueueNotFound { queue })) => {
-            not_found(&format!("queue {queue}"))
-        }
-        MoveError::Broker(other) => other.into(),
+        MoveError::Broker(other) => match other.storage() {
+            Some(Storage::QueueNotFound { queue }) => not_found(&format!("queue {queue}")),
+            _ => other.into(),
+        },
     }
 }
 
@@ -92,7 +89,7 @@ pub(crate) async fn start_move(ctx: &Ctx, input: &Map<String, Value>) -> SqsResu
     };
     let sources = match ctx.broker().dead_letter_sources(&source).await {
         Ok(sources) => sources,
-        Err(BrokerError::Store(StoreError::QueueNotFound { .. })) => {
+        Err(e) if matches!(e.storage(), Some(Storage::QueueNotFound { .. })) => {
             return Err(not_found(&format!("queue {source_arn}")));
         }
         Err(e) => return Err(e.into()),
@@ -182,7 +179,7 @@ pub(crate) async fn list_moves(ctx: &Ctx, input: &Map<String, Value>) -> SqsResu
     };
     match ctx.broker().queue_record(&source).await {
         Ok(_) => {}
-        Err(BrokerError::Store(StoreError::QueueNotFound { .. })) => {
+        Err(e) if matches!(e.storage(), Some(Storage::QueueNotFound { .. })) => {
             return Err(not_found(&format!("queue {source_arn}")));
         }
         Err(e) => return Err(e.into()),

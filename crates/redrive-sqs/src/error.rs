@@ -3,8 +3,7 @@
 //! boto3 and the AWS SDKs use to raise `QueueDoesNotExist` and friends), the HTTP status and
 //! whether the sender is at fault; and the mapping of broker errors onto them.
 
-use redrive_broker::BrokerError;
-use redrive_broker::model::StoreError;
+use redrive_broker::{BrokerError, Storage};
 
 /// The kinds of error the endpoint answers with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,26 +247,28 @@ impl From<BrokerError> for SqsError {
             e @ BrokerError::RateLimited { .. } => {
                 SqsError::new(ErrorKind::RequestThrottled, e.to_string())
             }
-            BrokerError::Store(s) => from_store(s),
-            other => internal(&other),
+            other => match other.storage() {
+                Some(s) => from_storage(&other, s),
+                None => internal(&other),
+            },
         }
     }
 }
 
-fn from_store(e: StoreError) -> SqsError {
-    match e {
-        StoreError::QueueNotFound { .. } => SqsError::no_queue(),
-        StoreError::QueueExists { .. } => SqsError::new(
+fn from_storage(e: &BrokerError, s: Storage) -> SqsError {
+    match s {
+        Storage::QueueNotFound { .. } => SqsError::no_queue(),
+        Storage::QueueExists => SqsError::new(
             ErrorKind::QueueNameExists,
             "A queue already exists with the same name and a different value for an attribute.",
         ),
-        StoreError::LockLost => SqsError::new(
+        Storage::LockLost => SqsError::new(
             ErrorKind::MessageNotInflight,
             "The message referred to is not in flight.",
         ),
         // SQS: "the visibility timeout for a message can't exceed 12 hours from the time
         // of the ReceiveMessage"; a longer one is an invalid VisibilityTimeout.
-        StoreError::LockCapExceeded {
+        Storage::LockCapExceeded {
             cap_ms,
             remaining_ms,
         } => SqsError::new(
@@ -280,22 +281,22 @@ fn from_store(e: StoreError) -> SqsError {
                 remaining_ms / 1_000
             ),
         ),
-        StoreError::MessageNotFound { .. } => SqsError::new(
+        Storage::MessageNotFound => SqsError::new(
             ErrorKind::ReceiptHandleIsInvalid,
             "The input receipt handle is invalid.",
         ),
-        StoreError::Unavailable { .. } | StoreError::Poisoned => {
+        Storage::Unavailable | Storage::Poisoned => {
             tracing::warn!(error = %e, "storage unavailable");
             SqsError::new(
                 ErrorKind::ServiceUnavailable,
                 "The service is temporarily unavailable; retry.",
             )
         }
-        StoreError::SessionRequired { .. } | StoreError::SessionNotAllowed { .. } => SqsError::new(
+        Storage::SessionRequired | Storage::SessionNotAllowed => SqsError::new(
             ErrorKind::UnsupportedOperation,
             format!("{e}: session queues are served by the native API only."),
         ),
-        other => internal(&other),
+        _ => internal(e),
     }
 }
 

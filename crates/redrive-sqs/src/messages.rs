@@ -7,7 +7,8 @@ use std::collections::BTreeSet;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
-use redrive_broker::model::{Delivery, Enqueued, StoreError};
+use redrive_broker::Storage;
+use redrive_broker::model::{Delivery, Enqueued};
 use redrive_broker::{BrokerError, Settle};
 use redrive_broker::{LockBounds, Outgoing, ReceiveOptions};
 use redrive_core::message::{
@@ -895,7 +896,7 @@ pub(crate) fn visibility_ms(entry: &Map<String, Value>) -> SqsResult<u64> {
 /// succeeds without deleting (SQS: a stale receipt handle), so it is not an error.
 pub(crate) fn settle_refusal(e: BrokerError, delete: bool) -> Option<SqsError> {
     match e {
-        BrokerError::Store(StoreError::LockLost) if delete => None,
+        e if delete && e.storage() == Some(Storage::LockLost) => None,
         other => Some(SqsError::from(other)),
     }
 }

@@ -2,8 +2,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
-use redrive_broker::BrokerError;
-use redrive_broker::model::StoreError;
+use redrive_broker::Storage;
 use serde_json::{Map, Value, json};
 
 use crate::attributes::{apply_all, default_policy, redrive_error, same_as};
@@ -55,7 +54,7 @@ pub(crate) async fn create(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<V
             }
             return Ok(json!({ "QueueUrl": ctx.queue_url(name) }));
         }
-        Err(BrokerError::Store(StoreError::QueueNotFound { .. })) => {}
+        Err(e) if matches!(e.storage(), Some(Storage::QueueNotFound { .. })) => {}
         Err(e) => return Err(e.into()),
     }
     ctx.broker()
@@ -64,7 +63,7 @@ pub(crate) async fn create(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<V
     match ctx.broker().create_queue(name, policy).await {
         Ok(_) => {}
         // Created meanwhile by another request: the same rule as above applies.
-        Err(BrokerError::Store(StoreError::QueueExists { .. })) => {
+        Err(e) if e.storage() == Some(Storage::QueueExists) => {
             let view = ctx.broker().get_queue(name).await?;
             if let Some(differs) = same_as(ctx, &view, &attrs) {
                 return Err(SqsError::new(

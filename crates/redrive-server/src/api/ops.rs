@@ -8,7 +8,6 @@ use axum::routing::get;
 use axum::{Json, Router};
 
 use redrive_api::{ErrorCode, Problem};
-use redrive_broker::model::StoreErrorKind;
 
 use crate::AppState;
 use crate::error::{ApiError, problem_response};
@@ -29,7 +28,7 @@ async fn healthz(State(s): State<AppState>) -> axum::response::Response {
         Ok(()) => Json(serde_json::json!({"status": "ok", "store": "ok", "backend": backend}))
             .into_response(),
         Err(e) => {
-            let kind = kind_name(e.kind());
+            let kind = e.storage_class().unwrap_or("other");
             tracing::warn!(backend, kind, error = %e, "health check: the store does not answer");
             problem_response(
                 &Problem::new(
@@ -42,19 +41,6 @@ async fn healthz(State(s): State<AppState>) -> axum::response::Response {
                 .with("kind", kind),
             )
         }
-    }
-}
-
-/// The stable name of a store error kind in health reports.
-fn kind_name(kind: StoreErrorKind) -> &'static str {
-    match kind {
-        StoreErrorKind::NotFound => "not_found",
-        StoreErrorKind::Conflict => "conflict",
-        StoreErrorKind::LockLost => "lock_lost",
-        StoreErrorKind::Invalid => "invalid",
-        StoreErrorKind::Unavailable => "unavailable",
-        StoreErrorKind::Poisoned => "poisoned",
-        StoreErrorKind::Other => "other",
     }
 }
 
