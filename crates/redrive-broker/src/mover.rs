@@ -455,6 +455,7 @@ impl Broker {
     /// Claims the move tasks whose runner stopped (their heartbeat ran out, or the runner
     /// let them go at shutdown) and runs them on this node; answers how many. Called on
     /// every sweeper tick, so a node resumes orphans when it starts and while it runs.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn resume_move_tasks(&self) -> BrokerResult<usize> {
         if self.inner.shutdown.is_cancelled() {
             return Ok(0);
@@ -559,6 +560,7 @@ impl Broker {
         }
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(task = %record.handle, queue = %record.source))]
     async fn run_move(
         &self,
         record: MoveTaskRecord,

@@ -379,6 +379,7 @@ impl Broker {
     /// records whole, as its one chunk failing would); a record of several chunks
     /// republishes them in order on its own. The records are then archived in one store
     /// call.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn replay_once(&self) -> BrokerResult<ReplayPass> {
         let settings = self.replay_settings();
         let now = self.now();
@@ -973,6 +974,7 @@ impl Broker {
     /// The drain at start: live records of replaying entities that are not candidates and
     /// are older than the entity's delivery window become candidates now. Answers how
     /// many did.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn drain_replay_candidates(&self) -> BrokerResult<u64> {
         let now = self.now();
         let queues = self.inner.store.list_queues().await?;
