@@ -58,6 +58,8 @@
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+
 use crate::clock::Timestamp;
 
 /// How far behind a look may catch up on slots that came due since the last one, ms:
@@ -110,8 +112,9 @@ pub const MAX_OBSERVE_MS: u64 = 60 * 60 * 1000;
 /// The longest correction reference, bytes.
 pub const MAX_CORRECTION_LEN: usize = 256;
 
-/// A dependency the replay draws on, with its health probe and thresholds.
-#[derive(Debug, Clone, PartialEq)]
+/// A dependency the replay draws on, with its health probe and thresholds. Stored as it
+/// is (a plan's `spec.budget.dependency`): its field names are the stored JSON's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Dependency {
     /// Its name (for the record and the stop reason).
     pub name: String,
@@ -139,8 +142,9 @@ pub struct BudgetSpec {
     pub dependency: Option<Dependency>,
 }
 
-/// A budget with every limit named.
-#[derive(Debug, Clone, PartialEq)]
+/// A budget with every limit named. Stored as it is (a plan's `spec.budget`): its field
+/// names are the stored JSON's, so rows written before keep decoding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Budget {
     /// Items admitted per second.
     pub items_per_s: f64,
@@ -406,6 +410,20 @@ impl Budget {
         let by_items = (items as f64 / self.items_per_s * 1000.0).ceil();
         let by_bytes = (bytes as f64 / self.bytes_per_s as f64 * 1000.0).ceil();
         by_items.max(by_bytes) as u64
+    }
+
+    /// The budget in words, for the case's admission entry.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} items/s, {} bytes/s, {} concurrent, window {}, dependency {} (error rate ≤ {}, latency ≤ {} ms)",
+            self.items_per_s,
+            self.bytes_per_s,
+            self.max_concurrent,
+            self.window,
+            self.dependency.name,
+            self.dependency.max_error_rate,
+            self.dependency.max_latency_ms
+        )
     }
 
     fn item_gap_ms(&self) -> f64 {
@@ -944,6 +962,29 @@ mod tests {
         .check()
         .unwrap();
         assert_eq!(b.window, DEFAULT_WINDOW);
+    }
+
+    /// The stored shape of a budget (`replay_plans.spec`'s `budget`), as rows written
+    /// before hold it: it decodes, and encodes back to the same value.
+    #[test]
+    fn a_stored_budget_reads_as_before() {
+        let text = r#"{"items_per_s":2.5,"bytes_per_s":65536,"max_concurrent":2,"window":10,"dependency":{"name":"ledger","probe_url":"http://ledger.internal/health","max_error_rate":0.05,"max_latency_ms":250}}"#;
+        let b: Budget = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            b,
+            Budget {
+                items_per_s: 2.5,
+                bytes_per_s: 65_536,
+                max_concurrent: 2,
+                window: 10,
+                dependency: dep(),
+            }
+        );
+        assert_eq!(serde_json::to_string(&b).unwrap(), text);
+        assert_eq!(
+            b.describe(),
+            "2.5 items/s, 65536 bytes/s, 2 concurrent, window 10, dependency ledger (error rate ≤ 0.05, latency ≤ 250 ms)"
+        );
     }
 
     #[test]

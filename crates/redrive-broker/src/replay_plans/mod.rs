@@ -24,8 +24,8 @@ pub use moves::{MovePlanView, PlanAction};
 pub use probe::Reading;
 pub(crate) use run::PlanState;
 pub use run::{
-    BudgetRecord, DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, DependencySpec, MAX_PLAN_LEASE_MS,
-    NodeReplayBudget, PlanInput, PlanPass, PlanSpec, PlanView, RunState,
+    DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, MAX_PLAN_LEASE_MS, NodeReplayBudget, PlanInput,
+    PlanPass, PlanSpec, PlanView, RunState,
 };
 pub use worker::PlanWorker;
 

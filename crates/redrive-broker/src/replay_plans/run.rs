@@ -79,81 +79,6 @@ pub struct PlanInput {
     pub observe_ms: Option<u64>,
 }
 
-/// A plan's dependency reservation, as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DependencySpec {
-    /// Its name.
-    pub name: String,
-    /// Its health probe.
-    pub probe_url: String,
-    /// The highest error rate that lets the plan go on.
-    pub max_error_rate: f64,
-    /// The highest latency that lets the plan go on, ms.
-    pub max_latency_ms: u64,
-}
-
-/// A plan's budget, as stored (every limit named).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BudgetRecord {
-    /// Items per second.
-    pub items_per_s: f64,
-    /// Bytes per second.
-    pub bytes_per_s: u64,
-    /// Concurrent deliveries.
-    pub max_concurrent: u32,
-    /// Items per admission window.
-    pub window: u32,
-    /// The dependency reservation.
-    pub dependency: DependencySpec,
-}
-
-impl BudgetRecord {
-    fn of(b: &Budget) -> Self {
-        BudgetRecord {
-            items_per_s: b.items_per_s,
-            bytes_per_s: b.bytes_per_s,
-            max_concurrent: b.max_concurrent,
-            window: b.window,
-            dependency: DependencySpec {
-                name: b.dependency.name.clone(),
-                probe_url: b.dependency.probe_url.clone(),
-                max_error_rate: b.dependency.max_error_rate,
-                max_latency_ms: b.dependency.max_latency_ms,
-            },
-        }
-    }
-
-    /// The budget.
-    pub fn budget(&self) -> Budget {
-        Budget {
-            items_per_s: self.items_per_s,
-            bytes_per_s: self.bytes_per_s,
-            max_concurrent: self.max_concurrent,
-            window: self.window,
-            dependency: Dependency {
-                name: self.dependency.name.clone(),
-                probe_url: self.dependency.probe_url.clone(),
-                max_error_rate: self.dependency.max_error_rate,
-                max_latency_ms: self.dependency.max_latency_ms,
-            },
-        }
-    }
-
-    /// The budget in words, for the case's admission entry.
-    pub fn describe(&self) -> String {
-        format!(
-            "{} items/s, {} bytes/s, {} concurrent, window {}, dependency {} (error rate ≤ {}, latency ≤ {} ms)",
-            self.items_per_s,
-            self.bytes_per_s,
-            self.max_concurrent,
-            self.window,
-            self.dependency.name,
-            self.dependency.max_error_rate,
-            self.dependency.max_latency_ms
-        )
-    }
-}
-
 /// A plan's fixed part: never changed once created (a change is a new plan).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanSpec {
@@ -172,8 +97,8 @@ pub struct PlanSpec {
     /// Only these cases (any when empty).
     #[serde(default)]
     pub case_ids: Vec<String>,
-    /// The budget.
-    pub budget: BudgetRecord,
+    /// The budget (stored as [`Budget`] is: one shape from the request to the pacer).
+    pub budget: Budget,
     /// The correction every item's case must carry, if named.
     #[serde(default)]
     pub correction: Option<String>,
@@ -489,7 +414,7 @@ impl Broker {
             from_ms: sel.from.map(|t| t.as_millis()),
             to_ms: sel.to.map(|t| t.as_millis()),
             case_ids: sel.case_ids.clone(),
-            budget: BudgetRecord::of(&budget),
+            budget,
             correction: input.correction.clone(),
             lease_ms,
             observe_ms,
@@ -606,7 +531,7 @@ impl Broker {
         let bytes = run
             .bytes_total
             .saturating_sub(run.bytes_admitted + run.bytes_held);
-        let eta_ms = spec.budget.budget().lower_bound_ms(waiting, bytes);
+        let eta_ms = spec.budget.lower_bound_ms(waiting, bytes);
         Ok(PlanView {
             plan,
             spec,
@@ -974,7 +899,7 @@ impl Broker {
             return Ok(plan);
         }
         let spec = PlanSpec::of(&plan)?;
-        let budget = spec.budget.budget();
+        let budget = spec.budget.clone();
         let mut run = RunState::of(&plan);
         // The effect authorities, the register and the queues, read once for the look.
         let ctx = Arc::new(self.case_context().await?);
@@ -2581,5 +2506,66 @@ fn stop_words(reason: &StopReason, detail: Option<&str>) -> String {
             "the dependency's capacity could not be observed{}",
             detail.map(|d| format!(": {d}")).unwrap_or_default()
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `replay_plans.spec` value as rows hold it: every field written.
+    const STORED: &str = r#"{"reasons":["schema_mismatch"],"types":["order.created"],"from_ms":1700000000000,"to_ms":null,"case_ids":[],"budget":{"items_per_s":1.0,"bytes_per_s":65536,"max_concurrent":2,"window":10,"dependency":{"name":"ledger-db","probe_url":"http://ledger.internal/health","max_error_rate":0.05,"max_latency_ms":250}},"correction":"fix-1","lease_ms":3600000,"observe_ms":10000,"sessions":{"s1":["case_a","case_b"]}}"#;
+
+    #[test]
+    fn a_stored_spec_decodes_and_encodes_back_the_same() {
+        let spec: PlanSpec = serde_json::from_str(STORED).unwrap();
+        assert_eq!(spec.budget.items_per_s, 1.0);
+        assert_eq!(spec.budget.bytes_per_s, 65_536);
+        assert_eq!(spec.budget.max_concurrent, 2);
+        assert_eq!(spec.budget.window, 10);
+        assert_eq!(spec.budget.dependency.name, "ledger-db");
+        assert_eq!(
+            spec.budget.dependency.probe_url,
+            "http://ledger.internal/health"
+        );
+        assert_eq!(spec.budget.dependency.max_error_rate, 0.05);
+        assert_eq!(spec.budget.dependency.max_latency_ms, 250);
+        assert_eq!(spec.correction.as_deref(), Some("fix-1"));
+        assert_eq!(spec.sessions["s1"], ["case_a", "case_b"]);
+        let want: serde_json::Value = serde_json::from_str(STORED).unwrap();
+        assert_eq!(serde_json::to_value(&spec).unwrap(), want);
+        let record = ReplayPlanRecord {
+            id: "plan_1".into(),
+            kind: PlanKind::Cases,
+            queue: "orders".into(),
+            destination: "orders".into(),
+            owner_id: "anonymous".into(),
+            owner_name: "anonymous".into(),
+            spec: want,
+            items: 0,
+            created_at: Timestamp(0),
+            version: 0,
+            m: PlanMut {
+                status: PlanStatus::Planned,
+                owner_until: Timestamp(0),
+                stop_reason: None,
+                next_at: None,
+                state: serde_json::Value::Null,
+                updated_at: Timestamp(0),
+            },
+        };
+        assert_eq!(PlanSpec::of(&record).unwrap(), spec);
+    }
+
+    /// A row written before the optional fields existed still decodes (they default).
+    #[test]
+    fn a_stored_spec_without_its_optional_fields_decodes() {
+        let text = r#"{"budget":{"items_per_s":0.5,"bytes_per_s":1024,"max_concurrent":1,"window":1,"dependency":{"name":"d","probe_url":"https://d","max_error_rate":1.0,"max_latency_ms":1}},"lease_ms":60000,"observe_ms":100}"#;
+        let spec: PlanSpec = serde_json::from_str(text).unwrap();
+        assert!(spec.reasons.is_empty() && spec.case_ids.is_empty());
+        assert_eq!(spec.correction, None);
+        assert!(spec.sessions.is_empty());
+        assert_eq!(spec.budget.items_per_s, 0.5);
+        assert_eq!(spec.budget.dependency.probe_url, "https://d");
     }
 }
