@@ -15,9 +15,16 @@ use redrive_store::{CaseQuery, CaseRecord, StoreError};
 use crate::cases::data::{self, CaseData};
 use crate::{Broker, BrokerError, BrokerResult};
 
+mod admit;
+mod create;
+mod look;
 mod moves;
+mod node;
+mod outcomes;
+mod owner;
 mod probe;
 mod run;
+mod view;
 mod worker;
 
 pub use moves::{MovePlanView, PlanAction};
