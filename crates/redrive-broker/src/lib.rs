@@ -82,10 +82,10 @@ pub use redrive_push::{NetworkError, NetworkPolicy};
 pub use register::RegisterChange;
 pub use relay::WakeupRelay;
 pub use replay_plans::{
-    BudgetRecord, DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, DependencySpec, FAILURE_PERSISTS_MS,
-    MAX_PLAN_ITEMS, MAX_PLAN_LEASE_MS, MAX_PREVIEW_LIST, MAX_SELECTION_VALUES, MovePlanView,
-    NodeReplayBudget, PlanAction, PlanInput, PlanPass, PlanPreview, PlanSelectionInput, PlanSpec,
-    PlanView, PlanWorker, PreviewItem, Reading, RunState,
+    DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, FAILURE_PERSISTS_MS, MAX_PLAN_ITEMS,
+    MAX_PLAN_LEASE_MS, MAX_PREVIEW_LIST, MAX_SELECTION_VALUES, MovePlanView, NodeReplayBudget,
+    PlanAction, PlanInput, PlanPass, PlanPreview, PlanSelectionInput, PlanSpec, PlanView,
+    PlanWorker, PreviewItem, Reading, RunState,
 };
 pub use replayer::{
     REPLAY_BATCH, REPLAY_LEASE, ReplayPass, ReplaySettings, ReplayStatus, Replayer, RestorePreview,

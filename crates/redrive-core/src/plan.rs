@@ -48,6 +48,13 @@
 //! opens only when every item of the current one has reached a terminal or named
 //! no-replay state and the gates still pass (the caller re-checks them).
 //!
+//! # A look ([`look`]) and the admission gates ([`gates`])
+//!
+//! What one look at a running plan decides, given what the runner found: each observed
+//! replay's transition, whether the next window opens, the dependency probe due, stop or
+//! completion and the next wake ([`look`]); and, for each waiting item, the admission
+//! gates in their order ([`gates`]).
+//!
 //! # Stop conditions ([`stop`])
 //!
 //! Each halts the plan with its reason: effect evidence unavailable for an item; one
@@ -58,7 +65,12 @@
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+
 use crate::clock::Timestamp;
+
+pub mod gates;
+pub mod look;
 
 /// How far behind a look may catch up on slots that came due since the last one, ms:
 /// none (a catch-up would admit several items at one instant, over the bound).
@@ -110,8 +122,9 @@ pub const MAX_OBSERVE_MS: u64 = 60 * 60 * 1000;
 /// The longest correction reference, bytes.
 pub const MAX_CORRECTION_LEN: usize = 256;
 
-/// A dependency the replay draws on, with its health probe and thresholds.
-#[derive(Debug, Clone, PartialEq)]
+/// A dependency the replay draws on, with its health probe and thresholds. Stored as it
+/// is (a plan's `spec.budget.dependency`): its field names are the stored JSON's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Dependency {
     /// Its name (for the record and the stop reason).
     pub name: String,
@@ -139,8 +152,9 @@ pub struct BudgetSpec {
     pub dependency: Option<Dependency>,
 }
 
-/// A budget with every limit named.
-#[derive(Debug, Clone, PartialEq)]
+/// A budget with every limit named. Stored as it is (a plan's `spec.budget`): its field
+/// names are the stored JSON's, so rows written before keep decoding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Budget {
     /// Items admitted per second.
     pub items_per_s: f64,
@@ -408,6 +422,20 @@ impl Budget {
         by_items.max(by_bytes) as u64
     }
 
+    /// The budget in words, for the case's admission entry.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} items/s, {} bytes/s, {} concurrent, window {}, dependency {} (error rate ≤ {}, latency ≤ {} ms)",
+            self.items_per_s,
+            self.bytes_per_s,
+            self.max_concurrent,
+            self.window,
+            self.dependency.name,
+            self.dependency.max_error_rate,
+            self.dependency.max_latency_ms
+        )
+    }
+
     fn item_gap_ms(&self) -> f64 {
         1000.0 / self.items_per_s
     }
@@ -500,25 +528,75 @@ pub enum ItemState {
     Settled,
 }
 
-/// One admission window: its items by id, in admission order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The current admission window of a plan, counted (a plan keeps its counts, not its
+/// items, so a window of 100,000 items costs nothing to look at).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Window {
-    /// The window's number, from 1.
+    /// The window's number, from 1 (0: none opened yet).
     pub number: u32,
-    /// Its items and where they stand.
-    pub items: BTreeMap<String, ItemState>,
+    /// Items admitted in it.
+    pub admitted: u32,
+    /// Of the plan's items, those admitted and not settled.
+    pub in_flight: u32,
 }
 
 impl Window {
     /// Whether every item of the window has settled: the next window may open if the
     /// gates still pass.
     pub fn complete(&self) -> bool {
-        !self.items.is_empty() && self.items.values().all(|s| *s == ItemState::Settled)
+        self.admitted > 0 && self.in_flight == 0
     }
 
     /// Whether the window may take another item under `budget`.
     pub fn has_room(&self, budget: &Budget) -> bool {
-        (self.items.len() as u64) < u64::from(budget.window)
+        self.admitted < budget.window
+    }
+
+    /// How many more items the window takes under `budget`.
+    pub fn room(&self, budget: &Budget) -> u32 {
+        budget.window.saturating_sub(self.admitted)
+    }
+
+    /// Whether the next window opens at this look: none opened yet, or the current one
+    /// full and complete — and items still wait (the caller re-checks the gates, the
+    /// dependency read again first).
+    pub fn opens(&self, budget: &Budget, waiting: bool) -> bool {
+        waiting && (self.number == 0 || (!self.has_room(budget) && self.complete()))
+    }
+
+    /// The room a look reads ahead for: a whole window where the next one may open (none
+    /// opened yet, or the current one full), else what the current one has left.
+    pub fn room_ahead(&self, budget: &Budget) -> u32 {
+        if self.number == 0 || !self.has_room(budget) {
+            budget.window
+        } else {
+            self.room(budget)
+        }
+    }
+
+    /// Opens the next window.
+    pub fn open(&mut self) {
+        self.number += 1;
+        self.admitted = 0;
+    }
+
+    /// Records an item's move from `from` to `to`: an admission takes room in the window
+    /// and is in flight until it settles; an admission undone gives both back.
+    pub fn record(&mut self, from: ItemState, to: ItemState) {
+        match (from, to) {
+            (ItemState::Waiting, ItemState::Admitted) => {
+                self.admitted += 1;
+                self.in_flight += 1;
+            }
+            (ItemState::Admitted, ItemState::Settled) => {
+                self.in_flight = self.in_flight.saturating_sub(1);
+            }
+            (ItemState::Admitted, ItemState::Waiting) => {
+                self.admitted = self.admitted.saturating_sub(1);
+                self.in_flight = self.in_flight.saturating_sub(1);
+            }
+            _ => {}
+        }
     }
 }
 
@@ -946,6 +1024,29 @@ mod tests {
         assert_eq!(b.window, DEFAULT_WINDOW);
     }
 
+    /// The stored shape of a budget (`replay_plans.spec`'s `budget`), as rows written
+    /// before hold it: it decodes, and encodes back to the same value.
+    #[test]
+    fn a_stored_budget_reads_as_before() {
+        let text = r#"{"items_per_s":2.5,"bytes_per_s":65536,"max_concurrent":2,"window":10,"dependency":{"name":"ledger","probe_url":"http://ledger.internal/health","max_error_rate":0.05,"max_latency_ms":250}}"#;
+        let b: Budget = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            b,
+            Budget {
+                items_per_s: 2.5,
+                bytes_per_s: 65_536,
+                max_concurrent: 2,
+                window: 10,
+                dependency: dep(),
+            }
+        );
+        assert_eq!(serde_json::to_string(&b).unwrap(), text);
+        assert_eq!(
+            b.describe(),
+            "2.5 items/s, 65536 bytes/s, 2 concurrent, window 10, dependency ledger (error rate ≤ 0.05, latency ≤ 250 ms)"
+        );
+    }
+
     #[test]
     fn the_seed_lower_bound_is_240_seconds() {
         let b = seed();
@@ -994,18 +1095,53 @@ mod tests {
         let b = seed();
         let mut w = Window {
             number: 1,
-            items: BTreeMap::new(),
+            ..Window::default()
         };
         assert!(!w.complete());
-        for i in 0..10 {
+        for _ in 0..10 {
             assert!(w.has_room(&b));
-            w.items.insert(format!("i{i}"), ItemState::Admitted);
+            w.record(ItemState::Waiting, ItemState::Admitted);
         }
         assert!(!w.has_room(&b));
-        for s in w.items.values_mut() {
-            *s = ItemState::Settled;
+        assert!(!w.complete());
+        for _ in 0..10 {
+            w.record(ItemState::Admitted, ItemState::Settled);
         }
         assert!(w.complete());
+    }
+
+    #[test]
+    fn the_next_window_opens_only_when_the_last_is_full_and_settled() {
+        let b = seed();
+        let none = Window::default();
+        assert!(none.opens(&b, true), "the first window opens");
+        assert!(!none.opens(&b, false), "nothing waits: no window opens");
+        assert_eq!(none.room_ahead(&b), 10);
+        let mut w = Window {
+            number: 1,
+            ..Window::default()
+        };
+        for _ in 0..9 {
+            w.record(ItemState::Waiting, ItemState::Admitted);
+            w.record(ItemState::Admitted, ItemState::Settled);
+        }
+        assert!(w.complete() && w.has_room(&b));
+        assert!(!w.opens(&b, true), "a window with room is not replaced");
+        assert_eq!(w.room_ahead(&b), 1);
+        w.record(ItemState::Waiting, ItemState::Admitted);
+        assert!(!w.opens(&b, true), "one item of it is still in flight");
+        assert_eq!(w.room_ahead(&b), 10);
+        w.record(ItemState::Admitted, ItemState::Waiting);
+        assert_eq!(
+            (w.admitted, w.in_flight),
+            (9, 0),
+            "an undone admission gives back its room"
+        );
+        w.record(ItemState::Waiting, ItemState::Admitted);
+        w.record(ItemState::Admitted, ItemState::Settled);
+        assert!(w.opens(&b, true));
+        w.open();
+        assert_eq!((w.number, w.admitted), (2, 0));
     }
 
     #[test]

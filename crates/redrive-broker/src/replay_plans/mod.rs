@@ -15,17 +15,24 @@ use redrive_store::{CaseQuery, CaseRecord, StoreError};
 use crate::cases::data::{self, CaseData};
 use crate::{Broker, BrokerError, BrokerResult};
 
+mod admit;
+mod create;
+mod look;
 mod moves;
+mod node;
+mod outcomes;
+mod owner;
 mod probe;
 mod run;
+mod view;
 mod worker;
 
 pub use moves::{MovePlanView, PlanAction};
 pub use probe::Reading;
 pub(crate) use run::PlanState;
 pub use run::{
-    BudgetRecord, DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, DependencySpec, MAX_PLAN_LEASE_MS,
-    NodeReplayBudget, PlanInput, PlanPass, PlanSpec, PlanView, RunState,
+    DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, MAX_PLAN_LEASE_MS, NodeReplayBudget, PlanInput,
+    PlanPass, PlanSpec, PlanView, RunState,
 };
 pub use worker::PlanWorker;
 

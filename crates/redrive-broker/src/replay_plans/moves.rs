@@ -7,7 +7,7 @@
 
 use redrive_store::{MoveTaskRecord, PlanStatus, ReplayPlanRecord, StoreError};
 
-use super::run::{BudgetRecord, DependencySpec, PlanSpec, PlanView, RunState};
+use super::run::{PlanSpec, PlanView, RunState};
 use crate::mover::{MoveError, move_budget, move_rate};
 use crate::{Actor, Broker, BrokerError, BrokerResult};
 
@@ -66,18 +66,7 @@ pub(crate) fn move_plan_view(plan: ReplayPlanRecord) -> BrokerResult<PlanView> {
         from_ms: None,
         to_ms: None,
         case_ids: Vec::new(),
-        budget: BudgetRecord {
-            items_per_s: budget.items_per_s,
-            bytes_per_s: budget.bytes_per_s,
-            max_concurrent: budget.max_concurrent,
-            window: budget.window,
-            dependency: DependencySpec {
-                name: budget.dependency.name.clone(),
-                probe_url: budget.dependency.probe_url.clone(),
-                max_error_rate: budget.dependency.max_error_rate,
-                max_latency_ms: budget.dependency.max_latency_ms,
-            },
-        },
+        budget: budget.clone(),
         correction: None,
         lease_ms: 0,
         observe_ms: 0,
