@@ -25,7 +25,8 @@
 //!  "lastDeliveryAttemptTime": "2027-01-15T08:00:40.000Z"}
 //! ```
 //!
-//! `lastDeliveryOutcome` is the status code as text, `"timeout"` or `"connection error"`;
+//! `lastDeliveryOutcome` is the status code as text, `"timeout"`, `"connection error"` or
+//! `"tls error"` (the handshake failed or the endpoint's certificate was refused);
 //! `lastHttpStatusCode` is present only when the endpoint answered; `lastDeliveryError`
 //! (the error chain of a timeout or connection error, shortened) only when there was one.
 //! `publishTime` is when the event was published (its enqueue time) and
@@ -134,6 +135,7 @@ impl LastAttempt {
                 }
                 AttemptOutcome::Timeout => "timeout".to_owned(),
                 AttemptOutcome::ConnectionError => "connection error".to_owned(),
+                AttemptOutcome::TlsError => "tls error".to_owned(),
             };
             o.insert("outcome".into(), outcome.into());
             if let Some(e) = &error {
@@ -164,6 +166,7 @@ impl LastAttempt {
             },
             (None, "timeout") => AttemptOutcome::Timeout,
             (None, "connection error") => AttemptOutcome::ConnectionError,
+            (None, "tls error") => AttemptOutcome::TlsError,
             (None, _) => return None,
         };
         let error = match v.get("error") {
@@ -523,6 +526,7 @@ fn evidence(
             }
             AttemptOutcome::Timeout => "timeout".to_owned(),
             AttemptOutcome::ConnectionError => "connection error".to_owned(),
+            AttemptOutcome::TlsError => "tls error".to_owned(),
         };
         o.insert("lastDeliveryOutcome".into(), outcome.into());
         if let Some(e) = &last.error {

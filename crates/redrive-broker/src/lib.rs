@@ -125,6 +125,9 @@ struct Inner {
     access: access::AccessState,
     /// Which private and special addresses push endpoints may be (none by default).
     push_network: redrive_push::NetworkPolicy,
+    /// Which certificates every outgoing `https://` request trusts (push, validation,
+    /// effect authorities, probes, escalation webhooks).
+    trust: redrive_tls::Trust,
     /// The replay worker's wake-up and settings.
     replay: replayer::ReplayState,
     /// The case worker's wake-up, settings and HTTP client.
@@ -165,12 +168,31 @@ impl Broker {
         Self::with_options(store, clock, AccessSettings::default(), push_network)
     }
 
-    /// A broker with both: how callers are admitted and where push may connect.
+    /// A broker with both: how callers are admitted and where push may connect; outgoing
+    /// `https://` requests trust the platform's roots.
     pub fn with_options(
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
         access: AccessSettings,
         push_network: redrive_push::NetworkPolicy,
+    ) -> Self {
+        Self::with_outgoing(
+            store,
+            clock,
+            access,
+            push_network,
+            redrive_tls::Trust::platform(),
+        )
+    }
+
+    /// [`Broker::with_options`] whose outgoing `https://` requests trust `trust` (the
+    /// platform's roots plus an operator's extra CA bundle, say).
+    pub fn with_outgoing(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        access: AccessSettings,
+        push_network: redrive_push::NetworkPolicy,
+        trust: redrive_tls::Trust,
     ) -> Self {
         Broker {
             inner: Arc::new(Inner {
@@ -185,6 +207,7 @@ impl Broker {
                 access_settings: access,
                 access: access::AccessState::default(),
                 push_network,
+                trust,
                 replay: replayer::ReplayState::default(),
                 cases: cases::CaseState::default(),
                 plans: replay_plans::PlanState::default(),
@@ -202,10 +225,11 @@ impl Broker {
         &self.inner.push_network
     }
 
-    /// The settings push requests are sent with (the broker's network policy).
+    /// The settings push requests are sent with (the broker's network policy and trust).
     pub(crate) fn delivery_settings(&self) -> redrive_push::DeliverySettings {
         redrive_push::DeliverySettings {
             network: self.inner.push_network.clone(),
+            trust: self.inner.trust.clone(),
             ..redrive_push::DeliverySettings::default()
         }
     }

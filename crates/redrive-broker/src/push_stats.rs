@@ -31,6 +31,7 @@ pub fn failure_class(outcome: &AttemptOutcome) -> Option<&'static str> {
         },
         AttemptOutcome::Timeout => Some("timeout"),
         AttemptOutcome::ConnectionError => Some("connection_error"),
+        AttemptOutcome::TlsError => Some("tls_error"),
     }
 }
 
@@ -40,7 +41,7 @@ pub struct PushCounters {
     /// Events delivered (a 2xx answer).
     pub delivered: u64,
     /// Failed attempts per event, by class: `408`, `429`, `4xx`, `5xx`, `other` (an
-    /// unexpected status), `timeout`, `connection_error`.
+    /// unexpected status), `timeout`, `connection_error`, `tls_error`.
     pub failed_attempts: BTreeMap<String, u64>,
     /// Events given up on, by Event Grid's reason.
     pub dead_lettered: BTreeMap<String, u64>,
@@ -155,7 +156,7 @@ impl PushStats {
         }
         let _ = writeln!(
             out,
-            "# HELP redrive_push_failed_attempts_total Failed push attempts per event, by status class (408, 429, 4xx, 5xx, other, timeout, connection_error)."
+            "# HELP redrive_push_failed_attempts_total Failed push attempts per event, by status class (408, 429, 4xx, 5xx, other, timeout, connection_error, tls_error)."
         );
         let _ = writeln!(out, "# TYPE redrive_push_failed_attempts_total counter");
         for ((t, s), c) in &subs {
@@ -243,6 +244,10 @@ mod tests {
         assert_eq!(
             failure_class(&AttemptOutcome::ConnectionError),
             Some("connection_error")
+        );
+        assert_eq!(
+            failure_class(&AttemptOutcome::TlsError),
+            Some("tls_error")
         );
     }
 

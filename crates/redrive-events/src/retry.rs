@@ -103,6 +103,9 @@ pub enum AttemptOutcome {
     Timeout,
     /// The connection failed (refused, reset, DNS…).
     ConnectionError,
+    /// The TLS handshake failed or the endpoint's certificate was refused; retried like a
+    /// connection failure (a certificate can be renewed or a trust setting fixed in time).
+    TlsError,
 }
 
 /// Why a push subscription gave an event up.
@@ -207,7 +210,8 @@ impl RetryPolicy {
             } if status == 408 || status == 429 || status >= 500 => retry_after_ms,
             AttemptOutcome::Status { .. }
             | AttemptOutcome::Timeout
-            | AttemptOutcome::ConnectionError => None,
+            | AttemptOutcome::ConnectionError
+            | AttemptOutcome::TlsError => None,
         };
         if attempt >= self.max_delivery_attempts {
             return Verdict::DeadLetter(GiveUp::MaxDeliveryAttemptsExceeded);
@@ -303,6 +307,7 @@ mod tests {
             (status(302), retry),
             (AttemptOutcome::Timeout, retry),
             (AttemptOutcome::ConnectionError, retry),
+            (AttemptOutcome::TlsError, retry),
         ] {
             assert_eq!(p.decide(&outcome, 1, T, T, 0), expected, "{outcome:?}");
         }

@@ -147,6 +147,9 @@ pub struct DeliverySettings {
     /// Which private and special addresses requests may reach (none by default); see
     /// [`crate::network`].
     pub network: NetworkPolicy,
+    /// Which certificates `https://` endpoints are trusted by: the platform's roots and
+    /// any extra CA bundle ([`redrive_tls`]).
+    pub trust: redrive_tls::Trust,
 }
 
 impl Default for DeliverySettings {
@@ -155,6 +158,7 @@ impl Default for DeliverySettings {
             max_response_body_bytes: 64 * 1024,
             user_agent: concat!("redrive/", env!("CARGO_PKG_VERSION")).to_owned(),
             network: NetworkPolicy::default(),
+            trust: redrive_tls::Trust::platform(),
         }
     }
 }
@@ -196,12 +200,15 @@ impl std::fmt::Debug for Deliverer {
 }
 
 /// The HTTP client push delivery and endpoint validation expect: redirects are not
-/// followed (a 3xx is an outcome of its own), no environment proxy is consulted, and host
-/// names resolve only to the addresses `settings.network` allows ([`GuardedResolver`]).
+/// followed (a 3xx is an outcome of its own), no environment proxy is consulted, host
+/// names resolve only to the addresses `settings.network` allows ([`GuardedResolver`]),
+/// and `https://` endpoints must present a certificate `settings.trust` accepts.
 /// IP-literal URLs are not resolved: check them with
 /// [`NetworkPolicy::check_literal`] before sending, as [`Deliverer`] does.
 pub fn http_client(settings: &DeliverySettings) -> Result<reqwest::Client, reqwest::Error> {
-    reqwest::Client::builder()
+    settings
+        .trust
+        .client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(settings.user_agent.clone())
         .no_proxy()
@@ -374,14 +381,22 @@ impl Deliverer {
                 }
             }
             Err(e) => Delivery {
-                outcome: if e.is_timeout() {
-                    AttemptOutcome::Timeout
-                } else {
-                    AttemptOutcome::ConnectionError
-                },
+                outcome: transport_outcome(&e),
                 error: Some(error_chain(&e)),
             },
         }
+    }
+}
+
+/// The outcome of a request that got no answer: a timeout, a TLS failure (handshake or
+/// certificate) or any other connection failure.
+fn transport_outcome(e: &reqwest::Error) -> AttemptOutcome {
+    if e.is_timeout() {
+        AttemptOutcome::Timeout
+    } else if redrive_tls::tls_failure(e).is_some() {
+        AttemptOutcome::TlsError
+    } else {
+        AttemptOutcome::ConnectionError
     }
 }
 
@@ -404,16 +419,10 @@ fn refused(e: &Forbidden) -> Delivery {
     }
 }
 
-/// An error and its sources, `a: b: c`.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    s
+/// An error and its sources, `a: b: c`, led by what is wrong when it is a TLS failure
+/// ([`redrive_tls::explain`]).
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    redrive_tls::explain(e)
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@
 //! | … with `Retry-After: <seconds>` | `retry_after_ms` = seconds × 1000 |
 //! | … with `Retry-After: <HTTP date>` | `retry_after_ms` = date − the response's `Date` (or the clock's now), at least 0 |
 //! | no answer within the target's timeout | `Timeout` |
+//! | the TLS handshake failed or the endpoint's certificate was refused (untrusted issuer, wrong name, expired) | `TlsError` |
 //! | refused, reset, DNS failure, any other transport error | `ConnectionError` |
 //! | the host is (or resolves only to) an address the [`NetworkPolicy`] forbids | `ConnectionError`, not sent |
 //!

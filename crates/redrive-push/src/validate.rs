@@ -36,6 +36,10 @@ pub enum ValidationError {
     /// No connection (refused, reset, DNS…).
     #[error("the endpoint is unreachable: {0}")]
     Unreachable(String),
+    /// The TLS handshake failed or the endpoint's certificate was refused (what is wrong,
+    /// in an operator's words: an untrusted issuer, a wrong name, an expiry).
+    #[error("the endpoint's TLS was refused: {0}")]
+    Tls(String),
     /// No answer within the timeout.
     #[error("the endpoint did not answer the validation request within {0:?}")]
     Timeout(Duration),
@@ -109,6 +113,8 @@ pub async fn validate_endpoint_with_rate(
     let response = request.send().await.map_err(|e| {
         if e.is_timeout() {
             ValidationError::Timeout(timeout)
+        } else if let Some(tls) = redrive_tls::tls_failure(&e) {
+            ValidationError::Tls(tls.to_string())
         } else {
             ValidationError::Unreachable(error_chain(&e))
         }

@@ -284,5 +284,22 @@ pub fn tls_failure(e: &(dyn StdError + 'static)) -> Option<TlsFailure> {
     None
 }
 
+/// An error and its sources, `a: b: c`; when the chain holds a TLS failure, its sentence
+/// ([`TlsFailure`]'s `Display`) comes first, so a reader sees what is wrong with the
+/// certificate before the transport's words.
+pub fn explain(e: &(dyn StdError + 'static)) -> String {
+    let mut chain = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        chain.push_str(": ");
+        chain.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    match tls_failure(e) {
+        Some(tls) => format!("{tls} ({chain})"),
+        None => chain,
+    }
+}
+
 #[cfg(test)]
 mod tests;

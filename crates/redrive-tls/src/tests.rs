@@ -132,6 +132,9 @@ async fn a_certificate_from_an_unknown_authority_is_a_certificate_failure_that_n
         &rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer)
     );
     assert!(failure.to_string().contains("--ca-file"), "{failure}");
+    let told = explain(&e);
+    assert!(told.starts_with("TLS: the server's certificate is not issued"), "{told}");
+    assert!(told.contains("UnknownIssuer"), "the transport's words follow: {told}");
 }
 
 #[tokio::test]
@@ -172,6 +175,7 @@ async fn a_refused_connection_is_not_a_tls_failure() {
         .await
         .expect_err("nothing listens");
     assert_eq!(tls_failure(&e), None, "{}", chain(&e));
+    assert_eq!(explain(&e), chain(&e));
 }
 
 #[test]

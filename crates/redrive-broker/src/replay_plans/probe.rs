@@ -48,7 +48,7 @@ pub async fn read(
         .timeout(Duration::from_millis(PROBE_TIMEOUT_MS))
         .send()
         .await
-        .map_err(|e| format!("probe {url}: {e}"))?;
+        .map_err(|e| format!("probe {url}: {}", redrive_tls::explain(&e)))?;
     let status = response.status();
     if status != reqwest::StatusCode::OK {
         return Err(format!("probe {url} answered {status}"));
