@@ -4,11 +4,13 @@
 //! - [`TestServer`]: the native API (and, when asked, the SQS endpoint) in process on
 //!   127.0.0.1, over a SQLite file or a fresh PostgreSQL schema, on a [`ManualClock`] (or
 //!   the system clock), with authentication on or off; built from the public constructors
-//!   (`Broker::with_options`, `redrive_server::run_with`, `redrive_sqs::router`), stopped
+//!   (`Broker::with_outgoing`, `redrive_server::run_with`, `redrive_sqs::router`), stopped
 //!   gracefully by [`TestServer::stop`] or on drop. Its JSON helpers drive the native API.
 //! - [`Receiver`]: a fake webhook endpoint that records every request, answers as the test
 //!   scripts it, and wakes a waiting test when a request arrives
 //!   ([`Receiver::wait_for`]): no polling.
+//! - [`tls`]: a certificate authority made in the test and a TLS front on 127.0.0.1, for
+//!   `https://` endpoints with real handshakes.
 //! - [`postgres`]: the PostgreSQL test database (`REDRIVE_TEST_POSTGRES_URL`), its skip
 //!   rule (skipped with a line saying why; a failure under CI), fresh schemas and fresh
 //!   databases that are dropped again.
@@ -26,6 +28,7 @@ mod client;
 pub mod postgres;
 mod receiver;
 mod server;
+pub mod tls;
 
 use std::future::Future;
 use std::sync::mpsc::RecvTimeoutError;

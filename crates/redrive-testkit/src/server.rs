@@ -68,6 +68,7 @@ pub struct Builder {
     clock: Option<ManualClock>,
     access: AccessSettings,
     network: NetworkPolicy,
+    trust: redrive_tls::Trust,
     settings: Settings,
     sqs: Option<SqsConfig>,
     extra: Vec<Router>,
@@ -80,6 +81,7 @@ impl Default for Builder {
             clock: Some(ManualClock::new(T0)),
             access: AccessSettings::default(),
             network: loopback(),
+            trust: redrive_tls::Trust::platform(),
             settings: default_settings(),
             sqs: None,
             extra: Vec::new(),
@@ -117,6 +119,13 @@ impl Builder {
     /// test receivers listen).
     pub fn network(mut self, network: NetworkPolicy) -> Self {
         self.network = network;
+        self
+    }
+
+    /// What the server's outgoing `https://` requests trust, and the test's own client
+    /// too (default: the platform's roots); a [`TestCa`](crate::tls::TestCa)'s, say.
+    pub fn trust(mut self, trust: redrive_tls::Trust) -> Self {
+        self.trust = trust;
         self
     }
 
@@ -235,11 +244,12 @@ impl TestServer {
             Some(manual) => Arc::new(manual.clone()),
             None => Arc::new(redrive_broker::SystemClock),
         };
-        let broker = Broker::with_options(
+        let broker = Broker::with_outgoing(
             opened.store(),
             clock,
             config.access.clone(),
             config.network.clone(),
+            config.trust.clone(),
         );
         if broker.auth_enabled() {
             assert_eq!(
@@ -306,7 +316,11 @@ impl TestServer {
             addr,
             sqs_url,
             extra_addrs,
-            http: reqwest::Client::new(),
+            http: config
+                .trust
+                .client_builder()
+                .build()
+                .expect("the test's HTTP client"),
             broker,
             backend: config.backend.clone(),
             config,

@@ -105,13 +105,9 @@ impl fmt::Display for ClientError {
                 write!(f, "server answered HTTP {status}: {body}")
             }
             ClientError::Unreachable { url, source } => {
-                write!(
-                    f,
-                    "cannot reach the server at {url}: {}",
-                    root_cause(source)
-                )
+                write!(f, "cannot reach the server at {url}: {}", cause(source))
             }
-            ClientError::Transport(e) => write!(f, "request failed: {}", root_cause(e)),
+            ClientError::Transport(e) => write!(f, "request failed: {}", cause(e)),
             ClientError::Decode { what, source } => {
                 write!(f, "unexpected answer from the server ({what}): {source}")
             }
@@ -120,6 +116,15 @@ impl fmt::Display for ClientError {
 }
 
 impl std::error::Error for ClientError {}
+
+/// Why a request got no answer: what is wrong with the TLS when that is it (an untrusted
+/// certificate, a wrong name), otherwise the innermost cause.
+fn cause(e: &(dyn std::error::Error + 'static)) -> String {
+    if let Some(tls) = redrive_tls::tls_failure(e) {
+        return tls.to_string();
+    }
+    root_cause(e)
+}
 
 fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cur = e;
@@ -284,15 +289,27 @@ pub struct Client {
 
 impl Client {
     /// A client for the server at `base` (`http://127.0.0.1:7474`), with a request
-    /// timeout (long-polls wait up to 20 s, so keep it above that).
+    /// timeout (long-polls wait up to 20 s, so keep it above that); an `https://` server
+    /// must present a certificate the platform's roots trust.
     pub fn new(base: &str, timeout: Duration) -> anyhow::Result<Client> {
+        Client::trusting(base, timeout, &redrive_tls::Trust::platform())
+    }
+
+    /// [`Client::new`] whose `https://` requests trust `trust` (the platform's roots plus
+    /// an extra CA bundle, `--ca-file`).
+    pub fn trusting(
+        base: &str,
+        timeout: Duration,
+        trust: &redrive_tls::Trust,
+    ) -> anyhow::Result<Client> {
         let base: Url = base
             .parse()
             .map_err(|e| anyhow::anyhow!("invalid server URL {base:?}: {e}"))?;
         if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
             anyhow::bail!("invalid server URL {base}: expected http://HOST:PORT");
         }
-        let http = reqwest::Client::builder()
+        let http = trust
+            .client_builder()
             .connect_timeout(Duration::from_secs(5))
             .timeout(timeout)
             .pool_max_idle_per_host(512)
@@ -319,6 +336,11 @@ impl Client {
     /// The server's base URL.
     pub fn base(&self) -> &Url {
         &self.base
+    }
+
+    /// The HTTP client (its timeouts and trust), for requests this type has no method for.
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
     }
 
     /// The URL of `segments` under the base, each segment percent-encoded.

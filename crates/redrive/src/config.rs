@@ -49,6 +49,11 @@ pub struct Config {
     /// public addresses: loopback, private, link-local and metadata addresses are refused
     /// unless listed here.
     pub push_allowed_networks: Vec<String>,
+    /// A PEM bundle of extra certificate authorities that outgoing `https://` requests
+    /// (push endpoints, effect authorities, probes, escalation webhooks) trust besides the
+    /// platform's roots: a private CA.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
     /// Authentication, rate limits and the audit log (`[auth]`).
     pub auth: AuthConfig,
     /// Automatic replay of dead letters (`[replay]`).
@@ -226,6 +231,7 @@ impl Default for Config {
             sqs_access_keys: Vec::new(),
             auth: AuthConfig::default(),
             push_allowed_networks: Vec::new(),
+            ca_file: None,
             replay: ReplayConfig::default(),
             cases: CasesConfig::default(),
         }
@@ -308,6 +314,8 @@ pub struct Overrides {
     pub bootstrap_token: Option<String>,
     /// `push_allowed_networks` (comma-separated in the environment).
     pub push_allowed_networks: Option<Vec<String>>,
+    /// `ca_file`.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Overrides {
@@ -357,6 +365,7 @@ impl Overrides {
                 .filter(|p| !p.is_empty())
                 .collect()
         });
+        o.ca_file = get("REDRIVE_CA_FILE").map(PathBuf::from);
         o.log_level = get("REDRIVE_LOG");
         if let Some(v) = get("REDRIVE_LOG_FORMAT") {
             o.log_format = Some(v.parse().map_err(|e| bad("REDRIVE_LOG_FORMAT", e))?);
@@ -420,6 +429,9 @@ impl Overrides {
         }
         if let Some(v) = &self.push_allowed_networks {
             c.push_allowed_networks.clone_from(v);
+        }
+        if let Some(v) = &self.ca_file {
+            c.ca_file = Some(v.clone());
         }
     }
 }
@@ -751,6 +763,13 @@ impl Config {
     }
 
     /// The addresses push endpoints may be on besides public ones.
+    /// What outgoing `https://` requests trust: the platform's roots and `ca_file`'s
+    /// certificates (a bundle that cannot be used is an input error naming it).
+    pub fn trust(&self) -> anyhow::Result<redrive_tls::Trust> {
+        redrive_tls::Trust::load(self.ca_file.as_deref())
+            .map_err(|e| input_error(format!("ca_file: {e}")))
+    }
+
     pub fn push_network(&self) -> anyhow::Result<redrive_broker::NetworkPolicy> {
         redrive_broker::NetworkPolicy::allowing(&self.push_allowed_networks)
             .map_err(|e| input_error(format!("push_allowed_networks: {e}")))

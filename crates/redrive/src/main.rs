@@ -42,6 +42,10 @@ struct Cli {
     /// Print the API's JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
+    /// A PEM file of extra certificate authorities to trust besides the platform's: for an
+    /// `https://` server URL and, with `serve`, for every outgoing request (`ca_file`).
+    #[arg(long, global = true, env = "REDRIVE_CA_FILE", value_name = "FILE")]
+    ca_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -122,7 +126,9 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let ctx = || -> anyhow::Result<Ctx> {
-        let client = client::Client::new(&cli.url, Duration::from_secs(60))
+        let trust = redrive_tls::Trust::load(cli.ca_file.as_deref())
+            .map_err(|e| failure::input_error(format!("--ca-file: {e}")))?;
+        let client = client::Client::trusting(&cli.url, Duration::from_secs(60), &trust)
             .map_err(|e| failure::input_error(format!("{e:#}")))?
             .with_token(cli.token.clone());
         Ok(Ctx {
@@ -131,7 +137,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         })
     };
     match cli.command {
-        Command::Serve(args) => serve::run(args).await,
+        Command::Serve(args) => serve::run(args, cli.ca_file.clone()).await,
         Command::Migrate(args) => migrate::run(args, cli.json).await,
         Command::Queue(c) => cmd::queue::run(&ctx()?, c).await,
         Command::Send(a) => cmd::message::send(&ctx()?, a).await,

@@ -24,7 +24,7 @@ use crate::units::parse_duration_ms;
 Environment: REDRIVE_CONFIG, REDRIVE_LISTEN, REDRIVE_DATA_DIR, REDRIVE_STORE, REDRIVE_LOG,
 REDRIVE_LOG_FORMAT, REDRIVE_SERVER_SWEEP_INTERVAL_MS, REDRIVE_SERVER_SHUTDOWN_TIMEOUT_MS,
 REDRIVE_SQS_LISTEN, REDRIVE_SQS_PUBLIC_URL, REDRIVE_SQS_ACCOUNT_ID, REDRIVE_SQS_REGION, REDRIVE_SQS_ACCESS_KEYS,
-REDRIVE_AUTH_ENABLED, REDRIVE_BOOTSTRAP_TOKEN.
+REDRIVE_AUTH_ENABLED, REDRIVE_BOOTSTRAP_TOKEN, REDRIVE_CA_FILE (also --ca-file).
 Precedence: flags > environment > config file > built-in defaults.")]
 pub struct ServeArgs {
     /// TOML configuration file.
@@ -91,6 +91,7 @@ impl ServeArgs {
             auth_enabled: self.auth.then_some(true),
             bootstrap_token: None,
             push_allowed_networks: None,
+            ca_file: None,
         }
     }
 }
@@ -124,13 +125,20 @@ async fn bind_sqs(config: &Config) -> anyhow::Result<Option<tokio::net::TcpListe
 }
 
 /// Runs the server until a shutdown signal.
-pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+/// `redrive serve`; `ca_file` is the global `--ca-file` (the extra CA bundle outgoing
+/// requests trust), which outranks the configuration's `ca_file`.
+pub async fn run(args: ServeArgs, ca_file: Option<PathBuf>) -> anyhow::Result<()> {
     if args.print_default_config {
         print!("{}", config::DEFAULT_TOML);
         return Ok(());
     }
-    let config = Config::load(args.config.as_deref(), &args.overrides())?;
+    let overrides = Overrides {
+        ca_file,
+        ..args.overrides()
+    };
+    let config = Config::load(args.config.as_deref(), &overrides)?;
     init_logging(&config.log)?;
+    let trust = config.trust()?;
     info!(
         config_file = %args.config.as_deref().map_or_else(|| "(none)".into(), |p| p.display().to_string()),
         "effective configuration: {}",
@@ -162,11 +170,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             "push endpoints may also be on these private networks"
         );
     }
-    let broker = redrive_broker::Broker::with_options(
+    if let Some(ca) = &config.ca_file {
+        info!(ca_file = %ca.display(), extra_roots = trust.extra_roots(),
+            "outgoing https requests also trust this CA bundle");
+    }
+    let broker = redrive_broker::Broker::with_outgoing(
         store.as_dyn(),
         clock,
         config.auth.access(),
         config.push_network()?,
+        trust,
     );
     if config.auth.enabled {
         let created = broker

@@ -33,4 +33,5 @@ mod replay_plans;
 mod seed_003;
 mod sessions;
 mod topics;
+mod tls;
 mod transport;

@@ -25,7 +25,7 @@ pub(crate) async fn server(backend: Backend) -> TestServer {
         .await
 }
 
-fn settings() -> redrive_server::Settings {
+pub(crate) fn settings() -> redrive_server::Settings {
     redrive_server::Settings {
         replay_worker: false,
         case_worker: false,

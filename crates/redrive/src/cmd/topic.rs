@@ -235,8 +235,7 @@ async fn request<T: DeserializeOwned>(
         url.query_pairs_mut().append_pair(k, v);
     }
     let what = format!("{method} {}", url.path());
-    let http = reqwest::Client::new();
-    let mut req = http.request(method, url.clone());
+    let mut req = ctx.client.http().request(method, url.clone());
     if let Some(b) = body {
         let bytes = serde_json::to_vec(b).map_err(|source| ClientError::Decode {
             what: what.clone(),
