@@ -245,10 +245,7 @@ mod tests {
             failure_class(&AttemptOutcome::ConnectionError),
             Some("connection_error")
         );
-        assert_eq!(
-            failure_class(&AttemptOutcome::TlsError),
-            Some("tls_error")
-        );
+        assert_eq!(failure_class(&AttemptOutcome::TlsError), Some("tls_error"));
     }
 
     #[test]

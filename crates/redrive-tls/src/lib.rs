@@ -118,13 +118,11 @@ impl Trust {
         let mut roots = platform_roots().clone();
         let count = extra.len();
         for (i, cert) in extra.into_iter().enumerate() {
-            roots
-                .add(cert)
-                .map_err(|e| TrustError::BadCertificate {
-                    path: path.to_owned(),
-                    index: i + 1,
-                    reason: e.to_string(),
-                })?;
+            roots.add(cert).map_err(|e| TrustError::BadCertificate {
+                path: path.to_owned(),
+                index: i + 1,
+                reason: e.to_string(),
+            })?;
         }
         Ok(Trust::with_roots(roots, count))
     }
@@ -137,13 +135,11 @@ impl Trust {
         let count = certs.len();
         let mut roots = RootCertStore::empty();
         for (i, cert) in certs.into_iter().enumerate() {
-            roots
-                .add(cert)
-                .map_err(|e| TrustError::BadCertificate {
-                    path: path.clone(),
-                    index: i + 1,
-                    reason: e.to_string(),
-                })?;
+            roots.add(cert).map_err(|e| TrustError::BadCertificate {
+                path: path.clone(),
+                index: i + 1,
+                reason: e.to_string(),
+            })?;
         }
         Ok(Trust::with_roots(roots, count))
     }
@@ -276,7 +272,10 @@ pub fn tls_failure(e: &(dyn StdError + 'static)) -> Option<TlsFailure> {
         if let Some(t) = err.downcast_ref::<rustls::Error>() {
             return Some(TlsFailure(t.clone()));
         }
-        current = match err.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+        current = match err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
             Some(inner) => Some(inner as &(dyn StdError + 'static)),
             None => err.source(),
         };

@@ -133,8 +133,14 @@ async fn a_certificate_from_an_unknown_authority_is_a_certificate_failure_that_n
     );
     assert!(failure.to_string().contains("--ca-file"), "{failure}");
     let told = explain(&e);
-    assert!(told.starts_with("TLS: the server's certificate is not issued"), "{told}");
-    assert!(told.contains("UnknownIssuer"), "the transport's words follow: {told}");
+    assert!(
+        told.starts_with("TLS: the server's certificate is not issued"),
+        "{told}"
+    );
+    assert!(
+        told.contains("UnknownIssuer"),
+        "the transport's words follow: {told}"
+    );
 }
 
 #[tokio::test]

@@ -32,6 +32,6 @@ mod replay_moves;
 mod replay_plans;
 mod seed_003;
 mod sessions;
-mod topics;
 mod tls;
+mod topics;
 mod transport;

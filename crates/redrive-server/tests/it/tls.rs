@@ -40,7 +40,10 @@ async fn push_over_https_validates_delivers_and_retries_a_refused_certificate() 
         .await;
     assert_eq!(st, StatusCode::CREATED, "{v}");
     assert_eq!(v["kind"]["validation"], "validated", "{v}");
-    assert!(rx.requests()[0].is_handshake(), "the handshake came over TLS");
+    assert!(
+        rx.requests()[0].is_handshake(),
+        "the handshake came over TLS"
+    );
     s.publish("orders", &[event("1", "order.created", "/eu/1")])
         .await;
     let got = rx.wait_for(1).await;
@@ -177,7 +180,11 @@ async fn an_effect_authority_over_https_is_asked_and_an_untrusted_one_is_unreach
     let c = case(&s, &case_id(&present)).await;
     assert_eq!(c["state"], "completed", "asked over https: {c}");
     assert!(states(&c).contains(&"effect_present".to_owned()), "{c}");
-    assert_eq!(authority.questions().len(), 1, "only the trusted front got through");
+    assert_eq!(
+        authority.questions().len(),
+        1,
+        "only the trusted front got through"
+    );
     let c = case(&s, &case_id(&refused)).await;
     assert!(
         !states(&c).contains(&"effect_present".to_owned()),

@@ -12,6 +12,7 @@
 //! - `crash`: SIGKILL under concurrent load, restart, and the durability check.
 //! - `logs`: request and broker-operation spans in the debug log.
 //! - `multinode`: three nodes on one PostgreSQL database through a node crash.
+//! - `tls`: the CLI against a TLS server (`--ca-file`), an https push endpoint, bad CA bundles.
 
 // Helpers outside `#[test]` functions are test code too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -27,3 +28,4 @@ mod logs;
 mod multinode;
 mod register;
 mod support;
+mod tls;

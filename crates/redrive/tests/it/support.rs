@@ -31,6 +31,7 @@ const REDRIVE_VARS: &[&str] = &[
     "REDRIVE_AUTH_ENABLED",
     "REDRIVE_BOOTSTRAP_TOKEN",
     "REDRIVE_PUSH_ALLOWED_NETWORKS",
+    "REDRIVE_CA_FILE",
 ];
 
 /// A command for the binary with a clean `REDRIVE_*` environment.
