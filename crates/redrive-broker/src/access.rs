@@ -575,24 +575,15 @@ impl Broker {
         targets: Vec<String>,
         outcome: &str,
     ) -> BrokerResult<()> {
-        let fields = AuditFields {
-            at: self.now(),
-            actor_id: actor.id.clone(),
-            actor_name: actor.name.clone(),
-            action: action.to_owned(),
-            entity: entity.map(str::to_owned),
-            targets,
-            outcome: outcome.to_owned(),
-            client: actor.client.clone(),
-        };
-        self.inner.store.append_audit(&[fields]).await?;
-        self.inner.metrics.audit_entries.inc();
-        Ok(())
+        self.inner
+            .ctx
+            .audit(actor, action, entity, targets, outcome)
+            .await
     }
 
-    /// Audits the outcome of an operation and passes its result on. The entry is written
-    /// whatever the outcome; an operation that succeeded but cannot be audited reports
-    /// the audit failure (the act stands, and the log says so).
+    /// Audits the outcome of an operation and passes its result on ([`Context::audited`]).
+    ///
+    /// [`Context::audited`]: crate::context::Context::audited
     pub(crate) async fn audited<T>(
         &self,
         actor: &Actor,
@@ -601,18 +592,10 @@ impl Broker {
         targets: Vec<String>,
         result: BrokerResult<T>,
     ) -> BrokerResult<T> {
-        let outcome = match &result {
-            Ok(_) => "ok".to_owned(),
-            Err(e) => format!("error:{}", e.code_hint()),
-        };
-        if let Err(e) = self.audit(actor, action, entity, targets, &outcome).await {
-            tracing::error!(error = %e, action, actor = %actor.id, "audit entry not written");
-            self.inner.metrics.audit_failures.inc();
-            if result.is_ok() {
-                return Err(e);
-            }
-        }
-        result
+        self.inner
+            .ctx
+            .audited(actor, action, entity, targets, result)
+            .await
     }
 
     /// A page of the audit log: at most `limit` (1 to [`MAX_AUDIT_PAGE`]) entries, each

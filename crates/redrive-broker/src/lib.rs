@@ -33,6 +33,7 @@
 mod access;
 pub mod cases;
 mod clock;
+mod context;
 mod dead_letters;
 mod dispatcher;
 mod error;
@@ -108,10 +109,13 @@ pub struct Broker {
 }
 
 struct Inner {
+    /// The narrow context the services work over (the same store, clock and metrics as
+    /// the fields below).
+    ctx: context::Context,
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     waiters: waiters::Waiters,
-    metrics: metrics::Metrics,
+    metrics: Arc<metrics::Metrics>,
     shutdown: CancellationToken,
     /// Identifies this process among those sharing the store (lease holder name).
     node_id: String,
@@ -194,14 +198,23 @@ impl Broker {
         push_network: redrive_push::NetworkPolicy,
         trust: redrive_tls::Trust,
     ) -> Self {
+        let metrics = Arc::new(metrics::Metrics::default());
+        let node_id = format!("node-{:016x}", fastrand::u64(..));
+        let ctx = context::Context {
+            store: store.clone(),
+            clock: clock.clone(),
+            metrics: metrics.clone(),
+            node_id: node_id.as_str().into(),
+        };
         Broker {
             inner: Arc::new(Inner {
+                ctx,
                 store,
                 clock,
                 waiters: waiters::Waiters::default(),
-                metrics: metrics::Metrics::default(),
+                metrics,
                 shutdown: CancellationToken::new(),
-                node_id: format!("node-{:016x}", fastrand::u64(..)),
+                node_id,
                 moves: mover::MoveTasks::default(),
                 topics: topics::TopicState::default(),
                 access_settings: access,
@@ -236,7 +249,7 @@ impl Broker {
 
     /// This process's id among those sharing the store.
     pub fn node_id(&self) -> &str {
-        &self.inner.node_id
+        &self.inner.ctx.node_id
     }
 
     /// Ends every long poll now and refuses new ones, and stops message move tasks; used
