@@ -16,7 +16,8 @@ Exit codes:
   1  the server refused or failed the operation (not found, conflict, server error)
   2  invalid usage or input (bad flag or value, invalid name, invalid config,
      or a request the server rejected as invalid)
-  3  the server could not be reached";
+  3  the server could not be reached
+  4  a followed replay plan or move task ended stopped (its stop reason is printed)";
 
 /// Invalid input from the user (flags, files, config): exit code 2.
 #[derive(Debug)]
@@ -30,6 +31,19 @@ impl fmt::Display for InputError {
 
 impl std::error::Error for InputError {}
 
+/// A followed long operation (a replay plan, a move task) that ended stopped on one of
+/// its stop conditions: exit code 4, so that a script notices.
+#[derive(Debug)]
+pub struct Stopped(pub String);
+
+impl fmt::Display for Stopped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Stopped {}
+
 /// Shorthand: an `anyhow::Error` carrying an [`InputError`].
 pub fn input_error(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(InputError(msg.into()))
@@ -40,6 +54,9 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     for cause in err.chain() {
         if cause.downcast_ref::<InputError>().is_some() {
             return 2;
+        }
+        if cause.downcast_ref::<Stopped>().is_some() {
+            return 4;
         }
         if let Some(c) = cause.downcast_ref::<ClientError>() {
             return client_exit_code(c);
@@ -77,5 +94,7 @@ mod tests {
         let missing = ClientError::Problem(Box::new(Problem::new(ErrorCode::QueueNotFound, "x")));
         assert_eq!(exit_code(&anyhow::Error::new(missing).context("show")), 1);
         assert_eq!(exit_code(&anyhow::anyhow!("other")), 1);
+        let stopped = anyhow::Error::new(Stopped("plan_1 stopped".into())).context("follow");
+        assert_eq!(exit_code(&stopped), 4);
     }
 }

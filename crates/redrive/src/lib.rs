@@ -5,4 +5,5 @@
 pub mod client;
 pub mod failure;
 pub mod output;
+pub mod progress;
 pub mod units;

@@ -10,9 +10,9 @@ mod serve;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 // The package's library half (shared with `redrive-bench`), under the names the commands use.
-use redrive::{client, failure, output, units};
+use redrive::{client, failure, output, progress, units};
 
 use crate::cmd::Ctx;
 
@@ -32,23 +32,30 @@ struct Cli {
         long,
         global = true,
         env = "REDRIVE_URL",
-        default_value = "http://127.0.0.1:7474"
+        default_value = "http://127.0.0.1:7474",
+        help_heading = GLOBAL
     )]
     url: String,
     /// API token (`rdt_…`) sent with every request; needed when the server has
     /// authentication on.
-    #[arg(long, global = true, env = "REDRIVE_TOKEN", hide_env_values = true)]
+    #[arg(long, global = true, env = "REDRIVE_TOKEN", hide_env_values = true, help_heading = GLOBAL)]
     token: Option<String>,
     /// Print the API's JSON instead of tables.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     json: bool,
     /// A PEM file of extra certificate authorities to trust besides the platform's: for an
     /// `https://` server URL and, with `serve`, for every outgoing request (`ca_file`).
-    #[arg(long, global = true, env = "REDRIVE_CA_FILE", value_name = "FILE")]
+    #[arg(long, global = true, env = "REDRIVE_CA_FILE", value_name = "FILE", help_heading = GLOBAL)]
     ca_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
+
+/// The help section of the options every command takes.
+const GLOBAL: &str = "Global options";
+
+/// The operator options `serve` does not take (it is the server, not a client of one).
+const NOT_FOR_SERVE: [&str; 3] = ["url", "token", "json"];
 
 #[derive(Debug, Subcommand)]
 enum Command {
@@ -76,7 +83,9 @@ enum Command {
     /// Inspect and recover dead letters.
     #[command(subcommand)]
     Dlq(cmd::dlq::DlqCommand),
-    /// Automatic replay of dead letters: where each queue's records stand.
+    /// Replaying dead letters: automatic replay's standing per queue, and bounded replay
+    /// plans over recovery cases (preview, plan, start, pause, resume, cancel, follow,
+    /// items); SQS move tasks show here as plans too.
     #[command(subcommand)]
     Replay(cmd::replay::ReplayCommand),
     /// Show live counts of one queue or of all.
@@ -104,7 +113,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse(std::env::args_os().collect()) {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -122,6 +134,139 @@ fn main() -> ExitCode {
             ExitCode::from(failure::exit_code(&e))
         }
     }
+}
+
+/// The command line as clap reads it, with two changes: every option that takes a value
+/// takes a negative number as its value (so that `--max-delivery-count -1` reaches the
+/// option's range check instead of being read as a flag), and `serve` refuses the
+/// operator options (`--url`, `--token`, `--json`), which it would otherwise ignore.
+fn command() -> clap::Command {
+    let serve_refuses = |mut c: clap::Command| {
+        for id in NOT_FOR_SERVE {
+            let arg = clap::Arg::new(id).long(id).hide(true);
+            c = c.arg(if id == "json" {
+                arg.action(clap::ArgAction::SetTrue)
+            } else {
+                arg.action(clap::ArgAction::Set)
+            });
+        }
+        c
+    };
+    negative_numbers_as_values(Cli::command()).mut_subcommand("serve", serve_refuses)
+}
+
+/// Lets every option and positional value of `cmd` and its subcommands be a negative
+/// number.
+fn negative_numbers_as_values(cmd: clap::Command) -> clap::Command {
+    let cmd = cmd.mut_args(|a| {
+        if a.get_action().takes_values() {
+            a.allow_negative_numbers(true)
+        } else {
+            a
+        }
+    });
+    cmd.mut_subcommands(negative_numbers_as_values)
+}
+
+/// Parses `args` (the program's name first).
+fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
+    let mut cmd = command();
+    let matches = cmd.try_get_matches_from_mut(args)?;
+    if let Some(serve) = matches.subcommand_matches("serve") {
+        for id in NOT_FOR_SERVE {
+            if serve.value_source(id) == Some(clap::parser::ValueSource::CommandLine) {
+                return Err(cmd.error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    format!("--{id} is an option of the operator commands, not of serve"),
+                ));
+            }
+        }
+    }
+    Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
+}
+
+/// Prints a usage error as one `error:` line and the help hint of the command it is
+/// about, and returns exit code 2; help and version go out as clap prints them.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+        _ => {}
+    }
+    eprintln!("{}", one_line(e));
+    ExitCode::from(2)
+}
+
+/// A clap error as one line and the hint: `error: …` and `For more information, try
+/// 'redrive <command> --help'.`
+fn one_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    // The first paragraph, its lines joined (a list of missing arguments goes on the same
+    // line); clap's tips and usage after it are left out.
+    let first = text
+        .trim_start()
+        .split("\n\n")
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut first = if first.is_empty() {
+        "error: invalid usage".to_owned()
+    } else {
+        first
+    };
+    // A similar name clap found is worth keeping (`a similar subcommand exists: 'create'`).
+    if let Some(similar) = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("tip: "))
+        .find(|t| t.starts_with("a similar"))
+    {
+        first = format!("{first} ({similar})");
+    }
+    let path = command_path(std::env::args().skip(1));
+    format!("{first}\nFor more information, try '{path} --help'.")
+}
+
+/// The subcommand path the arguments name (`redrive queue create`), for the help hint:
+/// each argument that names a subcommand of the one before it, up to the first other
+/// value (an option's value is passed over).
+fn command_path(args: impl Iterator<Item = String>) -> String {
+    let root = Cli::command();
+    let takes_value = |c: &clap::Command, long: &str| {
+        c.get_arguments()
+            .chain(root.get_arguments())
+            .any(|a| a.get_long() == Some(long) && a.get_action().takes_values())
+    };
+    let mut path = vec![root.get_name().to_owned()];
+    let mut current = &root;
+    let mut args = args.peekable();
+    while let Some(a) = args.next() {
+        if let Some(long) = a.strip_prefix("--") {
+            if !long.contains('=') && takes_value(current, long) {
+                args.next();
+            }
+            continue;
+        }
+        if a.starts_with('-') {
+            continue;
+        }
+        match current.find_subcommand(&a) {
+            Some(sub) => {
+                path.push(sub.get_name().to_owned());
+                current = sub;
+            }
+            None => break,
+        }
+    }
+    path.join(" ")
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -166,5 +311,61 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+        command().debug_assert();
+    }
+
+    fn args(line: &str) -> Vec<std::ffi::OsString> {
+        line.split(' ').map(Into::into).collect()
+    }
+
+    #[test]
+    fn a_negative_number_reaches_the_range_check() {
+        let e = parse(args("redrive queue create q --max-delivery-count -1")).unwrap_err();
+        let text = e.render().to_string();
+        assert!(
+            text.contains("-1 is out of range (expected a whole number from 1 to 10000)"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("-- -1"),
+            "no tip to pass it after --: {text}"
+        );
+        let e = parse(args("redrive dlq list q --limit 0")).unwrap_err();
+        assert!(e.render().to_string().contains("from 1 to 1000"), "{e}");
+        assert!(parse(args("redrive queue create q --max-delivery-count 10000")).is_ok());
+    }
+
+    #[test]
+    fn serve_refuses_the_operator_options() {
+        for flag in ["--url http://x", "--token rdt_x", "--json"] {
+            let e = parse(args(&format!("redrive serve {flag}"))).unwrap_err();
+            let text = e.render().to_string();
+            assert!(text.contains("not of serve"), "{flag}: {text}");
+        }
+        assert!(parse(args("redrive serve --ca-file ca.pem")).is_ok());
+        assert!(parse(args("redrive --json stats")).is_ok());
+    }
+
+    #[test]
+    fn the_help_hint_names_the_command_the_arguments_name() {
+        let a = [
+            "--url",
+            "http://x",
+            "queue",
+            "create",
+            "q",
+            "--max-delivery-count",
+            "-1",
+        ];
+        assert_eq!(
+            command_path(a.iter().map(|s| s.to_string())),
+            "redrive queue create"
+        );
+        assert_eq!(command_path(std::iter::empty()), "redrive");
+        let a = ["topic", "sub", "create", "t"];
+        assert_eq!(
+            command_path(a.iter().map(|s| s.to_string())),
+            "redrive topic"
+        );
     }
 }

@@ -13,6 +13,34 @@ pub fn queue_name(s: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// A clap value parser for a whole number from `lo` to `hi`: any other number — a
+/// negative one too, when its argument allows negative numbers — is refused naming the
+/// range, as the server would refuse it.
+pub fn ranged(lo: u64, hi: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync {
+    move |s: &str| {
+        let range = || format!("expected a whole number from {lo} to {hi}");
+        let n: i128 = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?} is not a whole number ({})", range()))?;
+        u64::try_from(n)
+            .ok()
+            .filter(|n| (lo..=hi).contains(n))
+            .ok_or_else(|| format!("{n} is out of range ({})", range()))
+    }
+}
+
+/// [`ranged`] for a value the API takes as a 32-bit number.
+pub fn ranged_u32(lo: u32, hi: u32) -> impl Fn(&str) -> Result<u32, String> + Clone + Send + Sync {
+    let inner = ranged(u64::from(lo), u64::from(hi));
+    move |s: &str| inner(s).map(|n| u32::try_from(n).unwrap_or(hi))
+}
+
+/// [`ranged`] for a sequence number (1 and up).
+pub fn sequence(s: &str) -> Result<i64, String> {
+    ranged(1, i64::MAX as u64)(s).map(|n| i64::try_from(n).unwrap_or(i64::MAX))
+}
+
 /// Parses a duration: one or more `<integer><unit>` parts with unit `ms`, `s`, `m`, `h` or
 /// `d` (`1h30m`). A bare `0` is zero. Returns milliseconds.
 pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
@@ -22,6 +50,11 @@ pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
     }
     if text == "0" {
         return Ok(0);
+    }
+    if text.starts_with('-') {
+        return Err(format!(
+            "invalid duration {s:?}: a duration cannot be negative (expected e.g. 30s, 500ms, 5m)"
+        ));
     }
     let bad = |why: &str| format!("invalid duration {s:?}: {why} (expected e.g. 30s, 500ms, 5m)");
     let mut total: u64 = 0;

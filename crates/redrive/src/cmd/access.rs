@@ -10,6 +10,7 @@ use super::Ctx;
 use crate::client::AuditQuery;
 use crate::failure::input_error;
 use crate::output::{KeyValues, Table, or_dash, print_json};
+use crate::units::ranged_u32;
 
 /// `redrive token …`.
 #[derive(Debug, Subcommand)]
@@ -160,7 +161,7 @@ pub struct AuditListArgs {
     #[arg(long)]
     pub cursor: Option<String>,
     /// At most this many (1 to 1000).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = ranged_u32(1, 1_000))]
     pub limit: u32,
 }
 

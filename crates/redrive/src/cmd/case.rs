@@ -29,7 +29,7 @@ use super::{Ctx, queue_name};
 use crate::client::CaseQuery;
 use crate::failure::input_error;
 use crate::output::{KeyValues, Table, or_dash, print_json};
-use crate::units::{format_duration_ms, parse_duration_ms, parse_time};
+use crate::units::{format_duration_ms, parse_duration_ms, parse_time, ranged_u32};
 
 /// `redrive case …`.
 #[derive(Debug, Subcommand)]
@@ -220,8 +220,8 @@ pub struct ListArgs {
     /// Continue after a previous page.
     #[arg(long)]
     cursor: Option<String>,
-    /// Page size (1 to the server's maximum) [server default: 100].
-    #[arg(long, value_name = "N")]
+    /// Page size (1 to 1000) [server default: 100].
+    #[arg(long, value_name = "N", value_parser = ranged_u32(1, 1_000))]
     limit: Option<u32>,
 }
 
@@ -266,7 +266,7 @@ pub struct TestArgs {
     #[arg(long, value_name = "FILE")]
     fixture: Option<String>,
     /// The correction tested [default: the latest].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = ranged_u32(1, u32::MAX))]
     correction: Option<u32>,
     /// The outcome.
     #[arg(long, value_parser = ["pass", "fail"])]

@@ -16,7 +16,7 @@ use super::{Ctx, area, queue_name};
 use crate::client::DeadLetterQuery;
 use crate::failure::input_error;
 use crate::output::{KeyValues, Table, or_dash, preview, print_json};
-use crate::units::parse_time;
+use crate::units::{parse_time, ranged_u32};
 
 /// Largest input `dlq import` sends: the server refuses more in one import (64 MiB, the
 /// import parser's bound), so it is refused before anything is sent.
@@ -48,8 +48,8 @@ pub enum DlqCommand {
         /// Dead-lettered before (RFC 3339, or -DUR for "ago").
         #[arg(long, value_name = "TIME", value_parser = parse_time, allow_hyphen_values = true)]
         to: Option<String>,
-        /// Page size.
-        #[arg(long, value_name = "N")]
+        /// Page size (1 to 1000) [server default: 100].
+        #[arg(long, value_name = "N", value_parser = ranged_u32(1, 1_000))]
         limit: Option<u32>,
         /// Continue after a previous page.
         #[arg(long, value_name = "CURSOR")]

@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use super::{Ctx, queue_name};
 use crate::failure::input_error;
 use crate::output::{KeyValues, Table, body_preview, or_dash, print_json};
-use crate::units::{parse_duration_ms, parse_time};
+use crate::units::{parse_duration_ms, parse_time, ranged_u32, sequence};
 
 /// `redrive send`.
 #[derive(Debug, Args)]
@@ -71,7 +71,7 @@ pub struct ReceiveArgs {
     #[arg(value_parser = queue_name)]
     pub queue: String,
     /// At most this many messages (1 to 1000).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, default_value_t = 1, value_parser = ranged_u32(1, 1_000))]
     pub max: u32,
     /// Long-poll up to this long for a first message (e.g. 5s, at most 20s).
     #[arg(long, value_name = "DUR", value_parser = parse_duration_ms)]
@@ -86,7 +86,8 @@ pub struct ReceiveArgs {
     #[arg(long)]
     pub next_session: bool,
     /// Receive this deferred message by sequence number instead (repeatable).
-    #[arg(long, value_name = "SEQ", conflicts_with_all = ["session", "next_session", "wait"])]
+    #[arg(long, value_name = "SEQ", value_parser = sequence,
+          conflicts_with_all = ["session", "next_session", "wait"])]
     pub deferred: Vec<i64>,
     /// Complete what was received.
     #[arg(long)]
@@ -166,10 +167,10 @@ pub struct PeekArgs {
     #[arg(value_parser = queue_name)]
     pub queue: String,
     /// Start at this sequence number.
-    #[arg(long, value_name = "SEQ")]
+    #[arg(long, value_name = "SEQ", value_parser = sequence)]
     pub from: Option<i64>,
-    /// At most this many.
-    #[arg(long, value_name = "N")]
+    /// At most this many (1 to 1000).
+    #[arg(long, value_name = "N", value_parser = ranged_u32(1, 1_000))]
     pub limit: Option<u32>,
 }
 
@@ -180,6 +181,7 @@ pub struct UnscheduleArgs {
     #[arg(value_parser = queue_name)]
     pub queue: String,
     /// Sequence number of the scheduled message (printed by `send`).
+    #[arg(value_parser = sequence)]
     pub sequence: i64,
 }
 

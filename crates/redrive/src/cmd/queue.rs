@@ -10,7 +10,8 @@ use super::replay::{self, ReplayArgs};
 use super::{Ctx, queue_name};
 use crate::failure::input_error;
 use crate::output::{KeyValues, Table, or_dash, print_json};
-use crate::units::{format_duration_ms, parse_duration_ms, parse_size_u32};
+use crate::units::{format_duration_ms, parse_duration_ms, parse_size_u32, ranged, ranged_u32};
+use redrive_core::policy::MAX_DELIVERY_COUNT_LIMIT;
 
 /// `redrive queue ...`.
 #[derive(Debug, Subcommand)]
@@ -31,7 +32,7 @@ pub enum QueueCommand {
         #[command(flatten)]
         policy: PolicyArgs,
         /// Refuse unless the stored policy version is this one.
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", value_parser = ranged(1, i64::MAX as u64))]
         expected_version: Option<u64>,
     },
     /// Show a queue's policy and counts.
@@ -67,7 +68,7 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration_ms)]
     pub lock_duration: Option<u64>,
     /// Deliveries after which a message is dead-lettered (1 to 10000).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = ranged_u32(1, MAX_DELIVERY_COUNT_LIMIT))]
     pub max_delivery_count: Option<u32>,
     /// Time to live of messages that set none (e.g. 7d), or `none`.
     #[arg(long, value_name = "DUR|none", value_parser = parse_clearable_duration)]

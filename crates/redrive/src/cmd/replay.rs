@@ -8,12 +8,18 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use redrive_core::plan;
 use redrive_core::policy::{MAX_DEAD_LETTER_RETENTION_MS, check_dead_letter_retention};
-use redrive_core::replay::{AutoReplay, AutoReplayPatch, ReplayDestination};
+use redrive_core::replay::{
+    AutoReplay, AutoReplayPatch, MAX_CHUNK_EVENTS_LIMIT, MAX_REPLAY_ATTEMPTS_LIMIT,
+    ReplayDestination,
+};
 
 use super::{Ctx, queue_name};
-use crate::failure::input_error;
+use crate::failure::{Stopped, input_error};
 use crate::output::{KeyValues, Table, or_dash, print_json};
-use crate::units::{format_duration_ms, parse_duration_ms, parse_size, parse_size_u32};
+use crate::progress::{Progress, Step};
+use crate::units::{
+    format_duration_ms, parse_duration_ms, parse_size, parse_size_u32, ranged, ranged_u32,
+};
 use redrive_api::replay::{CreatePlan, PlanItemList, ReplayPlan, ReplayStatus};
 
 /// Auto-replay and retention flags: only those given are set (a create starts from the
@@ -25,7 +31,7 @@ pub struct ReplayArgs {
           default_missing_value = "true")]
     pub auto_replay: Option<bool>,
     /// Replays of one event before it is quarantined (1 to 100; default 3).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = ranged_u32(1, MAX_REPLAY_ATTEMPTS_LIMIT))]
     pub max_replay_attempts: Option<u32>,
     /// Delay before a dead letter is judged for replay (e.g. 30s; at most 7d; default 0).
     #[arg(long, value_name = "DUR", value_parser = parse_duration_ms)]
@@ -34,7 +40,7 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size_u32)]
     pub replay_chunk_bytes: Option<u32>,
     /// Event budget of one republished chunk (1 to 5000; default 5000).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = ranged_u32(1, MAX_CHUNK_EVENTS_LIMIT))]
     pub replay_chunk_events: Option<u32>,
     /// How long dead-letter records are kept, in every area (e.g. 90d; at most 3650d;
     /// 0 keeps them forever; default 30d).
@@ -108,12 +114,13 @@ pub fn describe(kv: &mut KeyValues, a: &AutoReplay, sep: &str) {
 #[derive(Debug, Subcommand)]
 pub enum ReplayCommand {
     /// Replay counts of one queue, or of every queue with dead letters; or, given a plan id
-    /// (`plan_…`), where that replay plan stands.
+    /// (`plan_…`, or an SQS move task's `mv_…`), where that replay plan stands.
     ///
     /// Live records, replay candidates, failing and flagged ones, undecodable ones (rows
     /// this build cannot read, set aside), archived ones, and quarantined ones by cause
     /// (`manual`: moved there by an operator). For a plan: its
-    /// status, progress, rates, window, ETA and stop reason (a stopped plan still exits 0).
+    /// status, progress, rates, window, ETA and stop reason (a stopped plan still exits 0;
+    /// followed, it exits 4).
     Status {
         /// Queue name (every queue with dead letters when left out), or a plan id.
         #[arg(value_parser = queue_name)]
@@ -174,12 +181,28 @@ pub enum ReplayCommand {
         /// repeatable).
         #[arg(long = "state", value_name = "STATE")]
         states: Vec<String>,
+        /// At most this many items (1 to 10000) [server default: 1000].
+        #[arg(long, value_name = "N", allow_negative_numbers = true,
+              value_parser = ranged(1, 10_000))]
+        limit: Option<u64>,
+        /// Only items after this position in admission order (from an earlier page).
+        #[arg(long, value_name = "SEQ", allow_negative_numbers = true,
+              value_parser = ranged(0, u64::from(u32::MAX)))]
+        after: Option<u64>,
     },
 }
 
 /// Whether `s` names a replay plan rather than a queue.
 fn is_plan_id(s: &str) -> bool {
-    s.starts_with("plan_")
+    s.starts_with("plan_") || is_move_task_handle(s)
+}
+
+/// Whether `s` has the shape of an SQS message move task's handle (`mv_` and 32 lowercase
+/// hex digits): such a task is an `sqs_move` replay plan, shown as one.
+fn is_move_task_handle(s: &str) -> bool {
+    s.strip_prefix("mv_").is_some_and(|hex| {
+        hex.len() == 32 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
 }
 
 /// `redrive replay preview`.
@@ -596,12 +619,22 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
             }
             print!("{}", t.render());
         }
-        ReplayCommand::Items { id, states } => {
-            let pairs = if states.is_empty() {
-                Vec::new()
-            } else {
-                vec![("state", states.join(","))]
-            };
+        ReplayCommand::Items {
+            id,
+            states,
+            limit,
+            after,
+        } => {
+            let mut pairs = Vec::new();
+            if !states.is_empty() {
+                pairs.push(("state", states.join(",")));
+            }
+            if let Some(n) = limit {
+                pairs.push(("limit", n.to_string()));
+            }
+            if let Some(seq) = after {
+                pairs.push(("after", seq.to_string()));
+            }
             let list = ctx
                 .client
                 .plan_items(&id, &pairs)
@@ -648,28 +681,14 @@ fn ended(plan: &ReplayPlan) -> bool {
     matches!(plan.status.as_str(), "stopped" | "completed" | "cancelled")
 }
 
-/// Redraws the plan's progress every second until it ends: one line redrawn in place on
-/// a terminal, a new line at each change otherwise. With `--json`, the plan as it ended.
-/// The interval is the client's wall time (display only).
+/// Follows a plan every second until it ends: a bar redrawn in place on a terminal, a
+/// line per interval when piped ([`Progress`]); with `--json`, the plan as it ended. A
+/// plan that ended stopped exits 4 ([`Stopped`]) after printing its stop detail. The
+/// interval is the client's wall time (display only).
 async fn follow_plan(ctx: &Ctx, mut plan: ReplayPlan) -> anyhow::Result<()> {
-    use std::io::{IsTerminal as _, Write as _};
-    let tty = std::io::stdout().is_terminal();
-    let mut last = String::new();
-    loop {
-        if !ctx.json {
-            let line = progress_line(&plan);
-            let mut out = std::io::stdout().lock();
-            if tty {
-                write!(out, "\r\x1b[2K{line}")?;
-            } else if line != last {
-                writeln!(out, "{line}")?;
-            }
-            out.flush()?;
-            last = line;
-        }
-        if ended(&plan) {
-            break;
-        }
+    let mut progress = Progress::stdout(ctx.json);
+    while !ended(&plan) {
+        progress.show(&progress_step(&plan));
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         plan = ctx
             .client
@@ -677,14 +696,18 @@ async fn follow_plan(ctx: &Ctx, mut plan: ReplayPlan) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("status of replay plan {}", plan.id))?;
     }
+    progress.finish(&progress_step(&plan));
     if ctx.json {
-        return print_json(&plan);
-    }
-    if tty {
-        println!();
-    }
-    if let Some(d) = &plan.stop_detail {
+        print_json(&plan)?;
+    } else if let Some(d) = &plan.stop_detail {
         println!("stopped: {d}");
+    }
+    if plan.status == "stopped" {
+        return Err(anyhow::Error::new(Stopped(format!(
+            "replay plan {} stopped ({})",
+            plan.id,
+            plan.stop_reason.as_deref().unwrap_or("no reason given")
+        ))));
     }
     Ok(())
 }
@@ -711,38 +734,62 @@ fn status_text(p: &ReplayPlan) -> String {
     }
 }
 
-/// One line of a plan's progress: items done of total, bytes, observed rates, window,
-/// ETA, status.
-pub fn progress_line(p: &ReplayPlan) -> String {
+/// Where a plan stands, for [`Progress`]: items (or messages moved) done of total, then
+/// what is in flight and waiting, the rates against the budget, the bytes, the window,
+/// the ETA and the status with its stop reason.
+pub fn progress_step(p: &ReplayPlan) -> Step {
     let g = &p.progress;
     if let Some(m) = &p.sqs_move {
-        return format!(
-            "{} (sqs_move): {}/{} messages moved; {} items/s; eta {}; {}",
-            p.id,
-            m.moved,
-            m.to_move,
-            m.items_per_s,
+        let budget = m
+            .max_per_second
+            .map_or_else(|| "no limit".to_owned(), |r| r.to_string());
+        return Step {
+            name: format!("{} (sqs_move)", p.id),
+            done: m.moved,
+            total: Some(m.to_move),
+            unit: "messages moved",
+            detail: format!(
+                "{:.2} of {budget} items/s; eta {}; {}",
+                m.items_per_s,
+                format_duration_ms(g.eta_ms),
+                status_text(p)
+            ),
+        };
+    }
+    let (rate, bytes_rate, window) = p.budget.as_ref().map_or_else(
+        || ("-".to_owned(), "-".to_owned(), 0),
+        |b| {
+            (
+                format_rate(b.items_per_s),
+                b.bytes_per_s.to_string(),
+                b.window,
+            )
+        },
+    );
+    Step {
+        name: p.id.clone(),
+        done: done(p),
+        total: Some(g.items),
+        unit: "items done",
+        detail: format!(
+            "{} in flight, {} waiting; {:.2} of {rate} items/s, {:.0} of {bytes_rate} bytes/s; {} bytes admitted; window {} ({}/{window}); eta {}; {}",
+            g.in_flight,
+            g.waiting,
+            g.items_per_s,
+            g.bytes_per_s,
+            g.bytes_admitted,
+            g.window,
+            g.window_admitted,
             format_duration_ms(g.eta_ms),
             status_text(p)
-        );
+        ),
     }
-    let window = p.budget.as_ref().map_or(0, |b| b.window);
-    format!(
-        "{}: {}/{} items done, {} in flight, {} waiting; {} bytes admitted; {:.2} items/s, {:.0} bytes/s; window {} ({}/{}); eta {}; {}",
-        p.id,
-        done(p),
-        g.items,
-        g.in_flight,
-        g.waiting,
-        g.bytes_admitted,
-        g.items_per_s,
-        g.bytes_per_s,
-        g.window,
-        g.window_admitted,
-        window,
-        format_duration_ms(g.eta_ms),
-        status_text(p)
-    )
+}
+
+/// A budget's rate as typed (`1`, `0.5`), without trailing zeros.
+fn format_rate(r: f64) -> String {
+    let s = format!("{r:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 /// A plan as key/value lines.
@@ -894,6 +941,53 @@ pub fn counts_text(m: &BTreeMap<String, u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plan_ids_and_move_task_handles_name_plans_and_anything_else_a_queue() {
+        assert!(is_plan_id("plan_0123"));
+        assert!(is_plan_id(&format!("mv_{}", "0a".repeat(16))));
+        for queue in ["orders", "mv_orders", &format!("mv_{}", "0A".repeat(16))] {
+            assert!(!is_plan_id(queue), "{queue}");
+        }
+    }
+
+    #[test]
+    fn a_plans_progress_counts_items_and_says_rates_against_the_budget() {
+        let plan: ReplayPlan = serde_json::from_value(serde_json::json!({
+            "id": "plan_1", "kind": "cases", "queue": "orders", "destination": "orders",
+            "owner": "ops", "status": "stopped", "stop_reason": "error_rate",
+            "stop_detail": null, "created_at": "t", "updated_at": "t", "owner_until": null,
+            "selection": {"queue": "orders", "reasons": [], "types": [], "from": null,
+                          "to": null, "case_ids": []},
+            "correction": null,
+            "budget": {"items_per_s": 0.5, "bytes_per_s": 1024, "max_concurrent": 2,
+                       "window": 10, "dependency": {"name": "d", "probe_url": "http://p",
+                       "max_error_rate": 0.1, "max_latency_ms": 100}},
+            "lease_ms": null, "observe_ms": null, "sessions": {}, "baseline": null,
+            "readings": [],
+            "progress": {"items": 10, "waiting": 4, "admitted": 6, "in_flight": 1,
+                         "completed": 3, "stopped": 1, "closed": 1, "held": 0,
+                         "bytes_admitted": 600, "window": 1, "window_admitted": 6,
+                         "items_per_s": 0.49, "bytes_per_s": 50.0, "eta_ms": 8000},
+            "sqs_move": null
+        }))
+        .unwrap();
+        let step = progress_step(&plan);
+        assert_eq!((step.done, step.total), (5, Some(10)));
+        let line = step.line();
+        assert!(
+            line.starts_with("plan_1: 5/10 items done; 1 in flight, 4 waiting"),
+            "{line}"
+        );
+        assert!(
+            line.contains("0.49 of 0.5 items/s, 50 of 1024 bytes/s"),
+            "{line}"
+        );
+        assert!(
+            line.contains("window 1 (6/10); eta 8s; stopped (error_rate)"),
+            "{line}"
+        );
+    }
 
     #[test]
     fn retention_takes_durations_and_zero_and_refuses_more_than_ten_years() {

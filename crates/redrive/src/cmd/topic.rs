@@ -21,7 +21,7 @@ use super::{Ctx, queue_name};
 use crate::client::ClientError;
 use crate::failure::input_error;
 use crate::output::{KeyValues, Table, print_json};
-use crate::units::{format_duration_ms, parse_duration_ms, parse_size_u32};
+use crate::units::{format_duration_ms, parse_duration_ms, parse_size_u32, ranged_u32};
 
 /// The topic command families, flattened into the top level.
 #[derive(Debug, Subcommand)]
@@ -103,14 +103,14 @@ pub enum SubCommand {
         /// dropping events).
         #[arg(long, value_name = "DEST", value_parser = parse_dead_letter)]
         dead_letter: Option<DeadLetterDestination>,
-        /// Pull: deliveries before an event is dead-lettered.
-        #[arg(long, value_name = "N")]
+        /// Pull: deliveries before an event is dead-lettered (1 to 10000).
+        #[arg(long, value_name = "N", value_parser = ranged_u32(1, 10_000))]
         max_delivery_count: Option<u32>,
         /// Push: attempts before an event is dead-lettered (1 to 30).
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", value_parser = ranged_u32(1, 30))]
         max_attempts: Option<u32>,
         /// Push: minutes after publishing when retrying stops (1 to 1440).
-        #[arg(long, value_name = "MIN")]
+        #[arg(long, value_name = "MIN", value_parser = ranged_u32(1, 1_440))]
         event_ttl_minutes: Option<u32>,
         #[command(flatten)]
         replay: ReplayArgs,

@@ -353,7 +353,7 @@ fn bad_input_is_refused_with_a_clear_message() {
     s.cli(&["queue", "create", "q", "--lock-duration", "soon"])
         .fails(2, "duration");
     s.cli(&["queue", "create", "q", "--max-delivery-count", "0"])
-        .fails(2, "max_delivery_count");
+        .fails(2, "--max-delivery-count <N>': 0 is out of range");
     s.cli(&["queue", "create", "q", "--backoff", "linear:1s"])
         .fails(2, "backoff");
     s.cli(&["send", "q", "x", "--property", "novalue"])
@@ -481,7 +481,10 @@ fn auto_replay_flags_set_the_policy_and_show_prints_it() {
 
     // Out-of-bounds values are refused before anything is sent (exit 2).
     s.cli(&["queue", "create", "q", "--max-replay-attempts", "0"])
-        .fails(2, "auto_replay.max_replay_attempts");
+        .fails(
+            2,
+            "--max-replay-attempts <N>': 0 is out of range (expected a whole number from 1 to 100)",
+        );
     s.cli(&[
         "sub",
         "create",
@@ -490,7 +493,10 @@ fn auto_replay_flags_set_the_policy_and_show_prints_it() {
         "--replay-chunk-events",
         "5001",
     ])
-    .fails(2, "auto_replay.max_chunk_events");
+    .fails(
+        2,
+        "--replay-chunk-events <N>': 5001 is out of range (expected a whole number from 1 to 5000)",
+    );
     s.cli(&["sub", "update", "events", "audit", "--replay-delay", "8d"])
         .fails(2, "auto_replay.judge_delay_ms");
     s.cli(&["sub", "update", "events", "audit"])

@@ -770,7 +770,7 @@ fn replay_preview_refuses_an_unbounded_plan_and_names_each_items_gate() {
 /// one is created planned and listed with its items; a pause of a planned plan exits
 /// non-zero with the `plan_state` reason; `start --follow` prints the progress until the
 /// plan ends — here stopped, its dependency probe on an address the network rules refuse
-/// (`budget_unobservable`) — and exits 0 naming the stop reason, as `status` does after.
+/// (`budget_unobservable`) — and exits 4 naming the stop reason, which `status` shows after.
 #[test]
 fn replay_plans_are_created_moved_and_followed_from_the_cli() {
     let (s, _dir) = server();
@@ -878,6 +878,19 @@ fn replay_plans_are_created_moved_and_followed_from_the_cli() {
     let text = table.ok();
     assert!(text.lines().next().unwrap().starts_with("SEQ"), "{text}");
     assert_eq!(text.lines().count(), 3, "{text}");
+    // A page: the first item, then the one after it.
+    let page: Value = s
+        .cli(&["--json", "replay", "items", &first, "--limit", "1"])
+        .json();
+    let page = page["items"].as_array().unwrap().clone();
+    assert_eq!(page.len(), 1, "{page:?}");
+    assert_eq!(page[0]["seq"], 0, "{page:?}");
+    let next: Value = s
+        .cli(&[
+            "--json", "replay", "items", &first, "--after", "0", "--limit", "1",
+        ])
+        .json();
+    assert_eq!(next["items"][0]["seq"], 1, "{next}");
 
     // Cancel one; follow the other until it ends.
     let out = s.cli(&["replay", "cancel", &second]);
@@ -892,8 +905,11 @@ fn replay_plans_are_created_moved_and_followed_from_the_cli() {
     );
     assert!(text.contains("cancelled"), "{text}");
 
+    // A followed plan that stops on a stop condition exits 4 after its progress and stop
+    // detail, so that a script notices.
     let followed = s.cli(&["replay", "start", &first, "--follow"]);
-    let text = followed.ok();
+    followed.fails(4, "stopped (budget_unobservable)");
+    let text = followed.stdout.as_str();
     let last = text.lines().rev().find(|l| l.starts_with(&first)).unwrap();
     assert!(last.contains("/2 items done"), "{text}");
     assert!(last.contains("stopped (budget_unobservable)"), "{text}");

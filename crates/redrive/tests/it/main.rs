@@ -22,6 +22,7 @@ mod cli_access;
 mod cli_cases;
 mod cli_replay;
 mod cli_topics;
+mod cli_usage;
 mod config;
 mod crash;
 mod logs;

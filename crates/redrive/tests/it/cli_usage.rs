@@ -1,0 +1,120 @@
+//! Usage errors as a person meets them: one `error:` line and the help hint of the command
+//! the arguments name, exit 2; a negative number given to a numeric option reaches its
+//! range check (the server's range); `serve` refuses the operator options; the global
+//! options have their own help section.
+
+use std::process::Output;
+
+use crate::support::command;
+
+fn run(args: &[&str]) -> Output {
+    command().args(args).output().unwrap()
+}
+
+/// Asserts exit 2 and a stderr of exactly two lines: the error naming `needle`, then the
+/// hint to `hint --help`.
+#[track_caller]
+fn usage_error(args: &[&str], needle: &str, hint: &str) {
+    let out = run(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{args:?}: one line and the hint: {stderr}");
+    assert!(lines[0].starts_with("error: "), "{stderr}");
+    assert!(
+        lines[0].contains(needle),
+        "{args:?}: {needle:?} in {stderr}"
+    );
+    assert_eq!(
+        lines[1],
+        format!("For more information, try '{hint} --help'."),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "nothing on stdout");
+}
+
+#[test]
+fn usage_errors_are_one_line_and_the_help_hint_of_their_command() {
+    usage_error(
+        &["queue", "create", "q", "--max-delivery-count", "-1"],
+        "-1 is out of range (expected a whole number from 1 to 10000)",
+        "redrive queue create",
+    );
+    usage_error(
+        &["queue", "create", "q", "--max-delivery-count", "4294967295"],
+        "from 1 to 10000",
+        "redrive queue create",
+    );
+    usage_error(
+        &["sub", "create", "t", "s", "--max-attempts", "-3"],
+        "from 1 to 30",
+        "redrive sub create",
+    );
+    usage_error(
+        &["dlq", "list", "q", "--limit", "-5"],
+        "from 1 to 1000",
+        "redrive dlq list",
+    );
+    usage_error(
+        &["replay", "items", "plan_1", "--limit", "0"],
+        "from 1 to 10000",
+        "redrive replay items",
+    );
+    usage_error(
+        &["queue", "create", "q", "--lock-duration=-5s"],
+        "cannot be negative",
+        "redrive queue create",
+    );
+    usage_error(
+        &["queue", "create"],
+        "required arguments were not provided: <NAME>",
+        "redrive queue create",
+    );
+    usage_error(
+        &["queue", "craete", "q"],
+        "a similar subcommand exists: 'create'",
+        "redrive queue",
+    );
+    usage_error(&["bogus-command"], "unrecognized subcommand", "redrive");
+}
+
+#[test]
+fn serve_refuses_the_operator_options_and_keeps_the_ca_file() {
+    for (flag, value) in [
+        ("--url", Some("http://x")),
+        ("--token", Some("rdt_x")),
+        ("--json", None),
+    ] {
+        let mut args = vec!["serve", flag];
+        args.extend(value);
+        usage_error(
+            &args,
+            &format!("{flag} is an option of the operator commands, not of serve"),
+            "redrive serve",
+        );
+    }
+    let help = run(&["serve", "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(text.contains("--ca-file"), "{text}");
+    assert!(!text.contains("--token"), "{text}");
+}
+
+#[test]
+fn global_options_have_their_own_help_section() {
+    let help = run(&["queue", "create", "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    let (own, global) = text
+        .split_once("Global options:")
+        .unwrap_or_else(|| panic!("no global section: {text}"));
+    for flag in ["--url", "--token", "--json", "--ca-file"] {
+        assert!(
+            global.contains(flag),
+            "{flag} in the global section: {text}"
+        );
+        assert!(
+            !own.contains(flag),
+            "{flag} not among the command's own: {text}"
+        );
+    }
+    assert!(own.contains("--max-delivery-count"), "{text}");
+}
