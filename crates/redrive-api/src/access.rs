@@ -2,6 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The response header with which a server running without authentication answers a
+/// request that carried an `Authorization` header (value `off`): the token was not read,
+/// so a client can say so rather than take it as working.
+pub const AUTHENTICATION_HEADER: &str = "redrive-authentication";
+
 /// `POST /v1/tokens`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

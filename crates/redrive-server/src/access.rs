@@ -349,7 +349,17 @@ pub async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Respo
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip().to_string());
-    // Without authentication the header means nothing and is not read.
+    // Without authentication the header means nothing and is not read; a caller who sent
+    // one is told so (AUTHENTICATION_OFF), so that a token meant for a protected server
+    // is not silently taken as working.
+    if !s.broker.auth_enabled() && req.headers().contains_key(header::AUTHORIZATION) {
+        let mut resp = guarded(s, req, next, client, path, method, None).await;
+        resp.headers_mut().insert(
+            redrive_api::access::AUTHENTICATION_HEADER,
+            header::HeaderValue::from_static("off"),
+        );
+        return resp;
+    }
     let token = if s.broker.auth_enabled() {
         match bearer(&req) {
             Ok(t) => t.map(str::to_owned),
@@ -358,6 +368,20 @@ pub async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Respo
     } else {
         None
     };
+    guarded(s, req, next, client, path, method, token).await
+}
+
+/// [`guard`] once the caller's token (if read) is known: authenticates, checks the
+/// permission row, and runs the handler.
+async fn guarded(
+    s: AppState,
+    req: Request,
+    next: Next,
+    client: Option<String>,
+    path: String,
+    method: Method,
+    token: Option<String>,
+) -> Response {
     let actor = match s.broker.authenticate(token.as_deref(), client).await {
         Ok(a) => a,
         Err(e) => return ApiError::from(e).into_response(),

@@ -1,6 +1,9 @@
 //! A small HTTP client for redrive's native API (`/v1/...`), typed with `redrive-api`.
 //! Error responses are decoded from RFC 9457 problem documents into [`ClientError`].
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use std::fmt;
 use std::time::Duration;
 
@@ -285,6 +288,9 @@ pub struct Client {
     base: Url,
     /// Sent as `Authorization: Bearer …` with every request.
     token: Option<String>,
+    /// Set once a server answered that it did not read the token (it runs without
+    /// authentication): see [`Client::token_unchecked`].
+    token_unchecked: Arc<AtomicBool>,
 }
 
 impl Client {
@@ -319,6 +325,7 @@ impl Client {
             http,
             base,
             token: None,
+            token_unchecked: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -326,6 +333,12 @@ impl Client {
     pub fn with_token(mut self, token: Option<String>) -> Self {
         self.token = token.filter(|t| !t.trim().is_empty());
         self
+    }
+
+    /// Whether a server answered a request that carried this client's token saying it
+    /// did not check it (`redrive-authentication: off`: it runs without authentication).
+    pub fn token_unchecked(&self) -> bool {
+        self.token_unchecked.load(Ordering::Relaxed)
     }
 
     /// The token this client sends.
@@ -944,6 +957,14 @@ impl Client {
                 .body(bytes);
         }
         let resp = req.send().await.map_err(|e| transport(&url, e))?;
+        if self.token.is_some()
+            && resp
+                .headers()
+                .get(redrive_api::access::AUTHENTICATION_HEADER)
+                .is_some_and(|v| v == "off")
+        {
+            self.token_unchecked.store(true, Ordering::Relaxed);
+        }
         let resp = check_status(resp).await?;
         if resp.status() == StatusCode::NO_CONTENT {
             return Ok(None);

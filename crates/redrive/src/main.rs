@@ -127,13 +127,18 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(cli)) {
+    let (result, warning) = runtime.block_on(run(cli));
+    let code = match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(failure::exit_code(&e))
         }
+    };
+    if let Some(w) = warning {
+        eprintln!("warning: {w}");
     }
+    code
 }
 
 /// The command line as clap reads it, with two changes: every option that takes a value
@@ -269,15 +274,29 @@ fn command_path(args: impl Iterator<Item = String>) -> String {
     path.join(" ")
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+/// Runs the command; the second value is a warning for after its outcome (a token the
+/// server did not check).
+async fn run(cli: Cli) -> (anyhow::Result<()>, Option<String>) {
+    let url = cli.url.clone();
+    let client: std::sync::OnceLock<client::Client> = std::sync::OnceLock::new();
+    let result = dispatch(cli, &client).await;
+    let warning = client
+        .get()
+        .is_some_and(client::Client::token_unchecked)
+        .then(|| format!("the server at {url} runs without authentication: the token sent (--token or REDRIVE_TOKEN) was not checked"));
+    (result, warning)
+}
+
+/// Runs the command; `client` keeps the client it made, for what it learnt of the server.
+async fn dispatch(cli: Cli, client: &std::sync::OnceLock<client::Client>) -> anyhow::Result<()> {
     let ctx = || -> anyhow::Result<Ctx> {
         let trust = redrive_tls::Trust::load(cli.ca_file.as_deref())
             .map_err(|e| failure::input_error(format!("--ca-file: {e}")))?;
-        let client = client::Client::trusting(&cli.url, Duration::from_secs(60), &trust)
+        let made = client::Client::trusting(&cli.url, Duration::from_secs(60), &trust)
             .map_err(|e| failure::input_error(format!("{e:#}")))?
             .with_token(cli.token.clone());
         Ok(Ctx {
-            client,
+            client: client.get_or_init(|| made).clone(),
             json: cli.json,
         })
     };

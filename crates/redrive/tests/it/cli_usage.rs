@@ -1,11 +1,12 @@
 //! Usage errors as a person meets them: one `error:` line and the help hint of the command
 //! the arguments name, exit 2; a negative number given to a numeric option reaches its
 //! range check (the server's range); `serve` refuses the operator options; the global
-//! options have their own help section.
+//! options have their own help section; a token sent to a server without authentication is
+//! reported.
 
 use std::process::Output;
 
-use crate::support::command;
+use crate::support::{Server, command};
 
 fn run(args: &[&str]) -> Output {
     command().args(args).output().unwrap()
@@ -117,4 +118,31 @@ fn global_options_have_their_own_help_section() {
         );
     }
     assert!(own.contains("--max-delivery-count"), "{text}");
+}
+
+#[test]
+fn a_token_sent_to_a_server_without_authentication_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path());
+    let with = s.cli(&["--token", "rdt_unchecked", "queue", "list"]);
+    with.ok();
+    assert!(
+        with.stderr.contains(
+            "runs without authentication: the token sent (--token or REDRIVE_TOKEN) was not checked"
+        ),
+        "{}",
+        with.stderr
+    );
+    // Reported on a refusal too: the token did not make the difference.
+    let refused = s.cli(&["--token", "rdt_unchecked", "queue", "show", "nope"]);
+    refused.fails(1, "queue_not_found");
+    assert!(
+        refused.stderr.contains("was not checked"),
+        "{}",
+        refused.stderr
+    );
+    // Without a token, nothing to report.
+    let without = s.cli(&["queue", "list"]);
+    without.ok();
+    assert!(without.stderr.is_empty(), "{}", without.stderr);
 }
