@@ -27,6 +27,25 @@ pub fn from_slice<'de, T: de::Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, s
     Ok(value)
 }
 
+/// [`from_slice`] that also says where in the document a value did not fit: the path of
+/// the field (`policy.max_delivery_count`, `events[2].id`; empty for the document
+/// itself) beside the error.
+pub fn from_slice_at<'de, T: de::Deserialize<'de>>(
+    bytes: &'de [u8],
+) -> Result<T, (String, serde_json::Error)> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(Unique(&mut de)).map_err(|e| {
+        let path = e.path().to_string();
+        let e = e.into_inner();
+        // Only a value that did not fit has a field; broken JSON has a position.
+        let named =
+            e.classify() == serde_json::error::Category::Data && path != "." && !path.contains('?');
+        (if named { path } else { String::new() }, e)
+    })?;
+    de.end().map_err(|e| (String::new(), e))?;
+    Ok(value)
+}
+
 /// A deserializer whose every object refuses a repeated key: it hands the target's
 /// visitors wrapped, so that each map they walk is checked as it is read.
 struct Unique<D>(D);

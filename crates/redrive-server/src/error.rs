@@ -399,8 +399,19 @@ pub fn read_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         ));
     }
     reject_non_object(bytes)?;
-    redrive_events::json::from_slice(bytes)
-        .map_err(|e| ApiError::new(ErrorCode::MalformedBody, format!("invalid JSON body: {e}")))
+    redrive_events::json::from_slice_at(bytes).map_err(|(field, e)| {
+        if field.is_empty() {
+            return ApiError::new(ErrorCode::MalformedBody, format!("invalid JSON body: {e}"));
+        }
+        // A value of the wrong type (or shape) is named by its field.
+        ApiError::from(
+            Problem::new(
+                ErrorCode::MalformedBody,
+                format!("invalid JSON body: {field:?}: {e}"),
+            )
+            .with("field", field),
+        )
+    })
 }
 
 /// Every request body of the native API is a JSON object: serde would also read a struct
@@ -466,6 +477,29 @@ mod tests {
             let e = reject_non_object(bad).err().map(|e| e.0.code.clone());
             assert_eq!(e.as_deref(), Some("malformed_body"));
         }
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_named_by_its_field() {
+        let e = read_body::<redrive_api::queue::CreateQueue>(
+            br#"{"name":"q","policy":{"max_delivery_count":"ten"}}"#,
+        )
+        .expect_err("refused");
+        assert_eq!(e.0.code, "malformed_body");
+        assert_eq!(
+            e.0.extra.get("field"),
+            Some(&serde_json::json!("policy.max_delivery_count"))
+        );
+        let detail = e.0.detail.unwrap_or_default();
+        assert!(
+            detail.starts_with(r#"invalid JSON body: "policy.max_delivery_count": invalid type: string "ten", expected u32"#),
+            "{detail}"
+        );
+        // Broken JSON has no field to name: its position is enough.
+        let e =
+            read_body::<redrive_api::queue::CreateQueue>(br#"{"name":"q","#).expect_err("refused");
+        assert!(!e.0.extra.contains_key("field"), "{:?}", e.0);
+        assert!(e.0.detail.unwrap_or_default().contains("line 1"));
     }
 
     #[test]
