@@ -14,6 +14,8 @@
 //! - `access`: tokens, authentication, authorization, rate limits, revocation and the
 //!   audit log; audited operations take an [`Actor`].
 //! - `dead_letters`: the dead-letter store; operations take an [`Actor`].
+//! - `worker`: the one loop of every leased worker (lease, pass, wake-up, sleep on the
+//!   clock, cancellation) and its pass counter, [`Broker::passes`].
 //! - `sweeper`: the background sweep of lock expiries and TTLs.
 //! - [`cases`]: recovery cases (seed 001): the advance, a person's decisions, intents,
 //!   effect authorities, the case worker.
@@ -56,6 +58,7 @@ mod tests;
 mod topics;
 mod trace;
 mod waiters;
+mod worker;
 
 use std::sync::Arc;
 
@@ -85,8 +88,8 @@ pub use relay::WakeupRelay;
 pub use replay_plans::{
     DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, FAILURE_PERSISTS_MS, MAX_PLAN_ITEMS,
     MAX_PLAN_LEASE_MS, MAX_PREVIEW_LIST, MAX_SELECTION_VALUES, MovePlanView, NodeReplayBudget,
-    PlanAction, PlanInput, PlanPass, PlanPreview, PlanSelectionInput, PlanSpec, PlanView,
-    PlanWorker, PreviewItem, Reading, RunState,
+    PLANS_LEASE, PlanAction, PlanInput, PlanPass, PlanPreview, PlanSelectionInput, PlanSpec,
+    PlanView, PlanWorker, PreviewItem, Reading, RunState,
 };
 pub use replayer::{
     REPLAY_BATCH, REPLAY_LEASE, ReplayPass, ReplaySettings, ReplayStatus, Replayer, RestorePreview,
@@ -138,6 +141,8 @@ struct Inner {
     cases: cases::CaseState,
     /// The plan runner's wake-up and the node-wide replay budget.
     plans: replay_plans::PlanState,
+    /// The finished passes of each leased worker ([`Broker::passes`]).
+    passes: worker::PassCounters,
 }
 
 impl Broker {
@@ -224,6 +229,7 @@ impl Broker {
                 replay: replayer::ReplayState::default(),
                 cases: cases::CaseState::default(),
                 plans: replay_plans::PlanState::default(),
+                passes: worker::PassCounters::default(),
             }),
         }
     }

@@ -52,6 +52,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cases::by_hand::{HandPass, HandTarget, Judged};
 use crate::metrics::Counter;
+use crate::worker::{LeasedWorker, Next, Pass, Timing};
 use crate::{Actor, Broker, BrokerError, BrokerResult};
 
 /// Name of the store lease that elects the replaying process.
@@ -157,84 +158,80 @@ pub type ReplayStatus = ReplayCounts;
 /// The replay worker of one process.
 pub struct Replayer {
     broker: Broker,
+    /// Whether this worker has drained stranded records since it started.
+    drained: bool,
 }
 
 impl Replayer {
     /// A worker over `broker`, run as its [`ReplaySettings`] say.
     pub fn new(broker: Broker) -> Self {
-        Replayer { broker }
+        Replayer {
+            broker,
+            drained: false,
+        }
     }
 
     /// Replays until `cancel` fires. Errors are logged and retried at the next look; they
     /// never end the loop.
     pub async fn run(self, cancel: CancellationToken) {
+        LeasedWorker::new(&self.broker, REPLAY_LEASE)
+            .run(self, cancel)
+            .await;
+    }
+
+    /// The drain, once per start of the worker (at its first pass holding the lease).
+    async fn drain_once(&mut self) {
+        if std::mem::replace(&mut self.drained, true) {
+            return;
+        }
+        match self.broker.drain_replay_candidates().await {
+            Ok(n) if n > 0 => {
+                tracing::info!(
+                    records = n,
+                    "replay drain made stranded dead letters candidates"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e,
+                "replay drain could not read the store; it runs again at the next start"),
+        }
+    }
+}
+
+impl Pass for Replayer {
+    fn timing(&self) -> Timing {
+        let settings = self.broker.replay_settings();
+        Timing {
+            lease_ttl: settings.lease_ttl,
+            poll: settings.poll_interval,
+        }
+    }
+
+    fn wake(&self) -> Option<&Notify> {
+        Some(&self.broker.inner.replay.wake)
+    }
+
+    /// The drain at start, then two passes at once (their claims never overlap): one's
+    /// store writes share commits with the other's, and one judges while the other
+    /// writes. A claim may stop short of the batch (its byte budget): look again at once
+    /// while passes find work.
+    async fn pass(&mut self) -> BrokerResult<Next> {
+        self.drain_once().await;
         let b = &self.broker;
-        let mut drained = false;
-        loop {
-            let settings = b.replay_settings();
-            let ttl_ms = u64::try_from(settings.lease_ttl.as_millis()).unwrap_or(u64::MAX);
-            let held = match b
-                .inner
-                .store
-                .try_lease(REPLAY_LEASE, &b.inner.node_id, ttl_ms, b.now())
-                .await
-            {
-                Ok(h) => h,
-                Err(e) => {
-                    tracing::warn!(error = %e, "replay lease could not be taken; retrying");
-                    false
-                }
-            };
-            let mut more = false;
-            let mut budget_at: Option<Timestamp> = None;
-            if held {
-                if !drained {
-                    drained = true;
-                    match b.drain_replay_candidates().await {
-                        Ok(n) if n > 0 => {
-                            tracing::info!(
-                                records = n,
-                                "replay drain made stranded dead letters candidates"
-                            );
-                        }
-                        Ok(_) => {}
-                        Err(e) => tracing::error!(error = %e,
-                            "replay drain could not read the store; it runs again at the next start"),
+        let (one, two) = tokio::join!(b.replay_once(), b.replay_once());
+        let mut next = Next::Idle;
+        for pass in [one, two] {
+            match pass {
+                Ok(pass) if pass.judged > 0 || !pass.undecodable.is_empty() => next = Next::Now,
+                Ok(pass) => {
+                    if let Some(t) = pass.next_at {
+                        next = next.min(Next::By(t));
                     }
                 }
-                // Two passes at once (their claims never overlap): one's store writes
-                // share commits with the other's, and one judges while the other writes.
-                // A claim may stop short of the batch (its byte budget): look again at
-                // once while passes find work.
-                let (one, two) = tokio::join!(b.replay_once(), b.replay_once());
-                for pass in [one, two] {
-                    match pass {
-                        Ok(pass) => {
-                            more |= pass.judged > 0 || !pass.undecodable.is_empty();
-                            if let Some(t) = pass.next_at {
-                                budget_at = Some(budget_at.map_or(t, |b| b.min(t)));
-                            }
-                        }
-                        Err(e) => tracing::warn!(error = %e, "replay pass failed; retrying"),
-                    }
-                }
-            }
-            if more {
-                tokio::task::yield_now().await;
-                continue;
-            }
-            let mut next = b
-                .now()
-                .plus(settings.poll_interval.min(settings.lease_ttl / 2));
-            if let Some(t) = budget_at {
-                next = next.min(t);
-            }
-            tokio::select! {
-                () = b.inner.replay.wake.notified() => {}
-                () = b.inner.clock.sleep_until(next) => {}
-                () = cancel.cancelled() => return,
+                Err(e) => tracing::warn!(error = %e, "replay pass failed; retrying"),
             }
         }
+        Ok(next)
     }
 }
 

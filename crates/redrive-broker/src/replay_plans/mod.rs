@@ -34,7 +34,7 @@ pub use run::{
     DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, MAX_PLAN_LEASE_MS, NodeReplayBudget, PlanInput,
     PlanPass, PlanSpec, PlanView, RunState,
 };
-pub use worker::PlanWorker;
+pub use worker::{PLANS_LEASE, PlanWorker};
 
 /// A budget with every limit named, or the refusal: `ReplayUnbounded` naming what is
 /// left out, `InvalidRequest` for a limit out of range.
