@@ -140,7 +140,7 @@ struct Inner {
     /// The case worker's wake-up, settings and HTTP client.
     cases: cases::CaseState,
     /// The plan runner's wake-up and the node-wide replay budget.
-    plans: replay_plans::PlanState,
+    plans: Arc<replay_plans::PlanState>,
     /// The finished passes of each leased worker ([`Broker::passes`]).
     passes: worker::PassCounters,
 }
@@ -228,7 +228,7 @@ impl Broker {
                 trust,
                 replay: replayer::ReplayState::default(),
                 cases: cases::CaseState::default(),
-                plans: replay_plans::PlanState::default(),
+                plans: Arc::default(),
                 passes: worker::PassCounters::default(),
             }),
         }

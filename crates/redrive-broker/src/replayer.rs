@@ -384,7 +384,7 @@ impl Broker {
         // The node-wide replay budget (the plans' pacer): one record a slot, its bytes
         // charged once claimed; a pass the budget holds back claims nothing and says when
         // the next slot comes.
-        let slot = match self.node_reserve(now) {
+        let slot = match self.plans().node_reserve(now) {
             Ok(slot) => slot,
             Err(t) => {
                 pass.next_at = Some(t);
@@ -399,16 +399,16 @@ impl Broker {
         {
             Ok(c) => c,
             Err(e) => {
-                self.node_unreserve(slot);
+                self.plans().node_unreserve(slot);
                 return Err(e.into());
             }
         };
         if claim.records.is_empty() {
             // Nothing was due: the slot is not spent.
-            self.node_unreserve(slot);
+            self.plans().node_unreserve(slot);
         }
         let bytes: u64 = claim.records.iter().map(|r| r.body.len() as u64).sum();
-        self.node_charge(bytes, now);
+        self.plans().node_charge(bytes, now);
         for u in &claim.undecodable {
             // Set aside by this claim alone: logged once, then left out of every pass.
             tracing::error!(queue = %u.queue, dead_letter_id = %u.id, reason = %u.reason,
@@ -899,7 +899,7 @@ impl Broker {
                 e.republished_as = Some(new_id.clone());
             }
         }
-        let node = self.node_replay_budget();
+        let node = self.plans().node_replay_budget();
         j.replay = Some(Box::new(judgement::ReplayRecord {
             rule: "automatic_replay".to_owned(),
             policy_version,
