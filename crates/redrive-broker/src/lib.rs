@@ -19,9 +19,12 @@
 //! - `sweeper`: the background sweep of lock expiries and TTLs.
 //! - [`cases`]: recovery cases (seed 001): the advance, a person's decisions, intents,
 //!   effect authorities, the case worker.
-//! - `replay_plans`: bounded replay — the dry run of a replay plan.
-//! - `replayer`: automatic replay of dead letters (the judgement, the worker under a
-//!   lease, the drain at start, restore, counts).
+//! - `replay_plans`: bounded replay, the [`Plans`] service ([`Broker::plans`]): the dry
+//!   run, a plan's life, its requests, the advance, admissions, the plan runner.
+//! - `replayer`: automatic replay of dead letters, the [`Replay`] service
+//!   ([`Broker::replay`]): the pass, the judgement's preparation, the case it closes,
+//!   restore and its preview, settings and counts, the drain at start; the worker under
+//!   a lease; imports.
 //! - `mover`: message move tasks (dead-letter queue redrive), kept per process.
 //! - `topics`: topics, subscriptions (each owns a queue) and publishing.
 //! - `dispatcher`: push delivery of push subscriptions' events, with retries.
@@ -89,10 +92,11 @@ pub use replay_plans::{
     DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, FAILURE_PERSISTS_MS, MAX_PLAN_ITEMS,
     MAX_PLAN_LEASE_MS, MAX_PREVIEW_LIST, MAX_SELECTION_VALUES, MovePlanView, NodeReplayBudget,
     PLANS_LEASE, PlanAction, PlanInput, PlanPass, PlanPreview, PlanSelectionInput, PlanSpec,
-    PlanView, PlanWorker, PreviewItem, Reading, RunState,
+    PlanView, PlanWorker, Plans, PreviewItem, Reading, RunState,
 };
 pub use replayer::{
-    REPLAY_BATCH, REPLAY_LEASE, ReplayPass, ReplaySettings, ReplayStatus, Replayer, RestorePreview,
+    REPLAY_BATCH, REPLAY_LEASE, Replay, ReplayPass, ReplaySettings, ReplayStatus, Replayer,
+    RestorePreview,
 };
 pub use sweeper::{DEAD_LETTER_RETENTION_INTERVAL, DEFAULT_LEASE_TTL, SWEEP_LEASE, Sweeper};
 pub use topics::{
@@ -136,7 +140,7 @@ struct Inner {
     /// effect authorities, probes, escalation webhooks).
     trust: redrive_tls::Trust,
     /// The replay worker's wake-up and settings.
-    replay: replayer::ReplayState,
+    replay: Arc<replayer::ReplayState>,
     /// The case worker's wake-up, settings and HTTP client.
     cases: cases::CaseState,
     /// The plan runner's wake-up and the node-wide replay budget.
@@ -226,7 +230,7 @@ impl Broker {
                 access: access::AccessState::default(),
                 push_network,
                 trust,
-                replay: replayer::ReplayState::default(),
+                replay: Arc::default(),
                 cases: cases::CaseState::default(),
                 plans: Arc::default(),
                 passes: worker::PassCounters::default(),

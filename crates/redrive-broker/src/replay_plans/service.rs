@@ -1,7 +1,7 @@
 //! The plan service: what the broker answers for replay plans (`Broker::plans`).
 //!
-//! [`Plans`] holds the [`Context`] (store, clock, metrics, audit), the plan state of this
-//! node ([`PlanState`]: the runner's wake-up, the node-wide replay budget, when each
+//! [`Plans`] holds the `Context` (store, clock, metrics, audit), the plan state of this
+//! node (`PlanState`: the runner's wake-up, the node-wide replay budget, when each
 //! replay in flight was last looked at) and one handle of the rest of the broker. A plan
 //! admits case replays: it advances cases and reads their decisions, prepares and sends
 //! their replays (the case operations), asks callers' authorization, and reads the push

@@ -44,7 +44,7 @@ async fn list(
     State(s): State<AppState>,
     Caller(actor): Caller,
 ) -> Result<Json<ReplayStatusList>, ApiError> {
-    let all = s.broker.replay_status(None).await?;
+    let all = s.broker.replay().replay_status(None).await?;
     Ok(Json(ReplayStatusList {
         entities: all
             .iter()
@@ -58,7 +58,7 @@ async fn show(
     State(s): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<ReplayStatus>, ApiError> {
-    let counts = s.broker.replay_status(Some(&name)).await?;
+    let counts = s.broker.replay().replay_status(Some(&name)).await?;
     let one = counts
         .iter()
         .find(|c| c.queue.as_str() == name)
