@@ -341,40 +341,18 @@ impl Dispatcher {
     }
 
     /// Delivers what is due on one subscription's queue, until nothing is.
+    ///
+    /// A pipeline: attempts run while the next events are received and the finished ones
+    /// are settled, so that one store commit carries a receive, a settlement and
+    /// concurrent publishes (the commit's sync, not the work, is what each store call
+    /// waits for). More events are received once half the requests are free; one settle
+    /// call is in flight at a time, carrying whatever finished meanwhile.
+    #[tracing::instrument(level = "debug", skip_all,
+        fields(subscription = %format_args!("{}/{}", sub.topic, sub.name), queue = %sub.queue))]
     async fn dispatch(&self, sub: Arc<SubscriptionRecord>) -> BrokerResult<()> {
-        let SubscriptionKind::Push { endpoint, mode, .. } = &sub.spec.kind else {
+        let Some(pipe) = Pipeline::of(&sub) else {
             return Ok(());
         };
-        let timeout = Duration::from_millis(sub.spec.delivery.timeout_ms);
-        // Batches are arrays of structured events; validation refuses binary batching, and
-        // a binary subscription that somehow has it still gets one event per request.
-        let per_batch = match mode {
-            PushMode::Structured => sub.spec.delivery.max_events_per_batch.max(1),
-            PushMode::Binary => 1,
-        };
-        let mut target = PushTarget::new(
-            endpoint.clone(),
-            format!("{}/{}", sub.topic, sub.name),
-            match mode {
-                PushMode::Structured => DeliveryMode::Structured,
-                PushMode::Binary => DeliveryMode::Binary,
-            },
-            timeout,
-        );
-        target.max_events_per_batch = per_batch as usize;
-        let target = Arc::new(target);
-        let endpoint_key =
-            redrive_push::endpoint_key(endpoint).unwrap_or_else(|_| endpoint.to_string());
-        let batch_bytes = sub.spec.delivery.preferred_batch_bytes as usize;
-        // The lock outlasts the attempt's timeout, so a slow endpoint does not see the
-        // event again while the first attempt is still open.
-        let lock_ms = (sub.spec.delivery.timeout_ms + 10_000).clamp(60_000, 300_000);
-        let concurrency = sub.spec.delivery.max_concurrency.clamp(1, 1_000) as usize;
-        // A pipeline: attempts run while the next events are received and the finished
-        // ones are settled, so that one store commit carries a receive, a settlement and
-        // concurrent publishes (the commit's sync, not the work, is what each store call
-        // waits for). More events are received once half the requests are free; one
-        // settle call is in flight at a time, carrying whatever finished meanwhile.
         let published = &self.broker.inner.topics.push_published;
         let mut set = tokio::task::JoinSet::new();
         let mut settling = tokio::task::JoinSet::new();
@@ -389,59 +367,9 @@ impl Dispatcher {
             if self.stopping.is_cancelled() {
                 more = false;
             }
-            if more && set.len() * 2 <= concurrency {
-                let room = u32::try_from(concurrency - set.len())
-                    .unwrap_or(1)
-                    .saturating_mul(per_batch)
-                    .clamp(1, MAX_RECEIVE_BATCH);
-                let options = ReceiveOptions {
-                    max: room,
-                    lock_ms: Some(lock_ms),
-                    wait_ms: 0,
-                    session: None,
-                    until_revoked: None,
-                };
-                match self.broker.receive(sub.queue.as_str(), options).await {
-                    Ok(deliveries) => {
-                        more = deliveries.len() == room as usize;
-                        let mut readable = Vec::with_capacity(deliveries.len());
-                        let now = self.broker.now();
-                        for d in deliveries {
-                            match read_event(&d, *mode) {
-                                // Its time to live passed while it waited: not attempted.
-                                Ok(e)
-                                    if sub
-                                        .spec
-                                        .retry_policy
-                                        .expired(d.message.enqueued_at, now) =>
-                                {
-                                    done.push(expired(&self.broker, &sub, &d, &e));
-                                }
-                                Ok(e) => readable.push((d, e)),
-                                Err(s) => done.push(*s),
-                            }
-                        }
-                        // A stored body is the event's structured JSON, so its length is
-                        // its size in a batch body.
-                        let chunks =
-                            chunk_by(readable, per_batch as usize, batch_bytes, |(d, _)| {
-                                d.message.body.len()
-                            });
-                        for batch in chunks {
-                            while set.len() >= concurrency {
-                                join_one(&mut set, &mut done).await;
-                            }
-                            let (this, sub, target) =
-                                (self.clone_parts(), sub.clone(), target.clone());
-                            let (limits, key) = (self.limits.clone(), endpoint_key.clone());
-                            set.spawn(async move {
-                                // Bounded per endpoint across subscriptions; held until the
-                                // request ends.
-                                let _permits = limits.acquire(sub.queue.as_str(), &key).await;
-                                this.attempt(&sub, &target, batch).await
-                            });
-                        }
-                    }
+            if more && set.len() * 2 <= pipe.concurrency {
+                match self.receive_more(&sub, &pipe, &mut set, &mut done).await {
+                    Ok(full) => more = full,
                     Err(e) => {
                         more = false;
                         failure = Some(e);
@@ -479,11 +407,122 @@ impl Dispatcher {
         failure.map_or(Ok(()), Err)
     }
 
+    /// Receives as many events as half the free requests take, settles at once those
+    /// that cannot be attempted (expired, unreadable), and starts an attempt per batch.
+    /// Answers whether the receive was full (more may be due).
+    async fn receive_more(
+        &self,
+        sub: &Arc<SubscriptionRecord>,
+        pipe: &Pipeline,
+        set: &mut tokio::task::JoinSet<Vec<Settlement>>,
+        done: &mut Vec<Settlement>,
+    ) -> BrokerResult<bool> {
+        let room = u32::try_from(pipe.concurrency - set.len())
+            .unwrap_or(1)
+            .saturating_mul(pipe.per_batch)
+            .clamp(1, MAX_RECEIVE_BATCH);
+        let options = ReceiveOptions {
+            max: room,
+            lock_ms: Some(pipe.lock_ms),
+            wait_ms: 0,
+            session: None,
+            until_revoked: None,
+        };
+        let deliveries = self.broker.receive(sub.queue.as_str(), options).await?;
+        let full = deliveries.len() == room as usize;
+        let mut readable = Vec::with_capacity(deliveries.len());
+        let now = self.broker.now();
+        for d in deliveries {
+            match read_event(&d, pipe.mode) {
+                // Its time to live passed while it waited: not attempted.
+                Ok(e) if sub.spec.retry_policy.expired(d.message.enqueued_at, now) => {
+                    done.push(expired(&self.broker, sub, &d, &e));
+                }
+                Ok(e) => readable.push((d, e)),
+                Err(s) => done.push(*s),
+            }
+        }
+        // A stored body is the event's structured JSON, so its length is its size in a
+        // batch body.
+        let chunks = chunk_by(
+            readable,
+            pipe.per_batch as usize,
+            pipe.batch_bytes,
+            |(d, _)| d.message.body.len(),
+        );
+        for batch in chunks {
+            while set.len() >= pipe.concurrency {
+                join_one(set, done).await;
+            }
+            let (this, sub, target) = (self.clone_parts(), sub.clone(), pipe.target.clone());
+            let (limits, key) = (self.limits.clone(), pipe.endpoint_key.clone());
+            set.spawn(async move {
+                // Bounded per endpoint across subscriptions; held until the request ends.
+                let _permits = limits.acquire(sub.queue.as_str(), &key).await;
+                this.attempt(&sub, &target, batch).await
+            });
+        }
+        Ok(full)
+    }
+
     fn clone_parts(&self) -> Attempter {
         Attempter {
             broker: self.broker.clone(),
             deliverer: self.deliverer.clone(),
         }
+    }
+}
+
+/// How one push subscription's events are delivered: its target, batches and bounds.
+struct Pipeline {
+    target: Arc<PushTarget>,
+    mode: PushMode,
+    /// Events per request.
+    per_batch: u32,
+    /// The preferred bytes of a batch body.
+    batch_bytes: usize,
+    /// The lock of a received event: it outlasts the attempt's timeout, so a slow
+    /// endpoint does not see the event again while the first attempt is still open.
+    lock_ms: u64,
+    /// Requests in flight at most.
+    concurrency: usize,
+    /// The endpoint's key for the per-endpoint limits.
+    endpoint_key: String,
+}
+
+impl Pipeline {
+    /// The pipeline of a push subscription (`None` for a pull subscription).
+    fn of(sub: &SubscriptionRecord) -> Option<Pipeline> {
+        let SubscriptionKind::Push { endpoint, mode, .. } = &sub.spec.kind else {
+            return None;
+        };
+        let timeout = Duration::from_millis(sub.spec.delivery.timeout_ms);
+        // Batches are arrays of structured events; validation refuses binary batching, and
+        // a binary subscription that somehow has it still gets one event per request.
+        let per_batch = match mode {
+            PushMode::Structured => sub.spec.delivery.max_events_per_batch.max(1),
+            PushMode::Binary => 1,
+        };
+        let mut target = PushTarget::new(
+            endpoint.clone(),
+            format!("{}/{}", sub.topic, sub.name),
+            match mode {
+                PushMode::Structured => DeliveryMode::Structured,
+                PushMode::Binary => DeliveryMode::Binary,
+            },
+            timeout,
+        );
+        target.max_events_per_batch = per_batch as usize;
+        Some(Pipeline {
+            target: Arc::new(target),
+            mode: *mode,
+            per_batch,
+            batch_bytes: sub.spec.delivery.preferred_batch_bytes as usize,
+            lock_ms: (sub.spec.delivery.timeout_ms + 10_000).clamp(60_000, 300_000),
+            concurrency: sub.spec.delivery.max_concurrency.clamp(1, 1_000) as usize,
+            endpoint_key: redrive_push::endpoint_key(endpoint)
+                .unwrap_or_else(|_| endpoint.to_string()),
+        })
     }
 }
 
@@ -712,6 +751,10 @@ fn read_event(d: &Delivery, mode: PushMode) -> Result<Event, Box<Settlement>> {
 impl Attempter {
     /// One request carrying `batch` (one event, or a chunk for a batching target), and a
     /// settlement per event by that one outcome.
+    #[tracing::instrument(level = "debug", skip_all, fields(
+        subscription = %format_args!("{}/{}", sub.topic, sub.name),
+        message_ids = %batch.iter().map(|(d, _)| d.message.message_id.as_str()).collect::<Vec<_>>().join(","),
+    ))]
     async fn attempt(
         &self,
         sub: &SubscriptionRecord,

@@ -14,12 +14,17 @@
 //! - `access`: tokens, authentication, authorization, rate limits, revocation and the
 //!   audit log; audited operations take an [`Actor`].
 //! - `dead_letters`: the dead-letter store; operations take an [`Actor`].
+//! - `worker`: the one loop of every leased worker (lease, pass, wake-up, sleep on the
+//!   clock, cancellation) and its pass counter, [`Broker::passes`].
 //! - `sweeper`: the background sweep of lock expiries and TTLs.
 //! - [`cases`]: recovery cases (seed 001): the advance, a person's decisions, intents,
 //!   effect authorities, the case worker.
-//! - `replay_plans`: bounded replay — the dry run of a replay plan.
-//! - `replayer`: automatic replay of dead letters (the judgement, the worker under a
-//!   lease, the drain at start, restore, counts).
+//! - `replay_plans`: bounded replay, the [`Plans`] service ([`Broker::plans`]): the dry
+//!   run, a plan's life, its requests, the advance, admissions, the plan runner.
+//! - `replayer`: automatic replay of dead letters, the [`Replay`] service
+//!   ([`Broker::replay`]): the pass, the judgement's preparation, the case it closes,
+//!   restore and its preview, settings and counts, the drain at start; the worker under
+//!   a lease; imports.
 //! - `mover`: message move tasks (dead-letter queue redrive), kept per process.
 //! - `topics`: topics, subscriptions (each owns a queue) and publishing.
 //! - `dispatcher`: push delivery of push subscriptions' events, with retries.
@@ -56,6 +61,7 @@ mod tests;
 mod topics;
 mod trace;
 mod waiters;
+mod worker;
 
 use std::sync::Arc;
 
@@ -85,11 +91,12 @@ pub use relay::WakeupRelay;
 pub use replay_plans::{
     DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, FAILURE_PERSISTS_MS, MAX_PLAN_ITEMS,
     MAX_PLAN_LEASE_MS, MAX_PREVIEW_LIST, MAX_SELECTION_VALUES, MovePlanView, NodeReplayBudget,
-    PlanAction, PlanInput, PlanPass, PlanPreview, PlanSelectionInput, PlanSpec, PlanView,
-    PlanWorker, PreviewItem, Reading, RunState,
+    PLANS_LEASE, PlanAction, PlanInput, PlanPass, PlanPreview, PlanSelectionInput, PlanSpec,
+    PlanView, PlanWorker, Plans, PreviewItem, Reading, RunState,
 };
 pub use replayer::{
-    REPLAY_BATCH, REPLAY_LEASE, ReplayPass, ReplaySettings, ReplayStatus, Replayer, RestorePreview,
+    REPLAY_BATCH, REPLAY_LEASE, Replay, ReplayPass, ReplaySettings, ReplayStatus, Replayer,
+    RestorePreview,
 };
 pub use sweeper::{DEAD_LETTER_RETENTION_INTERVAL, DEFAULT_LEASE_TTL, SWEEP_LEASE, Sweeper};
 pub use topics::{
@@ -133,11 +140,13 @@ struct Inner {
     /// effect authorities, probes, escalation webhooks).
     trust: redrive_tls::Trust,
     /// The replay worker's wake-up and settings.
-    replay: replayer::ReplayState,
+    replay: Arc<replayer::ReplayState>,
     /// The case worker's wake-up, settings and HTTP client.
     cases: cases::CaseState,
     /// The plan runner's wake-up and the node-wide replay budget.
-    plans: replay_plans::PlanState,
+    plans: Arc<replay_plans::PlanState>,
+    /// The finished passes of each leased worker ([`Broker::passes`]).
+    passes: worker::PassCounters,
 }
 
 impl Broker {
@@ -221,9 +230,10 @@ impl Broker {
                 access: access::AccessState::default(),
                 push_network,
                 trust,
-                replay: replayer::ReplayState::default(),
+                replay: Arc::default(),
                 cases: cases::CaseState::default(),
-                plans: replay_plans::PlanState::default(),
+                plans: Arc::default(),
+                passes: worker::PassCounters::default(),
             }),
         }
     }

@@ -17,6 +17,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::Broker;
+use crate::worker::{LeasedWorker, Next, Pass, Timing};
 
 /// Rows handled per sweep pass.
 const SWEEP_BATCH: u32 = 1_000;
@@ -70,56 +71,55 @@ impl Sweeper {
     /// Sweeps until `cancel` fires. A storage error is logged and retried at the next tick;
     /// it never ends the loop.
     pub async fn run(self, cancel: CancellationToken) {
-        loop {
-            if let Err(e) = self.tick().await {
-                tracing::warn!(error = %e, "sweep failed; retrying at the next tick");
-            }
-            let next = self.broker.now().plus(self.interval);
-            tokio::select! {
-                () = self.broker.inner.clock.sleep_until(next) => {}
-                () = cancel.cancelled() => return,
-            }
+        LeasedWorker::new(&self.broker, SWEEP_LEASE)
+            .run(self, cancel)
+            .await;
+    }
+
+    /// One tick: sweeps if this process holds (or takes) the lease; says whether it did.
+    #[cfg(test)]
+    async fn tick(&mut self) -> crate::BrokerResult<bool> {
+        let worker = LeasedWorker::new(&self.broker, SWEEP_LEASE);
+        match worker.look(self).await? {
+            None => Ok(false),
+            Some(pass) => pass.map(|_| true),
         }
     }
 }
 
-impl Sweeper {
-    /// One tick: sweeps if this process holds (or takes) the lease; says whether it did.
-    async fn tick(&self) -> crate::BrokerResult<bool> {
-        // Every node, lease or not: move tasks whose runner stopped are resumed here.
+impl Pass for Sweeper {
+    fn timing(&self) -> Timing {
+        Timing {
+            lease_ttl: self.lease_ttl,
+            poll: self.interval,
+        }
+    }
+
+    /// Every node, lease or not: move tasks whose runner stopped are resumed here.
+    async fn every_look(&mut self) {
         if let Err(e) = self.broker.resume_move_tasks().await {
             tracing::warn!(error = %e, "resuming message move tasks failed; retrying at the next tick");
         }
-        let ttl_ms = u64::try_from(self.lease_ttl.as_millis()).unwrap_or(u64::MAX);
-        let held = self
-            .broker
-            .inner
-            .store
-            .try_lease(
-                SWEEP_LEASE,
-                &self.broker.inner.node_id,
-                ttl_ms,
-                self.broker.now(),
-            )
-            .await?;
-        if held {
-            self.broker.sweep_once().await?;
-            let now = self.broker.now();
-            if now.as_millis() >= self.next_prune_ms.load(Ordering::Relaxed) {
-                let every = i64::try_from(AUDIT_PRUNE_INTERVAL.as_millis()).unwrap_or(i64::MAX);
-                self.next_prune_ms
-                    .store(now.as_millis().saturating_add(every), Ordering::Relaxed);
-                self.broker.prune_audit().await?;
-            }
-            if now.as_millis() >= self.next_retention_ms.load(Ordering::Relaxed) {
-                let every =
-                    i64::try_from(DEAD_LETTER_RETENTION_INTERVAL.as_millis()).unwrap_or(i64::MAX);
-                self.next_retention_ms
-                    .store(now.as_millis().saturating_add(every), Ordering::Relaxed);
-                self.broker.expire_dead_letters().await?;
-            }
+    }
+
+    /// The sweep, and the audit and dead-letter retention when they are due.
+    async fn pass(&mut self) -> crate::BrokerResult<Next> {
+        self.broker.sweep_once().await?;
+        let now = self.broker.now();
+        if now.as_millis() >= self.next_prune_ms.load(Ordering::Relaxed) {
+            let every = i64::try_from(AUDIT_PRUNE_INTERVAL.as_millis()).unwrap_or(i64::MAX);
+            self.next_prune_ms
+                .store(now.as_millis().saturating_add(every), Ordering::Relaxed);
+            self.broker.prune_audit().await?;
         }
-        Ok(held)
+        if now.as_millis() >= self.next_retention_ms.load(Ordering::Relaxed) {
+            let every =
+                i64::try_from(DEAD_LETTER_RETENTION_INTERVAL.as_millis()).unwrap_or(i64::MAX);
+            self.next_retention_ms
+                .store(now.as_millis().saturating_add(every), Ordering::Relaxed);
+            self.broker.expire_dead_letters().await?;
+        }
+        Ok(Next::Idle)
     }
 }
 
@@ -204,9 +204,9 @@ mod tests {
         let clock = ManualClock::new(Timestamp(1_800_000_000_000));
         let a = Broker::new(store.clone(), Arc::new(clock.clone()));
         let b = Broker::new(store.clone(), Arc::new(clock.clone()));
-        let sweep_a =
+        let mut sweep_a =
             Sweeper::new(a.clone(), Duration::from_secs(1)).with_lease_ttl(Duration::from_secs(5));
-        let sweep_b =
+        let mut sweep_b =
             Sweeper::new(b.clone(), Duration::from_secs(1)).with_lease_ttl(Duration::from_secs(5));
 
         a.create_queue("q", QueuePolicy::default()).await.unwrap();
@@ -292,7 +292,7 @@ mod tests {
             .await
             .unwrap();
         }
-        let sweeper = Sweeper::new(b.clone(), Duration::from_secs(1));
+        let mut sweeper = Sweeper::new(b.clone(), Duration::from_secs(1));
         // Nothing is old enough yet.
         sweeper.tick().await.unwrap();
         let all = |b: Broker| async move {

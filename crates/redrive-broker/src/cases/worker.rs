@@ -5,6 +5,7 @@
 use tokio_util::sync::CancellationToken;
 
 use super::{CASE_BATCH, CASES_LEASE};
+use crate::worker::{LeasedWorker, Next, Pass, Timing};
 use crate::{Broker, BrokerResult};
 
 /// What one look of the worker did.
@@ -32,42 +33,33 @@ impl CaseWorker {
 
     /// Works until `cancel` fires. Errors are logged and retried at the next look.
     pub async fn run(self, cancel: CancellationToken) {
-        let b = &self.broker;
-        loop {
-            let settings = b.case_settings();
-            let ttl_ms = u64::try_from(settings.lease_ttl.as_millis()).unwrap_or(u64::MAX);
-            let held = match b
-                .inner
-                .store
-                .try_lease(CASES_LEASE, &b.inner.node_id, ttl_ms, b.now())
-                .await
-            {
-                Ok(h) => h,
-                Err(e) => {
-                    tracing::warn!(error = %e, "case lease could not be taken; retrying");
-                    false
-                }
-            };
-            let mut more = false;
-            if held {
-                match b.cases_once().await {
-                    Ok(p) => more = p.advanced >= u64::from(CASE_BATCH),
-                    Err(e) => tracing::warn!(error = %e, "case pass failed; retrying"),
-                }
-            }
-            if more {
-                tokio::task::yield_now().await;
-                continue;
-            }
-            let next = b
-                .now()
-                .plus(settings.poll_interval.min(settings.lease_ttl / 2));
-            tokio::select! {
-                () = b.inner.cases.wake.notified() => {}
-                () = b.inner.clock.sleep_until(next) => {}
-                () = cancel.cancelled() => return,
-            }
+        LeasedWorker::new(&self.broker, CASES_LEASE)
+            .run(self, cancel)
+            .await;
+    }
+}
+
+impl Pass for CaseWorker {
+    fn timing(&self) -> Timing {
+        let settings = self.broker.case_settings();
+        Timing {
+            lease_ttl: settings.lease_ttl,
+            poll: settings.poll_interval,
         }
+    }
+
+    fn wake(&self) -> Option<&tokio::sync::Notify> {
+        Some(&self.broker.inner.cases.wake)
+    }
+
+    /// One look of [`Broker::cases_once`]; a full batch looks again at once.
+    async fn pass(&mut self) -> BrokerResult<Next> {
+        let p = self.broker.cases_once().await?;
+        Ok(if p.advanced >= u64::from(CASE_BATCH) {
+            Next::Now
+        } else {
+            Next::Idle
+        })
     }
 }
 

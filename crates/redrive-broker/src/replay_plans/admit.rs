@@ -14,6 +14,7 @@ use redrive_store::{
     PlanMut, ReplayPlanRecord, ReplayPlanUpdate, StoreError,
 };
 
+use super::Plans;
 use super::gate_of;
 use super::look::*;
 use super::run::*;
@@ -21,14 +22,14 @@ use crate::cases::CaseContext;
 use crate::cases::data::{self, Known};
 use crate::cases::ops::{ReplayAdmission, Step};
 use crate::metrics::Counter;
-use crate::{Broker, BrokerError, BrokerResult, Outgoing};
+use crate::{BrokerError, BrokerResult, Outgoing};
 
-impl Broker {
+impl Plans {
     /// Looks at one waiting item now: its gates in their order (`redrive_core::plan::gates`;
     /// the pacing first: nothing is asked of anyone for an item that must wait), each
     /// gate's facts read only once the gates before it passed. An item every gate passes
-    /// is prepared ([`Broker::prepare_admission`]) — the plan's pacer takes its slot — but
-    /// nothing of it is written yet: [`Broker::commit_batch`] writes the batch.
+    /// is prepared ([`Plans::prepare_admission`]) — the plan's pacer takes its slot — but
+    /// nothing of it is written yet: [`Plans::commit_batch`] writes the batch.
     pub(super) async fn gate_item(
         &self,
         a: &mut Advance,
@@ -120,7 +121,8 @@ impl Broker {
         let now = a.now;
         let case = &pre.case;
         let mut step = Step::of(case);
-        self.reconcile_into(case, &mut step, now, &a.plan.owner_name, &look.ctx)
+        self.broker
+            .reconcile_into(case, &mut step, now, &a.plan.owner_name, &look.ctx)
             .await?;
         let data = step.data().clone();
         let unreachable = data
@@ -139,9 +141,10 @@ impl Broker {
             return self.prepare_admission(a, look, item, pre, step).await;
         };
         step.check_at(now);
-        let written = self.write_step(case, step).await;
+        let written = self.broker.write_step(case, step).await;
         let owner = plan_actor(&a.plan);
         match self
+            .ctx
             .audited(
                 &owner,
                 "case.reconcile",
@@ -152,7 +155,7 @@ impl Broker {
             .await
         {
             Ok(_) => {
-                if let Err(e) = self.advance_case_in(&case.id, &look.ctx).await {
+                if let Err(e) = self.broker.advance_case_in(&case.id, &look.ctx).await {
                     tracing::warn!(case_id = %case.id, error = %e, "case could not be advanced");
                 }
             }
@@ -187,6 +190,7 @@ impl Broker {
             until: a.plan.m.owner_until,
         };
         let (step, message_id, outgoing) = self
+            .broker
             .prepare_replay_onto(
                 step,
                 &case,
@@ -243,7 +247,7 @@ impl Broker {
         let mut state = a.run.clone();
         state.set_pacer(&a.pacer);
         Ok(self
-            .inner
+            .ctx
             .store
             .update_replay_plan(&ReplayPlanUpdate {
                 id: written.id.clone(),
@@ -274,7 +278,7 @@ impl Broker {
             let mut state = a.run.clone();
             state.set_pacer(&a.pacer);
             let r = self
-                .inner
+                .ctx
                 .store
                 .update_replay_plan(&ReplayPlanUpdate {
                     id: a.plan.id.clone(),
@@ -338,13 +342,13 @@ impl Broker {
                 u
             })
             .collect();
-        let answers = self.inner.store.update_cases(&updates).await?;
+        let answers = self.ctx.store.update_cases(&updates).await?;
         let mut sent = Vec::new();
         let mut back = Vec::new();
         for (p, written) in batch.into_iter().zip(answers) {
             match written {
                 Ok(c) => {
-                    self.inner.metrics.audit_entries.inc();
+                    self.ctx.metrics.audit_entries.inc();
                     // Its first look comes OBSERVE_ITEM_MS after the admission.
                     self.observe_due(&plan.id, p.item.seq, now, now, true);
                     sent.push((c, p.outgoing));
@@ -372,21 +376,21 @@ impl Broker {
         }
         let messages: Vec<Outgoing> = sent.iter().map(|(_, o)| o.clone()).collect();
         let bytes: u64 = sent.iter().map(|(_, o)| o.body.len() as u64).sum();
-        if let Err(e) = self.send(plan.destination.as_str(), messages).await {
+        if let Err(e) = self.broker.send(plan.destination.as_str(), messages).await {
             for (c, _) in &sent {
-                if let Err(e2) = self.send_replay_failed(c, &e).await {
+                if let Err(e2) = self.broker.send_replay_failed(c, &e).await {
                     tracing::warn!(case_id = %c.id, error = %e2, "replay stop not recorded");
                 }
             }
             tracing::warn!(plan_id = %plan.id, error = %e, "plan replays could not be sent");
         }
-        self.inner.metrics.add_labelled(
+        self.ctx.metrics.add_labelled(
             Counter::PlanItems,
             &plan.queue,
             "admitted",
             sent.len() as u64,
         );
-        self.inner
+        self.ctx
             .metrics
             .add_labelled(Counter::PlanBytes, &plan.queue, "admitted", bytes);
     }
@@ -398,19 +402,19 @@ impl Broker {
         case_id: &str,
         ctx: &CaseContext,
     ) -> BrokerResult<Option<Pre>> {
-        let case = match self.inner.store.get_case(case_id).await {
+        let case = match self.ctx.store.get_case(case_id).await {
             Ok(c) => c,
             Err(StoreError::CaseNotFound { .. }) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let (known, record) = match self.known_in(&case, ctx).await {
+        let (known, record) = match self.broker.known_in(&case, ctx).await {
             Ok(k) => k,
             Err(BrokerError::Store(StoreError::DeadLetterUndecodable { reason, .. })) => {
                 let intent = redrive_store::IntentRecord::for_queue(
-                    self.inner.store.intent_words(&case.intent_id).await?,
+                    self.ctx.store.intent_words(&case.intent_id).await?,
                     case.queue.as_str(),
                 );
-                let known = self.known_of(&case, None, intent, ctx).await?;
+                let known = self.broker.known_of(&case, None, intent, ctx).await?;
                 return Ok(Some(Pre {
                     case,
                     known,
@@ -421,7 +425,7 @@ impl Broker {
             Err(e) => return Err(e),
         };
         if case.m.state.terminal().is_none() {
-            self.ask_ahead(ctx, &case).await;
+            self.broker.ask_ahead(ctx, &case).await;
         }
         Ok(Some(Pre {
             case,
@@ -431,7 +435,7 @@ impl Broker {
         }))
     }
 
-    /// [`Broker::prefetch_one`] for `items` (their cases, records and intents in one
+    /// [`Plans::prefetch_one`] for `items` (their cases, records and intents in one
     /// read; their effect authorities asked [`PARALLEL`] side by side), by `seq`.
     pub(super) async fn prefetch(
         &self,
@@ -449,10 +453,11 @@ impl Broker {
                 };
                 let pre = async {
                     let known = b
+                        .broker
                         .known_of(&r.case, r.record.as_ref(), r.intent, &ctx)
                         .await?;
                     if r.case.m.state.terminal().is_none() && r.record_undecodable.is_none() {
-                        b.ask_ahead(&ctx, &r.case).await;
+                        b.broker.ask_ahead(&ctx, &r.case).await;
                     }
                     Ok(Some(Pre {
                         case: r.case,
@@ -478,7 +483,7 @@ impl Broker {
         let ids: Vec<String> = items.iter().map(|i| i.case_id.clone()).collect();
         let mut out = HashMap::with_capacity(ids.len());
         for chunk in ids.chunks(redrive_store::MAX_CASE_PAGE as usize) {
-            for r in self.inner.store.case_reads(chunk).await? {
+            for r in self.ctx.store.case_reads(chunk).await? {
                 out.insert(r.case.id.clone(), r);
             }
         }
@@ -488,7 +493,7 @@ impl Broker {
     /// Whether `case_id`'s case is in a terminal state (a case that is gone is: nothing of
     /// it can be replayed any more).
     pub(super) async fn case_terminal(&self, case_id: &str) -> BrokerResult<bool> {
-        match self.inner.store.get_case(case_id).await {
+        match self.ctx.store.get_case(case_id).await {
             Ok(c) => Ok(c.m.state.terminal().is_some()),
             Err(StoreError::CaseNotFound { .. }) => Ok(true),
             Err(e) => Err(e.into()),
@@ -508,7 +513,7 @@ impl Broker {
         let mut after_seq = None;
         loop {
             let page = self
-                .inner
+                .ctx
                 .store
                 .replay_plan_items(
                     plan_id,

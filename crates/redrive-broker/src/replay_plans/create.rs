@@ -11,11 +11,12 @@ use redrive_store::{
     ReplayPlanRecord,
 };
 
+use super::Plans;
 use super::run::*;
 use super::{budget_refusal, checked_budget};
-use crate::{Actor, Broker, BrokerResult};
+use crate::{Actor, BrokerResult};
 
-impl Broker {
+impl Plans {
     /// Creates a plan over the selection, owned by `actor`: refused when its budget is
     /// unbounded or out of range, when the destination does not exist or is the failing
     /// path (it dead-lettered one of the items' reasons within
@@ -32,14 +33,15 @@ impl Broker {
             Ok(v) => vec![v.plan.id.clone(), format!("items={}", v.plan.items)],
             Err(_) => Vec::new(),
         };
-        self.audited(
-            actor,
-            "replay.plan_create",
-            Some(input.selection.queue.as_str()),
-            targets,
-            r,
-        )
-        .await
+        self.ctx
+            .audited(
+                actor,
+                "replay.plan_create",
+                Some(input.selection.queue.as_str()),
+                targets,
+                r,
+            )
+            .await
     }
 
     pub(super) async fn create_plan_inner(
@@ -63,7 +65,8 @@ impl Broker {
                 format!("the destination queue {destination} does not exist"),
             ));
         }
-        self.authorize(actor, Operation::ReplayCase, Some(destination.as_str()))
+        self.broker
+            .authorize(actor, Operation::ReplayCase, Some(destination.as_str()))
             .await?;
         let mut cases = self.select(&queue, sel).await?;
         cases.sort_by(|a, b| (a.dead_lettered_at, &a.id).cmp(&(b.dead_lettered_at, &b.id)));
@@ -119,7 +122,7 @@ impl Broker {
                 updated_at: now,
             },
         };
-        let written = self.inner.store.create_replay_plan(&record, &items).await?;
+        let written = self.ctx.store.create_replay_plan(&record, &items).await?;
         self.plan_view(written).await
     }
 
@@ -167,7 +170,7 @@ impl Broker {
         let mut after = None;
         loop {
             let page = self
-                .inner
+                .ctx
                 .store
                 .list_cases(&CaseQuery {
                     queue: Some(queue.clone()),

@@ -1,7 +1,7 @@
 //! One look at a running replay plan: it finds the facts, asks `redrive_core::plan::look`
 //! and the gates what they mean, and writes the answer.
 //!
-//! # One advance ([`Broker::advance_plan`])
+//! # One advance ([`Plans::advance_plan`])
 //!
 //! 1. The owner's lease and current authorization are read: a lease that ran out, or a
 //!    token revoked, expired or no longer granted `replayer` on the source and the
@@ -42,14 +42,15 @@ use redrive_store::{
     ReplayPlanRecord, ReplayPlanUpdate, StoreError,
 };
 
+use super::Plans;
 use super::admit::*;
 use super::probe;
 use super::run::*;
 use crate::cases::CaseContext;
 use crate::metrics::Counter;
-use crate::{Actor, Broker, BrokerError, BrokerResult};
+use crate::{Actor, BrokerError, BrokerResult};
 
-impl Broker {
+impl Plans {
     /// One look at every active plan that is due: public so that tests drive plans on a
     /// manual clock.
     #[tracing::instrument(level = "debug", skip_all)]
@@ -58,7 +59,7 @@ impl Broker {
         let mut after = None;
         loop {
             let page = self
-                .inner
+                .ctx
                 .store
                 .list_replay_plans(&PlanQuery {
                     status: vec![PlanStatus::Running, PlanStatus::Paused],
@@ -120,7 +121,7 @@ impl Broker {
     /// One look at a plan (see the module docs): it finds the facts, asks
     /// `redrive_core::plan::look` and `plan::stop` what they mean, and writes the answer.
     pub(super) async fn advance_plan_once(&self, id: &str) -> BrokerResult<ReplayPlanRecord> {
-        let plan = self.inner.store.get_replay_plan(id).await?;
+        let plan = self.ctx.store.get_replay_plan(id).await?;
         tracing::Span::current().record("queue", plan.queue.as_str());
         if !plan.m.status.is_active() {
             return Ok(plan);
@@ -128,7 +129,7 @@ impl Broker {
         let spec = PlanSpec::of(&plan)?;
         let run = RunState::of(&plan);
         // The effect authorities, the register and the queues, read once for the look.
-        let ctx = Arc::new(self.case_context().await?);
+        let ctx = Arc::new(self.broker.case_context().await?);
         let now = self.now();
         let mut a = Advance {
             budget: spec.budget.clone(),
@@ -322,7 +323,7 @@ impl Broker {
             None => {}
         }
         a.pacer.finish();
-        self.inner
+        self.ctx
             .metrics
             .add_labelled(Counter::PlanItems, &a.plan.queue, state.as_str(), 1);
         item.state = state;
@@ -334,8 +335,8 @@ impl Broker {
     }
 
     /// Step 5 of a look: the next waiting items, in order, within the window's room, each
-    /// judged by its gates ([`Broker::gate_item`]); the prepared batch written
-    /// ([`Broker::commit_batch`]). Answers the plan as written when a gate stopped it.
+    /// judged by its gates ([`Plans::gate_item`]); the prepared batch written
+    /// ([`Plans::commit_batch`]). Answers the plan as written when a gate stopped it.
     async fn admit_waiting(
         &self,
         a: &mut Advance,
@@ -391,7 +392,7 @@ impl Broker {
                     a.holds.push(self.hold_entry(&a.plan, &i, a.now));
                     a.run.held += 1;
                     a.run.bytes_held += i.bytes;
-                    self.inner
+                    self.ctx
                         .metrics
                         .add_labelled(Counter::PlanItems, &a.plan.queue, "held", 1);
                     a.items.insert(i.seq, i);
@@ -493,7 +494,7 @@ impl Broker {
             return Ok(plan);
         }
         let written = self
-            .inner
+            .ctx
             .store
             .update_replay_plan(&ReplayPlanUpdate {
                 id: plan.id.clone(),
@@ -510,17 +511,18 @@ impl Broker {
             .await?;
         self.append_holds(holds).await?;
         if status == PlanStatus::Completed {
-            self.inner
+            self.ctx
                 .metrics
                 .add_labelled(Counter::PlansEnded, &plan.queue, "completed", 1);
-            self.audit(
-                &Actor::system("replay_plans"),
-                "replay.plan_complete",
-                Some(&plan.queue),
-                vec![plan.id.clone(), format!("completed={}", run.completed)],
-                "ok",
-            )
-            .await?;
+            self.ctx
+                .audit(
+                    &Actor::system("replay_plans"),
+                    "replay.plan_complete",
+                    Some(&plan.queue),
+                    vec![plan.id.clone(), format!("completed={}", run.completed)],
+                    "ok",
+                )
+                .await?;
         }
         Ok(written)
     }
@@ -535,8 +537,8 @@ impl Broker {
     ) {
         run.probed_ms = Some(now.as_millis());
         match probe::read(
-            &self.case_client(),
-            self.push_network(),
+            &self.broker.case_client(),
+            self.broker.push_network(),
             &budget.dependency.probe_url,
         )
         .await
@@ -583,7 +585,7 @@ impl Broker {
             items.entry(i.seq).or_insert(i);
         }
         let written = self
-            .inner
+            .ctx
             .store
             .update_replay_plan(&ReplayPlanUpdate {
                 id: plan.id.clone(),
@@ -599,18 +601,19 @@ impl Broker {
                 items: items.into_values().collect(),
             })
             .await?;
-        self.inner
+        self.ctx
             .metrics
             .add_labelled(Counter::PlansEnded, &plan.queue, reason.as_str(), 1);
         tracing::error!(plan_id = %plan.id, reason = reason.as_str(), "replay plan stopped: {detail}");
-        self.audit(
-            &Actor::system("replay_plans"),
-            "replay.plan_stop",
-            Some(&plan.queue),
-            vec![plan.id.clone(), format!("reason={}", reason.as_str())],
-            "ok",
-        )
-        .await?;
+        self.ctx
+            .audit(
+                &Actor::system("replay_plans"),
+                "replay.plan_stop",
+                Some(&plan.queue),
+                vec![plan.id.clone(), format!("reason={}", reason.as_str())],
+                "ok",
+            )
+            .await?;
         Ok(written)
     }
 
@@ -640,7 +643,7 @@ impl Broker {
             if items.contains_key(&item.seq) {
                 continue;
             }
-            let case = match self.inner.store.get_case(&item.case_id).await {
+            let case = match self.ctx.store.get_case(&item.case_id).await {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::debug!(plan_id = %plan.id, case_id = %item.case_id, error = %e, "a held item's case could not be read; it stays held");
@@ -726,8 +729,8 @@ impl Broker {
         if holds.is_empty() {
             return Ok(());
         }
-        self.inner.store.append_audit(&holds).await?;
-        self.inner.metrics.audit_entries.add(holds.len() as u64);
+        self.ctx.store.append_audit(&holds).await?;
+        self.ctx.metrics.audit_entries.add(holds.len() as u64);
         Ok(())
     }
 
@@ -744,8 +747,7 @@ impl Broker {
         mark: bool,
     ) -> bool {
         let mut seen = self
-            .inner
-            .plans
+            .state
             .observed
             .lock()
             .unwrap_or_else(|p| p.into_inner());
@@ -766,7 +768,7 @@ impl Broker {
     }
 
     /// When the first of `items` (replays in flight) is due to be looked at again (see
-    /// [`Broker::observe_due`]; one never looked at by this node: now).
+    /// [`Plans::observe_due`]; one never looked at by this node: now).
     pub(super) fn next_observation(
         &self,
         plan_id: &str,
@@ -774,8 +776,7 @@ impl Broker {
         now: Timestamp,
     ) -> Option<Timestamp> {
         let seen = self
-            .inner
-            .plans
+            .state
             .observed
             .lock()
             .unwrap_or_else(|p| p.into_inner());

@@ -1,4 +1,4 @@
-//! Bounded replay (seed 001): the dry run of a replay plan. A plan's budget must name every
+//! Bounded replay (seed 001): the [`Plans`] service, and the dry run of a replay plan. A plan's budget must name every
 //! limit (`redrive_core::plan::BudgetSpec::check`: an unbounded replay is refused); the
 //! preview resolves its selection over open cases, groups the items by reason and type,
 //! adds their bytes and the lower bound of the time they take under the budget, and names
@@ -13,7 +13,7 @@ use redrive_core::{EntityName, Timestamp};
 use redrive_store::{CaseQuery, CaseRecord, StoreError};
 
 use crate::cases::data::{self, CaseData};
-use crate::{Broker, BrokerError, BrokerResult};
+use crate::{BrokerError, BrokerResult};
 
 mod admit;
 mod create;
@@ -23,7 +23,9 @@ mod node;
 mod outcomes;
 mod owner;
 mod probe;
+mod requests;
 mod run;
+mod service;
 mod view;
 mod worker;
 
@@ -34,7 +36,8 @@ pub use run::{
     DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, MAX_PLAN_LEASE_MS, NodeReplayBudget, PlanInput,
     PlanPass, PlanSpec, PlanView, RunState,
 };
-pub use worker::PlanWorker;
+pub use service::Plans;
+pub use worker::{PLANS_LEASE, PlanWorker};
 
 /// A budget with every limit named, or the refusal: `ReplayUnbounded` naming what is
 /// left out, `InvalidRequest` for a limit out of range.
@@ -180,7 +183,7 @@ pub fn gate_of(decision: &Decision, data: &CaseData) -> Option<&'static str> {
     }
 }
 
-impl Broker {
+impl Plans {
     /// The dry run of a plan: refused when its budget is unbounded (`ReplayUnbounded`) or
     /// out of range; otherwise what it would replay and what blocks each item. Touches
     /// nothing.
@@ -196,10 +199,10 @@ impl Broker {
         let now = self.now();
         let mut out = PlanPreview::default();
         let mut failing: BTreeMap<String, bool> = BTreeMap::new();
-        let ctx = self.case_context().await?;
+        let ctx = self.broker.case_context().await?;
         for c in &cases {
             let data = CaseData::of(c);
-            let (known, _) = self.known_in(c, &ctx).await?;
+            let (known, _) = self.broker.known_in(c, &ctx).await?;
             let decision = case::decide(&data::facts(c, &data, &known), now);
             let mut gate = gate_of(&decision, &data);
             if gate.is_none() && !destination_exists {
@@ -276,14 +279,14 @@ impl Broker {
         }
         let queue: EntityName = selection.queue.parse()?;
         // The queue must exist (QueueNotFound otherwise).
-        self.inner.store.get_queue(&queue).await?;
+        self.ctx.store.get_queue(&queue).await?;
         let destination: EntityName = match &selection.destination {
             Some(d) => d
                 .parse()
                 .map_err(|e| BrokerError::invalid("destination", format!("{e}")))?,
             None => queue.clone(),
         };
-        let destination_exists = match self.inner.store.get_queue(&destination).await {
+        let destination_exists = match self.ctx.store.get_queue(&destination).await {
             Ok(_) => true,
             Err(StoreError::QueueNotFound { .. }) => false,
             Err(e) => return Err(e.into()),
@@ -309,7 +312,7 @@ impl Broker {
         let mut out = Vec::new();
         if !s.case_ids.is_empty() {
             for id in &s.case_ids {
-                match self.inner.store.get_case(id).await {
+                match self.ctx.store.get_case(id).await {
                     Ok(c) if wanted(&c) => out.push(c),
                     Ok(_) | Err(StoreError::CaseNotFound { .. }) => {}
                     Err(e) => return Err(e.into()),
@@ -321,7 +324,7 @@ impl Broker {
         let mut after = None;
         loop {
             let page = self
-                .inner
+                .ctx
                 .store
                 .list_cases(&CaseQuery {
                     queue: Some(queue.clone()),
@@ -356,7 +359,7 @@ impl Broker {
         now: Timestamp,
     ) -> BrokerResult<bool> {
         let recent = self
-            .inner
+            .ctx
             .store
             .list_cases(&CaseQuery {
                 queue: Some(queue.clone()),

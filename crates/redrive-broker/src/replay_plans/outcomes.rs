@@ -7,14 +7,15 @@ use redrive_core::case::{self, CaseState};
 use redrive_core::plan::look::Observed;
 use redrive_store::{CaseRecord, PlanItemRecord, StoreError};
 
+use super::Plans;
 use super::run::*;
 use crate::cases::CaseContext;
 use crate::cases::data::{CaseData, ReplayStatus};
-use crate::{Broker, BrokerError, BrokerResult};
+use crate::{BrokerError, BrokerResult};
 
-impl Broker {
+impl Plans {
     /// The outcomes of replays in flight, in the items' order: each case read and
-    /// stepped in memory ([`Broker::steps_in`]: its effect authority asked), [`PARALLEL`]
+    /// stepped in memory ([`Plans::steps_in`]: its effect authority asked), [`PARALLEL`]
     /// side by side; the steps written in one write; a case another writer changed
     /// meanwhile advanced alone.
     pub(super) async fn outcomes(
@@ -39,9 +40,10 @@ impl Broker {
                 }
                 let stepped = async {
                     let known = b
+                        .broker
                         .known_of(&r.case, r.record.as_ref(), r.intent, &ctx)
                         .await?;
-                    b.steps_known(&r.case, &ctx, &known).await
+                    b.broker.steps_known(&r.case, &ctx, &known).await
                 };
                 let u = match stepped.await {
                     Ok(u) => u,
@@ -69,7 +71,7 @@ impl Broker {
             }
         }
         let mut answers: Vec<Option<redrive_store::StoreResult<CaseRecord>>> = self
-            .inner
+            .ctx
             .store
             .update_cases(&updates)
             .await?
@@ -89,11 +91,11 @@ impl Broker {
             let case = match answer {
                 None => case,
                 Some((Ok(written), finished, audited)) => {
-                    self.inner.metrics.audit_entries.add(audited);
+                    self.ctx.metrics.audit_entries.add(audited);
                     if finished {
                         written
                     } else {
-                        self.advance_read_case(written, ctx).await?
+                        self.broker.advance_read_case(written, ctx).await?
                     }
                 }
                 Some((Err(StoreError::CaseNotFound { .. }), _, _)) => {
@@ -104,7 +106,7 @@ impl Broker {
                     if !matches!(e, StoreError::CaseChanged { .. }) {
                         tracing::warn!(case_id = %case.id, error = %e, "case could not be advanced");
                     }
-                    match self.advance_case_in(&case.id, ctx).await {
+                    match self.broker.advance_case_in(&case.id, ctx).await {
                         Ok(c) => c,
                         Err(BrokerError::Store(StoreError::CaseNotFound { .. })) => {
                             out.push((item, Observed::Closed("case_gone".into())));
@@ -112,7 +114,7 @@ impl Broker {
                         }
                         Err(e) => {
                             tracing::warn!(case_id = %case.id, error = %e, "case could not be advanced");
-                            self.inner.store.get_case(&case.id).await?
+                            self.ctx.store.get_case(&case.id).await?
                         }
                     }
                 }
@@ -151,7 +153,7 @@ impl Broker {
             ReplayStatus::InFlight | ReplayStatus::Failed => Ok(Observed::InFlight),
             ReplayStatus::Completed => Ok(Observed::Completed),
             ReplayStatus::Stopped => {
-                let timeline = self.inner.store.case_timeline(&case.id).await?;
+                let timeline = self.ctx.store.case_timeline(&case.id).await?;
                 let trigger = timeline
                     .iter()
                     .rev()
@@ -166,7 +168,7 @@ impl Broker {
     /// The failure shape a repeated failure showed: the correction's claimed shape, else
     /// the case's reason.
     pub(super) async fn failure_shape(&self, case_id: &str) -> BrokerResult<String> {
-        let case = self.inner.store.get_case(case_id).await?;
+        let case = self.ctx.store.get_case(case_id).await?;
         let data = CaseData::of(&case);
         Ok(data
             .correction()

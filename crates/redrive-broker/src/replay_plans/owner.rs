@@ -8,10 +8,11 @@ use redrive_store::{
     ReplayPlanUpdate, StoreError,
 };
 
+use super::Plans;
 use super::run::*;
-use crate::{Actor, Broker, BrokerResult};
+use crate::{Actor, BrokerResult};
 
-impl Broker {
+impl Plans {
     /// Starts a planned plan: its owner's lease runs from now.
     #[tracing::instrument(level = "debug", skip_all, fields(plan = %id, queue = tracing::field::Empty))]
     pub async fn start_plan(&self, id: &str, actor: &Actor) -> BrokerResult<PlanView> {
@@ -119,13 +120,14 @@ impl Broker {
         let mut result = Err(plan_conflict("plan_busy", "the plan kept changing"));
         let mut queue = None;
         for _ in 0..RETRIES * 3 {
-            let plan = self.inner.store.get_replay_plan(id).await?;
+            let plan = self.ctx.store.get_replay_plan(id).await?;
             queue = Some(plan.queue.clone());
             tracing::Span::current().record("queue", plan.queue.as_str());
             if plan.owner_id != actor.id && !actor.permits(Operation::ManageTokens, None) {
                 // Refused before anything is tried: audited as a refusal, not as a failed
                 // change.
                 return Err(self
+                    .broker
                     .refuse(
                         actor,
                         action,
@@ -163,7 +165,7 @@ impl Broker {
             set.state = run.value();
             set.updated_at = now;
             match self
-                .inner
+                .ctx
                 .store
                 .update_replay_plan(&ReplayPlanUpdate {
                     id: plan.id.clone(),
@@ -186,6 +188,7 @@ impl Broker {
         }
         let targets = vec![id.to_owned()];
         let written = self
+            .ctx
             .audited(actor, action, queue.as_deref(), targets, result)
             .await?;
         self.wake_plans();
@@ -222,7 +225,7 @@ impl Broker {
             "system" => Some(Actor::system(&plan.owner_name)),
             id => {
                 let now = self.now();
-                self.inner
+                self.ctx
                     .store
                     .list_tokens()
                     .await?

@@ -12,8 +12,9 @@ use redrive_store::{PlanItemQuery, PlanItemRecord, PlanItemState, ReplayPlanReco
 use serde::{Deserialize, Serialize};
 
 use super::PlanSelectionInput;
+use super::Plans;
 use super::probe::Reading;
-use crate::{Actor, Broker, BrokerError, BrokerResult};
+use crate::{Actor, BrokerError, BrokerResult};
 
 pub use redrive_core::plan::look::{OBSERVE_IN_FLIGHT_MS, OBSERVE_ITEM_MAX_MS, OBSERVE_ITEM_MS};
 pub use redrive_core::plan::{DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, MAX_PLAN_LEASE_MS};
@@ -258,9 +259,9 @@ pub(super) fn plan_conflict(code: &str, why: impl Into<String>) -> BrokerError {
     }
 }
 
-impl Broker {
+impl Plans {
     pub(crate) fn wake_plans(&self) {
-        self.inner.plans.wake.notify_one();
+        self.state.wake.notify_one();
     }
 
     /// Whether any item of a plan waits.
@@ -290,7 +291,7 @@ impl Broker {
         limit: u32,
     ) -> BrokerResult<Vec<PlanItemRecord>> {
         Ok(self
-            .inner
+            .ctx
             .store
             .replay_plan_items(
                 plan_id,
@@ -306,12 +307,12 @@ impl Broker {
 
 /// `f` over `inputs`, [`PARALLEL`] at a time, the answers in the inputs' order.
 pub(super) async fn side_by_side<T, R, F, Fut>(
-    broker: &Broker,
+    plans: &Plans,
     inputs: Vec<T>,
     mut f: F,
 ) -> BrokerResult<Vec<R>>
 where
-    F: FnMut(Broker, T) -> Fut,
+    F: FnMut(Plans, T) -> Fut,
     Fut: std::future::Future<Output = R> + Send + 'static,
     R: Send + 'static,
 {
@@ -323,7 +324,7 @@ where
         {
             out.push(r.map_err(join_error)?);
         }
-        let fut = f(broker.clone(), input);
+        let fut = f(plans.clone(), input);
         set.spawn(async move { (i, fut.await) });
     }
     while let Some(r) = set.join_next().await {

@@ -5,14 +5,15 @@ use redrive_store::{
     PlanItemQuery, PlanItemRecord, PlanKind, PlanQuery, PlanStatus, ReplayPlanRecord,
 };
 
+use super::Plans;
 use super::run::*;
-use crate::{Broker, BrokerResult};
+use crate::BrokerResult;
 
-impl Broker {
+impl Plans {
     /// The view of a plan now.
     #[tracing::instrument(level = "debug", skip_all, fields(plan = %id, queue = tracing::field::Empty))]
     pub async fn get_plan(&self, id: &str) -> BrokerResult<PlanView> {
-        let plan = self.inner.store.get_replay_plan(id).await?;
+        let plan = self.ctx.store.get_replay_plan(id).await?;
         tracing::Span::current().record("queue", plan.queue.as_str());
         self.plan_view(plan).await
     }
@@ -42,7 +43,7 @@ impl Broker {
     /// A page of plans.
     #[tracing::instrument(level = "debug", skip_all, fields(queue = query.queue.as_deref()))]
     pub async fn list_plans(&self, query: &PlanQuery) -> BrokerResult<Vec<ReplayPlanRecord>> {
-        Ok(self.inner.store.list_replay_plans(query).await?)
+        Ok(self.ctx.store.list_replay_plans(query).await?)
     }
 
     /// The view of a plan already read (its waiting items counted now).
@@ -58,7 +59,7 @@ impl Broker {
         id: &str,
         query: &PlanItemQuery,
     ) -> BrokerResult<Vec<PlanItemRecord>> {
-        Ok(self.inner.store.replay_plan_items(id, query).await?)
+        Ok(self.ctx.store.replay_plan_items(id, query).await?)
     }
 
     /// The running plans' gauges, read at scrape time: replays in flight, and how much of
@@ -67,7 +68,7 @@ impl Broker {
     pub(crate) async fn render_plan_metrics(&self, out: &mut String) -> BrokerResult<()> {
         use std::fmt::Write as _;
         let plans = self
-            .inner
+            .ctx
             .store
             .list_replay_plans(&PlanQuery {
                 status: vec![PlanStatus::Running, PlanStatus::Paused],

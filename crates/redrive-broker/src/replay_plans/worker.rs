@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::Broker;
+use crate::worker::{LeasedWorker, Next, Pass, Timing};
+use crate::{Broker, BrokerResult};
 
 /// The store lease under which one node runs the plans.
 pub const PLANS_LEASE: &str = "replay_plans";
@@ -29,41 +30,28 @@ impl PlanWorker {
 
     /// Works until `cancel` fires. Errors are logged and retried at the next look.
     pub async fn run(self, cancel: CancellationToken) {
-        let b = &self.broker;
-        let ttl_ms = u64::try_from(PLANS_LEASE_TTL.as_millis()).unwrap_or(u64::MAX);
-        loop {
-            let held = match b
-                .inner
-                .store
-                .try_lease(PLANS_LEASE, &b.inner.node_id, ttl_ms, b.now())
-                .await
-            {
-                Ok(h) => h,
-                Err(e) => {
-                    tracing::warn!(error = %e, "replay plan lease could not be taken; retrying");
-                    false
-                }
-            };
-            let mut next = b.now().plus(PLANS_POLL);
-            if held {
-                match b.plans_once().await {
-                    Ok(p) => {
-                        if let Some(t) = p.next_at {
-                            next = next.min(t);
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "replay plan pass failed; retrying"),
-                }
-            }
-            if next <= b.now() {
-                tokio::task::yield_now().await;
-                continue;
-            }
-            tokio::select! {
-                () = b.inner.plans.wake.notified() => {}
-                () = b.inner.clock.sleep_until(next) => {}
-                () = cancel.cancelled() => return,
-            }
+        LeasedWorker::new(&self.broker, PLANS_LEASE)
+            .run(self, cancel)
+            .await;
+    }
+}
+
+impl Pass for PlanWorker {
+    fn timing(&self) -> Timing {
+        Timing {
+            lease_ttl: PLANS_LEASE_TTL,
+            poll: PLANS_POLL,
         }
+    }
+
+    fn wake(&self) -> Option<&tokio::sync::Notify> {
+        Some(&self.broker.inner.plans.wake)
+    }
+
+    /// One look over every running and paused plan; the next look comes when the
+    /// earliest plan is due.
+    async fn pass(&mut self) -> BrokerResult<Next> {
+        let p = self.broker.plans_once().await?;
+        Ok(p.next_at.map_or(Next::Idle, Next::By))
     }
 }

@@ -44,7 +44,7 @@ async fn list(
     State(s): State<AppState>,
     Caller(actor): Caller,
 ) -> Result<Json<ReplayStatusList>, ApiError> {
-    let all = s.broker.replay_status(None).await?;
+    let all = s.broker.replay().replay_status(None).await?;
     Ok(Json(ReplayStatusList {
         entities: all
             .iter()
@@ -58,7 +58,7 @@ async fn show(
     State(s): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<ReplayStatus>, ApiError> {
-    let counts = s.broker.replay_status(Some(&name)).await?;
+    let counts = s.broker.replay().replay_status(Some(&name)).await?;
     let one = counts
         .iter()
         .find(|c| c.queue.as_str() == name)
@@ -281,9 +281,6 @@ async fn create(
     Caller(actor): Caller,
     ApiJson(req): ApiJson<CreatePlan>,
 ) -> Result<(StatusCode, Json<ReplayPlan>), ApiError> {
-    s.broker
-        .authorize(&actor, Operation::ReplayCase, Some(&req.selection.queue))
-        .await?;
     let input = PlanInput {
         selection: selection_in(req.selection, req.destination)?,
         budget: budget_in(req.budget),
@@ -291,7 +288,7 @@ async fn create(
         lease_ms: req.lease_ms,
         observe_ms: req.observe_ms,
     };
-    let v = s.broker.create_plan(&input, &actor).await?;
+    let v = s.broker.plans().create(&input, &actor).await?;
     Ok((StatusCode::CREATED, Json(plan_out(&v))))
 }
 
@@ -319,11 +316,6 @@ async fn list_plans(
                 .map_err(BrokerError::from)
         })
         .transpose()?;
-    if let Some(queue) = &queue {
-        s.broker
-            .authorize(&actor, Operation::ReadCases, Some(queue))
-            .await?;
-    }
     let query = PlanQuery {
         status: names::<PlanStatus>("status", q.status)?,
         kinds: names::<PlanKind>("kind", q.kind)?,
@@ -331,27 +323,9 @@ async fn list_plans(
         after: text("after", q.after)?,
         limit: limit(q.limit, DEFAULT_PLAN_PAGE, MAX_PLAN_PAGE)?,
     };
-    let page = s.broker.list_plans(&query).await?;
-    let mut plans = Vec::new();
-    for p in page
-        .into_iter()
-        .filter(|p| actor.permits(Operation::ReadCases, Some(&p.queue)))
-    {
-        plans.push(plan_out(&s.broker.view_plan(p).await?));
-    }
+    let views = s.broker.plans().list(&query, &actor).await?;
+    let plans = views.iter().map(plan_out).collect();
     Ok(Json(ReplayPlanList { plans }))
-}
-
-/// Reads a plan and checks `op` on its queue.
-async fn plan_for(
-    s: &AppState,
-    actor: &Actor,
-    id: String,
-    op: Operation,
-) -> Result<PlanView, ApiError> {
-    let v = s.broker.get_plan(&plan_id(id)?).await?;
-    s.broker.authorize(actor, op, Some(&v.plan.queue)).await?;
-    Ok(v)
 }
 
 /// `GET /v1/replay/plans/{id}` (operator on the plan's queue).
@@ -360,7 +334,11 @@ async fn show_plan(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<ReplayPlan>, ApiError> {
-    let v = plan_for(&s, &actor, id, Operation::ReadCases).await?;
+    let v = s
+        .broker
+        .plans()
+        .show(&plan_id(id)?, Operation::ReadCases, &actor)
+        .await?;
     Ok(Json(plan_out(&v)))
 }
 
@@ -385,8 +363,11 @@ async fn plan_items(
         after_seq: q.after,
         limit: limit(q.limit, DEFAULT_PLAN_ITEM_PAGE, MAX_PLAN_ITEM_PAGE)?,
     };
-    let v = plan_for(&s, &actor, id, Operation::ReadCases).await?;
-    let items = s.broker.plan_items(&v.plan.id, &query).await?;
+    let items = s
+        .broker
+        .plans()
+        .items(&plan_id(id)?, &query, &actor)
+        .await?;
     Ok(Json(PlanItemList {
         items: items.iter().map(item_out).collect(),
     }))
@@ -398,28 +379,13 @@ async fn change(
     s: &AppState,
     actor: &Actor,
     id: String,
-    action: &str,
+    action: PlanAction,
 ) -> Result<Json<ReplayPlan>, ApiError> {
-    let v = plan_for(s, actor, id, Operation::ReplayCase).await?;
-    let b = &s.broker;
-    if v.plan.kind == PlanKind::SqsMove {
-        // The mover's: only cancel applies, as CancelMessageMoveTask.
-        let action = match action {
-            "start" => PlanAction::Start,
-            "pause" => PlanAction::Pause,
-            "resume" => PlanAction::Resume,
-            _ => PlanAction::Cancel,
-        };
-        let v = b.change_move_plan(&v.plan, action, actor).await?;
-        return Ok(Json(plan_out(&v)));
-    }
-    let id = v.plan.id;
-    let v = match action {
-        "start" => b.start_plan(&id, actor).await?,
-        "pause" => b.pause_plan(&id, actor).await?,
-        "resume" => b.resume_plan(&id, actor).await?,
-        _ => b.cancel_plan(&id, actor).await?,
-    };
+    let v = s
+        .broker
+        .plans()
+        .change(&plan_id(id)?, action, actor)
+        .await?;
     Ok(Json(plan_out(&v)))
 }
 
@@ -430,7 +396,7 @@ async fn start(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<ReplayPlan>, ApiError> {
-    change(&s, &actor, id, "start").await
+    change(&s, &actor, id, PlanAction::Start).await
 }
 
 /// `POST /v1/replay/plans/{id}/pause`: a running plan admits nothing more.
@@ -439,7 +405,7 @@ async fn pause(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<ReplayPlan>, ApiError> {
-    change(&s, &actor, id, "pause").await
+    change(&s, &actor, id, PlanAction::Pause).await
 }
 
 /// `POST /v1/replay/plans/{id}/resume`: a paused plan runs again under the same budget.
@@ -448,7 +414,7 @@ async fn resume(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<ReplayPlan>, ApiError> {
-    change(&s, &actor, id, "resume").await
+    change(&s, &actor, id, PlanAction::Resume).await
 }
 
 /// `POST /v1/replay/plans/{id}/cancel`: a plan that has not ended admits nothing more.
@@ -457,7 +423,7 @@ async fn cancel(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<ReplayPlan>, ApiError> {
-    change(&s, &actor, id, "cancel").await
+    change(&s, &actor, id, PlanAction::Cancel).await
 }
 
 /// `POST /v1/replay/plans/preview`: the dry run of a replay plan (role replayer on the
@@ -468,12 +434,13 @@ async fn preview(
     Caller(actor): Caller,
     ApiJson(req): ApiJson<PlanSpec>,
 ) -> Result<Json<PlanPreview>, ApiError> {
-    s.broker
-        .authorize(&actor, Operation::ReplayCase, Some(&req.selection.queue))
-        .await?;
     let selection = selection_in(req.selection, req.destination)?;
     let budget = budget_in(req.budget);
-    let p = s.broker.preview_plan(&selection, &budget).await?;
+    let p = s
+        .broker
+        .plans()
+        .preview(&selection, &budget, &actor)
+        .await?;
     Ok(Json(PlanPreview {
         items: p.items,
         bytes: p.bytes,

@@ -1,0 +1,103 @@
+//! The plans' requests as the interfaces ask them: one call each, the caller's
+//! permission on the plan's (or selection's) queue checked first, answering the whole
+//! view.
+
+use redrive_core::access::Operation;
+use redrive_core::plan::BudgetSpec;
+use redrive_store::{PlanItemQuery, PlanItemRecord, PlanKind, PlanQuery};
+
+use super::run::{PlanInput, PlanView};
+use super::{PlanAction, PlanPreview, PlanSelectionInput, Plans};
+use crate::{Actor, BrokerResult};
+
+impl Plans {
+    /// Creates a plan for `actor`, who must be a replayer on the selection's queue (the
+    /// destination is checked by [`Plans::create_plan`]).
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %input.selection.queue))]
+    pub async fn create(&self, input: &PlanInput, actor: &Actor) -> BrokerResult<PlanView> {
+        let queue = input.selection.queue.as_str();
+        self.broker
+            .authorize(actor, Operation::ReplayCase, Some(queue))
+            .await?;
+        self.create_plan(input, actor).await
+    }
+
+    /// The dry run of a plan for `actor`, who must be a replayer on the selection's queue.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %selection.queue))]
+    pub async fn preview(
+        &self,
+        selection: &PlanSelectionInput,
+        budget: &BudgetSpec,
+        actor: &Actor,
+    ) -> BrokerResult<PlanPreview> {
+        self.broker
+            .authorize(actor, Operation::ReplayCase, Some(selection.queue.as_str()))
+            .await?;
+        self.preview_plan(selection, budget).await
+    }
+
+    /// A page of plans as `actor` may see them: refused when the query names a queue
+    /// whose cases `actor` may not read; otherwise only the plans over queues it may.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = query.queue.as_deref()))]
+    pub async fn list(&self, query: &PlanQuery, actor: &Actor) -> BrokerResult<Vec<PlanView>> {
+        if let Some(queue) = &query.queue {
+            self.broker
+                .authorize(actor, Operation::ReadCases, Some(queue))
+                .await?;
+        }
+        let mut views = Vec::new();
+        for plan in self.list_plans(query).await? {
+            if actor.permits(Operation::ReadCases, Some(&plan.queue)) {
+                views.push(self.view_plan(plan).await?);
+            }
+        }
+        Ok(views)
+    }
+
+    /// The view of a plan, for `actor` allowed `op` on its queue.
+    #[tracing::instrument(level = "debug", skip_all, fields(plan = %id))]
+    pub async fn show(&self, id: &str, op: Operation, actor: &Actor) -> BrokerResult<PlanView> {
+        let view = self.get_plan(id).await?;
+        self.broker
+            .authorize(actor, op, Some(&view.plan.queue))
+            .await?;
+        Ok(view)
+    }
+
+    /// A page of a plan's items, for `actor` allowed to read cases on its queue.
+    #[tracing::instrument(level = "debug", skip_all, fields(plan = %id))]
+    pub async fn items(
+        &self,
+        id: &str,
+        query: &PlanItemQuery,
+        actor: &Actor,
+    ) -> BrokerResult<Vec<PlanItemRecord>> {
+        let view = self.show(id, Operation::ReadCases, actor).await?;
+        self.plan_items(&view.plan.id, query).await
+    }
+
+    /// The owner's change of a plan by `actor`, a replayer on its queue (the change itself
+    /// holds it to the plan's owner or an admin). A move plan's change is the mover's.
+    #[tracing::instrument(level = "debug", skip_all, fields(plan = %id, action = action.as_str()))]
+    pub async fn change(
+        &self,
+        id: &str,
+        action: PlanAction,
+        actor: &Actor,
+    ) -> BrokerResult<PlanView> {
+        let view = self.show(id, Operation::ReplayCase, actor).await?;
+        if view.plan.kind == PlanKind::SqsMove {
+            return self
+                .broker
+                .change_move_plan(&view.plan, action, actor)
+                .await;
+        }
+        let id = view.plan.id.as_str();
+        match action {
+            PlanAction::Start => self.start_plan(id, actor).await,
+            PlanAction::Pause => self.pause_plan(id, actor).await,
+            PlanAction::Resume => self.resume_plan(id, actor).await,
+            PlanAction::Cancel => self.cancel_plan(id, actor).await,
+        }
+    }
+}
