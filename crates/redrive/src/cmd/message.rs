@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use super::{Ctx, queue_name};
 use crate::failure::input_error;
 use crate::output::{KeyValues, Table, body_preview, or_dash, print_json};
-use crate::units::{parse_duration_ms, parse_time, ranged_u32, sequence};
+use crate::units::{parse_duration_ms, parse_time, ranged, ranged_u32, sequence};
 
 /// `redrive send`.
 #[derive(Debug, Args)]
@@ -113,6 +113,14 @@ pub struct ReceiveArgs {
     /// With --dead-letter: the version of the consumer's classification rule.
     #[arg(long, value_name = "VERSION", requires = "dead_letter")]
     pub rule_version: Option<String>,
+    /// A live view: receive again and again (each a long poll of --wait, 20s by default),
+    /// settling and printing each batch as it arrives, until interrupted (Ctrl-C) or
+    /// --count messages were received. With --json, one JSON object per message and line.
+    #[arg(long, conflicts_with_all = ["session", "next_session", "deferred"])]
+    pub watch: bool,
+    /// With --watch: stop after this many messages (1 to 1000000).
+    #[arg(long, value_name = "N", requires = "watch", value_parser = ranged(1, 1_000_000))]
+    pub count: Option<u64>,
 }
 
 /// The action of `redrive settle`.
@@ -272,6 +280,9 @@ pub fn encode_body(bytes: Vec<u8>) -> (String, BodyEncoding) {
 
 /// `redrive receive`.
 pub async fn receive(ctx: &Ctx, args: ReceiveArgs) -> anyhow::Result<()> {
+    if args.watch {
+        return watch(ctx, &args).await;
+    }
     let queue = args.queue.as_str();
     let session = if args.session.is_some() || args.next_session {
         let req = AcceptSession {
@@ -315,18 +326,7 @@ pub async fn receive(ctx: &Ctx, args: ReceiveArgs) -> anyhow::Result<()> {
     }
     .with_context(|| format!("receive from {queue}"))?;
 
-    let kind = if args.complete {
-        Some(SettleKind::Complete)
-    } else if args.abandon {
-        Some(SettleKind::Abandon)
-    } else if args.defer {
-        Some(SettleKind::Defer)
-    } else if args.dead_letter.is_some() {
-        Some(SettleKind::DeadLetter)
-    } else {
-        None
-    };
-    let Some(kind) = kind else {
+    let Some(kind) = action(&args) else {
         // Leave the messages locked and show the tokens that settle them.
         if ctx.json {
             return print_json(&json!({
@@ -339,8 +339,45 @@ pub async fn receive(ctx: &Ctx, args: ReceiveArgs) -> anyhow::Result<()> {
         return Ok(());
     };
 
-    let settlements: Vec<Settle> = list
-        .messages
+    let settled = settle_all(ctx, &args, &list.messages, kind).await?;
+    if let Some(s) = &session {
+        ctx.client
+            .release_session(queue, &s.session_id, &s.lock_token)
+            .await
+            .with_context(|| format!("release session {}", s.session_id))?;
+    }
+    if ctx.json {
+        print_json(&json!({"messages": list.messages, "settled": settled}))?;
+    } else {
+        print_settled(&list.messages, &settled, kind);
+    }
+    settle_failures(&settled)
+}
+
+/// The settlement the flags ask for, if any.
+fn action(args: &ReceiveArgs) -> Option<SettleKind> {
+    if args.complete {
+        Some(SettleKind::Complete)
+    } else if args.abandon {
+        Some(SettleKind::Abandon)
+    } else if args.defer {
+        Some(SettleKind::Defer)
+    } else if args.dead_letter.is_some() {
+        Some(SettleKind::DeadLetter)
+    } else {
+        None
+    }
+}
+
+/// Settles every received message as `kind`, in one batch.
+async fn settle_all(
+    ctx: &Ctx,
+    args: &ReceiveArgs,
+    messages: &[Message],
+    kind: SettleKind,
+) -> anyhow::Result<SettleResponse> {
+    let queue = args.queue.as_str();
+    let settlements: Vec<Settle> = messages
         .iter()
         .filter_map(|m| m.lock_token.clone())
         .map(|lock_token| Settle {
@@ -354,27 +391,19 @@ pub async fn receive(ctx: &Ctx, args: ReceiveArgs) -> anyhow::Result<()> {
             lock_duration_ms: None,
         })
         .collect();
-    let settled = if settlements.is_empty() {
-        SettleResponse {
+    if settlements.is_empty() {
+        return Ok(SettleResponse {
             results: Vec::new(),
-        }
-    } else {
-        ctx.client
-            .settle_batch(queue, settlements)
-            .await
-            .with_context(|| format!("settle on {queue}"))?
-    };
-    if let Some(s) = &session {
-        ctx.client
-            .release_session(queue, &s.session_id, &s.lock_token)
-            .await
-            .with_context(|| format!("release session {}", s.session_id))?;
+        });
     }
-    if ctx.json {
-        print_json(&json!({"messages": list.messages, "settled": settled}))?;
-    } else {
-        print_settled(&list.messages, &settled, kind);
-    }
+    ctx.client
+        .settle_batch(queue, settlements)
+        .await
+        .with_context(|| format!("settle on {queue}"))
+}
+
+/// An error naming the first failed settlement, if any failed.
+fn settle_failures(settled: &SettleResponse) -> anyhow::Result<()> {
     let failed: Vec<String> = settled
         .results
         .iter()
@@ -389,6 +418,68 @@ pub async fn receive(ctx: &Ctx, args: ReceiveArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `receive --watch`: long polls one after the other, each batch settled as the flags say
+/// and printed as it arrives (with `--json`, a line per message: the message and its
+/// settlement), until Ctrl-C or `--count` messages. A failed settlement ends the watch.
+async fn watch(ctx: &Ctx, args: &ReceiveArgs) -> anyhow::Result<()> {
+    let queue = args.queue.as_str();
+    let kind = action(args);
+    let mut received: u64 = 0;
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        let left = args.count.map(|c| c - received);
+        let max = left.map_or(args.max, |l| {
+            args.max.min(u32::try_from(l).unwrap_or(u32::MAX))
+        });
+        let req = ReceiveRequest {
+            max_messages: Some(max),
+            lock_duration_ms: args.lock,
+            wait_ms: Some(args.wait.unwrap_or(WATCH_WAIT_MS)),
+            session_id: None,
+            session_lock_token: None,
+        };
+        let list = tokio::select! {
+            list = ctx.client.receive(queue, &req) => {
+                list.with_context(|| format!("receive from {queue}"))?
+            }
+            _ = &mut interrupted => return Ok(()),
+        };
+        if list.messages.is_empty() {
+            continue;
+        }
+        let settled = match kind {
+            Some(k) => Some(settle_all(ctx, args, &list.messages, k).await?),
+            None => None,
+        };
+        if ctx.json {
+            for m in &list.messages {
+                let result = settled.as_ref().and_then(|s| {
+                    s.results
+                        .iter()
+                        .find(|r| Some(&r.lock_token) == m.lock_token.as_ref())
+                });
+                println!("{}", json!({"message": m, "settled": result}));
+            }
+        } else {
+            match (&settled, kind) {
+                (Some(s), Some(k)) => print_settled(&list.messages, s, k),
+                _ => print_messages(&list.messages, true),
+            }
+        }
+        if let Some(s) = &settled {
+            settle_failures(s)?;
+        }
+        received += list.messages.len() as u64;
+        if args.count.is_some_and(|c| received >= c) {
+            return Ok(());
+        }
+    }
+}
+
+/// The long poll of each `receive --watch` round when `--wait` names none, ms.
+const WATCH_WAIT_MS: u64 = 20_000;
 
 fn print_session(session: Option<&SessionLock>) {
     if let Some(s) = session {

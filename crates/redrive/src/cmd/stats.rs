@@ -4,9 +4,11 @@ use anyhow::Context as _;
 use clap::Args;
 use redrive_api::queue::QueueInfo;
 
+use std::io::{IsTerminal as _, Write as _};
+
 use super::{Ctx, queue_name};
 use crate::output::{Table, or_dash, print_json};
-use crate::units::format_duration_ms;
+use crate::units::{format_duration_ms, parse_duration_ms, ranged};
 
 /// `redrive stats`.
 #[derive(Debug, Args)]
@@ -14,10 +16,62 @@ pub struct StatsArgs {
     /// Only this queue.
     #[arg(value_parser = queue_name)]
     pub queue: Option<String>,
+    /// A live view: the counts again every --interval until interrupted (Ctrl-C) or
+    /// --count refreshes; redrawn in place on a terminal, one table (or JSON line) after
+    /// another when piped.
+    #[arg(long)]
+    pub watch: bool,
+    /// With --watch: the time between two refreshes (e.g. 2s; 100ms to 1h) [default: 2s].
+    #[arg(long, value_name = "DUR", requires = "watch", value_parser = interval)]
+    pub interval: Option<u64>,
+    /// With --watch: stop after this many refreshes (1 to 1000000).
+    #[arg(long, value_name = "N", requires = "watch", value_parser = ranged(1, 1_000_000))]
+    pub count: Option<u64>,
 }
 
-/// Runs `stats`.
+/// A refresh interval from 100 ms to an hour.
+fn interval(s: &str) -> Result<u64, String> {
+    let ms = parse_duration_ms(s)?;
+    if !(100..=3_600_000).contains(&ms) {
+        return Err(format!("{s:?} is out of range (100ms to 1h)"));
+    }
+    Ok(ms)
+}
+
+/// Runs `stats`, once or (`--watch`) again and again.
 pub async fn run(ctx: &Ctx, args: StatsArgs) -> anyhow::Result<()> {
+    if !args.watch {
+        return once(ctx, &args, false).await;
+    }
+    let tty = !ctx.json && std::io::stdout().is_terminal();
+    let every = std::time::Duration::from_millis(args.interval.unwrap_or(2_000));
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    let mut shown: u64 = 0;
+    loop {
+        if tty {
+            // Clear the screen and draw from the top: the view stays in place.
+            print!("\x1b[H\x1b[2J");
+        }
+        if !ctx.json {
+            println!("{}", crate::units::now().to_rfc3339());
+        }
+        once(ctx, &args, true).await?;
+        std::io::stdout().flush()?;
+        shown += 1;
+        if args.count.is_some_and(|c| shown >= c) {
+            return Ok(());
+        }
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            _ = &mut interrupted => return Ok(()),
+        }
+    }
+}
+
+/// One look at the counts; with `--json`, the document on one line when `line` (a
+/// watch prints one after another).
+async fn once(ctx: &Ctx, args: &StatsArgs, line: bool) -> anyhow::Result<()> {
     let queues = match &args.queue {
         Some(name) => {
             let q = ctx
@@ -26,14 +80,14 @@ pub async fn run(ctx: &Ctx, args: StatsArgs) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("stats of {name}"))?;
             if ctx.json {
-                return print_json(&q);
+                return emit(&q, line);
             }
             vec![q]
         }
         None => {
             let list = ctx.client.list_queues().await.context("stats")?;
             if ctx.json {
-                return print_json(&list);
+                return emit(&list, line);
             }
             list.queues
         }
@@ -44,6 +98,16 @@ pub async fn run(ctx: &Ctx, args: StatsArgs) -> anyhow::Result<()> {
     }
     print!("{}", counts_table(&queues).render());
     Ok(())
+}
+
+/// Prints `v` as JSON: pretty, or on one line.
+fn emit<T: serde::Serialize>(v: &T, line: bool) -> anyhow::Result<()> {
+    if line {
+        println!("{}", serde_json::to_string(v)?);
+        Ok(())
+    } else {
+        print_json(v)
+    }
 }
 
 /// One row of counts per queue, with a total row when there are several.

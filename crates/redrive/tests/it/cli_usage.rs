@@ -2,7 +2,7 @@
 //! the arguments name, exit 2; a negative number given to a numeric option reaches its
 //! range check (the server's range); `serve` refuses the operator options; the global
 //! options have their own help section; a token sent to a server without authentication is
-//! reported.
+//! reported; `stats --watch` and `receive --watch` are live views that stop at `--count`.
 
 use std::process::Output;
 
@@ -145,4 +145,84 @@ fn a_token_sent_to_a_server_without_authentication_is_reported() {
     let without = s.cli(&["queue", "list"]);
     without.ok();
     assert!(without.stderr.is_empty(), "{}", without.stderr);
+}
+
+#[test]
+fn stats_and_receive_watch_until_their_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path());
+    s.cli(&["queue", "create", "orders"]).ok();
+    for i in 0..3 {
+        s.cli(&["send", "orders", &format!("{{\"n\": {i}}}")]).ok();
+    }
+    // Two refreshes as JSON lines, then two as tables under the time they were read.
+    let lines = s.cli(&[
+        "--json",
+        "stats",
+        "--watch",
+        "--interval",
+        "100ms",
+        "--count",
+        "2",
+    ]);
+    let docs: Vec<serde_json::Value> = lines
+        .ok()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(docs.len(), 2, "{}", lines.stdout);
+    assert_eq!(
+        docs[1]["queues"][0]["counts"]["active"], 3,
+        "{}",
+        lines.stdout
+    );
+    let tables = s.cli(&[
+        "stats",
+        "orders",
+        "--watch",
+        "--interval",
+        "100ms",
+        "--count",
+        "2",
+    ]);
+    let text = tables.ok();
+    assert_eq!(text.matches("QUEUE").count(), 2, "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.ends_with('Z')).count(),
+        2,
+        "{text}"
+    );
+
+    // The receiving view completes what arrives and stops after three messages.
+    let watched = s.cli(&[
+        "--json",
+        "receive",
+        "orders",
+        "--watch",
+        "--complete",
+        "--max",
+        "2",
+        "--wait",
+        "1s",
+        "--count",
+        "3",
+    ]);
+    let seen: Vec<serde_json::Value> = watched
+        .ok()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(seen.len(), 3, "{}", watched.stdout);
+    for line in &seen {
+        assert!(line["message"]["body"].is_string(), "{line}");
+        assert!(line["settled"]["error"].is_null(), "settled: {line}");
+    }
+    let counts: serde_json::Value = s.cli(&["--json", "stats", "orders"]).json();
+    assert_eq!(counts["counts"]["active"], 0, "{counts}");
+    assert_eq!(counts["counts"]["locked"], 0, "{counts}");
+    usage_error(
+        &["receive", "orders", "--watch", "--next-session"],
+        "cannot be used with",
+        "redrive receive",
+    );
 }
