@@ -2,12 +2,10 @@
 //! person asks for. Every write is one conditional [`CaseUpdate`]; a case that changed
 //! since it was read is read again and the step retried.
 
-use std::collections::BTreeMap;
-
 use redrive_core::access::{EVERY_ENTITY, Operation, Role, Scope};
 use redrive_core::case::{
-    self, CaseError, CaseState, Closure, Decision, EffectAnswer, Missing, Repair, RepetitionPolicy,
-    RouteCheck, RouteRule, RouteTarget, TimelineEntry,
+    self, CaseError, CaseState, Decision, RepetitionPolicy, RouteCheck, RouteRule, RouteTarget,
+    TimelineEntry,
 };
 use redrive_core::judgement::{ORIGINAL_ID_PROPERTY, QuarantineCause, REPLAYED_FROM_PROPERTY};
 use redrive_core::register::judge;
@@ -27,14 +25,13 @@ use super::{
 use crate::metrics::Counter;
 use crate::{Actor, Broker, BrokerError, BrokerResult, Outgoing};
 
-/// How often an effect authority that could not be reached is asked again, ms.
-pub const UNREACHABLE_RETRY_MS: i64 = 5 * 60 * 1000;
+use redrive_core::case::step::ROUTE_RECHECK_MS;
+use redrive_core::case::step::{
+    self as core_step, Answer, Effect, Outcome, StepFacts, StepWrite, Subject, entry, with,
+};
 
 /// Steps one advance takes at most (each a write); a case needs a handful.
 const MAX_STEPS: usize = 12;
-
-/// How often a route found misconfigured is checked again, ms.
-const ROUTE_RECHECK_MS: i64 = 60_000;
 
 /// Messages read per page when a replay is looked for in its destination queue.
 const REPLAY_SCAN_PAGE: u32 = 500;
@@ -128,21 +125,6 @@ pub struct IntentOutcome {
     pub closed: Vec<String>,
 }
 
-fn entry(
-    now: Timestamp,
-    actor: &str,
-    state: CaseState,
-    evidence: impl Into<String>,
-) -> TimelineEntry {
-    TimelineEntry {
-        at: now,
-        actor: actor.to_owned(),
-        state,
-        evidence: evidence.into(),
-        fields: BTreeMap::new(),
-    }
-}
-
 /// How a route's evidence names its policy version: `, policy version N`, or that none
 /// is known.
 fn policy_phrase(version: Option<u64>) -> String {
@@ -150,13 +132,6 @@ fn policy_phrase(version: Option<u64>) -> String {
         Some(v) => format!(", policy version {v}"),
         None => ", policy version unknown".to_owned(),
     }
-}
-
-fn with(mut e: TimelineEntry, fields: &[(&str, String)]) -> TimelineEntry {
-    for (k, v) in fields {
-        e.fields.insert((*k).to_owned(), v.clone());
-    }
-    e
 }
 
 fn conflict(code: &str, why: impl Into<String>) -> BrokerError {
@@ -270,6 +245,38 @@ impl Step {
             archive_record: self.archive_record,
             audit: Vec::new(),
         }
+    }
+
+    /// Applies what [`core_step::step`] decided to write; answers the effects the broker
+    /// carries out besides.
+    fn apply(&mut self, w: StepWrite) -> Result<Vec<Effect>, CaseError> {
+        for e in w.append {
+            self.push(e)?;
+        }
+        self.set.state = w.state;
+        if let Some(at) = w.closed_at {
+            self.set.closed_at = Some(at);
+        }
+        if let Some(at) = w.next_check_at {
+            self.set.next_check_at = at;
+        }
+        if let Some(until) = w.payload_until {
+            self.set.payload_until = Some(until);
+        }
+        self.data.next = Some(w.next);
+        if let Some(what) = w.escalated_for {
+            self.data.escalated_for = what.map(|m| m.to_string());
+        }
+        if let Some(seen) = w.effect {
+            self.data.effect = Some(EffectRecord::of(seen));
+        }
+        if w.stop_last_replay
+            && let Some(last) = self.data.replays.last_mut()
+        {
+            last.status = ReplayStatus::Stopped;
+        }
+        self.archive_record |= w.archive_record;
+        Ok(w.effects)
     }
 
     /// Appends an entry if the timeline allows it after what is appended so far.
@@ -692,7 +699,11 @@ impl Broker {
         Ok(update.map(|u| (u, true)))
     }
 
-    /// The next step of a case: what to write, and whether the case then waits.
+    /// The next step of a case: what to write, and whether the case then waits. Find (the
+    /// route check, what is known), decide ([`case::decide`], then [`core_step::step`] for
+    /// what follows from the decision), carry out the effects, and leave the write in the
+    /// returned step.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %case.id, queue = %case.queue))]
     async fn step(
         &self,
         case: &CaseRecord,
@@ -705,359 +716,113 @@ impl Broker {
         step.data.repetition = Some(known.repetition);
         step.replay_queued = known.replay_queued.is_some();
         // Route verification comes first, and a misconfigured route is checked again.
-        let recheck = step
-            .data
-            .route
-            .as_ref()
-            .is_some_and(|r| r.check == RouteCheck::Misconfigured);
-        if step.data.route.is_none() || recheck {
+        let route_checked_now = step.data.route.is_none() || route_misconfigured(&step.data);
+        if route_checked_now {
             self.verify_route(case, &mut step, &settings, now).await?;
             if !route_misconfigured(&step.data) {
                 return Ok(Some((step, false)));
             }
-            // Still to repair: that is the decision, recorded as such, unless the review
-            // deadline asks for more (an owner), which is decided below.
-            let d = case::decide(&data::facts(case, &step.data, known), now);
-            if d == Decision::Repair(Repair::RouteConfiguration) {
-                step.data.next = Some(data::describe(&d));
-                return Ok(Some((step, true)));
-            }
         }
         let facts = data::facts(case, &step.data, known);
         let decision = case::decide(&facts, now);
-        step.data.next = Some(data::describe(&decision));
-        let broker = "broker";
-        match decision {
-            Decision::Closed(_) => Ok(None),
-            Decision::Close(closure) => {
-                let e = match &closure {
-                    Closure::Completed { binding } => with(
-                        entry(
-                            now,
-                            broker,
-                            CaseState::Completed,
-                            "the effect exists: completed without a replay",
-                        ),
-                        &[("binding", binding.clone())],
-                    ),
-                    Closure::Cancelled => entry(
-                        now,
-                        broker,
-                        CaseState::Cancelled,
-                        "the producer cancelled the intent: closed without execution",
-                    ),
-                    Closure::Superseded => {
-                        let by = known
-                            .intent
-                            .as_ref()
-                            .and_then(|i| i.superseded_by.clone())
-                            .unwrap_or_default();
-                        with(
-                            entry(
-                                now,
-                                broker,
-                                CaseState::Superseded,
-                                format!("superseded by intent {by}: closed without execution"),
-                            ),
-                            &[("superseded_by", by)],
-                        )
-                    }
-                    Closure::Expired { deadline } => with(
-                        entry(
-                            now,
-                            broker,
-                            CaseState::Expired,
-                            format!(
-                                "the value window ended at {}: expired, not a consumer failure",
-                                deadline.to_rfc3339()
-                            ),
-                        ),
-                        &[
-                            ("deadline", deadline.to_rfc3339()),
-                            (
-                                "rule",
-                                step.data
-                                    .route
-                                    .as_ref()
-                                    .and_then(|r| r.rule)
-                                    .map(|r| r.to_string())
-                                    .unwrap_or_default(),
-                            ),
-                        ],
-                    ),
-                    Closure::Rejected => entry(
-                        now,
-                        broker,
-                        CaseState::Rejected,
-                        "the payload violates the current schema and no approved transformation makes it valid",
-                    ),
-                };
-                self.close_into(&mut step, e, case, &settings, now)?;
-                Ok(Some((step, true)))
-            }
-            Decision::Repair(Repair::ArchiveRecord) => {
-                // State repair: the effect exists, the record goes, the case completes.
-                let binding = step
-                    .data
-                    .effect
+        let missing = case::missing_now(&facts, now);
+        let retention_ms = settings
+            .rule(case.queue.as_str())
+            .and_then(|r| r.payload_retention_ms)
+            .unwrap_or(settings.payload_retention_ms);
+        let recorded = CaseData::of(case);
+        let mut answer = None;
+        let outcome = loop {
+            let effect = step.data.effect.as_ref().map(EffectRecord::seen);
+            let f = StepFacts {
+                now,
+                subject: Subject {
+                    queue: case.queue.as_str(),
+                    intent_id: &case.intent_id,
+                    message_type: case.message_type.as_deref(),
+                    review_deadline: case.m.review_deadline,
+                },
+                state: step.set.state,
+                recorded_state: case.m.state,
+                review_deadline: step.set.review_deadline,
+                next_check_at: step.set.next_check_at,
+                recorded_next_check_at: case.m.next_check_at,
+                recorded_next: recorded.next.as_deref(),
+                escalated_for: step.data.escalated_for.as_deref(),
+                lease: step.set.lease.as_ref(),
+                value_window_end: data::value_window_end(case, &step.data),
+                replay_queued: step.replay_queued,
+                route_misconfigured: route_misconfigured(&step.data),
+                route_checked_now,
+                route_rule: step.data.route.as_ref().and_then(|r| r.rule),
+                effect: effect.as_ref(),
+                has_authority: known.has_authority,
+                superseded_by: known
+                    .intent
                     .as_ref()
-                    .map(|e| e.evidence.clone())
-                    .unwrap_or_default();
-                step.archive_record = true;
-                let e = with(
-                    entry(
-                        now,
-                        broker,
-                        CaseState::Completed,
-                        "the effect exists: the dead-letter record was archived (state repair) rather than delivered again",
-                    ),
-                    &[("binding", binding), ("repair", "archive_record".into())],
-                );
-                self.close_into(&mut step, e, case, &settings, now)?;
-                Ok(Some((step, true)))
+                    .and_then(|i| i.superseded_by.as_deref()),
+                pending: !step.append.is_empty(),
+                retention_ms,
+                missing_now: &missing,
+            };
+            match core_step::step(&f, &decision, answer.as_ref()).map_err(case_error)? {
+                Outcome::AskAuthority if answer.is_none() => {
+                    answer = Some(self.ask_authority(case, ctx).await?);
+                }
+                o => break o,
             }
-            Decision::Reconcile => {
-                self.reconcile_into(case, &mut step, now, broker, ctx)
-                    .await?;
-                Ok(Some((step, false)))
+        };
+        match outcome {
+            Outcome::Nothing | Outcome::AskAuthority => Ok(None),
+            Outcome::NextOnly(next) => {
+                step.data.next = Some(next);
+                Ok(step.only_next(case))
             }
-            Decision::ObserveReplay => {
-                // An in-flight replay with an authority is observed by asking it again.
-                if known.has_authority {
-                    let before = step.data.effect.clone();
-                    self.reconcile_into(case, &mut step, now, broker, ctx)
-                        .await?;
-                    if step.data.effect.as_ref().map(|e| e.answer)
-                        == before.as_ref().map(|e| e.answer)
-                        && step
-                            .data
-                            .effect
-                            .as_ref()
-                            .is_some_and(|e| e.answer == EffectAnswer::Absent)
-                    {
-                        // Nothing new: look again later; a check already scheduled stands
-                        // (nothing is written but a changed next decision).
-                        if case.m.next_check_at.is_some_and(|t| t > now) {
-                            step.data.effect = before;
-                            return Ok(step.only_next(case));
-                        }
-                        step.append.clear();
-                        step.set.state = case.m.state;
-                        step.set.next_check_at = Some(now.plus_millis(60_000));
-                        return Ok(Some((step, true)));
-                    }
-                    return Ok(Some((step, false)));
-                }
-                // Without an authority, the claim's end (a lost lease stops the replay) and
-                // the review deadline are the next checks.
-                step.set.next_check_at = next_check(case, &step, now);
-                Ok(Some((step, true)))
-            }
-            Decision::StopReplay { trigger } => {
-                if let Some(last) = step.data.replays.last_mut() {
-                    last.status = ReplayStatus::Stopped;
-                }
-                let e = with(
-                    entry(
-                        now,
-                        broker,
-                        CaseState::ReplayStopped,
-                        format!("replay stopped: {trigger}"),
-                    ),
-                    &[("trigger", trigger.to_string())],
-                );
-                if step.push(e.clone()).is_err() {
-                    step.push(entry(
-                        now,
-                        broker,
-                        CaseState::FailureClassified,
-                        format!("replay outcome: {trigger}"),
-                    ))
-                    .map_err(case_error)?;
-                    step.push(e).map_err(case_error)?;
-                }
-                Ok(Some((step, false)))
-            }
-            Decision::ReplayEligible => {
-                if step.set.state != CaseState::ReplayEligible {
-                    let _ = step.push(entry(
-                        now,
-                        broker,
-                        CaseState::ReplayEligible,
-                        "every gate passes: one bounded replay may be admitted by the owner",
-                    ));
-                }
-                // The value window's end is a check too: an eligible case expires at once.
-                step.set.next_check_at = next_check(case, &step, now);
-                if step.append.is_empty()
-                    && step.data.next == CaseData::of(case).next
-                    && step.set.next_check_at == case.m.next_check_at
-                {
-                    return Ok(None);
-                }
-                Ok(Some((step, true)))
-            }
-            Decision::Escalate { missing } => {
-                let what = missing.to_string();
-                // Escalated once for what is missing: a person's changes in between do not
-                // escalate it again while the same thing is missing.
-                let unreachable = step
-                    .data
-                    .effect
-                    .as_ref()
-                    .filter(|e| e.answer == EffectAnswer::Unreachable)
-                    .map(|e| e.at_ms);
-                if step.data.escalated_for.as_deref() == Some(what.as_str()) {
-                    // An authority that could not be reached is asked again every
-                    // UNREACHABLE_RETRY_MS; the timeline records only a changed answer.
-                    let Some(at) = unreachable.filter(|_| known.has_authority) else {
-                        return Ok(step.only_next(case));
-                    };
-                    if now.as_millis() - at < UNREACHABLE_RETRY_MS {
-                        return Ok(step.only_next(case));
-                    }
-                    let before = step.set.state;
-                    self.reconcile_into(case, &mut step, now, broker, ctx)
-                        .await?;
-                    if step.data.effect.as_ref().map(|e| e.answer)
-                        == Some(EffectAnswer::Unreachable)
-                    {
-                        step.append.clear();
-                        step.set.state = before;
-                        step.set.next_check_at = Some(now.plus_millis(UNREACHABLE_RETRY_MS));
-                        return Ok(Some((step, true)));
-                    }
-                    step.data.escalated_for = None;
-                    return Ok(Some((step, false)));
-                }
-                // Everything missing is named, the decision's own first (an overdue case
-                // with no owner: the owner and the passed deadline, then the rest).
-                let also: Vec<Missing> = case::missing_now(&facts, now)
-                    .into_iter()
-                    .filter(|m| *m != missing)
-                    .collect();
-                let text = escalation_text(missing, &also, case, &step.data);
-                let mut fields = vec![("missing", what.clone())];
-                if !also.is_empty() {
-                    fields.push((
-                        "also_missing",
-                        also.iter()
-                            .map(|m| m.as_str())
-                            .collect::<Vec<_>>()
-                            .join(","),
-                    ));
-                }
-                if missing == Missing::Owner {
-                    fields.push(("review_deadline", step.set.review_deadline.to_rfc3339()));
-                }
-                step.push(with(
-                    entry(now, broker, CaseState::Escalated, text.clone()),
-                    &fields,
-                ))
-                .map_err(case_error)?;
-                step.data.escalated_for = Some(what.clone());
-                step.set.next_check_at = next_check(case, &step, now);
-                if unreachable.is_some() {
-                    let retry = now.plus_millis(UNREACHABLE_RETRY_MS);
-                    step.set.next_check_at =
-                        Some(step.set.next_check_at.map_or(retry, |t| t.min(retry)));
-                }
-                self.inner.metrics.add_labelled(
-                    Counter::CasesEscalated,
-                    case.queue.as_str(),
-                    &what,
-                    1,
-                );
-                tracing::error!(case_id = %case.id, queue = %case.queue, missing = %what, "recovery case escalated: {text}");
-                self.post_escalation(case, &what, &text).await;
-                Ok(Some((step, true)))
-            }
-            other => {
-                let Some(state) = data::waiting_state(&other) else {
-                    return Ok(None);
-                };
-                // A case waiting on its owner's next step (diagnosis, correction, test) keeps
-                // the state that step left; an idle one is retained.
-                let idle = matches!(
-                    other,
-                    Decision::Hold { .. }
-                        | Decision::Review { .. }
-                        | Decision::AssignOwner
-                        | Decision::Repair(_)
-                        | Decision::NewIntent
-                ) || matches!(
-                    case.m.state,
-                    CaseState::RouteVerified
-                        | CaseState::FailureClassified
-                        | CaseState::EffectAbsent
-                        | CaseState::AttemptsApproximate
-                );
-                let changed_next = step.data.next != CaseData::of(case).next;
-                if idle && case.m.state != state {
-                    let owner = case::owner_at(step.set.lease.as_ref(), now)
-                        .unwrap_or("nobody")
-                        .to_owned();
-                    step.push(with(
-                        entry(
-                            now,
-                            broker,
-                            state,
-                            format!(
-                                "unresolved: {}; owner {owner}; review by {}",
-                                data::describe(&other),
-                                step.set.review_deadline.to_rfc3339()
-                            ),
-                        ),
-                        &[("next", data::describe(&other)), ("owner", owner)],
-                    ))
-                    .map_err(case_error)?;
-                } else if !changed_next && step.set.next_check_at == next_check(case, &step, now) {
-                    return Ok(None);
-                }
-                step.data.escalated_for = None;
-                step.set.next_check_at = next_check(case, &step, now);
-                Ok(Some((step, true)))
+            Outcome::Write(w) => {
+                let finished = w.finished;
+                let effects = step.apply(w).map_err(case_error)?;
+                self.carry_out(case, effects).await;
+                Ok(Some((step, finished)))
             }
         }
     }
 
-    fn close_into(
-        &self,
-        step: &mut Step,
-        e: TimelineEntry,
-        case: &CaseRecord,
-        settings: &super::CaseSettings,
-        now: Timestamp,
-    ) -> BrokerResult<()> {
-        let state = e.state;
-        step.push(e).map_err(case_error)?;
-        let retention = settings
-            .rule(case.queue.as_str())
-            .and_then(|r| r.payload_retention_ms)
-            .unwrap_or(settings.payload_retention_ms);
-        step.set.payload_until =
-            Some(now.plus_millis(i64::try_from(retention).unwrap_or(i64::MAX)));
-        step.set.next_check_at = None;
-        step.data.next = Some(format!("closed:{state}"));
-        step.data.escalated_for = None;
-        self.inner.metrics.add_labelled(
-            Counter::CasesClosed,
-            case.queue.as_str(),
-            state.as_str(),
-            1,
-        );
-        tracing::info!(case_id = %case.id, queue = %case.queue, state = %state, "recovery case closed");
-        Ok(())
+    /// Carries out what a step decided beside its write: counts and logs a closing, counts,
+    /// logs and posts an escalation.
+    async fn carry_out(&self, case: &CaseRecord, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Closed(state) => {
+                    self.inner.metrics.add_labelled(
+                        Counter::CasesClosed,
+                        case.queue.as_str(),
+                        state.as_str(),
+                        1,
+                    );
+                    tracing::info!(case_id = %case.id, queue = %case.queue, state = %state, "recovery case closed");
+                }
+                Effect::Escalated { missing, text } => {
+                    let what = missing.as_str();
+                    self.inner.metrics.add_labelled(
+                        Counter::CasesEscalated,
+                        case.queue.as_str(),
+                        what,
+                        1,
+                    );
+                    tracing::error!(case_id = %case.id, queue = %case.queue, missing = %what, "recovery case escalated: {text}");
+                    self.post_escalation(case, what, &text).await;
+                }
+            }
+        }
     }
 
-    pub(crate) async fn reconcile_into(
+    /// Asks the effect authority of the case's type about its intent (or takes the answer
+    /// a pass already has), and counts the lookup.
+    pub(crate) async fn ask_authority(
         &self,
         case: &CaseRecord,
-        step: &mut Step,
-        now: Timestamp,
-        actor: &str,
         ctx: &CaseContext,
-    ) -> BrokerResult<()> {
+    ) -> BrokerResult<Answer> {
         let Some(authority) = ctx.authority(case.message_type.as_deref()) else {
             return Err(conflict(
                 "no_effect_authority",
@@ -1074,33 +839,55 @@ impl Broker {
             answer.as_str(),
             1,
         );
-        let state = match answer {
-            EffectAnswer::Present => CaseState::EffectPresent,
-            EffectAnswer::Absent => CaseState::EffectAbsent,
-            EffectAnswer::Indeterminate | EffectAnswer::Unreachable => {
-                CaseState::EffectIndeterminate
-            }
-        };
-        step.data.effect = Some(EffectRecord {
+        Ok(Answer {
             answer,
-            evidence: evidence.clone(),
+            evidence,
             authority: authority.url.clone(),
-            at_ms: now.as_millis(),
-        });
-        step.push(with(
-            entry(
-                now,
-                actor,
-                state,
-                format!("effect authority answered {answer}: {evidence}"),
-            ),
-            &[
-                ("authority", authority.url.clone()),
-                ("answer", answer.to_string()),
-            ],
-        ))
-        .map_err(case_error)?;
+        })
+    }
+
+    /// Closes the case on `step` with `e` ([`core_step::close`]): the payload is kept for
+    /// the queue's retention; the closing is counted and logged.
+    fn close_into(
+        &self,
+        step: &mut Step,
+        e: TimelineEntry,
+        case: &CaseRecord,
+        settings: &super::CaseSettings,
+        _now: Timestamp,
+    ) -> BrokerResult<()> {
+        let retention = settings
+            .rule(case.queue.as_str())
+            .and_then(|r| r.payload_retention_ms)
+            .unwrap_or(settings.payload_retention_ms);
+        let w = core_step::close(step.set.state, e, retention).map_err(case_error)?;
+        for effect in step.apply(w).map_err(case_error)? {
+            if let Effect::Closed(state) = effect {
+                self.inner.metrics.add_labelled(
+                    Counter::CasesClosed,
+                    case.queue.as_str(),
+                    state.as_str(),
+                    1,
+                );
+                tracing::info!(case_id = %case.id, queue = %case.queue, state = %state, "recovery case closed");
+            }
+        }
         Ok(())
+    }
+
+    /// Asks the effect authority and records its answer on `step` as `actor`'s.
+    pub(crate) async fn reconcile_into(
+        &self,
+        case: &CaseRecord,
+        step: &mut Step,
+        now: Timestamp,
+        actor: &str,
+        ctx: &CaseContext,
+    ) -> BrokerResult<()> {
+        let a = self.ask_authority(case, ctx).await?;
+        let (e, seen) = core_step::answered(&a, now, actor);
+        step.data.effect = Some(EffectRecord::of(seen));
+        step.push(e).map_err(case_error)
     }
 
     async fn verify_route(
@@ -2785,66 +2572,5 @@ fn replay_in_flight(id: &str, message_id: &str, what: &str) -> BrokerError {
 
 /// `message type "x"`, or `a message without a type` (for texts).
 fn type_words(case: &CaseRecord) -> String {
-    match case.message_type.as_deref() {
-        Some(t) if !t.is_empty() => format!("message type {t:?}"),
-        _ => format!("a message of {} without a type", case.queue),
-    }
-}
-
-fn escalation_text(
-    missing: Missing,
-    also: &[Missing],
-    case: &CaseRecord,
-    data: &CaseData,
-) -> String {
-    let text = escalation_reason(missing, case, data);
-    if also.is_empty() {
-        return text;
-    }
-    let rest: Vec<String> = also
-        .iter()
-        .map(|m| format!("{m} ({})", escalation_reason(*m, case, data)))
-        .collect();
-    format!("{text}; also missing: {}", rest.join("; "))
-}
-
-fn escalation_reason(missing: Missing, case: &CaseRecord, data: &CaseData) -> String {
-    match missing {
-        Missing::EffectAuthority => match &data.effect {
-            Some(e) => format!(
-                "the effect authority {} could not establish the effect of intent {} ({}): {}; no replay until it does",
-                e.authority, case.intent_id, e.answer, e.evidence
-            ),
-            None => format!(
-                "{} is not idempotent and has no effect authority: no replay can be shown safe",
-                type_words(case)
-            ),
-        },
-        Missing::Owner => format!(
-            "review deadline {} passed with no owner: archive, delete or extend under a named policy",
-            case.m.review_deadline.to_rfc3339()
-        ),
-        Missing::RetentionRule => format!(
-            "queue {} keeps dead letters forever: bound the payload's retention",
-            case.queue
-        ),
-        Missing::RepeatSafety => format!(
-            "{} may not be delivered again: the idempotency register does not say it is \
-             idempotent and no effect authority reconciles it; register it, reject it, or send \
-             a new intent",
-            type_words(case)
-        ),
-        Missing::PayloadIdentity => "the exact payload bytes are gone".to_owned(),
-        Missing::RouteEvidence => {
-            "neither broker routing nor application quarantine can be shown".to_owned()
-        }
-        Missing::CurrentAuthorization => {
-            "the authority that admitted the intent has changed".to_owned()
-        }
-        Missing::ReplayDestination => format!(
-            "queue {} no longer exists: no replay destination",
-            case.queue
-        ),
-        Missing::ReplayBudget => "no replay budget is named".to_owned(),
-    }
+    core_step::type_words(case.queue.as_str(), case.message_type.as_deref())
 }
