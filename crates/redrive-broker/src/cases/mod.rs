@@ -18,11 +18,19 @@
 //! deadline, value window, an in-flight replay to observe) and deletes the payloads of
 //! closed cases past their retention.
 
+mod advance;
+mod authorities;
 pub mod by_hand;
 mod context;
 pub mod data;
 pub mod effect;
-pub(crate) mod ops;
+mod intents;
+mod known;
+mod person;
+mod refusal;
+mod replay;
+mod route;
+mod view;
 mod worker;
 
 use std::collections::BTreeMap;
@@ -30,7 +38,15 @@ use std::time::Duration;
 
 pub(crate) use context::CaseContext;
 pub use data::CaseData;
-pub use ops::{CaseView, IntentOutcome, ReviewDecision, TestInput, TransformInput};
+pub use intents::IntentOutcome;
+pub use person::{ReviewDecision, TestInput, TransformInput};
+pub use view::CaseView;
+
+/// The step and the replay admission, as the plan runner and automatic replay use them.
+pub(crate) mod ops {
+    pub(crate) use super::advance::{Step, next_check};
+    pub(crate) use super::replay::ReplayAdmission;
+}
 pub use worker::CaseWorker;
 
 /// The store lease the case worker runs under.
