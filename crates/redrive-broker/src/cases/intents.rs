@@ -15,8 +15,20 @@ use super::refusal::conflict;
 pub struct IntentOutcome {
     /// The stored word on the intent for its entity (the first one stands).
     pub intent: IntentRecord,
+    /// The intent as it stands after the word.
+    pub view: IntentView,
     /// The cases it closed.
     pub closed: Vec<String>,
+}
+
+/// An intent as the interfaces show it.
+#[derive(Debug, Clone)]
+pub struct IntentView {
+    /// Its words, per entity, in order.
+    pub words: Vec<IntentRecord>,
+    /// The ids of its cases the caller may see (read their queue's cases, or update
+    /// intents there).
+    pub cases: Vec<String>,
 }
 
 impl Broker {
@@ -76,7 +88,7 @@ impl Broker {
     /// intent for entities stands (a different later one for the same entities, or for
     /// fewer, is refused); the word is kept with its entity, actor and time, and audited
     /// with its entity.
-    #[tracing::instrument(level = "debug", skip_all, fields(intent = %intent_id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(intent = %intent_id, queue = ?queue))]
     pub async fn update_intent(
         &self,
         intent_id: &str,
@@ -184,12 +196,38 @@ impl Broker {
         }
         Ok(IntentOutcome {
             intent: stored,
+            view: self.intent_view(intent_id, actor).await?,
             closed,
         })
     }
 
     /// Every word producers said about an intent, oldest first (each for its entities).
+    #[tracing::instrument(level = "debug", skip_all, fields(intent = %intent_id))]
     pub async fn intent_words(&self, intent_id: &str) -> BrokerResult<Vec<IntentRecord>> {
         Ok(self.inner.store.intent_words(intent_id).await?)
+    }
+
+    /// An intent's words and the ids of its cases `actor` may see.
+    #[tracing::instrument(level = "debug", skip_all, fields(intent = %intent_id))]
+    pub async fn intent_view(&self, intent_id: &str, actor: &Actor) -> BrokerResult<IntentView> {
+        let words = self.intent_words(intent_id).await?;
+        let cases = self
+            .inner
+            .store
+            .list_cases(&CaseQuery {
+                intent_id: Some(intent_id.to_owned()),
+                limit: redrive_store::MAX_CASE_PAGE,
+                ..CaseQuery::default()
+            })
+            .await?;
+        let cases = cases
+            .iter()
+            .filter(|c| {
+                actor.permits(Operation::ReadCases, Some(c.queue.as_str()))
+                    || actor.permits(Operation::UpdateIntent, Some(c.queue.as_str()))
+            })
+            .map(|c| c.id.clone())
+            .collect();
+        Ok(IntentView { words, cases })
     }
 }

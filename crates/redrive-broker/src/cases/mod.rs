@@ -38,9 +38,9 @@ use std::time::Duration;
 
 pub(crate) use context::CaseContext;
 pub use data::CaseData;
-pub use intents::IntentOutcome;
+pub use intents::{IntentOutcome, IntentView};
 pub use person::{ReviewDecision, TestInput, TransformInput};
-pub use view::CaseView;
+pub use view::{CaseView, MAX_FILTER_LEN, check_filter};
 
 /// The step and the replay admission, as the plan runner and automatic replay use them.
 pub(crate) mod ops {

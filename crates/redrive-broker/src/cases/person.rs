@@ -174,13 +174,14 @@ impl Broker {
     }
 
     /// Claims a case for `actor` (or renews its own claim) for `lease_ms`.
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn claim_case(
         &self,
         id: &str,
         lease_ms: Option<u64>,
         actor: &Actor,
     ) -> BrokerResult<CaseView> {
+        self.authorize_case(id, actor, Operation::WorkCases).await?;
         let ms = lease_ms.unwrap_or(self.case_settings().default_lease_ms);
         if ms == 0 || ms > MAX_CASE_LEASE_MS {
             return Err(BrokerError::invalid(
@@ -227,8 +228,9 @@ impl Broker {
     }
 
     /// Releases `actor`'s claim on a case.
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn release_case(&self, id: &str, actor: &Actor) -> BrokerResult<CaseView> {
+        self.authorize_case(id, actor, Operation::WorkCases).await?;
         self.person_change(
             id,
             actor,
@@ -245,8 +247,9 @@ impl Broker {
     }
 
     /// Adds a note (no state change).
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn note_case(&self, id: &str, text: &str, actor: &Actor) -> BrokerResult<CaseView> {
+        self.authorize_case(id, actor, Operation::WorkCases).await?;
         check_text("text", text, true)?;
         self.person_change(id, actor, "case.note", vec![], false, |_, step, now| {
             step.data.notes.push(Note {
@@ -260,7 +263,7 @@ impl Broker {
     }
 
     /// Records a diagnosis (the owner's hypothesis and its disconfirming evidence).
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn diagnose_case(
         &self,
         id: &str,
@@ -268,6 +271,7 @@ impl Broker {
         disconfirming: &str,
         actor: &Actor,
     ) -> BrokerResult<CaseView> {
+        self.authorize_case(id, actor, Operation::WorkCases).await?;
         check_text("hypothesis", hypothesis, true)?;
         check_text("disconfirming_evidence", disconfirming, true)?;
         self.person_change(id, actor, "case.diagnose", vec![], true, |_, step, now| {
@@ -292,7 +296,7 @@ impl Broker {
     }
 
     /// Records a correction: a versioned change that claims to address a failure shape.
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn correct_case(
         &self,
         id: &str,
@@ -301,6 +305,7 @@ impl Broker {
         addresses: &str,
         actor: &Actor,
     ) -> BrokerResult<CaseView> {
+        self.authorize_case(id, actor, Operation::WorkCases).await?;
         check_text("identity", identity, true)?;
         check_text("addresses", addresses, true)?;
         self.person_change(
@@ -340,10 +345,21 @@ impl Broker {
         .await
     }
 
+    /// The largest payload a transformation of case `id` may carry, for `actor` who may
+    /// work the case: what its queue takes. Asked before the transformation's body is
+    /// read, so that no more than that is read.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
+    pub async fn case_transform_limit(&self, id: &str, actor: &Actor) -> BrokerResult<u32> {
+        let case = self
+            .authorized_case(id, actor, Operation::WorkCases)
+            .await?;
+        self.case_message_limit(&case.queue).await
+    }
+
     /// The largest body a replay of a case of `queue` may carry: the queue's
     /// `max_message_size` (the default policy's when the queue is gone, where nothing can be
     /// replayed anyway). Bounds a transformation, before its request body is read too.
-    pub async fn case_message_limit(&self, queue: &EntityName) -> BrokerResult<u32> {
+    pub(crate) async fn case_message_limit(&self, queue: &EntityName) -> BrokerResult<u32> {
         match self.inner.store.get_queue(queue).await {
             Ok(q) => Ok(q.policy.max_message_size),
             Err(StoreError::QueueNotFound { .. }) => {
@@ -384,13 +400,14 @@ impl Broker {
 
     /// Records a payload transformation: a new payload identity kept with the case (the
     /// original stays as it is), and the correction it stands for.
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn transform_case(
         &self,
         id: &str,
         input: TransformInput,
         actor: &Actor,
     ) -> BrokerResult<CaseView> {
+        self.authorize_case(id, actor, Operation::WorkCases).await?;
         check_transform_input(&input)?;
         let case = self.inner.store.get_case(id).await?;
         // A transformation is what a replay would send: no larger than its destination takes.
@@ -532,13 +549,19 @@ impl Broker {
     /// a queue declared a test sandbox, which the caller may send to). A pass on this
     /// case's exact payload is evidence (`correction_isolated`), not recovery; a pass on
     /// another fixture leaves the case where it was.
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn test_case(
         &self,
         id: &str,
         input: TestInput,
         actor: &Actor,
     ) -> BrokerResult<CaseView> {
+        self.authorize_case(id, actor, Operation::WorkCases).await?;
+        // The exact payload is read for the test: the caller must be allowed to read it.
+        if input.fixture.is_none() {
+            self.authorize_case(id, actor, Operation::ReadCasePayload)
+                .await?;
+        }
         check_text("evidence", &input.evidence, true)?;
         let case = self.for_owner(id, actor).await?;
         let data = CaseData::of(&case);
@@ -588,7 +611,7 @@ impl Broker {
                 Some(d) => self.inner.store.case_payload(id, d).await?.ok_or_else(|| {
                     conflict("payload_gone", "the transformation's bytes are gone")
                 })?,
-                None => self.case_payload(id, None, actor).await?.1,
+                None => self.read_payload(id, None, actor).await?.1,
             },
         };
         let digest = redrive_core::digest::sha256_hex(&fixture);
@@ -642,8 +665,13 @@ impl Broker {
     }
 
     /// Asks the effect authority now and records its answer.
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn reconcile_case(&self, id: &str, actor: &Actor) -> BrokerResult<CaseView> {
+        self.reconcile(id, actor).await
+    }
+
+    /// [`Broker::reconcile_case`] once the actor is authorized (a replay reconciles first).
+    pub(crate) async fn reconcile(&self, id: &str, actor: &Actor) -> BrokerResult<CaseView> {
         let case = self.inner.store.get_case(id).await?;
         if let Some(t) = case.m.state.terminal() {
             return Err(conflict(
@@ -676,7 +704,7 @@ impl Broker {
 
     /// Closes a case as `rejected` or `indeterminate` (the terminal states only a person
     /// decides).
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn close_case(
         &self,
         id: &str,
@@ -684,6 +712,7 @@ impl Broker {
         evidence: &str,
         actor: &Actor,
     ) -> BrokerResult<CaseView> {
+        self.authorize_case(id, actor, Operation::WorkCases).await?;
         check_text("evidence", evidence, true)?;
         if !matches!(
             terminal,
@@ -775,7 +804,7 @@ impl Broker {
     }
 
     /// The owner's decision on an overdue case: archive, delete, or extend its review.
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn review_case(
         &self,
         id: &str,
@@ -783,6 +812,7 @@ impl Broker {
         policy: &str,
         actor: &Actor,
     ) -> BrokerResult<CaseView> {
+        self.authorize_case(id, actor, Operation::WorkCases).await?;
         check_text("policy", policy, true)?;
         if let ReviewDecision::Extend(ms) = decision
             && (ms == 0 || ms > MAX_EXTEND_MS)

@@ -1,6 +1,7 @@
 //! A case's replay: prepared (every gate checked again at admission) and sent to its
 //! queue, by the case's owner or by a plan.
 
+use redrive_core::access::Operation;
 use redrive_core::case::{self, CaseState, Decision};
 use redrive_core::judgement::{ORIGINAL_ID_PROPERTY, REPLAYED_FROM_PROPERTY};
 use redrive_core::{EntityName, PropertyValue};
@@ -58,8 +59,10 @@ impl Broker {
     /// Admits one replay of a case by its owner: the effect is reconciled now, every gate
     /// must pass, then the payload (or its equivalent transformation) goes to the case's
     /// queue as `<id>|<n>` and the case waits for its effect.
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn replay_case(&self, id: &str, actor: &Actor) -> BrokerResult<CaseView> {
+        self.authorize_case(id, actor, Operation::ReplayCase)
+            .await?;
         let case = self.for_owner(id, actor).await?;
         // Reconcile now, not at planning time.
         if self
@@ -67,7 +70,7 @@ impl Broker {
             .await?
             .is_some()
         {
-            self.reconcile_case(id, actor).await?;
+            self.reconcile(id, actor).await?;
         } else {
             self.advance_case(id).await?;
         }
@@ -140,6 +143,7 @@ impl Broker {
 
     /// [`Broker::prepare_replay`] on top of a step already prepared (a reconciliation
     /// written with the admission, in one write).
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %case.id, queue = %case.queue, plan = ?a.plan_id))]
     pub(crate) async fn prepare_replay_onto(
         &self,
         mut step: Step,
@@ -241,6 +245,7 @@ impl Broker {
 
     /// Sends an admitted replay to `destination`; a send that fails stops the case's replay
     /// (`replay_stopped`, the error as evidence) and is returned.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %written.id, queue = %destination, message_type = ?outgoing.message_type))]
     pub(crate) async fn send_replay(
         &self,
         written: &CaseRecord,
