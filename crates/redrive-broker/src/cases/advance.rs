@@ -182,10 +182,12 @@ impl Broker {
     }
 
     /// Advances a case as far as the broker may by itself. Returns the case as left.
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue))]
     pub async fn advance_case(&self, id: &str) -> BrokerResult<CaseRecord> {
         let ctx = self.case_context().await?;
-        self.advance_case_in(id, &ctx).await
+        let case = self.inner.store.get_case(id).await?;
+        tracing::Span::current().record("queue", case.queue.as_str());
+        self.advance_read_case(case, &ctx).await
     }
 
     /// [`Broker::advance_case`] within a pass: the case's steps taken in memory and
@@ -201,6 +203,7 @@ impl Broker {
     }
 
     /// [`Broker::advance_case_in`] from the case as just read.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %case.id, queue = %case.queue))]
     pub(crate) async fn advance_read_case(
         &self,
         mut case: CaseRecord,
@@ -315,7 +318,7 @@ impl Broker {
     /// route check, what is known), decide ([`case::decide`], then [`core_step::step`] for
     /// what follows from the decision), carry out the effects, and leave the write in the
     /// returned step.
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %case.id, queue = %case.queue))]
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %case.id, queue = %case.queue, message_type = ?case.message_type))]
     pub(crate) async fn step(
         &self,
         case: &CaseRecord,
@@ -430,6 +433,7 @@ impl Broker {
 
     /// Asks the effect authority of the case's type about its intent (or takes the answer
     /// a pass already has), and counts the lookup.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %case.id, queue = %case.queue, message_type = ?case.message_type))]
     pub(crate) async fn ask_authority(
         &self,
         case: &CaseRecord,
@@ -504,6 +508,7 @@ impl Broker {
 
     /// Marks the in-flight replay whose message this case's record is as failed: it
     /// repeated the failure.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %case.id, queue = %case.queue))]
     pub(crate) async fn replay_failed(
         &self,
         case: &CaseRecord,
@@ -551,6 +556,7 @@ impl Broker {
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %case.id, queue = %case.queue, missing = %missing))]
     pub(crate) async fn post_escalation(&self, case: &CaseRecord, missing: &str, text: &str) {
         let Some(url) = self.case_settings().escalation_webhook else {
             return;

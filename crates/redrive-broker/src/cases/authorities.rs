@@ -70,6 +70,7 @@ impl Broker {
     }
 
     /// Every effect authority.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn list_effect_authorities(&self) -> BrokerResult<Vec<EffectAuthority>> {
         Ok(self.inner.store.list_effect_authorities().await?)
     }

@@ -48,6 +48,7 @@ pub(crate) fn route_misconfigured(data: &CaseData) -> bool {
 }
 
 impl Broker {
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %case.id, queue = %case.queue))]
     pub(crate) async fn verify_route(
         &self,
         case: &CaseRecord,
