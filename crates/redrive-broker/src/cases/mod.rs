@@ -6,12 +6,15 @@
 //! then on, every change goes through [`Broker::advance_case`]: it reads the case and what
 //! is known now ([`data::Known`]: the record, the intent, the register, the effect
 //! authority, the entity's rules), asks [`redrive_core::case::decide`] for the next
-//! decision, does what the broker may do by itself — verify the route, ask the effect
-//! authority, close a cancelled, superseded, expired or completed intent, repair a record
-//! whose effect exists, escalate, retain — and writes the new state and timeline entries
-//! with one conditional update. Decisions only a person can take (diagnose, correct,
-//! transform, test, replay, close as rejected or indeterminate, review an overdue case)
-//! are operations here, each audited, each followed by the same advance.
+//! decision and [`redrive_core::case::step::step`] for what follows from it, does what
+//! the broker may do by itself — verify the route, ask the effect authority, close a
+//! cancelled, superseded, expired or completed intent, repair a record whose effect
+//! exists, escalate, retain — and writes the new state and timeline entries with one
+//! conditional update (`advance`, `known`, `route`). Decisions only a person can take
+//! (diagnose, correct, transform, test, replay, close as rejected or indeterminate, review
+//! an overdue case) are operations here (`person`, `replay`), each taking the case's id
+//! and the actor, authorizing the actor on the case's queue, audited, followed by the same
+//! advance, and answering the whole view (`view`).
 //!
 //! The case worker ([`CaseWorker`]) runs on one node at a time under the store lease
 //! [`CASES_LEASE`]: it advances cases whose check time has come (just opened, review
