@@ -2710,3 +2710,6 @@ mod tests {
 
 /// Delivering a dead letter again by hand goes through the case (see the module).
 pub mod by_hand;
+
+/// What a step of the broker writes and does for a decision (see the module).
+pub mod step;

@@ -146,6 +146,28 @@ pub struct EffectRecord {
     pub at_ms: i64,
 }
 
+impl EffectRecord {
+    /// The record as a step reads it.
+    pub fn seen(&self) -> redrive_core::case::step::EffectSeen {
+        redrive_core::case::step::EffectSeen {
+            answer: self.answer,
+            evidence: self.evidence.clone(),
+            authority: self.authority.clone(),
+            at: Timestamp(self.at_ms),
+        }
+    }
+
+    /// The record of an answer a step recorded.
+    pub fn of(seen: redrive_core::case::step::EffectSeen) -> EffectRecord {
+        EffectRecord {
+            answer: seen.answer,
+            evidence: seen.evidence,
+            authority: seen.authority,
+            at_ms: seen.at.as_millis(),
+        }
+    }
+}
+
 /// A diagnosis: a hypothesis apart from the observation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Diagnosis {
@@ -550,24 +572,7 @@ pub fn facts(case: &CaseRecord, data: &CaseData, known: &Known) -> CaseFacts {
 
 /// A decision as words: its name and what it names (`escalate` / `effect_authority`).
 pub fn describe(d: &Decision) -> String {
-    match d {
-        Decision::Closed(t) => format!("closed:{t}"),
-        Decision::Close(c) => format!("close:{}", c.terminal()),
-        Decision::Repair(r) => format!("repair:{r}"),
-        Decision::Escalate { missing } => format!("escalate:{missing}"),
-        Decision::Hold { gate, .. } => format!("hold:{gate}"),
-        Decision::VerifyRoute => "verify_route".into(),
-        Decision::Reconcile => "reconcile".into(),
-        Decision::NeedsDiagnosis => "needs_diagnosis".into(),
-        Decision::NeedsCorrection => "needs_correction".into(),
-        Decision::NeedsIsolatedTest => "needs_isolated_test".into(),
-        Decision::NewIntent => "new_intent".into(),
-        Decision::AssignOwner => "assign_owner".into(),
-        Decision::ReplayEligible => "replay_eligible".into(),
-        Decision::ObserveReplay => "observe_replay".into(),
-        Decision::StopReplay { trigger } => format!("stop_replay:{trigger}"),
-        Decision::Review { owner } => format!("review:{owner}"),
-    }
+    d.words()
 }
 
 /// The allowlisted diagnostic context of a payload and its properties: each allowed
@@ -611,20 +616,7 @@ pub fn redaction_version(allow: &[String]) -> String {
 /// The state a case waiting on `decision` is put in when it is not there already:
 /// `retained` (with its owner and review time) or `escalated`.
 pub fn waiting_state(decision: &Decision) -> Option<CaseState> {
-    match decision {
-        Decision::Escalate { .. } => Some(CaseState::Escalated),
-        Decision::Hold { .. }
-        | Decision::NeedsDiagnosis
-        | Decision::NeedsCorrection
-        | Decision::NeedsIsolatedTest
-        | Decision::NewIntent
-        | Decision::AssignOwner
-        | Decision::Review { .. }
-        | Decision::Repair(redrive_core::case::Repair::RouteConfiguration) => {
-            Some(CaseState::Retained)
-        }
-        _ => None,
-    }
+    redrive_core::case::step::waiting_state(decision)
 }
 
 /// Whether `t` is at or after `now`.

@@ -6,23 +6,34 @@
 //! then on, every change goes through [`Broker::advance_case`]: it reads the case and what
 //! is known now ([`data::Known`]: the record, the intent, the register, the effect
 //! authority, the entity's rules), asks [`redrive_core::case::decide`] for the next
-//! decision, does what the broker may do by itself — verify the route, ask the effect
-//! authority, close a cancelled, superseded, expired or completed intent, repair a record
-//! whose effect exists, escalate, retain — and writes the new state and timeline entries
-//! with one conditional update. Decisions only a person can take (diagnose, correct,
-//! transform, test, replay, close as rejected or indeterminate, review an overdue case)
-//! are operations here, each audited, each followed by the same advance.
+//! decision and [`redrive_core::case::step::step`] for what follows from it, does what
+//! the broker may do by itself — verify the route, ask the effect authority, close a
+//! cancelled, superseded, expired or completed intent, repair a record whose effect
+//! exists, escalate, retain — and writes the new state and timeline entries with one
+//! conditional update (`advance`, `known`, `route`). Decisions only a person can take
+//! (diagnose, correct, transform, test, replay, close as rejected or indeterminate, review
+//! an overdue case) are operations here (`person`, `replay`), each taking the case's id
+//! and the actor, authorizing the actor on the case's queue, audited, followed by the same
+//! advance, and answering the whole view (`view`).
 //!
 //! The case worker ([`CaseWorker`]) runs on one node at a time under the store lease
 //! [`CASES_LEASE`]: it advances cases whose check time has come (just opened, review
 //! deadline, value window, an in-flight replay to observe) and deletes the payloads of
 //! closed cases past their retention.
 
+mod advance;
+mod authorities;
 pub mod by_hand;
 mod context;
 pub mod data;
 pub mod effect;
-pub(crate) mod ops;
+mod intents;
+mod known;
+mod person;
+mod refusal;
+mod replay;
+mod route;
+mod view;
 mod worker;
 
 use std::collections::BTreeMap;
@@ -30,7 +41,15 @@ use std::time::Duration;
 
 pub(crate) use context::CaseContext;
 pub use data::CaseData;
-pub use ops::{CaseView, IntentOutcome, ReviewDecision, TestInput, TransformInput};
+pub use intents::{IntentOutcome, IntentView};
+pub use person::{ReviewDecision, TestInput, TransformInput};
+pub use view::{CaseView, MAX_FILTER_LEN, check_filter};
+
+/// The step and the replay admission, as the plan runner and automatic replay use them.
+pub(crate) mod ops {
+    pub(crate) use super::advance::{Step, next_check};
+    pub(crate) use super::replay::ReplayAdmission;
+}
 pub use worker::CaseWorker;
 
 /// The store lease the case worker runs under.

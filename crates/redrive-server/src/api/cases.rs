@@ -2,10 +2,12 @@
 //! `/v1/intents/{id}` (a producer's cancel or supersede) and `/v1/effect-authorities`.
 //!
 //! A case's entity is its queue, which the path does not name: the route table admits
-//! any holder of the operation's role (`crate::access::ROUTES`), and each handler checks
-//! the role on the case's queue once the case is read (a listing shows only the cases of
-//! queues the caller may read). Payload bytes are a separate read (`payload-reader`),
-//! audited by the broker; everything that changes a case is audited too.
+//! any holder of the operation's role (`crate::access::ROUTES`), and each case operation
+//! of the broker checks the role on the case's queue once it has read the case (a listing
+//! shows only the cases of queues the caller may read). Each route is one broker call,
+//! which answers with the whole case; a transformation asks its queue's limit first, to
+//! bound the body it reads. Payload bytes are a separate read (`payload-reader`), audited
+//! by the broker; everything that changes a case is audited too.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -17,12 +19,12 @@ use redrive_api::case::{
     ClaimCase, CloseCase, CorrectCase, DiagnoseCase, EffectAuthority, EffectAuthorityList, Intent,
     IntentWord, NoteCase, ReviewCase, SetEffectAuthority, SupersedeIntent, TestCase, TransformCase,
 };
+use redrive_broker::BrokerError;
 use redrive_broker::cases::data::{CorrectionKind, TestOutcome};
-use redrive_broker::cases::{CaseView, ReviewDecision, TestInput, TransformInput};
+use redrive_broker::cases::{CaseView, ReviewDecision, TestInput, TransformInput, check_filter};
 use redrive_broker::model::{CaseQuery, CaseRecord, IntentRecord, IntentStatus, MAX_CASE_PAGE};
-use redrive_broker::{Actor, BrokerError};
 use redrive_core::Timestamp;
-use redrive_core::access::{EVERY_ENTITY, Operation};
+use redrive_core::access::Operation;
 use redrive_core::case::{CaseState, TimelineEntry};
 use serde::Deserialize;
 
@@ -30,9 +32,6 @@ use crate::AppState;
 use crate::access::Caller;
 use crate::error::{ApiError, ApiJson, ApiQuery, OptionalApiJson, body_within, read_body};
 use crate::wire::{body_in, body_out, time_in};
-
-/// Longest filter value a search takes, bytes.
-const MAX_FILTER_LEN: usize = 512;
 
 fn t(ts: Timestamp) -> String {
     ts.to_rfc3339()
@@ -100,45 +99,22 @@ fn entry_out(e: &TimelineEntry) -> CaseEntry {
     }
 }
 
-fn case_out(v: CaseView, timeline: &[TimelineEntry], now: Timestamp) -> Case {
+fn case_out(v: &CaseView, now: Timestamp) -> Case {
     Case {
         summary: summary(&v.case, v.next.clone(), now),
         record: v.case.m.data.clone(),
-        timeline: timeline.iter().map(entry_out).collect(),
+        timeline: v.timeline.iter().map(entry_out).collect(),
     }
 }
 
-/// Refuses unless the caller may do `op` on the case's queue; the broker decides, and
-/// audits a refusal (`denied:<operation>`) like the route table's.
-async fn check(s: &AppState, actor: &Actor, op: Operation, queue: &str) -> Result<(), ApiError> {
-    Ok(s.broker.authorize(actor, op, Some(queue)).await?)
-}
-
-async fn show_case(s: &AppState, actor: &Actor, id: &str) -> Result<Json<Case>, ApiError> {
-    let view = s.broker.get_case(id).await?;
-    check(s, actor, Operation::ReadCases, view.case.queue.as_str()).await?;
-    let timeline = s.broker.case_timeline(id).await?;
-    Ok(Json(case_out(view, &timeline, s.broker.clock().now())))
-}
-
-/// Checks `op` on the case's queue before a change; answers the case as read.
-async fn may(s: &AppState, actor: &Actor, id: &str, op: Operation) -> Result<CaseView, ApiError> {
-    let case = s.broker.get_case(id).await?;
-    check(s, actor, op, case.case.queue.as_str()).await?;
-    Ok(case)
+/// Answers a case operation with the case as the broker left it (with its timeline).
+fn changed(s: &AppState, v: CaseView) -> Json<Case> {
+    Json(case_out(&v, s.broker.clock().now()))
 }
 
 fn text(field: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
-    match v {
-        Some(s) if s.len() > MAX_FILTER_LEN => {
-            Err(BrokerError::invalid(field, format!("at most {MAX_FILTER_LEN} bytes")).into())
-        }
-        Some(s) if s.is_empty() => Err(BrokerError::invalid(field, "must not be empty").into()),
-        Some(s) if s.contains('\0') => {
-            Err(BrokerError::invalid(field, "must not contain NUL characters").into())
-        }
-        v => Ok(v),
-    }
+    check_filter(field, v.as_deref())?;
+    Ok(v)
 }
 
 #[derive(Deserialize)]
@@ -212,10 +188,7 @@ async fn list(
 ) -> Result<Json<CasePage>, ApiError> {
     let now = s.broker.clock().now();
     let query = query_of(q, now)?;
-    if let Some(queue) = &query.queue {
-        check(&s, &actor, Operation::ReadCases, queue.as_str()).await?;
-    }
-    let cases = s.broker.list_cases(&query).await?;
+    let cases = s.broker.list_cases(&query, &actor).await?;
     let full = cases.len() == query.limit as usize;
     let next_cursor = full.then(|| cases.last().map(|c| c.id.clone())).flatten();
     Ok(Json(CasePage {
@@ -234,13 +207,9 @@ async fn counts(
     ApiQuery(q): ApiQuery<Search>,
 ) -> Result<Json<CaseCounts>, ApiError> {
     let now = s.broker.clock().now();
+    // Counts over every queue need the role on every queue (an unscoped grant).
     let query = query_of(q, now)?;
-    match &query.queue {
-        Some(queue) => check(&s, &actor, Operation::ReadCases, queue.as_str()).await?,
-        // Counts over every queue need the role on every queue (an unscoped grant).
-        None => check(&s, &actor, Operation::ReadCases, EVERY_ENTITY).await?,
-    }
-    let c = s.broker.case_counts(&query).await?;
+    let c = s.broker.case_counts(&query, &actor).await?;
     Ok(Json(CaseCounts {
         total: c.total,
         by_reason: c.by_reason,
@@ -255,7 +224,8 @@ async fn show(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Case>, ApiError> {
-    show_case(&s, &actor, &id).await
+    let v = s.broker.get_case(&id, &actor).await?;
+    Ok(changed(&s, v))
 }
 
 #[derive(Deserialize)]
@@ -270,11 +240,9 @@ async fn payload(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<PayloadQuery>,
 ) -> Result<Json<CasePayload>, ApiError> {
-    may(&s, &actor, &id, Operation::ReadCasePayload).await?;
-    let digest = text("digest", q.digest)?;
     let (sha256, bytes) = s
         .broker
-        .case_payload(&id, digest.as_deref(), &actor)
+        .case_payload(&id, q.digest.as_deref(), &actor)
         .await?;
     let (body, body_encoding) = body_out(&bytes);
     Ok(Json(CasePayload {
@@ -285,21 +253,14 @@ async fn payload(
     }))
 }
 
-/// Answers a change with the case as it is now (with its timeline).
-async fn changed(s: &AppState, v: CaseView) -> Result<Json<Case>, ApiError> {
-    let timeline = s.broker.case_timeline(&v.case.id).await?;
-    Ok(Json(case_out(v, &timeline, s.broker.clock().now())))
-}
-
 async fn claim(
     State(s): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
     OptionalApiJson(req): OptionalApiJson<ClaimCase>,
 ) -> Result<Json<Case>, ApiError> {
-    may(&s, &actor, &id, Operation::WorkCases).await?;
     let v = s.broker.claim_case(&id, req.lease_ms, &actor).await?;
-    changed(&s, v).await
+    Ok(changed(&s, v))
 }
 
 async fn release(
@@ -307,9 +268,8 @@ async fn release(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Case>, ApiError> {
-    may(&s, &actor, &id, Operation::WorkCases).await?;
     let v = s.broker.release_case(&id, &actor).await?;
-    changed(&s, v).await
+    Ok(changed(&s, v))
 }
 
 async fn note(
@@ -318,9 +278,8 @@ async fn note(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<NoteCase>,
 ) -> Result<Json<Case>, ApiError> {
-    may(&s, &actor, &id, Operation::WorkCases).await?;
     let v = s.broker.note_case(&id, &req.text, &actor).await?;
-    changed(&s, v).await
+    Ok(changed(&s, v))
 }
 
 async fn diagnose(
@@ -329,12 +288,11 @@ async fn diagnose(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<DiagnoseCase>,
 ) -> Result<Json<Case>, ApiError> {
-    may(&s, &actor, &id, Operation::WorkCases).await?;
     let v = s
         .broker
         .diagnose_case(&id, &req.hypothesis, &req.disconfirming_evidence, &actor)
         .await?;
-    changed(&s, v).await
+    Ok(changed(&s, v))
 }
 
 fn correction_kind(s: &str) -> Result<CorrectionKind, ApiError> {
@@ -354,12 +312,11 @@ async fn correct(
     ApiJson(req): ApiJson<CorrectCase>,
 ) -> Result<Json<Case>, ApiError> {
     let kind = correction_kind(&req.kind)?;
-    may(&s, &actor, &id, Operation::WorkCases).await?;
     let v = s
         .broker
         .correct_case(&id, kind, &req.identity, &req.addresses, &actor)
         .await?;
-    changed(&s, v).await
+    Ok(changed(&s, v))
 }
 
 /// Room a transformation's request takes beside its body: the named fields (free text
@@ -381,8 +338,7 @@ async fn transform(
 ) -> Result<Json<Case>, ApiError> {
     // Who may and how much, before a byte of the body is read: the payload of a replay
     // is bounded by the case's queue.
-    let case = may(&s, &actor, &id, Operation::WorkCases).await?;
-    let limit = s.broker.case_message_limit(&case.case.queue).await?;
+    let limit = s.broker.case_transform_limit(&id, &actor).await?;
     let bytes = body_within(request, transform_request_limit(limit)).await?;
     let req: TransformCase = read_body(&bytes)?;
     let body = body_in(req.body, req.body_encoding)?;
@@ -401,7 +357,7 @@ async fn transform(
             &actor,
         )
         .await?;
-    changed(&s, v).await
+    Ok(changed(&s, v))
 }
 
 async fn test(
@@ -423,11 +379,6 @@ async fn test(
         .fixture
         .map(|f| body_in(f, req.fixture_encoding))
         .transpose()?;
-    may(&s, &actor, &id, Operation::WorkCases).await?;
-    // The exact payload is read for the test: the caller must be allowed to read it.
-    if fixture.is_none() {
-        may(&s, &actor, &id, Operation::ReadCasePayload).await?;
-    }
     let v = s
         .broker
         .test_case(
@@ -443,7 +394,7 @@ async fn test(
             &actor,
         )
         .await?;
-    changed(&s, v).await
+    Ok(changed(&s, v))
 }
 
 async fn reconcile(
@@ -451,9 +402,8 @@ async fn reconcile(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Case>, ApiError> {
-    may(&s, &actor, &id, Operation::WorkCases).await?;
     let v = s.broker.reconcile_case(&id, &actor).await?;
-    changed(&s, v).await
+    Ok(changed(&s, v))
 }
 
 async fn close(
@@ -468,12 +418,11 @@ async fn close(
             format!("{:?} is not rejected or indeterminate", req.state),
         ))
     })?;
-    may(&s, &actor, &id, Operation::WorkCases).await?;
     let v = s
         .broker
         .close_case(&id, terminal, &req.evidence, &actor)
         .await?;
-    changed(&s, v).await
+    Ok(changed(&s, v))
 }
 
 async fn review(
@@ -500,12 +449,11 @@ async fn review(
             .into());
         }
     };
-    may(&s, &actor, &id, Operation::WorkCases).await?;
     let v = s
         .broker
         .review_case(&id, decision, &req.policy, &actor)
         .await?;
-    changed(&s, v).await
+    Ok(changed(&s, v))
 }
 
 async fn replay(
@@ -513,9 +461,8 @@ async fn replay(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Case>, ApiError> {
-    may(&s, &actor, &id, Operation::ReplayCase).await?;
     let v = s.broker.replay_case(&id, &actor).await?;
-    changed(&s, v).await
+    Ok(changed(&s, v))
 }
 
 fn intent_id(id: &str) -> Result<(), ApiError> {
@@ -523,26 +470,6 @@ fn intent_id(id: &str) -> Result<(), ApiError> {
         return Err(BrokerError::invalid("id", "an intent id is 1 to 256 bytes").into());
     }
     Ok(())
-}
-
-/// The ids of an intent's cases the caller may see (read, or produce to).
-async fn intent_cases(s: &AppState, actor: &Actor, id: &str) -> Result<Vec<String>, ApiError> {
-    let cases = s
-        .broker
-        .list_cases(&CaseQuery {
-            intent_id: Some(id.to_owned()),
-            limit: MAX_CASE_PAGE,
-            ..CaseQuery::default()
-        })
-        .await?;
-    Ok(cases
-        .iter()
-        .filter(|c| {
-            actor.permits(Operation::ReadCases, Some(c.queue.as_str()))
-                || actor.permits(Operation::UpdateIntent, Some(c.queue.as_str()))
-        })
-        .map(|c| c.id.clone())
-        .collect())
 }
 
 fn word_out(r: &IntentRecord) -> IntentWord {
@@ -583,13 +510,12 @@ async fn get_intent(
     Path(id): Path<String>,
 ) -> Result<Json<Intent>, ApiError> {
     intent_id(&id)?;
-    let words = s.broker.intent_words(&id).await?;
-    let cases = intent_cases(&s, &actor, &id).await?;
+    let v = s.broker.intent_view(&id, &actor).await?;
     Ok(Json(intent_out(
         &id,
-        words.first(),
-        &words,
-        cases,
+        v.words.first(),
+        &v.words,
+        v.cases,
         Vec::new(),
     )))
 }
@@ -612,26 +538,19 @@ async fn cancel_intent(
             &actor,
         )
         .await?;
-    word_spoken(&s, &actor, &id, out).await
+    Ok(word_spoken(&id, out))
 }
 
 /// The intent as it stands after a word on it: its words, the cases the caller may read,
 /// and the cases the word closed.
-async fn word_spoken(
-    s: &AppState,
-    actor: &Actor,
-    id: &str,
-    out: redrive_broker::cases::IntentOutcome,
-) -> Result<Json<Intent>, ApiError> {
-    let words = s.broker.intent_words(id).await?;
-    let cases = intent_cases(s, actor, id).await?;
-    Ok(Json(intent_out(
+fn word_spoken(id: &str, out: redrive_broker::cases::IntentOutcome) -> Json<Intent> {
+    Json(intent_out(
         id,
         Some(&out.intent),
-        &words,
-        cases,
+        &out.view.words,
+        out.view.cases,
         out.closed,
-    )))
+    ))
 }
 
 async fn supersede_intent(
@@ -652,7 +571,7 @@ async fn supersede_intent(
             &actor,
         )
         .await?;
-    word_spoken(&s, &actor, &id, out).await
+    Ok(word_spoken(&id, out))
 }
 
 fn authority_out(a: &redrive_broker::model::EffectAuthority) -> EffectAuthority {
