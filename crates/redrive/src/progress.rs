@@ -1,7 +1,9 @@
 //! The progress of a long operation (a replay plan followed, a move task, an export):
 //! on a terminal, one bar fitted to its width and redrawn in place; when the output is
 //! piped, one plain line per [`PIPED_INTERVAL`] (and the last one), so a log or a script
-//! reads it a line at a time. Times here are the client's wall time, for display only.
+//! reads it a line at a time. An operation whose result goes to standard output (an
+//! export) shows a bar on standard error when that is a terminal, and nothing otherwise.
+//! Times here are the client's wall time, for display only.
 
 use std::io::{IsTerminal as _, Write as _};
 use std::time::{Duration, Instant};
@@ -21,7 +23,8 @@ enum Out {
     Bar(ProgressBar),
     /// Piped: a line at most every [`PIPED_INTERVAL`], only when it changed.
     Lines { last: String, at: Option<Instant> },
-    /// `--json`: nothing until the end.
+    /// Nothing: `--json` (which prints the result once at the end), or progress on a
+    /// standard error that is not a terminal.
     Quiet,
 }
 
@@ -70,6 +73,21 @@ impl Progress {
                 last: String::new(),
                 at: None,
             }
+        };
+        Progress { out }
+    }
+
+    /// A progress display on standard error, for an operation whose result goes to
+    /// standard output or a file and that says what it did when it ends (an export): a
+    /// bar when standard error is a terminal, nothing otherwise (a script reading standard
+    /// error takes a line there for a warning).
+    pub fn stderr() -> Progress {
+        let out = if std::io::stderr().is_terminal() {
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            bar.set_style(style(false));
+            Out::Bar(bar)
+        } else {
+            Out::Quiet
         };
         Progress { out }
     }

@@ -16,6 +16,7 @@ use super::{Ctx, area, queue_name};
 use crate::client::DeadLetterQuery;
 use crate::failure::input_error;
 use crate::output::{KeyValues, Table, or_dash, preview, print_json};
+use crate::progress::{Progress, Step};
 use crate::units::{parse_time, ranged_u32};
 
 /// Largest input `dlq import` sends: the server refuses more in one import (64 MiB, the
@@ -403,7 +404,17 @@ async fn export(
         ..DeadLetterQuery::default()
     };
     let mut n: u64 = 0;
+    // The records go to `out` (standard output, or a file): the progress to standard error.
+    let mut progress = Progress::stderr();
+    let step = |n: u64| Step {
+        name: format!("export {queue}"),
+        done: n,
+        total: None,
+        unit: "records",
+        detail: String::new(),
+    };
     loop {
+        progress.show(&step(n));
         let page = ctx
             .client
             .dead_letters_raw(queue, &query)
@@ -429,6 +440,7 @@ async fn export(
         }
     }
     out.flush().context("write the export")?;
+    progress.finish(&step(n));
     Ok(n)
 }
 
