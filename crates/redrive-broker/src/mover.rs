@@ -11,8 +11,8 @@
 //!
 //! # A move task is a replay plan
 //!
-//! A task is stored as a replay plan of kind `sqs_move` (`redrive_store::MoveTaskRecord`
-//! is its SQS view; `GET /v1/replay/plans` lists it), bounded by items per second only:
+//! A task is stored as a replay plan of kind `sqs_move` (`redrive_store::MovePart`
+//! is its move-specific part; `GET /v1/replay/plans` lists it), bounded by items per second only:
 //! its `max_per_second`, or [`MAX_MOVE_RATE`] when it names none — a move task is never
 //! unbounded. Its pace is the plan engine's ([`redrive_core::plan::Pacer`], on the
 //! broker's clock: the task sleeps on the injected clock, never on wall time). Messages
@@ -52,8 +52,8 @@ use redrive_core::message::{
 use redrive_core::plan::{Admission, Budget, Dependency, Pacer};
 use redrive_core::{EntityName, PropertyValue, Timestamp};
 use redrive_store::{
-    Delivery, MoveTaskProgress, MoveTaskRecord, MoveTaskStatus, SettleAction, Settlement,
-    StoreError, StoredMessage,
+    Delivery, MovePart, MoveTaskProgress, MoveTaskStatus, NewMove, PlanStatus, ReplayPlanRecord,
+    SettleAction, Settlement, StoreError, StoredMessage, move_plans,
 };
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -102,9 +102,9 @@ pub fn move_budget(max_per_second: Option<u32>) -> Budget {
 }
 
 /// The pacer of a task as stored (its next slot), or a fresh one.
-fn pacer_of(record: &MoveTaskRecord) -> Pacer {
+fn pacer_of(record: &Held) -> Pacer {
     Pacer {
-        next_item_ms: record.next_slot.map_or(0.0, |t| t.0 as f64),
+        next_item_ms: record.part.next_slot.map_or(0.0, |t| t.0 as f64),
         ..Pacer::default()
     }
 }
@@ -198,17 +198,33 @@ pub struct MoveTask {
     pub started_at: Timestamp,
 }
 
-impl From<&MoveTaskRecord> for MoveTask {
-    fn from(r: &MoveTaskRecord) -> Self {
+/// A task as the mover holds it: its plan, and the plan's move-specific part.
+#[derive(Debug, Clone)]
+struct Held {
+    plan: ReplayPlanRecord,
+    part: MovePart,
+}
+
+impl Held {
+    /// The task a plan of kind `sqs_move` stores.
+    fn of(plan: ReplayPlanRecord) -> BrokerResult<Held> {
+        let part = plan.move_part()?;
+        Ok(Held { plan, part })
+    }
+}
+
+impl From<&Held> for MoveTask {
+    fn from(h: &Held) -> Self {
+        let (p, r) = (&h.plan, &h.part);
         MoveTask {
-            handle: r.handle.clone(),
+            handle: p.id.clone(),
             spec: MoveSpec {
-                source: r.source.clone(),
+                source: p.queue.clone(),
                 destination: r.destination.clone(),
                 max_per_second: r.max_per_second,
                 owner: Actor {
-                    id: r.owner_id.clone(),
-                    name: r.owner_name.clone(),
+                    id: p.owner_id.clone(),
+                    name: p.owner_name.clone(),
                     grants: Vec::new(),
                     client: None,
                 },
@@ -217,7 +233,7 @@ impl From<&MoveTaskRecord> for MoveTask {
             moved: r.moved,
             to_move: r.to_move,
             failure: r.failure_reason.clone(),
-            started_at: r.started_at,
+            started_at: p.created_at,
         }
     }
 }
@@ -336,7 +352,7 @@ impl Broker {
             return Err(BrokerError::ShuttingDown.into());
         }
         let now = self.now();
-        let record = MoveTaskRecord {
+        let new = NewMove {
             handle: format!(
                 "{MOVE_HANDLE_PREFIX}{:016x}{:016x}",
                 fastrand::u64(..),
@@ -345,28 +361,23 @@ impl Broker {
             source: spec.source.clone(),
             destination: spec.destination.clone(),
             max_per_second: spec.max_per_second,
-            status: MoveTaskStatus::Running,
-            moved: 0,
             to_move: view.counts.messages(),
-            failure_reason: None,
             owner_id: spec.owner.id.clone(),
             owner_name: spec.owner.name.clone(),
-            started_at: now,
-            updated_at: now,
-            runner: Some(self.inner.node_id.clone()),
-            runner_until: Some(after(now, heartbeat_ms())),
-            next_slot: None,
+            runner: self.inner.node_id.clone(),
+            runner_until: after(now, heartbeat_ms()),
+            now,
         };
-        let record = match self.inner.store.create_move_task(&record).await {
-            Ok(r) => r,
+        let record = match move_plans::create(&*self.inner.store, &new).await {
+            Ok(r) => Held::of(r)?,
             Err(StoreError::MoveTaskRunning { queue }) => {
                 return Err(MoveError::AlreadyRunning(queue));
             }
             Err(e) => return Err(BrokerError::from(e).into()),
         };
-        tracing::info!(handle = %record.handle, source = %spec.source,
+        tracing::info!(handle = %record.plan.id, source = %spec.source,
             destination = ?spec.destination, rate = ?spec.max_per_second,
-            to_move = record.to_move, "message move task started");
+            to_move = record.part.to_move, "message move task started");
         let task = MoveTask {
             spec: spec.clone(),
             ..MoveTask::from(&record)
@@ -376,11 +387,11 @@ impl Broker {
     }
 
     /// Runs `record` on this node (its runner now) on `owner`'s authority.
-    fn spawn_move(&self, record: MoveTaskRecord, owner: Actor) {
+    fn spawn_move(&self, record: Held, owner: Actor) {
         let cancel = self.inner.shutdown.child_token();
         self.inner
             .moves
-            .with(|m| m.insert(record.handle.clone(), cancel.clone()));
+            .with(|m| m.insert(record.plan.id.clone(), cancel.clone()));
         // Revoking the owner's token stops the task at once.
         let guard = self.revocation_guard(&owner);
         let broker = self.clone();
@@ -405,8 +416,11 @@ impl Broker {
     /// node started them.
     pub async fn list_move_tasks(&self, source: &str, max: usize) -> BrokerResult<Vec<MoveTask>> {
         let limit = u32::try_from(max).unwrap_or(u32::MAX);
-        let records = self.inner.store.list_move_tasks(source, limit).await?;
-        Ok(records.iter().map(MoveTask::from).collect())
+        let plans = move_plans::list(&*self.inner.store, source, limit).await?;
+        plans
+            .into_iter()
+            .map(|p| Held::of(p).map(|h| MoveTask::from(&h)))
+            .collect()
     }
 
     /// Asks a running task to stop, whichever node runs it; answers the task as it is
@@ -434,8 +448,8 @@ impl Broker {
     }
 
     async fn cancel_move_task_inner(&self, handle: &str) -> Result<MoveTask, MoveError> {
-        let record = match self.inner.store.cancel_move_task(handle, self.now()).await {
-            Ok(r) => r,
+        let record = match move_plans::cancel(&*self.inner.store, handle, self.now()).await {
+            Ok(r) => Held::of(r)?,
             Err(StoreError::MoveTaskNotFound { .. }) => {
                 return Err(MoveError::NotFound(handle.to_owned()));
             }
@@ -448,7 +462,11 @@ impl Broker {
         if let Some(c) = self.inner.moves.with(|m| m.get(handle).cloned()) {
             c.cancel();
         }
-        tracing::info!(handle, moved = record.moved, "message move task cancelling");
+        tracing::info!(
+            handle,
+            moved = record.part.moved,
+            "message move task cancelling"
+        );
         Ok(MoveTask::from(&record))
     }
 
@@ -460,22 +478,26 @@ impl Broker {
         if self.inner.shutdown.is_cancelled() {
             return Ok(0);
         }
-        let claimed = self
-            .inner
-            .store
-            .claim_move_tasks(&self.inner.node_id, heartbeat_ms(), self.now(), CLAIM_BATCH)
-            .await?;
+        let claimed = move_plans::claim(
+            &*self.inner.store,
+            &self.inner.node_id,
+            heartbeat_ms(),
+            self.now(),
+            CLAIM_BATCH,
+        )
+        .await?;
         let mut resumed = 0;
-        for record in claimed {
-            if self.inner.moves.with(|m| m.contains_key(&record.handle)) {
+        for plan in claimed {
+            let record = Held::of(plan)?;
+            if self.inner.moves.with(|m| m.contains_key(&record.plan.id)) {
                 // Still running here (its heartbeat ran out on the clock between two
                 // batches): the claim only renewed it.
                 continue;
             }
             match self.move_owner(&record).await? {
                 Some(owner) => {
-                    tracing::info!(handle = %record.handle, source = %record.source,
-                        moved = record.moved, "message move task resumed");
+                    tracing::info!(handle = %record.plan.id, source = %record.plan.queue,
+                        moved = record.part.moved, "message move task resumed");
                     self.spawn_move(record, owner);
                     resumed += 1;
                 }
@@ -483,10 +505,10 @@ impl Broker {
                     let owner = MoveTask::from(&record).spec.owner;
                     let end = MoveTaskProgress {
                         status: MoveTaskStatus::Failed,
-                        moved: record.moved,
+                        moved: record.part.moved,
                         failure_reason: Some(AUTHORIZATION_REVOKED.to_owned()),
                         runner_until: None,
-                        next_slot: record.next_slot,
+                        next_slot: record.part.next_slot,
                     };
                     self.end_move(&record, &owner, &end, 0).await;
                 }
@@ -497,7 +519,7 @@ impl Broker {
 
     /// The actor a resumed task runs on: its owner's token read again (`None` when it is
     /// revoked, expired or gone); `anonymous` and `system` as they are.
-    async fn move_owner(&self, record: &MoveTaskRecord) -> BrokerResult<Option<Actor>> {
+    async fn move_owner(&self, record: &Held) -> BrokerResult<Option<Actor>> {
         let listed = MoveTask::from(record).spec.owner;
         if !listed.is_token() {
             return Ok(Some(match listed.id.as_str() {
@@ -513,25 +535,23 @@ impl Broker {
             .list_tokens()
             .await?
             .iter()
-            .find(|t| t.token.id == record.owner_id && t.is_active(now))
+            .find(|t| t.token.id == record.plan.owner_id && t.is_active(now))
             .map(crate::access::actor_of))
     }
 
     /// Writes the end of a task this node runs and audits it (when the write took), with
     /// how many messages their recovery case refused (`skipped`).
-    async fn end_move(
-        &self,
-        record: &MoveTaskRecord,
-        owner: &Actor,
-        end: &MoveTaskProgress,
-        skipped: u64,
-    ) {
-        let handle = &record.handle;
-        let written = match self
-            .inner
-            .store
-            .update_move_task(handle, &self.inner.node_id, end, self.now())
-            .await
+    async fn end_move(&self, record: &Held, owner: &Actor, end: &MoveTaskProgress, skipped: u64) {
+        let handle = &record.plan.id;
+        let written = match move_plans::progress(
+            &*self.inner.store,
+            handle,
+            &self.inner.node_id,
+            end,
+            self.now(),
+        )
+        .await
+        .and_then(|w| w.map(|p| p.move_part().map(|m| (p, m))).transpose())
         {
             Ok(w) => w,
             Err(e) => {
@@ -539,7 +559,7 @@ impl Broker {
                 return;
             }
         };
-        let Some(w) = written else {
+        let Some((plan, w)) = written else {
             tracing::info!(handle, "message move task is run by another node now");
             return;
         };
@@ -553,24 +573,24 @@ impl Broker {
         }
         let outcome = w.status.as_str().to_ascii_lowercase();
         if let Err(e) = self
-            .audit(owner, "move_task.end", Some(&w.source), targets, &outcome)
+            .audit(owner, "move_task.end", Some(&plan.queue), targets, &outcome)
             .await
         {
             tracing::error!(error = %e, handle, "audit entry of a move task's end not written");
         }
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(task = %record.handle, queue = %record.source))]
+    #[tracing::instrument(level = "debug", skip_all, fields(task = %record.plan.id, queue = %record.plan.queue))]
     async fn run_move(
         &self,
-        record: MoveTaskRecord,
+        record: Held,
         owner: Actor,
         cancel: CancellationToken,
         revoked: CancellationToken,
     ) {
-        let handle = record.handle.clone();
+        let handle = record.plan.id.clone();
         let spec = MoveTask::from(&record).spec;
-        let mut moved = record.moved;
+        let mut moved = record.part.moved;
         let mut pacer = pacer_of(&record);
         let stop = cancel.child_token();
         let mut skipped: Vec<Delivery> = Vec::new();
@@ -605,11 +625,14 @@ impl Broker {
                     runner_until: None,
                     next_slot: next_slot(&pacer),
                 };
-                if let Err(e) = self
-                    .inner
-                    .store
-                    .update_move_task(&handle, &self.inner.node_id, &go, self.now())
-                    .await
+                if let Err(e) = move_plans::progress(
+                    &*self.inner.store,
+                    &handle,
+                    &self.inner.node_id,
+                    &go,
+                    self.now(),
+                )
+                .await
                 {
                     tracing::warn!(error = %e, handle,
                         "a move task was not let go at shutdown; it resumes when its heartbeat runs out");
@@ -642,14 +665,9 @@ impl Broker {
             runner_until: Some(after(now, heartbeat_ms())),
             next_slot: next_slot(pacer),
         };
-        match self
-            .inner
-            .store
-            .update_move_task(handle, &self.inner.node_id, &p, now)
-            .await
-        {
+        match move_plans::progress(&*self.inner.store, handle, &self.inner.node_id, &p, now).await {
             Ok(None) => Some(Stop::Lost),
-            Ok(Some(w)) if w.status == MoveTaskStatus::Cancelling => Some(Stop::Cancelled),
+            Ok(Some(w)) if w.m.status == PlanStatus::Cancelling => Some(Stop::Cancelled),
             Ok(Some(_)) => None,
             Err(e) => {
                 // The receive that follows meets the same store; a heartbeat missed here
@@ -981,6 +999,16 @@ mod tests {
         b.send(queue, msgs).await.unwrap();
     }
 
+    /// The move-specific part of task `handle` as stored.
+    async fn part_of(store: &dyn redrive_store::Store, handle: &str) -> MovePart {
+        move_plans::get(store, handle)
+            .await
+            .unwrap()
+            .unwrap()
+            .move_part()
+            .unwrap()
+    }
+
     async fn count(b: &Broker, queue: &str) -> u64 {
         b.get_queue(queue).await.unwrap().counts.messages()
     }
@@ -1096,7 +1124,7 @@ mod tests {
         b.begin_shutdown();
         b.move_tasks_stopped().await;
         let store = b.inner.store.clone();
-        let let_go = store.get_move_task(&t.handle).await.unwrap().unwrap();
+        let let_go = part_of(&*store, &t.handle).await;
         assert_eq!(let_go.runner_until, None, "let go at shutdown");
         assert_eq!((let_go.status, let_go.moved), (MoveTaskStatus::Running, 1));
         // A second later (the stopped runner's sleep went with it): the resumed runner is
@@ -1105,13 +1133,7 @@ mod tests {
         assert_eq!(f.clock.sleepers(), 0);
         assert_eq!(b2.resume_move_tasks().await.unwrap(), 1);
         assert_eq!(
-            store
-                .get_move_task(&t.handle)
-                .await
-                .unwrap()
-                .unwrap()
-                .runner
-                .as_deref(),
+            part_of(&*store, &t.handle).await.runner.as_deref(),
             Some(b2.node_id())
         );
         parked_at(&f, "dlq", 2).await;
@@ -1142,7 +1164,7 @@ mod tests {
         b.begin_shutdown();
         b.move_tasks_stopped().await;
         let store = b.inner.store.clone();
-        let let_go = store.get_move_task(&t.handle).await.unwrap().unwrap();
+        let let_go = part_of(&*store, &t.handle).await;
         assert_eq!(let_go.runner_until, None);
         assert_eq!(let_go.next_slot, Some(t0.plus_millis(1_000)));
         // The plan shows the task, its budget and its pacing state.
@@ -1154,7 +1176,7 @@ mod tests {
         assert_eq!(b2.resume_move_tasks().await.unwrap(), 1);
         let slot = t0.plus_millis(1_000);
         for _ in 0..10_000 {
-            let now = store.get_move_task(&t.handle).await.unwrap().unwrap();
+            let now = part_of(&*store, &t.handle).await;
             if now.runner.as_deref() == Some(b2.node_id()) && f.clock.sleeping_until(slot) {
                 break;
             }
@@ -1200,14 +1222,7 @@ mod tests {
         parked_at(&f, "dlq", 10).await;
         let stored = b.list_move_tasks("dlq", 1).await.unwrap();
         assert_eq!(stored[0].spec.max_per_second, None);
-        let slot = b
-            .inner
-            .store
-            .get_move_task(&stored[0].handle)
-            .await
-            .unwrap()
-            .unwrap()
-            .next_slot;
+        let slot = part_of(&*b.inner.store, &stored[0].handle).await.next_slot;
         assert_eq!(slot, Some(t0.plus_millis(20)));
         f.clock.advance(Duration::from_millis(20));
         parked_at(&f, "dlq", 20).await;
@@ -1225,27 +1240,23 @@ mod tests {
         dlq_and_dest(b, 2).await;
         let now = b.now();
         let handle = format!("mv_{}", "0".repeat(32));
-        b.inner
-            .store
-            .create_move_task(&MoveTaskRecord {
+        move_plans::create(
+            &*b.inner.store,
+            &NewMove {
                 handle: handle.clone(),
                 source: "dlq".to_owned(),
                 destination: Some("dest".to_owned()),
                 max_per_second: None,
-                status: MoveTaskStatus::Running,
-                moved: 0,
                 to_move: 2,
-                failure_reason: None,
                 owner_id: "anonymous".to_owned(),
                 owner_name: "anonymous".to_owned(),
-                started_at: now,
-                updated_at: now,
-                runner: Some("node-gone".to_owned()),
-                runner_until: Some(after(now, heartbeat_ms())),
-                next_slot: None,
-            })
-            .await
-            .unwrap();
+                runner: "node-gone".to_owned(),
+                runner_until: after(now, heartbeat_ms()),
+                now,
+            },
+        )
+        .await
+        .unwrap();
         assert_eq!(b.resume_move_tasks().await.unwrap(), 0);
         f.clock.advance(MOVE_HEARTBEAT - Duration::from_millis(1));
         assert_eq!(b.resume_move_tasks().await.unwrap(), 0);

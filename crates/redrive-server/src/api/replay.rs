@@ -330,6 +330,7 @@ async fn list_plans(
         queue,
         after: text("after", q.after)?,
         limit: limit(q.limit, DEFAULT_PLAN_PAGE, MAX_PLAN_PAGE)?,
+        ..PlanQuery::default()
     };
     let page = s.broker.list_plans(&query).await?;
     let mut plans = Vec::new();
