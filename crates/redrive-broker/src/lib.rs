@@ -126,8 +126,8 @@ struct Inner {
     shutdown: CancellationToken,
     /// Identifies this process among those sharing the store (lease holder name).
     node_id: String,
-    /// Message move tasks of this process.
-    moves: mover::MoveTasks,
+    /// The mover: SQS message move tasks, over `ctx`.
+    mover: mover::Mover,
     /// Topic counters and the endpoint-validation client.
     topics: topics::TopicState,
     /// How callers are admitted.
@@ -217,14 +217,14 @@ impl Broker {
         };
         Broker {
             inner: Arc::new(Inner {
-                ctx,
+                ctx: ctx.clone(),
                 store,
                 clock,
                 waiters: waiters::Waiters::default(),
                 metrics,
                 shutdown: CancellationToken::new(),
                 node_id,
-                moves: mover::MoveTasks::default(),
+                mover: mover::Mover::new(ctx),
                 topics: topics::TopicState::default(),
                 access_settings: access,
                 access: access::AccessState::default(),
@@ -255,6 +255,11 @@ impl Broker {
             trust: self.inner.trust.clone(),
             ..redrive_push::DeliverySettings::default()
         }
+    }
+
+    /// The mover service (SQS message move tasks).
+    pub(crate) fn mover(&self) -> &mover::Mover {
+        &self.inner.mover
     }
 
     /// This process's id among those sharing the store.

@@ -212,7 +212,6 @@ mod dead_letters;
 mod error;
 mod leases;
 mod messages;
-mod move_tasks;
 mod pool;
 mod queues;
 mod register;
@@ -243,7 +242,6 @@ use redrive_store::{
     DeadLetterPage, DrainRule, Quarantine, QuarantineCopy, ReplayClaim, ReplayCounts, ReplayFinish,
     RetentionRule,
 };
-use redrive_store::{MoveTaskProgress, MoveTaskRecord};
 use redrive_store::{
     NewSubscription, PublishEvent, Published, SubscriptionRecord, SubscriptionUpdate, TopicPolicy,
     TopicRecord,
@@ -955,46 +953,6 @@ impl Store for PostgresStore {
     ) -> StoreResult<Vec<RegisterRecord>> {
         let after = after.map(ToString::to_string);
         read!(self, |db| register::list(db, after.as_deref(), limit))
-    }
-
-    async fn create_move_task(&self, task: &MoveTaskRecord) -> StoreResult<MoveTaskRecord> {
-        write_tx!(self, |db| move_tasks::create(db, task))
-    }
-
-    async fn get_move_task(&self, handle: &str) -> StoreResult<Option<MoveTaskRecord>> {
-        read!(self, |db| move_tasks::get(db, handle))
-    }
-
-    async fn list_move_tasks(&self, source: &str, limit: u32) -> StoreResult<Vec<MoveTaskRecord>> {
-        read!(self, |db| move_tasks::list(db, source, limit))
-    }
-
-    async fn update_move_task(
-        &self,
-        handle: &str,
-        runner: &str,
-        progress: &MoveTaskProgress,
-        now: Timestamp,
-    ) -> StoreResult<Option<MoveTaskRecord>> {
-        write_tx!(self, |db| move_tasks::update(
-            db, handle, runner, progress, now
-        ))
-    }
-
-    async fn cancel_move_task(&self, handle: &str, now: Timestamp) -> StoreResult<MoveTaskRecord> {
-        write_tx!(self, |db| move_tasks::cancel(db, handle, now))
-    }
-
-    async fn claim_move_tasks(
-        &self,
-        runner: &str,
-        lease_ms: u64,
-        now: Timestamp,
-        limit: u32,
-    ) -> StoreResult<Vec<MoveTaskRecord>> {
-        write_tx!(self, |db| move_tasks::claim(
-            db, runner, lease_ms, now, limit
-        ))
     }
 
     async fn create_replay_plan(

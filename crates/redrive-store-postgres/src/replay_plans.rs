@@ -11,15 +11,22 @@
 //! fails the other with a unique violation. That violation is turned into a retryable
 //! conflict: the transaction is rolled back and run again from the start, and its check
 //! then sees the committed holder and answers `ReplayItemTaken` naming it.
+//!
+//! Message move tasks are plans of kind `sqs_move`: a create inserts with
+//! `ON CONFLICT (queue) WHERE …` on the index `replay_plans_active_move` (of two nodes
+//! starting a task of one source at once, the second inserts nothing and is told
+//! `MoveTaskRunning`), and their progress, cancel and claim are updates like any other,
+//! so the row lock and the version decide between two nodes writing one task.
 
 use std::collections::BTreeSet;
 use std::sync::LazyLock;
 
 use redrive_store::skeleton::Columns;
 use redrive_store::skeleton::columns::to_int;
+use redrive_store::skeleton::move_tasks::{PRUNE_MOVES, kept};
 use redrive_store::skeleton::replay_plans::{
-    self as skeleton, Bound, Built, HOLDER_COLUMNS, INSERT_PLAN, ItemColumns, UPDATE_PLAN,
-    item_columns, mut_columns, plan_columns,
+    self as skeleton, Bound, Built, HOLDER_COLUMNS, ItemColumns, UPDATE_PLAN, item_columns,
+    mut_columns, plan_columns,
 };
 use redrive_store::{
     PlanItemQuery, PlanItemRecord, PlanQuery, ReplayPlanRecord, ReplayPlanUpdate, StoreError,
@@ -154,9 +161,10 @@ pub(crate) async fn create(
 ) -> StoreResult<ReplayPlanRecord> {
     skeleton::check_new(p, items)?;
     let c = plan_columns(p)?;
+    let (insert, refused) = skeleton::insert_statement(p);
     let n = db
         .execute(
-            INSERT_PLAN,
+            insert,
             &[
                 &c.id,
                 &c.queue,
@@ -174,11 +182,13 @@ pub(crate) async fn create(
                 &c.m.state,
                 &c.m.updated_at,
                 &c.kind,
+                &c.m.runner,
+                &c.m.runner_until,
             ],
         )
         .await?;
     if n == 0 {
-        return Err(StoreError::ReplayPlanExists { id: p.id.clone() });
+        return Err(refused);
     }
     if !items.is_empty() {
         let a = ItemArrays::of(items.iter())?;
@@ -283,7 +293,6 @@ pub(crate) async fn update(db: &Db<'_>, u: &ReplayPlanUpdate) -> StoreResult<Rep
     skeleton::check_update(u)?;
     // Locked: a concurrent update of the plan waits here, then sees this one's version.
     let stored = locked(db, &u.id).await?;
-    skeleton::check_kind(&stored)?;
     skeleton::check_version(&stored, u)?;
     let m = mut_columns(&u.set)?;
     let cases = skeleton::admitted_cases(u);
@@ -313,6 +322,8 @@ pub(crate) async fn update(db: &Db<'_>, u: &ReplayPlanUpdate) -> StoreResult<Rep
                 &m.next_at,
                 &m.state,
                 &m.updated_at,
+                &m.runner,
+                &m.runner_until,
                 &u.id,
                 &version,
             ],
@@ -322,6 +333,10 @@ pub(crate) async fn update(db: &Db<'_>, u: &ReplayPlanUpdate) -> StoreResult<Rep
         return Err(crate::error::backend(PostgresError::Invariant(
             "a locked plan's version changed",
         )));
+    }
+    if skeleton::ends_move(&stored, u) {
+        // Keep the most recent finished move plans of the queue only.
+        db.execute(PRUNE_MOVES, &[&stored.queue, &kept()?]).await?;
     }
     Ok(skeleton::written(stored, u))
 }

@@ -1918,7 +1918,7 @@ async fn a_lease_lost_to_a_concurrent_admission_is_replay_item_taken() {
 /// read as the same task, its source still held by the running one; `move_tasks` is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn version_10_move_tasks_become_sqs_move_plans() {
-    use redrive_store::{MoveTaskStatus, PlanKind, PlanQuery, PlanStatus};
+    use redrive_store::{MoveTaskStatus, PlanKind, PlanQuery, PlanStatus, move_plans};
 
     let g = SchemaGuard::fresh(&database());
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
@@ -1993,7 +1993,12 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
             ("mv_run", PlanKind::SqsMove, PlanStatus::Running, None),
         ]
     );
-    let run = store.get_move_task("mv_run").await.unwrap().unwrap();
+    let run = move_plans::get(&store, "mv_run")
+        .await
+        .unwrap()
+        .unwrap()
+        .move_part()
+        .unwrap();
     assert_eq!(
         (run.status, run.moved, run.to_move, run.max_per_second),
         (MoveTaskStatus::Running, 3, 7, Some(5))
@@ -2002,29 +2007,41 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
         (run.runner.as_deref(), run.runner_until),
         (Some("node-1"), Some(Timestamp(T0.0 + 30_000)))
     );
-    let old = store.get_move_task("mv_old").await.unwrap().unwrap();
+    let old = move_plans::get(&store, "mv_old")
+        .await
+        .unwrap()
+        .unwrap()
+        .move_part()
+        .unwrap();
     assert_eq!(
         (old.destination, old.failure_reason.as_deref()),
         (None, Some("authorization_revoked"))
     );
-    let handles: Vec<String> = store
-        .list_move_tasks("dlq", 10)
+    let handles: Vec<String> = move_plans::list(&store, "dlq", 10)
         .await
         .unwrap()
         .into_iter()
-        .map(|t| t.handle)
+        .map(|t| t.id)
         .collect();
     assert_eq!(
         handles,
         ["mv_run", "mv_old"],
         "creation order breaks the tie"
     );
-    let second = redrive_store::MoveTaskRecord {
+    let second = redrive_store::NewMove {
         handle: "mv_new".to_owned(),
-        ..run
+        source: "dlq".to_owned(),
+        destination: None,
+        max_per_second: None,
+        to_move: 0,
+        owner_id: "anonymous".to_owned(),
+        owner_name: "anonymous".to_owned(),
+        runner: "node-2".to_owned(),
+        runner_until: Timestamp(T0.0 + 30_000),
+        now: T0,
     };
     assert!(matches!(
-        store.create_move_task(&second).await,
+        move_plans::create(&store, &second).await,
         Err(StoreError::MoveTaskRunning { .. })
     ));
     store.close();

@@ -95,7 +95,6 @@ mod error;
 mod files;
 mod leases;
 mod messages;
-mod move_tasks;
 mod queues;
 mod readers;
 mod register;
@@ -127,7 +126,6 @@ use redrive_store::{
     DeadLetterPage, DrainRule, Quarantine, QuarantineCopy, ReplayClaim, ReplayCounts, ReplayFinish,
     RetentionRule,
 };
-use redrive_store::{MoveTaskProgress, MoveTaskRecord};
 use redrive_store::{
     NewSubscription, PublishEvent, Published, SubscriptionRecord, SubscriptionUpdate, TopicPolicy,
     TopicRecord,
@@ -811,60 +809,6 @@ impl Store for SqliteStore {
         let after = after.map(ToString::to_string);
         self.readers
             .read(move |c| register::list(c, after.as_deref(), limit))
-            .await
-    }
-
-    async fn create_move_task(&self, task: &MoveTaskRecord) -> StoreResult<MoveTaskRecord> {
-        let task = task.clone();
-        self.writer
-            .write(move |tx| move_tasks::create(tx, &task))
-            .await
-    }
-
-    async fn get_move_task(&self, handle: &str) -> StoreResult<Option<MoveTaskRecord>> {
-        let handle = handle.to_owned();
-        self.readers
-            .read(move |c| move_tasks::get(c, &handle))
-            .await
-    }
-
-    async fn list_move_tasks(&self, source: &str, limit: u32) -> StoreResult<Vec<MoveTaskRecord>> {
-        let source = source.to_owned();
-        self.readers
-            .read(move |c| move_tasks::list(c, &source, limit))
-            .await
-    }
-
-    async fn update_move_task(
-        &self,
-        handle: &str,
-        runner: &str,
-        progress: &MoveTaskProgress,
-        now: Timestamp,
-    ) -> StoreResult<Option<MoveTaskRecord>> {
-        let (handle, runner, progress) = (handle.to_owned(), runner.to_owned(), progress.clone());
-        self.writer
-            .write(move |tx| move_tasks::update(tx, &handle, &runner, &progress, now))
-            .await
-    }
-
-    async fn cancel_move_task(&self, handle: &str, now: Timestamp) -> StoreResult<MoveTaskRecord> {
-        let handle = handle.to_owned();
-        self.writer
-            .write(move |tx| move_tasks::cancel(tx, &handle, now))
-            .await
-    }
-
-    async fn claim_move_tasks(
-        &self,
-        runner: &str,
-        lease_ms: u64,
-        now: Timestamp,
-        limit: u32,
-    ) -> StoreResult<Vec<MoveTaskRecord>> {
-        let runner = runner.to_owned();
-        self.writer
-            .write(move |tx| move_tasks::claim(tx, &runner, lease_ms, now, limit))
             .await
     }
 

@@ -1,5 +1,6 @@
-//! Bounded replay plans: create and update (writer), get, list and item reads (readers).
-//! The rules are `redrive_store::skeleton::replay_plans`'s.
+//! Bounded replay plans, message move tasks (`sqs_move` plans) among them: create and
+//! update (writer), get, list and item reads (readers). The rules are
+//! `redrive_store::skeleton::replay_plans`'s and `skeleton::move_tasks`'s.
 //!
 //! The writer is the only writer, so the item lease is checked by reading the admitted
 //! items of the cases an update admits inside its transaction, before anything is
@@ -7,13 +8,13 @@
 //! rolled back, the store stays healthy) and never reaches the unique index, which
 //! remains the guard.
 
+use redrive_store::skeleton::move_tasks::{PRUNE_MOVES, kept};
 use redrive_store::skeleton::replay_plans::{
-    self as skeleton, Bound, Built, HOLDER_COLUMNS, INSERT_PLAN, UPDATE_PLAN, item_columns,
-    mut_columns, plan_columns,
+    self as skeleton, Bound, Built, HOLDER_COLUMNS, UPDATE_PLAN, item_columns, mut_columns,
+    plan_columns,
 };
 use redrive_store::{
-    PlanItemQuery, PlanItemRecord, PlanQuery, ReplayPlanRecord, ReplayPlanUpdate, StoreError,
-    StoreResult,
+    PlanItemQuery, PlanItemRecord, PlanQuery, ReplayPlanRecord, ReplayPlanUpdate, StoreResult,
 };
 use rusqlite::types::Value;
 use rusqlite::{Connection, Row, params, params_from_iter};
@@ -96,9 +97,10 @@ pub(crate) fn create(
 ) -> StoreResult<ReplayPlanRecord> {
     skeleton::check_new(p, items)?;
     let c = plan_columns(p)?;
+    let (insert, refused) = skeleton::insert_statement(p);
     let n = tx
         .conn
-        .prepare_cached(INSERT_PLAN)
+        .prepare_cached(insert)
         .db()?
         .execute(params![
             c.id,
@@ -117,10 +119,12 @@ pub(crate) fn create(
             c.m.state,
             c.m.updated_at,
             c.kind,
+            c.m.runner,
+            c.m.runner_until,
         ])
         .db()?;
     if n == 0 {
-        return Err(StoreError::ReplayPlanExists { id: p.id.clone() });
+        return Err(refused);
     }
     let mut stmt = tx.conn.prepare_cached(INSERT_ITEM).db()?;
     for i in items {
@@ -145,7 +149,6 @@ pub(crate) fn update(tx: &mut Tx<'_>, u: &ReplayPlanUpdate) -> StoreResult<Repla
     skeleton::check_update(u)?;
     let conn = tx.conn;
     let stored = get(conn, &u.id)?;
-    skeleton::check_kind(&stored)?;
     skeleton::check_version(&stored, u)?;
     let m = mut_columns(&u.set)?;
     // The item lease, before anything is written (see the module docs).
@@ -201,9 +204,18 @@ pub(crate) fn update(tx: &mut Tx<'_>, u: &ReplayPlanUpdate) -> StoreResult<Repla
             m.next_at,
             m.state,
             m.updated_at,
+            m.runner,
+            m.runner_until,
             u.id,
             version,
         ])
         .db()?;
+    if skeleton::ends_move(&stored, u) {
+        // Keep the most recent finished move plans of the queue only.
+        conn.prepare_cached(PRUNE_MOVES)
+            .db()?
+            .execute(params![stored.queue, kept()?])
+            .db()?;
+    }
     Ok(skeleton::written(stored, u))
 }

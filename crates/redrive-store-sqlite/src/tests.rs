@@ -1313,7 +1313,8 @@ async fn an_existing_open_directory_and_database_are_tightened() {
 #[tokio::test]
 async fn version_10_move_tasks_become_sqs_move_plans() {
     use redrive_store::{
-        MoveTaskRecord, MoveTaskStatus, PlanKind, PlanQuery, PlanStatus, skeleton::move_tasks,
+        MovePart, MoveTaskStatus, NewMove, PlanKind, PlanQuery, PlanStatus, move_plans,
+        skeleton::move_tasks,
     };
 
     let dir = tempfile::tempdir().unwrap();
@@ -1418,22 +1419,34 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
     assert_eq!(plans[1].m.state["moved"], serde_json::json!(3));
     assert_eq!(plans[0].destination, redrive_store::MOVE_TO_SOURCE);
     assert_eq!(plans[0].m.owner_until, move_tasks::NO_LEASE);
-    let run = store.get_move_task("mv_run").await.unwrap().unwrap();
+    let run = move_plans::get(&store, "mv_run").await.unwrap().unwrap();
     assert_eq!(
-        run,
-        MoveTaskRecord {
-            handle: "mv_run".to_owned(),
-            source: "dlq".to_owned(),
+        (
+            run.id.as_str(),
+            run.queue.as_str(),
+            run.owner_id.as_str(),
+            run.owner_name.as_str(),
+            run.created_at,
+            run.m.updated_at
+        ),
+        (
+            "mv_run",
+            "dlq",
+            "tok_0000000000000001",
+            "mover",
+            T0,
+            Timestamp(T0.0 + 9)
+        )
+    );
+    assert_eq!(
+        run.move_part().unwrap(),
+        MovePart {
             destination: Some("dest".to_owned()),
             max_per_second: Some(5),
             status: MoveTaskStatus::Running,
             moved: 3,
             to_move: 7,
             failure_reason: None,
-            owner_id: "tok_0000000000000001".to_owned(),
-            owner_name: "mover".to_owned(),
-            started_at: T0,
-            updated_at: Timestamp(T0.0 + 9),
             runner: Some("node-1".to_owned()),
             runner_until: Some(Timestamp(T0.0 + 30_000)),
             next_slot: None,
@@ -1441,20 +1454,27 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
     );
     // Newest first by creation order (same start time), and the running task still holds
     // its source.
-    let handles: Vec<String> = store
-        .list_move_tasks("dlq", 10)
+    let handles: Vec<String> = move_plans::list(&store, "dlq", 10)
         .await
         .unwrap()
         .into_iter()
-        .map(|t| t.handle)
+        .map(|t| t.id)
         .collect();
     assert_eq!(handles, ["mv_run", "mv_old"]);
-    let second = MoveTaskRecord {
+    let second = NewMove {
         handle: "mv_new".to_owned(),
-        ..run
+        source: "dlq".to_owned(),
+        destination: None,
+        max_per_second: None,
+        to_move: 0,
+        owner_id: "anonymous".to_owned(),
+        owner_name: "anonymous".to_owned(),
+        runner: "node-2".to_owned(),
+        runner_until: Timestamp(T0.0 + 30_000),
+        now: T0,
     };
     assert!(matches!(
-        store.create_move_task(&second).await,
+        move_plans::create(&store, &second).await,
         Err(StoreError::MoveTaskRunning { .. })
     ));
     store.close();

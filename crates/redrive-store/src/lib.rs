@@ -547,56 +547,14 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<Vec<RegisterRecord>>;
 
-    // ---- message move tasks --------------------------------------------------------
-
-    /// Stores a new move task (as given: `RUNNING`, its runner and heartbeat). Refused
-    /// with `MoveTaskRunning` while a task of the same source is `RUNNING` or
-    /// `CANCELLING`, in the same transaction: one active task per source, whichever node
-    /// asks.
-    async fn create_move_task(&self, task: &MoveTaskRecord) -> StoreResult<MoveTaskRecord>;
-
-    /// The task `handle`, if it exists.
-    async fn get_move_task(&self, handle: &str) -> StoreResult<Option<MoveTaskRecord>>;
-
-    /// The tasks of `source`, most recently started first, at most `limit` (capped at
-    /// [`MAX_MOVE_TASK_PAGE`]).
-    async fn list_move_tasks(&self, source: &str, limit: u32) -> StoreResult<Vec<MoveTaskRecord>>;
-
-    /// Writes a runner's progress, heartbeat or end of task `handle`, only while `runner`
-    /// runs it and it is active (see [`skeleton::move_tasks::progress`]: a stored
-    /// `CANCELLING` stays until the runner ends the task). A task that ends here is
-    /// kept, with the [`MOVE_TASKS_KEPT_PER_SOURCE`] most recent finished tasks of its
-    /// source; older ones are deleted. Returns the task as written, or `None` (nothing
-    /// written) when it is gone, finished, or another node runs it.
-    async fn update_move_task(
-        &self,
-        handle: &str,
-        runner: &str,
-        progress: &MoveTaskProgress,
-        now: Timestamp,
-    ) -> StoreResult<Option<MoveTaskRecord>>;
-
-    /// Asks a running task to stop: `RUNNING` becomes `CANCELLING` (its runner sees it at
-    /// its next batch). `MoveTaskNotFound`; `MoveTaskNotRunning` when it is not
-    /// `RUNNING`. Returns the task as written.
-    async fn cancel_move_task(&self, handle: &str, now: Timestamp) -> StoreResult<MoveTaskRecord>;
-
-    /// Claims up to `limit` orphaned tasks — `RUNNING` or `CANCELLING` whose heartbeat
-    /// (`runner_until`) is at or before `now`, oldest first — for `runner`, with a
-    /// heartbeat until `now + lease_ms`, each in the transaction that finds it (a task
-    /// goes to one claimer). Returns the claimed tasks as written.
-    async fn claim_move_tasks(
-        &self,
-        runner: &str,
-        lease_ms: u64,
-        now: Timestamp,
-        limit: u32,
-    ) -> StoreResult<Vec<MoveTaskRecord>>;
-
     // ---- bounded replay plans --------------------------------------------------------
 
     /// Stores a new plan with its items (each `waiting` or `held`, `seq` from 0 in
-    /// admission order), in one transaction. `ReplayPlanExists` if the id is taken.
+    /// admission order), in one transaction. `ReplayPlanExists` if the id is taken. An
+    /// `sqs_move` plan (a message move task, no items; see [`move_plans`]) is refused with
+    /// `MoveTaskRunning` while an `sqs_move` plan of the same queue is `running` or
+    /// `cancelling`, in the same transaction: one active task per source, whichever node
+    /// asks.
     async fn create_replay_plan(
         &self,
         plan: &ReplayPlanRecord,
@@ -606,14 +564,18 @@ pub trait Store: Send + Sync + 'static {
     /// One plan. `ReplayPlanNotFound`.
     async fn get_replay_plan(&self, id: &str) -> StoreResult<ReplayPlanRecord>;
 
-    /// A page of plans by id, filtered by `query`.
+    /// A page of plans filtered by `query`, in its order (by id unless told otherwise).
     async fn list_replay_plans(&self, query: &PlanQuery) -> StoreResult<Vec<ReplayPlanRecord>>;
 
     /// Writes `update` in one transaction if the plan is still at `update.version`
     /// (`ReplayPlanChanged` otherwise, nothing written): its mutable part, its items by
     /// `seq`, and the version plus one. An item made `admitted` while another plan's item
     /// of the same case is `admitted` refuses the whole update with `ReplayItemTaken`.
-    /// `ReplayPlanNotFound`. Returns the plan as written.
+    /// `ReplayPlanNotFound`. An update that ends an `sqs_move` plan (it leaves `running`
+    /// or `cancelling`) also deletes, in the same transaction, the finished `sqs_move`
+    /// plans of its queue but the [`MOVE_TASKS_KEPT_PER_SOURCE`] most recent. The
+    /// runner's columns of an `sqs_move` plan are its state's `runner` and
+    /// `runner_until` (see [`skeleton::move_tasks`]). Returns the plan as written.
     async fn update_replay_plan(&self, update: &ReplayPlanUpdate) -> StoreResult<ReplayPlanRecord>;
 
     /// A page of a plan's items by `seq`, filtered by `query`. `ReplayPlanNotFound`.

@@ -235,6 +235,20 @@ pub struct PlanQuery {
     pub after: Option<String>,
     /// At most this many (0 or more than [`MAX_PLAN_PAGE`] means [`MAX_PLAN_PAGE`]).
     pub limit: u32,
+    /// The order of the page (by id unless told otherwise).
+    pub order: PlanOrder,
+}
+
+/// The order of a listing of plans.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PlanOrder {
+    /// By id (the order `after` pages in).
+    #[default]
+    Id,
+    /// Most recently created first (ties of `created_at` by creation order).
+    Newest,
+    /// Oldest first (ties of `created_at` by creation order).
+    Oldest,
 }
 
 /// Which items of a plan a read returns, by `seq`.

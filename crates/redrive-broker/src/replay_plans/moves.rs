@@ -5,7 +5,7 @@
 //! the owner's `start`, `pause` and `resume` do not apply to it (`plan_state`), and its
 //! `cancel` is `CancelMessageMoveTask`'s (audited `move_task.cancel`).
 
-use redrive_store::{MoveTaskRecord, PlanStatus, ReplayPlanRecord, StoreError};
+use redrive_store::{PlanStatus, ReplayPlanRecord, StoreError};
 
 use super::run::{PlanSpec, PlanView, RunState};
 use crate::mover::{MoveError, move_budget, move_rate};
@@ -57,8 +57,7 @@ pub struct MovePlanView {
 /// The view of an `sqs_move` plan: its budget is the mover's (items/s only), its progress
 /// the task's (items: the messages to move; admitted and completed: those moved).
 pub(crate) fn move_plan_view(plan: ReplayPlanRecord) -> BrokerResult<PlanView> {
-    // The runner's columns are the mover's; the view does not need them.
-    let task: MoveTaskRecord = MoveTaskRecord::from_plan(&plan, None, None)?;
+    let task = plan.move_part()?;
     let budget = move_budget(task.max_per_second);
     let spec = PlanSpec {
         reasons: Vec::new(),
@@ -75,7 +74,7 @@ pub(crate) fn move_plan_view(plan: ReplayPlanRecord) -> BrokerResult<PlanView> {
     let run = RunState {
         admitted: task.moved,
         completed: task.moved,
-        started_ms: Some(task.started_at.as_millis()),
+        started_ms: Some(plan.created_at.as_millis()),
         stop_detail: task.failure_reason.clone(),
         ..RunState::default()
     };

@@ -322,6 +322,7 @@ async fn list_plans(
         queue,
         after: text("after", q.after)?,
         limit: limit(q.limit, DEFAULT_PLAN_PAGE, MAX_PLAN_PAGE)?,
+        ..PlanQuery::default()
     };
     let views = s.broker.plans().list(&query, &actor).await?;
     let plans = views.iter().map(plan_out).collect();

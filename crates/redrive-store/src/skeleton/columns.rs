@@ -89,8 +89,6 @@ pub fn invariant(what: &'static str) -> StoreError {
 /// - `token`, `audit`: [`access::token`](crate::skeleton::access::token),
 ///   [`access::audit_entry`](crate::skeleton::access::audit_entry).
 /// - `register`: [`register::record`](crate::skeleton::register::record).
-/// - `move_task`: [`move_tasks::decode`](crate::skeleton::move_tasks::decode) (a
-///   `replay_plans` row of kind `sqs_move`: the plan's columns, then its runner's).
 /// - `replay_plan`, `replay_plan_item`:
 ///   [`replay_plans::decode`](crate::skeleton::replay_plans::decode),
 ///   [`replay_plans::decode_item`](crate::skeleton::replay_plans::decode_item).
@@ -133,14 +131,10 @@ macro_rules! columns {
     (register) => {
         "key, answer, ordering_attribute, updated_at"
     };
-    (move_task) => {
+    (replay_plan) => {
         "id, queue, destination, owner_id, owner_name, spec, items, created_at, version, \
          status, owner_until, stop_reason, next_at, state, updated_at, kind, runner, \
          runner_until"
-    };
-    (replay_plan) => {
-        "id, queue, destination, owner_id, owner_name, spec, items, created_at, version, \
-         status, owner_until, stop_reason, next_at, state, updated_at, kind"
     };
     (replay_plan_item) => {
         "seq, case_id, bytes, state, admit_window, message_id, detail, updated_at"

@@ -9,7 +9,9 @@
 //! the plan runs), and the plan's `items` is their number; `spec` and `state` are JSON
 //! objects. A create that breaks one of these is a caller's bug and writes nothing
 //! ([`RowError::Invariant`], [`RowError::BadValue`]). The plan row is inserted with
-//! `ON CONFLICT (id) DO NOTHING`: nothing inserted is `ReplayPlanExists`.
+//! `ON CONFLICT (id) DO NOTHING`: nothing inserted is `ReplayPlanExists`. An `sqs_move`
+//! plan (no items) is inserted under the one-active-move-per-source rule instead
+//! ([`insert_statement`], [`move_tasks`](super::move_tasks)).
 //!
 //! # Updating a plan ([`check_update`], [`lease_conflict`], [`write_order`])
 //!
@@ -30,18 +32,21 @@
 //! (PostgreSQL maps its violation, see that backend). Items are written in
 //! [`write_order`]: those that leave or never reach `admitted` first, so that a lease
 //! handed from one item to another within an update never meets itself in the index.
+//! An update that ends an `sqs_move` plan also prunes the finished move plans of its
+//! queue ([`ends_move`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::columns::{Columns, RowError, bad_value, millis, to_int, to_json};
 use crate::{
-    MAX_PLAN_ITEM_PAGE, MAX_PLAN_PAGE, PlanItemQuery, PlanItemRecord, PlanItemState, PlanMut,
-    PlanQuery, ReplayPlanRecord, ReplayPlanUpdate, StoreError, StoreResult,
+    MAX_PLAN_ITEM_PAGE, MAX_PLAN_PAGE, PlanItemQuery, PlanItemRecord, PlanItemState, PlanKind,
+    PlanMut, PlanOrder, PlanQuery, ReplayPlanRecord, ReplayPlanUpdate, StoreError, StoreResult,
 };
 
-/// Reads [`columns!(replay_plan)`](crate::columns).
+/// Reads [`columns!(replay_plan)`](crate::columns). The runner's columns of an
+/// `sqs_move` plan are read into its state (see [`move_tasks`](super::move_tasks)).
 pub fn decode(c: &impl Columns) -> StoreResult<ReplayPlanRecord> {
-    Ok(ReplayPlanRecord {
+    let mut plan = ReplayPlanRecord {
         id: c.text(0)?,
         queue: c.text(1)?,
         destination: c.text(2)?,
@@ -60,7 +65,11 @@ pub fn decode(c: &impl Columns) -> StoreResult<ReplayPlanRecord> {
             updated_at: c.time(14)?,
         },
         kind: c.parse(15, "replay_plans.kind")?,
-    })
+    };
+    if plan.kind == PlanKind::SqsMove {
+        super::move_tasks::read_runner(&mut plan.m.state, c.text_opt(16)?, c.time_opt(17)?)?;
+    }
+    Ok(plan)
 }
 
 /// Reads [`columns!(replay_plan_item)`](crate::columns).
@@ -81,20 +90,44 @@ pub fn decode_item(c: &impl Columns) -> StoreResult<PlanItemRecord> {
     })
 }
 
-/// Inserts a plan: [`PlanColumns`] as `$1…$16`, in the order of
+/// Inserts a `cases` plan: [`PlanColumns`] as `$1…$18`, in the order of
 /// [`columns!(replay_plan)`](crate::columns). Inserts nothing when the id is taken.
+/// An `sqs_move` plan is inserted by [`INSERT_MOVE`](super::move_tasks::INSERT_MOVE)
+/// (see [`insert_statement`]).
 pub const INSERT_PLAN: &str = concat!(
     "INSERT INTO replay_plans (",
     crate::columns!(replay_plan),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
-     ON CONFLICT (id) DO NOTHING"
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
+     $18) ON CONFLICT (id) DO NOTHING"
 );
 
-/// Writes a plan's mutable part and bumps its version: [`MutColumns`] as `$1…$6`, the
-/// id as `$7`, the version read as `$8`.
+/// The statement that inserts `plan` (bound the same way, [`PlanColumns`] as
+/// `$1…$18`), and the refusal when it inserts nothing: [`INSERT_PLAN`] and
+/// `ReplayPlanExists` for a `cases` plan; for an `sqs_move` plan
+/// [`INSERT_MOVE`](super::move_tasks::INSERT_MOVE) and `MoveTaskRunning` (its source has
+/// an active move plan).
+pub fn insert_statement(plan: &ReplayPlanRecord) -> (&'static str, StoreError) {
+    match plan.kind {
+        PlanKind::Cases => (
+            INSERT_PLAN,
+            StoreError::ReplayPlanExists {
+                id: plan.id.clone(),
+            },
+        ),
+        PlanKind::SqsMove => (
+            super::move_tasks::INSERT_MOVE,
+            StoreError::MoveTaskRunning {
+                queue: plan.queue.clone(),
+            },
+        ),
+    }
+}
+
+/// Writes a plan's mutable part and bumps its version: [`MutColumns`] as `$1…$8`, the
+/// id as `$9`, the version read as `$10`.
 pub const UPDATE_PLAN: &str = "UPDATE replay_plans SET status = $1, owner_until = $2, \
-     stop_reason = $3, next_at = $4, state = $5, updated_at = $6, version = version + 1 \
-     WHERE id = $7 AND version = $8";
+     stop_reason = $3, next_at = $4, state = $5, updated_at = $6, runner = $7, \
+     runner_until = $8, version = version + 1 WHERE id = $9 AND version = $10";
 
 /// A plan's mutable part as bound (in the order of [`UPDATE_PLAN`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -111,6 +144,10 @@ pub struct MutColumns {
     pub state: String,
     /// `updated_at`.
     pub updated_at: i64,
+    /// `runner`: the state's `runner` (an `sqs_move` plan's; `NULL` for others).
+    pub runner: Option<String>,
+    /// `runner_until`: the state's `runner_until`.
+    pub runner_until: Option<i64>,
 }
 
 /// The mutable part as bound; `state` must be a JSON object.
@@ -125,6 +162,15 @@ pub fn mut_columns(m: &PlanMut) -> StoreResult<MutColumns> {
         next_at: millis(m.next_at),
         state: to_json(&m.state)?,
         updated_at: m.updated_at.0,
+        runner: m
+            .state
+            .get("runner")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned),
+        runner_until: m
+            .state
+            .get("runner_until")
+            .and_then(serde_json::Value::as_i64),
     })
 }
 
@@ -242,17 +288,12 @@ pub fn not_found(id: &str) -> StoreError {
     StoreError::ReplayPlanNotFound { id: id.to_owned() }
 }
 
-/// Whether the stored plan is one an update may write: an `sqs_move` plan is written by
-/// the move task operations only ([`move_tasks`](super::move_tasks)); an update of one is
-/// a caller's bug ([`RowError::Invariant`]) and writes nothing.
-pub fn check_kind(stored: &ReplayPlanRecord) -> StoreResult<()> {
-    if stored.kind == crate::PlanKind::SqsMove {
-        return Err(RowError::Invariant(
-            "an sqs_move plan is written by its move task operations only",
-        )
-        .into());
-    }
-    Ok(())
+/// Whether an update that wrote `u` over `stored` ends an `sqs_move` plan: then the
+/// backend deletes the finished move plans of its queue but the most recent
+/// [`MOVE_TASKS_KEPT_PER_SOURCE`](crate::MOVE_TASKS_KEPT_PER_SOURCE), in the same
+/// transaction ([`PRUNE_MOVES`](super::move_tasks::PRUNE_MOVES)).
+pub fn ends_move(stored: &ReplayPlanRecord, u: &ReplayPlanUpdate) -> bool {
+    stored.kind == PlanKind::SqsMove && stored.m.status.is_active() && !u.set.status.is_active()
 }
 
 /// The stored version against the one the update read: `ReplayPlanChanged` (with the
@@ -455,8 +496,15 @@ pub fn list_sql(q: &PlanQuery) -> Built {
         format!(" WHERE {}", conditions.join(" AND "))
     };
     let limit = b.bind(Bound::Int(plan_page_limit(q.limit)));
+    // `seq` is an `sqs_move` plan's creation order (`NULL` for others, whose ties the id
+    // breaks).
+    let order = match q.order {
+        PlanOrder::Id => "id",
+        PlanOrder::Newest => "created_at DESC, seq DESC, id DESC",
+        PlanOrder::Oldest => "created_at, seq, id",
+    };
     b.sql = format!(
-        "SELECT {} FROM replay_plans{where_} ORDER BY id LIMIT {limit}",
+        "SELECT {} FROM replay_plans{where_} ORDER BY {order} LIMIT {limit}",
         crate::columns!(replay_plan)
     );
     b
