@@ -427,3 +427,17 @@ where
     .await
 }
 
+/// Looks at `GET path` until the view satisfies `ok`, waiting between looks for the
+/// server's background workers to finish a pass: for the next sleep to park on its
+/// manual clock ([`TestServer::parked_after`]), as each worker's does once a pass.
+/// Answers the view.
+pub async fn until_worked(s: &TestServer, path: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    loop {
+        let seen = s.clock().parks();
+        let v = view(s, path).await;
+        if ok(&v) {
+            return v;
+        }
+        s.parked_after(seen).await;
+    }
+}
