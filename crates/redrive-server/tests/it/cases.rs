@@ -10,7 +10,7 @@ use redrive_broker::Actor;
 use redrive_core::register::Idempotency;
 use redrive_testkit::recovery::{
     HOUR, Letter, act, case, case_id, dead_letter, dead_letter_case, register, states, to_eligible,
-    work,
+    until_worked, work,
 };
 use redrive_testkit::{Backend, TestServer, assert_problem, default_settings};
 use redrive_testkit::{Receiver, Reply};
@@ -1295,14 +1295,9 @@ async fn the_case_worker_takes_up_an_opened_case_by_itself() {
         .await;
     s.queue("orders", json!({})).await;
     let id = dead_letter_case(&s, "orders", Letter::order("o-100").reason("Boom")).await;
-    let c = redrive_testkit::within("the worker verifies the case", async {
-        loop {
-            let (_, c) = s.get(&format!("/v1/cases/{id}")).await;
-            if c["state"] != "route_observed" {
-                return c;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+    // Each pass of the worker ends parked on the clock: the look after a park is exact.
+    let c = until_worked(&s, &format!("/v1/cases/{id}"), |c| {
+        c["state"] != "route_observed"
     })
     .await;
     assert!(states(&c).contains(&"route_verified".to_owned()), "{c}");

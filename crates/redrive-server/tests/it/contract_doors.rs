@@ -5,15 +5,15 @@
 //! the case's timeline. Every scenario runs on both backends, on the manual clock, with a
 //! real HTTP effect authority; the case worker is driven one look at a time.
 
-use std::time::Duration;
-
 use redrive_broker::{Actor, MoveSpec};
 use redrive_core::register::Idempotency;
 use redrive_testkit::{Backend, TestServer, assert_problem, default_settings};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use redrive_testkit::recovery::{HOUR, Letter, case, case_id, dead_letter, register, states, work};
+use redrive_testkit::recovery::{
+    HOUR, Letter, case, case_id, dead_letter, register, states, until, work,
+};
 
 use crate::cases::{Authority, server};
 
@@ -693,7 +693,13 @@ async fn restore_import_and_move_tasks_go_through_the_case() {
             })
             .await
             .unwrap();
-        let ended = until_ended(&s, &task.handle).await;
+        let ended = until(
+            &s,
+            &format!("/v1/replay/plans/{}", &task.handle),
+            |v| v["status"] != "running" && v["status"] != "cancelling",
+            tokio::task::yield_now,
+        )
+        .await;
         assert_eq!(ended["status"], "completed", "{name}: {ended}");
         assert_eq!(ended["sqs_move"]["moved"], 1, "{name}: {ended}");
         assert_eq!(drain(&s, "billing").await, ["b-2"], "{name}");
@@ -730,19 +736,6 @@ async fn restore_import_and_move_tasks_go_through_the_case() {
             "completed"
         );
     }
-}
-
-/// Waits (bounded, yielding) until the move task's plan has ended.
-async fn until_ended(s: &TestServer, id: &str) -> Value {
-    for _ in 0..5_000 {
-        let (st, v) = s.get(&format!("/v1/replay/plans/{id}")).await;
-        assert_eq!(st, 200, "{v}");
-        if v["status"] != "running" && v["status"] != "cancelling" {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    panic!("move task {id} never ended");
 }
 
 /// A move back to live with an authority that answers absent: the case follows the
