@@ -131,6 +131,10 @@ pub trait Clock: Send + Sync + 'static {
 }
 
 /// A clock that only moves when told to. Sleepers are woken by [`ManualClock::advance`].
+///
+/// A test that must wait until something sleeps on the clock (a long poll parked, a
+/// worker between passes) awaits [`ManualClock::when_parked`]: it is woken each time a
+/// sleep parks, so it never polls.
 #[derive(Clone)]
 pub struct ManualClock {
     inner: Arc<Mutex<ManualInner>>,
@@ -144,6 +148,13 @@ struct ManualInner {
     sleepers: Vec<(Timestamp, u64, Waker)>,
     /// The number of the next sleep.
     next_sleep: u64,
+    /// How many times a sleep has parked (entered the list), ever.
+    parks: u64,
+    /// Who waits for a sleep to park ([`ManualClock::when_parked`]): the wait's number and
+    /// its latest waker, woken (and removed) when a sleep parks.
+    watchers: Vec<(u64, Waker)>,
+    /// The number of the next wait for a park.
+    next_watch: u64,
 }
 
 impl ManualClock {
@@ -154,6 +165,9 @@ impl ManualClock {
                 now: start,
                 sleepers: Vec::new(),
                 next_sleep: 0,
+                parks: 0,
+                watchers: Vec::new(),
+                next_watch: 0,
             })),
         }
     }
@@ -197,6 +211,69 @@ impl ManualClock {
             .iter()
             .any(|(t, _, _)| *t == deadline)
     }
+
+    /// How many times a sleep has parked on this clock, ever: a worker that sleeps on the
+    /// clock between passes parks once a pass, so a test that read this before a look
+    /// waits for the next pass with `when_parked(|c| c.parks() > seen)`.
+    pub fn parks(&self) -> u64 {
+        lock(&self.inner).parks
+    }
+
+    /// A future that completes once `ready` holds for this clock. It looks when first
+    /// polled and again each time a sleep parks on the clock (a new sleeper, the only
+    /// change that can make [`ManualClock::sleepers`] grow, [`ManualClock::parks`] count
+    /// up or [`ManualClock::sleeping_until`] hold), so a test waits for a waiter to park on
+    /// a signal instead of polling: `clock.when_parked(|c| c.sleepers() > before)`.
+    pub fn when_parked<F>(&self, ready: F) -> WhenParked<F>
+    where
+        F: Fn(&ManualClock) -> bool,
+    {
+        let id = {
+            let mut g = lock(&self.inner);
+            g.next_watch += 1;
+            g.next_watch
+        };
+        WhenParked {
+            clock: self.clone(),
+            ready,
+            id,
+        }
+    }
+}
+
+/// The future of [`ManualClock::when_parked`].
+pub struct WhenParked<F> {
+    clock: ManualClock,
+    ready: F,
+    id: u64,
+}
+
+impl<F: Fn(&ManualClock) -> bool> Future for WhenParked<F> {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // Registered before looking: a sleep that parks after the look wakes this wait.
+        {
+            let mut g = lock(&self.clock.inner);
+            let id = self.id;
+            match g.watchers.iter_mut().find(|(i, _)| *i == id) {
+                Some(entry) => entry.1 = cx.waker().clone(),
+                None => g.watchers.push((id, cx.waker().clone())),
+            }
+        }
+        if (self.ready)(&self.clock) {
+            let id = self.id;
+            lock(&self.clock.inner).watchers.retain(|(i, _)| *i != id);
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+}
+
+impl<F> Drop for WhenParked<F> {
+    fn drop(&mut self) {
+        let id = self.id;
+        lock(&self.clock.inner).watchers.retain(|(i, _)| *i != id);
+    }
 }
 
 fn lock(m: &Mutex<ManualInner>) -> std::sync::MutexGuard<'_, ManualInner> {
@@ -238,9 +315,17 @@ impl Future for ManualSleep {
             return Poll::Ready(());
         }
         let id = self.id;
-        match g.sleepers.iter_mut().find(|(_, i, _)| *i == id) {
-            Some(entry) => entry.2 = cx.waker().clone(),
-            None => g.sleepers.push((self.deadline, id, cx.waker().clone())),
+        if let Some(entry) = g.sleepers.iter_mut().find(|(_, i, _)| *i == id) {
+            entry.2 = cx.waker().clone();
+            return Poll::Pending;
+        }
+        g.sleepers.push((self.deadline, id, cx.waker().clone()));
+        g.parks += 1;
+        // A new sleeper: whoever waits for one looks again (woken outside the lock).
+        let watchers = std::mem::take(&mut g.watchers);
+        drop(g);
+        for (_, w) in watchers {
+            w.wake();
         }
         Poll::Pending
     }
@@ -304,5 +389,129 @@ mod tests {
         clock.advance(Duration::from_millis(2_000));
         assert_eq!(clock.sleepers(), 0);
         assert!(b.as_mut().poll(&mut cx).is_ready());
+    }
+
+    /// A waker that counts its wakes.
+    struct Count(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn counting() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(std::sync::atomic::AtomicUsize::new(0)));
+        (count.clone(), Waker::from(count))
+    }
+
+    fn wakes(c: &Count) -> usize {
+        c.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[test]
+    fn a_wait_for_a_park_is_woken_by_a_new_sleeper_and_not_before() {
+        let clock = ManualClock::new(Timestamp(1_000));
+        let noop = Context::from_waker(Waker::noop());
+        let (count, waker) = counting();
+        let mut cx = Context::from_waker(&waker);
+        let mut parked = Box::pin(clock.when_parked(|c| c.sleepers() > 0));
+        assert!(parked.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(wakes(&count), 0);
+
+        // Time moving and a sleep made but not yet polled: nothing parked, no wake.
+        clock.advance(Duration::from_millis(5));
+        let mut sleep = clock.sleep_until(Timestamp(2_000));
+        assert_eq!(wakes(&count), 0);
+
+        let mut noop = noop;
+        assert!(sleep.as_mut().poll(&mut noop).is_pending());
+        assert_eq!(wakes(&count), 1, "the park wakes the wait");
+        assert!(parked.as_mut().poll(&mut cx).is_ready());
+
+        // A sleep polled again is not a new park.
+        assert_eq!(clock.parks(), 1);
+        let mut again = Box::pin(clock.when_parked(|c| c.parks() > 1));
+        assert!(again.as_mut().poll(&mut cx).is_pending());
+        assert!(sleep.as_mut().poll(&mut noop).is_pending());
+        assert_eq!(wakes(&count), 1);
+        assert!(again.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(clock.parks(), 1);
+        // Woken and parked again (a worker's next pass): a new park.
+        clock.advance(Duration::from_millis(1_000));
+        let mut next = clock.sleep_until(Timestamp(3_000));
+        assert!(next.as_mut().poll(&mut noop).is_pending());
+        assert_eq!((clock.parks(), clock.sleepers()), (2, 1));
+        assert_eq!(wakes(&count), 2);
+        assert!(again.as_mut().poll(&mut cx).is_ready());
+    }
+
+    #[test]
+    fn a_wait_for_a_deadline_completes_only_when_that_deadline_parks() {
+        let clock = ManualClock::new(Timestamp(1_000));
+        let mut noop = Context::from_waker(Waker::noop());
+        let (count, waker) = counting();
+        let mut cx = Context::from_waker(&waker);
+        let mut at = Box::pin(clock.when_parked(|c| c.sleeping_until(Timestamp(5_000))));
+        assert!(at.as_mut().poll(&mut cx).is_pending());
+
+        let mut other = clock.sleep_until(Timestamp(4_000));
+        assert!(other.as_mut().poll(&mut noop).is_pending());
+        assert_eq!(wakes(&count), 1, "woken to look again");
+        assert!(at.as_mut().poll(&mut cx).is_pending(), "not its deadline");
+
+        let mut that = clock.sleep_until(Timestamp(5_000));
+        assert!(that.as_mut().poll(&mut noop).is_pending());
+        assert_eq!(wakes(&count), 2);
+        assert!(at.as_mut().poll(&mut cx).is_ready());
+    }
+
+    #[test]
+    fn a_wait_already_satisfied_is_ready_at_once_and_a_dropped_one_is_forgotten() {
+        let clock = ManualClock::new(Timestamp(1_000));
+        let mut noop = Context::from_waker(Waker::noop());
+        let mut sleep = clock.sleep_until(Timestamp(2_000));
+        assert!(sleep.as_mut().poll(&mut noop).is_pending());
+        let mut ready = Box::pin(clock.when_parked(|c| c.sleepers() == 1));
+        assert!(ready.as_mut().poll(&mut noop).is_ready());
+        assert!(lock(&clock.inner).watchers.is_empty());
+
+        let mut waiting = Box::pin(clock.when_parked(|c| c.sleepers() > 5));
+        assert!(waiting.as_mut().poll(&mut noop).is_pending());
+        assert_eq!(lock(&clock.inner).watchers.len(), 1);
+        drop(waiting);
+        assert!(lock(&clock.inner).watchers.is_empty());
+    }
+
+    #[test]
+    fn a_wait_on_another_thread_wakes_when_a_sleep_parks() {
+        let clock = ManualClock::new(Timestamp(1_000));
+        let watcher = clock.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiting = std::thread::spawn(move || {
+            // A minimal executor: park the thread until woken, then poll again.
+            struct Unpark(std::thread::Thread);
+            impl std::task::Wake for Unpark {
+                fn wake(self: Arc<Self>) {
+                    self.0.unpark();
+                }
+            }
+            let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+            let mut cx = Context::from_waker(&waker);
+            let mut parked = Box::pin(watcher.when_parked(|c| c.sleepers() > 0));
+            let mut first = true;
+            while parked.as_mut().poll(&mut cx).is_pending() {
+                if first {
+                    tx.send(()).unwrap();
+                    first = false;
+                }
+                std::thread::park();
+            }
+        });
+        rx.recv().unwrap();
+        let mut noop = Context::from_waker(Waker::noop());
+        let mut sleep = clock.sleep_until(Timestamp(2_000));
+        assert!(sleep.as_mut().poll(&mut noop).is_pending());
+        waiting.join().unwrap();
     }
 }

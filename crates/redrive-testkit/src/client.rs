@@ -246,29 +246,31 @@ impl TestServer {
     }
 
     /// Waits until more tasks sleep on the manual clock than `before`: a long poll has
-    /// parked. It yields to the server between looks (the clock has no signal for a new
-    /// sleeper), bounded by [`GUARD`](crate::GUARD).
+    /// parked. Woken by the clock each time a sleep parks
+    /// ([`ManualClock::when_parked`](redrive_core::ManualClock::when_parked)), bounded by
+    /// [`GUARD`](crate::GUARD).
     pub async fn until_parked(&self, before: usize) {
-        let clock = self.clock();
-        crate::within("a long poll parking on the clock", async {
-            while clock.sleepers() <= before {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
-        .await;
+        let parked = self.clock().when_parked(move |c| c.sleepers() > before);
+        crate::within("a long poll parking on the clock", parked).await;
     }
 
     /// Waits until something sleeps on the server's clock until exactly `deadline` (a
     /// long poll's end, say): unlike [`TestServer::until_parked`], not fooled by a worker
     /// polled again meanwhile.
     pub async fn until_parked_at(&self, deadline: redrive_core::Timestamp) {
-        let clock = self.clock();
-        crate::within("a long poll parking on the clock", async {
-            while !clock.sleeping_until(deadline) {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
-        .await;
+        let parked = self
+            .clock()
+            .when_parked(move |c| c.sleeping_until(deadline));
+        crate::within("a long poll parking on the clock", parked).await;
+    }
+
+    /// Waits until a sleep parks on the server's clock after the `seen`-th
+    /// ([`ManualClock::parks`](redrive_core::ManualClock::parks)): a background worker
+    /// that sleeps on the clock between passes has finished one. Bounded by
+    /// [`GUARD`](crate::GUARD).
+    pub async fn parked_after(&self, seen: u64) {
+        let parked = self.clock().when_parked(move |c| c.parks() > seen);
+        crate::within("a sleep parking on the clock", parked).await;
     }
 }
 

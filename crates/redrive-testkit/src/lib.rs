@@ -11,6 +11,9 @@
 //!   ([`Receiver::wait_for`]): no polling.
 //! - [`tls`]: a certificate authority made in the test and a TLS front on 127.0.0.1, for
 //!   `https://` endpoints with real handshakes.
+//! - [`recovery`]: the recovery fixtures: dead letters made as a consumer makes them, a
+//!   type's register entry, a case acted on and worked to replay eligibility, the workers
+//!   driven one pass at a time, and waits on a view.
 //! - [`postgres`]: the PostgreSQL test database (`REDRIVE_TEST_POSTGRES_URL`), its skip
 //!   rule (skipped with a line saying why; a failure under CI), fresh schemas and fresh
 //!   databases that are dropped again.
@@ -27,6 +30,7 @@
 mod client;
 pub mod postgres;
 mod receiver;
+pub mod recovery;
 mod server;
 pub mod tls;
 

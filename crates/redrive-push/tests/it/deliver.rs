@@ -8,7 +8,7 @@ use redrive_core::{ManualClock, Timestamp};
 use redrive_events::cloudevent::{BATCH, STRUCTURED};
 use redrive_events::{AttemptOutcome, CloudEvent, GiveUp, RetryPolicy, Verdict};
 use redrive_push::{Deliverer, DeliveryMode, EncodedEvent, PushTarget, TargetError, chunk};
-use redrive_testkit::{Receiver, Reply, refused_url};
+use redrive_testkit::{Receiver, Reply, refused_url, within};
 use serde_json::json;
 
 use crate::loopback_settings;
@@ -358,9 +358,17 @@ async fn a_slow_endpoint_times_out_at_the_target_timeout_on_the_injected_clock()
     let attempt = tokio::spawn(async move { d.deliver_detailed(&t, &[event("e")], 1).await });
     // The request arrives; the answer does not.
     assert_eq!(rx.wait_for(1).await.len(), 1, "the request arrived");
+    // The attempt waits on the injected clock until exactly the 5 s timeout: woken by the
+    // clock when its sleep parks, no time passes for it.
+    let timeout = NOW.plus_millis(5_000);
+    within(
+        "the attempt's timeout parking",
+        clock.when_parked(move |c| c.sleeping_until(timeout)),
+    )
+    .await;
+    assert_eq!(clock.sleepers(), 1, "the timeout is the attempt's one wait");
     clock.advance(Duration::from_millis(4_999));
-    // Room for a wrongly early timeout to land (a signal, not the rule under test).
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(clock.sleeping_until(timeout), "still waiting at 4.999 s");
     assert!(!attempt.is_finished(), "not before the 5 s timeout");
     clock.advance(Duration::from_millis(1));
     let delivery = attempt.await.unwrap();

@@ -9,6 +9,7 @@ use std::time::Duration;
 use redrive_broker::AccessSettings;
 use redrive_core::Timestamp;
 use redrive_server::access::{PUBLIC, ROUTES};
+use redrive_testkit::recovery::{Letter, dead_letter};
 use redrive_testkit::{Backend, T0, TestServer};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -330,44 +331,19 @@ async fn scopes_limit_a_token_to_its_entities_and_listings_show_only_those() {
     s.stop().await;
 }
 
-/// Makes a dead letter on queue `q` through the admin; returns its record id.
-async fn dead_letter(s: &TestServer, q: &str, body: &str) -> String {
+/// Makes queue `q` and a dead letter of `body` on it (as `Bad`) through the admin; returns
+/// its record id.
+async fn bad_letter(s: &TestServer, q: &str, body: &str) -> String {
     s.admin(Method::POST, "/v1/queues", Some(json!({"name": q})))
         .await;
-    let (st, v) = s
-        .admin(
-            Method::POST,
-            &format!("/v1/queues/{q}/messages"),
-            Some(json!({"body": body})),
-        )
-        .await;
-    assert_eq!(st, 201, "{v}");
-    let (_, got) = s
-        .admin(
-            Method::POST,
-            &format!("/v1/queues/{q}/receive"),
-            Some(json!({})),
-        )
-        .await;
-    let token = got["messages"][0]["lock_token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let (st, v) = s
-        .admin(
-            Method::POST,
-            &format!("/v1/queues/{q}/settle"),
-            Some(json!({"lock_token": token, "action": "dead_letter", "reason": "Bad"})),
-        )
-        .await;
-    assert_eq!(st, 200, "{v}");
-    v["dead_letter_id"].as_str().unwrap().to_owned()
+    let letter = Letter::message(json!({"body": body})).reason("Bad");
+    dead_letter(s, q, letter.as_admin()).await
 }
 
 #[tokio::test]
 async fn dead_letter_bodies_only_for_payload_readers_and_every_read_is_audited() {
     let s = TestServer::builder().auth(on()).start().await;
-    let id = dead_letter(&s, "q", "secret-body").await;
+    let id = bad_letter(&s, "q", "secret-body").await;
     let (ops_id, ops) = s.token("ops", &["operator:q"]).await;
     let (reader_id, reader) = s.token("reader", &["payload-reader:q"]).await;
 
@@ -436,7 +412,7 @@ async fn dead_letter_bodies_only_for_payload_readers_and_every_read_is_audited()
 #[tokio::test]
 async fn operator_acts_are_audited_and_the_chain_verifies() {
     let s = TestServer::builder().auth(on()).start().await;
-    let id = dead_letter(&s, "q", "b").await;
+    let id = bad_letter(&s, "q", "b").await;
     let (st, _) = s
         .admin(
             Method::POST,

@@ -7,12 +7,14 @@
 use std::sync::{Arc, Mutex};
 
 use redrive_broker::Actor;
-use redrive_core::register::{Idempotency, RegisterEntry, RegisterKey};
+use redrive_core::register::Idempotency;
+use redrive_testkit::recovery::{
+    HOUR, Letter, act, case, case_id, dead_letter, dead_letter_case, register, states, to_eligible,
+    until_worked, work,
+};
 use redrive_testkit::{Backend, TestServer, assert_problem, default_settings};
 use redrive_testkit::{Receiver, Reply};
 use serde_json::{Value, json};
-
-pub(crate) const HOUR: u64 = 3_600_000;
 
 pub(crate) async fn server(backend: Backend) -> TestServer {
     TestServer::builder()
@@ -24,14 +26,6 @@ pub(crate) async fn server(backend: Backend) -> TestServer {
         })
         .start()
         .await
-}
-
-pub(crate) async fn register(s: &TestServer, key: &str, answer: Idempotency) {
-    let entry = RegisterEntry::new(key.parse::<RegisterKey>().unwrap(), answer, None).unwrap();
-    s.broker
-        .set_register_entry(&Actor::system("test"), entry)
-        .await
-        .unwrap();
 }
 
 /// An effect authority whose answer the test changes as it goes; it records each
@@ -87,73 +81,6 @@ impl Authority {
     }
 }
 
-/// Sends a message with `extra` fields and dead-letters its first delivery with `reason`;
-/// answers the record id.
-pub(crate) async fn dead_letter(
-    s: &TestServer,
-    queue: &str,
-    id: &str,
-    extra: Value,
-    reason: &str,
-) -> String {
-    let mut msg =
-        json!({"message_id": id, "body": format!("{{\"order\":\"{id}\",\"card\":\"4111\"}}")});
-    if let Value::Object(m) = extra {
-        for (k, v) in m {
-            msg[k] = v;
-        }
-    }
-    let (st, v) = s.post(&format!("/v1/queues/{queue}/messages"), msg).await;
-    assert_eq!(st, 201, "{v}");
-    let got = s.receive(queue, 1).await;
-    assert_eq!(got.len(), 1);
-    let (st, v) = s
-        .settle(
-            queue,
-            got[0]["lock_token"].as_str().unwrap(),
-            "dead_letter",
-            json!({"reason": reason, "description": "parse error at $.order"}),
-        )
-        .await;
-    assert_eq!(st, 200, "{v}");
-    v["dead_letter_id"].as_str().unwrap().to_owned()
-}
-
-pub(crate) fn case_id(record: &str) -> String {
-    format!("case_{}", record.trim_start_matches("dl_"))
-}
-
-pub(crate) async fn case(s: &TestServer, id: &str) -> Value {
-    let (st, v) = s.get(&format!("/v1/cases/{id}")).await;
-    assert_eq!(st, 200, "{v}");
-    v
-}
-
-/// Looks until a look advances nothing.
-pub(crate) async fn work(s: &TestServer) {
-    for _ in 0..10 {
-        let pass = s.broker.cases_once().await.expect("a case pass");
-        if pass.advanced == 0 {
-            return;
-        }
-    }
-}
-
-pub(crate) fn states(c: &Value) -> Vec<String> {
-    c["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["state"].as_str().unwrap().to_owned())
-        .collect()
-}
-
-pub(crate) async fn act(s: &TestServer, id: &str, action: &str, body: Value) -> Value {
-    let (st, v) = s.post(&format!("/v1/cases/{id}/{action}"), body).await;
-    assert_eq!(st, 200, "{action}: {v}");
-    v
-}
-
 /// The seed's worked example, end to end: a not-idempotent type with an effect
 /// authority, dead-lettered by its consumer. The broker verifies the route, reconciles
 /// (absent), and waits for a person: diagnosis, one correction, an isolated test on the
@@ -172,9 +99,9 @@ async fn one_item_is_worked_through_the_gates_to_completion() {
         let record = dead_letter(
             &s,
             "orders",
-            "o-1",
-            json!({"type": "order.placed", "intent": "i-1"}),
-            "DeserializationFailed",
+            Letter::order("o-1")
+                .with(json!({"type": "order.placed", "intent": "i-1"}))
+                .reason("DeserializationFailed"),
         )
         .await;
         let id = case_id(&record);
@@ -316,33 +243,6 @@ async fn one_item_is_worked_through_the_gates_to_completion() {
     }
 }
 
-/// Claims a case and takes it through diagnosis, one correction and an isolated test on
-/// its exact payload (to `sandbox`).
-pub(crate) async fn to_eligible(s: &TestServer, id: &str, sandbox: &str) -> Value {
-    act(s, id, "claim", json!({"lease_ms": 4 * HOUR})).await;
-    act(
-        s,
-        id,
-        "diagnosis",
-        json!({"hypothesis": "h", "disconfirming_evidence": "d"}),
-    )
-    .await;
-    act(
-        s,
-        id,
-        "corrections",
-        json!({"kind": "code", "identity": "c1", "addresses": "shape"}),
-    )
-    .await;
-    act(
-        s,
-        id,
-        "tests",
-        json!({"destination": sandbox, "outcome": "pass", "evidence": "ok"}),
-    )
-    .await
-}
-
 /// Imports JSON-Lines records into `queue`; answers the record ids.
 pub(crate) async fn import(s: &TestServer, queue: &str, lines: &[Value]) -> Vec<String> {
     let times = json!({"enqueued_time": "2027-01-15T06:00:00Z", "dead_lettered_at": "2027-01-15T07:00:00Z"});
@@ -440,9 +340,9 @@ async fn an_effect_that_exists_completes_the_case_and_repairs_the_record() {
         let record = dead_letter(
             &s,
             "orders",
-            "o-2",
-            json!({"type": "order.placed", "intent": "i-2"}),
-            "AckLost",
+            Letter::order("o-2")
+                .with(json!({"type": "order.placed", "intent": "i-2"}))
+                .reason("AckLost"),
         )
         .await;
         let id = case_id(&record);
@@ -490,9 +390,9 @@ async fn an_effect_that_cannot_be_established_escalates_with_the_authority_named
         let a = dead_letter(
             &s,
             "orders",
-            "o-3",
-            json!({"type": "order.placed"}),
-            "Timeout",
+            Letter::order("o-3")
+                .with(json!({"type": "order.placed"}))
+                .reason("Timeout"),
         )
         .await;
         work(&s).await;
@@ -500,9 +400,9 @@ async fn an_effect_that_cannot_be_established_escalates_with_the_authority_named
         let b = dead_letter(
             &s,
             "orders",
-            "o-4",
-            json!({"type": "order.placed"}),
-            "Timeout",
+            Letter::order("o-4")
+                .with(json!({"type": "order.placed"}))
+                .reason("Timeout"),
         )
         .await;
         work(&s).await;
@@ -568,17 +468,17 @@ async fn a_cancelled_or_superseded_intent_closes_without_execution() {
         let a = dead_letter(
             &s,
             "orders",
-            "o-5",
-            json!({"type": "order.placed", "intent": "i-5"}),
-            "Boom",
+            Letter::order("o-5")
+                .with(json!({"type": "order.placed", "intent": "i-5"}))
+                .reason("Boom"),
         )
         .await;
         let b = dead_letter(
             &s,
             "orders",
-            "o-6",
-            json!({"type": "order.placed", "intent": "i-6"}),
-            "Boom",
+            Letter::order("o-6")
+                .with(json!({"type": "order.placed", "intent": "i-6"}))
+                .reason("Boom"),
         )
         .await;
         work(&s).await;
@@ -696,7 +596,7 @@ async fn an_application_reason_is_an_observation_not_a_diagnosis() {
     for backend in Backend::all("the application reason test") {
         let s = server(backend).await;
         s.queue("orders", json!({})).await;
-        let record = dead_letter(&s, "orders", "o-20", json!({}), "bad-sku").await;
+        let record = dead_letter(&s, "orders", Letter::order("o-20").reason("bad-sku")).await;
         work(&s).await;
         let c = case(&s, &case_id(&record)).await;
         assert_eq!(c["route"], "application_quarantined");
@@ -732,9 +632,9 @@ async fn overdue_cases_escalate_and_closed_payloads_expire() {
         let record = dead_letter(
             &s,
             "orders",
-            "o-30",
-            json!({"type": "order.placed"}),
-            "Boom",
+            Letter::order("o-30")
+                .with(json!({"type": "order.placed"}))
+                .reason("Boom"),
         )
         .await;
         let id = case_id(&record);
@@ -812,9 +712,9 @@ async fn lost_effect_evidence_halts_a_replay_in_flight() {
         let record = dead_letter(
             &s,
             "orders",
-            "o-40",
-            json!({"type": "order.placed"}),
-            "Boom",
+            Letter::order("o-40")
+                .with(json!({"type": "order.placed"}))
+                .reason("Boom"),
         )
         .await;
         let id = case_id(&record);
@@ -853,9 +753,9 @@ async fn a_replay_that_fails_again_stops_and_returns_to_diagnosis() {
         let record = dead_letter(
             &s,
             "orders",
-            "o-50",
-            json!({"type": "order.placed", "intent": "i-50"}),
-            "Boom",
+            Letter::order("o-50")
+                .with(json!({"type": "order.placed", "intent": "i-50"}))
+                .reason("Boom"),
         )
         .await;
         let id = case_id(&record);
@@ -1032,7 +932,7 @@ async fn a_code_correction_does_not_make_an_invalid_payload_valid() {
         // A candidate is not a case until the judgement quarantines it.
         let (st, _) = s.get(&format!("/v1/cases/{}", case_id(&ids[0]))).await;
         assert_eq!(st, 404);
-        crate::replay::replay_passes(&s).await;
+        redrive_testkit::recovery::replay_passes(&s).await;
         let id = case_id(&ids[0]);
         work(&s).await;
         let c = case(&s, &id).await;
@@ -1160,26 +1060,22 @@ async fn transformations_keep_both_identities_and_only_equivalent_ones_replay() 
         s.queue("orders", json!({})).await;
         s.queue("sandbox", json!({})).await;
         register(&s, "order.placed", Idempotency::Idempotent).await;
-        let a = case_id(
-            &dead_letter(
-                &s,
-                "orders",
-                "o-80",
-                json!({"type": "order.placed"}),
-                "Boom",
-            )
-            .await,
-        );
-        let b = case_id(
-            &dead_letter(
-                &s,
-                "orders",
-                "o-81",
-                json!({"type": "order.placed"}),
-                "Boom",
-            )
-            .await,
-        );
+        let a = dead_letter_case(
+            &s,
+            "orders",
+            Letter::order("o-80")
+                .with(json!({"type": "order.placed"}))
+                .reason("Boom"),
+        )
+        .await;
+        let b = dead_letter_case(
+            &s,
+            "orders",
+            Letter::order("o-81")
+                .with(json!({"type": "order.placed"}))
+                .reason("Boom"),
+        )
+        .await;
         work(&s).await;
         for id in [&a, &b] {
             act(&s, id, "claim", json!({"lease_ms": HOUR})).await;
@@ -1266,9 +1162,9 @@ async fn entity_rules_govern_context_review_and_escalation() {
     let record = dead_letter(
         &s,
         "payments",
-        "p-1",
-        json!({"properties": {"tenant": "t-9", "token": "secret"}}),
-        "Boom",
+        Letter::order("p-1")
+            .with(json!({"properties": {"tenant": "t-9", "token": "secret"}}))
+            .reason("Boom"),
     )
     .await;
     let id = case_id(&record);
@@ -1306,9 +1202,9 @@ async fn an_owner_attests_the_effect_where_no_authority_answers() {
         let record = dead_letter(
             &s,
             "orders",
-            "o-90",
-            json!({"type": "order.placed"}),
-            "Boom",
+            Letter::order("o-90")
+                .with(json!({"type": "order.placed"}))
+                .reason("Boom"),
         )
         .await;
         let id = case_id(&record);
@@ -1336,16 +1232,14 @@ async fn an_owner_attests_the_effect_where_no_authority_answers() {
         let authority = Authority::start("absent", "none").await;
         authority.register(&s, "order.paid").await;
         s.queue("payments", json!({})).await;
-        let other = case_id(
-            &dead_letter(
-                &s,
-                "payments",
-                "o-91",
-                json!({"type": "order.paid"}),
-                "Boom",
-            )
-            .await,
-        );
+        let other = dead_letter_case(
+            &s,
+            "payments",
+            Letter::order("o-91")
+                .with(json!({"type": "order.paid"}))
+                .reason("Boom"),
+        )
+        .await;
         work(&s).await;
         act(&s, &other, "claim", json!({})).await;
         let (st, v) = s
@@ -1378,7 +1272,7 @@ async fn indefinite_retention_is_escalated() {
         s.queue("vault", json!({"dead_letter_retention_ms": 0}))
             .await;
         register(&s, "vault:*", Idempotency::Idempotent).await;
-        let id = case_id(&dead_letter(&s, "vault", "v-1", json!({}), "Boom").await);
+        let id = dead_letter_case(&s, "vault", Letter::order("v-1").reason("Boom")).await;
         work(&s).await;
         let c = case(&s, &id).await;
         assert_eq!(c["next"], "escalate:retention_rule", "{c}");
@@ -1400,15 +1294,10 @@ async fn the_case_worker_takes_up_an_opened_case_by_itself() {
         .start()
         .await;
     s.queue("orders", json!({})).await;
-    let id = case_id(&dead_letter(&s, "orders", "o-100", json!({}), "Boom").await);
-    let c = redrive_testkit::within("the worker verifies the case", async {
-        loop {
-            let (_, c) = s.get(&format!("/v1/cases/{id}")).await;
-            if c["state"] != "route_observed" {
-                return c;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+    let id = dead_letter_case(&s, "orders", Letter::order("o-100").reason("Boom")).await;
+    // Each pass of the worker ends parked on the clock: the look after a park is exact.
+    let c = until_worked(&s, &format!("/v1/cases/{id}"), |c| {
+        c["state"] != "route_observed"
     })
     .await;
     assert!(states(&c).contains(&"route_verified".to_owned()), "{c}");
@@ -1428,16 +1317,14 @@ async fn a_value_window_that_ends_while_the_case_waits_expires_it() {
         let s = server(backend).await;
         s.queue("orders", json!({})).await;
         register(&s, "orders:*", Idempotency::Idempotent).await;
-        let id = case_id(
-            &dead_letter(
-                &s,
-                "orders",
-                "o-110",
-                json!({"valid_until": "2027-01-15T10:00:00Z"}),
-                "Boom",
-            )
-            .await,
-        );
+        let id = dead_letter_case(
+            &s,
+            "orders",
+            Letter::order("o-110")
+                .with(json!({"valid_until": "2027-01-15T10:00:00Z"}))
+                .reason("Boom"),
+        )
+        .await;
         work(&s).await;
         let c = case(&s, &id).await;
         assert_eq!(c["state"], "retained", "{c}");

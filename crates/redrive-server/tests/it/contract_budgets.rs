@@ -5,12 +5,13 @@
 
 use redrive_broker::NodeReplayBudget;
 use redrive_core::register::{Idempotency, RegisterEntry, RegisterKey};
+use redrive_testkit::recovery::{self, Letter, plan};
 use redrive_testkit::{Backend, TestServer};
 use serde_json::{Value, json};
 
 use crate::replay_plans::{
     KIB, Ledger, Probe, act, admissions, budget, consume, create, drain_session, eligible, fixture,
-    items, plan, server,
+    items, server,
 };
 
 /// Every interval between two admissions holds at most 1 + rate × its length.
@@ -318,11 +319,11 @@ async fn automatic_replay_draws_from_the_node_budget() {
             items_per_s: 4.0,
             bytes_per_s: 64 * KIB,
         });
-        crate::replay::replaying_queue(&s, "events", json!({})).await;
-        crate::replay::register(&s, "events:*", Idempotency::Idempotent).await;
+        recovery::replaying_queue(&s, "events", json!({})).await;
+        recovery::register(&s, "events:*", Idempotency::Idempotent).await;
         let mut records = Vec::new();
         for k in 0..20 {
-            records.push(crate::replay::dead_letter(&s, "events", &format!("e-{k}")).await);
+            records.push(recovery::dead_letter(&s, "events", Letter::new(&format!("e-{k}"))).await);
         }
         let start = s.broker.clock().now().as_millis();
         let mut at = Vec::new();
@@ -400,8 +401,8 @@ async fn an_automatic_replay_is_on_its_cases_timeline_and_closes_it() {
         let name = backend.name();
         let s = crate::replay::server(backend).await;
         s.queue("events", json!({"lock_duration_ms": 30_000})).await;
-        crate::replay::register(&s, "events:*", Idempotency::Idempotent).await;
-        let record = crate::replay::dead_letter(&s, "events", "e-1").await;
+        recovery::register(&s, "events:*", Idempotency::Idempotent).await;
+        let record = recovery::dead_letter(&s, "events", Letter::new("e-1")).await;
         s.broker.cases_once().await.unwrap();
         let case = format!("case_{}", record.strip_prefix("dl_").unwrap());
         let (st, c) = s.get(&format!("/v1/cases/{case}")).await;
@@ -418,7 +419,7 @@ async fn an_automatic_replay_is_on_its_cases_timeline_and_closes_it() {
             1,
             "{name}"
         );
-        crate::replay::replay_passes(&s).await;
+        recovery::replay_passes(&s).await;
         s.broker.cases_once().await.unwrap();
         let (_, c) = s.get(&format!("/v1/cases/{case}")).await;
         assert_eq!(c["state"], "indeterminate", "{name}: {c}");

@@ -10,9 +10,11 @@ use redrive_core::register::Idempotency;
 use redrive_testkit::{Backend, TestServer, assert_problem};
 use serde_json::{Value, json};
 
-use crate::cases::{
-    HOUR, act, case, case_id, dead_letter, register, server, states, to_eligible, work,
+use redrive_testkit::recovery::{
+    HOUR, Letter, act, case, case_id, dead_letter_case, register, states, to_eligible, work,
 };
+
+use crate::cases::server;
 
 /// The last timeline entry of a case.
 fn last(c: &Value) -> Value {
@@ -44,7 +46,14 @@ async fn a_case_is_not_closed_while_its_replay_waits_in_its_queue() {
         s.queue("orders", json!({})).await;
         s.queue("sandbox", json!({"test_sandbox": true})).await;
         register(&s, "orders:*", Idempotency::Idempotent).await;
-        let id = case_id(&dead_letter(&s, "orders", "o-1", json!({"intent": "i-1"}), "Boom").await);
+        let id = dead_letter_case(
+            &s,
+            "orders",
+            Letter::order("o-1")
+                .with(json!({"intent": "i-1"}))
+                .reason("Boom"),
+        )
+        .await;
         work(&s).await;
         let c = to_eligible(&s, &id, "sandbox").await;
         assert_eq!(c["next"], "replay_eligible", "{c}");
@@ -243,7 +252,7 @@ async fn a_decision_is_recorded_within_one_pass_of_the_case_worker() {
         let s = server(backend).await;
         s.queue("orders", json!({})).await;
         register(&s, "orders:*", Idempotency::Idempotent).await;
-        let id = case_id(&dead_letter(&s, "orders", "o-5", json!({}), "Boom").await);
+        let id = dead_letter_case(&s, "orders", Letter::order("o-5").reason("Boom")).await;
         work(&s).await;
         let c = case(&s, &id).await;
         assert_eq!(c["state"], "retained", "{c}");
@@ -287,7 +296,7 @@ async fn an_overdue_unowned_case_escalates_for_its_owner_and_deadline() {
         let s = server(backend).await;
         s.queue("orders", json!({})).await;
         // No register entry: never replayed by the broker.
-        let id = case_id(&dead_letter(&s, "orders", "o-6", json!({}), "Boom").await);
+        let id = dead_letter_case(&s, "orders", Letter::order("o-6").reason("Boom")).await;
         work(&s).await;
         let c = case(&s, &id).await;
         assert_eq!(c["next"], "escalate:repeat_safety", "{c}");
@@ -332,8 +341,18 @@ async fn a_value_window_closes_an_eligible_case_at_once_and_at_admission() {
         s.queue("sandbox", json!({"test_sandbox": true})).await;
         register(&s, "orders:*", Idempotency::Idempotent).await;
         let window = json!({"valid_until": "2027-01-15T09:00:00Z"});
-        let a = case_id(&dead_letter(&s, "orders", "o-7", window.clone(), "Boom").await);
-        let b = case_id(&dead_letter(&s, "orders", "o-8", window, "Boom").await);
+        let a = dead_letter_case(
+            &s,
+            "orders",
+            Letter::order("o-7").with(window.clone()).reason("Boom"),
+        )
+        .await;
+        let b = dead_letter_case(
+            &s,
+            "orders",
+            Letter::order("o-8").with(window).reason("Boom"),
+        )
+        .await;
         work(&s).await;
         for id in [&a, &b] {
             let c = to_eligible(&s, id, "sandbox").await;
@@ -363,16 +382,14 @@ async fn a_replay_asked_for_after_the_value_window_is_refused_and_closes_expired
         s.queue("orders", json!({})).await;
         s.queue("sandbox", json!({"test_sandbox": true})).await;
         register(&s, "orders:*", Idempotency::Idempotent).await;
-        let id = case_id(
-            &dead_letter(
-                &s,
-                "orders",
-                "o-9",
-                json!({"valid_until": "2027-01-15T09:00:00Z"}),
-                "Boom",
-            )
-            .await,
-        );
+        let id = dead_letter_case(
+            &s,
+            "orders",
+            Letter::order("o-9")
+                .with(json!({"valid_until": "2027-01-15T09:00:00Z"}))
+                .reason("Boom"),
+        )
+        .await;
         work(&s).await;
         to_eligible(&s, &id, "sandbox").await;
         s.advance(HOUR + 10_000);

@@ -5,15 +5,17 @@
 //! the case's timeline. Every scenario runs on both backends, on the manual clock, with a
 //! real HTTP effect authority; the case worker is driven one look at a time.
 
-use std::time::Duration;
-
 use redrive_broker::{Actor, MoveSpec};
 use redrive_core::register::Idempotency;
 use redrive_testkit::{Backend, TestServer, assert_problem, default_settings};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::cases::{Authority, HOUR, case, case_id, dead_letter, register, server, states, work};
+use redrive_testkit::recovery::{
+    HOUR, Letter, case, case_id, dead_letter, register, states, until, work,
+};
+
+use crate::cases::{Authority, server};
 
 fn last(c: &Value) -> Value {
     c["timeline"].as_array().unwrap().last().unwrap().clone()
@@ -265,9 +267,9 @@ async fn a_completed_case_refuses_a_resubmit_and_a_move_back_to_live() {
         let record = dead_letter(
             &s,
             "orders",
-            "o-2",
-            json!({"type": "order.placed"}),
-            "AckLost",
+            Letter::order("o-2")
+                .with(json!({"type": "order.placed"}))
+                .reason("AckLost"),
         )
         .await;
         let id = case_id(&record);
@@ -311,9 +313,9 @@ async fn a_completed_case_refuses_a_resubmit_and_a_move_back_to_live() {
         let other = dead_letter(
             &s,
             "orders",
-            "o-2b",
-            json!({"type": "order.placed"}),
-            "AckLost",
+            Letter::order("o-2b")
+                .with(json!({"type": "order.placed"}))
+                .reason("AckLost"),
         )
         .await;
         work(&s).await;
@@ -354,7 +356,14 @@ async fn an_allowed_resubmit_without_an_authority_closes_the_case_indeterminate(
         let s = server(backend).await;
         s.queue("orders", json!({})).await;
         register(&s, "order.noted", Idempotency::Idempotent).await;
-        let record = dead_letter(&s, "orders", "o-3", json!({"type": "order.noted"}), "Boom").await;
+        let record = dead_letter(
+            &s,
+            "orders",
+            Letter::order("o-3")
+                .with(json!({"type": "order.noted"}))
+                .reason("Boom"),
+        )
+        .await;
         let id = case_id(&record);
         work(&s).await;
         let (st, v) = resubmit(&s, "orders", &record).await;
@@ -396,9 +405,9 @@ async fn an_allowed_resubmit_without_an_authority_closes_the_case_indeterminate(
         let unsafe_record = dead_letter(
             &s,
             "orders",
-            "o-3b",
-            json!({"type": "order.placed"}),
-            "Boom",
+            Letter::order("o-3b")
+                .with(json!({"type": "order.placed"}))
+                .reason("Boom"),
         )
         .await;
         work(&s).await;
@@ -423,8 +432,14 @@ async fn an_allowed_resubmit_with_an_authority_is_followed_to_completion() {
         register(&s, "order.placed", Idempotency::NotIdempotent).await;
         let authority = Authority::start("absent", "no ledger entry for o-4").await;
         authority.register(&s, "order.placed").await;
-        let record =
-            dead_letter(&s, "orders", "o-4", json!({"type": "order.placed"}), "Boom").await;
+        let record = dead_letter(
+            &s,
+            "orders",
+            Letter::order("o-4")
+                .with(json!({"type": "order.placed"}))
+                .reason("Boom"),
+        )
+        .await;
         let id = case_id(&record);
         work(&s).await;
         let asked = authority.questions().len();
@@ -480,8 +495,14 @@ async fn a_resubmit_by_hand_that_fails_again_stops_its_case() {
         register(&s, "order.placed", Idempotency::NotIdempotent).await;
         let authority = Authority::start("absent", "no ledger entry").await;
         authority.register(&s, "order.placed").await;
-        let record =
-            dead_letter(&s, "orders", "o-6", json!({"type": "order.placed"}), "Boom").await;
+        let record = dead_letter(
+            &s,
+            "orders",
+            Letter::order("o-6")
+                .with(json!({"type": "order.placed"}))
+                .reason("Boom"),
+        )
+        .await;
         let id = case_id(&record);
         work(&s).await;
         assert_eq!(resubmit(&s, "orders", &record).await.0, 201, "{name}");
@@ -534,12 +555,19 @@ async fn restore_import_and_move_tasks_go_through_the_case() {
         let done = dead_letter(
             &s,
             "orders",
-            "o-5",
-            json!({"type": "order.noted"}),
-            "AckLost",
+            Letter::order("o-5")
+                .with(json!({"type": "order.noted"}))
+                .reason("AckLost"),
         )
         .await;
-        let open = dead_letter(&s, "orders", "o-7", json!({"type": "note.kept"}), "Boom").await;
+        let open = dead_letter(
+            &s,
+            "orders",
+            Letter::order("o-7")
+                .with(json!({"type": "note.kept"}))
+                .reason("Boom"),
+        )
+        .await;
         work(&s).await;
         let done_case = case_id(&done);
         assert_eq!(case(&s, &done_case).await["state"], "completed", "{name}");
@@ -612,7 +640,7 @@ async fn restore_import_and_move_tasks_go_through_the_case() {
             .len();
         assert_eq!(after, before, "{name}: nothing stored");
         // Allowed: a copy of an open case's dead letter is imported and on its timeline.
-        let twin = dead_letter(&s, "orders", "o-8", json!({}), "Boom").await;
+        let twin = dead_letter(&s, "orders", Letter::order("o-8").reason("Boom")).await;
         work(&s).await;
         let (st, v) = s
             .post(
@@ -665,7 +693,13 @@ async fn restore_import_and_move_tasks_go_through_the_case() {
             })
             .await
             .unwrap();
-        let ended = until_ended(&s, &task.handle).await;
+        let ended = until(
+            &s,
+            &format!("/v1/replay/plans/{}", &task.handle),
+            |v| v["status"] != "running" && v["status"] != "cancelling",
+            tokio::task::yield_now,
+        )
+        .await;
         assert_eq!(ended["status"], "completed", "{name}: {ended}");
         assert_eq!(ended["sqs_move"]["moved"], 1, "{name}: {ended}");
         assert_eq!(drain(&s, "billing").await, ["b-2"], "{name}");
@@ -704,19 +738,6 @@ async fn restore_import_and_move_tasks_go_through_the_case() {
     }
 }
 
-/// Waits (bounded, yielding) until the move task's plan has ended.
-async fn until_ended(s: &TestServer, id: &str) -> Value {
-    for _ in 0..5_000 {
-        let (st, v) = s.get(&format!("/v1/replay/plans/{id}")).await;
-        assert_eq!(st, 200, "{v}");
-        if v["status"] != "running" && v["status"] != "cancelling" {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    panic!("move task {id} never ended");
-}
-
 /// A move back to live with an authority that answers absent: the case follows the
 /// record into automatic replay (`replay_admitted` by hand with the id replay gives it).
 #[tokio::test]
@@ -731,9 +752,9 @@ async fn a_move_back_to_live_is_followed_by_its_case() {
         let record = dead_letter(
             &s,
             "orders",
-            "o-10",
-            json!({"type": "order.placed"}),
-            "Boom",
+            Letter::order("o-10")
+                .with(json!({"type": "order.placed"}))
+                .reason("Boom"),
         )
         .await;
         let id = case_id(&record);

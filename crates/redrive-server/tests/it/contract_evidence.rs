@@ -10,7 +10,9 @@
 use redrive_testkit::{Backend, TestServer, assert_problem};
 use serde_json::{Value, json};
 
-use crate::cases::{case, case_id, server, states, work};
+use redrive_testkit::recovery::{case, case_id, states, work};
+
+use crate::cases::server;
 
 /// Patches `queue`'s policy `times` times (each a new version).
 async fn bump_policy(s: &TestServer, queue: &str, times: u64) {

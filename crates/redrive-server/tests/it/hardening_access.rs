@@ -5,11 +5,10 @@
 //! and a producer's word on an intent holds only for the entities it may produce to.
 
 use redrive_broker::AccessSettings;
+use redrive_testkit::recovery::{Letter, Workup, dead_letter_case, work};
 use redrive_testkit::{Backend, TestServer, assert_problem, default_settings};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-
-const HOUR: u64 = 3_600_000;
 
 async fn server(backend: Backend) -> TestServer {
     TestServer::builder()
@@ -43,36 +42,12 @@ async fn queue(s: &TestServer, name: &str, policy: Value) {
     .await;
 }
 
-/// Sends one message as the admin and dead-letters it; answers its case id.
-async fn dead_letter(s: &TestServer, queue: &str, msg: Value) -> String {
-    admin(
-        s,
-        Method::POST,
-        &format!("/v1/queues/{queue}/messages"),
-        msg,
-    )
-    .await;
-    let got = admin(
-        s,
-        Method::POST,
-        &format!("/v1/queues/{queue}/receive"),
-        json!({"max_messages": 1}),
-    )
-    .await;
-    let token = got["messages"][0]["lock_token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let v = admin(
-        s,
-        Method::POST,
-        &format!("/v1/queues/{queue}/settle"),
-        json!({"lock_token": token, "action": "dead_letter", "reason": "Boom",
-               "description": "parse error"}),
-    )
-    .await;
-    let record = v["dead_letter_id"].as_str().unwrap();
-    format!("case_{}", record.trim_start_matches("dl_"))
+/// A message dead-lettered by the admin as `Boom`.
+fn boom(message: Value) -> Letter {
+    Letter::message(message)
+        .reason("Boom")
+        .description("parse error")
+        .as_admin()
 }
 
 async fn as_token(
@@ -99,31 +74,6 @@ async fn active(s: &TestServer, queue: &str) -> u64 {
     v["counts"]["active"].as_u64().unwrap()
 }
 
-/// Claims, diagnoses and corrects a case as `secret`.
-async fn to_correction(s: &TestServer, secret: &str, case: &str) {
-    for (action, body) in [
-        ("claim", json!({"lease_ms": 4 * HOUR})),
-        (
-            "diagnosis",
-            json!({"hypothesis": "h", "disconfirming_evidence": "d"}),
-        ),
-        (
-            "corrections",
-            json!({"kind": "code", "identity": "c1", "addresses": "shape"}),
-        ),
-    ] {
-        let (st, v) = as_token(
-            s,
-            secret,
-            Method::POST,
-            &format!("/v1/cases/{case}/{action}"),
-            body,
-        )
-        .await;
-        assert_eq!(st, 200, "{action}: {v}");
-    }
-}
-
 /// Every refusal a case or intent handler decides (the case's queue is known only once
 /// the case is read) is a `denied` audit entry with the actor and the queue, as the route
 /// table's are.
@@ -133,7 +83,7 @@ async fn refusals_decided_by_the_case_handlers_are_audited() {
         let s = server(backend).await;
         queue(&s, "ordersX", json!({})).await;
         queue(&s, "other", json!({})).await;
-        let theirs = dead_letter(&s, "other", json!({"body": "b"})).await;
+        let theirs = dead_letter_case(&s, "other", boom(json!({"body": "b"}))).await;
         let (_, op) = s.token("op-x", &["operator:ordersX"]).await;
         let refused = [
             (Method::GET, format!("/v1/cases/{theirs}"), Value::Null),
@@ -196,7 +146,7 @@ async fn a_case_test_sends_only_to_a_declared_sandbox_the_caller_may_send_to() {
         queue(&s, "ordersX", json!({})).await;
         queue(&s, "victimQ", json!({})).await;
         queue(&s, "sandboxQ", json!({"test_sandbox": true})).await;
-        let case = dead_letter(&s, "ordersX", json!({"body": "{\"order\":1}"})).await;
+        let case = dead_letter_case(&s, "ordersX", boom(json!({"body": "{\"order\":1}"}))).await;
         let test = |destination: &str| {
             json!({"destination": destination, "send": true, "fixture": "{\"evil\":true}",
                    "outcome": "pass", "evidence": "e"})
@@ -204,7 +154,10 @@ async fn a_case_test_sends_only_to_a_declared_sandbox_the_caller_may_send_to() {
         let path = format!("/v1/cases/{case}/tests");
 
         let (_, only_op) = s.token("op-only", &["operator:ordersX"]).await;
-        to_correction(&s, &only_op, &case).await;
+        Workup::new("sandbox")
+            .token(Some(&only_op))
+            .to_correction(&s, &case)
+            .await;
         let r = as_token(&s, &only_op, Method::POST, &path, test("victimQ")).await;
         assert_problem(&r, 403, "forbidden");
         assert_eq!(r.1["entity"], "victimQ", "{}", r.1);
@@ -271,7 +224,7 @@ async fn a_transformation_is_bounded_by_its_queues_message_size() {
     for backend in Backend::all("bounded transformations") {
         let s = server(backend).await;
         queue(&s, "ordersX", json!({"max_message_size": 1024})).await;
-        let case = dead_letter(&s, "ordersX", json!({"body": "{\"order\":1}"})).await;
+        let case = dead_letter_case(&s, "ordersX", boom(json!({"body": "{\"order\":1}"}))).await;
         let (_, op) = s.token("op-x", &["operator:ordersX"]).await;
         let claim = format!("/v1/cases/{case}/claim");
         let (st, v) = as_token(&s, &op, Method::POST, &claim, json!({})).await;
@@ -466,15 +419,6 @@ async fn acts_that_lead_to_deliveries_need_the_roles_of_those_deliveries() {
     }
 }
 
-/// Looks until a look of the case worker advances nothing.
-async fn work(s: &TestServer) {
-    for _ in 0..10 {
-        if s.broker.cases_once().await.unwrap().advanced == 0 {
-            return;
-        }
-    }
-}
-
 async fn state(s: &TestServer, case: &str) -> String {
     let c = admin(s, Method::GET, &format!("/v1/cases/{case}"), Value::Null).await;
     c["state"].as_str().unwrap().to_owned()
@@ -502,10 +446,10 @@ async fn a_producers_word_on_an_intent_holds_only_for_the_entities_it_may_produc
         assert!(v["closed"].is_null(), "nothing to close yet: {v}");
 
         // The intent then dead-letters on another queue: the word says nothing of it.
-        let x = dead_letter(
+        let x = dead_letter_case(
             &s,
             "ordersX",
-            json!({"message_id": "pay-9999", "body": "b", "intent": "pay-9999"}),
+            boom(json!({"message_id": "pay-9999", "body": "b", "intent": "pay-9999"})),
         )
         .await;
         work(&s).await;
@@ -528,10 +472,10 @@ async fn a_producers_word_on_an_intent_holds_only_for_the_entities_it_may_produc
         assert_ne!(state(&s, &x).await, "cancelled");
 
         // On its own queue the word holds, whenever the case comes.
-        let o = dead_letter(
+        let o = dead_letter_case(
             &s,
             "orders",
-            json!({"message_id": "pay-9999-b", "body": "b", "intent": "pay-9999"}),
+            boom(json!({"message_id": "pay-9999-b", "body": "b", "intent": "pay-9999"})),
         )
         .await;
         work(&s).await;

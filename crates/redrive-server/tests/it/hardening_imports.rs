@@ -2,51 +2,17 @@
 //! items 7, 10, 11 and 12), on every backend, on the manual clock. The replay worker is
 //! off: each test drives the judgement one pass at a time.
 
-use redrive_broker::{Actor, ReplayPass};
 use redrive_core::Area;
 use redrive_core::judgement::QuarantineCause;
-use redrive_core::register::{Idempotency, RegisterEntry, RegisterKey};
+use redrive_core::register::Idempotency;
 use redrive_testkit::{Backend, TestServer};
 use serde_json::{Value, json};
 
-use crate::replay::{dead_letter_next, server};
+use redrive_testkit::recovery::{
+    dead_letter_next, record, records, register, replay_passes, system,
+};
 
-fn admin() -> Actor {
-    Actor::system("test")
-}
-
-async fn register(s: &TestServer, key: &str, answer: Idempotency) {
-    let entry = RegisterEntry::new(key.parse::<RegisterKey>().unwrap(), answer, None).unwrap();
-    s.broker.set_register_entry(&admin(), entry).await.unwrap();
-}
-
-async fn pass(s: &TestServer) -> ReplayPass {
-    crate::replay::replay_passes(s).await
-}
-
-async fn record(s: &TestServer, queue: &str, id: &str) -> redrive_broker::model::DeadLetterRecord {
-    s.broker
-        .get_dead_letter(queue, id, &admin())
-        .await
-        .unwrap_or_else(|e| panic!("record {id}: {e}"))
-}
-
-async fn records(
-    s: &TestServer,
-    queue: &str,
-    area: Area,
-) -> Vec<redrive_broker::model::DeadLetterRecord> {
-    let filter = redrive_broker::DeadLetterFilter {
-        area: Some(area),
-        limit: Some(1_000),
-        ..Default::default()
-    };
-    s.broker
-        .list_dead_letters(queue, filter, &admin())
-        .await
-        .unwrap()
-        .0
-}
+use crate::replay::server;
 
 /// An exported record (the native API's shape) as `redrive dlq export` writes it, times
 /// before the test clock's start.
@@ -257,7 +223,7 @@ async fn a_quarantined_event_keeps_no_count_in_its_body_in_either_record_format(
         assert_eq!(st, 201, "{v}");
         let imported = v["ids"][0].as_str().unwrap().to_owned();
 
-        let p = pass(&s).await;
+        let p = replay_passes(&s).await;
         assert_eq!(
             p.quarantined.get(&QuarantineCause::ReplayAttemptsExhausted),
             Some(&2),
@@ -281,11 +247,11 @@ async fn a_quarantined_event_keeps_no_count_in_its_body_in_either_record_format(
         // Restored, both resume at |1.
         for id in [&message, &imported] {
             s.broker
-                .restore_dead_letter("q", id, false, &admin())
+                .restore_dead_letter("q", id, false, &system())
                 .await
                 .unwrap();
         }
-        let p = pass(&s).await;
+        let p = replay_passes(&s).await;
         assert_eq!(p.republished, 2, "{name}: {p:?}");
         let mut got: Vec<(String, String)> = s
             .receive("q", 10)
@@ -337,7 +303,7 @@ async fn quarantine_copies_are_listed_by_the_events_they_hold() {
         )
         .await;
         assert_eq!(st, 201, "{v}");
-        let p = pass(&s).await;
+        let p = replay_passes(&s).await;
         assert_eq!(p.republished, 1, "{name}: {p:?}");
         let copies = records(&s, "q", Area::Quarantine).await;
         let listed = |cause| {
@@ -392,7 +358,7 @@ async fn ids_whose_suffix_is_no_count_replay_from_attempt_one() {
             assert_eq!(st, 201, "{v}");
             dead_letter_next(&s, "q").await;
         }
-        let p = pass(&s).await;
+        let p = replay_passes(&s).await;
         assert_eq!(p.republished, 3, "{name}: {p:?}");
         assert_eq!(
             p.quarantined.get(&QuarantineCause::ReplayAttemptsExhausted),
@@ -452,7 +418,7 @@ async fn a_subscription_replays_to_its_own_queue_not_to_its_topic() {
         assert_eq!(st.as_u16() / 100, 2, "{v}");
         assert_eq!(s.receive(&b, 10).await.len(), 1, "{name}: b has its copy");
         dead_letter_next(&s, &a).await;
-        let p = pass(&s).await;
+        let p = replay_passes(&s).await;
         assert_eq!(p.republished, 1, "{name}: {p:?}");
         let got = s.receive(&a, 10).await;
         assert_eq!(got.len(), 1, "{name}");

@@ -3,37 +3,13 @@
 //! raw SQL (`TestServer::sql`) while it runs, and the replay passes are driven one at a
 //! time (`Broker::replay_once`).
 
-use redrive_broker::Actor;
-use redrive_core::register::{Idempotency, RegisterEntry, RegisterKey};
-use redrive_testkit::{Backend, TestServer};
+use redrive_core::register::Idempotency;
+use redrive_testkit::Backend;
 use serde_json::json;
 
-use crate::replay::{dead_letter_next, server};
+use redrive_testkit::recovery::{self, Letter, dead_letter, register};
 
-async fn idempotent(s: &TestServer, key: &str) {
-    let entry = RegisterEntry::new(
-        key.parse::<RegisterKey>().unwrap(),
-        Idempotency::Idempotent,
-        None,
-    )
-    .unwrap();
-    s.broker
-        .set_register_entry(&Actor::system("test"), entry)
-        .await
-        .unwrap();
-}
-
-/// Sends `id` to `queue` and dead-letters its first delivery; answers the record id.
-async fn dead_letter(s: &TestServer, queue: &str, id: &str) -> String {
-    let (st, v) = s
-        .post(
-            &format!("/v1/queues/{queue}/messages"),
-            json!({"message_id": id, "body": format!("body of {id}")}),
-        )
-        .await;
-    assert_eq!(st, 201, "{v}");
-    dead_letter_next(s, queue).await
-}
+use crate::replay::server;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_record_is_set_aside_and_every_other_dead_letter_still_replays() {
@@ -42,18 +18,18 @@ async fn an_unreadable_record_is_set_aside_and_every_other_dead_letter_still_rep
         let s = server(backend).await;
         for q in ["a", "b"] {
             s.queue(q, json!({"auto_replay": {"enabled": true}})).await;
-            idempotent(&s, &format!("{q}:*")).await;
+            register(&s, &format!("{q}:*"), Idempotency::Idempotent).await;
         }
-        let bad = dead_letter(&s, "a", "bad").await;
+        let bad = dead_letter(&s, "a", Letter::new("bad")).await;
         s.sql(&format!(
             "UPDATE dead_letters SET count_quality = 'bogus' WHERE id = '{bad}'"
         ))
         .await;
         // Written after the corruption, on the same queue and on another.
-        dead_letter(&s, "a", "a-ok").await;
-        dead_letter(&s, "b", "b-ok").await;
+        dead_letter(&s, "a", Letter::new("a-ok")).await;
+        dead_letter(&s, "b", Letter::new("b-ok")).await;
 
-        let p = crate::replay::replay_passes(&s).await;
+        let p = recovery::replay_passes(&s).await;
         assert_eq!(p.undecodable.len(), 1, "{name}: {p:?}");
         assert_eq!(p.undecodable[0].id, bad, "{name}");
         assert_eq!(p.undecodable[0].queue, "a", "{name}");
@@ -78,7 +54,7 @@ async fn an_unreadable_record_is_set_aside_and_every_other_dead_letter_still_rep
         // Set aside once: not claimed (nor reported) again, even long after any claim
         // would have run out.
         s.clock().advance(std::time::Duration::from_secs(3_600));
-        let p = crate::replay::replay_passes(&s).await;
+        let p = recovery::replay_passes(&s).await;
         assert!(p.undecodable.is_empty(), "{name}: reported once: {p:?}");
         assert_eq!(p.judged, 0, "{name}");
 
@@ -159,7 +135,7 @@ async fn an_unreadable_record_is_set_aside_and_every_other_dead_letter_still_rep
              WHERE id = '{bad}'"
         ))
         .await;
-        let p = crate::replay::replay_passes(&s).await;
+        let p = recovery::replay_passes(&s).await;
         assert_eq!((p.judged, p.republished), (1, 1), "{name}: {p:?}");
         let got = s.receive("a", 1).await;
         assert_eq!(got[0]["message_id"], "bad|1", "{name}");

@@ -5,11 +5,14 @@
 
 use std::collections::BTreeMap;
 
-use redrive_broker::{Actor, ReplayPass, ReplaySettings};
+use redrive_broker::{ReplayPass, ReplaySettings};
 use redrive_core::Area;
 use redrive_core::judgement::QuarantineCause;
-use redrive_core::register::{Idempotency, RegisterEntry, RegisterKey};
+use redrive_core::register::Idempotency;
 use redrive_events::import::ImportFormat;
+use redrive_testkit::recovery::{
+    Letter, dead_letter, record, records, register, replay_passes, replaying_queue, system,
+};
 use redrive_testkit::{Backend, TestServer, default_settings, within};
 use serde_json::{Value, json};
 
@@ -25,113 +28,8 @@ pub(crate) async fn server(backend: Backend) -> TestServer {
         .await
 }
 
-fn admin() -> Actor {
-    Actor::system("test")
-}
-
-pub(crate) async fn register(s: &TestServer, key: &str, answer: Idempotency) {
-    let entry = RegisterEntry::new(key.parse::<RegisterKey>().unwrap(), answer, None).unwrap();
-    s.broker.set_register_entry(&admin(), entry).await.unwrap();
-}
-
-/// A queue that replays, with its messages' register entry.
-pub(crate) async fn replaying_queue(s: &TestServer, name: &str, extra: Value) {
-    let mut replay = json!({"enabled": true});
-    if let Value::Object(m) = extra {
-        for (k, v) in m {
-            replay[k] = v;
-        }
-    }
-    s.queue(name, json!({"auto_replay": replay})).await;
-}
-
-/// Sends `id` and dead-letters its first delivery; answers the record id.
-pub(crate) async fn dead_letter(s: &TestServer, queue: &str, id: &str) -> String {
-    let (st, v) = s
-        .post(
-            &format!("/v1/queues/{queue}/messages"),
-            json!({"message_id": id, "body": format!("body of {id}")}),
-        )
-        .await;
-    assert_eq!(st, 201, "{v}");
-    dead_letter_next(s, queue).await
-}
-
-/// Dead-letters the next delivery of `queue`; answers the record id.
-pub(crate) async fn dead_letter_next(s: &TestServer, queue: &str) -> String {
-    let got = s.receive(queue, 1).await;
-    assert_eq!(got.len(), 1, "a message to dead-letter on {queue}");
-    let (st, v) = s
-        .settle(
-            queue,
-            got[0]["lock_token"].as_str().unwrap(),
-            "dead_letter",
-            json!({"reason": "HandlerFailed"}),
-        )
-        .await;
-    assert_eq!(st, 200, "{v}");
-    v["dead_letter_id"].as_str().unwrap().to_owned()
-}
-
-async fn record(s: &TestServer, queue: &str, id: &str) -> redrive_broker::model::DeadLetterRecord {
-    s.broker
-        .get_dead_letter(queue, id, &admin())
-        .await
-        .unwrap_or_else(|e| panic!("record {id}: {e}"))
-}
-
-async fn records(
-    s: &TestServer,
-    queue: &str,
-    area: Area,
-) -> Vec<redrive_broker::model::DeadLetterRecord> {
-    let filter = redrive_broker::DeadLetterFilter {
-        area: Some(area),
-        limit: Some(1_000),
-        ..Default::default()
-    };
-    s.broker
-        .list_dead_letters(queue, filter, &admin())
-        .await
-        .unwrap()
-        .0
-}
-
 async fn pass(s: &TestServer) -> ReplayPass {
     replay_passes(s).await
-}
-
-/// Replay passes until no candidate is due, the manual clock moved to each slot of the
-/// node-wide replay budget a pass waits for (a pass takes one record a slot): what they
-/// did together.
-pub(crate) async fn replay_passes(s: &TestServer) -> ReplayPass {
-    let mut all = ReplayPass::default();
-    loop {
-        let p = s.broker.replay_once().await.expect("a replay pass");
-        if let Some(t) = p.next_at {
-            let now = s.broker.clock().now();
-            s.advance(
-                u64::try_from(t.as_millis() - now.as_millis())
-                    .unwrap_or(0)
-                    .max(1),
-            );
-            continue;
-        }
-        let done = p.judged == 0 && p.undecodable.is_empty();
-        all.judged += p.judged;
-        all.republished += p.republished;
-        all.chunks += p.chunks;
-        for (c, n) in p.quarantined {
-            *all.quarantined.entry(c).or_default() += n;
-        }
-        all.archived += p.archived;
-        all.failed += p.failed;
-        all.already_done += p.already_done;
-        all.undecodable.extend(p.undecodable);
-        if done {
-            return all;
-        }
-    }
 }
 
 fn causes(p: &ReplayPass) -> BTreeMap<QuarantineCause, u64> {
@@ -161,7 +59,7 @@ fn blob(events: &[(&str, &str)], data_len: usize) -> Vec<u8> {
 async fn import_blob(s: &TestServer, queue: &str, bytes: &[u8]) -> String {
     let ids = s
         .broker
-        .import_dead_letters(queue, ImportFormat::EventGrid, bytes, &admin())
+        .import_dead_letters(queue, ImportFormat::EventGrid, bytes, &system())
         .await
         .expect("import");
     assert_eq!(ids.len(), 1);
@@ -175,7 +73,7 @@ async fn ids_go_a_a1_a2_and_the_cap_quarantines_with_the_id_written_back() {
         let s = server(backend).await;
         replaying_queue(&s, "q", json!({})).await;
         register(&s, "q:*", Idempotency::Idempotent).await;
-        let mut record_id = dead_letter(&s, "q", "a").await;
+        let mut record_id = dead_letter(&s, "q", Letter::new("a")).await;
         let r = record(&s, "q", &record_id).await;
         assert_eq!(
             r.replay.due_at,
@@ -447,7 +345,7 @@ async fn restore_resumes_the_cap_at_zero_and_requarantines_the_rest_saying_so_fi
 
         let preview = s
             .broker
-            .restore_dead_letter("q", &capped, true, &admin())
+            .restore_dead_letter("q", &capped, true, &system())
             .await
             .unwrap();
         assert_eq!((preview.republish, preview.restored), (1, false), "{name}");
@@ -460,7 +358,7 @@ async fn restore_resumes_the_cap_at_zero_and_requarantines_the_rest_saying_so_fi
 
         let done = s
             .broker
-            .restore_dead_letter("q", &capped, false, &admin())
+            .restore_dead_letter("q", &capped, false, &system())
             .await
             .unwrap();
         assert!(done.restored, "{name}");
@@ -471,7 +369,7 @@ async fn restore_resumes_the_cap_at_zero_and_requarantines_the_rest_saying_so_fi
 
         let preview = s
             .broker
-            .restore_dead_letter("q", &never, false, &admin())
+            .restore_dead_letter("q", &never, false, &system())
             .await
             .unwrap();
         assert_eq!(
@@ -489,10 +387,10 @@ async fn restore_resumes_the_cap_at_zero_and_requarantines_the_rest_saying_so_fi
         let audit = s.audit("action=dead_letter.restore").await;
         assert_eq!(audit.len(), 2, "{name}: {audit:?}");
         // Only quarantined records are restored.
-        let live = dead_letter(&s, "q", "z").await;
+        let live = dead_letter(&s, "q", Letter::new("z")).await;
         assert!(
             s.broker
-                .restore_dead_letter("q", &live, true, &admin())
+                .restore_dead_letter("q", &live, true, &system())
                 .await
                 .is_err()
         );
@@ -513,7 +411,7 @@ async fn a_second_judgement_is_quiet_and_a_quarantine_is_counted_once_under_conc
         });
         replaying_queue(&s, "q", json!({})).await;
         register(&s, "ok", Idempotency::Idempotent).await;
-        dead_letter(&s, "q", "unregistered").await;
+        dead_letter(&s, "q", Letter::new("unregistered")).await;
         import_blob(&s, "q", &blob(&[("p", "poison.type"), ("g", "ok")], 4)).await;
         // Two judges at each instant; the node-wide replay budget lets one record go a
         // millisecond, so the clock moves on between.
@@ -544,19 +442,19 @@ async fn the_drain_makes_stranded_records_candidates_and_skips_young_archived_an
         let s = server(backend).await;
         s.queue("q", json!({"lock_duration_ms": 30_000})).await;
         register(&s, "q:*", Idempotency::Idempotent).await;
-        let old = dead_letter(&s, "q", "old").await;
-        let archived = dead_letter(&s, "q", "archived").await;
-        let quarantined = dead_letter(&s, "q", "quarantined").await;
+        let old = dead_letter(&s, "q", Letter::new("old")).await;
+        let archived = dead_letter(&s, "q", Letter::new("archived")).await;
+        let quarantined = dead_letter(&s, "q", Letter::new("quarantined")).await;
         s.broker
-            .move_dead_letter("q", &archived, Area::Archived, &admin())
+            .move_dead_letter("q", &archived, Area::Archived, &system())
             .await
             .unwrap();
         s.broker
-            .move_dead_letter("q", &quarantined, Area::Quarantine, &admin())
+            .move_dead_letter("q", &quarantined, Area::Quarantine, &system())
             .await
             .unwrap();
         s.advance(30_001);
-        let young = dead_letter(&s, "q", "young").await;
+        let young = dead_letter(&s, "q", Letter::new("young")).await;
         assert!(
             record(&s, "q", &old).await.replay.due_at.is_none(),
             "{name}: replay was off"
@@ -597,11 +495,11 @@ async fn retention_deletes_every_area_at_30_days_with_its_metric() {
         s.queue("q", json!({})).await;
         s.queue("forever", json!({"dead_letter_retention_ms": 0}))
             .await;
-        let a = dead_letter(&s, "q", "a").await;
-        let b = dead_letter(&s, "q", "b").await;
-        dead_letter(&s, "forever", "f").await;
+        let a = dead_letter(&s, "q", Letter::new("a")).await;
+        let b = dead_letter(&s, "q", Letter::new("b")).await;
+        dead_letter(&s, "forever", Letter::new("f")).await;
         s.broker
-            .move_dead_letter("q", &b, Area::Quarantine, &admin())
+            .move_dead_letter("q", &b, Area::Quarantine, &system())
             .await
             .unwrap();
         // The sweep of the running server applies the same rule on its own schedule:
@@ -611,14 +509,14 @@ async fn retention_deletes_every_area_at_30_days_with_its_metric() {
         record(&s, "q", &a).await;
         record(&s, "q", &b).await;
         s.advance(1);
-        let kept = dead_letter(&s, "q", "c").await;
+        let kept = dead_letter(&s, "q", Letter::new("c")).await;
         s.broker.expire_dead_letters().await.unwrap();
         assert!(
-            s.broker.get_dead_letter("q", &a, &admin()).await.is_err(),
+            s.broker.get_dead_letter("q", &a, &system()).await.is_err(),
             "{name}"
         );
         assert!(
-            s.broker.get_dead_letter("q", &b, &admin()).await.is_err(),
+            s.broker.get_dead_letter("q", &b, &system()).await.is_err(),
             "{name}: every area"
         );
         record(&s, "q", &kept).await;
@@ -642,7 +540,7 @@ async fn the_worker_is_woken_by_the_dead_letter_write() {
     let s = TestServer::builder().start().await;
     replaying_queue(&s, "q", json!({})).await;
     register(&s, "q:*", Idempotency::Idempotent).await;
-    let id = dead_letter(&s, "q", "w").await;
+    let id = dead_letter(&s, "q", Letter::new("w")).await;
     // A long poll on the manual clock returns only when the republished message arrives:
     // nothing but the write woke the worker (the clock never moves here).
     let (st, v) = within(

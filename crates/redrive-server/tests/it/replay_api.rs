@@ -9,31 +9,14 @@ use redrive_testkit::{Backend, TestServer, assert_problem, default_settings};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::replay::{dead_letter_next, server};
+use redrive_core::register::Idempotency;
+use redrive_testkit::recovery::{Letter, dead_letter, register, replay_passes, replaying_queue};
 
-/// A queue whose dead letters replay.
-async fn replaying_queue(s: &TestServer, name: &str) {
-    s.queue(name, json!({"auto_replay": {"enabled": true}}))
-        .await;
-}
-
-/// Sends `body` as `id` (with `extra` fields) and dead-letters its first delivery;
-/// answers the record id.
-async fn dead_letter(s: &TestServer, queue: &str, id: &str, extra: Value) -> String {
-    let mut msg = json!({"message_id": id, "body": format!("body of {id}")});
-    if let Value::Object(m) = extra {
-        for (k, v) in m {
-            msg[k] = v;
-        }
-    }
-    let (st, v) = s.post(&format!("/v1/queues/{queue}/messages"), msg).await;
-    assert_eq!(st, 201, "{v}");
-    dead_letter_next(s, queue).await
-}
+use crate::replay::server;
 
 /// One judgement pass; answers how many records it judged.
 async fn pass(s: &TestServer) -> u64 {
-    crate::replay::replay_passes(s).await.judged
+    replay_passes(s).await.judged
 }
 
 /// The record as the API shows it.
@@ -43,17 +26,6 @@ async fn shown(s: &TestServer, queue: &str, id: &str) -> Value {
         .await;
     assert_eq!(st, 200, "{v}");
     v
-}
-
-async fn register(s: &TestServer, key: &str) {
-    let (st, v) = s
-        .call(
-            Method::PUT,
-            &format!("/v1/register/{key}"),
-            Some(json!({"answer": "idempotent"})),
-        )
-        .await;
-    assert_eq!(st, 200, "{v}");
 }
 
 async fn restore(
@@ -137,9 +109,9 @@ async fn restore_previews_then_moves_a_quarantined_record_back_and_is_audited() 
     for backend in Backend::all("the restore API test") {
         let name = backend.name();
         let s = server(backend).await;
-        replaying_queue(&s, "q").await;
+        replaying_queue(&s, "q", json!({})).await;
         // No register entry: the judgement quarantines the message.
-        let id = dead_letter(&s, "q", "a", json!({})).await;
+        let id = dead_letter(&s, "q", Letter::new("a")).await;
         let before = shown(&s, "q", &id).await;
         assert_eq!(before["format"], "message", "{name}");
         assert_eq!(before["delivery_count_quality"], "exact", "{name}");
@@ -169,7 +141,7 @@ async fn restore_previews_then_moves_a_quarantined_record_back_and_is_audited() 
                    "requarantine": {"TypeNotRegistered": 1}}),
             "{name}"
         );
-        register(&s, "q:*").await;
+        register(&s, "q:*", Idempotency::Idempotent).await;
         let (st, v) = restore(&s, "q", &id, Some(json!({"dry_run": true}))).await;
         assert_eq!(st, 200, "{name}: {v}");
         assert_eq!(
@@ -256,7 +228,7 @@ async fn each_import_format_stores_live_records_with_their_format_and_quality() 
         let name = backend.name();
         let s = server(backend).await;
         s.queue("imp", json!({})).await;
-        replaying_queue(&s, "rep").await;
+        replaying_queue(&s, "rep", json!({})).await;
 
         let (st, v) = import(&s, "imp", "eventgrid", &event_grid_blob("e-1")).await;
         assert_eq!(st, 201, "{name}: {v}");
@@ -442,13 +414,23 @@ async fn replay_status_counts_follow_judgements_failures_and_manual_quarantine()
     for backend in Backend::all("the replay status test") {
         let name = backend.name();
         let s = server(backend).await;
-        replaying_queue(&s, "rs").await;
+        replaying_queue(&s, "rs", json!({})).await;
         s.queue("quiet", json!({})).await;
         s.queue("other", json!({})).await;
-        register(&s, "ok.type").await;
-        let ok = dead_letter(&s, "rs", "ok-1", json!({"type": "ok.type"})).await;
-        dead_letter(&s, "rs", "odd-1", json!({"type": "odd.type"})).await;
-        dead_letter(&s, "other", "x", json!({})).await;
+        register(&s, "ok.type", Idempotency::Idempotent).await;
+        let ok = dead_letter(
+            &s,
+            "rs",
+            Letter::new("ok-1").with(json!({"type": "ok.type"})),
+        )
+        .await;
+        dead_letter(
+            &s,
+            "rs",
+            Letter::new("odd-1").with(json!({"type": "odd.type"})),
+        )
+        .await;
+        dead_letter(&s, "other", Letter::new("x")).await;
 
         let (st, v) = s.get("/v1/replay/rs").await;
         assert_eq!(st, 200, "{name}: {v}");
@@ -481,7 +463,12 @@ async fn replay_status_counts_follow_judgements_failures_and_manual_quarantine()
         assert_eq!(st, 200, "{name}: {v}");
 
         // A record an operator moves to quarantine is counted as manual.
-        let manual = dead_letter(&s, "rs", "m-1", json!({"type": "ok.type"})).await;
+        let manual = dead_letter(
+            &s,
+            "rs",
+            Letter::new("m-1").with(json!({"type": "ok.type"})),
+        )
+        .await;
         let (st, v) = s
             .post(
                 &format!("/v1/queues/rs/dead-letters/{manual}/move"),
@@ -502,7 +489,12 @@ async fn replay_status_counts_follow_judgements_failures_and_manual_quarantine()
             flag_after_failures: 1,
             ..ReplaySettings::default()
         });
-        let big = dead_letter(&s, "rs", "big-1", json!({"type": "ok.type"})).await;
+        let big = dead_letter(
+            &s,
+            "rs",
+            Letter::new("big-1").with(json!({"type": "ok.type"})),
+        )
+        .await;
         let (st, v) = s
             .patch("/v1/queues/rs", json!({"max_message_size": 8}))
             .await;
@@ -936,34 +928,14 @@ fn plan_budget() -> Value {
 /// admin's when access is on); then lets the case worker look once.
 async fn dead_letters_as(s: &TestServer, token: Option<&str>, queue: &str, n: usize) {
     for i in 0..n {
-        let (st, v) = s
-            .call_as(
-                token,
-                Method::POST,
-                &format!("/v1/queues/{queue}/messages"),
-                Some(json!({"message_id": format!("{queue}-{i}"), "body": format!("body {i}")})),
-            )
-            .await;
-        assert_eq!(st, 201, "{v}");
-        let (st, v) = s
-            .call_as(
-                token,
-                Method::POST,
-                &format!("/v1/queues/{queue}/receive"),
-                Some(json!({"max_messages": 1})),
-            )
-            .await;
-        assert_eq!(st, 200, "{v}");
-        let lock = v["messages"][0]["lock_token"].as_str().unwrap().to_owned();
-        let (st, v) = s
-            .call_as(
-                token,
-                Method::POST,
-                &format!("/v1/queues/{queue}/settle"),
-                Some(json!({"lock_token": lock, "action": "dead_letter", "reason": "ParseError"})),
-            )
-            .await;
-        assert_eq!(st, 200, "{v}");
+        let mut letter = Letter::message(
+            json!({"message_id": format!("{queue}-{i}"), "body": format!("body {i}")}),
+        )
+        .reason("ParseError");
+        if let Some(t) = token {
+            letter = letter.token(t);
+        }
+        dead_letter(s, queue, letter).await;
     }
     s.broker.cases_once().await.unwrap();
 }

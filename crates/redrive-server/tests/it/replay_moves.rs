@@ -7,39 +7,28 @@
 use std::time::Duration;
 
 use redrive_broker::{Actor, MoveSpec};
-use redrive_testkit::{Backend, TestServer, assert_problem, default_settings};
+use redrive_testkit::recovery::{plan, until, without_workers};
+use redrive_testkit::{Backend, TestServer, assert_problem};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 async fn server(backend: Backend) -> TestServer {
     TestServer::builder()
         .backend(backend)
-        .settings(redrive_server::Settings {
-            replay_worker: false,
-            case_worker: false,
-            plan_worker: false,
-            ..default_settings()
-        })
+        .settings(without_workers())
         .start()
         .await
 }
 
-async fn plan(s: &TestServer, id: &str) -> Value {
-    let (st, v) = s.get(&format!("/v1/replay/plans/{id}")).await;
-    assert_eq!(st, 200, "{v}");
-    v
-}
-
-/// Waits (bounded, yielding) until the plan satisfies `ok`: a signal, not a timing rule.
-async fn until(s: &TestServer, id: &str, ok: impl Fn(&Value) -> bool) -> Value {
-    for _ in 0..5_000 {
-        let v = plan(s, id).await;
-        if ok(&v) {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    panic!("plan {id} never reached the expected state");
+/// Waits until the plan satisfies `ok`, yielding to its runner between looks.
+async fn until_plan(s: &TestServer, id: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    until(
+        s,
+        &format!("/v1/replay/plans/{id}"),
+        ok,
+        tokio::task::yield_now,
+    )
+    .await
 }
 
 async fn send(s: &TestServer, queue: &str, n: usize) {
@@ -75,7 +64,7 @@ async fn a_move_task_is_an_sqs_move_plan_on_the_plans_api() {
             .await
             .unwrap();
         let id = task.handle.clone();
-        until(&s, &id, |p| p["sqs_move"]["moved"] == 1).await;
+        until_plan(&s, &id, |p| p["sqs_move"]["moved"] == 1).await;
         s.until_parked(before).await;
 
         // Listed beside the cases plans, by kind.
@@ -162,7 +151,7 @@ async fn a_move_task_is_an_sqs_move_plan_on_the_plans_api() {
         assert_problem(&again, 409, "plan_conflict");
         assert_eq!(again.1["reason"], "plan_state", "{name}");
         s.clock().advance(Duration::from_secs(1));
-        let ended = until(&s, &id, |p| p["status"] == "cancelled").await;
+        let ended = until_plan(&s, &id, |p| p["status"] == "cancelled").await;
         assert_eq!(ended["sqs_move"]["moved"], 1, "{name}: {ended}");
         assert_eq!(ended["progress"]["waiting"], 0, "{name}: {ended}");
         let listed = s.broker.list_move_tasks("dlq", 10).await.unwrap();
@@ -206,7 +195,7 @@ async fn a_move_task_is_an_sqs_move_plan_on_the_plans_api() {
             })
             .await
             .unwrap();
-        let f = until(&s, &failed.handle, |p| p["status"] == "stopped").await;
+        let f = until_plan(&s, &failed.handle, |p| p["status"] == "stopped").await;
         assert!(
             f["stop_reason"]
                 .as_str()

@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex};
 
 use redrive_broker::Actor;
 use redrive_core::register::{Idempotency, RegisterEntry, RegisterKey};
-use redrive_testkit::{Backend, Receiver, Reply, TestServer, assert_problem, default_settings};
+use redrive_testkit::recovery::{Workup, plan, register, without_workers};
+use redrive_testkit::{Backend, Receiver, Reply, TestServer, assert_problem};
 use serde_json::{Value, json};
 
-const HOUR: u64 = 3_600_000;
 pub(crate) const KIB: u64 = 1024;
 
 pub(crate) async fn server(backend: Backend) -> TestServer {
@@ -26,12 +26,7 @@ pub(crate) async fn server(backend: Backend) -> TestServer {
 }
 
 pub(crate) fn settings() -> redrive_server::Settings {
-    redrive_server::Settings {
-        replay_worker: false,
-        case_worker: false,
-        plan_worker: false,
-        ..default_settings()
-    }
+    without_workers()
 }
 
 /// An effect authority: an intent's effect is present once the test's consumer applied
@@ -226,7 +221,7 @@ pub(crate) async fn eligible(
     let ids: Vec<String> = cases.into_iter().map(|(_, id)| id).collect();
     assert_eq!(ids.len(), n);
     for id in &ids {
-        work_to_eligible(s, None, id).await;
+        Workup::seed().token(None).to_eligible(s, id).await;
     }
     s.advance(6 * 60_000);
     ids
@@ -290,51 +285,12 @@ pub(crate) async fn drain_session(
     seen
 }
 
-/// Works one case to replay eligibility as its owner (`token`; anonymous when `None`):
-/// claim, diagnosis, correction `c1`, an isolated test on its exact payload.
-async fn work_to_eligible(s: &TestServer, token: Option<&str>, id: &str) {
-    for (action, body) in [
-        ("claim", json!({"lease_ms": 24 * HOUR})),
-        (
-            "diagnosis",
-            json!({"hypothesis": "the v2 parser rejects the order field", "disconfirming_evidence": "v1 parses the same bytes"}),
-        ),
-        (
-            "corrections",
-            json!({"kind": "code", "identity": "c1", "addresses": "order field parse"}),
-        ),
-        (
-            "tests",
-            json!({"destination": "sandbox", "outcome": "pass", "evidence": "sandbox consumer completed"}),
-        ),
-    ] {
-        let (st, v) = s
-            .call_as(
-                token,
-                reqwest::Method::POST,
-                &format!("/v1/cases/{id}/{action}"),
-                Some(body),
-            )
-            .await;
-        assert_eq!(st, 200, "{action} {id}: {v}");
-    }
-}
-
 /// The fixture every scenario starts from: queues `orders` and `sandbox`, the type
 /// `order.placed` not idempotent with the ledger as its effect authority.
 pub(crate) async fn fixture(s: &TestServer) -> Ledger {
     s.queue("orders", json!({})).await;
     s.queue("sandbox", json!({})).await;
-    let entry = RegisterEntry::new(
-        "order.placed".parse::<RegisterKey>().unwrap(),
-        Idempotency::NotIdempotent,
-        None,
-    )
-    .unwrap();
-    s.broker
-        .set_register_entry(&Actor::system("test"), entry)
-        .await
-        .unwrap();
+    register(s, "order.placed", Idempotency::NotIdempotent).await;
     let ledger = Ledger::start().await;
     ledger.register(s, "order.placed").await;
     ledger
@@ -343,12 +299,6 @@ pub(crate) async fn fixture(s: &TestServer) -> Ledger {
 pub(crate) async fn create(s: &TestServer, body: Value) -> Value {
     let (st, v) = s.post("/v1/replay/plans", body).await;
     assert_eq!(st, 201, "{v}");
-    v
-}
-
-pub(crate) async fn plan(s: &TestServer, id: &str) -> Value {
-    let (st, v) = s.get(&format!("/v1/replay/plans/{id}")).await;
-    assert_eq!(st, 200, "{v}");
     v
 }
 
@@ -1161,16 +1111,7 @@ async fn a_revoked_owner_stops_the_plan() {
             .await;
         assert_eq!(st, 201, "{v}");
     }
-    let entry = RegisterEntry::new(
-        "order.placed".parse::<RegisterKey>().unwrap(),
-        Idempotency::NotIdempotent,
-        None,
-    )
-    .unwrap();
-    s.broker
-        .set_register_entry(&Actor::system("test"), entry)
-        .await
-        .unwrap();
+    register(&s, "order.placed", Idempotency::NotIdempotent).await;
     let ledger = Ledger::start().await;
     let (st, v) = s
         .admin(
@@ -1232,7 +1173,10 @@ async fn a_revoked_owner_stops_the_plan() {
         .call_as(o, reqwest::Method::GET, "/v1/cases?queue=orders", None)
         .await;
     for c in page["cases"].as_array().unwrap() {
-        work_to_eligible(&s, o, c["id"].as_str().unwrap()).await;
+        Workup::seed()
+            .token(o)
+            .to_eligible(&s, c["id"].as_str().unwrap())
+            .await;
     }
     s.advance(6 * 60_000);
     let b = budget(&probe, 1.0, 1, 10);

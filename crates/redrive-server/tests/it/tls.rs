@@ -125,7 +125,9 @@ async fn a_push_endpoint_with_an_untrusted_certificate_is_refused_at_creation() 
 
 #[tokio::test]
 async fn an_effect_authority_over_https_is_asked_and_an_untrusted_one_is_unreachable() {
-    use crate::cases::{Authority, case, case_id, dead_letter, register, states, work};
+    use redrive_testkit::recovery::{Letter, case, case_id, dead_letter, register, states, work};
+
+    use crate::cases::Authority;
     let ca = TestCa::new("redrive test CA");
     let s = trusting(
         &ca,
@@ -163,17 +165,17 @@ async fn an_effect_authority_over_https_is_asked_and_an_untrusted_one_is_unreach
     let present = dead_letter(
         &s,
         "orders",
-        "o-1",
-        json!({"type": "order.placed", "intent": "i-1"}),
-        "AckLost",
+        Letter::order("o-1")
+            .with(json!({"type": "order.placed", "intent": "i-1"}))
+            .reason("AckLost"),
     )
     .await;
     let refused = dead_letter(
         &s,
         "orders",
-        "o-2",
-        json!({"type": "order.shipped", "intent": "i-2"}),
-        "AckLost",
+        Letter::order("o-2")
+            .with(json!({"type": "order.shipped", "intent": "i-2"}))
+            .reason("AckLost"),
     )
     .await;
     work(&s).await;
@@ -199,7 +201,9 @@ async fn an_effect_authority_over_https_is_asked_and_an_untrusted_one_is_unreach
 
 #[tokio::test]
 async fn a_dependency_probe_over_https_is_read_and_an_untrusted_one_is_unobservable() {
-    use crate::replay_plans::{Probe, act, budget, create, eligible, fixture, plan, tick};
+    use redrive_testkit::recovery::plan;
+
+    use crate::replay_plans::{Probe, act, budget, create, eligible, fixture, tick};
     for backend in [Backend::Sqlite] {
         let ca = TestCa::new("redrive test CA");
         let s = TestServer::builder()

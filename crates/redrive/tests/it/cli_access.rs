@@ -4,35 +4,12 @@
 
 use serde_json::Value;
 
-use crate::support::{Server, command};
-
-/// The admin token a fresh `serve --auth` printed to its terminal.
-fn printed_admin_token(log: &str) -> String {
-    let line = log
-        .lines()
-        .find(|l| l.contains("Admin token (shown only now):"))
-        .unwrap_or_else(|| panic!("no admin token printed:\n{log}"));
-    let token = line.rsplit(' ').next().unwrap().trim().to_owned();
-    assert!(token.starts_with("rdt_") && token.len() == 68, "{line}");
-    token
-}
-
-fn start(dir: &std::path::Path) -> Server {
-    Server::start_with(|c| {
-        c.arg("--listen")
-            .arg("127.0.0.1:0")
-            .arg("--sqs-listen")
-            .arg("off")
-            .arg("--data-dir")
-            .arg(dir)
-            .arg("--auth");
-    })
-}
+use crate::support::{Server, command, printed_admin_token};
 
 #[test]
 fn tokens_roles_revocation_and_a_tampered_audit_log() {
     let dir = tempfile::tempdir().unwrap();
-    let s = start(dir.path());
+    let s = Server::start_native(dir.path(), true);
     let admin = printed_admin_token(&s.log());
     assert!(
         !s.log()
@@ -121,10 +98,10 @@ fn tokens_roles_revocation_and_a_tampered_audit_log() {
 #[test]
 fn the_bootstrap_token_is_printed_once_and_a_configured_one_is_used() {
     let dir = tempfile::tempdir().unwrap();
-    let mut first = start(dir.path());
+    let mut first = Server::start_native(dir.path(), true);
     let admin = printed_admin_token(&first.log());
     first.terminate();
-    let again = start(dir.path());
+    let again = Server::start_native(dir.path(), true);
     assert!(
         !again.log().contains("Admin token (shown only now)"),
         "{}",

@@ -8,34 +8,11 @@ use std::time::{Duration, Instant};
 
 use redrive_api::case::{Case, CaseCounts, CasePage, EffectAuthorityList, Intent};
 
-use crate::support::Server;
+use crate::support::{Server, printed_admin_token};
 
 /// How long the server's case worker may take to advance a new case on a busy machine
 /// before the test gives up; not a timing rule of the broker.
 const WORKER_BOUND: Duration = Duration::from_secs(60);
-
-/// The admin token a fresh `serve --auth` printed to its terminal.
-fn printed_admin_token(log: &str) -> String {
-    let line = log
-        .lines()
-        .find(|l| l.contains("Admin token (shown only now):"))
-        .unwrap_or_else(|| panic!("no admin token printed:\n{log}"));
-    line.rsplit(' ').next().unwrap().trim().to_owned()
-}
-
-fn start(dir: &std::path::Path, auth: bool) -> Server {
-    Server::start_with(|c| {
-        c.arg("--listen")
-            .arg("127.0.0.1:0")
-            .arg("--sqs-listen")
-            .arg("off")
-            .arg("--data-dir")
-            .arg(dir);
-        if auth {
-            c.arg("--auth");
-        }
-    })
-}
 
 /// A token named `name` with `grant`, created by `admin`; returns its secret.
 fn token(s: &Server, admin: &str, name: &str, grant: &str) -> String {
@@ -75,7 +52,7 @@ fn show(s: &Server, token: &str, id: &str) -> Case {
 #[test]
 fn a_dead_letter_opens_a_case_one_owner_works_and_a_cancelled_intent_closes() {
     let dir = tempfile::tempdir().unwrap();
-    let s = start(dir.path(), true);
+    let s = Server::start_native(dir.path(), true);
     let admin = printed_admin_token(&s.log());
     let alice = token(&s, &admin, "alice", "operator:orders");
     let bob = token(&s, &admin, "bob", "operator:orders");
@@ -265,7 +242,7 @@ fn a_dead_letter_opens_a_case_one_owner_works_and_a_cancelled_intent_closes() {
 #[test]
 fn effect_authorities_set_list_and_delete() {
     let dir = tempfile::tempdir().unwrap();
-    let s = start(dir.path(), false);
+    let s = Server::start_native(dir.path(), false);
     let set = s.cli(&[
         "effect-authority",
         "set",

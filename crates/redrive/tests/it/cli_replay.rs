@@ -8,7 +8,7 @@ use std::path::Path;
 use redrive_api::queue::{QueueInfo, QueueList};
 use serde_json::Value;
 
-use crate::support::Server;
+use crate::support::{Server, printed_admin_token};
 
 fn server() -> (Server, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -642,21 +642,8 @@ fn a_bad_import_exits_non_zero_and_stores_nothing() {
 
 /// `serve --auth`, and its bootstrap admin token.
 fn start_with_auth(dir: &Path) -> (Server, String) {
-    let s = Server::start_with(|c| {
-        c.arg("--listen")
-            .arg("127.0.0.1:0")
-            .arg("--sqs-listen")
-            .arg("off")
-            .arg("--data-dir")
-            .arg(dir)
-            .arg("--auth");
-    });
-    let log = s.log();
-    let line = log
-        .lines()
-        .find(|l| l.contains("Admin token (shown only now):"))
-        .unwrap_or_else(|| panic!("no admin token printed:\n{log}"));
-    let token = line.rsplit(' ').next().unwrap().trim().to_owned();
+    let s = Server::start_native(dir, true);
+    let token = printed_admin_token(&s.log());
     (s, token)
 }
 

@@ -71,6 +71,22 @@ impl Server {
         })
     }
 
+    /// Starts a server on `data_dir` with the native API only (no SQS listener), on a port
+    /// chosen by the OS; with authentication on when `auth`.
+    pub fn start_native(data_dir: &Path, auth: bool) -> Server {
+        Server::start_with(|c| {
+            c.arg("--listen")
+                .arg("127.0.0.1:0")
+                .arg("--sqs-listen")
+                .arg("off")
+                .arg("--data-dir")
+                .arg(data_dir);
+            if auth {
+                c.arg("--auth");
+            }
+        })
+    }
+
     /// Starts `redrive serve` with arguments and environment set by `setup`, and waits
     /// until it has logged its address and answers `/healthz`.
     pub fn start_with(setup: impl FnOnce(&mut Command)) -> Server {
@@ -297,4 +313,15 @@ pub fn healthy(addr: SocketAddr) -> bool {
     let _ = s.read_to_end(&mut buf);
     let head = String::from_utf8_lossy(&buf);
     head.starts_with("HTTP/1.1 2") || head.starts_with("HTTP/1.0 2")
+}
+
+/// The admin token a fresh `serve --auth` printed to its terminal.
+pub fn printed_admin_token(log: &str) -> String {
+    let line = log
+        .lines()
+        .find(|l| l.contains("Admin token (shown only now):"))
+        .unwrap_or_else(|| panic!("no admin token printed:\n{log}"));
+    let token = line.rsplit(' ').next().unwrap().trim().to_owned();
+    assert!(token.starts_with("rdt_") && token.len() == 68, "{line}");
+    token
 }
