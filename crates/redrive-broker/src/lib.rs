@@ -124,8 +124,6 @@ struct Inner {
     waiters: waiters::Waiters,
     metrics: Arc<metrics::Metrics>,
     shutdown: CancellationToken,
-    /// Identifies this process among those sharing the store (lease holder name).
-    node_id: String,
     /// The mover: SQS message move tasks, over `ctx`.
     mover: mover::Mover,
     /// Topic counters and the endpoint-validation client.
@@ -213,7 +211,7 @@ impl Broker {
             store: store.clone(),
             clock: clock.clone(),
             metrics: metrics.clone(),
-            node_id: node_id.as_str().into(),
+            node_id: node_id.into(),
         };
         Broker {
             inner: Arc::new(Inner {
@@ -223,7 +221,6 @@ impl Broker {
                 waiters: waiters::Waiters::default(),
                 metrics,
                 shutdown: CancellationToken::new(),
-                node_id,
                 mover: mover::Mover::new(ctx),
                 topics: topics::TopicState::default(),
                 access_settings: access,

@@ -1317,6 +1317,9 @@ fn observe_replay(f: &CaseFacts, now: Timestamp) -> Decision {
     Decision::ObserveReplay
 }
 
+/// The seed's recovery order, steps 1 to 13, each numbered as in the module doc and
+/// answering with the first step that does not pass. It is one function on purpose (about
+/// 130 lines): the order is the rule, and read top to bottom it is the seed's list.
 fn gates(f: &CaseFacts, now: Timestamp) -> Decision {
     // 1. Preserve exact item and route identity.
     if !f.payload_preserved {
