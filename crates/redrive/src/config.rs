@@ -1106,7 +1106,30 @@ mod tests {
             d.server.shutdown_timeout_ms
         );
         assert_eq!(parsed.replay, d.replay);
+        assert_eq!(parsed.cases, d.cases);
         assert!(d.server.plan_worker);
+    }
+
+    #[test]
+    fn the_default_files_cases_examples_are_valid_once_uncommented() {
+        let start = DEFAULT_TOML.find("[cases]").expect("a [cases] section");
+        let end = start + DEFAULT_TOML[start..].find("\n[log]").unwrap();
+        let uncommented: String = DEFAULT_TOML[start..end]
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(rest) if rest.starts_with("[[") || rest.contains(" = ") => rest,
+                _ => l,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let none = Overrides::default();
+        let c = Config::layered(Some((Path::new("f.toml"), &uncommented)), &none, &none)
+            .unwrap_or_else(|e| panic!("{e:#}\n{uncommented}"));
+        let settings = c.case_settings().unwrap();
+        assert_eq!(settings.rules.len(), 1, "{uncommented}");
+        assert_eq!(c.effect_authorities().unwrap().len(), 1);
+        assert!(c.cases.escalation_webhook.is_some());
+        assert_eq!(c.cases.labels.len(), 2);
     }
 
     #[test]

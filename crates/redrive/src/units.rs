@@ -171,9 +171,46 @@ pub fn parse_time_at(s: &str, now: Timestamp) -> Result<String, String> {
     }
 }
 
+/// [`parse_time`] for the end of a value window (`--valid-until`): a time already past is
+/// refused, since the message would be worth nothing from the start (its case would close
+/// `expired` at once).
+pub fn parse_future_time(s: &str) -> Result<String, String> {
+    future_time_at(s, now())
+}
+
+fn future_time_at(s: &str, now: Timestamp) -> Result<String, String> {
+    let text = parse_time_at(s, now)?;
+    match Timestamp::parse_rfc3339(&text) {
+        Some(t) if t > now => Ok(text),
+        _ => Err(format!(
+            "{text} is already past: a message whose value window has ended is worth nothing \
+             (give a later time, or +DUR from now)"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_window_must_end_after_now() {
+        let now = Timestamp::parse_rfc3339("2026-12-01T00:00:00Z").unwrap();
+        assert_eq!(
+            future_time_at("+2d", now).unwrap(),
+            "2026-12-03T00:00:00.000Z"
+        );
+        let e = future_time_at("2026-08-16T00:00:00Z", now).unwrap_err();
+        assert!(
+            e.starts_with("2026-08-16T00:00:00.000Z is already past"),
+            "{e}"
+        );
+        assert!(future_time_at("-1s", now).is_err());
+        assert!(
+            future_time_at("2026-12-01T00:00:00Z", now).is_err(),
+            "now is not later"
+        );
+    }
 
     #[test]
     fn durations_accept_every_unit_and_combinations() {

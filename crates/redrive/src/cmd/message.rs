@@ -15,7 +15,9 @@ use serde_json::{Map, Value, json};
 use super::{Ctx, queue_name};
 use crate::failure::input_error;
 use crate::output::{KeyValues, Table, body_preview, or_dash, print_json};
-use crate::units::{parse_duration_ms, parse_time, ranged, ranged_u32, sequence};
+use crate::units::{
+    parse_duration_ms, parse_future_time, parse_time, ranged, ranged_u32, sequence,
+};
 
 /// `redrive send`.
 #[derive(Debug, Args)]
@@ -51,8 +53,9 @@ pub struct SendArgs {
     /// Stable id of the semantic operation.
     #[arg(long, value_name = "ID")]
     pub intent: Option<String>,
-    /// Time after which completing the message no longer helps (RFC 3339 or +DUR).
-    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    /// Time after which completing the message no longer helps (RFC 3339 or +DUR; a time
+    /// already past is refused).
+    #[arg(long, value_name = "TIME", value_parser = parse_future_time)]
     pub valid_until: Option<String>,
     /// Deliver no earlier than this (RFC 3339, or +DUR from now).
     #[arg(long, value_name = "TIME", value_parser = parse_time)]

@@ -77,6 +77,11 @@ fn usage_errors_are_one_line_and_the_help_hint_of_their_command() {
         "redrive queue",
     );
     usage_error(&["bogus-command"], "unrecognized subcommand", "redrive");
+    usage_error(
+        &["send", "q", "x", "--valid-until", "2020-01-01T00:00:00Z"],
+        "2020-01-01T00:00:00.000Z is already past",
+        "redrive send",
+    );
 }
 
 #[test]
