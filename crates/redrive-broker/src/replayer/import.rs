@@ -28,22 +28,7 @@ impl Broker {
             });
         let parsed = match checked {
             Ok(p) => p,
-            Err(e) => {
-                // A refused import is a decision too: audited with the reason, nothing
-                // stored.
-                let targets = vec![format!("format={}", format.as_str()), "records=0".into()];
-                tracing::info!(queue = %name, format = format.as_str(), actor = %actor.id,
-                    error = %e, "dead-letter import refused");
-                return self
-                    .audited(
-                        actor,
-                        "dead_letter.import",
-                        Some(name.as_str()),
-                        targets,
-                        Err(e),
-                    )
-                    .await;
-            }
+            Err(e) => return self.import_refused(&name, format, actor, e, "").await,
         };
         let records: Vec<DeadLetterRecord> = parsed
             .into_iter()
@@ -56,17 +41,8 @@ impl Broker {
         let passes = match self.import_gates(&name, &records, actor).await {
             Ok(p) => p,
             Err(e) => {
-                let targets = vec![format!("format={}", format.as_str()), "records=0".into()];
-                tracing::info!(queue = %name, format = format.as_str(), actor = %actor.id,
-                    error = %e, "dead-letter import refused by a recovery case");
                 return self
-                    .audited(
-                        actor,
-                        "dead_letter.import",
-                        Some(name.as_str()),
-                        targets,
-                        Err(e),
-                    )
+                    .import_refused(&name, format, actor, e, " by a recovery case")
                     .await;
             }
         };
@@ -106,6 +82,29 @@ impl Broker {
 }
 
 impl Broker {
+    /// A refused import: a decision too, audited with the reason (no record stored) and
+    /// logged (`why` says who refused it, after "refused").
+    async fn import_refused(
+        &self,
+        name: &EntityName,
+        format: ImportFormat,
+        actor: &Actor,
+        e: BrokerError,
+        why: &str,
+    ) -> BrokerResult<Vec<String>> {
+        let targets = vec![format!("format={}", format.as_str()), "records=0".into()];
+        tracing::info!(queue = %name, format = format.as_str(), actor = %actor.id,
+            error = %e, "dead-letter import refused{why}");
+        self.audited(
+            actor,
+            "dead_letter.import",
+            Some(name.as_str()),
+            targets,
+            Err(e),
+        )
+        .await
+    }
+
     /// The gates of an import's records (see `cases::by_hand`): each record whose intent
     /// has a case on `queue` is judged first (none is admitted while one may still be
     /// refused), then the followed ones are admitted. `Err`: the first refusal.
