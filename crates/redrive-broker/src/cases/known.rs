@@ -30,6 +30,26 @@ impl Broker {
         Ok(self.known_in(case, &ctx).await?.0)
     }
 
+    /// The case's dead-letter record, if it still exists (`None`: completed, deleted, or
+    /// its queue deleted).
+    pub(crate) async fn case_record(
+        &self,
+        case: &CaseRecord,
+    ) -> BrokerResult<Option<DeadLetterRecord>> {
+        match self
+            .inner
+            .store
+            .get_dead_letter(&case.queue, &case.record_id)
+            .await
+        {
+            Ok(r) => Ok(Some(r)),
+            Err(StoreError::DeadLetterNotFound { .. } | StoreError::QueueNotFound { .. }) => {
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// [`Broker::known`] within a pass (its authorities, register and queues read once),
     /// with the case's dead-letter record when it still exists.
     pub(crate) async fn known_in(
@@ -38,11 +58,7 @@ impl Broker {
         ctx: &CaseContext,
     ) -> BrokerResult<(Known, Option<DeadLetterRecord>)> {
         let store = &self.inner.store;
-        let record = match store.get_dead_letter(&case.queue, &case.record_id).await {
-            Ok(r) => Some(r),
-            Err(StoreError::DeadLetterNotFound { .. } | StoreError::QueueNotFound { .. }) => None,
-            Err(e) => return Err(e.into()),
-        };
+        let record = self.case_record(case).await?;
         let intent = redrive_store::IntentRecord::for_queue(
             store.intent_words(&case.intent_id).await?,
             case.queue.as_str(),

@@ -376,16 +376,7 @@ impl Broker {
         case: &CaseRecord,
         input: &TransformInput,
     ) -> BrokerResult<case::Transformation> {
-        let record = match self
-            .inner
-            .store
-            .get_dead_letter(&case.queue, &case.record_id)
-            .await
-        {
-            Ok(r) => Some(r),
-            Err(StoreError::DeadLetterNotFound { .. } | StoreError::QueueNotFound { .. }) => None,
-            Err(e) => return Err(e.into()),
-        };
+        let record = self.case_record(case).await?;
         case::judge_transformation(validate_for(record.as_ref(), &input.body), input.equivalent)
             .map_err(|f| {
                 BrokerError::invalid(

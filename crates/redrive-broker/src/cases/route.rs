@@ -56,16 +56,7 @@ impl Broker {
         settings: &super::CaseSettings,
         now: Timestamp,
     ) -> BrokerResult<()> {
-        let record = match self
-            .inner
-            .store
-            .get_dead_letter(&case.queue, &case.record_id)
-            .await
-        {
-            Ok(r) => Some(r),
-            Err(StoreError::DeadLetterNotFound { .. } | StoreError::QueueNotFound { .. }) => None,
-            Err(e) => return Err(e.into()),
-        };
+        let record = self.case_record(case).await?;
         let first = step.data.route.is_none();
         // The rule, the policy version and the classifier are the record's as routed
         // (copied onto the case when it opened): never re-derived, never invented.
