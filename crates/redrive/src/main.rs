@@ -161,14 +161,19 @@ fn command() -> clap::Command {
 }
 
 /// Lets every option and positional value of `cmd` and its subcommands be a negative
-/// number.
+/// number, and a duration, time, size or count option take any value that starts with
+/// `-` (`-5s`, `-1h` for "an hour ago"), so that its own parser says what is wrong with
+/// it rather than clap reading it as flags.
 fn negative_numbers_as_values(cmd: clap::Command) -> clap::Command {
+    const SIGNED: [&str; 8] = ["DUR", "DUR|none", "TIME", "N", "SEQ", "SIZE", "MIN", "RATE"];
     let cmd = cmd.mut_args(|a| {
-        if a.get_action().takes_values() {
-            a.allow_negative_numbers(true)
-        } else {
-            a
+        if !a.get_action().takes_values() {
+            return a;
         }
+        let signed = a
+            .get_value_names()
+            .is_some_and(|names| names.iter().any(|n| SIGNED.contains(&n.as_str())));
+        a.allow_negative_numbers(true).allow_hyphen_values(signed)
     });
     cmd.mut_subcommands(negative_numbers_as_values)
 }

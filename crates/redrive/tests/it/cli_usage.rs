@@ -62,7 +62,7 @@ fn usage_errors_are_one_line_and_the_help_hint_of_their_command() {
         "redrive replay items",
     );
     usage_error(
-        &["queue", "create", "q", "--lock-duration=-5s"],
+        &["queue", "create", "q", "--lock-duration", "-5s"],
         "cannot be negative",
         "redrive queue create",
     );
@@ -80,6 +80,11 @@ fn usage_errors_are_one_line_and_the_help_hint_of_their_command() {
     usage_error(
         &["send", "q", "x", "--valid-until", "2020-01-01T00:00:00Z"],
         "2020-01-01T00:00:00.000Z is already past",
+        "redrive send",
+    );
+    usage_error(
+        &["send", "q", "x", "--valid-until", "-1h"],
+        "is already past",
         "redrive send",
     );
 }
