@@ -198,6 +198,7 @@ macro_rules! store_conformance_tests {
             drop_case_payloads_deletes_the_record_and_kept_bytes_and_keeps_the_case,
             the_first_word_on_an_intent_stands,
             effect_authorities_are_put_replaced_listed_and_deleted,
+            case_groups_are_created_once_updated_on_their_version_and_listed,
             moving_a_record_into_quarantine_opens_its_case_once,
             import_opens_cases_where_no_replay_settles_the_records,
             the_opening_rule_agrees_with_the_cases_the_store_opened,

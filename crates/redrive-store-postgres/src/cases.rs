@@ -14,13 +14,15 @@ use redrive_core::Timestamp;
 use redrive_core::case::TimelineEntry;
 use redrive_store::skeleton::Columns;
 use redrive_store::skeleton::cases::{
-    CASE_COLUMNS, ENTRY_COLUMNS, OPEN_CASE, OPEN_TIMELINE, add_count, decode as decode_case,
-    decode_entry, default_review_deadline, entry_columns, mut_columns, update_sql,
+    CASE_COLUMNS, ENTRY_COLUMNS, GROUP_COLUMNS, INSERT_GROUP, OPEN_CASE, OPEN_TIMELINE,
+    UPDATE_GROUP, add_count, decode as decode_case, decode_entry, decode_group,
+    default_review_deadline, entry_columns, mut_columns, update_sql,
 };
-use redrive_store::skeleton::columns::{bad_value, to_int};
+use redrive_store::skeleton::columns::{bad_value, to_int, to_json};
 use redrive_store::{
-    CaseCounts, CaseQuery, CaseRecord, CaseUpdate, EffectAuthority, IntentRecord, IntentStatus,
-    MAX_CASE_PAGE, MAX_TIMELINE_ENTRIES, StoreError, StoreResult,
+    CaseCounts, CaseGroupRecord, CaseQuery, CaseRecord, CaseUpdate, EffectAuthority, IntentRecord,
+    IntentStatus, MAX_CASE_GROUP_PAGE, MAX_CASE_PAGE, MAX_TIMELINE_ENTRIES, StoreError,
+    StoreResult,
 };
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
@@ -544,6 +546,77 @@ pub(crate) async fn intent_words(db: &Db<'_>, intent_id: &str) -> StoreResult<Ve
         .iter()
         .map(intent_row)
         .collect()
+}
+
+// ---- case groups ------------------------------------------------------------------------
+
+static GET_GROUP: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT {GROUP_COLUMNS} FROM case_groups WHERE id = $1"));
+
+pub(crate) async fn get_group(db: &Db<'_>, id: &str) -> StoreResult<CaseGroupRecord> {
+    match db.query_opt(&GET_GROUP, &[&id]).await? {
+        Some(r) => decode_group(&Cols(&r)),
+        None => Err(StoreError::CaseGroupNotFound { id: id.to_owned() }),
+    }
+}
+
+pub(crate) async fn list_groups(
+    db: &Db<'_>,
+    queue: Option<&str>,
+    after: Option<&str>,
+    limit: u32,
+) -> StoreResult<Vec<CaseGroupRecord>> {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "SELECT {GROUP_COLUMNS} FROM case_groups WHERE ($1::text IS NULL OR queue = $1) \
+             AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3"
+        )
+    });
+    let limit = i64::from(limit.clamp(1, MAX_CASE_GROUP_PAGE));
+    let rows = db.query(&SQL, &[&queue, &after, &limit]).await?;
+    decode(&rows, |r| decode_group(&Cols(r)))
+}
+
+pub(crate) async fn put_group(
+    db: &Db<'_>,
+    g: &CaseGroupRecord,
+    expected: Option<u64>,
+) -> StoreResult<CaseGroupRecord> {
+    static INSERT: LazyLock<String> =
+        LazyLock::new(|| format!("{INSERT_GROUP} ON CONFLICT (id) DO NOTHING"));
+    let doc = to_json(&g.doc)?;
+    let changed = || StoreError::CaseGroupChanged { id: g.id.clone() };
+    match expected {
+        None => {
+            let n = db
+                .execute(
+                    &INSERT,
+                    &[&g.id, &g.queue.as_str(), &g.created_at.0, &1_i64, &doc],
+                )
+                .await?;
+            if n == 0 {
+                return Err(changed());
+            }
+        }
+        Some(v) => {
+            let n = db
+                .execute(
+                    UPDATE_GROUP,
+                    &[
+                        &g.id,
+                        &doc,
+                        &to_int(v, "case_groups.version")?,
+                        &to_int(v + 1, "case_groups.version")?,
+                    ],
+                )
+                .await?;
+            if n == 0 {
+                get_group(db, &g.id).await?;
+                return Err(changed());
+            }
+        }
+    }
+    get_group(db, &g.id).await
 }
 
 // ---- effect authorities -----------------------------------------------------------------

@@ -237,7 +237,9 @@ use redrive_store::{
     NewMessage, QueueCounts, QueueRecord, ReceiveOutcome, ReceiveParams, SessionLock,
     SettleOutcome, Settlement, Store, StoreError, StoreResult, StoredMessage, SweepOutcome,
 };
-use redrive_store::{CaseCounts, CaseQuery, CaseRecord, CaseUpdate, EffectAuthority, IntentRecord};
+use redrive_store::{
+    CaseCounts, CaseGroupRecord, CaseQuery, CaseRecord, CaseUpdate, EffectAuthority, IntentRecord,
+};
 use redrive_store::{
     DeadLetterPage, DrainRule, Quarantine, QuarantineCopy, ReplayClaim, ReplayCounts, ReplayFinish,
     RetentionRule,
@@ -911,6 +913,28 @@ impl Store for PostgresStore {
 
     async fn list_effect_authorities(&self) -> StoreResult<Vec<EffectAuthority>> {
         read!(self, |db| cases::list_authorities(db))
+    }
+
+    async fn put_case_group(
+        &self,
+        group: &CaseGroupRecord,
+        expected: Option<u64>,
+    ) -> StoreResult<CaseGroupRecord> {
+        write_tx!(self, |db| cases::put_group(db, group, expected))
+    }
+
+    async fn get_case_group(&self, id: &str) -> StoreResult<CaseGroupRecord> {
+        read!(self, |db| cases::get_group(db, id))
+    }
+
+    async fn list_case_groups(
+        &self,
+        queue: Option<&EntityName>,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<CaseGroupRecord>> {
+        let queue = queue.map(EntityName::as_str);
+        read!(self, |db| cases::list_groups(db, queue, after, limit))
     }
 
     fn remote_wakeups(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {

@@ -998,7 +998,8 @@ async fn one_node_wins_a_token_name() {
 /// Takes a schema back to version 7, as a build of that version left it: the case tables
 /// and the route columns of version 8, and the replay plans of version 10 (with the move
 /// plans version 11 made of the move tasks of version 9) gone.
-const BACK_TO_VERSION_7: &str = "ALTER TABLE dead_letters DROP COLUMN route_kind, \
+const BACK_TO_VERSION_7: &str = "DROP TABLE case_groups; \
+     ALTER TABLE dead_letters DROP COLUMN route_kind, \
        DROP COLUMN route_rule, DROP COLUMN consumer, DROP COLUMN rule_version; \
      ALTER TABLE cases DROP COLUMN route_rule, DROP COLUMN consumer, \
        DROP COLUMN rule_version; \
@@ -1013,7 +1014,8 @@ const BACK_TO_VERSION_7: &str = "ALTER TABLE dead_letters DROP COLUMN route_kind
 
 /// Takes a schema back to version 6, as a build of that version left it: version 8
 /// to 11 undone, then the replay columns and indexes of version 7 gone.
-const BACK_TO_VERSION_6: &str = "ALTER TABLE dead_letters DROP COLUMN route_kind, \
+const BACK_TO_VERSION_6: &str = "DROP TABLE IF EXISTS case_groups; \
+     ALTER TABLE dead_letters DROP COLUMN route_kind, \
        DROP COLUMN route_rule, DROP COLUMN consumer, DROP COLUMN rule_version; \
      ALTER TABLE cases DROP COLUMN route_rule, DROP COLUMN consumer, \
        DROP COLUMN rule_version; \
@@ -1054,10 +1056,10 @@ async fn a_version_4_schema_gains_the_access_tables() {
         "4"
     );
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 17);
+    assert_eq!(SCHEMA_VERSION, 18);
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "17"
+        "18"
     );
     assert_eq!(store.list_queues().await.unwrap().len(), 1);
     let appended = store
@@ -1938,6 +1940,7 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
              ALTER TABLE replay_plans DROP COLUMN kind, DROP COLUMN runner, \
                DROP COLUMN runner_until, DROP COLUMN seq; \
              {} \
+             DROP TABLE case_groups; \
              DELETE FROM redrive_schema_migrations WHERE version >= 11; \
              INSERT INTO move_tasks (handle, source, destination, max_per_second, status, \
                moved, to_move, failure_reason, owner_id, owner_name, started_at, updated_at, \
@@ -2068,7 +2071,7 @@ async fn version_12_intents_hold_for_every_entity_after_the_migration() {
              ALTER TABLE messages DROP COLUMN last_attempt; \
              ALTER TABLE dead_letters DROP COLUMN undecodable; \
              ALTER TABLE audit_chain DROP COLUMN head_seq, DROP COLUMN head_hash; \
-             DROP TABLE intents; \
+             DROP TABLE intents; DROP TABLE case_groups; \
              CREATE TABLE intents (intent_id text NOT NULL PRIMARY KEY, status text NOT NULL, \
                superseded_by text, reason text, actor text NOT NULL, at bigint NOT NULL); \
              INSERT INTO intents VALUES ('i-1', 'cancelled', NULL, 'gone', 'orders-service', {}); \

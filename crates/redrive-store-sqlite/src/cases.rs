@@ -10,13 +10,15 @@
 use redrive_core::Timestamp;
 use redrive_core::case::TimelineEntry;
 use redrive_store::skeleton::cases::{
-    self as skeleton, CASE_COLUMNS, ENTRY_COLUMNS, INTENT_COLUMNS, OPEN_CASE, OPEN_TIMELINE,
-    add_count, default_review_deadline, entry_columns, mut_columns, update_sql,
+    self as skeleton, CASE_COLUMNS, ENTRY_COLUMNS, GROUP_COLUMNS, INSERT_GROUP, INTENT_COLUMNS,
+    OPEN_CASE, OPEN_TIMELINE, UPDATE_GROUP, add_count, default_review_deadline, entry_columns,
+    mut_columns, update_sql,
 };
-use redrive_store::skeleton::columns::{bad_value, to_int};
+use redrive_store::skeleton::columns::{bad_value, to_int, to_json};
 use redrive_store::{
-    CaseCounts, CaseQuery, CaseRecord, CaseUpdate, EffectAuthority, IntentRecord, IntentStatus,
-    MAX_CASE_PAGE, MAX_INTENT_WORDS, MAX_TIMELINE_ENTRIES, StoreError, StoreResult,
+    CaseCounts, CaseGroupRecord, CaseQuery, CaseRecord, CaseUpdate, EffectAuthority, IntentRecord,
+    IntentStatus, MAX_CASE_GROUP_PAGE, MAX_CASE_PAGE, MAX_INTENT_WORDS, MAX_TIMELINE_ENTRIES,
+    StoreError, StoreResult,
 };
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, named_params, params, params_from_iter};
@@ -514,6 +516,76 @@ pub(crate) fn put_intent(tx: &mut Tx<'_>, i: &IntentRecord) -> StoreResult<Inten
         .db()?;
     intent_word(tx.conn, &i.intent_id, &i.entity)?
         .ok_or_else(|| redrive_store::skeleton::columns::invariant("an intent just stored"))
+}
+
+// ---- case groups ------------------------------------------------------------------------
+
+pub(crate) fn get_group(conn: &Connection, id: &str) -> StoreResult<CaseGroupRecord> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {GROUP_COLUMNS} FROM case_groups WHERE id = ?1"
+        ))
+        .db()?;
+    query_opt(&mut stmt, [id], |r| skeleton::decode_group(&Cols(r)))?
+        .ok_or_else(|| StoreError::CaseGroupNotFound { id: id.to_owned() })
+}
+
+pub(crate) fn list_groups(
+    conn: &Connection,
+    queue: Option<&str>,
+    after: Option<&str>,
+    limit: u32,
+) -> StoreResult<Vec<CaseGroupRecord>> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {GROUP_COLUMNS} FROM case_groups WHERE (?1 IS NULL OR queue = ?1) \
+             AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3"
+        ))
+        .db()?;
+    let limit = i64::from(limit.clamp(1, MAX_CASE_GROUP_PAGE));
+    query_all(&mut stmt, params![queue, after, limit], |r| {
+        skeleton::decode_group(&Cols(r))
+    })
+}
+
+pub(crate) fn put_group(
+    tx: &mut Tx<'_>,
+    g: &CaseGroupRecord,
+    expected: Option<u64>,
+) -> StoreResult<CaseGroupRecord> {
+    let doc = to_json(&g.doc)?;
+    let changed = || StoreError::CaseGroupChanged { id: g.id.clone() };
+    match expected {
+        None => {
+            let n = tx
+                .conn
+                .prepare_cached(&format!("{INSERT_GROUP} ON CONFLICT (id) DO NOTHING"))
+                .db()?
+                .execute(params![g.id, g.queue.as_str(), g.created_at.0, 1_i64, doc])
+                .db()?;
+            if n == 0 {
+                return Err(changed());
+            }
+        }
+        Some(v) => {
+            let n = tx
+                .conn
+                .prepare_cached(UPDATE_GROUP)
+                .db()?
+                .execute(named_params! {
+                    "$1": g.id,
+                    "$2": doc,
+                    "$3": to_int(v, "case_groups.version")?,
+                    "$4": to_int(v + 1, "case_groups.version")?,
+                })
+                .db()?;
+            if n == 0 {
+                get_group(tx.conn, &g.id)?;
+                return Err(changed());
+            }
+        }
+    }
+    get_group(tx.conn, &g.id)
 }
 
 pub(crate) fn put_authority(tx: &mut Tx<'_>, a: &EffectAuthority) -> StoreResult<()> {

@@ -121,7 +121,9 @@ use redrive_store::{
     QueueCounts, QueueRecord, ReceiveOutcome, ReceiveParams, SessionLock, SettleOutcome,
     Settlement, Store, StoreError, StoreResult, StoredMessage, SweepOutcome,
 };
-use redrive_store::{CaseCounts, CaseQuery, CaseRecord, CaseUpdate, EffectAuthority, IntentRecord};
+use redrive_store::{
+    CaseCounts, CaseGroupRecord, CaseQuery, CaseRecord, CaseUpdate, EffectAuthority, IntentRecord,
+};
 use redrive_store::{
     DeadLetterPage, DrainRule, Quarantine, QuarantineCopy, ReplayClaim, ReplayCounts, ReplayFinish,
     RetentionRule,
@@ -704,6 +706,35 @@ impl Store for SqliteStore {
 
     async fn list_effect_authorities(&self) -> StoreResult<Vec<EffectAuthority>> {
         self.readers.read(cases::list_authorities).await
+    }
+
+    async fn put_case_group(
+        &self,
+        group: &CaseGroupRecord,
+        expected: Option<u64>,
+    ) -> StoreResult<CaseGroupRecord> {
+        let group = group.clone();
+        self.writer
+            .write(move |tx| cases::put_group(tx, &group, expected))
+            .await
+    }
+
+    async fn get_case_group(&self, id: &str) -> StoreResult<CaseGroupRecord> {
+        let id = id.to_owned();
+        self.readers.read(move |c| cases::get_group(c, &id)).await
+    }
+
+    async fn list_case_groups(
+        &self,
+        queue: Option<&EntityName>,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<CaseGroupRecord>> {
+        let queue = queue.map(|q| q.as_str().to_owned());
+        let after = after.map(str::to_owned);
+        self.readers
+            .read(move |c| cases::list_groups(c, queue.as_deref(), after.as_deref(), limit))
+            .await
     }
 
     async fn try_lease(

@@ -882,7 +882,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
              ALTER TABLE dead_letters DROP COLUMN route_target; \
              ALTER TABLE dead_letters DROP COLUMN missing_target; \
              DROP TABLE cases; DROP TABLE case_timeline; DROP TABLE case_payloads; \
-             DROP TABLE intents; DROP TABLE effect_authorities; \
+             DROP TABLE intents; DROP TABLE effect_authorities; DROP TABLE case_groups; \
              DROP TABLE replay_plans; DROP TABLE replay_plan_items; \
              DELETE FROM schema_migrations WHERE version >= 5;",
         )
@@ -895,7 +895,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (17, 17));
+    assert_eq!((version, SCHEMA_VERSION), (18, 18));
     assert_eq!(store.peek(&name("q"), 1, 10, T0).await.unwrap().len(), 1);
     let token = NewToken {
         id: "tok_000000000000000a".to_owned(),

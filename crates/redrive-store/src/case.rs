@@ -285,6 +285,26 @@ pub struct EffectAuthority {
     pub updated_at: Timestamp,
 }
 
+/// A case group: cases a person works as one, with one reviewed decision for many items.
+/// The store keeps the group's document as the broker wrote it (its selection, its members
+/// and its decisions); the broker owns that document's shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CaseGroupRecord {
+    /// `grp_…`, time-ordered.
+    pub id: String,
+    /// The queue whose cases it holds.
+    pub queue: EntityName,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// Its version: 1 when created, one more at each write.
+    pub version: u64,
+    /// The broker's document.
+    pub doc: serde_json::Value,
+}
+
+/// The most case groups one page lists.
+pub const MAX_CASE_GROUP_PAGE: u32 = 1_000;
+
 #[cfg(test)]
 mod tests {
     use super::*;

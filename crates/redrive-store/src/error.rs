@@ -187,6 +187,19 @@ pub enum StoreError {
         /// Its current version.
         version: u64,
     },
+    /// No case group with that id.
+    #[error("case group {id:?} does not exist")]
+    CaseGroupNotFound {
+        /// The id asked for.
+        id: String,
+    },
+    /// The case group changed since it was read (or, for a new one, exists): nothing was
+    /// written.
+    #[error("case group {id:?} changed; read it again")]
+    CaseGroupChanged {
+        /// The group.
+        id: String,
+    },
     /// A timeline would grow past its bound.
     #[error("case {id:?} holds the most timeline entries a case may ({max})")]
     TimelineFull {
@@ -292,9 +305,11 @@ impl StoreError {
             | StoreError::SubscriptionNotFound { .. }
             | StoreError::TokenNotFound { .. }
             | StoreError::CaseNotFound { .. }
+            | StoreError::CaseGroupNotFound { .. }
             | StoreError::MoveTaskNotFound { .. }
             | StoreError::ReplayPlanNotFound { .. } => StoreErrorKind::NotFound,
             StoreError::CaseChanged { .. }
+            | StoreError::CaseGroupChanged { .. }
             | StoreError::TimelineFull { .. }
             | StoreError::MoveTaskRunning { .. }
             | StoreError::MoveTaskNotRunning { .. }

@@ -455,6 +455,28 @@ pub trait Store: Send + Sync + 'static {
     /// Every effect authority, by message type.
     async fn list_effect_authorities(&self) -> StoreResult<Vec<EffectAuthority>>;
 
+    /// Writes a case group: a new one when `expected` is `None` (`CaseGroupChanged` if its
+    /// id exists), else the group at version `expected` (`CaseGroupNotFound`;
+    /// `CaseGroupChanged`, nothing written, when it is no longer there). Returns the group
+    /// as written, its version one more (1 for a new one).
+    async fn put_case_group(
+        &self,
+        group: &CaseGroupRecord,
+        expected: Option<u64>,
+    ) -> StoreResult<CaseGroupRecord>;
+
+    /// The case group `id` (`CaseGroupNotFound`).
+    async fn get_case_group(&self, id: &str) -> StoreResult<CaseGroupRecord>;
+
+    /// Case groups by id ascending (of `queue` when given), after `after`, at most `limit`
+    /// (capped at [`MAX_CASE_GROUP_PAGE`]).
+    async fn list_case_groups(
+        &self,
+        queue: Option<&EntityName>,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<CaseGroupRecord>>;
+
     // ---- several processes on one store -------------------------------------------
 
     /// Names of queues on which another process sharing this store made something

@@ -1517,3 +1517,87 @@ pub async fn cases_survive_reopen(t: &TestStore) {
     assert_eq!(s.intent_words("m1").await.unwrap(), vec![intent]);
     assert_eq!(s.list_effect_authorities().await.unwrap(), vec![authority]);
 }
+
+/// Case groups: a new group is version 1 and its id is taken once; an update is
+/// conditional on the version read; a listing is by id, per queue, paged.
+pub async fn case_groups_are_created_once_updated_on_their_version_and_listed(t: &TestStore) {
+    use redrive_store::CaseGroupRecord;
+    let group = |id: &str, queue: &str, at: i64, members: &[&str]| CaseGroupRecord {
+        id: id.into(),
+        queue: name(queue),
+        created_at: secs(at),
+        version: 0,
+        doc: serde_json::json!({"case_ids": members}),
+    };
+    assert!(matches!(
+        t.s().get_case_group("grp_none").await,
+        Err(StoreError::CaseGroupNotFound { .. })
+    ));
+    let a = group("grp_01", "orders", 1, &["case_a", "case_b"]);
+    let written = t.s().put_case_group(&a, None).await.unwrap();
+    assert_eq!(written.version, 1);
+    assert_eq!(written.doc, a.doc);
+    assert_eq!(written.queue, name("orders"));
+    assert_eq!(written.created_at, secs(1));
+    assert!(
+        matches!(
+            t.s().put_case_group(&a, None).await,
+            Err(StoreError::CaseGroupChanged { .. })
+        ),
+        "an id is taken once"
+    );
+    let mut changed = written.clone();
+    changed.doc = serde_json::json!({"case_ids": ["case_a"], "decisions": [1]});
+    let v2 = t.s().put_case_group(&changed, Some(1)).await.unwrap();
+    assert_eq!(v2.version, 2);
+    assert_eq!(v2.doc, changed.doc);
+    let mut stale = written.clone();
+    stale.doc = serde_json::json!({"lost": true});
+    assert!(
+        matches!(
+            t.s().put_case_group(&stale, Some(1)).await,
+            Err(StoreError::CaseGroupChanged { .. })
+        ),
+        "a write at a version no longer current writes nothing"
+    );
+    assert_eq!(t.s().get_case_group("grp_01").await.unwrap(), v2);
+    assert!(matches!(
+        t.s()
+            .put_case_group(&group("grp_09", "orders", 1, &[]), Some(1))
+            .await,
+        Err(StoreError::CaseGroupNotFound { .. })
+    ));
+    t.s()
+        .put_case_group(&group("grp_02", "payments", 2, &["case_c"]), None)
+        .await
+        .unwrap();
+    t.s()
+        .put_case_group(&group("grp_03", "orders", 3, &[]), None)
+        .await
+        .unwrap();
+    let ids = |v: Vec<CaseGroupRecord>| v.into_iter().map(|g| g.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(t.s().list_case_groups(None, None, 10).await.unwrap()),
+        ["grp_01", "grp_02", "grp_03"]
+    );
+    assert_eq!(
+        ids(t
+            .s()
+            .list_case_groups(Some(&name("orders")), None, 10)
+            .await
+            .unwrap()),
+        ["grp_01", "grp_03"]
+    );
+    assert_eq!(
+        ids(t
+            .s()
+            .list_case_groups(Some(&name("orders")), Some("grp_01"), 10)
+            .await
+            .unwrap()),
+        ["grp_03"]
+    );
+    assert_eq!(
+        ids(t.s().list_case_groups(None, None, 2).await.unwrap()),
+        ["grp_01", "grp_02"]
+    );
+}

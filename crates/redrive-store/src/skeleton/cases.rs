@@ -290,6 +290,29 @@ pub fn decode_entry(c: &impl Columns) -> StoreResult<TimelineEntry> {
     })
 }
 
+/// The columns of a case group, as [`decode_group`] reads them.
+pub const GROUP_COLUMNS: &str = "id, queue, created_at, version, doc";
+
+/// The statement that inserts a case group (`$1`…`$5` as [`GROUP_COLUMNS`]).
+pub const INSERT_GROUP: &str =
+    "INSERT INTO case_groups (id, queue, created_at, version, doc) VALUES ($1, $2, $3, $4, $5)";
+
+/// The statement that writes a case group still at version `$3`: its document `$2`, its
+/// version `$4` (one more), for id `$1`.
+pub const UPDATE_GROUP: &str =
+    "UPDATE case_groups SET doc = $2, version = $4 WHERE id = $1 AND version = $3";
+
+/// Reads [`GROUP_COLUMNS`].
+pub fn decode_group(c: &impl Columns) -> StoreResult<crate::CaseGroupRecord> {
+    Ok(crate::CaseGroupRecord {
+        id: c.text(0)?,
+        queue: c.name(1, "case_groups.queue")?,
+        created_at: c.time(2)?,
+        version: c.unsigned(3, "case_groups.version")?,
+        doc: c.json(4, "case_groups.doc")?,
+    })
+}
+
 /// Adds one `(group, count)` row of a grouped count to `counts` (`which`: `reason`,
 /// `type` or `state`).
 pub fn add_count(counts: &mut CaseCounts, which: &str, group: Option<String>, n: u64) {
