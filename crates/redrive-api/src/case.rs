@@ -44,6 +44,10 @@ pub struct CaseSummary {
     /// The description that came with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// The failure signature: the description with ids, numbers and times masked, so
+    /// that the cases of one failure shape share it (a case group selects by it).
+    #[serde(default)]
+    pub signature: String,
     /// `broker_routed`, `application_quarantined` or `route_indeterminate`.
     pub route: String,
     /// `exact`, `approximate`, `incomplete` or `unavailable`.
@@ -390,4 +394,149 @@ pub struct SetEffectAuthority {
 pub struct EffectAuthorityList {
     /// By message type.
     pub authorities: Vec<EffectAuthority>,
+}
+
+/// `POST /v1/case-groups`: a group of the open cases of one queue that match every filter
+/// given, now (its members are fixed then).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CreateCaseGroup {
+    /// The queue whose cases it holds.
+    pub queue: String,
+    /// With this reason code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Of this message type.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub message_type: Option<String>,
+    /// Dead-lettered at or after (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Dead-lettered before (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Whose failure signature (the description with ids, numbers and times masked, as
+    /// a case group shows it) is this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// Whose intent id starts with this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intent_prefix: Option<String>,
+}
+
+/// A decision taken on a case group.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CaseGroupDecision {
+    /// `claim`, `release`, `diagnose`, `correct`, `test` or `close`.
+    pub action: String,
+    /// Who took it.
+    pub actor: String,
+    /// When (RFC 3339).
+    pub at: String,
+    /// What was decided.
+    pub fields: std::collections::BTreeMap<String, String>,
+    /// Members it was carried out on.
+    pub applied: u32,
+    /// Members that refused it.
+    pub refused: u32,
+}
+
+/// One member's outcome of the decision just taken.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CaseGroupOutcome {
+    /// The case.
+    pub case_id: String,
+    /// Whether the decision was carried out on it.
+    pub ok: bool,
+    /// Its state after (when carried out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Its next decision after (when carried out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+    /// Why it refused: the problem's code and reason (`case_conflict:case_claimed`…).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// Why it refused, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// A case group: its selection, its decisions, its members as they are now, and — in the
+/// answer to a decision — each member's outcome.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CaseGroup {
+    /// `grp_…`.
+    pub id: String,
+    /// The queue whose cases it holds.
+    pub queue: String,
+    /// How its members were selected.
+    pub selection: CreateCaseGroup,
+    /// Who created it.
+    pub created_by: String,
+    /// When (RFC 3339).
+    pub created_at: String,
+    /// When it was closed (RFC 3339); a closed group takes no decision.
+    pub closed_at: Option<String>,
+    /// How many members it holds.
+    pub size: usize,
+    /// Its members by state now.
+    pub by_state: std::collections::BTreeMap<String, u64>,
+    /// Its members now, by id.
+    pub cases: Vec<CaseSummary>,
+    /// Its decisions, oldest first.
+    pub decisions: Vec<CaseGroupDecision>,
+    /// Each member's outcome of the decision this answers (empty for a read).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outcomes: Vec<CaseGroupOutcome>,
+}
+
+/// A case group in a listing.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CaseGroupSummary {
+    /// `grp_…`.
+    pub id: String,
+    /// The queue whose cases it holds.
+    pub queue: String,
+    /// How its members were selected.
+    pub selection: CreateCaseGroup,
+    /// Who created it.
+    pub created_by: String,
+    /// When (RFC 3339).
+    pub created_at: String,
+    /// When it was closed (RFC 3339).
+    pub closed_at: Option<String>,
+    /// How many members it holds.
+    pub size: usize,
+    /// How many decisions it holds.
+    pub decisions: usize,
+}
+
+/// `GET /v1/case-groups`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CaseGroupList {
+    /// The groups, by id.
+    pub groups: Vec<CaseGroupSummary>,
+    /// The cursor of the next page, if there may be one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// `POST /v1/case-groups/{id}/tests`: an isolated test of each member's exact payload at
+/// one sandbox queue.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TestCaseGroup {
+    /// The sandbox queue (a queue declared a test sandbox).
+    pub destination: String,
+    /// Send each member's exact payload there now.
+    #[serde(default)]
+    pub send: bool,
+    /// `pass` or `fail`: the outcome observed for every member not in `failed`.
+    pub outcome: String,
+    /// Members whose payload failed the test (their outcome is `fail`).
+    #[serde(default)]
+    pub failed: Vec<String>,
+    /// The evidence of the outcome.
+    pub evidence: String,
 }

@@ -164,6 +164,8 @@ codes! {
     EffectAuthorityNotFound = ("effect_authority_not_found", 404, "Effect authority not found"),
     /// No recovery case with that id.
     CaseNotFound = ("case_not_found", 404, "Case not found"),
+    /// No case group with that id.
+    CaseGroupNotFound = ("case_group_not_found", 404, "Case group not found"),
     /// A case operation its state refuses; `reason` says which (`case_claimed` with
     /// `owner`, `not_case_owner`, `case_closed`, `case_not_eligible`, `case_not_due`,
     /// `intent_decided`, `no_effect_authority`, `no_correction`, `payload_gone`,

@@ -84,7 +84,9 @@ pub struct PlanBudget {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct PlanSelection {
-    /// The queue whose dead letters are replayed.
+    /// The queue whose dead letters are replayed (may be left out when `group` is given:
+    /// the group's queue).
+    #[serde(default)]
     pub queue: String,
     /// Only these reason codes (any when empty).
     #[serde(default)]
@@ -101,6 +103,9 @@ pub struct PlanSelection {
     /// Only these cases (any when empty).
     #[serde(default)]
     pub case_ids: Vec<String>,
+    /// The members of this case group (`grp_…`) are the cases (not with `case_ids`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 /// `POST /v1/replay/plans/preview`: a plan as it would be created.
@@ -200,6 +205,9 @@ pub struct ReplayPlanSelection {
     pub to: Option<String>,
     /// Only these cases (any when empty).
     pub case_ids: Vec<String>,
+    /// The case group the cases are the members of, if the plan was made from one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 /// A plan's budget, every limit named.

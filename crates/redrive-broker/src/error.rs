@@ -321,6 +321,8 @@ pub enum Storage {
     CaseNotFound,
     /// Another writer changed the case first: read it again.
     CaseChanged,
+    /// No such case group.
+    CaseGroupNotFound,
     /// The case's timeline is full.
     TimelineFull,
     /// No such replay plan.
@@ -390,6 +392,7 @@ impl Storage {
             E::TokenNotFound { .. } => Storage::TokenNotFound,
             E::CaseNotFound { .. } => Storage::CaseNotFound,
             E::CaseChanged { .. } => Storage::CaseChanged,
+            E::CaseGroupNotFound { .. } => Storage::CaseGroupNotFound,
             E::TimelineFull { .. } => Storage::TimelineFull,
             E::ReplayPlanNotFound { .. } => Storage::ReplayPlanNotFound,
             E::ReplayPlanChanged { .. } | E::ReplayItemTaken { .. } => Storage::PlanBusy,

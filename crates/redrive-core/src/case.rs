@@ -2716,3 +2716,7 @@ pub mod by_hand;
 
 /// What a step of the broker writes and does for a decision (see the module).
 pub mod step;
+
+/// A failure's signature: its description with the variable parts masked, so that the
+/// dead letters of one failure shape compare equal.
+pub mod signature;

@@ -160,6 +160,46 @@ pub const ROUTES: &[RouteRule] = {
         (Method::POST, "/v1/cases/{id}/close", &[WorkCases], None),
         (Method::POST, "/v1/cases/{id}/review", &[WorkCases], None),
         (Method::POST, "/v1/cases/{id}/replay", &[ReplayCase], None),
+        // A case group's entity is its queue: the broker checks the role on it.
+        (Method::GET, "/v1/case-groups", &[ReadCases], None),
+        (Method::POST, "/v1/case-groups", &[WorkCases], None),
+        (Method::GET, "/v1/case-groups/{id}", &[ReadCases], None),
+        (
+            Method::POST,
+            "/v1/case-groups/{id}/claim",
+            &[WorkCases],
+            None,
+        ),
+        (
+            Method::POST,
+            "/v1/case-groups/{id}/release",
+            &[WorkCases],
+            None,
+        ),
+        (
+            Method::POST,
+            "/v1/case-groups/{id}/diagnosis",
+            &[WorkCases],
+            None,
+        ),
+        (
+            Method::POST,
+            "/v1/case-groups/{id}/corrections",
+            &[WorkCases],
+            None,
+        ),
+        (
+            Method::POST,
+            "/v1/case-groups/{id}/tests",
+            &[WorkCases],
+            None,
+        ),
+        (
+            Method::POST,
+            "/v1/case-groups/{id}/close",
+            &[WorkCases],
+            None,
+        ),
         (Method::GET, "/v1/intents/{id}", &[ReadCases], None),
         (
             Method::POST,

@@ -192,6 +192,7 @@ fn problem_for_storage(e: &BrokerError, s: Storage) -> Problem {
                 .with("reason", reason);
         }
         Storage::CaseNotFound => C::CaseNotFound,
+        Storage::CaseGroupNotFound => C::CaseGroupNotFound,
         Storage::CaseChanged => {
             return Problem::new(C::CaseConflict, e.to_string()).with("reason", "case_changed");
         }

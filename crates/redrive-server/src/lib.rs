@@ -187,6 +187,7 @@ pub fn router(state: AppState) -> Router {
         )
         .merge(api::replay::router().layer(small))
         .merge(api::cases::router().layer(small))
+        .merge(api::case_groups::router().layer(small))
         // A transformation carries a payload.
         .merge(api::cases::payload_router())
         .merge(api::ops::router().layer(small))

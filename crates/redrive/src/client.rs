@@ -12,9 +12,9 @@ use redrive_api::access::{
     AuditPage, AuditVerification, CreateToken, CreatedToken, Token, TokenList,
 };
 use redrive_api::case::{
-    CancelIntent, Case, CaseCounts, CasePage, CasePayload, ClaimCase, CloseCase, CorrectCase,
-    DiagnoseCase, EffectAuthority, EffectAuthorityList, Intent, NoteCase, ReviewCase,
-    SetEffectAuthority, SupersedeIntent, TestCase, TransformCase,
+    CancelIntent, Case, CaseCounts, CaseGroup, CaseGroupList, CasePage, CasePayload, ClaimCase,
+    CloseCase, CorrectCase, CreateCaseGroup, DiagnoseCase, EffectAuthority, EffectAuthorityList,
+    Intent, NoteCase, ReviewCase, SetEffectAuthority, SupersedeIntent, TestCase, TransformCase,
 };
 use redrive_api::dead_letter::{
     DeadLetter, DeadLetterPage, ImportDeadLetters, ImportResult, MoveDeadLetter, RestoreDeadLetter,
@@ -852,6 +852,58 @@ impl Client {
     /// `POST /v1/cases/{id}/replay` (role `replayer`).
     pub async fn replay_case(&self, id: &str) -> Result<Case, ClientError> {
         self.case_change(id, "replay", None::<&()>).await
+    }
+
+    // ---- case groups -----------------------------------------------------------------
+
+    /// `POST /v1/case-groups`: a group of the open cases the selection matches now.
+    pub async fn create_case_group(&self, req: &CreateCaseGroup) -> Result<CaseGroup, ClientError> {
+        let url = self.url(&["v1", "case-groups"]);
+        self.must(Method::POST, url, Some(req)).await
+    }
+
+    /// `GET /v1/case-groups[?queue=&cursor=&limit=]`.
+    pub async fn list_case_groups(
+        &self,
+        queue: Option<&str>,
+        cursor: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<CaseGroupList, ClientError> {
+        let mut url = self.url(&["v1", "case-groups"]);
+        {
+            let mut q = url.query_pairs_mut();
+            if let Some(v) = queue {
+                q.append_pair("queue", v);
+            }
+            if let Some(v) = cursor {
+                q.append_pair("cursor", v);
+            }
+            if let Some(v) = limit {
+                q.append_pair("limit", &v.to_string());
+            }
+        }
+        if url.query() == Some("") {
+            url.set_query(None);
+        }
+        self.must(Method::GET, url, None::<&()>).await
+    }
+
+    /// `GET /v1/case-groups/{id}`: the group, its decisions and its members now.
+    pub async fn get_case_group(&self, id: &str) -> Result<CaseGroup, ClientError> {
+        let url = self.url(&["v1", "case-groups", id]);
+        self.must(Method::GET, url, None::<&()>).await
+    }
+
+    /// A `POST /v1/case-groups/{id}/{action}`: one decision on every member, answered
+    /// with the group and each member's outcome.
+    pub async fn decide_case_group(
+        &self,
+        id: &str,
+        action: &str,
+        body: Option<&impl Serialize>,
+    ) -> Result<CaseGroup, ClientError> {
+        let url = self.url(&["v1", "case-groups", id, action]);
+        self.must(Method::POST, url, body).await
     }
 
     // ---- intents and effect authorities ---------------------------------------------

@@ -17,7 +17,9 @@ Exit codes:
   2  invalid usage or input (bad flag or value, invalid name, invalid config,
      or a request the server rejected as invalid)
   3  the server could not be reached
-  4  a followed replay plan or move task ended stopped (its stop reason is printed)";
+  4  a followed replay plan or move task ended stopped (its stop reason is printed)
+  5  a case group's decision that some of its cases refused (each is printed; the
+     others took it)";
 
 /// Invalid input from the user (flags, files, config): exit code 2.
 #[derive(Debug)]
@@ -44,6 +46,19 @@ impl fmt::Display for Stopped {
 
 impl std::error::Error for Stopped {}
 
+/// A case group's decision that some members refused while the others took it: exit
+/// code 5, so that a script notices.
+#[derive(Debug)]
+pub struct Partial(pub String);
+
+impl fmt::Display for Partial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Partial {}
+
 /// Shorthand: an `anyhow::Error` carrying an [`InputError`].
 pub fn input_error(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(InputError(msg.into()))
@@ -57,6 +72,9 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         }
         if cause.downcast_ref::<Stopped>().is_some() {
             return 4;
+        }
+        if cause.downcast_ref::<Partial>().is_some() {
+            return 5;
         }
         if let Some(c) = cause.downcast_ref::<ClientError>() {
             return client_exit_code(c);
@@ -94,6 +112,8 @@ mod tests {
         let missing = ClientError::Problem(Box::new(Problem::new(ErrorCode::QueueNotFound, "x")));
         assert_eq!(exit_code(&anyhow::Error::new(missing).context("show")), 1);
         assert_eq!(exit_code(&anyhow::anyhow!("other")), 1);
+        let partial = anyhow::Error::new(Partial("2 of 5 refused".into())).context("claim");
+        assert_eq!(exit_code(&partial), 5);
         let stopped = anyhow::Error::new(Stopped("plan_1 stopped".into())).context("follow");
         assert_eq!(exit_code(&stopped), 4);
     }

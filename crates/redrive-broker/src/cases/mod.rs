@@ -27,6 +27,7 @@ pub mod by_hand;
 mod context;
 pub mod data;
 pub mod effect;
+pub mod group;
 mod intents;
 mod known;
 mod person;
@@ -41,6 +42,10 @@ use std::time::Duration;
 
 pub(crate) use context::CaseContext;
 pub use data::CaseData;
+pub use group::{
+    CaseGroup, GroupAction, GroupDecision, GroupSelection, GroupView, MAX_GROUP_CASES,
+    MemberOutcome,
+};
 pub use intents::{IntentOutcome, IntentView};
 pub use person::{ReviewDecision, TestInput, TransformInput};
 pub use view::{CaseView, MAX_FILTER_LEN, check_filter};

@@ -117,11 +117,34 @@ impl Broker {
         action: &str,
         targets: Vec<String>,
         need_owner: bool,
+        build: F,
+    ) -> BrokerResult<CaseView>
+    where
+        F: FnMut(&CaseRecord, &mut Step, Timestamp) -> BrokerResult<()>,
+    {
+        self.person_change_in(None, id, actor, action, targets, need_owner, build)
+            .await
+    }
+
+    /// [`Broker::person_change`] as one item of a case group's decision: every timeline
+    /// entry it appends, and its audit entry, name the group.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn person_change_in<F>(
+        &self,
+        group: Option<&str>,
+        id: &str,
+        actor: &Actor,
+        action: &str,
+        mut targets: Vec<String>,
+        need_owner: bool,
         mut build: F,
     ) -> BrokerResult<CaseView>
     where
         F: FnMut(&CaseRecord, &mut Step, Timestamp) -> BrokerResult<()>,
     {
+        if let Some(g) = group {
+            targets.push(format!("group={g}"));
+        }
         let mut result = Err(conflict(
             "case_busy",
             format!("case {id} kept changing; try again"),
@@ -145,6 +168,11 @@ impl Broker {
             if let Err(e) = build(&case, &mut step, now) {
                 result = Err(e);
                 break;
+            }
+            if let Some(g) = group {
+                for e in &mut step.append {
+                    e.fields.insert("group".to_owned(), g.to_owned());
+                }
             }
             match self.write_step(&case, step).await {
                 Ok(c) => {
@@ -174,12 +202,23 @@ impl Broker {
     }
 
     /// Claims a case for `actor` (or renews its own claim) for `lease_ms`.
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn claim_case(
         &self,
         id: &str,
         lease_ms: Option<u64>,
         actor: &Actor,
+    ) -> BrokerResult<CaseView> {
+        self.claim_in(id, lease_ms, actor, None).await
+    }
+
+    /// [`Broker::claim_case`], as one item of case group `group` when given.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
+    pub(crate) async fn claim_in(
+        &self,
+        id: &str,
+        lease_ms: Option<u64>,
+        actor: &Actor,
+        group: Option<&str>,
     ) -> BrokerResult<CaseView> {
         self.authorize_case(id, actor, Operation::WorkCases).await?;
         let ms = lease_ms.unwrap_or(self.case_settings().default_lease_ms);
@@ -189,7 +228,8 @@ impl Broker {
                 format!("must be between 1 and {MAX_CASE_LEASE_MS}"),
             ));
         }
-        self.person_change(
+        self.person_change_in(
+            group,
             id,
             actor,
             "case.claim",
@@ -221,6 +261,13 @@ impl Broker {
                     step.data.escalated_for = None;
                 }
                 step.set.lease = Some(lease);
+                if let Some(g) = group {
+                    step.data.notes.push(Note {
+                        text: format!("claimed with case group {g}"),
+                        actor: actor.name.clone(),
+                        at_ms: now.as_millis(),
+                    });
+                }
                 Ok(())
             },
         )
@@ -228,10 +275,21 @@ impl Broker {
     }
 
     /// Releases `actor`'s claim on a case.
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn release_case(&self, id: &str, actor: &Actor) -> BrokerResult<CaseView> {
+        self.release_in(id, actor, None).await
+    }
+
+    /// [`Broker::release_case`], as one item of case group `group` when given.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
+    pub(crate) async fn release_in(
+        &self,
+        id: &str,
+        actor: &Actor,
+        group: Option<&str>,
+    ) -> BrokerResult<CaseView> {
         self.authorize_case(id, actor, Operation::WorkCases).await?;
-        self.person_change(
+        self.person_change_in(
+            group,
             id,
             actor,
             "case.release",
@@ -263,7 +321,6 @@ impl Broker {
     }
 
     /// Records a diagnosis (the owner's hypothesis and its disconfirming evidence).
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn diagnose_case(
         &self,
         id: &str,
@@ -271,32 +328,53 @@ impl Broker {
         disconfirming: &str,
         actor: &Actor,
     ) -> BrokerResult<CaseView> {
+        self.diagnose_in(id, hypothesis, disconfirming, actor, None)
+            .await
+    }
+
+    /// [`Broker::diagnose_case`], as one item of case group `group` when given.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
+    pub(crate) async fn diagnose_in(
+        &self,
+        id: &str,
+        hypothesis: &str,
+        disconfirming: &str,
+        actor: &Actor,
+        group: Option<&str>,
+    ) -> BrokerResult<CaseView> {
         self.authorize_case(id, actor, Operation::WorkCases).await?;
         check_text("hypothesis", hypothesis, true)?;
         check_text("disconfirming_evidence", disconfirming, true)?;
-        self.person_change(id, actor, "case.diagnose", vec![], true, |_, step, now| {
-            step.data.diagnoses.push(Diagnosis {
-                hypothesis: hypothesis.to_owned(),
-                disconfirming_evidence: disconfirming.to_owned(),
-                owner: actor.name.clone(),
-                at_ms: now.as_millis(),
-            });
-            step.push(with(
-                entry(
-                    now,
-                    &actor.name,
-                    CaseState::DiagnosisProposed,
-                    format!("hypothesis: {hypothesis}"),
-                ),
-                &[("disconfirming_evidence", disconfirming.to_owned())],
-            ))
-            .map_err(case_error)
-        })
+        self.person_change_in(
+            group,
+            id,
+            actor,
+            "case.diagnose",
+            vec![],
+            true,
+            |_, step, now| {
+                step.data.diagnoses.push(Diagnosis {
+                    hypothesis: hypothesis.to_owned(),
+                    disconfirming_evidence: disconfirming.to_owned(),
+                    owner: actor.name.clone(),
+                    at_ms: now.as_millis(),
+                });
+                step.push(with(
+                    entry(
+                        now,
+                        &actor.name,
+                        CaseState::DiagnosisProposed,
+                        format!("hypothesis: {hypothesis}"),
+                    ),
+                    &[("disconfirming_evidence", disconfirming.to_owned())],
+                ))
+                .map_err(case_error)
+            },
+        )
         .await
     }
 
     /// Records a correction: a versioned change that claims to address a failure shape.
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn correct_case(
         &self,
         id: &str,
@@ -305,10 +383,26 @@ impl Broker {
         addresses: &str,
         actor: &Actor,
     ) -> BrokerResult<CaseView> {
+        self.correct_in(id, kind, identity, addresses, actor, None)
+            .await
+    }
+
+    /// [`Broker::correct_case`], as one item of case group `group` when given.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
+    pub(crate) async fn correct_in(
+        &self,
+        id: &str,
+        kind: CorrectionKind,
+        identity: &str,
+        addresses: &str,
+        actor: &Actor,
+        group: Option<&str>,
+    ) -> BrokerResult<CaseView> {
         self.authorize_case(id, actor, Operation::WorkCases).await?;
         check_text("identity", identity, true)?;
         check_text("addresses", addresses, true)?;
-        self.person_change(
+        self.person_change_in(
+            group,
             id,
             actor,
             "case.correct",
@@ -540,12 +634,23 @@ impl Broker {
     /// a queue declared a test sandbox, which the caller may send to). A pass on this
     /// case's exact payload is evidence (`correction_isolated`), not recovery; a pass on
     /// another fixture leaves the case where it was.
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn test_case(
         &self,
         id: &str,
         input: TestInput,
         actor: &Actor,
+    ) -> BrokerResult<CaseView> {
+        self.test_in(id, input, actor, None).await
+    }
+
+    /// [`Broker::test_case`], as one item of case group `group` when given.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
+    pub(crate) async fn test_in(
+        &self,
+        id: &str,
+        input: TestInput,
+        actor: &Actor,
+        group: Option<&str>,
     ) -> BrokerResult<CaseView> {
         self.authorize_case(id, actor, Operation::WorkCases).await?;
         // The exact payload is read for the test: the caller must be allowed to read it.
@@ -625,7 +730,7 @@ impl Broker {
             )
             .await?;
         }
-        self.person_change(id, actor, "case.test", vec![format!("correction={version}"), format!("fixture={digest}"), format!("outcome={:?}", input.outcome).to_lowercase()], true, |_, step, now| {
+        self.person_change_in(group, id, actor, "case.test", vec![format!("correction={version}"), format!("fixture={digest}"), format!("outcome={:?}", input.outcome).to_lowercase()], true, |_, step, now| {
             step.data.tests.push(IsolatedTest {
                 correction_version: version,
                 fixture_digest: digest.clone(),
@@ -695,13 +800,25 @@ impl Broker {
 
     /// Closes a case as `rejected` or `indeterminate` (the terminal states only a person
     /// decides).
-    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn close_case(
         &self,
         id: &str,
         terminal: case::Terminal,
         evidence: &str,
         actor: &Actor,
+    ) -> BrokerResult<CaseView> {
+        self.close_in(id, terminal, evidence, actor, None).await
+    }
+
+    /// [`Broker::close_case`], as one item of case group `group` when given.
+    #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
+    pub(crate) async fn close_in(
+        &self,
+        id: &str,
+        terminal: case::Terminal,
+        evidence: &str,
+        actor: &Actor,
+        group: Option<&str>,
     ) -> BrokerResult<CaseView> {
         self.authorize_case(id, actor, Operation::WorkCases).await?;
         check_text("evidence", evidence, true)?;
@@ -740,7 +857,8 @@ impl Broker {
         } else {
             self.replay_queued(&CaseData::of(&case)).await?
         };
-        self.person_change(
+        self.person_change_in(
+            group,
             id,
             actor,
             "case.close",

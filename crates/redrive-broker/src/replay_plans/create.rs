@@ -90,6 +90,7 @@ impl Plans {
             from_ms: sel.from.map(|t| t.as_millis()),
             to_ms: sel.to.map(|t| t.as_millis()),
             case_ids: sel.case_ids.clone(),
+            group: sel.group.clone(),
             budget,
             correction: input.correction.clone(),
             lease_ms,

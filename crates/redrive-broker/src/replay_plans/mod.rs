@@ -80,6 +80,9 @@ pub struct PlanSelectionInput {
     pub to: Option<Timestamp>,
     /// Only these cases (any when empty).
     pub case_ids: Vec<String>,
+    /// The cases of this case group (`grp_…`): its queue is the selection's queue (named
+    /// or left empty), and its members are the plan's case ids.
+    pub group: Option<String>,
     /// Where the items go: the queue they came from when `None`.
     pub destination: Option<String>,
 }
@@ -257,7 +260,8 @@ impl Plans {
             ("types", selection.types.len()),
             ("case_ids", selection.case_ids.len()),
         ] {
-            if n > MAX_SELECTION_VALUES {
+            // A group's members were bounded when it was made (MAX_GROUP_CASES).
+            if n > MAX_SELECTION_VALUES && !(field == "case_ids" && selection.group.is_some()) {
                 return Err(BrokerError::invalid(
                     field,
                     format!("at most {MAX_SELECTION_VALUES} values"),

@@ -65,6 +65,7 @@ pub(crate) fn move_plan_view(plan: ReplayPlanRecord) -> BrokerResult<PlanView> {
         from_ms: None,
         to_ms: None,
         case_ids: Vec::new(),
+        group: None,
         budget: budget.clone(),
         correction: None,
         lease_ms: 0,

@@ -8,18 +8,59 @@ use redrive_store::{PlanItemQuery, PlanItemRecord, PlanKind, PlanQuery};
 
 use super::run::{PlanInput, PlanView};
 use super::{PlanAction, PlanPreview, PlanSelectionInput, Plans};
-use crate::{Actor, BrokerResult};
+use redrive_store::skeleton::columns::bad_value;
+
+use crate::{Actor, BrokerError, BrokerResult};
 
 impl Plans {
     /// Creates a plan for `actor`, who must be a replayer on the selection's queue (the
     /// destination is checked by [`Plans::create_plan`]).
     #[tracing::instrument(level = "debug", skip_all, fields(queue = %input.selection.queue))]
     pub async fn create(&self, input: &PlanInput, actor: &Actor) -> BrokerResult<PlanView> {
+        let mut input = input.clone();
+        input.selection = self.of_group(&input.selection).await?;
         let queue = input.selection.queue.as_str();
         self.broker
             .authorize(actor, Operation::ReplayCase, Some(queue))
             .await?;
-        self.create_plan(input, actor).await
+        self.create_plan(&input, actor).await
+    }
+
+    /// The selection with its case group, if it names one, made its queue and case ids:
+    /// refused when it also names case ids, or a queue the group's cases are not of.
+    async fn of_group(&self, selection: &PlanSelectionInput) -> BrokerResult<PlanSelectionInput> {
+        let Some(id) = &selection.group else {
+            return Ok(selection.clone());
+        };
+        if !selection.case_ids.is_empty() {
+            return Err(BrokerError::invalid(
+                "case_ids",
+                "a plan names case ids or a case group, not both",
+            ));
+        }
+        if !id.starts_with("grp_") || id.len() > 68 {
+            return Err(BrokerError::invalid(
+                "group",
+                format!("{id:?} is not a case group id (grp_…)"),
+            ));
+        }
+        let group = self.ctx.store.get_case_group(id).await?;
+        let ids: Vec<String> = serde_json::from_value(group.doc["case_ids"].clone())
+            .map_err(|e| BrokerError::Store(bad_value("case_groups.doc", e)))?;
+        if !selection.queue.is_empty() && selection.queue != group.queue.as_str() {
+            return Err(BrokerError::invalid(
+                "queue",
+                format!(
+                    "case group {id} holds cases of queue {}, not {}",
+                    group.queue, selection.queue
+                ),
+            ));
+        }
+        Ok(PlanSelectionInput {
+            queue: group.queue.to_string(),
+            case_ids: ids,
+            ..selection.clone()
+        })
     }
 
     /// The dry run of a plan for `actor`, who must be a replayer on the selection's queue.
@@ -30,10 +71,11 @@ impl Plans {
         budget: &BudgetSpec,
         actor: &Actor,
     ) -> BrokerResult<PlanPreview> {
+        let selection = self.of_group(selection).await?;
         self.broker
             .authorize(actor, Operation::ReplayCase, Some(selection.queue.as_str()))
             .await?;
-        self.preview_plan(selection, budget).await
+        self.preview_plan(&selection, budget).await
     }
 
     /// A page of plans as `actor` may see them: refused when the query names a queue

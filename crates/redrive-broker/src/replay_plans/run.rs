@@ -54,6 +54,9 @@ pub struct PlanSpec {
     /// Only these cases (any when empty).
     #[serde(default)]
     pub case_ids: Vec<String>,
+    /// The case group whose members are its cases, if it was made from one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     /// The budget (stored as [`Budget`] is: one shape from the request to the pacer).
     pub budget: Budget,
     /// The correction every item's case must carry, if named.

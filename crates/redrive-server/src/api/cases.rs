@@ -37,7 +37,7 @@ fn t(ts: Timestamp) -> String {
     ts.to_rfc3339()
 }
 
-fn summary(c: &CaseRecord, next: String, now: Timestamp) -> CaseSummary {
+pub(super) fn summary(c: &CaseRecord, next: String, now: Timestamp) -> CaseSummary {
     let m = &c.m;
     CaseSummary {
         id: c.id.clone(),
@@ -49,6 +49,7 @@ fn summary(c: &CaseRecord, next: String, now: Timestamp) -> CaseSummary {
         session_id: c.session_id.clone(),
         reason: c.reason.clone(),
         description: c.description.clone(),
+        signature: redrive_core::case::signature::signature(c.description.as_deref()),
         route: m.route.to_string(),
         evidence_quality: m.evidence_quality.to_string(),
         state: m.state.to_string(),
@@ -78,7 +79,7 @@ fn summary(c: &CaseRecord, next: String, now: Timestamp) -> CaseSummary {
     }
 }
 
-fn listed_next(c: &CaseRecord) -> String {
+pub(super) fn listed_next(c: &CaseRecord) -> String {
     if c.m.state.terminal().is_some() {
         return format!("closed:{}", c.m.state);
     }
@@ -112,7 +113,7 @@ fn changed(s: &AppState, v: CaseView) -> Json<Case> {
     Json(case_out(&v, s.broker.clock().now()))
 }
 
-fn text(field: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
+pub(super) fn text(field: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
     check_filter(field, v.as_deref())?;
     Ok(v)
 }
@@ -295,7 +296,7 @@ async fn diagnose(
     Ok(changed(&s, v))
 }
 
-fn correction_kind(s: &str) -> Result<CorrectionKind, ApiError> {
+pub(super) fn correction_kind(s: &str) -> Result<CorrectionKind, ApiError> {
     serde_json::from_value(serde_json::Value::String(s.to_owned())).map_err(|_| {
         BrokerError::invalid(
             "kind",

@@ -1,6 +1,7 @@
 //! The native API, one file per resource; each ends with its `router()`.
 
 pub(crate) mod access;
+pub(crate) mod case_groups;
 pub(crate) mod cases;
 pub(crate) mod dead_letters;
 pub(crate) mod messages;

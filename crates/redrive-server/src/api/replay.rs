@@ -174,6 +174,7 @@ pub(crate) fn plan_out(v: &PlanView) -> ReplayPlan {
             from: spec.from_ms.map(|ms| t(Timestamp(ms))),
             to: spec.to_ms.map(|ms| t(Timestamp(ms))),
             case_ids: spec.case_ids.clone(),
+            group: spec.group.clone(),
         },
         correction: spec.correction.clone(),
         budget: cases.then(|| ReplayPlanBudget {
@@ -255,6 +256,7 @@ fn selection_in(
         from: time_in("from", sel.from)?,
         to: time_in("to", sel.to)?,
         case_ids: sel.case_ids,
+        group: sel.group,
         destination,
     })
 }

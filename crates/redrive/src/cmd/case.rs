@@ -140,6 +140,9 @@ pub enum CaseCommand {
         /// Case id.
         id: String,
     },
+    /// Case groups: the cases of one queue worked as one (one decision, many cases).
+    #[command(subcommand)]
+    Group(super::case_group::GroupCommand),
 }
 
 /// The search filters of `case list` and `case counts`; they combine with AND.
@@ -584,6 +587,7 @@ pub async fn run(ctx: &Ctx, cmd: CaseCommand) -> anyhow::Result<()> {
                 .with_context(|| format!("replay case {id}"))?;
             changed(ctx, &case, "replay admitted for")?;
         }
+        CaseCommand::Group(g) => return super::case_group::run(ctx, g).await,
     }
     Ok(())
 }
@@ -673,6 +677,10 @@ pub fn show_text(case: &Case) -> anyhow::Result<String> {
         .add("next", s.next.clone())
         .add("reason", s.reason.clone())
         .add_opt("description", s.description.clone())
+        .add_opt(
+            "signature",
+            Some(s.signature.clone()).filter(|s| !s.is_empty()),
+        )
         .add("type", or_dash(s.message_type.as_deref()))
         .add("message id", s.message_id.clone())
         .add("intent", s.intent_id.clone())
@@ -866,6 +874,7 @@ mod tests {
             session_id: None,
             reason: "BadInput".to_owned(),
             description: None,
+            signature: String::new(),
             route: "application_quarantined".to_owned(),
             evidence_quality: "exact".to_owned(),
             state: "route_verified".to_owned(),

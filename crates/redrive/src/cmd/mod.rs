@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod case;
+pub mod case_group;
 pub mod dlq;
 pub mod message;
 pub mod queue;

@@ -208,15 +208,32 @@ fn is_move_task_handle(s: &str) -> bool {
 /// `redrive replay preview`.
 #[derive(Debug, Args)]
 pub struct PreviewArgs {
-    /// The queue whose dead letters (open cases) are replayed.
-    #[arg(value_parser = queue_name)]
-    pub queue: String,
+    /// The queue whose dead letters (open cases) are replayed (with --group, the group's
+    /// queue when left out).
+    #[arg(value_parser = queue_name, required_unless_present = "group")]
+    pub queue: Option<String>,
     /// What is selected, and where it goes.
     #[command(flatten)]
     pub selection: SelectionArgs,
     /// The budget.
     #[command(flatten)]
     pub budget: BudgetArgs,
+}
+
+/// What a plan replays, in words: its queue, or its case group.
+fn what(queue: Option<&str>, group: Option<&str>) -> String {
+    match (queue, group) {
+        (_, Some(g)) => format!("case group {g}"),
+        (Some(q), None) => q.to_owned(),
+        (None, None) => "(no queue)".to_owned(),
+    }
+}
+
+impl PreviewArgs {
+    /// What the preview replays, in words.
+    fn what(&self) -> String {
+        what(self.queue.as_deref(), self.selection.group.as_deref())
+    }
 }
 
 /// A plan's selection (but its queue) and destination.
@@ -229,8 +246,11 @@ pub struct SelectionArgs {
     #[arg(long = "type", value_name = "TYPE")]
     pub types: Vec<String>,
     /// Only this case (repeatable).
-    #[arg(long = "case", value_name = "ID")]
+    #[arg(long = "case", value_name = "ID", conflicts_with = "group")]
     pub cases: Vec<String>,
+    /// The cases of this case group (grp_…; `redrive case group create`).
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
     /// Dead-lettered at or after (RFC 3339).
     #[arg(long)]
     pub from: Option<String>,
@@ -243,9 +263,10 @@ pub struct SelectionArgs {
 }
 
 impl SelectionArgs {
-    fn selection(&self, queue: &str) -> redrive_api::replay::PlanSelection {
+    fn selection(&self, queue: Option<&str>) -> redrive_api::replay::PlanSelection {
         redrive_api::replay::PlanSelection {
-            queue: queue.to_owned(),
+            queue: queue.unwrap_or_default().to_owned(),
+            group: self.group.clone(),
             reasons: self.reasons.clone(),
             types: self.types.clone(),
             from: self.from.clone(),
@@ -391,7 +412,7 @@ impl PreviewArgs {
     /// The plan as the API takes it.
     pub fn spec(&self) -> redrive_api::replay::PlanSpec {
         redrive_api::replay::PlanSpec {
-            selection: self.selection.selection(&self.queue),
+            selection: self.selection.selection(self.queue.as_deref()),
             destination: self.selection.destination.clone(),
             budget: self.budget.budget(),
         }
@@ -401,9 +422,10 @@ impl PreviewArgs {
 /// `redrive replay plan`.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// The queue whose dead letters (open cases) are replayed.
-    #[arg(value_parser = queue_name)]
-    pub queue: String,
+    /// The queue whose dead letters (open cases) are replayed (with --group, the group's
+    /// queue when left out).
+    #[arg(value_parser = queue_name, required_unless_present = "group")]
+    pub queue: Option<String>,
     /// What is selected, and where it goes.
     #[command(flatten)]
     pub selection: SelectionArgs,
@@ -423,10 +445,15 @@ pub struct PlanArgs {
 }
 
 impl PlanArgs {
+    /// What the plan replays, in words: its queue, or its case group.
+    fn what(&self) -> String {
+        what(self.queue.as_deref(), self.selection.group.as_deref())
+    }
+
     /// The plan as the API takes it.
     pub fn request(&self) -> CreatePlan {
         CreatePlan {
-            selection: self.selection.selection(&self.queue),
+            selection: self.selection.selection(self.queue.as_deref()),
             destination: self.selection.destination.clone(),
             budget: self.budget.budget(),
             correction: self.correction.clone(),
@@ -481,7 +508,7 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
                 .client
                 .preview_plan(&args.spec())
                 .await
-                .with_context(|| format!("preview a replay of {}", args.queue))?;
+                .with_context(|| format!("preview a replay of {}", args.what()))?;
             if ctx.json {
                 return print_json(&p);
             }
@@ -530,7 +557,7 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
                 .client
                 .create_plan(&args.request())
                 .await
-                .with_context(|| format!("create a replay plan of {}", args.queue))?;
+                .with_context(|| format!("create a replay plan of {}", args.what()))?;
             if ctx.json {
                 return print_json(&plan);
             }
