@@ -7,6 +7,7 @@
 
 mod access;
 mod auto_replay;
+mod case_groups;
 mod cases;
 mod contract_budgets;
 mod contract_cases;
