@@ -153,6 +153,25 @@ pub(crate) async fn eligible(
     size: usize,
     session: Option<&str>,
 ) -> Vec<String> {
+    let ids = dead_lettered(s, queue, tag, n, size, session).await;
+    for id in &ids {
+        Workup::seed().token(None).to_eligible(s, id).await;
+    }
+    s.advance(6 * 60_000);
+    ids
+}
+
+/// Sends `n` messages of `size` bytes to `queue` (ids `<tag>-<k>`, type `order.placed`,
+/// intents `<tag>-i-<k>`, in `session` when given) and dead-letters each as
+/// `ParseError`; answers their cases, oldest first, as the case worker left them.
+pub(crate) async fn dead_lettered(
+    s: &TestServer,
+    queue: &str,
+    tag: &str,
+    n: usize,
+    size: usize,
+    session: Option<&str>,
+) -> Vec<String> {
     let body = "x".repeat(size);
     for k in 0..n {
         let mut msg = json!({"message_id": format!("{tag}-{k}"), "body": body, "type": "order.placed", "intent": format!("{tag}-i-{k}")});
@@ -220,10 +239,6 @@ pub(crate) async fn eligible(
     cases.sort();
     let ids: Vec<String> = cases.into_iter().map(|(_, id)| id).collect();
     assert_eq!(ids.len(), n);
-    for id in &ids {
-        Workup::seed().token(None).to_eligible(s, id).await;
-    }
-    s.advance(6 * 60_000);
     ids
 }
 
@@ -397,8 +412,70 @@ async fn the_seeds_worked_example_runs_within_its_budget() {
         let s = server(backend).await;
         let ledger = fixture(&s).await;
         let probe = Probe::start().await;
-        let cases = eligible(&s, "orders", "orders", 240, 40 * 1024, None).await;
-        let spec = json!({"selection": {"queue": "orders", "reasons": ["ParseError"]}, "budget": seed_budget(&probe)});
+        let cases = dead_lettered(&s, "orders", "orders", 240, 40 * 1024, None).await;
+        // The 240 cases are worked as one: a group, one claim, one diagnosis, one
+        // correction, and one batch of isolated tests (each exact payload sent to the
+        // sandbox, each case's outcome its own).
+        s.queue("orders-sandbox", json!({"test_sandbox": true}))
+            .await;
+        let (st, g) = s
+            .post(
+                "/v1/case-groups",
+                json!({"queue": "orders", "reason": "ParseError"}),
+            )
+            .await;
+        assert_eq!(st, 201, "{name}: {g}");
+        assert_eq!(g["size"], 240, "{name}");
+        let group = g["id"].as_str().unwrap().to_owned();
+        let w = Workup::seed();
+        for (action, body) in [
+            ("claim", json!({"lease_ms": w.lease_ms})),
+            (
+                "diagnosis",
+                json!({"hypothesis": w.hypothesis,
+                                  "disconfirming_evidence": w.disconfirming_evidence}),
+            ),
+            (
+                "corrections",
+                json!({"kind": "code", "identity": "c1", "addresses": w.addresses}),
+            ),
+            (
+                "tests",
+                json!({"destination": "orders-sandbox", "send": true, "outcome": "pass",
+                              "evidence": w.evidence}),
+            ),
+        ] {
+            let (st, v) = s
+                .post(&format!("/v1/case-groups/{group}/{action}"), body)
+                .await;
+            assert_eq!(st, 200, "{name}: {action}: {v}");
+            assert!(
+                v["outcomes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|o| o["ok"] == true),
+                "{name}: {action}: every case took it"
+            );
+        }
+        let (_, g) = s.get(&format!("/v1/case-groups/{group}")).await;
+        assert_eq!(
+            g["by_state"],
+            json!({"replay_eligible": 240}),
+            "{name}: {}",
+            g["by_state"]
+        );
+        let mut sandbox = 0;
+        loop {
+            let got = s.receive("orders-sandbox", 100).await;
+            if got.is_empty() {
+                break;
+            }
+            sandbox += got.len();
+        }
+        assert_eq!(sandbox, 240, "{name}: one test message per exact payload");
+        s.advance(6 * 60_000);
+        let spec = json!({"selection": {"group": group, "reasons": ["ParseError"]}, "budget": seed_budget(&probe)});
         let (st, preview) = s.post("/v1/replay/plans/preview", spec.clone()).await;
         assert_eq!(st, 200, "{name}: {preview}");
         assert_eq!(preview["eligible"], 240, "{name}: {preview}");
