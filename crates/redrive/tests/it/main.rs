@@ -20,6 +20,7 @@
 mod cli;
 mod cli_access;
 mod cli_cases;
+mod cli_groups;
 mod cli_replay;
 mod cli_topics;
 mod cli_usage;
