@@ -19,14 +19,13 @@ use redrive_api::case::{
     CloseCase, CorrectCase, CreateCaseGroup, DiagnoseCase, TestCaseGroup,
 };
 use redrive_broker::BrokerError;
-use redrive_broker::cases::data::TestOutcome;
 use redrive_broker::cases::{
     CaseGroup as Group, GroupAction, GroupDecision, GroupSelection, GroupView,
 };
 use redrive_core::{EntityName, Timestamp};
 use serde::Deserialize;
 
-use super::cases::{correction_kind, summary, text};
+use super::cases::{correction_kind, summary, test_outcome, text};
 use crate::AppState;
 use crate::access::Caller;
 use crate::error::{ApiError, ApiJson, ApiQuery, OptionalApiJson, problem_for};
@@ -251,15 +250,7 @@ async fn test(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<TestCaseGroup>,
 ) -> Result<Json<CaseGroup>, ApiError> {
-    let outcome = match req.outcome.as_str() {
-        "pass" => TestOutcome::Pass,
-        "fail" => TestOutcome::Fail,
-        other => {
-            return Err(
-                BrokerError::invalid("outcome", format!("{other:?} is not pass or fail")).into(),
-            );
-        }
-    };
+    let outcome = test_outcome(&req.outcome)?;
     if req.failed.len() > MAX_FAILED {
         return Err(BrokerError::invalid("failed", format!("at most {MAX_FAILED} cases")).into());
     }

@@ -361,21 +361,24 @@ async fn transform(
     Ok(changed(&s, v))
 }
 
+/// A test's outcome word: `pass` or `fail`.
+pub(super) fn test_outcome(word: &str) -> Result<TestOutcome, ApiError> {
+    match word {
+        "pass" => Ok(TestOutcome::Pass),
+        "fail" => Ok(TestOutcome::Fail),
+        other => {
+            Err(BrokerError::invalid("outcome", format!("{other:?} is not pass or fail")).into())
+        }
+    }
+}
+
 async fn test(
     State(s): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
     ApiJson(req): ApiJson<TestCase>,
 ) -> Result<Json<Case>, ApiError> {
-    let outcome = match req.outcome.as_str() {
-        "pass" => TestOutcome::Pass,
-        "fail" => TestOutcome::Fail,
-        other => {
-            return Err(
-                BrokerError::invalid("outcome", format!("{other:?} is not pass or fail")).into(),
-            );
-        }
-    };
+    let outcome = test_outcome(&req.outcome)?;
     let fixture = req
         .fixture
         .map(|f| body_in(f, req.fixture_encoding))

@@ -78,26 +78,15 @@ pub enum CaseCommand {
     Diagnose {
         /// Case id.
         id: String,
-        /// The hypothesis.
-        #[arg(long)]
-        hypothesis: String,
-        /// What would disconfirm it (or did).
-        #[arg(long, value_name = "EVIDENCE")]
-        disconfirming: String,
+        #[command(flatten)]
+        diagnosis: DiagnosisArgs,
     },
     /// Record the correction that claims to address the failure.
     Correct {
         /// Case id.
         id: String,
-        /// What kind of change.
-        #[arg(long, value_parser = ["code", "config", "data", "permission", "dependency", "policy"])]
-        kind: String,
-        /// Its identity (a commit, a config version, a ticket).
-        #[arg(long)]
-        identity: String,
-        /// The failure shape it claims to address.
-        #[arg(long, value_name = "SHAPE")]
-        addresses: String,
+        #[command(flatten)]
+        correction: CorrectionArgs,
     },
     /// Record a deterministic transformation of the payload.
     Transform(TransformArgs),
@@ -143,6 +132,52 @@ pub enum CaseCommand {
     /// Case groups: the cases of one queue worked as one (one decision, many cases).
     #[command(subcommand)]
     Group(super::case_group::GroupCommand),
+}
+
+/// A diagnosis, for one case or a group.
+#[derive(Debug, Clone, Args)]
+pub struct DiagnosisArgs {
+    /// The hypothesis.
+    #[arg(long)]
+    hypothesis: String,
+    /// What would disconfirm it (or did).
+    #[arg(long, value_name = "EVIDENCE")]
+    disconfirming: String,
+}
+
+impl DiagnosisArgs {
+    /// The request.
+    pub fn request(self) -> DiagnoseCase {
+        DiagnoseCase {
+            hypothesis: self.hypothesis,
+            disconfirming_evidence: self.disconfirming,
+        }
+    }
+}
+
+/// A correction, for one case or a group.
+#[derive(Debug, Clone, Args)]
+pub struct CorrectionArgs {
+    /// What kind of change.
+    #[arg(long, value_parser = ["code", "config", "data", "permission", "dependency", "policy"])]
+    kind: String,
+    /// Its identity (a commit, a config version, a ticket).
+    #[arg(long)]
+    identity: String,
+    /// The failure shape it claims to address.
+    #[arg(long, value_name = "SHAPE")]
+    addresses: String,
+}
+
+impl CorrectionArgs {
+    /// The request.
+    pub fn request(self) -> CorrectCase {
+        CorrectCase {
+            kind: self.kind,
+            identity: self.identity,
+            addresses: self.addresses,
+        }
+    }
 }
 
 /// The search filters of `case list` and `case counts`; they combine with AND.
@@ -465,34 +500,16 @@ pub async fn run(ctx: &Ctx, cmd: CaseCommand) -> anyhow::Result<()> {
                 .with_context(|| format!("note on case {id}"))?;
             changed(ctx, &case, "noted")?;
         }
-        CaseCommand::Diagnose {
-            id,
-            hypothesis,
-            disconfirming,
-        } => {
-            let req = DiagnoseCase {
-                hypothesis,
-                disconfirming_evidence: disconfirming,
-            };
+        CaseCommand::Diagnose { id, diagnosis } => {
             let case = c
-                .diagnose_case(&id, &req)
+                .diagnose_case(&id, &diagnosis.request())
                 .await
                 .with_context(|| format!("diagnose case {id}"))?;
             changed(ctx, &case, "diagnosed")?;
         }
-        CaseCommand::Correct {
-            id,
-            kind,
-            identity,
-            addresses,
-        } => {
-            let req = CorrectCase {
-                kind,
-                identity,
-                addresses,
-            };
+        CaseCommand::Correct { id, correction } => {
             let case = c
-                .correct_case(&id, &req)
+                .correct_case(&id, &correction.request())
                 .await
                 .with_context(|| format!("record a correction on case {id}"))?;
             changed(ctx, &case, "corrected")?;

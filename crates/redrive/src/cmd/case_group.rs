@@ -8,10 +8,9 @@
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use redrive_api::case::{
-    CaseGroup, ClaimCase, CloseCase, CorrectCase, CreateCaseGroup, DiagnoseCase, TestCaseGroup,
-};
+use redrive_api::case::{CaseGroup, ClaimCase, CloseCase, CreateCaseGroup, TestCaseGroup};
 
+use super::case::{CorrectionArgs, DiagnosisArgs};
 use super::{Ctx, queue_name};
 use crate::failure::Partial;
 use crate::output::{KeyValues, Table, or_dash, print_json};
@@ -57,26 +56,15 @@ pub enum GroupCommand {
     Diagnose {
         /// Group id.
         id: String,
-        /// The hypothesis.
-        #[arg(long)]
-        hypothesis: String,
-        /// What would disconfirm it (or did).
-        #[arg(long, value_name = "EVIDENCE")]
-        disconfirming: String,
+        #[command(flatten)]
+        diagnosis: DiagnosisArgs,
     },
     /// One correction for every member.
     Correct {
         /// Group id.
         id: String,
-        /// What kind of change.
-        #[arg(long, value_parser = ["code", "config", "data", "permission", "dependency", "policy"])]
-        kind: String,
-        /// Its identity (a commit, a config version, a ticket).
-        #[arg(long)]
-        identity: String,
-        /// The failure shape it claims to address.
-        #[arg(long, value_name = "SHAPE")]
-        addresses: String,
+        #[command(flatten)]
+        correction: CorrectionArgs,
     },
     /// An isolated test of each member's exact payload at one sandbox queue, as a batch.
     Test(TestArgs),
@@ -223,40 +211,18 @@ pub async fn run(ctx: &Ctx, cmd: GroupCommand) -> anyhow::Result<()> {
                 .with_context(|| format!("release case group {id}"))?,
             "released",
         ),
-        GroupCommand::Diagnose {
-            id,
-            hypothesis,
-            disconfirming,
-        } => {
-            let req = DiagnoseCase {
-                hypothesis,
-                disconfirming_evidence: disconfirming,
-            };
-            (
-                c.decide_case_group(&id, "diagnosis", Some(&req))
-                    .await
-                    .with_context(|| format!("diagnose case group {id}"))?,
-                "diagnosed",
-            )
-        }
-        GroupCommand::Correct {
-            id,
-            kind,
-            identity,
-            addresses,
-        } => {
-            let req = CorrectCase {
-                kind,
-                identity,
-                addresses,
-            };
-            (
-                c.decide_case_group(&id, "corrections", Some(&req))
-                    .await
-                    .with_context(|| format!("correct case group {id}"))?,
-                "corrected",
-            )
-        }
+        GroupCommand::Diagnose { id, diagnosis } => (
+            c.decide_case_group(&id, "diagnosis", Some(&diagnosis.request()))
+                .await
+                .with_context(|| format!("diagnose case group {id}"))?,
+            "diagnosed",
+        ),
+        GroupCommand::Correct { id, correction } => (
+            c.decide_case_group(&id, "corrections", Some(&correction.request()))
+                .await
+                .with_context(|| format!("correct case group {id}"))?,
+            "corrected",
+        ),
         GroupCommand::Test(a) => {
             let req = TestCaseGroup {
                 destination: a.destination,
