@@ -182,8 +182,9 @@ codes! {
     ReplayPlanNotFound = ("replay_plan_not_found", 404, "Replay plan not found"),
     /// A replay plan operation refused now; `reason` says why (`plan_state`: the plan's
     /// status does not allow it; `destination_invalid`: the destination does not exist or
-    /// is the failing path; `plan_busy`: the plan, or an item's case, was changed by
-    /// another writer — retry). Nothing changed.
+    /// is the failing path — then `clears_at` (RFC 3339) says when it stops being it, with
+    /// `destination`, `dead_letter_reason` and `window_ms`; `plan_busy`: the plan, or an
+    /// item's case, was changed by another writer — retry). Nothing changed.
     PlanConflict = ("plan_conflict", 409, "Replay plan conflict"),
     /// Anything unexpected; details are in the server's log, not in the response.
     Internal = ("internal", 500, "Internal error"),

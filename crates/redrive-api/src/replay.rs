@@ -141,6 +141,29 @@ pub struct PreviewItem {
     /// `authorization_changed`, `ordering_missing`, `destination_invalid`, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate: Option<String>,
+    /// When that gate clears (RFC 3339), if it is time-bound: the failing path, which
+    /// clears when the destination's latest dead letter with the item's reason leaves the
+    /// failing-path window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clears_at: Option<String>,
+}
+
+/// A gate that blocks items of a preview: what it means, how many items it blocks and,
+/// if it is time-bound, when it clears for all of them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PreviewGate {
+    /// The gate (as in `blocked` and an item's `gate`).
+    pub gate: String,
+    /// What holds the items, in words (for `destination_invalid`: the destination does not
+    /// exist, or is the failing path, or the case's own destination is not valid).
+    pub detail: String,
+    /// Items it blocks for this cause.
+    pub items: u64,
+    /// When it clears for every item it blocks (RFC 3339; the latest of the items' own
+    /// `clears_at`), if it is time-bound; absent otherwise: it waits on a person or a
+    /// condition, not on the clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clears_at: Option<String>,
 }
 
 /// The answer of a preview: what the plan would replay, and what blocks each item. Nothing
@@ -162,6 +185,10 @@ pub struct PlanPreview {
     pub by_type: BTreeMap<String, u64>,
     /// Blocked items by gate.
     pub blocked: BTreeMap<String, u64>,
+    /// Each gate that blocks items, by gate and then cause, with what it means and, if it
+    /// is time-bound, when it clears.
+    #[serde(default)]
+    pub gates: Vec<PreviewGate>,
     /// The items (at most the first 1,000), by case id.
     pub item_list: Vec<PreviewItem>,
     /// Whether `item_list` stops short of `items`.

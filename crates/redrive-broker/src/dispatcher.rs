@@ -190,6 +190,18 @@ enum Wake {
     Drained(EntityName, BrokerResult<Option<Timestamp>>),
 }
 
+impl Broker {
+    /// A count of the changes of what push subscriptions' stats show, made on this node:
+    /// one more after every push receive (events locked for their attempts), every attempt
+    /// outcome counted, and every settlement of attempts written (with its dead-letter
+    /// forwards). Waiting on `changed()` waits for the next, so a caller that reads the
+    /// stats after subscribing and waits when they are not as expected misses none of the
+    /// dispatcher's changes (the sweeper's are its passes: [`Broker::passes`]).
+    pub fn push_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.topics.push.changes()
+    }
+}
+
 impl Dispatcher {
     /// A dispatcher over `broker`, looking for due retries every `interval` of its clock.
     pub fn new(broker: Broker, interval: Duration) -> Result<Self, reqwest::Error> {
@@ -428,7 +440,10 @@ impl Dispatcher {
             session: None,
             until_revoked: None,
         };
-        let deliveries = self.broker.receive(sub.queue.as_str(), options).await?;
+        let deliveries = self.broker.receive(sub.queue.as_str(), options).await;
+        // Events locked for attempts are in flight now (or the receive failed): stats moved.
+        self.broker.inner.topics.push.changed();
+        let deliveries = deliveries?;
         let full = deliveries.len() == room as usize;
         let mut readable = Vec::with_capacity(deliveries.len());
         let now = self.broker.now();
@@ -701,6 +716,8 @@ async fn settle(broker: &Broker, sub: &SubscriptionRecord, settlements: Vec<Sett
         }
         Err(e) => tracing::warn!(%queue, error = %e, "push settlement failed"),
     }
+    // What is pending, in backoff, in flight and dead-lettered is written now.
+    broker.inner.topics.push.changed();
 }
 
 /// What the dispatcher reads of a stored event. The stored body is the event's

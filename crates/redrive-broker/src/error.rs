@@ -125,6 +125,30 @@ pub enum BrokerError {
         /// Why, in words.
         why: String,
     },
+    /// A replay plan whose destination is the failing path: it dead-lettered one of the
+    /// items' reasons within the node's failing-path window, and replaying there would
+    /// repeat the failure. Refused, nothing created, until `clears_at` (code
+    /// `destination_invalid`).
+    #[error(
+        "the destination {destination} is the failing path: it dead-lettered {reason} within \
+         the last {}, and replaying there would repeat the failure; it clears at {} (in {} s)",
+        crate::replay_plans::window_text(*window_ms),
+        clears_at.to_rfc3339(),
+        clears_in_ms.div_ceil(1_000)
+    )]
+    FailingPath {
+        /// The destination queue.
+        destination: String,
+        /// The items' reason it dead-lettered (of several, the one that clears last).
+        reason: String,
+        /// The node's failing-path window, ms.
+        window_ms: u64,
+        /// When the destination stops being the failing path for every reason of the
+        /// items: its latest dead letter with that reason, plus the window.
+        clears_at: redrive_core::Timestamp,
+        /// How long until then, ms, from when the plan was refused.
+        clears_in_ms: u64,
+    },
     /// A replay plan whose budget leaves limits out: an unbounded replay is refused.
     #[error("an unbounded replay is refused: name {}", missing.join(", "))]
     ReplayUnbounded {
@@ -205,6 +229,7 @@ impl BrokerError {
             BrokerError::CaseConflict { code, .. } => code.clone(),
             BrokerError::ReplayUnbounded { .. } => "replay_unbounded".into(),
             BrokerError::PlanConflict { code, .. } => code.clone(),
+            BrokerError::FailingPath { .. } => "destination_invalid".into(),
             BrokerError::RedeliveryRefused(r) => format!("redelivery_refused:{}", r.code),
             BrokerError::Store(s) => format!("{:?}", s.kind()).to_lowercase(),
             _ => "refused".into(),

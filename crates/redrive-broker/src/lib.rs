@@ -89,9 +89,9 @@ pub use redrive_push::{NetworkError, NetworkPolicy};
 pub use register::RegisterChange;
 pub use relay::WakeupRelay;
 pub use replay_plans::{
-    DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, FAILURE_PERSISTS_MS, MAX_PLAN_ITEMS,
-    MAX_PLAN_LEASE_MS, MAX_PREVIEW_LIST, MAX_SELECTION_VALUES, MovePlanView, NodeReplayBudget,
-    PLANS_LEASE, PlanAction, PlanInput, PlanPass, PlanPreview, PlanSelectionInput, PlanSpec,
+    BlockingGate, DEFAULT_OBSERVE_MS, DEFAULT_PLAN_LEASE_MS, MAX_PLAN_ITEMS, MAX_PLAN_LEASE_MS,
+    MAX_PREVIEW_LIST, MAX_SELECTION_VALUES, MovePlanView, NodeReplayBudget, PLANS_LEASE,
+    PlanAction, PlanInput, PlanPass, PlanPreview, PlanSelectionInput, PlanSettings, PlanSpec,
     PlanView, PlanWorker, Plans, PreviewItem, Reading, RunState,
 };
 pub use replayer::{

@@ -72,12 +72,31 @@ impl PushCounters {
 #[derive(Default)]
 pub(crate) struct PushStats {
     subs: Mutex<HashMap<(String, String), PushCounters>>,
+    /// Counts the changes of what a subscription's stats show, made on this node: every
+    /// counter changed here, and every receive and settlement of the push dispatcher once
+    /// written ([`PushStats::changed`]). Waited on through
+    /// [`Broker::push_changes`](crate::Broker::push_changes).
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl PushStats {
     fn with(&self, topic: &str, sub: &str, f: impl FnOnce(&mut PushCounters)) {
-        let mut subs = self.subs.lock().unwrap_or_else(|e| e.into_inner());
-        f(subs.entry((topic.to_owned(), sub.to_owned())).or_default());
+        {
+            let mut subs = self.subs.lock().unwrap_or_else(|e| e.into_inner());
+            f(subs.entry((topic.to_owned(), sub.to_owned())).or_default());
+        }
+        self.changed();
+    }
+
+    /// Something a subscription's stats show changed (a counter, or a push receive or
+    /// settlement written).
+    pub(crate) fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// The count of changes, to wait on.
+    pub(crate) fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// `n` events delivered, each `latency_s` after its publish.

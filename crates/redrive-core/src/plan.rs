@@ -15,7 +15,9 @@
 //! 100,000, one dependency named by a 1 to 128 character identifier with an http(s)
 //! probe of at most 2,048 bytes, an error-rate threshold of 0 to 1 and a latency
 //! threshold of 1 ms to one hour; the owner's lease is one minute to seven days and the
-//! observation window 100 ms to one hour. NaN and infinities are refused.
+//! observation window 100 ms to one hour; a node's failing-path window (how recent a
+//! dead letter of the destination with an item's reason makes the destination the failing
+//! path, [`failing_path_clears_at`]) one second to 24 hours. NaN and infinities are refused.
 //!
 //! # Pacing ([`Pacer`])
 //!
@@ -121,6 +123,16 @@ pub const MIN_OBSERVE_MS: u64 = 100;
 pub const MAX_OBSERVE_MS: u64 = 60 * 60 * 1000;
 /// The longest correction reference, bytes.
 pub const MAX_CORRECTION_LEN: usize = 256;
+/// The failing-path window of a node that names none, ms: five minutes (see
+/// [`failing_path_clears_at`]).
+pub const DEFAULT_FAILING_PATH_WINDOW_MS: u64 = 5 * 60 * 1000;
+/// The shortest failing-path window, ms: one second. There is no window of 0: it would
+/// turn the failing-path gate off, and a destination that repeats the failure is refused
+/// by the seed's rule (matrix row 10), not by an option.
+pub const MIN_FAILING_PATH_WINDOW_MS: u64 = 1_000;
+/// The longest failing-path window, ms: 24 hours (a failure older than a day says little
+/// about the destination now, and a longer window would hold plans for days).
+pub const MAX_FAILING_PATH_WINDOW_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// A dependency the replay draws on, with its health probe and thresholds. Stored as it
 /// is (a plan's `spec.budget.dependency`): its field names are the stored JSON's.
@@ -353,6 +365,38 @@ pub fn check_observe_ms(v: Option<u64>) -> Result<u64, BudgetError> {
             format!("must be from {MIN_OBSERVE_MS} to {MAX_OBSERVE_MS} (one hour) (got {v})"),
         ))
     }
+}
+
+/// The failing-path window of a node (`[replay_plans] failing_path_window`):
+/// [`MIN_FAILING_PATH_WINDOW_MS`] (one second) to [`MAX_FAILING_PATH_WINDOW_MS`] (24
+/// hours).
+pub fn check_failing_path_window_ms(v: u64) -> Result<u64, BudgetError> {
+    if (MIN_FAILING_PATH_WINDOW_MS..=MAX_FAILING_PATH_WINDOW_MS).contains(&v) {
+        Ok(v)
+    } else {
+        Err(out_of_range(
+            "failing_path_window",
+            format!(
+                "must be from {MIN_FAILING_PATH_WINDOW_MS} ms (one second) to {MAX_FAILING_PATH_WINDOW_MS} ms (24 hours) (got {v} ms)"
+            ),
+        ))
+    }
+}
+
+/// When a destination stops being the failing path for a reason: `latest` is the latest
+/// time the destination dead-lettered that reason (`None`: never). A destination is the
+/// failing path while that dead letter is less than `window_ms` old, so it clears at
+/// `latest + window_ms`; `None` when that time is not after `now` (it is off the failing
+/// path now).
+pub fn failing_path_clears_at(
+    latest: Option<Timestamp>,
+    window_ms: u64,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    let window = i64::try_from(window_ms).unwrap_or(i64::MAX);
+    latest
+        .map(|t| t.plus_millis(window))
+        .filter(|clears| *clears > now)
 }
 
 /// `correction`: 1 to [`MAX_CORRECTION_LEN`] bytes, not blank, without NUL characters.
@@ -937,6 +981,49 @@ mod tests {
         ] {
             assert_eq!(field(check_correction(&bad)), "correction", "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_failing_path_window_is_bounded_and_clears_at_the_last_dead_letter_plus_it() {
+        assert_eq!(check_failing_path_window_ms(1_000), Ok(1_000));
+        assert_eq!(
+            check_failing_path_window_ms(DEFAULT_FAILING_PATH_WINDOW_MS),
+            Ok(300_000)
+        );
+        assert_eq!(check_failing_path_window_ms(86_400_000), Ok(86_400_000));
+        for bad in [0, 999, 86_400_001, u64::MAX] {
+            assert_eq!(
+                field(check_failing_path_window_ms(bad)),
+                "failing_path_window",
+                "{bad}"
+            );
+        }
+        let now = Timestamp(1_000_000);
+        assert_eq!(failing_path_clears_at(None, 300_000, now), None, "never");
+        // Dead-lettered a minute ago: failing for four more minutes.
+        assert_eq!(
+            failing_path_clears_at(Some(Timestamp(940_000)), 300_000, now),
+            Some(Timestamp(1_240_000))
+        );
+        // Exactly one window ago: clear now, not a millisecond later.
+        assert_eq!(
+            failing_path_clears_at(Some(Timestamp(700_000)), 300_000, now),
+            None
+        );
+        assert_eq!(
+            failing_path_clears_at(Some(Timestamp(700_001)), 300_000, now),
+            Some(Timestamp(1_000_001))
+        );
+        // A shorter window clears sooner.
+        assert_eq!(
+            failing_path_clears_at(Some(Timestamp(940_000)), 30_000, now),
+            None
+        );
+        assert_eq!(
+            failing_path_clears_at(Some(Timestamp(i64::MAX - 5)), u64::MAX, now),
+            Some(Timestamp(i64::MAX)),
+            "saturates"
+        );
     }
 
     #[test]

@@ -127,6 +127,18 @@ pub fn problem_for(e: &BrokerError) -> Problem {
         BrokerError::PlanConflict { code, .. } => {
             Problem::new(C::PlanConflict, e.to_string()).with("reason", code.as_str())
         }
+        BrokerError::FailingPath {
+            destination,
+            reason,
+            window_ms,
+            clears_at,
+            ..
+        } => Problem::new(C::PlanConflict, e.to_string())
+            .with("reason", "destination_invalid")
+            .with("destination", destination.as_str())
+            .with("dead_letter_reason", reason.as_str())
+            .with("window_ms", *window_ms)
+            .with("clears_at", clears_at.to_rfc3339()),
         BrokerError::ReplayUnbounded { missing } => {
             Problem::new(C::ReplayUnbounded, e.to_string()).with("missing", missing.clone())
         }
@@ -524,6 +536,33 @@ mod tests {
         let deep = format!("{{\"a\":{}{}}}", "[".repeat(10_000), "]".repeat(10_000));
         let e = read(deep.as_bytes()).err().map(|e| e.0.code.clone());
         assert_eq!(e.as_deref(), Some("malformed_body"));
+    }
+
+    #[test]
+    fn the_failing_path_refusal_says_when_it_clears() {
+        let p = problem_for(&BrokerError::FailingPath {
+            destination: "orders".into(),
+            reason: "ParseError".into(),
+            window_ms: 300_000,
+            clears_at: redrive_core::Timestamp(1_240_000),
+            clears_in_ms: 239_001,
+        });
+        assert_eq!((p.status, p.code.as_str()), (409, "plan_conflict"));
+        assert_eq!(
+            p.detail.as_deref(),
+            Some(
+                "the destination orders is the failing path: it dead-lettered ParseError within \
+                 the last 300 s, and replaying there would repeat the failure; it clears at \
+                 1970-01-01T00:20:40.000Z (in 240 s)"
+            )
+        );
+        let extra = serde_json::Value::Object(p.extra);
+        assert_eq!(
+            extra,
+            serde_json::json!({"reason": "destination_invalid", "destination": "orders",
+                               "dead_letter_reason": "ParseError", "window_ms": 300_000,
+                               "clears_at": "1970-01-01T00:20:40.000Z"})
+        );
     }
 
     #[test]

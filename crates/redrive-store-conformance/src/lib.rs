@@ -194,6 +194,7 @@ macro_rules! store_conformance_tests {
             update_cases_writes_a_batch_each_with_its_audit_and_refuses_each_alone,
             case_reads_give_each_case_with_its_record_and_intent_in_order,
             list_cases_filters_and_pages_and_counts_group_them,
+            the_latest_dead_letter_of_a_queue_and_reason_is_its_newest_case,
             due_cases_are_those_whose_check_time_came_earliest_first,
             drop_case_payloads_deletes_the_record_and_kept_bytes_and_keeps_the_case,
             the_first_word_on_an_intent_stands,

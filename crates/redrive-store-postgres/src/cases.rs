@@ -14,8 +14,8 @@ use redrive_core::Timestamp;
 use redrive_core::case::TimelineEntry;
 use redrive_store::skeleton::Columns;
 use redrive_store::skeleton::cases::{
-    CASE_COLUMNS, ENTRY_COLUMNS, GROUP_COLUMNS, INSERT_GROUP, OPEN_CASE, OPEN_TIMELINE,
-    UPDATE_GROUP, add_count, decode as decode_case, decode_entry, decode_group,
+    CASE_COLUMNS, ENTRY_COLUMNS, GROUP_COLUMNS, INSERT_GROUP, LATEST_DEAD_LETTER, OPEN_CASE,
+    OPEN_TIMELINE, UPDATE_GROUP, add_count, decode as decode_case, decode_entry, decode_group,
     default_review_deadline, entry_columns, mut_columns, update_sql,
 };
 use redrive_store::skeleton::columns::{bad_value, to_int, to_json};
@@ -251,6 +251,17 @@ pub(crate) async fn list(db: &Db<'_>, q: &CaseQuery) -> StoreResult<Vec<CaseReco
     let sql = format!("SELECT {CASE_COLUMNS} FROM cases{where_} ORDER BY id LIMIT {limit}");
     let rows = db.query_built(&sql, &f.params).await?;
     decode(&rows, case_row)
+}
+
+/// The latest dead-letter time of the cases of `queue` with `reason`
+/// ([`LATEST_DEAD_LETTER`]).
+pub(crate) async fn latest_dead_letter(
+    db: &Db<'_>,
+    queue: &str,
+    reason: &str,
+) -> StoreResult<Option<Timestamp>> {
+    let row = db.query_opt(LATEST_DEAD_LETTER, &[&queue, &reason]).await?;
+    row.map(|r| Cols(&r).time(0)).transpose()
 }
 
 /// One statement (one snapshot): the groups by reason, by type and by state, and the

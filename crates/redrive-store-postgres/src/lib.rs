@@ -869,6 +869,18 @@ impl Store for PostgresStore {
         read!(self, |db| cases::counts(db, query))
     }
 
+    async fn latest_case_dead_letter(
+        &self,
+        queue: &EntityName,
+        reason: &str,
+    ) -> StoreResult<Option<Timestamp>> {
+        read!(self, |db| cases::latest_dead_letter(
+            db,
+            queue.as_str(),
+            reason
+        ))
+    }
+
     async fn update_case(&self, update: &CaseUpdate) -> StoreResult<CaseRecord> {
         write_tx!(self, |db| cases::update(db, update))
     }

@@ -624,10 +624,14 @@ async fn concurrent_senders_of_one_session_keep_sequence_order() {
         ..QueuePolicy::default()
     };
     a.create_queue(&q, &policy, T0).await.unwrap();
+    // Batches the senders have committed, counted: the receiver waits on it when it finds
+    // nothing rather than on the clock.
+    let sent = Arc::new(tokio::sync::watch::Sender::new(0usize));
     let mut senders = Vec::new();
     for s in 0..SENDERS {
         let store = Arc::clone(if s % 2 == 0 { &a } else { &b });
         let q = q.clone();
+        let sent = Arc::clone(&sent);
         senders.push(tokio::spawn(async move {
             for i in 0..SENDS {
                 // Batches of one or two messages, some with a message of another session.
@@ -642,9 +646,11 @@ async fn concurrent_senders_of_one_session_keep_sequence_order() {
                     });
                 }
                 store.enqueue(&q, batch, T0).await.unwrap();
+                sent.send_modify(|n| *n += 1);
             }
         }));
     }
+    let mut committed = sent.subscribe();
     let lock = a
         .accept_session(&q, Some("s"), 300_000, T0)
         .await
@@ -655,13 +661,15 @@ async fn concurrent_senders_of_one_session_keep_sequence_order() {
         lock_token: lock.lock_token,
     };
     let mut delivered: Vec<i64> = Vec::new();
-    let mut idle_after_senders = 0;
     loop {
         let store = if delivered.len().is_multiple_of(2) {
             &a
         } else {
             &b
         };
+        // The batches committed before this receive: seen, so one committed after it
+        // wakes the wait below.
+        let before = *committed.borrow_and_update();
         let out = store
             .receive(ReceiveParams {
                 queue: q.clone(),
@@ -673,13 +681,13 @@ async fn concurrent_senders_of_one_session_keep_sequence_order() {
             .await
             .unwrap();
         if out.deliveries.is_empty() {
-            if senders.iter().all(|t| t.is_finished()) {
-                idle_after_senders += 1;
-                if idle_after_senders > 1 {
-                    break;
-                }
+            // Every batch was committed before a receive that found nothing: all delivered.
+            if before == SENDERS * SENDS {
+                break;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            redrive_testkit::within("the next batch a sender commits", committed.changed())
+                .await
+                .unwrap();
             continue;
         }
         let settlements = out

@@ -11,8 +11,8 @@ use redrive_core::Timestamp;
 use redrive_core::case::TimelineEntry;
 use redrive_store::skeleton::cases::{
     self as skeleton, CASE_COLUMNS, ENTRY_COLUMNS, GROUP_COLUMNS, INSERT_GROUP, INTENT_COLUMNS,
-    OPEN_CASE, OPEN_TIMELINE, UPDATE_GROUP, add_count, default_review_deadline, entry_columns,
-    mut_columns, update_sql,
+    LATEST_DEAD_LETTER, OPEN_CASE, OPEN_TIMELINE, UPDATE_GROUP, add_count, default_review_deadline,
+    entry_columns, mut_columns, update_sql,
 };
 use redrive_store::skeleton::columns::{bad_value, to_int, to_json};
 use redrive_store::{
@@ -220,6 +220,21 @@ pub(crate) fn list(conn: &Connection, q: &CaseQuery) -> StoreResult<Vec<CaseReco
     );
     let mut stmt = conn.prepare_cached(&sql).db()?;
     query_all(&mut stmt, params_from_iter(values), case)
+}
+
+/// The latest dead-letter time of the cases of `queue` with `reason` ([`LATEST_DEAD_LETTER`],
+/// bound by name: see the module docs).
+pub(crate) fn latest_dead_letter(
+    conn: &Connection,
+    queue: &str,
+    reason: &str,
+) -> StoreResult<Option<Timestamp>> {
+    let mut stmt = conn.prepare_cached(LATEST_DEAD_LETTER).db()?;
+    query_opt(
+        &mut stmt,
+        named_params! { "$1": queue, "$2": reason },
+        |r| Ok(Timestamp(r.get::<_, i64>(0).db()?)),
+    )
 }
 
 pub(crate) fn counts(conn: &Connection, q: &CaseQuery) -> StoreResult<CaseCounts> {

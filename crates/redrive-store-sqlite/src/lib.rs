@@ -639,6 +639,17 @@ impl Store for SqliteStore {
         self.readers.read(move |c| cases::counts(c, &query)).await
     }
 
+    async fn latest_case_dead_letter(
+        &self,
+        queue: &EntityName,
+        reason: &str,
+    ) -> StoreResult<Option<Timestamp>> {
+        let (queue, reason) = (queue.to_string(), reason.to_owned());
+        self.readers
+            .read(move |c| cases::latest_dead_letter(c, &queue, &reason))
+            .await
+    }
+
     async fn update_case(&self, update: &CaseUpdate) -> StoreResult<CaseRecord> {
         let update = update.clone();
         self.writer

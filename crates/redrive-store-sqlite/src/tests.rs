@@ -1164,7 +1164,7 @@ async fn a_failed_opening_fails_the_write_that_needed_it() {
 /// indexes.
 #[test]
 fn case_queries_use_indexes() {
-    use redrive_store::skeleton::cases::{OPEN_CASE, OPEN_TIMELINE};
+    use redrive_store::skeleton::cases::{LATEST_DEAD_LETTER, OPEN_CASE, OPEN_TIMELINE};
 
     let dir = tempfile::tempdir().unwrap();
     let conn = schema::open_writer(&dir.path().join("plan.db")).unwrap();
@@ -1194,6 +1194,7 @@ fn case_queries_use_indexes() {
             "SELECT id FROM cases WHERE intent_id = ?1 ORDER BY id LIMIT ?2",
             "cases_intent",
         ),
+        (LATEST_DEAD_LETTER, "cases_queue_reason_age"),
     ];
     for (sql, index) in cases {
         let p = plan(sql);

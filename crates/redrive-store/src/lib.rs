@@ -403,6 +403,16 @@ pub trait Store: Send + Sync + 'static {
     /// Counts of the cases `query` matches (its cursor and limit ignored).
     async fn case_counts(&self, query: &CaseQuery) -> StoreResult<CaseCounts>;
 
+    /// The latest dead-letter time of the cases of `queue` with `reason`, open or closed
+    /// (`None`: there is none): whether a replay plan's destination is the failing path
+    /// for that reason, and until when. One step down the index of cases by queue, reason
+    /// and dead-letter time, whatever the number of cases.
+    async fn latest_case_dead_letter(
+        &self,
+        queue: &EntityName,
+        reason: &str,
+    ) -> StoreResult<Option<Timestamp>>;
+
     /// Writes one update of a case in one transaction: its mutable part, the appended
     /// timeline entries, a kept payload, and the repair of its record. `CaseNotFound`;
     /// `CaseChanged` (nothing written) when the case is no longer at `update.version`.

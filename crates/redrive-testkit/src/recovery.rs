@@ -4,8 +4,6 @@
 //! read (a case, a plan, a record). Written once here so that every recovery test starts
 //! from the same steps.
 
-use std::future::Future;
-
 use redrive_broker::model::DeadLetterRecord;
 use redrive_broker::{Actor, DeadLetterFilter, ReplayPass};
 use redrive_core::Area;
@@ -402,26 +400,24 @@ pub async fn view(s: &TestServer, path: &str) -> Value {
     v
 }
 
-/// Looks at `GET path` until the view satisfies `ok`, running `drive` between looks (a
-/// worker's pass, say, or a wait for the signal of one); answers the view. Bounded by
-/// [`GUARD`](crate::GUARD) of real time, never a timing rule.
-pub async fn until<F, Fut>(
-    s: &TestServer,
-    path: &str,
-    ok: impl Fn(&Value) -> bool,
-    mut drive: F,
-) -> Value
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = ()>,
-{
+/// Looks at `GET path` until the view satisfies `ok`, waiting between looks for the next
+/// write of a move task this node runs (a heartbeat with its progress, or its end:
+/// [`Broker::move_changes`](redrive_broker::Broker::move_changes)). Answers the view.
+/// Bounded by [`GUARD`](crate::GUARD) of real time, never a timing rule.
+pub async fn until_moved(s: &TestServer, path: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    let mut changes = s.broker.move_changes();
     crate::within(&format!("{path} as expected"), async {
         loop {
+            // Marked seen before the read: a write after it wakes the wait below.
+            changes.borrow_and_update();
             let v = view(s, path).await;
             if ok(&v) {
                 return v;
             }
-            drive().await;
+            changes
+                .changed()
+                .await
+                .expect("the broker outlives the test");
         }
     })
     .await

@@ -60,6 +60,26 @@ pub struct Config {
     pub replay: ReplayConfig,
     /// Recovery cases (`[cases]`).
     pub cases: CasesConfig,
+    /// Bounded replay plans (`[replay_plans]`).
+    pub replay_plans: ReplayPlansConfig,
+}
+
+/// `[replay_plans]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplayPlansConfig {
+    /// The failing-path window (milliseconds or `5m`; one second to 24 hours, default
+    /// `5m`): a destination that dead-lettered an item's reason less than this long ago is
+    /// the failing path for it until the window has passed over that dead letter.
+    pub failing_path_window: String,
+}
+
+impl Default for ReplayPlansConfig {
+    fn default() -> Self {
+        ReplayPlansConfig {
+            failing_path_window: "5m".to_owned(),
+        }
+    }
 }
 
 /// `[cases]`.
@@ -234,6 +254,7 @@ impl Default for Config {
             ca_file: None,
             replay: ReplayConfig::default(),
             cases: CasesConfig::default(),
+            replay_plans: ReplayPlansConfig::default(),
         }
     }
 }
@@ -316,6 +337,8 @@ pub struct Overrides {
     pub push_allowed_networks: Option<Vec<String>>,
     /// `ca_file`.
     pub ca_file: Option<PathBuf>,
+    /// `replay_plans.failing_path_window`.
+    pub failing_path_window: Option<String>,
 }
 
 impl Overrides {
@@ -366,6 +389,10 @@ impl Overrides {
                 .collect()
         });
         o.ca_file = get("REDRIVE_CA_FILE").map(PathBuf::from);
+        if let Some(v) = get("REDRIVE_REPLAY_PLANS_FAILING_PATH_WINDOW") {
+            parse_millis(&v).map_err(|e| bad("REDRIVE_REPLAY_PLANS_FAILING_PATH_WINDOW", e))?;
+            o.failing_path_window = Some(v);
+        }
         o.log_level = get("REDRIVE_LOG");
         if let Some(v) = get("REDRIVE_LOG_FORMAT") {
             o.log_format = Some(v.parse().map_err(|e| bad("REDRIVE_LOG_FORMAT", e))?);
@@ -432,6 +459,9 @@ impl Overrides {
         }
         if let Some(v) = &self.ca_file {
             c.ca_file = Some(v.clone());
+        }
+        if let Some(v) = &self.failing_path_window {
+            c.replay_plans.failing_path_window.clone_from(v);
         }
     }
 }
@@ -669,10 +699,26 @@ impl Config {
         })
     }
 
+    /// The replay plan settings of `[replay_plans]`, checked: the failing-path window is a
+    /// duration from one second to 24 hours (`redrive_core::plan` judges the range).
+    pub fn plan_settings(&self) -> anyhow::Result<redrive_broker::PlanSettings> {
+        let v = &self.replay_plans.failing_path_window;
+        let bad = |why: String| input_error(format!("replay_plans.failing_path_window: {why}"));
+        let ms = parse_millis(v).map_err(&bad)?;
+        let ms = redrive_core::plan::check_failing_path_window_ms(ms).map_err(|e| match e {
+            redrive_core::plan::BudgetError::OutOfRange { why, .. } => bad(why),
+            other => bad(other.to_string()),
+        })?;
+        Ok(redrive_broker::PlanSettings {
+            failing_path_window_ms: ms,
+        })
+    }
+
     /// Checks what serde cannot.
     pub fn validate(&self) -> anyhow::Result<()> {
         self.register_entries()?;
         self.case_settings()?;
+        self.plan_settings()?;
         self.effect_authorities()?;
         if !(1..=1_000).contains(&self.replay.flag_after_failures) {
             return Err(input_error(format!(
@@ -1107,21 +1153,38 @@ mod tests {
         );
         assert_eq!(parsed.replay, d.replay);
         assert_eq!(parsed.cases, d.cases);
+        assert_eq!(parsed.replay_plans, d.replay_plans);
         assert!(d.server.plan_worker);
     }
 
-    #[test]
-    fn the_default_files_cases_examples_are_valid_once_uncommented() {
-        let start = DEFAULT_TOML.find("[cases]").expect("a [cases] section");
-        let end = start + DEFAULT_TOML[start..].find("\n[log]").unwrap();
-        let uncommented: String = DEFAULT_TOML[start..end]
+    /// The default file's section `[name]` (up to the next section that is not one of its
+    /// own tables), its commented examples uncommented.
+    fn uncommented_section(name: &str) -> String {
+        let start = DEFAULT_TOML
+            .find(&format!("\n[{name}]\n"))
+            .unwrap_or_else(|| panic!("a [{name}] section"))
+            + 1;
+        let rest = &DEFAULT_TOML[start + name.len() + 2..];
+        let end = start
+            + name.len()
+            + 2
+            + rest
+                .match_indices("\n[")
+                .find(|(i, _)| !rest[i + 2..].starts_with(&format!("[{name}.")))
+                .map_or(rest.len(), |(i, _)| i);
+        DEFAULT_TOML[start..end]
             .lines()
             .map(|l| match l.strip_prefix("# ") {
                 Some(rest) if rest.starts_with("[[") || rest.contains(" = ") => rest,
                 _ => l,
             })
             .collect::<Vec<_>>()
-            .join("\n");
+            .join("\n")
+    }
+
+    #[test]
+    fn the_default_files_cases_examples_are_valid_once_uncommented() {
+        let uncommented = uncommented_section("cases");
         let none = Overrides::default();
         let c = Config::layered(Some((Path::new("f.toml"), &uncommented)), &none, &none)
             .unwrap_or_else(|e| panic!("{e:#}\n{uncommented}"));
@@ -1130,6 +1193,61 @@ mod tests {
         assert_eq!(c.effect_authorities().unwrap().len(), 1);
         assert!(c.cases.escalation_webhook.is_some());
         assert_eq!(c.cases.labels.len(), 2);
+    }
+
+    #[test]
+    fn the_default_files_replay_plans_example_is_valid_once_uncommented() {
+        let uncommented = uncommented_section("replay_plans");
+        assert!(
+            uncommented.contains("failing_path_window = \"90s\""),
+            "{uncommented}"
+        );
+        let none = Overrides::default();
+        let c = Config::layered(Some((Path::new("f.toml"), &uncommented)), &none, &none)
+            .unwrap_or_else(|e| panic!("{e:#}\n{uncommented}"));
+        assert_eq!(c.plan_settings().unwrap().failing_path_window_ms, 90_000);
+        // As shipped (the example commented out): the default, five minutes.
+        let c = Config::layered(None, &none, &none).unwrap();
+        assert_eq!(c.plan_settings().unwrap().failing_path_window_ms, 300_000);
+        assert_eq!(
+            c.plan_settings().unwrap(),
+            redrive_broker::PlanSettings::default()
+        );
+    }
+
+    #[test]
+    fn the_failing_path_window_layers_and_is_bounded() {
+        let path = Path::new("f.toml");
+        let none = Overrides::default();
+        let file = "[replay_plans]\nfailing_path_window = \"2m\"";
+        let c = Config::layered(Some((path, file)), &none, &none).unwrap();
+        assert_eq!(c.plan_settings().unwrap().failing_path_window_ms, 120_000);
+        let env = env_of(&[("REDRIVE_REPLAY_PLANS_FAILING_PATH_WINDOW", "45000")]);
+        let c = Config::layered(Some((path, file)), &env, &none).unwrap();
+        assert_eq!(
+            c.plan_settings().unwrap().failing_path_window_ms,
+            45_000,
+            "env beats file"
+        );
+        for bad in ["0", "999", "25h", "soon", "-5s"] {
+            let text = format!("[replay_plans]\nfailing_path_window = \"{bad}\"");
+            let err = Config::layered(Some((path, &text)), &none, &none).unwrap_err();
+            let msg = err.to_string();
+            assert!(
+                msg.starts_with("replay_plans.failing_path_window: "),
+                "{bad}: {msg}"
+            );
+            assert_eq!(exit_code(&err), 2, "{bad}");
+        }
+        let err = Overrides::from_env(|k| {
+            (k == "REDRIVE_REPLAY_PLANS_FAILING_PATH_WINDOW").then(|| "soon".to_owned())
+        })
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("REDRIVE_REPLAY_PLANS_FAILING_PATH_WINDOW"),
+            "{err}"
+        );
     }
 
     #[test]

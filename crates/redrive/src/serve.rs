@@ -92,6 +92,8 @@ impl ServeArgs {
             bootstrap_token: None,
             push_allowed_networks: None,
             ca_file: None,
+            // A node setting of the file or the environment.
+            failing_path_window: None,
         }
     }
 }
@@ -208,6 +210,9 @@ pub async fn run(args: ServeArgs, ca_file: Option<PathBuf>) -> anyhow::Result<()
     });
     broker.set_case_settings(config.case_settings()?);
     broker.set_node_replay_budget(config.node_replay_budget()?);
+    broker
+        .set_plan_settings(config.plan_settings()?)
+        .context("cannot apply the replay plan settings of the configuration")?;
     let authorities = config.effect_authorities()?;
     if !authorities.is_empty() {
         broker

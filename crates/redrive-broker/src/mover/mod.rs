@@ -97,6 +97,10 @@ pub(crate) struct Mover {
     running: Mutex<HashMap<String, CancellationToken>>,
     /// The runners of this node, so that shutdown waits until they let their tasks go.
     runners: TaskTracker,
+    /// Counts what the runners of this node wrote: one more after every heartbeat (with
+    /// the progress) and after every run's end (written, let go, or lost). What waits for a
+    /// task's progress waits on it ([`Broker::move_changes`](crate::Broker::move_changes)).
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl Mover {
@@ -106,7 +110,13 @@ impl Mover {
             ctx,
             running: Mutex::default(),
             runners: TaskTracker::new(),
+            changes: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// A runner of this node wrote (or stopped): the signal of [`Mover::changes`].
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, CancellationToken>) -> T) -> T {

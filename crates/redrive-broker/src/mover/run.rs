@@ -97,7 +97,9 @@ impl Mover {
             runner_until: Some(after(now, heartbeat_ms())),
             next_slot: next_slot(pacer),
         };
-        match move_plans::progress(&*self.ctx.store, handle, self.node(), &p, now).await {
+        let written = move_plans::progress(&*self.ctx.store, handle, self.node(), &p, now).await;
+        self.changed();
+        match written {
             Ok(None) => Some(Stop::Lost),
             Ok(Some(w)) if w.m.status == PlanStatus::Cancelling => Some(Stop::Cancelled),
             Ok(Some(_)) => None,
@@ -137,6 +139,20 @@ impl Broker {
     #[tracing::instrument(level = "debug", skip_all,
         fields(task = %record.plan.id, source = %record.plan.queue, destination = ?record.part.destination))]
     pub(super) async fn run_move(
+        &self,
+        record: Held,
+        owner: Actor,
+        cancel: CancellationToken,
+        revoked: CancellationToken,
+    ) {
+        self.run_move_to_end(record, owner, cancel, revoked).await;
+        // Whatever the end, what waits for the task looks again.
+        self.mover().changed();
+    }
+
+    /// [`Broker::run_move`] but for its signal: the run, its end written unless the task
+    /// was lost or let go.
+    async fn run_move_to_end(
         &self,
         record: Held,
         owner: Actor,

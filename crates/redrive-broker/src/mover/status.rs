@@ -25,4 +25,13 @@ impl Broker {
     pub async fn list_move_tasks(&self, source: &str, max: usize) -> BrokerResult<Vec<MoveTask>> {
         self.mover().list(source, max).await
     }
+
+    /// A count of what the move tasks this node runs wrote: one more after each heartbeat
+    /// (a task's progress, before every batch) and after each run's end — completed,
+    /// cancelled, failed, let go at shutdown, or lost to another node — once it is written.
+    /// Waiting on `changed()` waits for the next of them, so a caller that reads a task
+    /// after subscribing and waits when it is not there yet misses none.
+    pub fn move_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.mover().changes.subscribe()
+    }
 }

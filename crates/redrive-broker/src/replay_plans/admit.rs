@@ -91,17 +91,17 @@ impl Plans {
         }
         let holder = case::owner_at(case.m.lease.as_ref(), now);
         gate!(gates::claim(holder, &a.plan.owner_name));
-        let persists = match look.failing.get(&case.reason) {
-            Some(p) => *p,
+        let clears_at = match look.failing.get(&case.reason) {
+            Some(t) => *t,
             None => {
-                let p = self
-                    .failure_persists(&look.destination, &case.reason, now)
+                let t = self
+                    .failing_path(&look.destination, &case.reason, now)
                     .await?;
-                look.failing.insert(case.reason.clone(), p);
-                p
+                look.failing.insert(case.reason.clone(), t);
+                t
             }
         };
-        gate!(gates::destination(persists));
+        gate!(gates::destination(clears_at));
         let registered = look.ctx.authority(case.message_type.as_deref()).is_some();
         gate!(gates::authority(registered));
         self.reconcile_item(a, look, item, pre).await
@@ -589,11 +589,12 @@ pub(super) struct Prepared {
 }
 
 /// What one look reads once: the pass's context (effect authorities, register), the destination,
-/// whether it is the failing path for each reason, and the admissions prepared so far.
+/// whether it is the failing path for each reason (until when), and the admissions prepared
+/// so far.
 pub(super) struct Look {
     pub(super) ctx: Arc<CaseContext>,
     pub(super) destination: EntityName,
-    pub(super) failing: BTreeMap<String, bool>,
+    pub(super) failing: BTreeMap<String, Option<Timestamp>>,
     pub(super) batch: Vec<Prepared>,
 }
 

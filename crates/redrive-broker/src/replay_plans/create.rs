@@ -14,15 +14,16 @@ use redrive_store::{
 use super::Plans;
 use super::run::*;
 use super::{budget_refusal, checked_budget};
-use crate::{Actor, BrokerResult};
+use crate::{Actor, BrokerError, BrokerResult};
 
 impl Plans {
     /// Creates a plan over the selection, owned by `actor`: refused when its budget is
-    /// unbounded or out of range, when the destination does not exist or is the failing
-    /// path (it dead-lettered one of the items' reasons within
-    /// [`FAILURE_PERSISTS_MS`](super::FAILURE_PERSISTS_MS)), or when `actor` may not
-    /// replay to the destination. The items are fixed now, in order; a session's items are
-    /// held `ordering_missing` unless the plan holds every open case of the session.
+    /// unbounded or out of range, when the destination does not exist, when it is the
+    /// failing path (it dead-lettered one of the items' reasons within the node's
+    /// failing-path window: [`BrokerError::FailingPath`], saying when it clears), or when
+    /// `actor` may not replay to the destination. The items are fixed now, in order; a
+    /// session's items are held `ordering_missing` unless the plan holds every open case
+    /// of the session.
     #[tracing::instrument(level = "debug", skip_all, fields(queue = %input.selection.queue, plan = tracing::field::Empty))]
     pub async fn create_plan(&self, input: &PlanInput, actor: &Actor) -> BrokerResult<PlanView> {
         let r = self.create_plan_inner(input, actor).await;
@@ -71,17 +72,25 @@ impl Plans {
         let mut cases = self.select(&queue, sel).await?;
         cases.sort_by(|a, b| (a.dead_lettered_at, &a.id).cmp(&(b.dead_lettered_at, &b.id)));
         let now = self.now();
+        // Every reason is asked (one indexed read each), so that the refusal names the time
+        // the plan would be accepted: when the last of them clears.
         let reasons: BTreeSet<&str> = cases.iter().map(|c| c.reason.as_str()).collect();
+        let mut failing: Option<(Timestamp, &str)> = None;
         for reason in reasons {
-            if self.failure_persists(&destination, reason, now).await? {
-                return Err(plan_conflict(
-                    "destination_invalid",
-                    format!(
-                        "the destination {destination} is the failing path: it dead-lettered {reason} within the last {} s, and replaying there would repeat the failure",
-                        super::FAILURE_PERSISTS_MS / 1000
-                    ),
-                ));
+            if let Some(t) = self.failing_path(&destination, reason, now).await?
+                && failing.is_none_or(|(latest, _)| t > latest)
+            {
+                failing = Some((t, reason));
             }
+        }
+        if let Some((clears_at, reason)) = failing {
+            return Err(BrokerError::FailingPath {
+                destination: destination.to_string(),
+                reason: reason.to_owned(),
+                window_ms: self.plan_settings().failing_path_window_ms,
+                clears_at,
+                clears_in_ms: u64::try_from(clears_at.0.saturating_sub(now.0)).unwrap_or(0),
+            });
         }
         let (sessions, missing) = self.ordering_scopes(&queue, &cases).await?;
         let spec = PlanSpec {

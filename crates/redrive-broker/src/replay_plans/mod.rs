@@ -2,13 +2,14 @@
 //! limit (`redrive_core::plan::BudgetSpec::check`: an unbounded replay is refused); the
 //! preview resolves its selection over open cases, groups the items by reason and type,
 //! adds their bytes and the lower bound of the time they take under the budget, and names
-//! for each item the gate that blocks it now. Nothing is touched: no effect authority is
-//! asked, no case or record is written.
+//! for each item the gate that blocks it now — and, for each blocking gate, what it means
+//! and, when it is time-bound (the failing path), when it clears. Nothing is touched: no
+//! effect authority is asked, no case or record is written.
 
 use std::collections::BTreeMap;
 
 use redrive_core::case::{self, Closure, Decision, EffectAnswer, Gate, Missing, Repair};
-use redrive_core::plan::{BudgetError, BudgetSpec};
+use redrive_core::plan::{self, BudgetError, BudgetSpec};
 use redrive_core::{EntityName, Timestamp};
 use redrive_store::{CaseQuery, CaseRecord, StoreError};
 
@@ -61,9 +62,33 @@ pub const MAX_PLAN_ITEMS: usize = 100_000;
 pub const MAX_PREVIEW_LIST: usize = 1_000;
 /// Most reasons, types or case ids a selection names.
 pub const MAX_SELECTION_VALUES: usize = 100;
-/// How recent a dead letter of the destination with the items' reason must be for the
-/// failure to count as persisting, ms: a destination that is that failing path is refused.
-pub const FAILURE_PERSISTS_MS: i64 = 5 * 60 * 1000;
+/// The replay plan settings of a node (configuration, at start: `[replay_plans]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanSettings {
+    /// The failing-path window, ms: a destination that dead-lettered an item's reason less
+    /// than this long ago is the failing path for it — a plan over that reason is refused,
+    /// the preview and the admission hold the item — until the window has passed over its
+    /// latest such dead letter (`redrive_core::plan::failing_path_clears_at`). One second
+    /// to 24 hours; default five minutes.
+    pub failing_path_window_ms: u64,
+}
+
+impl Default for PlanSettings {
+    fn default() -> Self {
+        PlanSettings {
+            failing_path_window_ms: plan::DEFAULT_FAILING_PATH_WINDOW_MS,
+        }
+    }
+}
+
+/// A duration of the failing-path window in words: whole seconds, else milliseconds.
+pub(crate) fn window_text(ms: u64) -> String {
+    if ms.is_multiple_of(1_000) {
+        format!("{} s", ms / 1_000)
+    } else {
+        format!("{ms} ms")
+    }
+}
 
 /// A plan's selection and destination.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -102,6 +127,23 @@ pub struct PreviewItem {
     pub bytes: u64,
     /// The gate that blocks it now.
     pub gate: Option<&'static str>,
+    /// When that gate clears, if it is time-bound (the failing path: the destination's
+    /// latest dead letter with the item's reason leaves the window).
+    pub clears_at: Option<Timestamp>,
+}
+
+/// A gate that blocks items of a preview, with what it means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockingGate {
+    /// The gate's code (`no_tested_correction`, `destination_invalid`, …).
+    pub gate: &'static str,
+    /// What holds the items, in words.
+    pub detail: String,
+    /// Items it blocks.
+    pub items: u64,
+    /// When it clears for every item it blocks, if it is time-bound: the latest of the
+    /// items' times (each item has its own).
+    pub clears_at: Option<Timestamp>,
 }
 
 /// The dry run of a plan.
@@ -121,8 +163,45 @@ pub struct PlanPreview {
     pub by_type: BTreeMap<String, u64>,
     /// Blocked items by gate.
     pub blocked: BTreeMap<String, u64>,
+    /// Each gate that blocks items, with what it means and, if time-bound, when it clears:
+    /// by gate, then detail (one entry per cause of a gate: `destination_invalid` has three
+    /// — the case's own destination, a destination that does not exist, the failing path).
+    pub gates: Vec<BlockingGate>,
     /// The first items, by case id.
     pub item_list: Vec<PreviewItem>,
+}
+
+/// What a gate's code means, in words, for a preview (for `destination_invalid` the case's
+/// own destination check: a destination that does not exist, and the failing path, are
+/// told by the preview itself).
+pub fn gate_detail(gate: &str) -> &'static str {
+    match gate {
+        "effect_present" => "the effect already exists: nothing to replay",
+        "intent_cancelled" => "its producer cancelled the intent",
+        "intent_superseded" => "a newer intent supersedes it",
+        "intent_expired" => "the intent's value window ended",
+        "payload_invalid" => "the payload fails the current schema or payload policy",
+        "closed_indeterminate" => "the case closed without a known effect",
+        "route_unverified" => "the dead-letter route is not verified",
+        "effect_not_reconciled" => "its effect authority has not been asked yet",
+        "effect_indeterminate" => "its effect authority cannot tell whether the effect exists",
+        "effect_unreachable" => "its effect authority could not be reached",
+        "effect_authority_missing" => "no effect authority is registered for its type",
+        "authorization_changed" => "the authority that admitted the intent changed",
+        "destination_invalid" => "the case's replay destination is not valid",
+        "not_repeatable" => "its type may not be delivered twice",
+        "retention_unbounded" => "no retention rule bounds its kept payload",
+        "payload_gone" => "the exact payload bytes are gone",
+        "budget_unbounded" => "no replay budget is named",
+        "ordering_missing" => "its session's ordering context is missing",
+        "capacity_unavailable" => "the capacity the replay needs is unavailable",
+        "replay_in_flight" => "a replay of the case is in flight",
+        "no_tested_correction" => {
+            "it needs a diagnosis and a correction tested on its exact payload"
+        }
+        "new_intent" => "its transformation is not equivalent: a new intent, not a replay",
+        _ => "the case's decision holds it",
+    }
 }
 
 /// The gate a case's next decision names, for a plan: `None` when a plan's owner may admit
@@ -200,28 +279,40 @@ impl Plans {
         let (queue, destination, destination_exists) = self.resolve_selection(selection).await?;
         let cases = self.select(&queue, selection).await?;
         let now = self.now();
+        let window = window_text(self.plan_settings().failing_path_window_ms);
         let mut out = PlanPreview::default();
-        let mut failing: BTreeMap<String, bool> = BTreeMap::new();
+        let mut failing: BTreeMap<String, Option<Timestamp>> = BTreeMap::new();
+        // Each gate's causes, by (gate, detail): items, and the latest clear time.
+        let mut gates: BTreeMap<(&'static str, String), (u64, Option<Timestamp>)> = BTreeMap::new();
         let ctx = self.broker.case_context().await?;
         for c in &cases {
             let data = CaseData::of(c);
             let (known, _) = self.broker.known_in(c, &ctx).await?;
             let decision = case::decide(&data::facts(c, &data, &known), now);
             let mut gate = gate_of(&decision, &data);
+            let mut detail = None;
+            let mut clears_at = None;
             if gate.is_none() && !destination_exists {
                 gate = Some("destination_invalid");
+                detail = Some(format!(
+                    "the destination queue {destination} does not exist"
+                ));
             }
             if gate.is_none() {
-                let persists = match failing.get(&c.reason) {
-                    Some(p) => *p,
+                let clears = match failing.get(&c.reason) {
+                    Some(t) => *t,
                     None => {
-                        let p = self.failure_persists(&destination, &c.reason, now).await?;
-                        failing.insert(c.reason.clone(), p);
-                        p
+                        let t = self.failing_path(&destination, &c.reason, now).await?;
+                        failing.insert(c.reason.clone(), t);
+                        t
                     }
                 };
-                if persists {
+                if let Some(t) = clears {
                     gate = Some("destination_invalid");
+                    detail = Some(format!(
+                        "the destination {destination} is the failing path: it dead-lettered the item's reason within the last {window}"
+                    ));
+                    clears_at = Some(t);
                 }
             }
             out.items += 1;
@@ -231,7 +322,13 @@ impl Plans {
                 .entry(c.message_type.clone().unwrap_or_default())
                 .or_insert(0) += 1;
             match gate {
-                Some(g) => *out.blocked.entry(g.to_owned()).or_insert(0) += 1,
+                Some(g) => {
+                    *out.blocked.entry(g.to_owned()).or_insert(0) += 1;
+                    let detail = detail.unwrap_or_else(|| gate_detail(g).to_owned());
+                    let entry = gates.entry((g, detail)).or_insert((0, None));
+                    entry.0 += 1;
+                    entry.1 = entry.1.max(clears_at);
+                }
                 None => out.eligible += 1,
             }
             if out.item_list.len() < MAX_PREVIEW_LIST {
@@ -242,9 +339,19 @@ impl Plans {
                     message_type: c.message_type.clone(),
                     bytes: c.body_size,
                     gate,
+                    clears_at,
                 });
             }
         }
+        out.gates = gates
+            .into_iter()
+            .map(|((gate, detail), (items, clears_at))| BlockingGate {
+                gate,
+                detail,
+                items,
+                clears_at,
+            })
+            .collect();
         out.lower_bound_ms = budget.lower_bound_ms(out.items, out.bytes);
         Ok(out)
     }
@@ -353,26 +460,46 @@ impl Plans {
         }
     }
 
-    /// Whether `queue` dead-lettered with `reason` within [`FAILURE_PERSISTS_MS`] of `now`:
-    /// the failure that produced the items persists there, and replaying into it would make
-    /// a loop.
-    pub(crate) async fn failure_persists(
+    /// When `queue` stops being the failing path for `reason`, if it is that path at `now`:
+    /// it dead-lettered `reason` within this node's failing-path window
+    /// ([`PlanSettings::failing_path_window_ms`]), so the failure that produced the items
+    /// persists there and replaying into it would make a loop. `None`: it is not. One
+    /// indexed read of the store (the latest such dead letter).
+    pub(crate) async fn failing_path(
         &self,
         queue: &EntityName,
         reason: &str,
         now: Timestamp,
-    ) -> BrokerResult<bool> {
-        let recent = self
+    ) -> BrokerResult<Option<Timestamp>> {
+        let latest = self
             .ctx
             .store
-            .list_cases(&CaseQuery {
-                queue: Some(queue.clone()),
-                reason: Some(reason.to_owned()),
-                since: Some(now.plus_millis(-FAILURE_PERSISTS_MS)),
-                limit: 1,
-                ..CaseQuery::default()
-            })
+            .latest_case_dead_letter(queue, reason)
             .await?;
-        Ok(!recent.is_empty())
+        let window = self.plan_settings().failing_path_window_ms;
+        Ok(plan::failing_path_clears_at(latest, window, now))
+    }
+
+    /// The replay plan settings of this node.
+    pub fn plan_settings(&self) -> PlanSettings {
+        *self
+            .state
+            .settings
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Sets the replay plan settings of this node (configuration, at start): refused,
+    /// changing nothing, when the failing-path window is out of its range
+    /// (`InvalidRequest`, field `failing_path_window`).
+    pub fn set_plan_settings(&self, settings: PlanSettings) -> BrokerResult<()> {
+        plan::check_failing_path_window_ms(settings.failing_path_window_ms)
+            .map_err(budget_refusal)?;
+        *self
+            .state
+            .settings
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = settings;
+        Ok(())
     }
 }

@@ -232,6 +232,8 @@ impl Default for NodeReplayBudget {
 pub(crate) struct PlanState {
     pub(crate) wake: tokio::sync::Notify,
     pub(crate) node: std::sync::Mutex<(NodeReplayBudget, Pacer)>,
+    /// The node's plan settings (the failing-path window).
+    pub(super) settings: std::sync::RwLock<super::PlanSettings>,
     /// When each replay in flight was last looked at, by plan and item (this node's; a
     /// resumed plan looks at every one at once).
     pub(super) observed: std::sync::Mutex<std::collections::HashMap<(String, u32), i64>>,

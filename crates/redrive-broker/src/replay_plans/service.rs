@@ -14,6 +14,7 @@ use redrive_core::Timestamp;
 
 use redrive_store::ReplayPlanRecord;
 
+use super::PlanSettings;
 use super::run::{NodeReplayBudget, PlanPass, PlanState, PlanView};
 use crate::context::Context;
 use crate::{Actor, Broker, BrokerResult};
@@ -42,8 +43,8 @@ impl Broker {
 
 /// The plan calls the broker keeps for its callers outside the service (the workers'
 /// tests drive plans one look at a time, the mover reads a move plan's view, `/metrics`
-/// renders the plan gauges, `serve` sets the node budget); each is one line over
-/// [`Broker::plans`].
+/// renders the plan gauges, `serve` sets the node budget and the plan settings); each is
+/// one line over [`Broker::plans`].
 impl Broker {
     /// [`Plans::plans_once`].
     pub async fn plans_once(&self) -> BrokerResult<PlanPass> {
@@ -73,6 +74,16 @@ impl Broker {
     /// [`Plans::node_replay_budget`].
     pub fn node_replay_budget(&self) -> NodeReplayBudget {
         self.plans().node_replay_budget()
+    }
+
+    /// [`Plans::set_plan_settings`].
+    pub fn set_plan_settings(&self, settings: PlanSettings) -> BrokerResult<()> {
+        self.plans().set_plan_settings(settings)
+    }
+
+    /// [`Plans::plan_settings`].
+    pub fn plan_settings(&self) -> PlanSettings {
+        self.plans().plan_settings()
     }
 
     /// [`Plans::render_plan_metrics`].

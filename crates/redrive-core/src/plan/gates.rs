@@ -12,7 +12,8 @@
 //!    stops, `ordering_changed`), and each predecessor has resolved (else the item waits,
 //!    or is held `ordering_blocked`);
 //! 5. [`claim`]: no other owner's live claim on the case (`case_claimed`);
-//! 6. [`destination`]: the destination is off the failing path (`destination_invalid`);
+//! 6. [`destination`]: the destination is off the failing path (`destination_invalid`, with
+//!    the time it clears);
 //! 7. [`authority`]: an effect authority is registered for the type
 //!    (`effect_authority_missing`): a plan replays only what an authority can observe;
 //! 8. [`reconciled`], after the case is reconciled with its effect authority now: an
@@ -129,13 +130,16 @@ pub fn claim(holder: Option<&str>, plan_owner: &str) -> Verdict {
     }
 }
 
-/// Gate 6: the destination must be off the failing path now (`persists`: it dead-lettered the
-/// case's reason lately).
-pub fn destination(persists: bool) -> Verdict {
-    if persists {
-        Verdict::Hold("destination_invalid: the destination is the failing path".into())
-    } else {
-        Verdict::Pass
+/// Gate 6: the destination must be off the failing path now: `clears_at` is when it stops
+/// being the failing path for the case's reason, if it is now (it dead-lettered that
+/// reason within the node's failing-path window: [`super::failing_path_clears_at`]).
+pub fn destination(clears_at: Option<Timestamp>) -> Verdict {
+    match clears_at {
+        Some(t) => Verdict::Hold(format!(
+            "destination_invalid: the destination is the failing path until {}",
+            t.to_rfc3339()
+        )),
+        None => Verdict::Pass,
     }
 }
 
@@ -289,8 +293,14 @@ mod tests {
             claim(Some("bob"), "ops"),
             Verdict::Hold("case_claimed: bob holds it".into())
         );
-        assert_eq!(destination(false), Verdict::Pass);
-        assert_eq!(gate(destination(true)), "destination_invalid");
+        assert_eq!(destination(None), Verdict::Pass);
+        assert_eq!(
+            destination(Some(Timestamp(300_000))),
+            Verdict::Hold(
+                "destination_invalid: the destination is the failing path until 1970-01-01T00:05:00.000Z"
+                    .into()
+            )
+        );
         assert_eq!(authority(true), Verdict::Pass);
         assert_eq!(gate(authority(false)), "effect_authority_missing");
     }

@@ -15,7 +15,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use redrive_api::replay::{
     CreatePlan, PlanBudget, PlanDependency, PlanItem, PlanItemList, PlanPreview, PlanProgress,
-    PlanReading, PlanSelection, PlanSpec, PreviewItem, ReplayPlan, ReplayPlanBudget,
+    PlanReading, PlanSelection, PlanSpec, PreviewGate, PreviewItem, ReplayPlan, ReplayPlanBudget,
     ReplayPlanList, ReplayPlanSelection, ReplayStatus, ReplayStatusList, SqsMovePlan,
 };
 use redrive_broker::model::{
@@ -452,6 +452,16 @@ async fn preview(
         by_reason: p.by_reason,
         by_type: p.by_type,
         blocked: p.blocked,
+        gates: p
+            .gates
+            .into_iter()
+            .map(|g| PreviewGate {
+                gate: g.gate.to_owned(),
+                detail: g.detail,
+                items: g.items,
+                clears_at: g.clears_at.map(|t| t.to_rfc3339()),
+            })
+            .collect(),
         truncated: (p.item_list.len() as u64) < p.items,
         item_list: p
             .item_list
@@ -463,6 +473,7 @@ async fn preview(
                 message_type: i.message_type,
                 bytes: i.bytes,
                 gate: i.gate.map(str::to_owned),
+                clears_at: i.clears_at.map(|t| t.to_rfc3339()),
             })
             .collect(),
     }))

@@ -12,7 +12,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use redrive_testkit::recovery::{
-    HOUR, Letter, case, case_id, dead_letter, register, states, until, work,
+    HOUR, Letter, case, case_id, dead_letter, register, states, until_moved, work,
 };
 
 use crate::cases::{Authority, server};
@@ -693,12 +693,9 @@ async fn restore_import_and_move_tasks_go_through_the_case() {
             })
             .await
             .unwrap();
-        let ended = until(
-            &s,
-            &format!("/v1/replay/plans/{}", &task.handle),
-            |v| v["status"] != "running" && v["status"] != "cancelling",
-            tokio::task::yield_now,
-        )
+        let ended = until_moved(&s, &format!("/v1/replay/plans/{}", &task.handle), |v| {
+            v["status"] != "running" && v["status"] != "cancelling"
+        })
         .await;
         assert_eq!(ended["status"], "completed", "{name}: {ended}");
         assert_eq!(ended["sqs_move"]["moved"], 1, "{name}: {ended}");

@@ -9,6 +9,7 @@ use redrive_testkit::{Backend, TestServer, assert_problem, default_settings};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
+use redrive_core::Clock as _;
 use redrive_core::register::Idempotency;
 use redrive_testkit::recovery::{Letter, dead_letter, register, replay_passes, replaying_queue};
 
@@ -804,6 +805,8 @@ async fn a_replay_plan_preview_refuses_unbounded_plans_and_names_each_items_gate
                 .await;
             }
         }
+        // Every dead letter now: the failing path of `orders` clears five minutes on.
+        let failing_until = s.clock().now().plus_millis(300_000).to_rfc3339();
         s.broker.cases_once().await.unwrap();
         s.broker.cases_once().await.unwrap();
         s.broker.cases_once().await.unwrap();
@@ -854,6 +857,14 @@ async fn a_replay_plan_preview_refuses_unbounded_plans_and_names_each_items_gate
         assert_eq!(v["eligible"], 0);
         assert_eq!(v["item_list"].as_array().unwrap().len(), 239);
         assert_eq!(v["item_list"][0]["gate"], "no_tested_correction");
+        // Each blocking gate with what it means; waiting on a person, it has no time.
+        assert_eq!(
+            v["gates"],
+            json!([{"gate": "no_tested_correction", "items": 239,
+                    "detail": "it needs a diagnosis and a correction tested on its exact payload"}]),
+            "{name}"
+        );
+        assert!(v["item_list"][0].get("clears_at").is_none(), "{name}: {v}");
         // One item taken through its gates: the origin, which dead-lettered with its reason
         // moments ago, is still the failing path; a queue that does not exist is no
         // destination; after five quiet minutes the origin is valid again.
@@ -883,16 +894,63 @@ async fn a_replay_plan_preview_refuses_unbounded_plans_and_names_each_items_gate
                 "budget": seed,
             })
         };
+        // The failing path is time-bound: the item and its gate say when it clears.
         let (_, v) = s.post("/v1/replay/plans/preview", only(Value::Null)).await;
         assert_eq!(v["blocked"]["destination_invalid"], 1, "{name}: {v}");
+        assert_eq!(v["item_list"][0]["clears_at"], failing_until, "{name}: {v}");
+        assert_eq!(
+            v["gates"],
+            json!([{"gate": "destination_invalid", "items": 1, "clears_at": failing_until,
+                    "detail": "the destination orders is the failing path: it dead-lettered the item's reason within the last 300 s"}]),
+            "{name}"
+        );
+        // A destination that does not exist is not cleared by the clock.
         let (_, v) = s
             .post("/v1/replay/plans/preview", only(json!("nowhere")))
             .await;
         assert_eq!(v["blocked"]["destination_invalid"], 1, "{name}: {v}");
-        s.advance(6 * 60_000);
+        assert_eq!(
+            v["gates"],
+            json!([{"gate": "destination_invalid", "items": 1,
+                    "detail": "the destination queue nowhere does not exist"}]),
+            "{name}"
+        );
+        assert!(v["item_list"][0].get("clears_at").is_none(), "{name}: {v}");
+        // A millisecond before the time it is still the failing path; at it, clear.
+        s.advance(300_000 - 1);
+        let (_, v) = s.post("/v1/replay/plans/preview", only(Value::Null)).await;
+        assert_eq!(v["item_list"][0]["clears_at"], failing_until, "{name}: {v}");
+        s.advance(1);
         let (_, v) = s.post("/v1/replay/plans/preview", only(Value::Null)).await;
         assert_eq!(v["eligible"], 1, "{name}: {v}");
         assert!(v["item_list"][0].get("gate").is_none(), "{name}: {v}");
+        assert_eq!(v["gates"], json!([]), "{name}");
+        // A shorter window configured on the node is honoured: a fresh dead letter with
+        // the reason holds the item for that long only.
+        s.broker
+            .set_plan_settings(redrive_broker::PlanSettings {
+                failing_path_window_ms: 45_000,
+            })
+            .unwrap();
+        dead_letter(
+            &s,
+            "orders",
+            Letter::message(json!({"message_id": "fresh", "body": "b"})).reason("ParseError"),
+        )
+        .await;
+        let fresh_until = s.clock().now().plus_millis(45_000).to_rfc3339();
+        let (_, v) = s.post("/v1/replay/plans/preview", only(Value::Null)).await;
+        assert_eq!(v["item_list"][0]["clears_at"], fresh_until, "{name}: {v}");
+        assert!(
+            v["gates"][0]["detail"]
+                .as_str()
+                .unwrap()
+                .ends_with("within the last 45 s"),
+            "{name}: {v}"
+        );
+        s.advance(45_000);
+        let (_, v) = s.post("/v1/replay/plans/preview", only(Value::Null)).await;
+        assert_eq!(v["eligible"], 1, "{name}: {v}");
         // Nothing was touched.
         let (_, page) = s.get("/v1/cases?queue=orders&state=replay_admitted").await;
         assert_eq!(page["cases"], json!([]), "{name}");
@@ -938,6 +996,108 @@ async fn dead_letters_as(s: &TestServer, token: Option<&str>, queue: &str, n: us
         dead_letter(s, queue, letter).await;
     }
     s.broker.cases_once().await.unwrap();
+}
+
+/// A plan refused because its destination is the failing path says when that clears: the
+/// destination's latest dead letter with the items' reason plus the node's failing-path
+/// window, as `clears_at` and in the detail. A millisecond before that it is still refused;
+/// at it the plan is created. A later dead letter moves the time; a shorter window
+/// configured on the node is honoured; a window out of range is refused and changes
+/// nothing.
+#[tokio::test]
+async fn a_failing_path_refusal_says_when_it_clears_and_follows_the_nodes_window() {
+    for backend in Backend::all("the failing-path window test") {
+        let name = backend.name();
+        let s = plan_server(backend, None).await;
+        s.queue("orders", json!({})).await;
+        dead_letters_as(&s, None, "orders", 2).await;
+        let first = s.clock().now();
+        let body = json!({"selection": {"queue": "orders", "reasons": ["ParseError"]}, "budget": plan_budget()});
+        let refused = |r: &(StatusCode, Value),
+                       clears: redrive_core::Timestamp,
+                       in_s: u64,
+                       window_ms: u64| {
+            assert_problem(r, 409, "plan_conflict");
+            let p = &r.1;
+            assert_eq!(p["reason"], "destination_invalid", "{name}: {p}");
+            assert_eq!(p["destination"], "orders", "{name}: {p}");
+            assert_eq!(p["dead_letter_reason"], "ParseError", "{name}: {p}");
+            assert_eq!(p["window_ms"], window_ms, "{name}: {p}");
+            assert_eq!(p["clears_at"], clears.to_rfc3339(), "{name}: {p}");
+            let detail = p["detail"].as_str().unwrap();
+            assert!(
+                detail.ends_with(&format!(
+                    "it clears at {} (in {in_s} s)",
+                    clears.to_rfc3339()
+                )),
+                "{name}: {detail}"
+            );
+        };
+        let r = s.post("/v1/replay/plans", body.clone()).await;
+        refused(&r, first.plus_millis(300_000), 300, 300_000);
+        // A dead letter with the reason a minute later moves the time on by a minute.
+        s.advance(60_000);
+        dead_letter(
+            &s,
+            "orders",
+            Letter::message(json!({"message_id": "later", "body": "b"})).reason("ParseError"),
+        )
+        .await;
+        let clears = first.plus_millis(60_000 + 300_000);
+        s.advance(299_999);
+        let r = s.post("/v1/replay/plans", body.clone()).await;
+        refused(&r, clears, 1, 300_000);
+        s.advance(1);
+        let (st, plan) = s.post("/v1/replay/plans", body.clone()).await;
+        assert_eq!(st, StatusCode::CREATED, "{name}: {plan}");
+        assert_eq!(plan["progress"]["items"], 3, "{name}: {plan}");
+
+        // The node's window, shorter: a fresh dead letter holds the destination that long.
+        s.broker
+            .set_plan_settings(redrive_broker::PlanSettings {
+                failing_path_window_ms: 30_000,
+            })
+            .unwrap();
+        dead_letter(
+            &s,
+            "orders",
+            Letter::message(json!({"message_id": "fresh", "body": "b"})).reason("ParseError"),
+        )
+        .await;
+        let clears = s.clock().now().plus_millis(30_000);
+        let r = s.post("/v1/replay/plans", body.clone()).await;
+        refused(&r, clears, 30, 30_000);
+        assert!(
+            r.1["detail"]
+                .as_str()
+                .unwrap()
+                .contains("dead-lettered ParseError within the last 30 s"),
+            "{name}: {}",
+            r.1
+        );
+        s.advance(30_000);
+        let (st, plan) = s.post("/v1/replay/plans", body.clone()).await;
+        assert_eq!(st, StatusCode::CREATED, "{name}: {plan}");
+        // Out of its range (1 s to 24 h), a window is refused and the node keeps its own.
+        for bad in [0, 999, 86_400_001] {
+            let e = s
+                .broker
+                .set_plan_settings(redrive_broker::PlanSettings {
+                    failing_path_window_ms: bad,
+                })
+                .unwrap_err();
+            assert!(
+                matches!(&e, redrive_broker::BrokerError::InvalidRequest { field, .. } if field == "failing_path_window"),
+                "{name}: {e:?}"
+            );
+        }
+        assert_eq!(
+            s.broker.plan_settings().failing_path_window_ms,
+            30_000,
+            "{name}"
+        );
+        s.stop().await;
+    }
 }
 
 /// Bounded replay plans over HTTP: created (201, every field of the plan), refused when

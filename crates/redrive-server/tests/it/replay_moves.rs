@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use redrive_broker::{Actor, MoveSpec};
-use redrive_testkit::recovery::{plan, until, without_workers};
+use redrive_testkit::recovery::{plan, until_moved, without_workers};
 use redrive_testkit::{Backend, TestServer, assert_problem};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -20,15 +20,9 @@ async fn server(backend: Backend) -> TestServer {
         .await
 }
 
-/// Waits until the plan satisfies `ok`, yielding to its runner between looks.
+/// Waits until the plan satisfies `ok`, looking again after each write of its runner.
 async fn until_plan(s: &TestServer, id: &str, ok: impl Fn(&Value) -> bool) -> Value {
-    until(
-        s,
-        &format!("/v1/replay/plans/{id}"),
-        ok,
-        tokio::task::yield_now,
-    )
-    .await
+    until_moved(s, &format!("/v1/replay/plans/{id}"), ok).await
 }
 
 async fn send(s: &TestServer, queue: &str, n: usize) {

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use redrive_broker::Actor;
+use redrive_core::Clock as _;
 use redrive_core::register::{Idempotency, RegisterEntry, RegisterKey};
 use redrive_testkit::recovery::{Workup, plan, register, without_workers};
 use redrive_testkit::{Backend, Receiver, Reply, TestServer, assert_problem};
@@ -786,10 +787,21 @@ async fn row_10_a_destination_on_the_failing_path_is_refused() {
             json!({"reason": "ParseError"}),
         )
         .await;
+        // It clears when that dead letter is five minutes old: the refusal says when.
+        let clears = s.clock().now().plus_millis(300_000).to_rfc3339();
         let spec = json!({"selection": {"queue": "orders", "case_ids": cases}, "budget": b});
         let r = s.post("/v1/replay/plans", spec.clone()).await;
         assert_problem(&r, 409, "plan_conflict");
         assert_eq!(r.1["reason"], "destination_invalid", "{name}");
+        assert_eq!(r.1["clears_at"], clears, "{name}: {}", r.1);
+        assert!(
+            r.1["detail"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!("it clears at {clears} (in 300 s)")),
+            "{name}: {}",
+            r.1
+        );
         let mut elsewhere = spec.clone();
         elsewhere["destination"] = json!("nowhere");
         let r = s.post("/v1/replay/plans", elsewhere).await;
@@ -863,11 +875,12 @@ async fn row_10_a_destination_on_the_failing_path_is_refused() {
         let its = items(&s, &id).await;
         assert_eq!(its[0]["state"], "stopped", "{name}: {its:?}");
         assert_eq!(its[1]["state"], "held", "{name}: {its:?}");
+        // Held with the time the destination stops being the failing path.
         assert!(
             its[1]["detail"]
                 .as_str()
                 .unwrap()
-                .starts_with("destination_invalid"),
+                .starts_with("destination_invalid: the destination is the failing path until "),
             "{name}: {its:?}"
         );
         // The plan's decision to hold it is an audit entry.

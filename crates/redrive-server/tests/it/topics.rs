@@ -387,25 +387,38 @@ async fn pause_resume_and_deletes_with_force() {
     s.stop().await;
 }
 
-/// Waits (bounded) until the subscription's stats have every field of `want`.
+/// Waits until the subscription's stats have every field of `want`: it reads them, and
+/// until they match waits for the next change that can move them — the push dispatcher's
+/// (a receive, an attempt counted, a settlement written: `Broker::push_changes`) or a pass
+/// of the sweeper (lock expiries, TTLs). Bounded by the test kit's guard, never a timing
+/// rule.
 pub(crate) async fn until_stats(s: &TestServer, sub: &str, want: Value) {
-    let mut last = Value::Null;
-    for _ in 0..5_000 {
-        let (_, v) = s
-            .get(&format!("/v1/topics/orders/subscriptions/{sub}"))
-            .await;
-        last = v["stats"].clone();
-        if want
-            .as_object()
-            .unwrap()
-            .iter()
-            .all(|(k, w)| last.get(k) == Some(w))
-        {
-            return;
+    let mut pushed = s.broker.push_changes();
+    let mut swept = s.broker.passes(redrive_broker::SWEEP_LEASE);
+    redrive_testkit::within(&format!("stats of {sub} as {want}"), async {
+        loop {
+            // Marked seen before the read: a change after it wakes the wait below.
+            pushed.borrow_and_update();
+            swept.borrow_and_update();
+            let (_, v) = s
+                .get(&format!("/v1/topics/orders/subscriptions/{sub}"))
+                .await;
+            let stats = &v["stats"];
+            if want
+                .as_object()
+                .unwrap()
+                .iter()
+                .all(|(k, w)| stats.get(k) == Some(w))
+            {
+                return;
+            }
+            tokio::select! {
+                r = pushed.changed() => r.expect("the broker outlives the test"),
+                r = swept.changed() => r.expect("the broker outlives the test"),
+            }
         }
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
-    panic!("stats of {sub} never became {want}: {last}");
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -2,8 +2,6 @@
 //! to a chosen queue, at a rate timed by the manual clock; listing, cancelling, the
 //! refusals, and a task that survives a restart of the server.
 
-use std::time::Duration;
-
 use aws_sdk_sqs::error::ProvideErrorMetadata;
 use aws_sdk_sqs::types::ListMessageMoveTasksResultEntry;
 
@@ -53,15 +51,26 @@ async fn latest(s: &SqsServer, arn: &str) -> ListMessageMoveTasksResultEntry {
     out.results.unwrap().into_iter().next().unwrap()
 }
 
-/// Waits (bounded, by yielding) until the latest task satisfies `ok`: a signal, not time.
+/// Waits until the latest task satisfies `ok`: it lists the tasks, and until one does
+/// waits for the next write of a move task's runner on the server (a heartbeat with its
+/// progress, or its end: `Broker::move_changes`). A signal, not time; bounded by the test
+/// kit's guard.
 async fn until(s: &SqsServer, arn: &str, ok: impl Fn(&ListMessageMoveTasksResultEntry) -> bool) {
-    for _ in 0..5_000 {
-        if ok(&latest(s, arn).await) {
-            return;
+    let mut changes = s.broker.move_changes();
+    redrive_testkit::within("the move task in the expected state", async {
+        loop {
+            // Marked seen before the listing: a write after it wakes the wait below.
+            changes.borrow_and_update();
+            if ok(&latest(s, arn).await) {
+                return;
+            }
+            changes
+                .changed()
+                .await
+                .expect("the broker outlives the test");
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    panic!("the move task never reached the expected state");
+    })
+    .await;
 }
 
 async fn bodies(s: &SqsServer, url: &str) -> Vec<String> {

@@ -965,6 +965,36 @@ pub async fn list_cases_filters_and_pages_and_counts_group_them(t: &TestStore) {
     assert_eq!(none, Default::default());
 }
 
+/// The latest dead-letter time of a queue's cases with one reason: the newest case's,
+/// whatever order the cases were written in, open or closed; that queue's and that
+/// reason's only; none before the first.
+pub async fn the_latest_dead_letter_of_a_queue_and_reason_is_its_newest_case(t: &TestStore) {
+    let a = t.queue("a", QueuePolicy::default()).await;
+    let b = t.queue("b", QueuePolicy::default()).await;
+    let latest = |q: EntityName, reason: &'static str| async move {
+        t.s().latest_case_dead_letter(&q, reason).await.unwrap()
+    };
+    assert_eq!(latest(a.clone(), "Bad").await, None, "no case yet");
+    let newest = app_dead_letter(t, &a, msg("m1", b"1"), "Bad", None, secs(50))
+        .await
+        .dead_letter_id;
+    app_dead_letter(t, &a, msg("m2", b"2"), "Bad", None, secs(30)).await;
+    app_dead_letter(t, &a, msg("m3", b"3"), "Worse", None, secs(90)).await;
+    app_dead_letter(t, &b, msg("m4", b"4"), "Bad", None, secs(200)).await;
+    assert_eq!(latest(a.clone(), "Bad").await, Some(secs(50)));
+    assert_eq!(latest(a.clone(), "Worse").await, Some(secs(90)));
+    assert_eq!(latest(b.clone(), "Bad").await, Some(secs(200)));
+    assert_eq!(latest(b.clone(), "Worse").await, None, "another queue's");
+    assert_eq!(latest(a.clone(), "bad").await, None, "reasons are exact");
+    // A closed case still says when the queue last failed that way.
+    change(t, &newest, |m| {
+        m.state = CaseState::Cancelled;
+        m.closed_at = Some(secs(60));
+    })
+    .await;
+    assert_eq!(latest(a.clone(), "Bad").await, Some(secs(50)));
+}
+
 pub async fn due_cases_are_those_whose_check_time_came_earliest_first(t: &TestStore) {
     let q = t.queue("orders", QueuePolicy::default()).await;
     let mut records = Vec::new();

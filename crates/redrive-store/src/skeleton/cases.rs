@@ -72,6 +72,12 @@ pub const OPEN_CASE: &str = "INSERT INTO cases (id, record_id, queue, message_id
      OR (area = 'archived' AND forwarded_queue IS NOT NULL AND judgement IS NULL)) \
      ON CONFLICT DO NOTHING";
 
+/// The latest dead-letter time of the cases of queue `$1` with reason `$2` (no row: none),
+/// read as one step down the index `cases_queue_reason_age` (schema version 12) rather
+/// than over the queue's cases. Both backends run this text.
+pub const LATEST_DEAD_LETTER: &str = "SELECT dead_lettered_at FROM cases \
+     WHERE queue = $1 AND reason = $2 ORDER BY dead_lettered_at DESC LIMIT 1";
+
 /// The first timeline entry of the case of record `$1`, at `$2` (ms), if it has none. Run
 /// right after [`OPEN_CASE`].
 pub const OPEN_TIMELINE: &str = "INSERT INTO case_timeline (case_id, seq, at, actor, state, \

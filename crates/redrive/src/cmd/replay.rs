@@ -512,45 +512,7 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
             if ctx.json {
                 return print_json(&p);
             }
-            let mut kv = KeyValues::new();
-            kv.add("items", p.items.to_string())
-                .add("bytes", p.bytes.to_string())
-                .add("eligible now", p.eligible.to_string())
-                .add(
-                    "at least",
-                    format!("{} under the budget", format_duration_ms(p.lower_bound_ms)),
-                )
-                .add("by reason", counts_text(&p.by_reason))
-                .add(
-                    "by type",
-                    counts_text(
-                        &p.by_type
-                            .iter()
-                            .map(|(k, v)| {
-                                let k = if k.is_empty() { "(none)" } else { k.as_str() };
-                                (k.to_owned(), *v)
-                            })
-                            .collect(),
-                    ),
-                )
-                .add("blocked", counts_text(&p.blocked));
-            print!("{}", kv.render());
-            if !p.item_list.is_empty() {
-                let mut t = Table::new(["CASE", "MESSAGE-ID", "REASON", "BYTES", "GATE"]);
-                for i in &p.item_list {
-                    t.row([
-                        i.case_id.clone(),
-                        i.message_id.clone(),
-                        i.reason.clone(),
-                        i.bytes.to_string(),
-                        i.gate.clone().unwrap_or_else(|| "-".to_owned()),
-                    ]);
-                }
-                print!("{}", t.render());
-            }
-            if p.truncated {
-                println!("(first {} of {} items listed)", p.item_list.len(), p.items);
-            }
+            print!("{}", preview_text(&p));
         }
         ReplayCommand::Plan(args) => {
             let plan = ctx
@@ -954,6 +916,79 @@ pub fn status_table(statuses: &[ReplayStatus]) -> Table {
     t
 }
 
+/// A preview as `replay preview` prints it: the totals, each blocking gate (why it holds,
+/// and when it clears if the clock clears it), then the items.
+fn preview_text(p: &redrive_api::replay::PlanPreview) -> String {
+    let mut out = String::new();
+    let mut kv = KeyValues::new();
+    kv.add("items", p.items.to_string())
+        .add("bytes", p.bytes.to_string())
+        .add("eligible now", p.eligible.to_string())
+        .add(
+            "at least",
+            format!("{} under the budget", format_duration_ms(p.lower_bound_ms)),
+        )
+        .add("by reason", counts_text(&p.by_reason))
+        .add(
+            "by type",
+            counts_text(
+                &p.by_type
+                    .iter()
+                    .map(|(k, v)| {
+                        let k = if k.is_empty() { "(none)" } else { k.as_str() };
+                        (k.to_owned(), *v)
+                    })
+                    .collect(),
+            ),
+        )
+        .add("blocked", counts_text(&p.blocked));
+    out.push_str(&kv.render());
+    if !p.gates.is_empty() {
+        // Each blocking gate, why it holds, and when it clears if the clock clears it.
+        let mut t = Table::new(["GATE", "ITEMS", "CLEARS AT", "WHY"]);
+        for g in &p.gates {
+            t.row([
+                g.gate.clone(),
+                g.items.to_string(),
+                or_dash(g.clears_at.as_ref()),
+                g.detail.clone(),
+            ]);
+        }
+        out.push_str(&t.render());
+    }
+    if !p.item_list.is_empty() {
+        // The clear time only when some item has one: most gates wait on a person.
+        let timed = p.item_list.iter().any(|i| i.clears_at.is_some());
+        let mut headers = vec!["CASE", "MESSAGE-ID", "REASON", "BYTES", "GATE"];
+        if timed {
+            headers.push("CLEARS AT");
+        }
+        let mut t = Table::new(headers);
+        for i in &p.item_list {
+            let mut row = vec![
+                i.case_id.clone(),
+                i.message_id.clone(),
+                i.reason.clone(),
+                i.bytes.to_string(),
+                i.gate.clone().unwrap_or_else(|| "-".to_owned()),
+            ];
+            if timed {
+                row.push(or_dash(i.clears_at.as_ref()));
+            }
+            t.row(row);
+        }
+        out.push_str(&t.render());
+    }
+    if p.truncated {
+        out.push_str(&format!(
+            "(first {} of {} items listed)\n",
+            p.item_list.len(),
+            p.items
+        ));
+    }
+    out
+}
+
 /// `a=1, b=2` in key order, or `-` when empty.
 pub fn counts_text(m: &BTreeMap<String, u64>) -> String {
     if m.is_empty() {
@@ -968,6 +1003,134 @@ pub fn counts_text(m: &BTreeMap<String, u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_preview_prints_each_blocking_gate_and_when_the_failing_path_clears() {
+        use redrive_api::replay::{PlanPreview, PreviewGate, PreviewItem};
+        let clears = "2027-01-15T07:05:00.000Z";
+        let item = |case: &str, gate: &str, clears_at: Option<&str>| PreviewItem {
+            case_id: case.to_owned(),
+            message_id: format!("m-{case}"),
+            reason: "ParseError".to_owned(),
+            message_type: None,
+            bytes: 10,
+            gate: Some(gate.to_owned()),
+            clears_at: clears_at.map(str::to_owned),
+        };
+        let p = PlanPreview {
+            items: 2,
+            bytes: 20,
+            eligible: 0,
+            lower_bound_ms: 2_000,
+            by_reason: BTreeMap::from([("ParseError".to_owned(), 2)]),
+            by_type: BTreeMap::from([(String::new(), 2)]),
+            blocked: BTreeMap::from([
+                ("destination_invalid".to_owned(), 1),
+                ("no_tested_correction".to_owned(), 1),
+            ]),
+            gates: vec![
+                PreviewGate {
+                    gate: "destination_invalid".to_owned(),
+                    detail: "the destination orders is the failing path".to_owned(),
+                    items: 1,
+                    clears_at: Some(clears.to_owned()),
+                },
+                PreviewGate {
+                    gate: "no_tested_correction".to_owned(),
+                    detail: "it needs a tested correction".to_owned(),
+                    items: 1,
+                    clears_at: None,
+                },
+            ],
+            item_list: vec![
+                item("c1", "destination_invalid", Some(clears)),
+                item("c2", "no_tested_correction", None),
+            ],
+            truncated: false,
+        };
+        let text = preview_text(&p);
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        let has = |row: &[&str]| rows.iter().any(|r| r == row);
+        assert!(has(&["GATE", "ITEMS", "CLEARS", "AT", "WHY"]), "{text}");
+        assert!(
+            has(&[
+                "destination_invalid",
+                "1",
+                clears,
+                "the",
+                "destination",
+                "orders",
+                "is",
+                "the",
+                "failing",
+                "path"
+            ]),
+            "{text}"
+        );
+        assert!(
+            has(&[
+                "no_tested_correction",
+                "1",
+                "-",
+                "it",
+                "needs",
+                "a",
+                "tested",
+                "correction"
+            ]),
+            "{text}"
+        );
+        // The items carry their own time, when one of them has one.
+        assert!(
+            has(&[
+                "CASE",
+                "MESSAGE-ID",
+                "REASON",
+                "BYTES",
+                "GATE",
+                "CLEARS",
+                "AT"
+            ]),
+            "{text}"
+        );
+        assert!(
+            has(&[
+                "c1",
+                "m-c1",
+                "ParseError",
+                "10",
+                "destination_invalid",
+                clears
+            ]),
+            "{text}"
+        );
+        assert!(
+            has(&[
+                "c2",
+                "m-c2",
+                "ParseError",
+                "10",
+                "no_tested_correction",
+                "-"
+            ]),
+            "{text}"
+        );
+        // Without a time-bound item, the items have no such column.
+        let untimed = PlanPreview {
+            item_list: vec![item("c2", "no_tested_correction", None)],
+            ..p
+        };
+        let text = preview_text(&untimed);
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                    == ["CASE", "MESSAGE-ID", "REASON", "BYTES", "GATE"]),
+            "{text}"
+        );
+    }
 
     #[test]
     fn plan_ids_and_move_task_handles_name_plans_and_anything_else_a_queue() {

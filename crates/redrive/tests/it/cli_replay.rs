@@ -745,6 +745,32 @@ fn replay_preview_refuses_an_unbounded_plan_and_names_each_items_gate() {
     let text = text.ok();
     assert!(text.contains("at least:"), "{text}");
     assert!(text.contains("GATE"), "{text}");
+    // Each blocking gate, with why it holds (no register entry says the type may be sent
+    // twice); it waits on a person, not on the clock: no time.
+    assert_eq!(
+        p["gates"],
+        serde_json::json!([{"gate": "not_repeatable", "items": 2,
+                            "detail": "its type may not be delivered twice"}]),
+        "{p}"
+    );
+    assert!(text.contains("CLEARS AT"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == [
+                    "not_repeatable",
+                    "2",
+                    "-",
+                    "its",
+                    "type",
+                    "may",
+                    "not",
+                    "be",
+                    "delivered",
+                    "twice"
+                ]),
+        "{text}"
+    );
     assert_eq!(
         records(&s, "orders", "live").len(),
         2,
@@ -797,6 +823,12 @@ fn replay_plans_are_created_moved_and_followed_from_the_cli() {
     let mut args = vec!["replay", "plan", "orders", "--destination", "nowhere"];
     args.extend(budget);
     s.cli(&args).fails(1, "destination_invalid");
+    // The origin dead-lettered the items' reason just now: the failing path, refused with
+    // the time it clears (five minutes after those dead letters).
+    let mut args = vec!["replay", "plan", "orders"];
+    args.extend(budget);
+    s.cli(&args)
+        .fails(1, "is the failing path: it dead-lettered Broken");
     let mut args = vec![
         "--json",
         "replay",
