@@ -140,6 +140,11 @@ impl Server {
         read_log(&self.log)
     }
 
+    /// The file the server's stderr goes to (its log, and what it prints to its terminal).
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
     /// SIGKILL, and reap the process.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
