@@ -113,6 +113,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = match parse(std::env::args_os().collect()) {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
@@ -139,6 +140,30 @@ fn main() -> ExitCode {
         eprintln!("warning: {w}");
     }
     code
+}
+
+/// The exit status of a process whose reader closed its standard output (128 + SIGPIPE,
+/// what a shell reports for a program the signal stopped).
+const CLOSED_STDOUT: i32 = 141;
+
+/// A command whose output goes to a reader that stopped reading (`redrive … | head -1`)
+/// ends quietly, as a program stopped by SIGPIPE does, instead of with a panic and a
+/// backtrace: Rust ignores SIGPIPE, so a write to the closed pipe fails and `println!`
+/// panics on it. Every other panic is reported as before.
+fn quiet_on_closed_stdout() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(CLOSED_STDOUT);
+        }
+        report(info);
+    }));
 }
 
 /// The command line as clap reads it, with two changes: every option that takes a value

@@ -236,3 +236,27 @@ fn stats_and_receive_watch_until_their_count() {
         "redrive receive",
     );
 }
+
+/// A reader that stops reading (`redrive … | head -1`) ends the command quietly, with the
+/// status a shell gives a program SIGPIPE stopped (141), never a panic and a backtrace.
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start_native(dir.path(), false);
+    for q in ["a", "b", "c"] {
+        s.cli(&["queue", "create", q]).ok();
+    }
+    let mut child = command()
+        .args(["--url", &s.url, "--json", "queue", "list"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before the command has its answer to print.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}
