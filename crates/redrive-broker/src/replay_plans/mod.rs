@@ -202,10 +202,10 @@ impl Plans {
         let now = self.now();
         let mut out = PlanPreview::default();
         let mut failing: BTreeMap<String, bool> = BTreeMap::new();
-        let ctx = self.broker.case_context().await?;
+        let ctx = self.cases.case_context().await?;
         for c in &cases {
             let data = CaseData::of(c);
-            let (known, _) = self.broker.known_in(c, &ctx).await?;
+            let (known, _) = self.cases.known_in(c, &ctx).await?;
             let decision = case::decide(&data::facts(c, &data, &known), now);
             let mut gate = gate_of(&decision, &data);
             if gate.is_none() && !destination_exists {
