@@ -1,5 +1,5 @@
 //! The narrow context every service of the broker works over: the store, the clock, the
-//! metrics, this node's id and the audit log. A service ([`Cases`](crate::cases), the plan
+//! metrics, this node's id and the audit log. A service ([`Cases`](crate::Cases), the plan
 //! runner, automatic replay, the mover, the dispatcher) holds a [`Context`] and the
 //! handles it needs of the others, never the whole broker's state.
 

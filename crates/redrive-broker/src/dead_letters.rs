@@ -254,10 +254,11 @@ impl Broker {
             .map_err(Into::into);
         match &e {
             Ok(enq) => {
-                self.hand_delivered(pass, Some(&enq.message_id), actor)
+                self.cases()
+                    .hand_delivered(pass, Some(&enq.message_id), actor)
                     .await
             }
-            Err(err) => self.hand_failed(&pass, err).await,
+            Err(err) => self.cases().hand_failed(&pass, err).await,
         }
         let e = self
             .audited(
@@ -296,7 +297,7 @@ impl Broker {
             }
             Err(e) => return Err(e.into()),
         };
-        let case = self.case_of_record(&record.id).await?;
+        let case = self.cases().case_of_record(&record.id).await?;
         let message_id = match operation {
             HandOperation::Resubmit => record.message_id.clone(),
             // Handed to automatic replay: the id it gives a message record.
@@ -314,7 +315,7 @@ impl Broker {
             destination: queue.to_string(),
             digest: record.body_sha256.clone(),
         };
-        self.hand_gate(case, target, actor).await
+        self.cases().hand_gate(case, target, actor).await
     }
 
     /// Moves a record to another area.
@@ -363,8 +364,8 @@ impl Broker {
             .await
             .map_err(Into::into);
         match &r {
-            Ok(()) => self.hand_delivered(pass, None, actor).await,
-            Err(err) => self.hand_failed(&pass, err).await,
+            Ok(()) => self.cases().hand_delivered(pass, None, actor).await,
+            Err(err) => self.cases().hand_failed(&pass, err).await,
         }
         self.audited(
             actor,

@@ -17,8 +17,9 @@
 //! - `worker`: the one loop of every leased worker (lease, pass, wake-up, sleep on the
 //!   clock, cancellation) and its pass counter, [`Broker::passes`].
 //! - `sweeper`: the background sweep of lock expiries and TTLs.
-//! - [`cases`]: recovery cases (seed 001): the advance, a person's decisions, intents,
-//!   effect authorities, the case worker.
+//! - [`cases`]: recovery cases (seed 001), the [`Cases`] service ([`Broker::cases`]):
+//!   the advance, a person's decisions, intents, effect authorities, case groups, the
+//!   case worker.
 //! - `replay_plans`: bounded replay, the [`Plans`] service ([`Broker::plans`]): the dry
 //!   run, a plan's life, its requests, the advance, admissions, the plan runner.
 //! - `replayer`: automatic replay of dead letters, the [`Replay`] service
@@ -69,7 +70,7 @@ pub use access::{
     AccessSettings, Actor, CreatedToken, DEFAULT_AUDIT_RETENTION_DAYS, MAX_AUDIT_FILTER_LEN,
     MAX_GRANTS, RevocationWatch, TOKEN_PREFIX, TokenSpec, looks_like_token, secret_hash,
 };
-pub use cases::{CaseSettings, CaseWorker};
+pub use cases::{CaseSettings, CaseWorker, Cases};
 pub use clock::SystemClock;
 pub use dead_letters::{DeadLetterFilter, DeadLetterListing};
 pub use dispatcher::Dispatcher;
@@ -140,7 +141,7 @@ struct Inner {
     /// The replay worker's wake-up and settings.
     replay: Arc<replayer::ReplayState>,
     /// The case worker's wake-up, settings and HTTP client.
-    cases: cases::CaseState,
+    cases: Arc<cases::CaseState>,
     /// The plan runner's wake-up and the node-wide replay budget.
     plans: Arc<replay_plans::PlanState>,
     /// The finished passes of each leased worker ([`Broker::passes`]).
@@ -228,7 +229,7 @@ impl Broker {
                 push_network,
                 trust,
                 replay: Arc::default(),
-                cases: cases::CaseState::default(),
+                cases: Arc::default(),
                 plans: Arc::default(),
                 passes: worker::PassCounters::default(),
             }),
@@ -304,7 +305,7 @@ impl Broker {
             self.wake_replay();
         }
         if effects.dead_lettered.iter().any(|d| d.case_opened) {
-            self.wake_cases();
+            self.inner.cases.wake.notify_one();
         }
         for e in &effects.expired {
             tracing::info!(

@@ -352,7 +352,7 @@ impl Broker {
         let flag = self.replay_settings().flag_after_failures;
         let replay = self.inner.store.replay_counts(None, flag).await?;
         crate::metrics::render_replay(&mut out, &replay);
-        self.render_case_metrics(&mut out).await?;
+        self.cases().render_case_metrics(&mut out).await?;
         self.render_plan_metrics(&mut out).await?;
         let head = self.inner.store.audit_head().await?;
         crate::metrics::render_audit_head(&mut out, head.as_ref());

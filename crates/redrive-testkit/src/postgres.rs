@@ -242,14 +242,42 @@ impl FreshDatabase {
     pub async fn refuse_connections(&self) {
         admin_sql(
             &self.admin,
-            &format!(
-                "ALTER DATABASE {0} ALLOW_CONNECTIONS false; \
-                 SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                 WHERE datname = '{0}' AND pid <> pg_backend_pid()",
-                self.name
-            ),
+            &format!("ALTER DATABASE {} ALLOW_CONNECTIONS false", self.name),
         )
         .await;
+        // A connection that was past its database check when connections stopped is not
+        // in `pg_stat_activity` yet: terminate until none is left (bounded; a handshake
+        // in flight ends within milliseconds on this machine's own server).
+        for _ in 0..200 {
+            if self.terminate_backends().await == 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        panic!(
+            "connections to {} kept coming after they were refused",
+            self.name
+        );
+    }
+
+    /// Terminates every backend of the database (but the asking one); answers how many
+    /// there were.
+    async fn terminate_backends(&self) -> i64 {
+        let (client, connection) = tokio_postgres::connect(&self.admin, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("connect {}: {}", self.admin, chain(&e)));
+        let io = tokio::spawn(connection);
+        let rows = client
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = $1 AND pid <> pg_backend_pid()",
+                &[&self.name],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("terminate the backends of {}: {}", self.name, chain(&e)));
+        drop(client);
+        let _ = io.await;
+        i64::try_from(rows.len()).unwrap_or(i64::MAX)
     }
 }
 

@@ -216,6 +216,7 @@ pub async fn run(args: ServeArgs, ca_file: Option<PathBuf>) -> anyhow::Result<()
     let authorities = config.effect_authorities()?;
     if !authorities.is_empty() {
         broker
+            .cases()
             .apply_effect_authorities(&authorities)
             .await
             .context("cannot register the effect authorities of the configuration")?;

@@ -13,7 +13,7 @@ use redrive_store::{AuditFields, CasePayload, CaseQuery, CaseRecord, CaseUpdate,
 use super::data::{self, CaseData, EffectRecord, Known, ReplayStatus};
 use super::{CaseContext, effect};
 use crate::metrics::Counter;
-use crate::{Actor, Broker, BrokerError, BrokerResult};
+use crate::{Actor, BrokerError, BrokerResult, Cases};
 
 use super::refusal::{case_error, conflict, type_words};
 use super::route::route_misconfigured;
@@ -172,37 +172,37 @@ pub(crate) fn next_check(case: &CaseRecord, step: &Step, now: Timestamp) -> Opti
     next
 }
 
-impl Broker {
+impl Cases {
     pub(crate) async fn write_step(
         &self,
         case: &CaseRecord,
         step: Step,
     ) -> BrokerResult<CaseRecord> {
-        Ok(self.inner.store.update_case(&step.update_of(case)).await?)
+        Ok(self.ctx.store.update_case(&step.update_of(case)).await?)
     }
 
     /// Advances a case as far as the broker may by itself. Returns the case as left.
     #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue))]
     pub async fn advance_case(&self, id: &str) -> BrokerResult<CaseRecord> {
         let ctx = self.case_context().await?;
-        let case = self.inner.store.get_case(id).await?;
+        let case = self.ctx.store.get_case(id).await?;
         tracing::Span::current().record("queue", case.queue.as_str());
         self.advance_read_case(case, &ctx).await
     }
 
-    /// [`Broker::advance_case`] within a pass: the case's steps taken in memory and
-    /// written at once ([`Broker::steps_in`]), read again and retried when another writer
+    /// [`Cases::advance_case`] within a pass: the case's steps taken in memory and
+    /// written at once ([`Cases::steps_in`]), read again and retried when another writer
     /// changed it meanwhile.
     pub(crate) async fn advance_case_in(
         &self,
         id: &str,
         ctx: &CaseContext,
     ) -> BrokerResult<CaseRecord> {
-        let case = self.inner.store.get_case(id).await?;
+        let case = self.ctx.store.get_case(id).await?;
         self.advance_read_case(case, ctx).await
     }
 
-    /// [`Broker::advance_case_in`] from the case as just read.
+    /// [`Cases::advance_case_in`] from the case as just read.
     #[tracing::instrument(level = "debug", skip_all, fields(case = %case.id, queue = %case.queue))]
     pub(crate) async fn advance_read_case(
         &self,
@@ -221,7 +221,7 @@ impl Broker {
                     }
                 }
                 Err(BrokerError::Store(StoreError::CaseChanged { .. })) => {
-                    case = self.inner.store.get_case(&case.id).await?;
+                    case = self.ctx.store.get_case(&case.id).await?;
                 }
                 Err(e) => return Err(e),
             }
@@ -229,10 +229,10 @@ impl Broker {
         Ok(case)
     }
 
-    /// Writes a case update prepared by [`Broker::steps_in`] (its audit entries with it).
+    /// Writes a case update prepared by [`Cases::steps_in`] (its audit entries with it).
     pub(crate) async fn write_update(&self, update: &CaseUpdate) -> BrokerResult<CaseRecord> {
-        let written = self.inner.store.update_case(update).await?;
-        self.inner
+        let written = self.ctx.store.update_case(update).await?;
+        self.ctx
             .metrics
             .audit_entries
             .add(update.audit.len() as u64);
@@ -254,7 +254,7 @@ impl Broker {
         self.steps_known(case, ctx, &known).await
     }
 
-    /// [`Broker::steps_in`] with what the broker knows beyond the case already read: it
+    /// [`Cases::steps_in`] with what the broker knows beyond the case already read: it
     /// does not change with the case's own steps (a repaired record closes the case).
     pub(crate) async fn steps_known(
         &self,
@@ -408,7 +408,7 @@ impl Broker {
         for effect in effects {
             match effect {
                 Effect::Closed(state) => {
-                    self.inner.metrics.add_labelled(
+                    self.ctx.metrics.add_labelled(
                         Counter::CasesClosed,
                         case.queue.as_str(),
                         state.as_str(),
@@ -418,7 +418,7 @@ impl Broker {
                 }
                 Effect::Escalated { missing, text } => {
                     let what = missing.as_str();
-                    self.inner.metrics.add_labelled(
+                    self.ctx.metrics.add_labelled(
                         Counter::CasesEscalated,
                         case.queue.as_str(),
                         what,
@@ -447,9 +447,17 @@ impl Broker {
         };
         let (answer, evidence) = match ctx.take_answer(&case.id) {
             Some(a) => a,
-            None => effect::ask(&self.case_client(), self.push_network(), authority, case).await,
+            None => {
+                effect::ask(
+                    &self.case_client(),
+                    self.broker.push_network(),
+                    authority,
+                    case,
+                )
+                .await
+            }
         };
-        self.inner.metrics.add_labelled(
+        self.ctx.metrics.add_labelled(
             Counter::EffectLookups,
             case.queue.as_str(),
             answer.as_str(),
@@ -479,7 +487,7 @@ impl Broker {
         let w = core_step::close(step.set.state, e, retention).map_err(case_error)?;
         for effect in step.apply(w).map_err(case_error)? {
             if let Effect::Closed(state) = effect {
-                self.inner.metrics.add_labelled(
+                self.ctx.metrics.add_labelled(
                     Counter::CasesClosed,
                     case.queue.as_str(),
                     state.as_str(),
@@ -516,7 +524,7 @@ impl Broker {
     ) -> BrokerResult<()> {
         // A replay is `<id>|<n>`; a resubmit by hand keeps `<id>` (cases::by_hand).
         let others = self
-            .inner
+            .ctx
             .store
             .list_cases(&CaseQuery {
                 intent_id: Some(case.intent_id.clone()),
@@ -561,7 +569,7 @@ impl Broker {
         let Some(url) = self.case_settings().escalation_webhook else {
             return;
         };
-        if let Err(f) = self.push_network().check_literal(&url) {
+        if let Err(f) = self.broker.push_network().check_literal(&url) {
             tracing::error!(url = %url, error = %f, "escalation webhook not allowed");
             return;
         }

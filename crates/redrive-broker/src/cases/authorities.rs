@@ -4,9 +4,9 @@
 use redrive_store::EffectAuthority;
 
 use super::effect;
-use crate::{Actor, Broker, BrokerError, BrokerResult};
+use crate::{Actor, BrokerError, BrokerResult, Cases};
 
-impl Broker {
+impl Cases {
     /// Registers (or replaces) the effect authority of a message type.
     #[tracing::instrument(level = "debug", skip_all, fields(message_type = %message_type))]
     pub async fn put_effect_authority(
@@ -22,7 +22,8 @@ impl Broker {
         effect::check(url, timeout_ms)?;
         // The push network policy applies to authorities too: refused now, not at every
         // lookup.
-        self.push_network()
+        self.broker
+            .push_network()
             .check_url(url)
             .await
             .map_err(|f| BrokerError::EndpointForbidden {
@@ -36,19 +37,20 @@ impl Broker {
             updated_at: self.now(),
         };
         let r = self
-            .inner
+            .ctx
             .store
             .put_effect_authority(&a)
             .await
             .map(|()| a.clone());
-        self.audited(
-            actor,
-            "effect_authority.put",
-            None,
-            vec![message_type.to_owned(), format!("url={url}")],
-            r.map_err(Into::into),
-        )
-        .await
+        self.ctx
+            .audited(
+                actor,
+                "effect_authority.put",
+                None,
+                vec![message_type.to_owned(), format!("url={url}")],
+                r.map_err(Into::into),
+            )
+            .await
     }
 
     /// Removes the effect authority of a message type; whether there was one.
@@ -58,21 +60,22 @@ impl Broker {
         message_type: &str,
         actor: &Actor,
     ) -> BrokerResult<bool> {
-        let r = self.inner.store.delete_effect_authority(message_type).await;
-        self.audited(
-            actor,
-            "effect_authority.delete",
-            None,
-            vec![message_type.to_owned()],
-            r.map_err(Into::into),
-        )
-        .await
+        let r = self.ctx.store.delete_effect_authority(message_type).await;
+        self.ctx
+            .audited(
+                actor,
+                "effect_authority.delete",
+                None,
+                vec![message_type.to_owned()],
+                r.map_err(Into::into),
+            )
+            .await
     }
 
     /// Every effect authority.
     #[tracing::instrument(level = "debug", skip_all)]
     pub async fn list_effect_authorities(&self) -> BrokerResult<Vec<EffectAuthority>> {
-        Ok(self.inner.store.list_effect_authorities().await?)
+        Ok(self.ctx.store.list_effect_authorities().await?)
     }
 
     /// Registers the authorities of the configuration (at start); returns how many.

@@ -35,7 +35,7 @@ use super::data::{CaseData, EffectRecord, ReplayRecord, ReplayStatus};
 use super::effect;
 use crate::error::RedeliveryRefusal;
 use crate::metrics::Counter;
-use crate::{Actor, Broker, BrokerError, BrokerResult};
+use crate::{Actor, BrokerError, BrokerResult, Cases};
 
 /// The delivery by hand a case follows (kept in its data while it is the replay in
 /// flight).
@@ -90,9 +90,9 @@ pub(crate) enum HandPass {
     /// No case stands for it: nothing to ask, nothing to record.
     NoCase,
     /// Allowed, and the case's admission is written: it follows the delivery. A delivery
-    /// that then fails is recorded with [`Broker::hand_failed`].
+    /// that then fails is recorded with [`Cases::hand_failed`].
     Followed(Box<CaseRecord>),
-    /// Allowed; once delivered, [`Broker::hand_delivered`] closes the case
+    /// Allowed; once delivered, [`Cases::hand_delivered`] closes the case
     /// `indeterminate`.
     Close {
         /// The case as judged.
@@ -208,11 +208,11 @@ fn effect_entry(now: Timestamp, who: &str, e: &EffectRecord) -> TimelineEntry {
     )
 }
 
-impl Broker {
+impl Cases {
     /// The case of the dead-letter record `record_id`, if it has one.
     pub(crate) async fn case_of_record(&self, record_id: &str) -> BrokerResult<Option<CaseRecord>> {
         let id = redrive_store::case_id_of(record_id);
-        match self.inner.store.get_case(&id).await {
+        match self.ctx.store.get_case(&id).await {
             Ok(c) => Ok(Some(c)),
             Err(StoreError::CaseNotFound { .. }) => Ok(None),
             Err(e) => Err(e.into()),
@@ -231,7 +231,7 @@ impl Broker {
         let (base, _) = redrive_core::id::split_replay_count(intent);
         for id in [intent, base] {
             let found = self
-                .inner
+                .ctx
                 .store
                 .list_cases(&CaseQuery {
                     queue: Some(queue.clone()),
@@ -248,7 +248,7 @@ impl Broker {
     }
 
     /// Asks `case`'s gates about delivering its dead letter again by hand (see the module
-    /// docs). `Ok(judged)`: allowed, nothing written yet ([`Broker::hand_admit`] writes
+    /// docs). `Ok(judged)`: allowed, nothing written yet ([`Cases::hand_admit`] writes
     /// it). `Err`: refused; an effect found present has completed the case first.
     pub(crate) async fn hand_judge(
         &self,
@@ -258,7 +258,7 @@ impl Broker {
     ) -> BrokerResult<Judged> {
         let op = target.operation;
         let data = CaseData::of(&case);
-        let register = self.register().await?;
+        let register = self.broker.register().await?;
         let answer = judge(&register, &case.queue, case.message_type.as_deref());
         let authority = self.authority_for(case.message_type.as_deref()).await?;
         let in_flight = data
@@ -284,8 +284,8 @@ impl Broker {
             && let Some(a) = &authority
         {
             let (answer, evidence) =
-                effect::ask(&self.case_client(), self.push_network(), a, &case).await;
-            self.inner.metrics.add_labelled(
+                effect::ask(&self.case_client(), self.broker.push_network(), a, &case).await;
+            self.ctx.metrics.add_labelled(
                 Counter::EffectLookups,
                 case.queue.as_str(),
                 answer.as_str(),
@@ -425,7 +425,7 @@ impl Broker {
             Ok(written) => {
                 tracing::info!(case_id = %case.id, operation = %op, message_id = %target.message_id,
                     by = who, "dead letter delivered again by hand; the case follows it");
-                self.wake_cases();
+                self.state.wake.notify_one();
                 Ok(HandPass::Followed(Box::new(written)))
             }
             Err(BrokerError::Store(StoreError::CaseChanged { .. })) => Err(busy(&case, op)),
@@ -433,7 +433,7 @@ impl Broker {
         }
     }
 
-    /// [`Broker::hand_judge`] then [`Broker::hand_admit`]; no case: [`HandPass::NoCase`].
+    /// [`Cases::hand_judge`] then [`Cases::hand_admit`]; no case: [`HandPass::NoCase`].
     pub(crate) async fn hand_gate(
         &self,
         case: Option<CaseRecord>,
@@ -476,7 +476,7 @@ impl Broker {
             {
                 Ok(()) => return,
                 Err(BrokerError::Store(StoreError::CaseChanged { .. })) => {
-                    match self.inner.store.get_case(&case.id).await {
+                    match self.ctx.store.get_case(&case.id).await {
                         Ok(c) => case = c,
                         Err(e) => {
                             tracing::error!(case_id = %case.id, error = %e, "a delivery by hand could not be recorded on its case");
@@ -665,12 +665,9 @@ impl Broker {
         set.closed_at = Some(now);
         data.escalated_for = None;
         data.next = Some(format!("closed:{state}"));
-        self.inner.metrics.add_labelled(
-            Counter::CasesClosed,
-            case.queue.as_str(),
-            state.as_str(),
-            1,
-        );
+        self.ctx
+            .metrics
+            .add_labelled(Counter::CasesClosed, case.queue.as_str(), state.as_str(), 1);
     }
 
     fn hand_audit(

@@ -13,7 +13,7 @@ use redrive_core::register::Register;
 use redrive_store::{CaseRecord, EffectAuthority, QueueRecord, StoreError};
 
 use super::effect;
-use crate::{Broker, BrokerResult};
+use crate::{BrokerResult, Cases};
 
 /// One pass's reads (see the module docs).
 pub(crate) struct CaseContext {
@@ -46,12 +46,12 @@ impl CaseContext {
     }
 }
 
-impl Broker {
+impl Cases {
     /// A pass's context: the effect authorities and the register read now.
     pub(crate) async fn case_context(&self) -> BrokerResult<CaseContext> {
         Ok(CaseContext {
-            authorities: self.inner.store.list_effect_authorities().await?,
-            register: self.register().await?,
+            authorities: self.ctx.store.list_effect_authorities().await?,
+            register: self.broker.register().await?,
             queues: Mutex::new(HashMap::new()),
             answers: Mutex::new(HashMap::new()),
         })
@@ -66,7 +66,7 @@ impl Broker {
         if let Some(q) = locked(&ctx.queues).get(name.as_str()) {
             return Ok(q.clone());
         }
-        let q = match self.inner.store.get_queue(name).await {
+        let q = match self.ctx.store.get_queue(name).await {
             Ok(q) => Some(q),
             Err(StoreError::QueueNotFound { .. }) => None,
             Err(e) => return Err(e.into()),
@@ -81,7 +81,13 @@ impl Broker {
         let Some(authority) = ctx.authority(case.message_type.as_deref()) else {
             return;
         };
-        let answer = effect::ask(&self.case_client(), self.push_network(), authority, case).await;
+        let answer = effect::ask(
+            &self.case_client(),
+            self.broker.push_network(),
+            authority,
+            case,
+        )
+        .await;
         locked(&ctx.answers).insert(case.id.clone(), answer);
     }
 }

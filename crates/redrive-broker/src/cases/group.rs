@@ -25,7 +25,7 @@ use super::data::{CorrectionKind, TestOutcome};
 use super::person::{TestInput, check_text};
 use super::refusal::conflict;
 use super::view::{CaseView, check_filter};
-use crate::{Actor, Broker, BrokerError, BrokerResult};
+use crate::{Actor, BrokerError, BrokerResult, Cases};
 
 /// The most cases a group holds.
 pub const MAX_GROUP_CASES: usize = 1_000;
@@ -352,7 +352,7 @@ fn check_group_id(id: &str) -> BrokerResult<()> {
     Ok(())
 }
 
-impl Broker {
+impl Cases {
     /// Creates a case group for `actor` (an operator on the queue): its members are the
     /// open cases of the selection's queue that match every filter, now. Refused when
     /// none match, when more than [`MAX_GROUP_CASES`] do, or when finding them would look
@@ -365,7 +365,8 @@ impl Broker {
         actor: &Actor,
     ) -> BrokerResult<GroupView> {
         let queue: EntityName = selection.queue.parse()?;
-        self.authorize(actor, Operation::WorkCases, Some(queue.as_str()))
+        self.broker
+            .authorize(actor, Operation::WorkCases, Some(queue.as_str()))
             .await?;
         let r = self
             .create_group_inner(queue.clone(), selection, actor)
@@ -380,7 +381,8 @@ impl Broker {
             ],
             Err(_) => Vec::new(),
         };
-        self.audited(actor, "case_group.create", Some(queue.as_str()), targets, r)
+        self.ctx
+            .audited(actor, "case_group.create", Some(queue.as_str()), targets, r)
             .await
     }
 
@@ -403,7 +405,7 @@ impl Broker {
         {
             return Err(BrokerError::invalid("to", "must be after from"));
         }
-        self.inner.store.get_queue(&queue).await?;
+        self.ctx.store.get_queue(&queue).await?;
         let members = self.group_members(&queue, &selection).await?;
         if members.is_empty() {
             return Err(conflict(
@@ -424,7 +426,7 @@ impl Broker {
             version: 0,
         };
         let written = self
-            .inner
+            .ctx
             .store
             .put_case_group(&group.record()?, None)
             .await?;
@@ -446,7 +448,7 @@ impl Broker {
         let mut after = None;
         loop {
             let page = self
-                .inner
+                .ctx
                 .store
                 .list_cases(&CaseQuery {
                     queue: Some(queue.clone()),
@@ -491,8 +493,9 @@ impl Broker {
     #[tracing::instrument(level = "debug", skip_all, fields(group = %id))]
     pub async fn case_group(&self, id: &str, actor: &Actor) -> BrokerResult<GroupView> {
         check_group_id(id)?;
-        let group = CaseGroup::of(self.inner.store.get_case_group(id).await?)?;
-        self.authorize(actor, Operation::ReadCases, Some(group.queue.as_str()))
+        let group = CaseGroup::of(self.ctx.store.get_case_group(id).await?)?;
+        self.broker
+            .authorize(actor, Operation::ReadCases, Some(group.queue.as_str()))
             .await?;
         self.group_view(group, Vec::new()).await
     }
@@ -507,7 +510,8 @@ impl Broker {
         actor: &Actor,
     ) -> BrokerResult<Vec<CaseGroup>> {
         if let Some(q) = queue {
-            self.authorize(actor, Operation::ReadCases, Some(q.as_str()))
+            self.broker
+                .authorize(actor, Operation::ReadCases, Some(q.as_str()))
                 .await?;
         }
         if let Some(a) = after {
@@ -519,7 +523,7 @@ impl Broker {
                 format!("between 1 and {}", redrive_store::MAX_CASE_GROUP_PAGE),
             ));
         }
-        self.inner
+        self.ctx
             .store
             .list_case_groups(queue, after, limit)
             .await?
@@ -539,7 +543,7 @@ impl Broker {
         outcomes: Vec<MemberOutcome>,
     ) -> BrokerResult<GroupView> {
         let members = self
-            .inner
+            .ctx
             .store
             .case_reads(&group.case_ids)
             .await?
@@ -568,16 +572,18 @@ impl Broker {
         actor: &Actor,
     ) -> BrokerResult<GroupView> {
         check_group_id(id)?;
-        let group = CaseGroup::of(self.inner.store.get_case_group(id).await?)?;
-        self.authorize(actor, Operation::WorkCases, Some(group.queue.as_str()))
+        let group = CaseGroup::of(self.ctx.store.get_case_group(id).await?)?;
+        self.broker
+            .authorize(actor, Operation::WorkCases, Some(group.queue.as_str()))
             .await?;
         if matches!(action, GroupAction::Test { .. }) {
-            self.authorize(
-                actor,
-                Operation::ReadCasePayload,
-                Some(group.queue.as_str()),
-            )
-            .await?;
+            self.broker
+                .authorize(
+                    actor,
+                    Operation::ReadCasePayload,
+                    Some(group.queue.as_str()),
+                )
+                .await?;
         }
         let queue = group.queue.clone();
         let r = self.decide_inner(group, action.clone(), actor).await;
@@ -595,14 +601,15 @@ impl Broker {
             }
             Err(_) => vec![id.to_owned()],
         };
-        self.audited(
-            actor,
-            &format!("case_group.{}", action.name()),
-            Some(queue.as_str()),
-            targets,
-            r,
-        )
-        .await
+        self.ctx
+            .audited(
+                actor,
+                &format!("case_group.{}", action.name()),
+                Some(queue.as_str()),
+                targets,
+                r,
+            )
+            .await
     }
 
     async fn decide_inner(
@@ -671,14 +678,14 @@ impl Broker {
         let mut g = group;
         for _ in 0..4 {
             match self
-                .inner
+                .ctx
                 .store
                 .put_case_group(&g.record()?, Some(g.version))
                 .await
             {
                 Ok(r) => return CaseGroup::of(r),
                 Err(StoreError::CaseGroupChanged { .. }) => {
-                    let now = CaseGroup::of(self.inner.store.get_case_group(&g.id).await?)?;
+                    let now = CaseGroup::of(self.ctx.store.get_case_group(&g.id).await?)?;
                     let mut merged = now.clone();
                     for d in &g.decisions {
                         if !merged.decisions.contains(d) {
@@ -747,7 +754,7 @@ impl Broker {
                 self.test_in(case_id, input, actor, g).await
             }
             GroupAction::Close { terminal, evidence } => {
-                let open = match self.inner.store.get_case(case_id).await {
+                let open = match self.ctx.store.get_case(case_id).await {
                     Ok(c) => c.m.state.terminal().is_none(),
                     Err(e) => return Err(e.into()),
                 };

@@ -5,7 +5,7 @@ use redrive_core::EntityName;
 use redrive_core::access::{EVERY_ENTITY, Operation, Role, Scope};
 use redrive_store::{CaseQuery, IntentRecord, IntentStatus};
 
-use crate::{Actor, Broker, BrokerError, BrokerResult};
+use crate::{Actor, BrokerError, BrokerResult, Cases};
 
 use super::person::check_text;
 use super::refusal::conflict;
@@ -31,7 +31,7 @@ pub struct IntentView {
     pub cases: Vec<String>,
 }
 
-impl Broker {
+impl Cases {
     /// The entity scope a producer's word on an intent is for: the queue it names (the
     /// caller must produce to it), or else the one scope the caller may produce to (`*`
     /// for an unscoped producer or an admin). Refused, and audited, when the caller may not
@@ -46,7 +46,8 @@ impl Broker {
             let name: EntityName = q
                 .parse()
                 .map_err(|e| BrokerError::invalid("queue", format!("{e}")))?;
-            self.authorize(actor, Operation::UpdateIntent, Some(name.as_str()))
+            self.broker
+                .authorize(actor, Operation::UpdateIntent, Some(name.as_str()))
                 .await?;
             return Ok(Scope::Entity(name.to_string()));
         }
@@ -63,7 +64,8 @@ impl Broker {
         scopes.dedup();
         match scopes.len() {
             0 => {
-                self.authorize(actor, Operation::UpdateIntent, Some(EVERY_ENTITY))
+                self.broker
+                    .authorize(actor, Operation::UpdateIntent, Some(EVERY_ENTITY))
                     .await?;
                 Err(BrokerError::invalid("queue", "no entity to speak for"))
             }
@@ -139,7 +141,7 @@ impl Broker {
         // A word said earlier for entities that include these stands for them too: the
         // oldest word covering a case's queue is the one its case takes.
         let earlier = self
-            .inner
+            .ctx
             .store
             .intent_words(intent_id)
             .await?
@@ -147,7 +149,7 @@ impl Broker {
             .find(|w| w.entity.parse::<Scope>().is_ok_and(|s| s.includes(&scope)));
         let stored = match earlier {
             Some(w) => Ok(w),
-            None => self.inner.store.put_intent(&wanted).await,
+            None => self.ctx.store.put_intent(&wanted).await,
         };
         let action = match status {
             IntentStatus::Cancelled => "intent.cancel",
@@ -169,6 +171,7 @@ impl Broker {
             }
         });
         let stored = self
+            .ctx
             .audited(
                 actor,
                 action,
@@ -178,7 +181,7 @@ impl Broker {
             )
             .await?;
         let open = self
-            .inner
+            .ctx
             .store
             .list_cases(&CaseQuery {
                 intent_id: Some(intent_id.to_owned()),
@@ -204,7 +207,7 @@ impl Broker {
     /// Every word producers said about an intent, oldest first (each for its entities).
     #[tracing::instrument(level = "debug", skip_all, fields(intent = %intent_id))]
     pub async fn intent_words(&self, intent_id: &str) -> BrokerResult<Vec<IntentRecord>> {
-        Ok(self.inner.store.intent_words(intent_id).await?)
+        Ok(self.ctx.store.intent_words(intent_id).await?)
     }
 
     /// An intent's words and the ids of its cases `actor` may see.
@@ -212,7 +215,7 @@ impl Broker {
     pub async fn intent_view(&self, intent_id: &str, actor: &Actor) -> BrokerResult<IntentView> {
         let words = self.intent_words(intent_id).await?;
         let cases = self
-            .inner
+            .ctx
             .store
             .list_cases(&CaseQuery {
                 intent_id: Some(intent_id.to_owned()),

@@ -12,7 +12,7 @@ use redrive_store::{
 
 use super::CaseContext;
 use super::data::{CaseData, Known, ReplayStatus};
-use crate::{Broker, BrokerResult};
+use crate::{BrokerResult, Cases};
 
 use super::replay::validate_for;
 
@@ -23,7 +23,7 @@ pub(crate) const REPLAY_SCAN_PAGE: u32 = 500;
 /// counts as still waiting.
 pub(crate) const REPLAY_SCAN_PAGES: usize = 20;
 
-impl Broker {
+impl Cases {
     /// What the broker knows now about `case` beyond its record.
     pub(crate) async fn known(&self, case: &CaseRecord) -> BrokerResult<Known> {
         let ctx = self.case_context().await?;
@@ -37,7 +37,7 @@ impl Broker {
         case: &CaseRecord,
     ) -> BrokerResult<Option<DeadLetterRecord>> {
         match self
-            .inner
+            .ctx
             .store
             .get_dead_letter(&case.queue, &case.record_id)
             .await
@@ -50,14 +50,14 @@ impl Broker {
         }
     }
 
-    /// [`Broker::known`] within a pass (its authorities, register and queues read once),
+    /// [`Cases::known`] within a pass (its authorities, register and queues read once),
     /// with the case's dead-letter record when it still exists.
     pub(crate) async fn known_in(
         &self,
         case: &CaseRecord,
         ctx: &CaseContext,
     ) -> BrokerResult<(Known, Option<DeadLetterRecord>)> {
-        let store = &self.inner.store;
+        let store = &self.ctx.store;
         let record = self.case_record(case).await?;
         let intent = redrive_store::IntentRecord::for_queue(
             store.intent_words(&case.intent_id).await?,
@@ -67,7 +67,7 @@ impl Broker {
         Ok((known, record))
     }
 
-    /// [`Broker::known_in`] with the case's record and intent already read.
+    /// [`Cases::known_in`] with the case's record and intent already read.
     pub(crate) async fn known_of(
         &self,
         case: &CaseRecord,
@@ -75,7 +75,7 @@ impl Broker {
         intent: Option<IntentRecord>,
         ctx: &CaseContext,
     ) -> BrokerResult<Known> {
-        let store = &self.inner.store;
+        let store = &self.ctx.store;
         let (record_area, schema_invalid) = match record {
             Some(r) => (
                 Some(r.area),
@@ -144,7 +144,7 @@ impl Broker {
         let mut from = 0;
         for _ in 0..REPLAY_SCAN_PAGES {
             let page = match self
-                .inner
+                .ctx
                 .store
                 .peek(&queue, from, REPLAY_SCAN_PAGE, now)
                 .await
@@ -180,7 +180,7 @@ impl Broker {
         let Some(t) = data.transformations.last() else {
             return Ok(None);
         };
-        let Some(body) = self.inner.store.case_payload(&case.id, &t.digest).await? else {
+        let Some(body) = self.ctx.store.case_payload(&case.id, &t.digest).await? else {
             return Ok(Some(case::ValidationFailure {
                 field: "body".to_owned(),
                 rule: format!("the transformation's bytes ({}) are gone", t.digest),
@@ -197,7 +197,7 @@ impl Broker {
             return Ok(None);
         };
         Ok(self
-            .inner
+            .ctx
             .store
             .list_effect_authorities()
             .await?

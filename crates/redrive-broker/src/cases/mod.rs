@@ -3,7 +3,7 @@
 //! person must.
 //!
 //! The store opens a case in the transaction that writes (or quarantines) its record. From
-//! then on, every change goes through [`Broker::advance_case`]: it reads the case and what
+//! then on, every change goes through [`Cases::advance_case`]: it reads the case and what
 //! is known now ([`data::Known`]: the record, the intent, the register, the effect
 //! authority, the entity's rules), asks [`redrive_core::case::decide`] for the next
 //! decision and [`redrive_core::case::step::step`] for what follows from it, does what
@@ -20,6 +20,13 @@
 //! [`CASES_LEASE`]: it advances cases whose check time has come (just opened, review
 //! deadline, value window, an in-flight replay to observe) and deletes the payloads of
 //! closed cases past their retention.
+//!
+//! Every operation here is a method of the [`Cases`] service ([`Broker::cases`], in
+//! `service`): it works over the broker's `Context` and this node's case state, and
+//! reaches the rest of the broker only for the queue send, authorization, the register
+//! and the push network policy.
+//!
+//! [`Broker::cases`]: crate::Broker::cases
 
 mod advance;
 mod authorities;
@@ -34,6 +41,7 @@ mod person;
 mod refusal;
 mod replay;
 mod route;
+mod service;
 mod view;
 mod worker;
 
@@ -48,6 +56,7 @@ pub use group::{
 };
 pub use intents::{IntentOutcome, IntentView};
 pub use person::{ReviewDecision, TestInput, TransformInput};
+pub use service::Cases;
 pub use view::{CaseView, MAX_FILTER_LEN, check_filter};
 
 /// The step and the replay admission, as the plan runner and automatic replay use them.
@@ -154,44 +163,5 @@ impl Default for CaseState {
             client: std::sync::OnceLock::new(),
             sweep_after: std::sync::Mutex::new(None),
         }
-    }
-}
-
-impl crate::Broker {
-    /// The case settings of this node.
-    pub fn case_settings(&self) -> CaseSettings {
-        self.inner
-            .cases
-            .settings
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// Sets the case settings of this node (configuration, at start).
-    pub fn set_case_settings(&self, settings: CaseSettings) {
-        *self
-            .inner
-            .cases
-            .settings
-            .write()
-            .unwrap_or_else(|e| e.into_inner()) = settings;
-    }
-
-    /// Wakes the case worker (a case was opened on this node).
-    pub(crate) fn wake_cases(&self) {
-        self.inner.cases.wake.notify_one();
-    }
-
-    /// The HTTP client of effect authorities and escalation webhooks (the push network
-    /// policy applies).
-    pub(crate) fn case_client(&self) -> reqwest::Client {
-        self.inner
-            .cases
-            .client
-            .get_or_init(|| {
-                redrive_push::http_client(&self.delivery_settings()).unwrap_or_default()
-            })
-            .clone()
     }
 }

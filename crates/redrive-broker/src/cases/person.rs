@@ -11,7 +11,7 @@ use super::data::{
     ReviewRecord, TestOutcome, TransformationRecord,
 };
 use super::{MAX_CASE_LEASE_MS, MAX_CHANGED_FIELDS, MAX_EXTEND_MS, MAX_TEXT_LEN};
-use crate::{Actor, Broker, BrokerError, BrokerResult, Outgoing};
+use crate::{Actor, BrokerError, BrokerResult, Cases, Outgoing};
 
 use super::advance::Step;
 use super::refusal::{case_error, claimed, conflict, type_words};
@@ -84,10 +84,10 @@ pub(crate) fn check_text(field: &str, s: &str, required: bool) -> BrokerResult<(
     Ok(())
 }
 
-impl Broker {
+impl Cases {
     /// Loads a case for a person's change: open, and leased by `actor` unless `claim`.
     pub(crate) async fn for_owner(&self, id: &str, actor: &Actor) -> BrokerResult<CaseRecord> {
-        let case = self.inner.store.get_case(id).await?;
+        let case = self.ctx.store.get_case(id).await?;
         if let Some(t) = case.m.state.terminal() {
             return Err(conflict(
                 "case_closed",
@@ -126,7 +126,7 @@ impl Broker {
             .await
     }
 
-    /// [`Broker::person_change`] as one item of a case group's decision: every timeline
+    /// [`Cases::person_change`] as one item of a case group's decision: every timeline
     /// entry it appends, and its audit entry, name the group.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn person_change_in<F>(
@@ -160,7 +160,7 @@ impl Broker {
                     }
                 }
             } else {
-                self.inner.store.get_case(id).await?
+                self.ctx.store.get_case(id).await?
             };
             queue = Some(case.queue.clone());
             let mut step = Step::of(&case);
@@ -189,6 +189,7 @@ impl Broker {
         let mut all = vec![id.to_owned()];
         all.extend(targets);
         let written = self
+            .ctx
             .audited(
                 actor,
                 action,
@@ -211,7 +212,7 @@ impl Broker {
         self.claim_in(id, lease_ms, actor, None).await
     }
 
-    /// [`Broker::claim_case`], as one item of case group `group` when given.
+    /// [`Cases::claim_case`], as one item of case group `group` when given.
     #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub(crate) async fn claim_in(
         &self,
@@ -279,7 +280,7 @@ impl Broker {
         self.release_in(id, actor, None).await
     }
 
-    /// [`Broker::release_case`], as one item of case group `group` when given.
+    /// [`Cases::release_case`], as one item of case group `group` when given.
     #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub(crate) async fn release_in(
         &self,
@@ -332,7 +333,7 @@ impl Broker {
             .await
     }
 
-    /// [`Broker::diagnose_case`], as one item of case group `group` when given.
+    /// [`Cases::diagnose_case`], as one item of case group `group` when given.
     #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub(crate) async fn diagnose_in(
         &self,
@@ -387,7 +388,7 @@ impl Broker {
             .await
     }
 
-    /// [`Broker::correct_case`], as one item of case group `group` when given.
+    /// [`Cases::correct_case`], as one item of case group `group` when given.
     #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub(crate) async fn correct_in(
         &self,
@@ -454,7 +455,7 @@ impl Broker {
     /// `max_message_size` (the default policy's when the queue is gone, where nothing can be
     /// replayed anyway). Bounds a transformation, before its request body is read too.
     pub(crate) async fn case_message_limit(&self, queue: &EntityName) -> BrokerResult<u32> {
-        match self.inner.store.get_queue(queue).await {
+        match self.ctx.store.get_queue(queue).await {
             Ok(q) => Ok(q.policy.max_message_size),
             Err(StoreError::QueueNotFound { .. }) => {
                 Ok(redrive_core::QueuePolicy::default().max_message_size)
@@ -494,7 +495,7 @@ impl Broker {
     ) -> BrokerResult<CaseView> {
         self.authorize_case(id, actor, Operation::WorkCases).await?;
         check_transform_input(&input)?;
-        let case = self.inner.store.get_case(id).await?;
+        let case = self.ctx.store.get_case(id).await?;
         // A transformation is what a replay would send: no larger than its destination takes.
         let limit = self.case_message_limit(&case.queue).await?;
         if input.body.len() > limit as usize {
@@ -611,9 +612,10 @@ impl Broker {
         if input.send {
             // A test send writes to its destination: the caller must be allowed to send
             // there, and the destination must be declared a sandbox, never a live queue.
-            self.authorize(actor, Operation::Send, Some(sink.as_str()))
+            self.broker
+                .authorize(actor, Operation::Send, Some(sink.as_str()))
                 .await?;
-            let sandbox = match self.inner.store.get_queue(&sink).await {
+            let sandbox = match self.ctx.store.get_queue(&sink).await {
                 Ok(q) => q.policy.test_sandbox,
                 Err(StoreError::QueueNotFound { .. }) => false,
                 Err(e) => return Err(e.into()),
@@ -643,7 +645,7 @@ impl Broker {
         self.test_in(id, input, actor, None).await
     }
 
-    /// [`Broker::test_case`], as one item of case group `group` when given.
+    /// [`Cases::test_case`], as one item of case group `group` when given.
     #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub(crate) async fn test_in(
         &self,
@@ -679,7 +681,7 @@ impl Broker {
         // tested (checked again now: the rule may have come after it was recorded).
         if data.transformations.last().is_some() {
             let record = match self
-                .inner
+                .ctx
                 .store
                 .get_dead_letter(&case.queue, &case.record_id)
                 .await
@@ -704,7 +706,7 @@ impl Broker {
         let fixture = match &input.fixture {
             Some(b) => b.clone(),
             None => match &transformed {
-                Some(d) => self.inner.store.case_payload(id, d).await?.ok_or_else(|| {
+                Some(d) => self.ctx.store.case_payload(id, d).await?.ok_or_else(|| {
                     conflict("payload_gone", "the transformation's bytes are gone")
                 })?,
                 None => self.read_payload(id, None, actor).await?.1,
@@ -718,17 +720,18 @@ impl Broker {
                 "redrive-case-test".into(),
                 PropertyValue::String(id.to_owned()),
             );
-            self.send(
-                sink.as_str(),
-                vec![Outgoing {
-                    message_id: Some(format!("{id}-test-{}", data.tests.len() + 1)),
-                    body: fixture,
-                    properties: props,
-                    message_type: case.message_type.clone(),
-                    ..Outgoing::default()
-                }],
-            )
-            .await?;
+            self.broker
+                .send(
+                    sink.as_str(),
+                    vec![Outgoing {
+                        message_id: Some(format!("{id}-test-{}", data.tests.len() + 1)),
+                        body: fixture,
+                        properties: props,
+                        message_type: case.message_type.clone(),
+                        ..Outgoing::default()
+                    }],
+                )
+                .await?;
         }
         self.person_change_in(group, id, actor, "case.test", vec![format!("correction={version}"), format!("fixture={digest}"), format!("outcome={:?}", input.outcome).to_lowercase()], true, |_, step, now| {
             step.data.tests.push(IsolatedTest {
@@ -766,9 +769,9 @@ impl Broker {
         self.reconcile(id, actor).await
     }
 
-    /// [`Broker::reconcile_case`] once the actor is authorized (a replay reconciles first).
+    /// [`Cases::reconcile_case`] once the actor is authorized (a replay reconciles first).
     pub(crate) async fn reconcile(&self, id: &str, actor: &Actor) -> BrokerResult<CaseView> {
-        let case = self.inner.store.get_case(id).await?;
+        let case = self.ctx.store.get_case(id).await?;
         if let Some(t) = case.m.state.terminal() {
             return Err(conflict(
                 "case_closed",
@@ -786,6 +789,7 @@ impl Broker {
             Err(e) => Err(e),
         };
         let written = self
+            .ctx
             .audited(
                 actor,
                 "case.reconcile",
@@ -810,7 +814,7 @@ impl Broker {
         self.close_in(id, terminal, evidence, actor, None).await
     }
 
-    /// [`Broker::close_case`], as one item of case group `group` when given.
+    /// [`Cases::close_case`], as one item of case group `group` when given.
     #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub(crate) async fn close_in(
         &self,
@@ -834,7 +838,7 @@ impl Broker {
         let settings = self.case_settings();
         // Completed needs intent-bound evidence: an effect authority gives it where one is
         // registered; without one, the closer attests it, recorded as the binding.
-        let case = self.inner.store.get_case(id).await?;
+        let case = self.ctx.store.get_case(id).await?;
         if terminal == case::Terminal::Completed
             && self
                 .authority_for(case.message_type.as_deref())
@@ -942,7 +946,7 @@ impl Broker {
         let queued = match decision {
             ReviewDecision::Extend(_) => None,
             _ => {
-                let case = self.inner.store.get_case(id).await?;
+                let case = self.ctx.store.get_case(id).await?;
                 self.replay_queued(&CaseData::of(&case)).await?
             }
         };

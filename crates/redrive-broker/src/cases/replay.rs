@@ -8,7 +8,7 @@ use redrive_core::{EntityName, PropertyValue};
 use redrive_store::{CaseRecord, DeadLetterRecord};
 
 use super::data::{self, CaseData, ReplayRecord, ReplayStatus};
-use crate::{Actor, Broker, BrokerError, BrokerResult, Outgoing};
+use crate::{Actor, BrokerError, BrokerResult, Cases, Outgoing};
 
 use super::advance::Step;
 use super::refusal::{case_error, conflict};
@@ -55,7 +55,7 @@ pub(crate) fn replay_in_flight(id: &str, message_id: &str, what: &str) -> Broker
     )
 }
 
-impl Broker {
+impl Cases {
     /// Admits one replay of a case by its owner: the effect is reconciled now, every gate
     /// must pass, then the payload (or its equivalent transformation) goes to the case's
     /// queue as `<id>|<n>` and the case waits for its effect.
@@ -88,6 +88,7 @@ impl Broker {
                 ),
             ));
             return self
+                .ctx
                 .audited(
                     actor,
                     "case.replay",
@@ -113,6 +114,7 @@ impl Broker {
             .await?;
         let written = self.write_step(&case, step).await;
         let written = self
+            .ctx
             .audited(
                 actor,
                 "case.replay",
@@ -141,7 +143,7 @@ impl Broker {
             .await
     }
 
-    /// [`Broker::prepare_replay`] on top of a step already prepared (a reconciliation
+    /// [`Cases::prepare_replay`] on top of a step already prepared (a reconciliation
     /// written with the admission, in one write).
     #[tracing::instrument(level = "debug", skip_all, fields(case = %case.id, queue = %case.queue, plan = ?a.plan_id))]
     pub(crate) async fn prepare_replay_onto(
@@ -157,7 +159,7 @@ impl Broker {
             Some(r) => r,
             None => {
                 fetched = self
-                    .inner
+                    .ctx
                     .store
                     .get_dead_letter(&case.queue, &case.record_id)
                     .await?;
@@ -166,7 +168,7 @@ impl Broker {
         };
         let (body, digest) = match data.transformations.last() {
             Some(t) if t.equivalent => (
-                self.inner
+                self.ctx
                     .store
                     .case_payload(&case.id, &t.digest)
                     .await?
@@ -252,7 +254,7 @@ impl Broker {
         destination: &EntityName,
         outgoing: Outgoing,
     ) -> BrokerResult<()> {
-        let Err(e) = self.send(destination.as_str(), vec![outgoing]).await else {
+        let Err(e) = self.broker.send(destination.as_str(), vec![outgoing]).await else {
             return Ok(());
         };
         self.send_replay_failed(written, &e).await?;

@@ -7,7 +7,7 @@ use redrive_core::{EntityName, PropertyValue, Timestamp};
 use redrive_store::{CaseRecord, StoreError};
 
 use super::data::{self, CaseData, RouteEvidence};
-use crate::{Broker, BrokerResult};
+use crate::{BrokerResult, Cases};
 
 use super::advance::Step;
 use super::refusal::case_error;
@@ -47,7 +47,7 @@ pub(crate) fn route_misconfigured(data: &CaseData) -> bool {
         .is_some_and(|r| r.check == RouteCheck::Misconfigured)
 }
 
-impl Broker {
+impl Cases {
     #[tracing::instrument(level = "debug", skip_all, fields(case = %case.id, queue = %case.queue))]
     pub(crate) async fn verify_route(
         &self,
@@ -67,7 +67,7 @@ impl Broker {
         let still_missing = match &missing {
             Some(t) => match t.parse::<EntityName>() {
                 Ok(n) => matches!(
-                    self.inner.store.get_queue(&n).await,
+                    self.ctx.store.get_queue(&n).await,
                     Err(StoreError::QueueNotFound { .. })
                 ),
                 Err(_) => true,

@@ -7,7 +7,7 @@ use redrive_store::{CaseQuery, CaseRecord, StoreError};
 use super::data::{self, CaseData};
 use redrive_core::access::{EVERY_ENTITY, Operation};
 
-use crate::{Actor, Broker, BrokerError, BrokerResult};
+use crate::{Actor, BrokerError, BrokerResult, Cases};
 
 use super::refusal::conflict;
 
@@ -46,7 +46,7 @@ pub fn check_filter(field: &str, v: Option<&str>) -> BrokerResult<()> {
     }
 }
 
-impl Broker {
+impl Cases {
     /// The view of a case now, for `actor` who may read the cases of its queue.
     #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn get_case(&self, id: &str, actor: &Actor) -> BrokerResult<CaseView> {
@@ -65,18 +65,20 @@ impl Broker {
         actor: &Actor,
         op: Operation,
     ) -> BrokerResult<CaseRecord> {
-        let case = self.inner.store.get_case(id).await?;
+        let case = self.ctx.store.get_case(id).await?;
         let span = tracing::Span::current();
         span.record("queue", case.queue.as_str());
         if let Some(t) = &case.message_type {
             span.record("message_type", t.as_str());
         }
-        self.authorize(actor, op, Some(case.queue.as_str())).await?;
+        self.broker
+            .authorize(actor, op, Some(case.queue.as_str()))
+            .await?;
         Ok(case)
     }
 
     /// Refuses unless `actor` may do `op` on the case's queue (see
-    /// [`Broker::authorized_case`]).
+    /// [`Cases::authorized_case`]).
     pub(crate) async fn authorize_case(
         &self,
         id: &str,
@@ -97,7 +99,7 @@ impl Broker {
             data::describe(&case::decide(&data::facts(&case, &data, &known), now))
         };
         let overdue = case.m.closed_at.is_none() && case.m.review_deadline <= now;
-        let timeline = self.inner.store.case_timeline(&case.id).await?;
+        let timeline = self.ctx.store.case_timeline(&case.id).await?;
         Ok(CaseView {
             case,
             data,
@@ -116,7 +118,8 @@ impl Broker {
         actor: &Actor,
     ) -> BrokerResult<Vec<CaseRecord>> {
         if let Some(queue) = &query.queue {
-            self.authorize(actor, Operation::ReadCases, Some(queue.as_str()))
+            self.broker
+                .authorize(actor, Operation::ReadCases, Some(queue.as_str()))
                 .await?;
         }
         if query.limit > redrive_store::MAX_CASE_PAGE {
@@ -125,7 +128,7 @@ impl Broker {
                 format!("at most {}", redrive_store::MAX_CASE_PAGE),
             ));
         }
-        Ok(self.inner.store.list_cases(query).await?)
+        Ok(self.ctx.store.list_cases(query).await?)
     }
 
     /// Counts of the cases a query matches, for `actor` who may read the cases of the
@@ -137,9 +140,10 @@ impl Broker {
         actor: &Actor,
     ) -> BrokerResult<redrive_store::CaseCounts> {
         let entity = query.queue.as_ref().map_or(EVERY_ENTITY, |q| q.as_str());
-        self.authorize(actor, Operation::ReadCases, Some(entity))
+        self.broker
+            .authorize(actor, Operation::ReadCases, Some(entity))
             .await?;
-        Ok(self.inner.store.case_counts(query).await?)
+        Ok(self.ctx.store.case_counts(query).await?)
     }
 
     /// The payload of a case, for `actor` who may read payloads on its queue: its exact
@@ -157,17 +161,17 @@ impl Broker {
         self.read_payload(id, digest, actor).await
     }
 
-    /// [`Broker::case_payload`] once the actor is authorized.
+    /// [`Cases::case_payload`] once the actor is authorized.
     pub(crate) async fn read_payload(
         &self,
         id: &str,
         digest: Option<&str>,
         actor: &Actor,
     ) -> BrokerResult<(String, Vec<u8>)> {
-        let case = self.inner.store.get_case(id).await?;
+        let case = self.ctx.store.get_case(id).await?;
         let result = async {
             match digest.filter(|d| *d != case.body_sha256) {
-                Some(d) => match self.inner.store.case_payload(id, d).await? {
+                Some(d) => match self.ctx.store.case_payload(id, d).await? {
                     Some(b) => Ok((d.to_owned(), b)),
                     None => Err(conflict(
                         "payload_gone",
@@ -182,7 +186,7 @@ impl Broker {
                         ));
                     }
                     match self
-                        .inner
+                        .ctx
                         .store
                         .get_dead_letter(&case.queue, &case.record_id)
                         .await
@@ -198,16 +202,17 @@ impl Broker {
             }
         }
         .await;
-        self.audited(
-            actor,
-            "case.payload_read",
-            Some(case.queue.as_str()),
-            vec![
-                id.to_owned(),
-                format!("digest={}", digest.unwrap_or(&case.body_sha256)),
-            ],
-            result,
-        )
-        .await
+        self.ctx
+            .audited(
+                actor,
+                "case.payload_read",
+                Some(case.queue.as_str()),
+                vec![
+                    id.to_owned(),
+                    format!("digest={}", digest.unwrap_or(&case.body_sha256)),
+                ],
+                result,
+            )
+            .await
     }
 }

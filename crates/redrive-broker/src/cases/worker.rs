@@ -4,6 +4,7 @@
 
 use tokio_util::sync::CancellationToken;
 
+use super::Cases;
 use super::{CASE_BATCH, CASES_LEASE};
 use crate::worker::{LeasedWorker, Next, Pass, Timing};
 use crate::{Broker, BrokerResult};
@@ -22,18 +23,20 @@ pub struct CasePass {
 
 /// The case worker.
 pub struct CaseWorker {
-    broker: Broker,
+    cases: Cases,
 }
 
 impl CaseWorker {
     /// A worker over `broker`.
     pub fn new(broker: Broker) -> Self {
-        CaseWorker { broker }
+        CaseWorker {
+            cases: broker.cases(),
+        }
     }
 
     /// Works until `cancel` fires. Errors are logged and retried at the next look.
     pub async fn run(self, cancel: CancellationToken) {
-        LeasedWorker::new(&self.broker, CASES_LEASE)
+        LeasedWorker::new(&self.cases.broker, CASES_LEASE)
             .run(self, cancel)
             .await;
     }
@@ -41,7 +44,7 @@ impl CaseWorker {
 
 impl Pass for CaseWorker {
     fn timing(&self) -> Timing {
-        let settings = self.broker.case_settings();
+        let settings = self.cases.case_settings();
         Timing {
             lease_ttl: settings.lease_ttl,
             poll: settings.poll_interval,
@@ -49,12 +52,12 @@ impl Pass for CaseWorker {
     }
 
     fn wake(&self) -> Option<&tokio::sync::Notify> {
-        Some(&self.broker.inner.cases.wake)
+        Some(&self.cases.state.wake)
     }
 
-    /// One look of [`Broker::cases_once`]; a full batch looks again at once.
+    /// One look of [`Cases::cases_once`]; a full batch looks again at once.
     async fn pass(&mut self) -> BrokerResult<Next> {
-        let p = self.broker.cases_once().await?;
+        let p = self.cases.cases_once().await?;
         Ok(if p.advanced >= u64::from(CASE_BATCH) {
             Next::Now
         } else {
@@ -63,13 +66,13 @@ impl Pass for CaseWorker {
     }
 }
 
-impl Broker {
+impl Cases {
     /// One look: advances up to [`CASE_BATCH`] due cases and deletes due payloads. Public
     /// so that tests drive cases on a manual clock.
     #[tracing::instrument(level = "debug", skip_all)]
     pub async fn cases_once(&self) -> BrokerResult<CasePass> {
         let now = self.now();
-        let due = self.inner.store.due_cases(now, CASE_BATCH).await?;
+        let due = self.ctx.store.due_cases(now, CASE_BATCH).await?;
         let mut pass = CasePass::default();
         // The authorities, the register and the queues are read once for the pass.
         let ctx = self.case_context().await?;
@@ -91,13 +94,13 @@ impl Broker {
                 }
                 Err(e) => {
                     tracing::warn!(case_id = %case.id, error = %e, "case could not be advanced; parked for a minute");
-                    let fresh = self.inner.store.get_case(&case.id).await?;
+                    let fresh = self.ctx.store.get_case(&case.id).await?;
                     self.park(&fresh, Some(now.plus_millis(60_000))).await?;
                 }
             }
         }
         pass.swept = self.sweep_cases(&ctx, &seen, now).await?;
-        let dropped = self.inner.store.drop_case_payloads(now, CASE_BATCH).await?;
+        let dropped = self.ctx.store.drop_case_payloads(now, CASE_BATCH).await?;
         for id in &dropped {
             tracing::info!(case_id = %id, "case payload deleted under its retention rule");
         }
@@ -118,14 +121,13 @@ impl Broker {
         now: redrive_core::Timestamp,
     ) -> BrokerResult<u64> {
         let after = self
-            .inner
-            .cases
+            .state
             .sweep_after
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let page = self
-            .inner
+            .ctx
             .store
             .list_cases(&redrive_store::CaseQuery {
                 open: true,
@@ -140,8 +142,7 @@ impl Broker {
             page.last().map(|c| c.id.clone())
         };
         *self
-            .inner
-            .cases
+            .state
             .sweep_after
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = resume;
@@ -154,7 +155,7 @@ impl Broker {
             return Ok(0);
         }
         let mut swept = 0;
-        for read in self.inner.store.case_reads(&ids).await? {
+        for read in self.ctx.store.case_reads(&ids).await? {
             // A record this build cannot read is not a lost payload.
             if read.record_undecodable.is_some() || read.case.m.state.terminal().is_some() {
                 continue;
@@ -190,9 +191,9 @@ impl Broker {
             open: true,
             ..redrive_store::CaseQuery::default()
         };
-        let counts = self.inner.store.case_counts(&open).await?;
+        let counts = self.ctx.store.case_counts(&open).await?;
         let overdue = self
-            .inner
+            .ctx
             .store
             .case_counts(&redrive_store::CaseQuery {
                 overdue_at: Some(now),
@@ -238,7 +239,7 @@ impl Broker {
         let mut set = case.m.clone();
         set.next_check_at = next;
         let r = self
-            .inner
+            .ctx
             .store
             .update_case(&redrive_store::CaseUpdate {
                 id: case.id.clone(),

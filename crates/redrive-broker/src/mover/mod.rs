@@ -48,10 +48,10 @@
 //! list, cancel, claim, the owner read again, heartbeats and the end (`start`, `status`,
 //! `resume`, `run`). The run of a task moves messages through the broker's own queue
 //! operations — receive with a lock, send, complete, release — and asks the recovery
-//! case of each message through the gates of a delivery by hand (`cases::by_hand`):
-//! those are the [`Broker`]'s, so the runner of a task holds a `Broker` handle while it
-//! runs (a clone passed to the spawned runner, never kept in the `Mover`, which the
-//! broker holds). The files: `spec` (what a task is, its checks), `start` (starting and
+//! case of each message through the gates of a delivery by hand (`cases::by_hand`, on
+//! [`Broker::cases`]): those are reached from the [`Broker`], so the runner of a task
+//! holds a `Broker` handle while it runs (a clone passed to the spawned runner, never
+//! kept in the `Mover`, which the broker holds). The files: `spec` (what a task is, its checks), `start` (starting and
 //! cancelling), `run` (the run of one task), `status` (listing), `resume` (claiming
 //! orphans and shutdown).
 

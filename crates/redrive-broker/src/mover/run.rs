@@ -370,7 +370,7 @@ impl Broker {
         let sent = match self.send(&dest, vec![out.clone()]).await {
             Ok(sent) => sent,
             Err(e) => {
-                self.hand_failed(&pass, &e).await;
+                self.cases().hand_failed(&pass, &e).await;
                 return Err(format!("sending message {} to {dest}: {e}", m.message_id));
             }
         };
@@ -385,12 +385,13 @@ impl Broker {
             match self.send(&dest, vec![fresh]).await {
                 Ok(again) => sent_id = again.first().map(|e| e.message_id.clone()),
                 Err(e) => {
-                    self.hand_failed(&pass, &e).await;
+                    self.cases().hand_failed(&pass, &e).await;
                     return Err(format!("sending message {} to {dest}: {e}", m.message_id));
                 }
             }
         }
-        self.hand_delivered(pass, sent_id.as_deref(), &spec.owner)
+        self.cases()
+            .hand_delivered(pass, sent_id.as_deref(), &spec.owner)
             .await;
         let done = self
             .settle(&spec.source, vec![(d.lock_token.clone(), Settle::Complete)])
@@ -418,7 +419,7 @@ impl Broker {
             Some(PropertyValue::String(q)) => match q.parse::<EntityName>() {
                 Ok(origin) => {
                     let intent = intent_identity(m.intent.as_deref(), &m.message_id);
-                    self.case_of_intent(&origin, intent).await?
+                    self.cases().case_of_intent(&origin, intent).await?
                 }
                 Err(_) => None,
             },
@@ -430,7 +431,7 @@ impl Broker {
             destination: dest.to_owned(),
             digest: redrive_core::digest::sha256_hex(&m.body),
         };
-        match self.hand_gate(case, target, &spec.owner).await {
+        match self.cases().hand_gate(case, target, &spec.owner).await {
             Ok(p) => Ok(Some(p)),
             Err(e @ BrokerError::RedeliveryRefused(_)) => {
                 let case_id = match &e {

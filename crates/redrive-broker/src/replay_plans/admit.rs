@@ -121,7 +121,7 @@ impl Plans {
         let now = a.now;
         let case = &pre.case;
         let mut step = Step::of(case);
-        self.broker
+        self.cases
             .reconcile_into(case, &mut step, now, &a.plan.owner_name, &look.ctx)
             .await?;
         let data = step.data().clone();
@@ -141,7 +141,7 @@ impl Plans {
             return self.prepare_admission(a, look, item, pre, step).await;
         };
         step.check_at(now);
-        let written = self.broker.write_step(case, step).await;
+        let written = self.cases.write_step(case, step).await;
         let owner = plan_actor(&a.plan);
         match self
             .ctx
@@ -155,7 +155,7 @@ impl Plans {
             .await
         {
             Ok(_) => {
-                if let Err(e) = self.broker.advance_case_in(&case.id, &look.ctx).await {
+                if let Err(e) = self.cases.advance_case_in(&case.id, &look.ctx).await {
                     tracing::warn!(case_id = %case.id, error = %e, "case could not be advanced");
                 }
             }
@@ -190,7 +190,7 @@ impl Plans {
             until: a.plan.m.owner_until,
         };
         let (step, message_id, outgoing) = self
-            .broker
+            .cases
             .prepare_replay_onto(
                 step,
                 &case,
@@ -378,7 +378,7 @@ impl Plans {
         let bytes: u64 = sent.iter().map(|(_, o)| o.body.len() as u64).sum();
         if let Err(e) = self.broker.send(plan.destination.as_str(), messages).await {
             for (c, _) in &sent {
-                if let Err(e2) = self.broker.send_replay_failed(c, &e).await {
+                if let Err(e2) = self.cases.send_replay_failed(c, &e).await {
                     tracing::warn!(case_id = %c.id, error = %e2, "replay stop not recorded");
                 }
             }
@@ -407,14 +407,14 @@ impl Plans {
             Err(StoreError::CaseNotFound { .. }) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let (known, record) = match self.broker.known_in(&case, ctx).await {
+        let (known, record) = match self.cases.known_in(&case, ctx).await {
             Ok(k) => k,
             Err(BrokerError::Store(StoreError::DeadLetterUndecodable { reason, .. })) => {
                 let intent = redrive_store::IntentRecord::for_queue(
                     self.ctx.store.intent_words(&case.intent_id).await?,
                     case.queue.as_str(),
                 );
-                let known = self.broker.known_of(&case, None, intent, ctx).await?;
+                let known = self.cases.known_of(&case, None, intent, ctx).await?;
                 return Ok(Some(Pre {
                     case,
                     known,
@@ -425,7 +425,7 @@ impl Plans {
             Err(e) => return Err(e),
         };
         if case.m.state.terminal().is_none() {
-            self.broker.ask_ahead(ctx, &case).await;
+            self.cases.ask_ahead(ctx, &case).await;
         }
         Ok(Some(Pre {
             case,
@@ -453,11 +453,11 @@ impl Plans {
                 };
                 let pre = async {
                     let known = b
-                        .broker
+                        .cases
                         .known_of(&r.case, r.record.as_ref(), r.intent, &ctx)
                         .await?;
                     if r.case.m.state.terminal().is_none() && r.record_undecodable.is_none() {
-                        b.broker.ask_ahead(&ctx, &r.case).await;
+                        b.cases.ask_ahead(&ctx, &r.case).await;
                     }
                     Ok(Some(Pre {
                         case: r.case,

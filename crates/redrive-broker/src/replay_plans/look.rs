@@ -129,7 +129,7 @@ impl Plans {
         let spec = PlanSpec::of(&plan)?;
         let run = RunState::of(&plan);
         // The effect authorities, the register and the queues, read once for the look.
-        let ctx = Arc::new(self.broker.case_context().await?);
+        let ctx = Arc::new(self.cases.case_context().await?);
         let now = self.now();
         let mut a = Advance {
             budget: spec.budget.clone(),
@@ -537,7 +537,7 @@ impl Plans {
     ) {
         run.probed_ms = Some(now.as_millis());
         match probe::read(
-            &self.broker.case_client(),
+            &self.cases.case_client(),
             self.broker.push_network(),
             &budget.dependency.probe_url,
         )

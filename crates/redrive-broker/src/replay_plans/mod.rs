@@ -284,10 +284,10 @@ impl Plans {
         let mut failing: BTreeMap<String, Option<Timestamp>> = BTreeMap::new();
         // Each gate's causes, by (gate, detail): items, and the latest clear time.
         let mut gates: BTreeMap<(&'static str, String), (u64, Option<Timestamp>)> = BTreeMap::new();
-        let ctx = self.broker.case_context().await?;
+        let ctx = self.cases.case_context().await?;
         for c in &cases {
             let data = CaseData::of(c);
-            let (known, _) = self.broker.known_in(c, &ctx).await?;
+            let (known, _) = self.cases.known_in(c, &ctx).await?;
             let decision = case::decide(&data::facts(c, &data, &known), now);
             let mut gate = gate_of(&decision, &data);
             let mut detail = None;

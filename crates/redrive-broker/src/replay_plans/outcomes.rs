@@ -40,10 +40,10 @@ impl Plans {
                 }
                 let stepped = async {
                     let known = b
-                        .broker
+                        .cases
                         .known_of(&r.case, r.record.as_ref(), r.intent, &ctx)
                         .await?;
-                    b.broker.steps_known(&r.case, &ctx, &known).await
+                    b.cases.steps_known(&r.case, &ctx, &known).await
                 };
                 let u = match stepped.await {
                     Ok(u) => u,
@@ -95,7 +95,7 @@ impl Plans {
                     if finished {
                         written
                     } else {
-                        self.broker.advance_read_case(written, ctx).await?
+                        self.cases.advance_read_case(written, ctx).await?
                     }
                 }
                 Some((Err(StoreError::CaseNotFound { .. }), _, _)) => {
@@ -106,7 +106,7 @@ impl Plans {
                     if !matches!(e, StoreError::CaseChanged { .. }) {
                         tracing::warn!(case_id = %case.id, error = %e, "case could not be advanced");
                     }
-                    match self.broker.advance_case_in(&case.id, ctx).await {
+                    match self.cases.advance_case_in(&case.id, ctx).await {
                         Ok(c) => c,
                         Err(BrokerError::Store(StoreError::CaseNotFound { .. })) => {
                             out.push((item, Observed::Closed("case_gone".into())));

@@ -2,11 +2,12 @@
 //!
 //! [`Plans`] holds the `Context` (store, clock, metrics, audit), the plan state of this
 //! node (`PlanState`: the runner's wake-up, the node-wide replay budget, when each
-//! replay in flight was last looked at) and one handle of the rest of the broker. A plan
-//! admits case replays: it advances cases and reads their decisions, prepares and sends
-//! their replays (the case operations), asks callers' authorization, and reads the push
-//! network policy for its probes. Those operations live on the broker today, so the
-//! handle is the broker itself; nothing else of it is read.
+//! replay in flight was last looked at), the case service and one handle of the rest of
+//! the broker. A plan admits case replays: it advances cases and reads their decisions,
+//! prepares their replays and records a failed send ([`Cases`]); it sends the replays
+//! (the queue core's send), asks callers' authorization, changes move plans and reads
+//! the push network policy for its probes. Those live on the broker, so the handle is
+//! the broker itself; nothing else of it is read.
 
 use std::sync::Arc;
 
@@ -17,7 +18,7 @@ use redrive_store::ReplayPlanRecord;
 use super::PlanSettings;
 use super::run::{NodeReplayBudget, PlanPass, PlanState, PlanView};
 use crate::context::Context;
-use crate::{Actor, Broker, BrokerResult};
+use crate::{Actor, Broker, BrokerResult, Cases};
 
 /// The replay plans of a broker: a cheap `Clone`.
 #[derive(Clone)]
@@ -26,7 +27,9 @@ pub struct Plans {
     pub(super) ctx: Context,
     /// The runner's wake-up, the node-wide budget, the observation times.
     pub(super) state: Arc<PlanState>,
-    /// The case operations, the queue send, authorization and the push network policy.
+    /// The case operations: the advance, what is known of a case, a replay prepared.
+    pub(super) cases: Cases,
+    /// The queue send, authorization, move plans and the push network policy.
     pub(super) broker: Broker,
 }
 
@@ -36,6 +39,7 @@ impl Broker {
         Plans {
             ctx: self.inner.ctx.clone(),
             state: self.inner.plans.clone(),
+            cases: self.cases(),
             broker: self.clone(),
         }
     }

@@ -60,7 +60,7 @@ impl Replay {
             ),
             fields,
         };
-        let settings = self.broker.case_settings();
+        let settings = self.broker.cases().case_settings();
         let retention = settings
             .rule(case.queue.as_str())
             .and_then(|c| c.payload_retention_ms)

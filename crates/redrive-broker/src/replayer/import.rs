@@ -54,8 +54,8 @@ impl Broker {
             .map_err(Into::into);
         for pass in passes {
             match &result {
-                Ok(()) => self.hand_delivered(pass, None, actor).await,
-                Err(e) => self.hand_failed(&pass, e).await,
+                Ok(()) => self.cases().hand_delivered(pass, None, actor).await,
+                Err(e) => self.cases().hand_failed(&pass, e).await,
             }
         }
         let mut targets = vec![
@@ -117,7 +117,7 @@ impl Broker {
         let mut judged: Vec<Judged> = Vec::new();
         for r in records {
             let intent = redrive_core::case::intent_identity(r.intent.as_deref(), &r.message_id);
-            let Some(case) = self.case_of_intent(queue, intent).await? else {
+            let Some(case) = self.cases().case_of_intent(queue, intent).await? else {
                 continue;
             };
             if judged.iter().any(|j| j.case_id() == case.id) {
@@ -137,15 +137,15 @@ impl Broker {
                 destination: queue.to_string(),
                 digest: r.body_sha256.clone(),
             };
-            judged.push(self.hand_judge(case, target, actor).await?);
+            judged.push(self.cases().hand_judge(case, target, actor).await?);
         }
         let mut passes = Vec::with_capacity(judged.len());
         for j in judged {
-            match self.hand_admit(j, actor).await {
+            match self.cases().hand_admit(j, actor).await {
                 Ok(p) => passes.push(p),
                 Err(e) => {
                     for p in &passes {
-                        self.hand_failed(p, &e).await;
+                        self.cases().hand_failed(p, &e).await;
                     }
                     return Err(e);
                 }

@@ -265,8 +265,9 @@ impl Pass for Replayer {
 /// (`ReplayState`: the worker's wake-up and the settings) and one handle of the rest of
 /// the broker. A judgement reads the register, draws on the node-wide replay budget (the
 /// plans'), wakes the long polls and push delivery of the queues it republishes to, and
-/// closes or gates the cases of the records it replays (the case operations); those live
-/// on the broker today, so the handle is the broker itself.
+/// closes or gates the cases of the records it replays (the case operations, reached
+/// through [`Broker::cases`]); those live on the broker or are reached from it, so the
+/// handle is the broker itself.
 #[derive(Clone)]
 pub struct Replay {
     /// Store, clock, metrics and audit.

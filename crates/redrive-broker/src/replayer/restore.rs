@@ -68,8 +68,8 @@ impl Replay {
             .await
             .map_err(Into::into);
         match &r {
-            Ok(()) => self.broker.hand_delivered(pass, None, actor).await,
-            Err(e) => self.broker.hand_failed(&pass, e).await,
+            Ok(()) => self.broker.cases().hand_delivered(pass, None, actor).await,
+            Err(e) => self.broker.cases().hand_failed(&pass, e).await,
         }
         self.ctx
             .audited(

@@ -142,7 +142,11 @@ async fn create(
         signature: text("signature", req.signature)?,
         intent_prefix: text("intent_prefix", req.intent_prefix)?,
     };
-    let v = s.broker.create_case_group(selection, &actor).await?;
+    let v = s
+        .broker
+        .cases()
+        .create_case_group(selection, &actor)
+        .await?;
     Ok((StatusCode::CREATED, answer(&s, v)))
 }
 
@@ -166,6 +170,7 @@ async fn list(
     let cursor = text("cursor", q.cursor)?;
     let groups = s
         .broker
+        .cases()
         .case_groups(queue.as_ref(), cursor.as_deref(), limit, &actor)
         .await?;
     let next_cursor = (groups.len() == limit as usize)
@@ -182,7 +187,7 @@ async fn show(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<CaseGroup>, ApiError> {
-    let v = s.broker.case_group(&id, &actor).await?;
+    let v = s.broker.cases().case_group(&id, &actor).await?;
     Ok(answer(&s, v))
 }
 
@@ -192,7 +197,11 @@ async fn decide(
     action: GroupAction,
     actor: &redrive_broker::Actor,
 ) -> Result<Json<CaseGroup>, ApiError> {
-    let v = s.broker.decide_case_group(id, action, actor).await?;
+    let v = s
+        .broker
+        .cases()
+        .decide_case_group(id, action, actor)
+        .await?;
     Ok(answer(s, v))
 }
 

@@ -189,7 +189,7 @@ async fn list(
 ) -> Result<Json<CasePage>, ApiError> {
     let now = s.broker.clock().now();
     let query = query_of(q, now)?;
-    let cases = s.broker.list_cases(&query, &actor).await?;
+    let cases = s.broker.cases().list_cases(&query, &actor).await?;
     let full = cases.len() == query.limit as usize;
     let next_cursor = full.then(|| cases.last().map(|c| c.id.clone())).flatten();
     Ok(Json(CasePage {
@@ -210,7 +210,7 @@ async fn counts(
     let now = s.broker.clock().now();
     // Counts over every queue need the role on every queue (an unscoped grant).
     let query = query_of(q, now)?;
-    let c = s.broker.case_counts(&query, &actor).await?;
+    let c = s.broker.cases().case_counts(&query, &actor).await?;
     Ok(Json(CaseCounts {
         total: c.total,
         by_reason: c.by_reason,
@@ -225,7 +225,7 @@ async fn show(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Case>, ApiError> {
-    let v = s.broker.get_case(&id, &actor).await?;
+    let v = s.broker.cases().get_case(&id, &actor).await?;
     Ok(changed(&s, v))
 }
 
@@ -243,6 +243,7 @@ async fn payload(
 ) -> Result<Json<CasePayload>, ApiError> {
     let (sha256, bytes) = s
         .broker
+        .cases()
         .case_payload(&id, q.digest.as_deref(), &actor)
         .await?;
     let (body, body_encoding) = body_out(&bytes);
@@ -260,7 +261,11 @@ async fn claim(
     Path(id): Path<String>,
     OptionalApiJson(req): OptionalApiJson<ClaimCase>,
 ) -> Result<Json<Case>, ApiError> {
-    let v = s.broker.claim_case(&id, req.lease_ms, &actor).await?;
+    let v = s
+        .broker
+        .cases()
+        .claim_case(&id, req.lease_ms, &actor)
+        .await?;
     Ok(changed(&s, v))
 }
 
@@ -269,7 +274,7 @@ async fn release(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Case>, ApiError> {
-    let v = s.broker.release_case(&id, &actor).await?;
+    let v = s.broker.cases().release_case(&id, &actor).await?;
     Ok(changed(&s, v))
 }
 
@@ -279,7 +284,7 @@ async fn note(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<NoteCase>,
 ) -> Result<Json<Case>, ApiError> {
-    let v = s.broker.note_case(&id, &req.text, &actor).await?;
+    let v = s.broker.cases().note_case(&id, &req.text, &actor).await?;
     Ok(changed(&s, v))
 }
 
@@ -291,6 +296,7 @@ async fn diagnose(
 ) -> Result<Json<Case>, ApiError> {
     let v = s
         .broker
+        .cases()
         .diagnose_case(&id, &req.hypothesis, &req.disconfirming_evidence, &actor)
         .await?;
     Ok(changed(&s, v))
@@ -315,6 +321,7 @@ async fn correct(
     let kind = correction_kind(&req.kind)?;
     let v = s
         .broker
+        .cases()
         .correct_case(&id, kind, &req.identity, &req.addresses, &actor)
         .await?;
     Ok(changed(&s, v))
@@ -339,12 +346,13 @@ async fn transform(
 ) -> Result<Json<Case>, ApiError> {
     // Who may and how much, before a byte of the body is read: the payload of a replay
     // is bounded by the case's queue.
-    let limit = s.broker.case_transform_limit(&id, &actor).await?;
+    let limit = s.broker.cases().case_transform_limit(&id, &actor).await?;
     let bytes = body_within(request, transform_request_limit(limit)).await?;
     let req: TransformCase = read_body(&bytes)?;
     let body = body_in(req.body, req.body_encoding)?;
     let v = s
         .broker
+        .cases()
         .transform_case(
             &id,
             TransformInput {
@@ -385,6 +393,7 @@ async fn test(
         .transpose()?;
     let v = s
         .broker
+        .cases()
         .test_case(
             &id,
             TestInput {
@@ -406,7 +415,7 @@ async fn reconcile(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Case>, ApiError> {
-    let v = s.broker.reconcile_case(&id, &actor).await?;
+    let v = s.broker.cases().reconcile_case(&id, &actor).await?;
     Ok(changed(&s, v))
 }
 
@@ -424,6 +433,7 @@ async fn close(
     })?;
     let v = s
         .broker
+        .cases()
         .close_case(&id, terminal, &req.evidence, &actor)
         .await?;
     Ok(changed(&s, v))
@@ -455,6 +465,7 @@ async fn review(
     };
     let v = s
         .broker
+        .cases()
         .review_case(&id, decision, &req.policy, &actor)
         .await?;
     Ok(changed(&s, v))
@@ -465,7 +476,7 @@ async fn replay(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Case>, ApiError> {
-    let v = s.broker.replay_case(&id, &actor).await?;
+    let v = s.broker.cases().replay_case(&id, &actor).await?;
     Ok(changed(&s, v))
 }
 
@@ -514,7 +525,7 @@ async fn get_intent(
     Path(id): Path<String>,
 ) -> Result<Json<Intent>, ApiError> {
     intent_id(&id)?;
-    let v = s.broker.intent_view(&id, &actor).await?;
+    let v = s.broker.cases().intent_view(&id, &actor).await?;
     Ok(Json(intent_out(
         &id,
         v.words.first(),
@@ -533,6 +544,7 @@ async fn cancel_intent(
     intent_id(&id)?;
     let out = s
         .broker
+        .cases()
         .update_intent(
             &id,
             IntentStatus::Cancelled,
@@ -566,6 +578,7 @@ async fn supersede_intent(
     intent_id(&id)?;
     let out = s
         .broker
+        .cases()
         .update_intent(
             &id,
             IntentStatus::Superseded,
@@ -590,7 +603,7 @@ fn authority_out(a: &redrive_broker::model::EffectAuthority) -> EffectAuthority 
 async fn list_authorities(
     State(s): State<AppState>,
 ) -> Result<Json<EffectAuthorityList>, ApiError> {
-    let list = s.broker.list_effect_authorities().await?;
+    let list = s.broker.cases().list_effect_authorities().await?;
     Ok(Json(EffectAuthorityList {
         authorities: list.iter().map(authority_out).collect(),
     }))
@@ -604,6 +617,7 @@ async fn put_authority(
 ) -> Result<Json<EffectAuthority>, ApiError> {
     let a = s
         .broker
+        .cases()
         .put_effect_authority(&message_type, &req.url, req.timeout_ms, &actor)
         .await?;
     Ok(Json(authority_out(&a)))
@@ -615,6 +629,7 @@ async fn delete_authority(
     Path(message_type): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     if s.broker
+        .cases()
         .delete_effect_authority(&message_type, &actor)
         .await?
     {

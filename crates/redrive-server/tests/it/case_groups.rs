@@ -213,6 +213,7 @@ async fn one_decision_is_carried_out_on_each_member_and_recorded_with_the_group(
         let gid = g["id"].as_str().unwrap().to_owned();
         // Bob holds the second case.
         s.broker
+            .cases()
             .claim_case(&ids[1], None, &Actor::system("bob"))
             .await
             .unwrap();
