@@ -171,7 +171,7 @@ pub(crate) async fn run(
         for i in first..first + n {
             let line = json!({
                 "message_id": format!("p-{i}"), "body": body, "body_encoding": "utf8",
-                "reason": "ParseError", "delivery_count": 3, "delivery_count_quality": "exact",
+                "reason": "MaxDeliveryCountExceeded", "route": "broker_routed", "policy_version": 1, "delivery_count": 3, "delivery_count_quality": "exact",
                 "type": TYPE, "intent": format!("pi-{i}"),
                 "enqueued_time": "2026-12-01T10:00:00Z", "dead_lettered_at": "2026-12-01T11:00:00Z"
             });
