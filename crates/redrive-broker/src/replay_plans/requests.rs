@@ -3,6 +3,7 @@
 //! view.
 
 use redrive_core::access::Operation;
+use redrive_core::id::GroupId;
 use redrive_core::plan::BudgetSpec;
 use redrive_store::{PlanItemQuery, PlanItemRecord, PlanKind, PlanQuery};
 
@@ -38,12 +39,8 @@ impl Plans {
                 "a plan names case ids or a case group, not both",
             ));
         }
-        if !id.starts_with("grp_") || id.len() > 68 {
-            return Err(BrokerError::invalid(
-                "group",
-                format!("{id:?} is not a case group id (grp_…)"),
-            ));
-        }
+        let id: GroupId = id.parse()?;
+        let id = id.as_str();
         let group = self.ctx.store.get_case_group(id).await?;
         let ids: Vec<String> = serde_json::from_value(group.doc["case_ids"].clone())
             .map_err(|e| BrokerError::Store(bad_value("case_groups.doc", e)))?;
