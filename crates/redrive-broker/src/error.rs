@@ -163,13 +163,14 @@ pub enum BrokerError {
 }
 
 /// A malformed typed id is refused as the operation refused it before ids were typed: a
-/// case id names no case (`CaseNotFound`, what its lookup answered), a case group id is
-/// an invalid `group`.
+/// case or replay plan id names no case or plan (`CaseNotFound`, `ReplayPlanNotFound`:
+/// what its lookup answered), a case group id is an invalid `group`.
 impl From<IdError> for BrokerError {
     fn from(e: IdError) -> Self {
         match e.kind {
             IdKind::Case => BrokerError::Store(StoreError::CaseNotFound { id: e.id }),
             IdKind::Group => BrokerError::invalid("group", e.to_string()),
+            IdKind::Plan => BrokerError::Store(StoreError::ReplayPlanNotFound { id: e.id }),
         }
     }
 }

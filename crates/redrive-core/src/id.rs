@@ -1,14 +1,14 @@
 //! Identifiers: the generated ones (message ids, lock tokens, dead-letter record ids), the
 //! replay-count suffix carried on replayed message ids, and the typed ids a request names
-//! ([`CaseId`], [`GroupId`]).
+//! ([`CaseId`], [`GroupId`], [`PlanId`]).
 //!
 //! Generated ids are random, not secret: lock tokens are capabilities to settle one
 //! delivery, unguessable in practice (128 random bits) but not meant as credentials.
 //!
 //! A typed id is parsed once where a request names it (`"…".parse::<CaseId>()`), so that
-//! an operation taking one never sees a string of another kind or of any length: its
-//! prefix, then at most [`MAX_ID_TAIL`] bytes, none of them NUL (which PostgreSQL cannot
-//! store in text). It is written and read as the plain string, so a typed field changes
+//! an operation taking one never sees a string of another kind or of any length: a prefix
+//! of its kind, then at most [`MAX_ID_TAIL`] bytes, none of them NUL (which PostgreSQL
+//! cannot store in text). It is written and read as the plain string, so a typed field changes
 //! nothing in the JSON.
 
 use std::fmt;
@@ -28,6 +28,8 @@ pub enum IdKind {
     Case,
     /// A case group ([`GroupId`], `grp_…`).
     Group,
+    /// A replay plan ([`PlanId`], `plan_…`, or `mv_…` for an SQS move task's).
+    Plan,
 }
 
 impl IdKind {
@@ -36,22 +38,39 @@ impl IdKind {
         match self {
             IdKind::Case => "case",
             IdKind::Group => "case group",
+            IdKind::Plan => "replay plan",
         }
     }
 
-    /// The prefix every id of the kind starts with.
-    pub fn prefix(self) -> &'static str {
+    /// The prefixes an id of the kind starts with (one of them).
+    pub fn prefixes(self) -> &'static [&'static str] {
         match self {
-            IdKind::Case => CaseId::PREFIX,
-            IdKind::Group => GroupId::PREFIX,
+            IdKind::Case => &["case_"],
+            IdKind::Group => &["grp_"],
+            IdKind::Plan => &["plan_", "mv_"],
         }
     }
 }
 
-/// Why a string is not a typed id: the message names the kind and its prefix
+/// The prefixes of `kind` as a message shows them: `grp_…`, `plan_… or mv_…`.
+struct Prefixes(IdKind);
+
+impl fmt::Display for Prefixes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.0.prefixes().iter().enumerate() {
+            if i > 0 {
+                f.write_str(" or ")?;
+            }
+            write!(f, "{p}…")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a string is not a typed id: the message names the kind and its prefixes
 /// (`"x" is not a case group id (grp_…)`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{id:?} is not a {} id ({}…)", kind.noun(), kind.prefix())]
+#[error("{id:?} is not a {} id ({})", kind.noun(), Prefixes(*kind))]
 pub struct IdError {
     /// The kind it was parsed as.
     pub kind: IdKind,
@@ -59,12 +78,13 @@ pub struct IdError {
     pub id: String,
 }
 
-/// Whether `s` is an id of `kind`: its prefix, at most [`MAX_ID_TAIL`] bytes after it,
-/// no NUL.
+/// Whether `s` is an id of `kind`: a prefix of the kind, at most [`MAX_ID_TAIL`] bytes
+/// after it, no NUL.
 fn check_id(kind: IdKind, s: &str) -> Result<(), IdError> {
-    let fits = s
-        .strip_prefix(kind.prefix())
-        .is_some_and(|tail| tail.len() <= MAX_ID_TAIL && !tail.contains('\0'));
+    let fits = kind.prefixes().iter().any(|p| {
+        s.strip_prefix(p)
+            .is_some_and(|tail| tail.len() <= MAX_ID_TAIL && !tail.contains('\0'))
+    });
     if fits {
         Ok(())
     } else {
@@ -77,15 +97,12 @@ fn check_id(kind: IdKind, s: &str) -> Result<(), IdError> {
 
 /// A typed id: a validated string with its prefix (see the module docs).
 macro_rules! typed_id {
-    ($(#[$doc:meta])* $name:ident, $kind:expr, $prefix:literal) => {
+    ($(#[$doc:meta])* $name:ident, $kind:expr) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub struct $name(String);
 
         impl $name {
-            /// The prefix every id of this kind starts with.
-            pub const PREFIX: &'static str = $prefix;
-
             /// The id as a string slice.
             pub fn as_str(&self) -> &str {
                 &self.0
@@ -149,15 +166,20 @@ typed_id!(
     /// A recovery case's id: `case_` and the id of the dead-letter record it was opened
     /// for without its `dl_` (`redrive_store::case_id_of`).
     CaseId,
-    IdKind::Case,
-    "case_"
+    IdKind::Case
 );
 
 typed_id!(
     /// A case group's id: `grp_` and the digits of a time-ordered id.
     GroupId,
-    IdKind::Group,
-    "grp_"
+    IdKind::Group
+);
+
+typed_id!(
+    /// A replay plan's id: `plan_` and the digits of a time-ordered id, or, for an SQS
+    /// message move task (a plan of kind `sqs_move`), its handle `mv_…`.
+    PlanId,
+    IdKind::Plan
 );
 
 /// Separates a message id from its replay count: `<original id>|<n>`.
@@ -259,6 +281,23 @@ mod tests {
         assert_eq!(e.to_string(), r#""x" is not a case group id (grp_…)"#);
         let e = "x".parse::<CaseId>().unwrap_err();
         assert_eq!(e.to_string(), r#""x" is not a case id (case_…)"#);
+        let e = "x".parse::<PlanId>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#""x" is not a replay plan id (plan_… or mv_…)"#
+        );
+    }
+
+    #[test]
+    fn a_plan_id_is_a_plan_or_a_move_task_handle() {
+        for id in ["plan_0190a1b2c3d4", "mv_0123456789abcdef0123456789abcdef"] {
+            assert_eq!(id.parse::<PlanId>().unwrap().as_str(), id);
+        }
+        for bad in ["grp_1", "mv", "plan", "plan_a\0", ""] {
+            assert_eq!(bad.parse::<PlanId>().unwrap_err().kind, IdKind::Plan);
+        }
+        let too_long = format!("mv_{}", "a".repeat(MAX_ID_TAIL + 1));
+        assert!(too_long.parse::<PlanId>().is_err());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! view.
 
 use redrive_core::access::Operation;
-use redrive_core::id::GroupId;
+use redrive_core::id::{GroupId, PlanId};
 use redrive_core::plan::BudgetSpec;
 use redrive_store::{PlanItemQuery, PlanItemRecord, PlanKind, PlanQuery};
 
@@ -95,8 +95,8 @@ impl Plans {
 
     /// The view of a plan, for `actor` allowed `op` on its queue.
     #[tracing::instrument(level = "debug", skip_all, fields(plan = %id))]
-    pub async fn show(&self, id: &str, op: Operation, actor: &Actor) -> BrokerResult<PlanView> {
-        let view = self.get_plan(id).await?;
+    pub async fn show(&self, id: &PlanId, op: Operation, actor: &Actor) -> BrokerResult<PlanView> {
+        let view = self.get_plan(id.as_str()).await?;
         self.broker
             .authorize(actor, op, Some(&view.plan.queue))
             .await?;
@@ -107,7 +107,7 @@ impl Plans {
     #[tracing::instrument(level = "debug", skip_all, fields(plan = %id))]
     pub async fn items(
         &self,
-        id: &str,
+        id: &PlanId,
         query: &PlanItemQuery,
         actor: &Actor,
     ) -> BrokerResult<Vec<PlanItemRecord>> {
@@ -120,7 +120,7 @@ impl Plans {
     #[tracing::instrument(level = "debug", skip_all, fields(plan = %id, action = action.as_str()))]
     pub async fn change(
         &self,
-        id: &str,
+        id: &PlanId,
         action: PlanAction,
         actor: &Actor,
     ) -> BrokerResult<PlanView> {
