@@ -2,6 +2,7 @@
 //! or failed, told in broker words ([`Storage`]) so that no interface names a store error.
 
 use redrive_core::PolicyError;
+use redrive_core::id::{IdError, IdKind};
 use redrive_core::name::NameError;
 use redrive_store::{StoreError, StoreErrorKind};
 
@@ -183,6 +184,19 @@ pub enum BrokerError {
     /// The store refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// A malformed typed id is refused as the operation refused it before ids were typed: a
+/// case or replay plan id names no case or plan (`CaseNotFound`, `ReplayPlanNotFound`:
+/// what its lookup answered), a case group id is an invalid `group`.
+impl From<IdError> for BrokerError {
+    fn from(e: IdError) -> Self {
+        match e.kind {
+            IdKind::Case => BrokerError::Store(StoreError::CaseNotFound { id: e.id }),
+            IdKind::Group => BrokerError::invalid("group", e.to_string()),
+            IdKind::Plan => BrokerError::Store(StoreError::ReplayPlanNotFound { id: e.id }),
+        }
+    }
 }
 
 /// Why a recovery case refused a delivery of its dead letter by hand.

@@ -1,12 +1,186 @@
-//! Generated identifiers: message ids, lock tokens, dead-letter record ids, and the
-//! replay-count suffix carried on replayed message ids.
+//! Identifiers: the generated ones (message ids, lock tokens, dead-letter record ids), the
+//! replay-count suffix carried on replayed message ids, and the typed ids a request names
+//! ([`CaseId`], [`GroupId`], [`PlanId`]).
 //!
 //! Generated ids are random, not secret: lock tokens are capabilities to settle one
 //! delivery, unguessable in practice (128 random bits) but not meant as credentials.
+//!
+//! A typed id is parsed once where a request names it (`"…".parse::<CaseId>()`), so that
+//! an operation taking one never sees a string of another kind or of any length: a prefix
+//! of its kind, then at most [`MAX_ID_TAIL`] bytes, none of them NUL (which PostgreSQL
+//! cannot store in text). It is written and read as the plain string, so a typed field changes
+//! nothing in the JSON.
 
+use std::fmt;
+use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::clock::Timestamp;
+
+/// Most bytes a typed id carries after its prefix. Generated ids carry 28 (a time, a
+/// counter and random digits, in hex).
+pub const MAX_ID_TAIL: usize = 64;
+
+/// Which typed id a string was refused as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IdKind {
+    /// A recovery case ([`CaseId`], `case_…`).
+    Case,
+    /// A case group ([`GroupId`], `grp_…`).
+    Group,
+    /// A replay plan ([`PlanId`], `plan_…`, or `mv_…` for an SQS move task's).
+    Plan,
+}
+
+impl IdKind {
+    /// What the id names, in words (`case`, `case group`).
+    pub fn noun(self) -> &'static str {
+        match self {
+            IdKind::Case => "case",
+            IdKind::Group => "case group",
+            IdKind::Plan => "replay plan",
+        }
+    }
+
+    /// The prefixes an id of the kind starts with (one of them).
+    pub fn prefixes(self) -> &'static [&'static str] {
+        match self {
+            IdKind::Case => &["case_"],
+            IdKind::Group => &["grp_"],
+            IdKind::Plan => &["plan_", "mv_"],
+        }
+    }
+}
+
+/// The prefixes of `kind` as a message shows them: `grp_…`, `plan_… or mv_…`.
+struct Prefixes(IdKind);
+
+impl fmt::Display for Prefixes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.0.prefixes().iter().enumerate() {
+            if i > 0 {
+                f.write_str(" or ")?;
+            }
+            write!(f, "{p}…")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a string is not a typed id: the message names the kind and its prefixes
+/// (`"x" is not a case group id (grp_…)`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{id:?} is not a {} id ({})", kind.noun(), Prefixes(*kind))]
+pub struct IdError {
+    /// The kind it was parsed as.
+    pub kind: IdKind,
+    /// The string as given.
+    pub id: String,
+}
+
+/// Whether `s` is an id of `kind`: a prefix of the kind, at most [`MAX_ID_TAIL`] bytes
+/// after it, no NUL.
+fn check_id(kind: IdKind, s: &str) -> Result<(), IdError> {
+    let fits = kind.prefixes().iter().any(|p| {
+        s.strip_prefix(p)
+            .is_some_and(|tail| tail.len() <= MAX_ID_TAIL && !tail.contains('\0'))
+    });
+    if fits {
+        Ok(())
+    } else {
+        Err(IdError {
+            kind,
+            id: s.to_owned(),
+        })
+    }
+}
+
+/// A typed id: a validated string with its prefix (see the module docs).
+macro_rules! typed_id {
+    ($(#[$doc:meta])* $name:ident, $kind:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(String);
+
+        impl $name {
+            /// The id as a string slice.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            /// The id as an owned string.
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = IdError;
+            fn from_str(s: &str) -> Result<Self, IdError> {
+                check_id($kind, s)?;
+                Ok($name(s.to_owned()))
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = IdError;
+            fn try_from(s: String) -> Result<Self, IdError> {
+                check_id($kind, &s)?;
+                Ok($name(s))
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                $name::try_from(String::deserialize(d)?).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+typed_id!(
+    /// A recovery case's id: `case_` and the id of the dead-letter record it was opened
+    /// for without its `dl_` (`redrive_store::case_id_of`).
+    CaseId,
+    IdKind::Case
+);
+
+typed_id!(
+    /// A case group's id: `grp_` and the digits of a time-ordered id.
+    GroupId,
+    IdKind::Group
+);
+
+typed_id!(
+    /// A replay plan's id: `plan_` and the digits of a time-ordered id, or, for an SQS
+    /// message move task (a plan of kind `sqs_move`), its handle `mv_…`.
+    PlanId,
+    IdKind::Plan
+);
 
 /// Separates a message id from its replay count: `<original id>|<n>`.
 pub const REPLAY_SEPARATOR: char = '|';
@@ -76,6 +250,65 @@ pub fn with_replay_count(id: &str, n: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_typed_id_is_its_prefix_and_a_bounded_tail_without_nul() {
+        let id: CaseId = "case_0190a1b2c3d400000001deadbeef".parse().unwrap();
+        assert_eq!(id.as_str(), "case_0190a1b2c3d400000001deadbeef");
+        assert_eq!(id.to_string(), id.as_str());
+        let longest = format!("grp_{}", "a".repeat(MAX_ID_TAIL));
+        assert_eq!(longest.parse::<GroupId>().unwrap().as_str(), longest);
+        for bad in [
+            "",
+            "case",
+            "dl_0190a1b2c3d4",
+            "grp_1",
+            "Case_1",
+            " case_1",
+            "case_a\0b",
+        ] {
+            let e = bad.parse::<CaseId>().unwrap_err();
+            assert_eq!((e.kind, e.id.as_str()), (IdKind::Case, bad));
+        }
+        let too_long = format!("grp_{}", "a".repeat(MAX_ID_TAIL + 1));
+        assert_eq!(too_long.parse::<GroupId>().unwrap_err().kind, IdKind::Group);
+        assert!("case_1".parse::<GroupId>().is_err());
+    }
+
+    #[test]
+    fn an_id_error_names_the_kind_and_its_prefix() {
+        let e = "x".parse::<GroupId>().unwrap_err();
+        assert_eq!(e.to_string(), r#""x" is not a case group id (grp_…)"#);
+        let e = "x".parse::<CaseId>().unwrap_err();
+        assert_eq!(e.to_string(), r#""x" is not a case id (case_…)"#);
+        let e = "x".parse::<PlanId>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#""x" is not a replay plan id (plan_… or mv_…)"#
+        );
+    }
+
+    #[test]
+    fn a_plan_id_is_a_plan_or_a_move_task_handle() {
+        for id in ["plan_0190a1b2c3d4", "mv_0123456789abcdef0123456789abcdef"] {
+            assert_eq!(id.parse::<PlanId>().unwrap().as_str(), id);
+        }
+        for bad in ["grp_1", "mv", "plan", "plan_a\0", ""] {
+            assert_eq!(bad.parse::<PlanId>().unwrap_err().kind, IdKind::Plan);
+        }
+        let too_long = format!("mv_{}", "a".repeat(MAX_ID_TAIL + 1));
+        assert!(too_long.parse::<PlanId>().is_err());
+    }
+
+    #[test]
+    fn a_typed_id_is_the_plain_string_in_json() {
+        let id: GroupId = "grp_0190a1b2c3d4".parse().unwrap();
+        let json = serde_json::to_string(&id).unwrap();
+        assert_eq!(json, r#""grp_0190a1b2c3d4""#);
+        assert_eq!(serde_json::from_str::<GroupId>(&json).unwrap(), id);
+        assert!(serde_json::from_str::<GroupId>(r#""case_1""#).is_err());
+        assert!(serde_json::from_str::<CaseId>("1").is_err());
+    }
 
     #[test]
     fn replay_suffix_is_rewritten_not_appended() {

@@ -14,7 +14,8 @@
 //! - [`machine`]: message states and the transitions between them.
 //! - [`dead_letter`]: reasons, evidence quality, route kind and areas of dead-letter records.
 //! - [`message`]: application properties and the property names the broker sets.
-//! - [`id`]: generated identifiers, lock tokens and the replay-count suffix of message ids.
+//! - [`id`]: generated identifiers, lock tokens, the replay-count suffix of message ids,
+//!   and the typed ids a request names ([`CaseId`], [`GroupId`], [`PlanId`]).
 //! - [`digest`]: the SHA-256 digest kept with every dead letter.
 //! - [`sqs`]: the SQS-only queue attributes kept in the policy's optional `sqs` section.
 //! - [`access`]: roles, grants and the permission table of every operation.
@@ -43,6 +44,7 @@ pub use clock::{Clock, ManualClock, Timestamp};
 pub use dead_letter::{
     Area, Classifier, DeadLetterReason, EvidenceQuality, RecordFormat, RouteKind,
 };
+pub use id::{CaseId, GroupId, PlanId};
 pub use machine::{MessageMeta, MessageState};
 pub use message::{Properties, PropertyValue};
 pub use name::EntityName;

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 
 use redrive_core::access::Operation;
 use redrive_core::case;
+use redrive_core::id::GroupId;
 use redrive_core::{EntityName, Timestamp};
 use redrive_store::{CaseGroupRecord, CaseQuery, CaseRecord, StoreError};
 use serde::{Deserialize, Serialize};
@@ -341,17 +342,6 @@ impl GroupAction {
     }
 }
 
-/// A group id as a request gives it: `grp_` and at most 64 bytes more.
-fn check_group_id(id: &str) -> BrokerResult<()> {
-    if !id.starts_with("grp_") || id.len() > 68 || id.contains('\0') {
-        return Err(BrokerError::invalid(
-            "group",
-            format!("{id:?} is not a case group id (grp_…)"),
-        ));
-    }
-    Ok(())
-}
-
 impl Cases {
     /// Creates a case group for `actor` (an operator on the queue): its members are the
     /// open cases of the selection's queue that match every filter, now. Refused when
@@ -491,8 +481,8 @@ impl Cases {
     /// Case group `id` as `actor` (a reader of the queue's cases) may see it, with its
     /// members as they are now.
     #[tracing::instrument(level = "debug", skip_all, fields(group = %id))]
-    pub async fn case_group(&self, id: &str, actor: &Actor) -> BrokerResult<GroupView> {
-        check_group_id(id)?;
+    pub async fn case_group(&self, id: &GroupId, actor: &Actor) -> BrokerResult<GroupView> {
+        let id = id.as_str();
         let group = CaseGroup::of(self.ctx.store.get_case_group(id).await?)?;
         self.broker
             .authorize(actor, Operation::ReadCases, Some(group.queue.as_str()))
@@ -514,9 +504,8 @@ impl Cases {
                 .authorize(actor, Operation::ReadCases, Some(q.as_str()))
                 .await?;
         }
-        if let Some(a) = after {
-            check_group_id(a)?;
-        }
+        // The cursor is checked once the caller may read the queue it names.
+        let after = after.map(str::parse::<GroupId>).transpose()?;
         if limit == 0 || limit > redrive_store::MAX_CASE_GROUP_PAGE {
             return Err(BrokerError::invalid(
                 "limit",
@@ -525,7 +514,7 @@ impl Cases {
         }
         self.ctx
             .store
-            .list_case_groups(queue, after, limit)
+            .list_case_groups(queue, after.as_ref().map(GroupId::as_str), limit)
             .await?
             .into_iter()
             .map(CaseGroup::of)
@@ -567,11 +556,11 @@ impl Cases {
     #[tracing::instrument(level = "debug", skip_all, fields(group = %id, action = action.name(), applied = tracing::field::Empty, refused = tracing::field::Empty))]
     pub async fn decide_case_group(
         &self,
-        id: &str,
+        id: &GroupId,
         action: GroupAction,
         actor: &Actor,
     ) -> BrokerResult<GroupView> {
-        check_group_id(id)?;
+        let id = id.as_str();
         let group = CaseGroup::of(self.ctx.store.get_case_group(id).await?)?;
         self.broker
             .authorize(actor, Operation::WorkCases, Some(group.queue.as_str()))

@@ -3,6 +3,7 @@
 
 use redrive_core::access::Operation;
 use redrive_core::case::{self, CaseState};
+use redrive_core::id::CaseId;
 use redrive_core::{EntityName, PropertyValue, Timestamp};
 use redrive_store::{CasePayload, CaseRecord, StoreError};
 
@@ -205,10 +206,11 @@ impl Cases {
     /// Claims a case for `actor` (or renews its own claim) for `lease_ms`.
     pub async fn claim_case(
         &self,
-        id: &str,
+        id: &CaseId,
         lease_ms: Option<u64>,
         actor: &Actor,
     ) -> BrokerResult<CaseView> {
+        let id = id.as_str();
         self.claim_in(id, lease_ms, actor, None).await
     }
 
@@ -276,7 +278,8 @@ impl Cases {
     }
 
     /// Releases `actor`'s claim on a case.
-    pub async fn release_case(&self, id: &str, actor: &Actor) -> BrokerResult<CaseView> {
+    pub async fn release_case(&self, id: &CaseId, actor: &Actor) -> BrokerResult<CaseView> {
+        let id = id.as_str();
         self.release_in(id, actor, None).await
     }
 
@@ -307,7 +310,13 @@ impl Cases {
 
     /// Adds a note (no state change).
     #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
-    pub async fn note_case(&self, id: &str, text: &str, actor: &Actor) -> BrokerResult<CaseView> {
+    pub async fn note_case(
+        &self,
+        id: &CaseId,
+        text: &str,
+        actor: &Actor,
+    ) -> BrokerResult<CaseView> {
+        let id = id.as_str();
         self.authorize_case(id, actor, Operation::WorkCases).await?;
         check_text("text", text, true)?;
         self.person_change(id, actor, "case.note", vec![], false, |_, step, now| {
@@ -324,11 +333,12 @@ impl Cases {
     /// Records a diagnosis (the owner's hypothesis and its disconfirming evidence).
     pub async fn diagnose_case(
         &self,
-        id: &str,
+        id: &CaseId,
         hypothesis: &str,
         disconfirming: &str,
         actor: &Actor,
     ) -> BrokerResult<CaseView> {
+        let id = id.as_str();
         self.diagnose_in(id, hypothesis, disconfirming, actor, None)
             .await
     }
@@ -378,12 +388,13 @@ impl Cases {
     /// Records a correction: a versioned change that claims to address a failure shape.
     pub async fn correct_case(
         &self,
-        id: &str,
+        id: &CaseId,
         kind: CorrectionKind,
         identity: &str,
         addresses: &str,
         actor: &Actor,
     ) -> BrokerResult<CaseView> {
+        let id = id.as_str();
         self.correct_in(id, kind, identity, addresses, actor, None)
             .await
     }
@@ -444,7 +455,8 @@ impl Cases {
     /// work the case: what its queue takes. Asked before the transformation's body is
     /// read, so that no more than that is read.
     #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
-    pub async fn case_transform_limit(&self, id: &str, actor: &Actor) -> BrokerResult<u32> {
+    pub async fn case_transform_limit(&self, id: &CaseId, actor: &Actor) -> BrokerResult<u32> {
+        let id = id.as_str();
         let case = self
             .authorized_case(id, actor, Operation::WorkCases)
             .await?;
@@ -489,10 +501,11 @@ impl Cases {
     #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn transform_case(
         &self,
-        id: &str,
+        id: &CaseId,
         input: TransformInput,
         actor: &Actor,
     ) -> BrokerResult<CaseView> {
+        let id = id.as_str();
         self.authorize_case(id, actor, Operation::WorkCases).await?;
         check_transform_input(&input)?;
         let case = self.ctx.store.get_case(id).await?;
@@ -638,10 +651,11 @@ impl Cases {
     /// another fixture leaves the case where it was.
     pub async fn test_case(
         &self,
-        id: &str,
+        id: &CaseId,
         input: TestInput,
         actor: &Actor,
     ) -> BrokerResult<CaseView> {
+        let id = id.as_str();
         self.test_in(id, input, actor, None).await
     }
 
@@ -765,7 +779,8 @@ impl Cases {
 
     /// Asks the effect authority now and records its answer.
     #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
-    pub async fn reconcile_case(&self, id: &str, actor: &Actor) -> BrokerResult<CaseView> {
+    pub async fn reconcile_case(&self, id: &CaseId, actor: &Actor) -> BrokerResult<CaseView> {
+        let id = id.as_str();
         self.reconcile(id, actor).await
     }
 
@@ -806,11 +821,12 @@ impl Cases {
     /// decides).
     pub async fn close_case(
         &self,
-        id: &str,
+        id: &CaseId,
         terminal: case::Terminal,
         evidence: &str,
         actor: &Actor,
     ) -> BrokerResult<CaseView> {
+        let id = id.as_str();
         self.close_in(id, terminal, evidence, actor, None).await
     }
 
@@ -920,11 +936,12 @@ impl Cases {
     #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn review_case(
         &self,
-        id: &str,
+        id: &CaseId,
         decision: ReviewDecision,
         policy: &str,
         actor: &Actor,
     ) -> BrokerResult<CaseView> {
+        let id = id.as_str();
         self.authorize_case(id, actor, Operation::WorkCases).await?;
         check_text("policy", policy, true)?;
         if let ReviewDecision::Extend(ms) = decision

@@ -3,6 +3,7 @@
 
 use redrive_core::access::Operation;
 use redrive_core::case::{self, CaseState, Decision};
+use redrive_core::id::CaseId;
 use redrive_core::judgement::{ORIGINAL_ID_PROPERTY, REPLAYED_FROM_PROPERTY};
 use redrive_core::{EntityName, PropertyValue};
 use redrive_store::{CaseRecord, DeadLetterRecord};
@@ -60,7 +61,8 @@ impl Cases {
     /// must pass, then the payload (or its equivalent transformation) goes to the case's
     /// queue as `<id>|<n>` and the case waits for its effect.
     #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
-    pub async fn replay_case(&self, id: &str, actor: &Actor) -> BrokerResult<CaseView> {
+    pub async fn replay_case(&self, id: &CaseId, actor: &Actor) -> BrokerResult<CaseView> {
+        let id = id.as_str();
         self.authorize_case(id, actor, Operation::ReplayCase)
             .await?;
         let case = self.for_owner(id, actor).await?;

@@ -2,6 +2,7 @@
 //! listing, the counts and the payload read.
 
 use redrive_core::case::{self, TimelineEntry};
+use redrive_core::id::CaseId;
 use redrive_store::{CaseQuery, CaseRecord, StoreError};
 
 use super::data::{self, CaseData};
@@ -49,7 +50,8 @@ pub fn check_filter(field: &str, v: Option<&str>) -> BrokerResult<()> {
 impl Cases {
     /// The view of a case now, for `actor` who may read the cases of its queue.
     #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
-    pub async fn get_case(&self, id: &str, actor: &Actor) -> BrokerResult<CaseView> {
+    pub async fn get_case(&self, id: &CaseId, actor: &Actor) -> BrokerResult<CaseView> {
+        let id = id.as_str();
         let case = self
             .authorized_case(id, actor, Operation::ReadCases)
             .await?;
@@ -151,10 +153,11 @@ impl Cases {
     #[tracing::instrument(level = "debug", skip_all, fields(case = %id, queue, message_type))]
     pub async fn case_payload(
         &self,
-        id: &str,
+        id: &CaseId,
         digest: Option<&str>,
         actor: &Actor,
     ) -> BrokerResult<(String, Vec<u8>)> {
+        let id = id.as_str();
         self.authorize_case(id, actor, Operation::ReadCasePayload)
             .await?;
         check_filter("digest", digest)?;

@@ -3,6 +3,7 @@
 //! view.
 
 use redrive_core::access::Operation;
+use redrive_core::id::{GroupId, PlanId};
 use redrive_core::plan::BudgetSpec;
 use redrive_store::{PlanItemQuery, PlanItemRecord, PlanKind, PlanQuery};
 
@@ -38,12 +39,8 @@ impl Plans {
                 "a plan names case ids or a case group, not both",
             ));
         }
-        if !id.starts_with("grp_") || id.len() > 68 {
-            return Err(BrokerError::invalid(
-                "group",
-                format!("{id:?} is not a case group id (grp_…)"),
-            ));
-        }
+        let id: GroupId = id.parse()?;
+        let id = id.as_str();
         let group = self.ctx.store.get_case_group(id).await?;
         let ids: Vec<String> = serde_json::from_value(group.doc["case_ids"].clone())
             .map_err(|e| BrokerError::Store(bad_value("case_groups.doc", e)))?;
@@ -98,8 +95,8 @@ impl Plans {
 
     /// The view of a plan, for `actor` allowed `op` on its queue.
     #[tracing::instrument(level = "debug", skip_all, fields(plan = %id))]
-    pub async fn show(&self, id: &str, op: Operation, actor: &Actor) -> BrokerResult<PlanView> {
-        let view = self.get_plan(id).await?;
+    pub async fn show(&self, id: &PlanId, op: Operation, actor: &Actor) -> BrokerResult<PlanView> {
+        let view = self.get_plan(id.as_str()).await?;
         self.broker
             .authorize(actor, op, Some(&view.plan.queue))
             .await?;
@@ -110,7 +107,7 @@ impl Plans {
     #[tracing::instrument(level = "debug", skip_all, fields(plan = %id))]
     pub async fn items(
         &self,
-        id: &str,
+        id: &PlanId,
         query: &PlanItemQuery,
         actor: &Actor,
     ) -> BrokerResult<Vec<PlanItemRecord>> {
@@ -123,7 +120,7 @@ impl Plans {
     #[tracing::instrument(level = "debug", skip_all, fields(plan = %id, action = action.as_str()))]
     pub async fn change(
         &self,
-        id: &str,
+        id: &PlanId,
         action: PlanAction,
         actor: &Actor,
     ) -> BrokerResult<PlanView> {

@@ -22,6 +22,7 @@ use redrive_broker::BrokerError;
 use redrive_broker::cases::{
     CaseGroup as Group, GroupAction, GroupDecision, GroupSelection, GroupView,
 };
+use redrive_core::id::GroupId;
 use redrive_core::{EntityName, Timestamp};
 use serde::Deserialize;
 
@@ -30,6 +31,13 @@ use crate::AppState;
 use crate::access::Caller;
 use crate::error::{ApiError, ApiJson, ApiQuery, OptionalApiJson, problem_for};
 use crate::wire::time_in;
+
+/// The case group a path names: a malformed id is an invalid `group` (400), parsed where
+/// the broker is called, after the handler's own checks of the request.
+fn group_id(id: &str) -> Result<GroupId, ApiError> {
+    id.parse::<GroupId>()
+        .map_err(|e| ApiError::from(BrokerError::from(e)))
+}
 
 fn t(ts: Timestamp) -> String {
     ts.to_rfc3339()
@@ -187,7 +195,7 @@ async fn show(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<CaseGroup>, ApiError> {
-    let v = s.broker.cases().case_group(&id, &actor).await?;
+    let v = s.broker.cases().case_group(&group_id(&id)?, &actor).await?;
     Ok(answer(&s, v))
 }
 
@@ -200,7 +208,7 @@ async fn decide(
     let v = s
         .broker
         .cases()
-        .decide_case_group(id, action, actor)
+        .decide_case_group(&group_id(id)?, action, actor)
         .await?;
     Ok(answer(s, v))
 }

@@ -26,6 +26,7 @@ use redrive_broker::model::{CaseQuery, CaseRecord, IntentRecord, IntentStatus, M
 use redrive_core::Timestamp;
 use redrive_core::access::Operation;
 use redrive_core::case::{CaseState, TimelineEntry};
+use redrive_core::id::CaseId;
 use serde::Deserialize;
 
 use crate::AppState;
@@ -111,6 +112,14 @@ fn case_out(v: &CaseView, now: Timestamp) -> Case {
 /// Answers a case operation with the case as the broker left it (with its timeline).
 fn changed(s: &AppState, v: CaseView) -> Json<Case> {
     Json(case_out(&v, s.broker.clock().now()))
+}
+
+/// The case a path names. A malformed id names no case: 404 `case_not_found`, as its
+/// lookup answers; parsed where the broker is called, so that every refusal the handler
+/// makes first comes first, as before.
+fn case_id(id: &str) -> Result<CaseId, ApiError> {
+    id.parse::<CaseId>()
+        .map_err(|e| ApiError::from(BrokerError::from(e)))
 }
 
 pub(super) fn text(field: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
@@ -225,7 +234,7 @@ async fn show(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Case>, ApiError> {
-    let v = s.broker.cases().get_case(&id, &actor).await?;
+    let v = s.broker.cases().get_case(&case_id(&id)?, &actor).await?;
     Ok(changed(&s, v))
 }
 
@@ -244,7 +253,7 @@ async fn payload(
     let (sha256, bytes) = s
         .broker
         .cases()
-        .case_payload(&id, q.digest.as_deref(), &actor)
+        .case_payload(&case_id(&id)?, q.digest.as_deref(), &actor)
         .await?;
     let (body, body_encoding) = body_out(&bytes);
     Ok(Json(CasePayload {
@@ -264,7 +273,7 @@ async fn claim(
     let v = s
         .broker
         .cases()
-        .claim_case(&id, req.lease_ms, &actor)
+        .claim_case(&case_id(&id)?, req.lease_ms, &actor)
         .await?;
     Ok(changed(&s, v))
 }
@@ -274,7 +283,11 @@ async fn release(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Case>, ApiError> {
-    let v = s.broker.cases().release_case(&id, &actor).await?;
+    let v = s
+        .broker
+        .cases()
+        .release_case(&case_id(&id)?, &actor)
+        .await?;
     Ok(changed(&s, v))
 }
 
@@ -284,7 +297,11 @@ async fn note(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<NoteCase>,
 ) -> Result<Json<Case>, ApiError> {
-    let v = s.broker.cases().note_case(&id, &req.text, &actor).await?;
+    let v = s
+        .broker
+        .cases()
+        .note_case(&case_id(&id)?, &req.text, &actor)
+        .await?;
     Ok(changed(&s, v))
 }
 
@@ -297,7 +314,12 @@ async fn diagnose(
     let v = s
         .broker
         .cases()
-        .diagnose_case(&id, &req.hypothesis, &req.disconfirming_evidence, &actor)
+        .diagnose_case(
+            &case_id(&id)?,
+            &req.hypothesis,
+            &req.disconfirming_evidence,
+            &actor,
+        )
         .await?;
     Ok(changed(&s, v))
 }
@@ -322,7 +344,7 @@ async fn correct(
     let v = s
         .broker
         .cases()
-        .correct_case(&id, kind, &req.identity, &req.addresses, &actor)
+        .correct_case(&case_id(&id)?, kind, &req.identity, &req.addresses, &actor)
         .await?;
     Ok(changed(&s, v))
 }
@@ -346,7 +368,11 @@ async fn transform(
 ) -> Result<Json<Case>, ApiError> {
     // Who may and how much, before a byte of the body is read: the payload of a replay
     // is bounded by the case's queue.
-    let limit = s.broker.cases().case_transform_limit(&id, &actor).await?;
+    let limit = s
+        .broker
+        .cases()
+        .case_transform_limit(&case_id(&id)?, &actor)
+        .await?;
     let bytes = body_within(request, transform_request_limit(limit)).await?;
     let req: TransformCase = read_body(&bytes)?;
     let body = body_in(req.body, req.body_encoding)?;
@@ -354,7 +380,7 @@ async fn transform(
         .broker
         .cases()
         .transform_case(
-            &id,
+            &case_id(&id)?,
             TransformInput {
                 body,
                 transformation_version: req.transformation_version,
@@ -395,7 +421,7 @@ async fn test(
         .broker
         .cases()
         .test_case(
-            &id,
+            &case_id(&id)?,
             TestInput {
                 correction_version: req.correction_version,
                 fixture,
@@ -415,7 +441,11 @@ async fn reconcile(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Case>, ApiError> {
-    let v = s.broker.cases().reconcile_case(&id, &actor).await?;
+    let v = s
+        .broker
+        .cases()
+        .reconcile_case(&case_id(&id)?, &actor)
+        .await?;
     Ok(changed(&s, v))
 }
 
@@ -434,7 +464,7 @@ async fn close(
     let v = s
         .broker
         .cases()
-        .close_case(&id, terminal, &req.evidence, &actor)
+        .close_case(&case_id(&id)?, terminal, &req.evidence, &actor)
         .await?;
     Ok(changed(&s, v))
 }
@@ -466,7 +496,7 @@ async fn review(
     let v = s
         .broker
         .cases()
-        .review_case(&id, decision, &req.policy, &actor)
+        .review_case(&case_id(&id)?, decision, &req.policy, &actor)
         .await?;
     Ok(changed(&s, v))
 }
@@ -476,7 +506,7 @@ async fn replay(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Case>, ApiError> {
-    let v = s.broker.cases().replay_case(&id, &actor).await?;
+    let v = s.broker.cases().replay_case(&case_id(&id)?, &actor).await?;
     Ok(changed(&s, v))
 }
 

@@ -25,6 +25,7 @@ use redrive_broker::model::{
 use redrive_broker::{Actor, BrokerError, PlanAction, PlanInput, PlanSelectionInput, PlanView};
 use redrive_core::Timestamp;
 use redrive_core::access::Operation;
+use redrive_core::id::PlanId;
 use redrive_core::plan::{BudgetSpec, Dependency};
 use serde::Deserialize;
 
@@ -102,9 +103,13 @@ fn text(field: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
     }
 }
 
-/// A plan id from the path: bounded (a longer one names no plan).
-fn plan_id(id: String) -> Result<String, ApiError> {
-    Ok(text("id", Some(id))?.unwrap_or_default())
+/// A plan id from the path: 1 to [`MAX_VALUE_LEN`] bytes without NUL (`id` otherwise, as
+/// every bounded value here), then a plan's (`plan_…`, or a move task's `mv_…`): one of
+/// another shape names no plan (404 `replay_plan_not_found`, as its lookup answers).
+fn plan_id(id: String) -> Result<PlanId, ApiError> {
+    let id = text("id", Some(id))?.unwrap_or_default();
+    id.parse::<PlanId>()
+        .map_err(|e| ApiError::from(BrokerError::from(e)))
 }
 
 /// A comma-separated list of names, each parsed.

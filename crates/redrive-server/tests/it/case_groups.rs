@@ -214,7 +214,7 @@ async fn one_decision_is_carried_out_on_each_member_and_recorded_with_the_group(
         // Bob holds the second case.
         s.broker
             .cases()
-            .claim_case(&ids[1], None, &Actor::system("bob"))
+            .claim_case(&ids[1].parse().unwrap(), None, &Actor::system("bob"))
             .await
             .unwrap();
 
@@ -608,6 +608,77 @@ async fn a_group_is_acted_on_with_the_roles_of_its_queue() {
         )
         .await;
         assert_problem(&r, 403, "forbidden");
+        s.stop().await;
+    }
+}
+
+/// An id a path or a cursor names is refused as it was before ids were typed: a case id
+/// of any other shape (or length) names no case, answered as an unknown one; a case group
+/// id of any other shape is an invalid `group`; and the checks a request's body gets come
+/// first, as before.
+#[tokio::test]
+async fn a_malformed_case_or_group_id_is_refused_as_before() {
+    for backend in Backend::all("malformed case and group ids") {
+        let name = backend.name();
+        let s = server(backend).await;
+        let too_long = format!("case_{}", "a".repeat(65));
+        for id in [
+            "case_nope",
+            "nope",
+            "grp_1",
+            too_long.as_str(),
+            "case_a%00b",
+        ] {
+            let r = s.get(&format!("/v1/cases/{id}")).await;
+            assert_problem(&r, 404, "case_not_found");
+            let shown = id.replace("%00", "\\0");
+            assert_eq!(
+                r.1["detail"],
+                format!("case \"{shown}\" does not exist"),
+                "{name}: {id}"
+            );
+            let r = s.post(&format!("/v1/cases/{id}/claim"), json!({})).await;
+            assert_problem(&r, 404, "case_not_found");
+        }
+        // The body's own check comes first.
+        let r = s
+            .post(
+                "/v1/cases/nope/corrections",
+                json!({"kind": "bogus", "identity": "x", "addresses": "y"}),
+            )
+            .await;
+        assert_problem(&r, 400, "invalid_request");
+        assert_eq!(r.1["field"], "kind", "{name}: {}", r.1);
+
+        let r = s.get("/v1/case-groups/grp_nope").await;
+        assert_problem(&r, 404, "case_group_not_found");
+        let too_long = format!("grp_{}", "a".repeat(65));
+        for (path, id) in [
+            ("/v1/case-groups/nope".to_owned(), "nope"),
+            ("/v1/case-groups/case_1".to_owned(), "case_1"),
+            (format!("/v1/case-groups/{too_long}"), too_long.as_str()),
+            ("/v1/case-groups?cursor=nope".to_owned(), "nope"),
+        ] {
+            let r = s.get(&path).await;
+            assert_problem(&r, 400, "invalid_request");
+            assert_eq!(r.1["field"], "group", "{name}: {path}");
+            assert_eq!(
+                r.1["detail"],
+                format!("invalid `group`: \"{id}\" is not a case group id (grp_…)"),
+                "{name}: {path}"
+            );
+        }
+        let r = s.post("/v1/case-groups/nope/claim", json!({})).await;
+        assert_problem(&r, 400, "invalid_request");
+        assert_eq!(r.1["field"], "group", "{name}");
+        let r = s
+            .post(
+                "/v1/case-groups/nope/tests",
+                json!({"destination": "orders-sandbox", "outcome": "maybe", "evidence": "x"}),
+            )
+            .await;
+        assert_problem(&r, 400, "invalid_request");
+        assert_eq!(r.1["field"], "outcome", "{name}: {}", r.1);
         s.stop().await;
     }
 }

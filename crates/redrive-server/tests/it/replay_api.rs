@@ -1493,3 +1493,47 @@ async fn replay_plans_need_their_roles_and_only_their_owner_moves_them() {
         s.stop().await;
     }
 }
+
+/// A plan id is refused as before ids were typed: one of another shape or too long for a
+/// plan (a plan's `plan_…`, a move task's `mv_…`) names no plan, as an unknown one; one
+/// past the bound of every value, or with a NUL, is an invalid `id`; the checks of the
+/// query come first.
+#[tokio::test]
+async fn a_malformed_plan_id_is_refused_as_before() {
+    for backend in Backend::all("malformed plan ids") {
+        let name = backend.name();
+        let s = server(backend).await;
+        let long = format!("plan_{}", "a".repeat(100));
+        for id in [
+            "plan_nope",
+            "mv_nope",
+            "nope",
+            "grp_1",
+            "case_1",
+            long.as_str(),
+        ] {
+            let r = s.get(&format!("/v1/replay/plans/{id}")).await;
+            assert_problem(&r, 404, "replay_plan_not_found");
+            assert_eq!(
+                r.1["detail"],
+                format!("replay plan \"{id}\" does not exist"),
+                "{name}: {id}"
+            );
+            let r = s.get(&format!("/v1/replay/plans/{id}/items")).await;
+            assert_problem(&r, 404, "replay_plan_not_found");
+            let r = s
+                .call(Method::POST, &format!("/v1/replay/plans/{id}/pause"), None)
+                .await;
+            assert_problem(&r, 404, "replay_plan_not_found");
+        }
+        for id in ["a".repeat(257), "plan_a%00b".to_owned()] {
+            let r = s.get(&format!("/v1/replay/plans/{id}")).await;
+            assert_problem(&r, 400, "invalid_request");
+            assert_eq!(r.1["field"], "id", "{name}: {}", r.1);
+        }
+        let r = s.get("/v1/replay/plans/nope/items?state=lost").await;
+        assert_problem(&r, 400, "invalid_request");
+        assert_eq!(r.1["field"], "state", "{name}: {}", r.1);
+        s.stop().await;
+    }
+}
