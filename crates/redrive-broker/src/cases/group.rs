@@ -623,6 +623,13 @@ impl Cases {
             ));
         }
         action.check(&group)?;
+        if let GroupAction::Test {
+            destination, send, ..
+        } = &action
+        {
+            self.group_test_sink(&group, destination, *send, actor)
+                .await?;
+        }
         let mut outcomes = Vec::with_capacity(group.case_ids.len());
         for case_id in &group.case_ids {
             // A failure of the storage is not a member's refusal: it ends the decision
@@ -659,6 +666,47 @@ impl Cases {
         }
         group = self.save_group(group).await?;
         self.group_view(group, outcomes).await
+    }
+
+    /// What of a group test's destination is the same for every member, judged once
+    /// before any member is touched (each member's own test checks it again, and its
+    /// dead-letter queue): never the group's queue; with `send`, a declared test sandbox
+    /// the caller may send to.
+    async fn group_test_sink(
+        &self,
+        group: &CaseGroup,
+        destination: &str,
+        send: bool,
+        actor: &Actor,
+    ) -> BrokerResult<()> {
+        let sink: EntityName = destination
+            .parse()
+            .map_err(|e| BrokerError::invalid("destination", format!("{e}")))?;
+        if sink == group.queue {
+            return Err(BrokerError::invalid(
+                "destination",
+                "an isolated test runs away from the live path: not the group's queue",
+            ));
+        }
+        if send {
+            self.broker
+                .authorize(actor, Operation::Send, Some(sink.as_str()))
+                .await?;
+            let sandbox = match self.ctx.store.get_queue(&sink).await {
+                Ok(q) => q.policy.test_sandbox,
+                Err(StoreError::QueueNotFound { .. }) => false,
+                Err(e) => return Err(e.into()),
+            };
+            if !sandbox {
+                return Err(BrokerError::invalid(
+                    "destination",
+                    format!(
+                        "{sink} is not a test sandbox: a test sends only to a queue whose policy says `test_sandbox: true`"
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Writes a group's new decisions; on a concurrent write, merges them into the group

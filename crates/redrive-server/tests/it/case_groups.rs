@@ -430,6 +430,19 @@ async fn a_bad_decision_is_refused_before_any_member_changes() {
                 json!({"state": "completed", "evidence": "x"}),
                 "invalid_request",
             ),
+            // The destination, the same for every member: never the group's queue, and a
+            // send only to a declared sandbox.
+            (
+                "tests",
+                json!({"destination": "orders", "outcome": "pass", "evidence": "x"}),
+                "invalid_request",
+            ),
+            (
+                "tests",
+                json!({"destination": "payments", "send": true, "outcome": "pass",
+                       "evidence": "x"}),
+                "invalid_request",
+            ),
             (
                 "diagnosis",
                 json!({"hypothesis": " ", "disconfirming_evidence": "x"}),
