@@ -126,12 +126,8 @@ pub struct CaseGroup {
 
 impl CaseGroup {
     fn of(r: CaseGroupRecord) -> BrokerResult<CaseGroup> {
-        let doc: GroupDoc = serde_json::from_value(r.doc).map_err(|e| {
-            BrokerError::Store(redrive_store::skeleton::columns::bad_value(
-                "case_groups.doc",
-                e,
-            ))
-        })?;
+        let doc: GroupDoc = serde_json::from_value(r.doc)
+            .map_err(|e| BrokerError::Store(StoreError::bad_value("case_groups.doc", e)))?;
         Ok(CaseGroup {
             id: r.id,
             queue: r.queue,
@@ -158,12 +154,8 @@ impl CaseGroup {
             queue: self.queue.clone(),
             created_at: self.created_at,
             version: self.version,
-            doc: serde_json::to_value(doc).map_err(|e| {
-                BrokerError::Store(redrive_store::skeleton::columns::bad_value(
-                    "case_groups.doc",
-                    e,
-                ))
-            })?,
+            doc: serde_json::to_value(doc)
+                .map_err(|e| BrokerError::Store(StoreError::bad_value("case_groups.doc", e)))?,
         })
     }
 }
@@ -689,22 +681,7 @@ impl Cases {
             ));
         }
         if send {
-            self.broker
-                .authorize(actor, Operation::Send, Some(sink.as_str()))
-                .await?;
-            let sandbox = match self.ctx.store.get_queue(&sink).await {
-                Ok(q) => q.policy.test_sandbox,
-                Err(StoreError::QueueNotFound { .. }) => false,
-                Err(e) => return Err(e.into()),
-            };
-            if !sandbox {
-                return Err(BrokerError::invalid(
-                    "destination",
-                    format!(
-                        "{sink} is not a test sandbox: a test sends only to a queue whose policy says `test_sandbox: true`"
-                    ),
-                ));
-            }
+            self.may_test_send(actor, &sink).await?;
         }
         Ok(())
     }

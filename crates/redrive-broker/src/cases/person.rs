@@ -623,26 +623,33 @@ impl Cases {
             ));
         }
         if input.send {
-            // A test send writes to its destination: the caller must be allowed to send
-            // there, and the destination must be declared a sandbox, never a live queue.
-            self.broker
-                .authorize(actor, Operation::Send, Some(sink.as_str()))
-                .await?;
-            let sandbox = match self.ctx.store.get_queue(&sink).await {
-                Ok(q) => q.policy.test_sandbox,
-                Err(StoreError::QueueNotFound { .. }) => false,
-                Err(e) => return Err(e.into()),
-            };
-            if !sandbox {
-                return Err(BrokerError::invalid(
-                    "destination",
-                    format!(
-                        "{sink} is not a test sandbox: a test sends only to a queue whose policy says `test_sandbox: true`"
-                    ),
-                ));
-            }
+            self.may_test_send(actor, &sink).await?;
         }
         Ok(sink)
+    }
+
+    /// Whether `actor` may send an isolated test to `sink`: a test send writes to its
+    /// destination, so the caller must be allowed to send there, and the destination
+    /// must be declared a sandbox (`test_sandbox: true`), never a live queue.
+    pub(super) async fn may_test_send(&self, actor: &Actor, sink: &EntityName) -> BrokerResult<()> {
+        self.broker
+            .authorize(actor, Operation::Send, Some(sink.as_str()))
+            .await?;
+        let sandbox = match self.ctx.store.get_queue(sink).await {
+            Ok(q) => q.policy.test_sandbox,
+            Err(StoreError::QueueNotFound { .. }) => false,
+            Err(e) => return Err(e.into()),
+        };
+        if sandbox {
+            Ok(())
+        } else {
+            Err(BrokerError::invalid(
+                "destination",
+                format!(
+                    "{sink} is not a test sandbox: a test sends only to a queue whose policy says `test_sandbox: true`"
+                ),
+            ))
+        }
     }
 
     /// Records an isolated test of a correction (sending the fixture first, when asked, to

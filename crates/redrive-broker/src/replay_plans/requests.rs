@@ -9,7 +9,6 @@ use redrive_store::{PlanItemQuery, PlanItemRecord, PlanKind, PlanQuery};
 
 use super::run::{PlanInput, PlanView};
 use super::{PlanAction, PlanPreview, PlanSelectionInput, Plans};
-use redrive_store::skeleton::columns::bad_value;
 
 use crate::{Actor, BrokerError, BrokerResult};
 
@@ -42,8 +41,10 @@ impl Plans {
         let id: GroupId = id.parse()?;
         let id = id.as_str();
         let group = self.ctx.store.get_case_group(id).await?;
-        let ids: Vec<String> = serde_json::from_value(group.doc["case_ids"].clone())
-            .map_err(|e| BrokerError::Store(bad_value("case_groups.doc", e)))?;
+        let ids: Vec<String> =
+            serde_json::from_value(group.doc["case_ids"].clone()).map_err(|e| {
+                BrokerError::Store(redrive_store::StoreError::bad_value("case_groups.doc", e))
+            })?;
         if !selection.queue.is_empty() && selection.queue != group.queue.as_str() {
             return Err(BrokerError::invalid(
                 "queue",
