@@ -4,10 +4,12 @@
 
 use redrive_core::access::Operation;
 use redrive_core::case::by_hand::HandOperation;
+use redrive_core::id::{DeadLetterId, LockToken, Named, given};
 use redrive_core::{Area, EntityName, RecordFormat, Timestamp};
+use redrive_store::skeleton::dead_letters::not_found;
 use redrive_store::{
     DeadLetterDelivery, DeadLetterPage, DeadLetterQuery, DeadLetterRecord, Enqueued, StoreError,
-    UndecodableRecord,
+    StoreResult, UndecodableRecord,
 };
 
 use crate::cases::by_hand::{HandPass, HandTarget};
@@ -45,6 +47,27 @@ pub struct DeadLetterListing {
 }
 
 impl Broker {
+    /// What the store answers for a lock or a record of `queue` it does not have,
+    /// given instead for a string that cannot name one (which never reaches it): the
+    /// queue's refusal (unknown), then `absent`.
+    async fn absent_on<T>(&self, queue: &EntityName, absent: StoreError) -> StoreResult<T> {
+        self.inner.store.get_queue(queue).await?;
+        Err(absent)
+    }
+
+    /// Record `id` of `queue` as the store reads it; a string that cannot be a record
+    /// id is not found, as an id no record has.
+    async fn stored_record(
+        &self,
+        queue: &EntityName,
+        id: &Named<DeadLetterId>,
+    ) -> StoreResult<DeadLetterRecord> {
+        match id {
+            Ok(id) => self.inner.store.get_dead_letter(queue, id.as_str()).await,
+            Err(e) => self.absent_on(queue, not_found(queue, &e.id)).await,
+        }
+    }
+
     /// A page of dead letters and the cursor of the next page (see
     /// [`Broker::list_dead_letter_page`]; rows that cannot be read are left out).
     pub async fn list_dead_letters(
@@ -120,15 +143,17 @@ impl Broker {
 
     /// One dead letter. When the actor may read payloads the interfaces show the body,
     /// and the read is audited first; otherwise only metadata is shown.
-    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue, dead_letter = %id))]
+    #[tracing::instrument(level = "debug", skip_all,
+        fields(queue = %queue, dead_letter = %given(named)))]
     pub async fn get_dead_letter(
         &self,
         queue: &str,
-        id: &str,
+        named: &Named<DeadLetterId>,
         actor: &Actor,
     ) -> BrokerResult<DeadLetterRecord> {
         let name: EntityName = queue.parse()?;
-        let rec = self.inner.store.get_dead_letter(&name, id).await;
+        let rec = self.stored_record(&name, named).await;
+        let id = given(named);
         if !actor.permits(Operation::ReadDeadLetterPayload, Some(name.as_str())) {
             return Ok(rec?);
         }
@@ -186,20 +211,25 @@ impl Broker {
 
     /// Completes (removes) or abandons a dead-letter delivery.
     #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue,
-        lock_token = crate::trace::token_prefix(lock_token), complete))]
+        lock_token = crate::trace::token_prefix(given(lock_token)), complete))]
     pub async fn settle_dead_letter(
         &self,
         queue: &str,
-        lock_token: &str,
+        lock_token: &Named<LockToken>,
         complete: bool,
         actor: &Actor,
     ) -> BrokerResult<()> {
         let name: EntityName = queue.parse()?;
-        let r = self
-            .inner
-            .store
-            .settle_dead_letter(&name, lock_token, complete, self.now())
-            .await;
+        let r = match lock_token {
+            Ok(token) => {
+                self.inner
+                    .store
+                    .settle_dead_letter(&name, token.as_str(), complete, self.now())
+                    .await
+            }
+            Err(_) => self.absent_on(&name, StoreError::LockLost).await,
+        };
+        let lock_token = given(lock_token);
         let action = if complete {
             "dead_letter.complete"
         } else {
@@ -221,18 +251,25 @@ impl Broker {
     /// Sends a live dead letter back to its queue and archives the record. A record with
     /// a recovery case goes through the case's gates first (`cases::by_hand`): refused
     /// with the reason (audited, nothing sent), or sent and recorded on the case.
-    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue, dead_letter = %id))]
+    #[tracing::instrument(level = "debug", skip_all,
+        fields(queue = %queue, dead_letter = %given(named)))]
     pub async fn resubmit_dead_letter(
         &self,
         queue: &str,
-        id: &str,
+        named: &Named<DeadLetterId>,
         actor: &Actor,
     ) -> BrokerResult<Enqueued> {
         let name: EntityName = queue.parse()?;
-        let pass = match self
-            .hand_record_gate(&name, id, Area::Live, HandOperation::Resubmit, actor)
-            .await
-        {
+        let id = given(named);
+        let gate = match named {
+            Ok(record_id) => {
+                self.hand_record_gate(&name, record_id, Area::Live, HandOperation::Resubmit, actor)
+                    .await
+            }
+            // No record has it, so no case either.
+            Err(_) => Ok(HandPass::NoCase),
+        };
+        let pass = match gate {
             Ok(p) => p,
             Err(e) => {
                 return self
@@ -246,12 +283,16 @@ impl Broker {
                     .await;
             }
         };
-        let e: BrokerResult<Enqueued> = self
-            .inner
-            .store
-            .resubmit_dead_letter(&name, id, self.now())
-            .await
-            .map_err(Into::into);
+        let e: BrokerResult<Enqueued> = match named {
+            Ok(record_id) => {
+                self.inner
+                    .store
+                    .resubmit_dead_letter(&name, record_id.as_str(), self.now())
+                    .await
+            }
+            Err(_) => self.absent_on(&name, not_found(&name, id)).await,
+        }
+        .map_err(Into::into);
         match &e {
             Ok(enq) => {
                 self.cases()
@@ -284,12 +325,12 @@ impl Broker {
     pub(crate) async fn hand_record_gate(
         &self,
         queue: &EntityName,
-        id: &str,
+        id: &DeadLetterId,
         from: Area,
         operation: HandOperation,
         actor: &Actor,
     ) -> BrokerResult<HandPass> {
-        let record = match self.inner.store.get_dead_letter(queue, id).await {
+        let record = match self.inner.store.get_dead_letter(queue, id.as_str()).await {
             Ok(r) if r.area == from => r,
             Ok(_)
             | Err(StoreError::DeadLetterNotFound { .. } | StoreError::QueueNotFound { .. }) => {
@@ -320,21 +361,23 @@ impl Broker {
 
     /// Moves a record to another area.
     #[tracing::instrument(level = "debug", skip_all,
-        fields(queue = %queue, dead_letter = %id, to = ?to))]
+        fields(queue = %queue, dead_letter = %given(named), to = ?to))]
     pub async fn move_dead_letter(
         &self,
         queue: &str,
-        id: &str,
+        named: &Named<DeadLetterId>,
         to: Area,
         actor: &Actor,
     ) -> BrokerResult<()> {
         let name: EntityName = queue.parse()?;
-        // Back to live, automatic replay delivers it again: through its case's gates.
-        let pass = if to == Area::Live {
+        let id = given(named);
+        // Back to live, automatic replay delivers it again: through its case's gates (a
+        // string that cannot be a record id names no record, so no case either).
+        let pass = if let (Area::Live, Ok(record_id)) = (to, named) {
             let mut pass = Ok(HandPass::NoCase);
             for from in [Area::Archived, Area::Quarantine] {
                 pass = self
-                    .hand_record_gate(&name, id, from, HandOperation::MoveToLive, actor)
+                    .hand_record_gate(&name, record_id, from, HandOperation::MoveToLive, actor)
                     .await;
                 if !matches!(pass, Ok(HandPass::NoCase)) {
                     break;
@@ -357,12 +400,16 @@ impl Broker {
         } else {
             HandPass::NoCase
         };
-        let r: BrokerResult<()> = self
-            .inner
-            .store
-            .move_dead_letter(&name, id, to, self.now())
-            .await
-            .map_err(Into::into);
+        let r: BrokerResult<()> = match named {
+            Ok(record_id) => {
+                self.inner
+                    .store
+                    .move_dead_letter(&name, record_id.as_str(), to, self.now())
+                    .await
+            }
+            Err(_) => self.absent_on(&name, not_found(&name, id)).await,
+        }
+        .map_err(Into::into);
         match &r {
             Ok(()) => self.cases().hand_delivered(pass, None, actor).await,
             Err(err) => self.cases().hand_failed(&pass, err).await,

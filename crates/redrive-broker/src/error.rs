@@ -188,13 +188,18 @@ pub enum BrokerError {
 
 /// A malformed typed id is refused as the operation refused it before ids were typed: a
 /// case or replay plan id names no case or plan (`CaseNotFound`, `ReplayPlanNotFound`:
-/// what its lookup answered), a case group id is an invalid `group`.
+/// what its lookup answered), a case group id is an invalid `group`, a lock token names
+/// no lock (`LockLost`). A dead-letter record id is named with its queue: the operations
+/// that take one answer a malformed one themselves (`DeadLetterNotFound` on the queue);
+/// alone it is an invalid `dead_letter_id`.
 impl From<IdError> for BrokerError {
     fn from(e: IdError) -> Self {
         match e.kind {
             IdKind::Case => BrokerError::Store(StoreError::CaseNotFound { id: e.id }),
             IdKind::Group => BrokerError::invalid("group", e.to_string()),
             IdKind::Plan => BrokerError::Store(StoreError::ReplayPlanNotFound { id: e.id }),
+            IdKind::Lock => BrokerError::Store(StoreError::LockLost),
+            IdKind::DeadLetter => BrokerError::invalid("dead_letter_id", e.to_string()),
         }
     }
 }

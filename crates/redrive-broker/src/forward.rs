@@ -16,7 +16,7 @@
 //! the store failed), the record stays live in the subscription's own dead-letter store,
 //! with a warning and `redrive_dead_letter_forward_failures_total`.
 
-use redrive_core::{Area, EntityName};
+use redrive_core::{Area, DeadLetterId, EntityName};
 use redrive_events::CloudEvent;
 use redrive_events::cloudevent::ExtensionValue;
 use redrive_store::SubscriptionRecord;
@@ -75,7 +75,12 @@ impl Broker {
         ids: &[String],
     ) {
         for id in ids {
-            if let Err(e) = self.forward_one(sub, topic, id).await {
+            // The store's own ids: one that is not a record id fails as any other.
+            let forwarded = match id.parse::<DeadLetterId>() {
+                Ok(id) => self.forward_one(sub, topic, &id).await,
+                Err(e) => Err(e.into()),
+            };
+            if let Err(e) = forwarded {
                 self.inner
                     .topics
                     .add(FORWARD_FAILURES, topic.as_str(), "", 1);
@@ -92,8 +97,9 @@ impl Broker {
         &self,
         sub: &SubscriptionRecord,
         topic: &EntityName,
-        id: &str,
+        record_id: &DeadLetterId,
     ) -> BrokerResult<()> {
+        let id = record_id.as_str();
         let record = self.inner.store.get_dead_letter(&sub.queue, id).await?;
         let value: serde_json::Value =
             serde_json::from_slice(&record.body).map_err(|e| BrokerError::InvalidEvent {
@@ -113,7 +119,7 @@ impl Broker {
         self.store_events(topic, &[event], &[body], &[key]).await?;
         self.move_dead_letter(
             sub.queue.as_str(),
-            id,
+            &Ok(record_id.clone()),
             Area::Archived,
             &Actor::system("dispatcher"),
         )

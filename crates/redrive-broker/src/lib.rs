@@ -77,8 +77,8 @@ pub use dispatcher::Dispatcher;
 pub use error::{BrokerError, BrokerResult, RedeliveryRefusal, Storage};
 pub use health::StoreHealth;
 pub use messages::{
-    BROKER_REASONS, LockBounds, MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_SQS_LOCK_MS, MAX_WAIT_MS,
-    Outgoing, ReceiveOptions, Settle,
+    BROKER_REASONS, HeldSession, LockBounds, MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_SQS_LOCK_MS,
+    MAX_WAIT_MS, Outgoing, ReceiveOptions, Settle,
 };
 pub use mover::{
     AUTHORIZATION_REVOKED, MAX_MOVE_RATE, MOVE_BATCH, MoveError, MoveSpec, MoveStatus, MoveTask,

@@ -3,10 +3,11 @@
 
 use std::pin::pin;
 
+use redrive_core::id::{IdError, LockToken, Named};
 use redrive_core::{EntityName, Properties, PropertyValue, QueuePolicy, Timestamp, id, policy};
 use redrive_store::{
     Delivery, Enqueued, NewMessage, QueueRecord, ReceiveParams, SessionRef, SettleAction,
-    SettleOutcome, Settled, Settlement, StoredMessage,
+    SettleOutcome, Settled, Settlement, StoreError, StoredMessage,
 };
 
 use tokio_util::sync::CancellationToken;
@@ -77,10 +78,21 @@ pub struct ReceiveOptions {
     /// Long-poll wait (at most [`MAX_WAIT_MS`]); 0 answers at once.
     pub wait_ms: u64,
     /// The session held, on session queues.
-    pub session: Option<SessionRef>,
+    pub session: Option<HeldSession>,
     /// Fires when the caller's authority ends (its token revoked: see
     /// [`Broker::revocation_guard`]); a long poll then ends with `TokenRevoked`.
     pub until_revoked: Option<CancellationToken>,
+}
+
+/// The session a receive on a session queue holds: its id and the lock token its
+/// acceptance answered, as the request gave it. A string that cannot be a lock token holds
+/// no session: the receive answers as for a token nobody holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldSession {
+    /// The session id.
+    pub session_id: String,
+    /// The session's lock token.
+    pub lock_token: Named<LockToken>,
 }
 
 /// What to do with a delivery, as an interface asks it (with the delivery's lock token).
@@ -469,6 +481,12 @@ impl Broker {
         let deadline = self
             .now()
             .plus_millis(i64::try_from(opts.wait_ms).unwrap_or(0));
+        let session = opts.session.as_ref().map(|s| {
+            s.lock_token.as_ref().map(|token| SessionRef {
+                session_id: s.session_id.clone(),
+                lock_token: token.as_str().to_owned(),
+            })
+        });
         let notify = self.inner.waiters.get(name.as_str());
         let revoked = opts.until_revoked.clone().unwrap_or_default();
         loop {
@@ -483,6 +501,13 @@ impl Broker {
             let mut notified = pin!(notify.notified());
             notified.as_mut().enable();
             let now = self.now();
+            let session = match &session {
+                None => None,
+                Some(Ok(s)) => Some(s.clone()),
+                // A token no session can have: the store's answer for one it does not
+                // hold, where the store would have given it.
+                Some(Err(_)) => return Err(self.unheld_session(&name).await),
+            };
             let outcome = self
                 .inner
                 .store
@@ -491,7 +516,7 @@ impl Broker {
                     max: opts.max,
                     lock_ms,
                     now,
-                    session: opts.session.clone(),
+                    session,
                 })
                 .await?;
             self.apply_effects(&outcome.effects);
@@ -623,11 +648,12 @@ impl Broker {
 
     /// Settles deliveries, each given by its lock token, each on its own: a lost lock
     /// fails only its item. Answers one result per item, in order. A renewal without a
-    /// duration takes the queue's lock duration.
+    /// duration takes the queue's lock duration. A string that cannot be a lock token is
+    /// a lost lock, as a token nobody holds is, after the checks of the whole batch.
     pub async fn settle(
         &self,
         queue: &str,
-        items: Vec<(String, Settle)>,
+        items: Vec<(Named<LockToken>, Settle)>,
     ) -> BrokerResult<Vec<BrokerResult<Settled>>> {
         self.settle_with(queue, items, LockBounds::Native).await
     }
@@ -645,7 +671,7 @@ impl Broker {
     pub async fn settle_with(
         &self,
         queue: &str,
-        items: Vec<(String, Settle)>,
+        items: Vec<(Named<LockToken>, Settle)>,
         bounds: LockBounds,
     ) -> BrokerResult<Vec<BrokerResult<Settled>>> {
         let needs_default = items
@@ -659,12 +685,14 @@ impl Broker {
         };
         let items = items
             .into_iter()
-            .map(|(lock_token, s)| Settlement {
-                lock_token,
-                action: s.action(default_lock_ms),
+            .map(|(lock_token, s)| {
+                (
+                    lock_token.map(LockToken::into_string),
+                    s.action(default_lock_ms),
+                )
             })
             .collect();
-        let outcome = self.settle_items(queue, items, bounds).await?;
+        let outcome = self.settle_tokens(queue, items, bounds).await?;
         Ok(outcome
             .results
             .into_iter()
@@ -676,7 +704,7 @@ impl Broker {
     pub async fn settle_one(
         &self,
         queue: &str,
-        lock_token: String,
+        lock_token: Named<LockToken>,
         action: Settle,
         bounds: LockBounds,
     ) -> BrokerResult<Settled> {
@@ -695,15 +723,32 @@ impl Broker {
     pub(crate) async fn settle_items(
         &self,
         queue: &str,
-        mut items: Vec<Settlement>,
+        items: Vec<Settlement>,
+        bounds: LockBounds,
+    ) -> BrokerResult<SettleOutcome> {
+        let items = items
+            .into_iter()
+            .map(|s| (Ok(s.lock_token), s.action))
+            .collect();
+        self.settle_tokens(queue, items, bounds).await
+    }
+
+    /// Settles each action under its lock token: the token as the store keeps it, or the
+    /// refusal of a string that cannot be one. Such an item is answered `LockLost`, as the
+    /// store answers a token it does not hold, after every check of the batch (the queue's
+    /// included), and never reaches the store.
+    async fn settle_tokens(
+        &self,
+        queue: &str,
+        mut items: Vec<(Result<String, IdError>, SettleAction)>,
         bounds: LockBounds,
     ) -> BrokerResult<SettleOutcome> {
         let name: EntityName = queue.parse()?;
         if bounds == LockBounds::Sqs {
-            for it in &mut items {
-                match &mut it.action {
+            for (_, action) in &mut items {
+                match action {
                     SettleAction::Renew { lock_ms: 0, .. } => {
-                        it.action = SettleAction::Abandon {
+                        *action = SettleAction::Abandon {
                             delay_ms: Some(0),
                             last_attempt: None,
                         };
@@ -724,8 +769,8 @@ impl Broker {
                 format!("give 1 to {MAX_SEND_BATCH} settlements"),
             ));
         }
-        for it in &items {
-            match &it.action {
+        for (_, action) in &items {
+            match action {
                 SettleAction::Renew { lock_ms, .. } => {
                     bounds.check(*lock_ms)?;
                 }
@@ -777,14 +822,39 @@ impl Broker {
         }
         let actions: Vec<Counter> = items
             .iter()
-            .map(|i| match i.action {
+            .map(|(_, action)| match action {
                 SettleAction::Complete => Counter::Completed,
                 SettleAction::Abandon { .. } => Counter::Abandoned,
                 SettleAction::Defer => Counter::Deferred,
                 SettleAction::DeadLetter { .. } | SettleAction::Renew { .. } => Counter::Received,
             })
             .collect();
-        let outcome = self.inner.store.settle(&name, items, self.now()).await?;
+        let mut to_store = Vec::with_capacity(items.len());
+        let mut stored = Vec::with_capacity(items.len());
+        for (token, action) in items {
+            stored.push(token.is_ok());
+            if let Ok(lock_token) = token {
+                to_store.push(Settlement { lock_token, action });
+            }
+        }
+        let mut outcome = if to_store.is_empty() {
+            // The store would look the queue up, then hold none of the tokens.
+            self.inner.store.get_queue(&name).await?;
+            SettleOutcome::default()
+        } else {
+            self.inner.store.settle(&name, to_store, self.now()).await?
+        };
+        let mut results = std::mem::take(&mut outcome.results).into_iter();
+        outcome.results = stored
+            .into_iter()
+            .filter_map(|s| {
+                if s {
+                    results.next()
+                } else {
+                    Some(Err(StoreError::LockLost))
+                }
+            })
+            .collect();
         let mut wake = false;
         for (counter, result) in actions.iter().zip(&outcome.results) {
             if let Ok(s) = result {

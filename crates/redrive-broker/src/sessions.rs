@@ -3,7 +3,8 @@
 use std::pin::pin;
 
 use redrive_core::EntityName;
-use redrive_store::SessionLock;
+use redrive_core::id::{LockToken, Named, given};
+use redrive_store::{SessionLock, StoreError};
 
 use crate::messages::check_lock_ms;
 use crate::{Broker, BrokerError, BrokerResult, MAX_WAIT_MS};
@@ -66,38 +67,58 @@ impl Broker {
 
     /// Extends a session lock.
     #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue,
-        session_id = %session_id, lock_token = crate::trace::token_prefix(lock_token)))]
+        session_id = %session_id, lock_token = crate::trace::token_prefix(given(lock_token))))]
     pub async fn renew_session(
         &self,
         queue: &str,
         session_id: &str,
-        lock_token: &str,
+        lock_token: &Named<LockToken>,
         lock_ms: Option<u64>,
     ) -> BrokerResult<SessionLock> {
         let name: EntityName = queue.parse()?;
         let lock_ms = self.lock_ms_for(&name, lock_ms).await?;
+        let Ok(lock_token) = lock_token else {
+            return Err(self.unheld_session(&name).await);
+        };
         Ok(self
             .inner
             .store
-            .renew_session(&name, session_id, lock_token, lock_ms, self.now())
+            .renew_session(&name, session_id, lock_token.as_str(), lock_ms, self.now())
             .await?)
     }
 
     /// Releases a session lock so another receiver can take the session.
     #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue,
-        session_id = %session_id, lock_token = crate::trace::token_prefix(lock_token)))]
+        session_id = %session_id, lock_token = crate::trace::token_prefix(given(lock_token))))]
     pub async fn release_session(
         &self,
         queue: &str,
         session_id: &str,
-        lock_token: &str,
+        lock_token: &Named<LockToken>,
     ) -> BrokerResult<()> {
         let name: EntityName = queue.parse()?;
+        let Ok(lock_token) = lock_token else {
+            return Err(self.unheld_session(&name).await);
+        };
         self.inner
             .store
-            .release_session(&name, session_id, lock_token, self.now())
+            .release_session(&name, session_id, lock_token.as_str(), self.now())
             .await?;
         self.inner.waiters.wake(name.as_str());
         Ok(())
+    }
+
+    /// What the store answers for a session lock token it does not hold, given instead
+    /// for a string that cannot be one (which never reaches it): the queue's refusals
+    /// first (unknown, or without sessions), then `SessionLockLost`.
+    pub(crate) async fn unheld_session(&self, name: &EntityName) -> BrokerError {
+        match self.inner.store.get_queue(name).await {
+            Err(e) => e.into(),
+            Ok(q) if !q.policy.requires_session => StoreError::SessionNotAllowed {
+                queue: name.to_string(),
+            }
+            .into(),
+            Ok(_) => StoreError::SessionLockLost.into(),
+        }
     }
 }

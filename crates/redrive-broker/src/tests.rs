@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use redrive_core::id::{LockToken, Named};
 use redrive_core::{ManualClock, QueuePolicy, Timestamp};
 use redrive_store_sqlite::{SqliteOptions, SqliteStore};
 
@@ -45,7 +46,7 @@ fn msg(body: &str) -> Outgoing {
 }
 
 /// Sends `n` messages and receives them with a 10 s lock; answers their lock tokens.
-async fn locked(b: &Broker, queue: &str, n: u32) -> Vec<String> {
+async fn locked(b: &Broker, queue: &str, n: u32) -> Vec<Named<LockToken>> {
     let msgs = (0..n).map(|i| msg(&format!("m{i}"))).collect();
     b.send(queue, msgs).await.unwrap();
     let got = b
@@ -60,7 +61,7 @@ async fn locked(b: &Broker, queue: &str, n: u32) -> Vec<String> {
         .await
         .unwrap();
     assert_eq!(got.len(), n as usize);
-    got.into_iter().map(|d| d.lock_token).collect()
+    got.into_iter().map(|d| d.lock_token.parse()).collect()
 }
 
 #[tokio::test]
@@ -148,7 +149,7 @@ async fn each_settlement_is_answered_on_its_own() {
         .settle(
             "q",
             vec![
-                ("lk_unknown".to_owned(), Settle::Complete),
+                ("lk_unknown".parse(), Settle::Complete),
                 (tokens[0].clone(), Settle::Complete),
             ],
         )
@@ -177,6 +178,68 @@ async fn each_settlement_is_answered_on_its_own() {
         missing,
         Err(BrokerError::Store(StoreError::QueueNotFound { .. }))
     ));
+}
+
+#[tokio::test]
+async fn a_string_that_cannot_be_a_lock_token_is_a_lost_lock_after_the_batchs_checks() {
+    let f = fixture();
+    let b = &f.broker;
+    b.create_queue("q", QueuePolicy::default()).await.unwrap();
+    let tokens = locked(b, "q", 2).await;
+    let malformed = || format!("lk_{}", "a".repeat(65)).parse::<LockToken>();
+    assert!(malformed().is_err());
+    // Each item on its own, in order, around the held ones.
+    let out = b
+        .settle(
+            "q",
+            vec![
+                (malformed(), Settle::Complete),
+                (tokens[0].clone(), Settle::Complete),
+                ("nope".parse(), Settle::Defer),
+                (tokens[1].clone(), Settle::Defer),
+                (malformed(), Settle::Renew { lock_ms: None }),
+            ],
+        )
+        .await
+        .unwrap();
+    let lost: Vec<bool> = out
+        .iter()
+        .map(|r| matches!(r, Err(BrokerError::Store(StoreError::LockLost))))
+        .collect();
+    assert_eq!(lost, [true, false, true, false, true], "{out:?}");
+    assert_eq!(out[1].as_ref().unwrap().sequence, 1);
+    assert_eq!(out[3].as_ref().unwrap().sequence, 2);
+    // The batch's checks see every item: a bad action refuses the whole batch.
+    let refused = b
+        .settle(
+            "q",
+            vec![(
+                malformed(),
+                Settle::Abandon {
+                    delay_ms: Some(8 * 24 * 3_600_000),
+                },
+            )],
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(BrokerError::InvalidRequest { ref field, .. }) if field == "delay_ms"),
+        "{refused:?}"
+    );
+    // With no token the store could hold, the queue is still looked up.
+    let missing = b
+        .settle_one("nope", malformed(), Settle::Complete, LockBounds::Native)
+        .await;
+    assert!(
+        matches!(
+            missing,
+            Err(BrokerError::Store(StoreError::QueueNotFound { .. }))
+        ),
+        "{missing:?}"
+    );
+    let one = b
+        .settle_one("q", malformed(), Settle::Complete, LockBounds::Sqs)
+        .await;
+    assert!(matches!(one, Err(BrokerError::Store(StoreError::LockLost))));
 }
 
 #[tokio::test]

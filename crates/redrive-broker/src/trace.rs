@@ -30,9 +30,11 @@ pub(crate) fn single_message_id(messages: &[Outgoing]) -> Option<&str> {
 }
 
 /// The token prefix of a settlement of one delivery.
-pub(crate) fn single_token<T>(items: &[(String, T)]) -> Option<&str> {
+pub(crate) fn single_token<T>(
+    items: &[(redrive_core::id::Named<redrive_core::LockToken>, T)],
+) -> Option<&str> {
     match items {
-        [(token, _)] => Some(token_prefix(token)),
+        [(token, _)] => Some(token_prefix(redrive_core::id::given(token))),
         _ => None,
     }
 }

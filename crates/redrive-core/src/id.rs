@@ -1,6 +1,6 @@
 //! Identifiers: the generated ones (message ids, lock tokens, dead-letter record ids), the
 //! replay-count suffix carried on replayed message ids, and the typed ids a request names
-//! ([`CaseId`], [`GroupId`], [`PlanId`]).
+//! ([`CaseId`], [`GroupId`], [`PlanId`], [`LockToken`], [`DeadLetterId`]).
 //!
 //! Generated ids are random, not secret: lock tokens are capabilities to settle one
 //! delivery, unguessable in practice (128 random bits) but not meant as credentials.
@@ -10,6 +10,11 @@
 //! of its kind, then at most [`MAX_ID_TAIL`] bytes, none of them NUL (which PostgreSQL
 //! cannot store in text). It is written and read as the plain string, so a typed field changes
 //! nothing in the JSON.
+//!
+//! A lock token or a dead-letter record id that a request gives is carried to the broker
+//! as a [`Named`] id, typed or refused: a string that cannot be one names no lock and no
+//! record, and is answered as one that nobody holds or no record has, after every check
+//! the request gets first, without reaching a store.
 
 use std::fmt;
 use std::str::FromStr;
@@ -30,6 +35,10 @@ pub enum IdKind {
     Group,
     /// A replay plan ([`PlanId`], `plan_…`, or `mv_…` for an SQS move task's).
     Plan,
+    /// A lock on a delivery, a session or a dead-letter delivery ([`LockToken`], `lk_…`).
+    Lock,
+    /// A dead-letter record ([`DeadLetterId`], `dl_…`).
+    DeadLetter,
 }
 
 impl IdKind {
@@ -39,6 +48,8 @@ impl IdKind {
             IdKind::Case => "case",
             IdKind::Group => "case group",
             IdKind::Plan => "replay plan",
+            IdKind::Lock => "lock",
+            IdKind::DeadLetter => "dead-letter record",
         }
     }
 
@@ -48,6 +59,8 @@ impl IdKind {
             IdKind::Case => &["case_"],
             IdKind::Group => &["grp_"],
             IdKind::Plan => &["plan_", "mv_"],
+            IdKind::Lock => &["lk_"],
+            IdKind::DeadLetter => &["dl_"],
         }
     }
 }
@@ -182,6 +195,36 @@ typed_id!(
     IdKind::Plan
 );
 
+typed_id!(
+    /// A lock token: `lk_` and 32 random hex digits ([`LockToken::generate`]), which the
+    /// token of a message delivery follows with `.` and its row's key in hex (at most 16
+    /// digits). It settles one delivery, or holds a session or a dead-letter delivery.
+    LockToken,
+    IdKind::Lock
+);
+
+typed_id!(
+    /// A dead-letter record's id: `dl_` and 28 hex digits of a time, a counter and random
+    /// bits ([`DeadLetterId::generate`]).
+    DeadLetterId,
+    IdKind::DeadLetter
+);
+
+/// An id as a request gave it: the typed id, or why its string is none (the string is
+/// [`IdError::id`]). The broker takes lock tokens and dead-letter record ids this way, so
+/// that a string that cannot be one is answered exactly as one that no lock or record has
+/// (lock lost, not found), after every check the request gets first, and never reaches a
+/// store.
+pub type Named<T> = Result<T, IdError>;
+
+/// The string a request gave for `id`, typed or refused.
+pub fn given<T: AsRef<str>>(id: &Named<T>) -> &str {
+    match id {
+        Ok(id) => id.as_ref(),
+        Err(e) => &e.id,
+    }
+}
+
 /// Separates a message id from its replay count: `<original id>|<n>`.
 pub const REPLAY_SEPARATOR: char = '|';
 
@@ -202,20 +245,36 @@ pub fn new_message_id() -> String {
     )
 }
 
-/// A new lock token: `lk_` and 32 hex digits.
-pub fn new_lock_token() -> String {
-    format!("lk_{:032x}", fastrand::u128(..))
+impl LockToken {
+    /// A new lock token: `lk_` and 32 random hex digits.
+    pub fn generate() -> LockToken {
+        LockToken(format!("lk_{:032x}", fastrand::u128(..)))
+    }
 }
 
-/// A new dead-letter record id, time-sortable: `dl_`, 12 hex digits of milliseconds, 8 hex
-/// digits of a counter, then 8 random hex digits. Ids made later sort later (within one
-/// millisecond, by the counter), which makes cursors and bounded replay windows simple.
+impl DeadLetterId {
+    /// A new dead-letter record id, time-sortable: `dl_`, 12 hex digits of milliseconds,
+    /// 8 hex digits of a counter, then 8 random hex digits. Ids made later sort later
+    /// (within one millisecond, by the counter), which makes cursors and bounded replay
+    /// windows simple.
+    pub fn generate(now: Timestamp) -> DeadLetterId {
+        // Only an ordering aid among ids made in one millisecond; it holds no broker state.
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let ms = u64::try_from(now.as_millis()).unwrap_or(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        DeadLetterId(format!("dl_{ms:012x}{n:08x}{:08x}", fastrand::u32(..)))
+    }
+}
+
+/// A new lock token as the stores keep it: [`LockToken::generate`]'s, as a string.
+pub fn new_lock_token() -> String {
+    LockToken::generate().into_string()
+}
+
+/// A new dead-letter record id as the stores keep it: [`DeadLetterId::generate`]'s, as a
+/// string.
 pub fn new_dead_letter_id(now: Timestamp) -> String {
-    // Only an ordering aid among ids made in one millisecond; it holds no broker state.
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let ms = u64::try_from(now.as_millis()).unwrap_or(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("dl_{ms:012x}{n:08x}{:08x}", fastrand::u32(..))
+    DeadLetterId::generate(now).into_string()
 }
 
 /// Splits a message id into the original id and its replay count.
@@ -298,6 +357,79 @@ mod tests {
         }
         let too_long = format!("mv_{}", "a".repeat(MAX_ID_TAIL + 1));
         assert!(too_long.parse::<PlanId>().is_err());
+    }
+
+    #[test]
+    fn a_lock_token_is_any_token_the_broker_makes() {
+        for _ in 0..100 {
+            let t = LockToken::generate();
+            assert_eq!(t.as_str().len(), 35);
+            assert_eq!(t.as_str().parse::<LockToken>().unwrap(), t);
+            let stored = new_lock_token();
+            assert_eq!(stored.parse::<LockToken>().unwrap().as_str(), stored);
+        }
+        assert_ne!(LockToken::generate(), LockToken::generate());
+        // A message delivery's token: the row's key in hex after a `.`, up to 16 digits.
+        let delivery = format!("{}.{:x}", new_lock_token(), i64::MAX);
+        assert_eq!(delivery.parse::<LockToken>().unwrap().as_str(), delivery);
+        let longest = format!("lk_{}", "f".repeat(MAX_ID_TAIL));
+        assert!(longest.parse::<LockToken>().is_ok());
+        let too_long = format!("lk_{}", "f".repeat(MAX_ID_TAIL + 1));
+        for bad in [
+            "",
+            "lk",
+            "LK_0123",
+            " lk_0123",
+            "dl_0190a1b2c3d400000001deadbeef",
+            "lk_0123\0.1",
+            too_long.as_str(),
+        ] {
+            let e = bad.parse::<LockToken>().unwrap_err();
+            assert_eq!((e.kind, e.id.as_str()), (IdKind::Lock, bad));
+        }
+        assert_eq!(
+            "x".parse::<LockToken>().unwrap_err().to_string(),
+            r#""x" is not a lock id (lk_…)"#
+        );
+    }
+
+    #[test]
+    fn a_dead_letter_id_is_any_id_the_broker_makes() {
+        let a = DeadLetterId::generate(Timestamp(1_800_000_000_000));
+        assert_eq!(a.as_str().len(), 31);
+        assert_eq!(a.as_str().parse::<DeadLetterId>().unwrap(), a);
+        let b = new_dead_letter_id(Timestamp(1_800_000_000_001));
+        assert!(a.as_str() < b.as_str());
+        assert_eq!(b.parse::<DeadLetterId>().unwrap().as_str(), b);
+        // The latest time a timestamp holds still fits.
+        let last = DeadLetterId::generate(Timestamp(i64::MAX));
+        assert_eq!(last.as_str().parse::<DeadLetterId>().unwrap(), last);
+        let too_long = format!("dl_{}", "a".repeat(MAX_ID_TAIL + 1));
+        for bad in [
+            "",
+            "dl",
+            "DL_1",
+            "case_0190a1b2c3d400000001deadbeef",
+            "lk_0123",
+            "dl_a\0b",
+            too_long.as_str(),
+        ] {
+            let e = bad.parse::<DeadLetterId>().unwrap_err();
+            assert_eq!((e.kind, e.id.as_str()), (IdKind::DeadLetter, bad));
+        }
+        assert_eq!(
+            "x".parse::<DeadLetterId>().unwrap_err().to_string(),
+            r#""x" is not a dead-letter record id (dl_…)"#
+        );
+    }
+
+    #[test]
+    fn a_named_id_gives_back_the_string_it_was_given() {
+        let ok: Named<LockToken> = "lk_01.2".parse();
+        assert_eq!(given(&ok), "lk_01.2");
+        let refused: Named<DeadLetterId> = "dl_a\0b".parse();
+        assert!(refused.is_err());
+        assert_eq!(given(&refused), "dl_a\0b");
     }
 
     #[test]

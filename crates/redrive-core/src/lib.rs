@@ -15,7 +15,8 @@
 //! - [`dead_letter`]: reasons, evidence quality, route kind and areas of dead-letter records.
 //! - [`message`]: application properties and the property names the broker sets.
 //! - [`id`]: generated identifiers, lock tokens, the replay-count suffix of message ids,
-//!   and the typed ids a request names ([`CaseId`], [`GroupId`], [`PlanId`]).
+//!   and the typed ids a request names ([`CaseId`], [`GroupId`], [`PlanId`], [`LockToken`],
+//!   [`DeadLetterId`]).
 //! - [`digest`]: the SHA-256 digest kept with every dead letter.
 //! - [`sqs`]: the SQS-only queue attributes kept in the policy's optional `sqs` section.
 //! - [`access`]: roles, grants and the permission table of every operation.
@@ -44,7 +45,7 @@ pub use clock::{Clock, ManualClock, Timestamp};
 pub use dead_letter::{
     Area, Classifier, DeadLetterReason, EvidenceQuality, RecordFormat, RouteKind,
 };
-pub use id::{CaseId, GroupId, PlanId};
+pub use id::{CaseId, DeadLetterId, GroupId, LockToken, PlanId};
 pub use machine::{MessageMeta, MessageState};
 pub use message::{Properties, PropertyValue};
 pub use name::EntityName;

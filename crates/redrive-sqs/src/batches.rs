@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 
 use redrive_broker::{LockBounds, Settle};
+use redrive_core::id::given;
 use serde_json::{Map, Value, json};
 
 use crate::error::{ErrorKind, SqsError, SqsResult};
@@ -162,7 +163,7 @@ async fn settle_batch(ctx: &Ctx, input: &Map<String, Value>, delete: bool) -> Sq
         {
             let mut attempts = ctx.attempts();
             for (token, _) in &items {
-                attempts.modified(&queue, token);
+                attempts.modified(&queue, given(token));
             }
         }
         let out = ctx

@@ -11,6 +11,7 @@ use redrive_broker::Storage;
 use redrive_broker::model::{Delivery, Enqueued};
 use redrive_broker::{BrokerError, Settle};
 use redrive_broker::{LockBounds, Outgoing, ReceiveOptions};
+use redrive_core::id::given;
 use redrive_core::message::{
     DEAD_LETTER_DESCRIPTION_PROPERTY, DEAD_LETTER_REASON_PROPERTY, DEAD_LETTER_SOURCE_PROPERTY,
 };
@@ -860,7 +861,7 @@ async fn replay(
         .iter()
         .map(|t| {
             (
-                t.clone(),
+                t.parse(),
                 Settle::Renew {
                     lock_ms: Some(lock_ms),
                 },
@@ -905,7 +906,7 @@ pub(crate) fn settle_refusal(e: BrokerError, delete: bool) -> Option<SqsError> {
 pub(crate) async fn delete(ctx: &Ctx, input: &Map<String, Value>) -> SqsResult<Value> {
     let queue = queue_from_input(input)?;
     let handle = receipts::lock_token(req_str(input, "ReceiptHandle")?, &queue)?;
-    ctx.attempts().modified(&queue, &handle);
+    ctx.attempts().modified(&queue, given(&handle));
     let settled = ctx
         .broker()
         .settle_one(&queue, handle, Settle::Complete, LockBounds::Sqs)
@@ -923,7 +924,7 @@ pub(crate) async fn change_visibility(ctx: &Ctx, input: &Map<String, Value>) -> 
     let queue = queue_from_input(input)?;
     let handle = receipts::lock_token(req_str(input, "ReceiptHandle")?, &queue)?;
     let lock_ms = visibility_ms(input)?;
-    ctx.attempts().modified(&queue, &handle);
+    ctx.attempts().modified(&queue, given(&handle));
     let action = Settle::Renew {
         lock_ms: Some(lock_ms),
     };

@@ -6,9 +6,15 @@
 //! token, and the first 8 bytes of a SHA-256 over all of that. The checksum catches made-up
 //! and damaged handles; it is no secret: the random lock token inside is what proves the
 //! receive, as it does on the native API. Nothing is stored for a handle.
+//!
+//! The token inside a handle of the right shape is parsed as a [`LockToken`]; one that
+//! cannot be a lock token (more than 64 bytes after its `lk_`) is handed to the broker as
+//! such, which settles it as a lock nobody holds: a stale handle, as before tokens were
+//! typed.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
+use redrive_core::id::{LockToken, Named};
 use sha2::{Digest, Sha256};
 
 use crate::error::{ErrorKind, SqsError, SqsResult};
@@ -52,8 +58,10 @@ fn invalid(handle: &str) -> SqsError {
     )
 }
 
-/// The lock token inside `handle`, when it is a handle this endpoint issued for `queue`.
-pub(crate) fn lock_token(handle: &str, queue: &str) -> SqsResult<String> {
+/// The lock token inside `handle`, when it is a handle of this endpoint's shape for
+/// `queue`: parsed, or the refusal of a string that cannot be a token (a lock nobody
+/// holds, to the broker).
+pub(crate) fn lock_token(handle: &str, queue: &str) -> SqsResult<Named<LockToken>> {
     if handle.len() > MAX_HANDLE_CHARS {
         return Err(invalid(handle));
     }
@@ -83,7 +91,7 @@ pub(crate) fn lock_token(handle: &str, queue: &str) -> SqsResult<String> {
     if !well_formed {
         return Err(invalid(handle));
     }
-    Ok(token.to_owned())
+    Ok(token.parse())
 }
 
 #[cfg(test)]
@@ -93,7 +101,10 @@ mod tests {
     #[test]
     fn handles_carry_their_queue_and_token() {
         let h = encode("orders", "lk_0123abcd.1f");
-        assert_eq!(lock_token(&h, "orders").unwrap(), "lk_0123abcd.1f");
+        assert_eq!(
+            lock_token(&h, "orders").unwrap().unwrap().as_str(),
+            "lk_0123abcd.1f"
+        );
         let e = lock_token(&h, "other").unwrap_err();
         assert_eq!(e.kind, ErrorKind::ReceiptHandleIsInvalid);
         // A prefix of a queue name is another queue.
@@ -115,5 +126,17 @@ mod tests {
             let e = lock_token(&bad, "orders").unwrap_err();
             assert_eq!(e.kind, ErrorKind::ReceiptHandleIsInvalid, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_handle_may_carry_a_token_no_lock_can_have() {
+        // The shape and checksum are right; the token is longer than any lock token.
+        let long = format!("lk_{}", "a".repeat(65));
+        let token = lock_token(&encode("orders", &long), "orders").unwrap();
+        let refused = token.unwrap_err();
+        assert_eq!(refused.id, long);
+        // Characters outside a token's are still an invalid handle.
+        let e = lock_token(&encode("orders", "lk_a b"), "orders").unwrap_err();
+        assert_eq!(e.kind, ErrorKind::ReceiptHandleIsInvalid);
     }
 }

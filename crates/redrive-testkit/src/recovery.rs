@@ -336,7 +336,7 @@ pub async fn to_eligible(s: &TestServer, id: &str, sandbox: &str) -> Value {
 /// A dead-letter record as the broker reads it.
 pub async fn record(s: &TestServer, queue: &str, id: &str) -> DeadLetterRecord {
     s.broker
-        .get_dead_letter(queue, id, &system())
+        .get_dead_letter(queue, &id.parse(), &system())
         .await
         .unwrap_or_else(|e| panic!("record {id}: {e}"))
 }

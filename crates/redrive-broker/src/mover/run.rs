@@ -394,7 +394,7 @@ impl Broker {
             .hand_delivered(pass, sent_id.as_deref(), &spec.owner)
             .await;
         let done = self
-            .settle(&spec.source, vec![(d.lock_token.clone(), Settle::Complete)])
+            .settle(&spec.source, vec![(d.lock_token.parse(), Settle::Complete)])
             .await
             .map_err(|e| format!("completing message {}: {e}", m.message_id))?;
         if let Some(Err(e)) = done.first() {

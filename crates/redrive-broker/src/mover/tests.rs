@@ -500,7 +500,7 @@ async fn without_destination_each_message_returns_to_its_source() {
             .unwrap();
         b.settle(
             q,
-            vec![(d[0].lock_token.clone(), Settle::Abandon { delay_ms: None })],
+            vec![(d[0].lock_token.parse(), Settle::Abandon { delay_ms: None })],
         )
         .await
         .unwrap();

@@ -332,12 +332,12 @@ impl Broker {
     pub async fn restore_dead_letter(
         &self,
         queue: &str,
-        id: &str,
+        named: &redrive_core::id::Named<redrive_core::DeadLetterId>,
         dry_run: bool,
         actor: &Actor,
     ) -> BrokerResult<RestorePreview> {
         self.replay()
-            .restore_dead_letter(queue, id, dry_run, actor)
+            .restore_dead_letter(queue, named, dry_run, actor)
             .await
     }
 }

@@ -1,22 +1,33 @@
 //! Restoring a quarantined record to live, and the preview of what its next judgement
 //! will do.
 
+use redrive_core::id::{DeadLetterId, Named, given};
+use redrive_store::skeleton::dead_letters::not_found;
+
 use super::*;
 
 impl Replay {
     /// Restores a quarantined record (one move back to live, where the entity's replay
     /// judges it again), after answering what that judgement will do. With `dry_run`,
-    /// only answers. Audited (`dead_letter.restore`).
-    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue, dead_letter = %id))]
+    /// only answers. Audited (`dead_letter.restore`). A string that cannot be a record id
+    /// is not found on the queue, as an id no record has.
+    #[tracing::instrument(level = "debug", skip_all,
+        fields(queue = %queue, dead_letter = %given(named)))]
     pub async fn restore_dead_letter(
         &self,
         queue: &str,
-        id: &str,
+        named: &Named<DeadLetterId>,
         dry_run: bool,
         actor: &Actor,
     ) -> BrokerResult<RestorePreview> {
         let name: EntityName = queue.parse()?;
         let policy = self.ctx.store.get_queue(&name).await?.policy;
+        let record_id = match named {
+            Ok(id) => id,
+            // The store would have found the queue, and no record with it.
+            Err(e) => return Err(not_found(&name, &e.id).into()),
+        };
+        let id = record_id.as_str();
         let record = self.ctx.store.get_dead_letter(&name, id).await?;
         if record.area != Area::Quarantine {
             return Err(BrokerError::DeadLetterNotQuarantined {
@@ -43,7 +54,13 @@ impl Replay {
             Ok(HandPass::NoCase)
         } else {
             self.broker
-                .hand_record_gate(&name, id, Area::Quarantine, HandOperation::Restore, actor)
+                .hand_record_gate(
+                    &name,
+                    record_id,
+                    Area::Quarantine,
+                    HandOperation::Restore,
+                    actor,
+                )
                 .await
         };
         let pass = match gate {

@@ -91,7 +91,10 @@ async fn show(
     Caller(actor): Caller,
     Path((queue, id)): Path<(String, String)>,
 ) -> Result<Json<DeadLetter>, ApiError> {
-    let r = s.broker.get_dead_letter(&queue, &id, &actor).await?;
+    let r = s
+        .broker
+        .get_dead_letter(&queue, &id.parse(), &actor)
+        .await?;
     Ok(Json(dead_letter_out(
         &r,
         None,
@@ -132,7 +135,7 @@ async fn settle(
 ) -> Result<StatusCode, ApiError> {
     let complete = req.action == DeadLetterAction::Complete;
     s.broker
-        .settle_dead_letter(&queue, &req.lock_token, complete, &actor)
+        .settle_dead_letter(&queue, &req.lock_token.parse(), complete, &actor)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -142,7 +145,10 @@ async fn resubmit(
     Caller(actor): Caller,
     Path((queue, id)): Path<(String, String)>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let e = s.broker.resubmit_dead_letter(&queue, &id, &actor).await?;
+    let e = s
+        .broker
+        .resubmit_dead_letter(&queue, &id.parse(), &actor)
+        .await?;
     Ok((
         StatusCode::CREATED,
         Json(SendResult {
@@ -160,7 +166,9 @@ async fn move_to(
     ApiJson(req): ApiJson<MoveDeadLetter>,
 ) -> Result<StatusCode, ApiError> {
     let to = area(&req.area)?;
-    s.broker.move_dead_letter(&queue, &id, to, &actor).await?;
+    s.broker
+        .move_dead_letter(&queue, &id.parse(), to, &actor)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -172,7 +180,7 @@ async fn restore(
 ) -> Result<Json<RestoreResult>, ApiError> {
     let preview = s
         .broker
-        .restore_dead_letter(&queue, &id, req.dry_run, &actor)
+        .restore_dead_letter(&queue, &id.parse(), req.dry_run, &actor)
         .await?;
     Ok(Json(restore_out(&preview)))
 }

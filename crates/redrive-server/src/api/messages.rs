@@ -11,8 +11,8 @@ use redrive_api::message::{
     MessageList, ReceiveDeferred, ReceiveRequest, SendMessage, SendRequest, SendResponse,
     SendResult, Settle, SettleKind, SettleRequest, SettleResponse, SettleResult,
 };
-use redrive_broker::ReceiveOptions;
-use redrive_broker::model::SessionRef;
+use redrive_broker::{HeldSession, ReceiveOptions};
+use redrive_core::id::{LockToken, Named};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -93,9 +93,9 @@ async fn receive(
     ApiJson(req): ApiJson<ReceiveRequest>,
 ) -> Result<Json<MessageList>, ApiError> {
     let session = match (req.session_id, req.session_lock_token) {
-        (Some(session_id), Some(lock_token)) => Some(SessionRef {
+        (Some(session_id), Some(lock_token)) => Some(HeldSession {
             session_id,
-            lock_token,
+            lock_token: lock_token.parse(),
         }),
         (None, None) => None,
         _ => {
@@ -160,8 +160,9 @@ async fn cancel_scheduled(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// A settlement from the wire to the broker's input.
-fn settlement(s: Settle) -> Result<(String, redrive_broker::Settle), ApiError> {
+/// A settlement from the wire to the broker's input: its lock token parsed (a string that
+/// cannot be one is settled as a lost lock), its action checked.
+fn settlement(s: Settle) -> Result<(Named<LockToken>, redrive_broker::Settle), ApiError> {
     use redrive_broker::Settle as To;
     if s.action != SettleKind::DeadLetter {
         for (field, given) in [("consumer", &s.consumer), ("rule_version", &s.rule_version)] {
@@ -193,7 +194,7 @@ fn settlement(s: Settle) -> Result<(String, redrive_broker::Settle), ApiError> {
             lock_ms: s.lock_duration_ms,
         },
     };
-    Ok((s.lock_token, action))
+    Ok((s.lock_token.parse(), action))
 }
 
 async fn settle(
@@ -209,11 +210,12 @@ async fn settle(
     } else {
         (vec![from_json::<Settle>(body)?], false)
     };
+    // Each answer names its token as the request gave it.
+    let tokens: Vec<String> = items.iter().map(|s| s.lock_token.clone()).collect();
     let settlements = items
         .into_iter()
         .map(settlement)
         .collect::<Result<Vec<_>, _>>()?;
-    let tokens: Vec<String> = settlements.iter().map(|(t, _)| t.clone()).collect();
     let outcome = s.broker.settle(&queue, settlements).await?;
     let mut results = Vec::with_capacity(tokens.len());
     for (token, r) in tokens.into_iter().zip(outcome) {

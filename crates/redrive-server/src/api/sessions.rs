@@ -45,7 +45,12 @@ async fn renew(
 ) -> Result<Json<SessionLock>, ApiError> {
     let l = s
         .broker
-        .renew_session(&queue, &session, &req.lock_token, req.lock_duration_ms)
+        .renew_session(
+            &queue,
+            &session,
+            &req.lock_token.parse(),
+            req.lock_duration_ms,
+        )
         .await?;
     Ok(Json(lock_out(l)))
 }
@@ -56,7 +61,7 @@ async fn release(
     ApiJson(req): ApiJson<SessionTokenRequest>,
 ) -> Result<StatusCode, ApiError> {
     s.broker
-        .release_session(&queue, &session, &req.lock_token)
+        .release_session(&queue, &session, &req.lock_token.parse())
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }

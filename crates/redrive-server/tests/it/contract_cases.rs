@@ -265,7 +265,7 @@ async fn a_decision_is_recorded_within_one_pass_of_the_case_worker() {
             .await
             .unwrap();
         s.broker
-            .settle_dead_letter("orders", &got[0].lock_token, true, &actor)
+            .settle_dead_letter("orders", &got[0].lock_token.parse(), true, &actor)
             .await
             .unwrap();
         let pass = s.broker.cases_once().await.unwrap();

@@ -247,7 +247,7 @@ async fn a_quarantined_event_keeps_no_count_in_its_body_in_either_record_format(
         // Restored, both resume at |1.
         for id in [&message, &imported] {
             s.broker
-                .restore_dead_letter("q", id, false, &system())
+                .restore_dead_letter("q", &id.parse(), false, &system())
                 .await
                 .unwrap();
         }

@@ -36,3 +36,4 @@ mod sessions;
 mod tls;
 mod topics;
 mod transport;
+mod typed_ids;

@@ -345,7 +345,7 @@ async fn restore_resumes_the_cap_at_zero_and_requarantines_the_rest_saying_so_fi
 
         let preview = s
             .broker
-            .restore_dead_letter("q", &capped, true, &system())
+            .restore_dead_letter("q", &capped.parse(), true, &system())
             .await
             .unwrap();
         assert_eq!((preview.republish, preview.restored), (1, false), "{name}");
@@ -358,7 +358,7 @@ async fn restore_resumes_the_cap_at_zero_and_requarantines_the_rest_saying_so_fi
 
         let done = s
             .broker
-            .restore_dead_letter("q", &capped, false, &system())
+            .restore_dead_letter("q", &capped.parse(), false, &system())
             .await
             .unwrap();
         assert!(done.restored, "{name}");
@@ -369,7 +369,7 @@ async fn restore_resumes_the_cap_at_zero_and_requarantines_the_rest_saying_so_fi
 
         let preview = s
             .broker
-            .restore_dead_letter("q", &never, false, &system())
+            .restore_dead_letter("q", &never.parse(), false, &system())
             .await
             .unwrap();
         assert_eq!(
@@ -390,7 +390,7 @@ async fn restore_resumes_the_cap_at_zero_and_requarantines_the_rest_saying_so_fi
         let live = dead_letter(&s, "q", Letter::new("z")).await;
         assert!(
             s.broker
-                .restore_dead_letter("q", &live, true, &system())
+                .restore_dead_letter("q", &live.parse(), true, &system())
                 .await
                 .is_err()
         );
@@ -446,11 +446,11 @@ async fn the_drain_makes_stranded_records_candidates_and_skips_young_archived_an
         let archived = dead_letter(&s, "q", Letter::new("archived")).await;
         let quarantined = dead_letter(&s, "q", Letter::new("quarantined")).await;
         s.broker
-            .move_dead_letter("q", &archived, Area::Archived, &system())
+            .move_dead_letter("q", &archived.parse(), Area::Archived, &system())
             .await
             .unwrap();
         s.broker
-            .move_dead_letter("q", &quarantined, Area::Quarantine, &system())
+            .move_dead_letter("q", &quarantined.parse(), Area::Quarantine, &system())
             .await
             .unwrap();
         s.advance(30_001);
@@ -499,7 +499,7 @@ async fn retention_deletes_every_area_at_30_days_with_its_metric() {
         let b = dead_letter(&s, "q", Letter::new("b")).await;
         dead_letter(&s, "forever", Letter::new("f")).await;
         s.broker
-            .move_dead_letter("q", &b, Area::Quarantine, &system())
+            .move_dead_letter("q", &b.parse(), Area::Quarantine, &system())
             .await
             .unwrap();
         // The sweep of the running server applies the same rule on its own schedule:
@@ -512,11 +512,17 @@ async fn retention_deletes_every_area_at_30_days_with_its_metric() {
         let kept = dead_letter(&s, "q", Letter::new("c")).await;
         s.broker.expire_dead_letters().await.unwrap();
         assert!(
-            s.broker.get_dead_letter("q", &a, &system()).await.is_err(),
+            s.broker
+                .get_dead_letter("q", &a.parse(), &system())
+                .await
+                .is_err(),
             "{name}"
         );
         assert!(
-            s.broker.get_dead_letter("q", &b, &system()).await.is_err(),
+            s.broker
+                .get_dead_letter("q", &b.parse(), &system())
+                .await
+                .is_err(),
             "{name}: every area"
         );
         record(&s, "q", &kept).await;

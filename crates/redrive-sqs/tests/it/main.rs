@@ -17,4 +17,5 @@ mod messages;
 mod moves;
 mod query;
 mod queues;
+mod receipts;
 mod support;
