@@ -35,4 +35,5 @@ mod seed_003;
 mod sessions;
 mod tls;
 mod topics;
+mod transactions;
 mod transport;
