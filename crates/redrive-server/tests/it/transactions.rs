@@ -46,6 +46,26 @@ async fn declared_over_the_bound(s: &TestServer) -> String {
     String::from_utf8_lossy(&seen).into_owned()
 }
 
+/// The answer has exactly the fields the OpenAPI document gives it, the required ones
+/// present.
+fn fits_the_document(answer: &Value) {
+    let doc: Value = serde_json::from_str(redrive_api::OPENAPI_JSON).unwrap();
+    let schemas = &doc["components"]["schemas"];
+    let check = |schema: &Value, v: &Value| {
+        let props = schema["properties"].as_object().unwrap();
+        for (k, _) in v.as_object().unwrap() {
+            assert!(props.contains_key(k), "`{k}` is not documented: {v}");
+        }
+        for r in schema["required"].as_array().unwrap() {
+            assert!(v.get(r.as_str().unwrap()).is_some(), "{r} is missing: {v}");
+        }
+    };
+    check(&schemas["TransactionResponse"], answer);
+    for r in answer["results"].as_array().unwrap() {
+        check(&schemas["OperationResult"], r);
+    }
+}
+
 fn token_of(delivery: &Value) -> String {
     delivery["lock_token"].as_str().unwrap().to_owned()
 }
@@ -97,6 +117,7 @@ async fn a_transaction_completes_the_original_and_sends_its_follow_up() {
         assert_eq!(v["results"][1]["message_id"], original.as_str());
         assert!(ids(&s, "orders").await.is_empty());
         assert_eq!(ids(&s, "payments").await, [format!("charge-{original}")]);
+        fits_the_document(&v);
 
         // Audited like its parts: each decision, and the transaction naming them.
         let entries = s.audit("limit=100").await;
@@ -175,7 +196,8 @@ async fn a_lost_lock_refuses_the_whole_group_and_names_the_operation() {
         assert_eq!(s.counts("orders").await["locked"], 1);
         let refused = s.audit("action=transaction").await;
         assert_eq!(refused.len(), 1);
-        assert_eq!(refused[0]["outcome"], "error:lock_lost");
+        // The outcome names the error as other audited refusals do.
+        assert_eq!(refused[0]["outcome"], "error:locklost");
         assert!(
             refused[0]["targets"]
                 .as_array()
