@@ -35,7 +35,7 @@ use redrive_store::{
 
 pub use redrive_store::TxApplied;
 
-use crate::messages::{BROKER_REASONS, Outgoing, Settle, check_lock_ms, check_message};
+use crate::messages::{BROKER_REASONS, LockBounds, Outgoing, Settle, check_message};
 use crate::metrics::Counter;
 use crate::{Actor, Broker, BrokerError, BrokerResult};
 
@@ -161,13 +161,15 @@ pub struct TransactionApplied {
     pub results: Vec<TxApplied>,
 }
 
-/// Checks a settlement as [`Broker::settle`] checks it (native lock bounds): an
-/// application's dead-letter reason and description, its classifier, an abandon's delay,
-/// a renewal's lock duration.
-pub(crate) fn check_settlement(action: &SettleAction) -> BrokerResult<()> {
+// ---- the checks a transaction's operations share with their single counterparts ----
+
+/// Checks a settlement, alone ([`Broker::settle_with`]) or in a transaction (native
+/// bounds): an application's dead-letter reason and description, its classifier, an
+/// abandon's delay, a renewal's lock duration within `bounds`.
+pub(crate) fn check_settlement(action: &SettleAction, bounds: LockBounds) -> BrokerResult<()> {
     match action {
         SettleAction::Renew { lock_ms, .. } => {
-            check_lock_ms(*lock_ms)?;
+            bounds.check(*lock_ms)?;
         }
         SettleAction::DeadLetter {
             reason,
@@ -244,7 +246,7 @@ fn settle_action(s: Settle, queue_lock_ms: u64) -> SettleAction {
     }
 }
 
-/// The message to store for `m` on `queue`, checked and filled in as a send fills it:
+/// The message to store for `m` on `queue`, alone ([`Broker::send`]) or in a transaction:
 /// bounds and the queue's size limit, its session rule, a generated id, the expiry from
 /// the message's time to live or the queue's default.
 pub(crate) fn new_message(
@@ -486,7 +488,7 @@ impl Broker {
                 lock_token, action, ..
             } => {
                 let action = settle_action(action, policy.lock_duration_ms);
-                check_settlement(&action)?;
+                check_settlement(&action, LockBounds::Native)?;
                 TxOperation::Settle {
                     queue: name,
                     settlement: Settlement { lock_token, action },
@@ -575,6 +577,10 @@ mod tests {
         assert_eq!((whole.operation, whole.kind), (None, None));
     }
 
+    fn check_settlement_natively(action: &SettleAction) -> BrokerResult<()> {
+        check_settlement(action, LockBounds::Native)
+    }
+
     #[test]
     fn settlements_are_checked_as_the_single_settle_checks_them() {
         let dl = |reason: &str| SettleAction::DeadLetter {
@@ -583,20 +589,20 @@ mod tests {
             by_broker: false,
             classifier: redrive_core::Classifier::default(),
         };
-        assert!(check_settlement(&dl("Invalid")).is_ok());
-        assert!(check_settlement(&dl("")).is_err());
-        assert!(check_settlement(&dl("MaxDeliveryCountExceeded")).is_err());
+        assert!(check_settlement_natively(&dl("Invalid")).is_ok());
+        assert!(check_settlement_natively(&dl("")).is_err());
+        assert!(check_settlement_natively(&dl("MaxDeliveryCountExceeded")).is_err());
         let renew = |lock_ms| SettleAction::Renew {
             lock_ms,
             cap_from_receive_ms: None,
         };
-        assert!(check_settlement(&renew(30_000)).is_ok());
-        assert!(check_settlement(&renew(10)).is_err());
+        assert!(check_settlement_natively(&renew(30_000)).is_ok());
+        assert!(check_settlement_natively(&renew(10)).is_err());
         let abandon = |d| SettleAction::Abandon {
             delay_ms: Some(d),
             last_attempt: None,
         };
-        assert!(check_settlement(&abandon(1_000)).is_ok());
-        assert!(check_settlement(&abandon(policy::MAX_DEDUP_WINDOW_MS + 1)).is_err());
+        assert!(check_settlement_natively(&abandon(1_000)).is_ok());
+        assert!(check_settlement_natively(&abandon(policy::MAX_DEDUP_WINDOW_MS + 1)).is_err());
     }
 }
