@@ -10,6 +10,7 @@
 //! - [`message`]: send, receive, peek, settle, sessions.
 //! - [`dead_letter`]: the dead-letter store.
 //! - [`topic`]: topics, subscriptions and publishing.
+//! - [`transaction`]: a group of sends and settlements across queues, all or nothing.
 //! - [`access`]: tokens and the audit log.
 //! - [`register`]: the idempotency register of replayable message types.
 //! - [`case`]: recovery cases, intents and effect authorities.
@@ -24,6 +25,7 @@ pub mod queue;
 pub mod register;
 pub mod replay;
 pub mod topic;
+pub mod transaction;
 
 pub use problem::{ErrorCode, Problem};
 

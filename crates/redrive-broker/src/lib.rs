@@ -30,6 +30,8 @@
 //! - `topics`: topics, subscriptions (each owns a queue) and publishing.
 //! - `dispatcher`: push delivery of push subscriptions' events, with retries.
 //! - `forward`: copies of push dead letters into a dead-letter topic.
+//! - `transactions`: a group of sends, settlements and cancels across queues, applied
+//!   all or nothing ([`Broker::transaction`]).
 //! - `push_stats`: per-subscription delivery counters and the latency histogram.
 //! - `metrics`: counters and the Prometheus rendering.
 //! - `health`: whether the store answers, for `/healthz`.
@@ -61,6 +63,7 @@ mod sweeper;
 mod tests;
 mod topics;
 mod trace;
+mod transactions;
 mod waiters;
 mod worker;
 
@@ -104,6 +107,9 @@ pub use topics::{
     EventInput, MAX_PUBLISH_BATCH, PUBLISH_MEDIA_TYPES, PUSH_MAX_DELIVERY_COUNT, PublishedEvent,
     PushInput, SUBSCRIPTION_LOCK_MS, SubscriptionInput, SubscriptionView, VALIDATION_ORIGIN,
     subscription_queue,
+};
+pub use transactions::{
+    MAX_TRANSACTION_OPERATIONS, TransactionApplied, TransactionError, TxApplied, TxOp,
 };
 
 use redrive_core::Clock;

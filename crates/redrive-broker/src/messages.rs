@@ -4,10 +4,10 @@
 use std::pin::pin;
 
 use redrive_core::id::{IdError, LockToken, Named};
-use redrive_core::{EntityName, Properties, PropertyValue, QueuePolicy, Timestamp, id, policy};
+use redrive_core::{EntityName, Properties, PropertyValue, QueuePolicy, Timestamp, policy};
 use redrive_store::{
-    Delivery, Enqueued, NewMessage, QueueRecord, ReceiveParams, SessionRef, SettleAction,
-    SettleOutcome, Settled, Settlement, StoreError, StoredMessage,
+    Delivery, Enqueued, QueueRecord, ReceiveParams, SessionRef, SettleAction, SettleOutcome,
+    Settled, Settlement, StoreError, StoredMessage,
 };
 
 use tokio_util::sync::CancellationToken;
@@ -407,31 +407,7 @@ impl Broker {
         let now = self.now();
         let mut batch = Vec::with_capacity(messages.len());
         for m in messages {
-            check_message(&name, &m, policy.max_message_size)?;
-            if policy.requires_session && m.session_id.is_none() {
-                return Err(redrive_store::StoreError::SessionRequired {
-                    queue: name.to_string(),
-                }
-                .into());
-            }
-            if m.ttl_ms == Some(0) {
-                return Err(BrokerError::invalid("time_to_live_ms", "must be positive"));
-            }
-            let ttl = m.ttl_ms.or(policy.default_ttl_ms);
-            let start = m.scheduled_at.map_or(now, |s| s.max(now));
-            batch.push(NewMessage {
-                message_id: m.message_id.unwrap_or_else(id::new_message_id),
-                body: m.body,
-                content_type: m.content_type,
-                properties: m.properties,
-                correlation_id: m.correlation_id,
-                session_id: m.session_id,
-                message_type: m.message_type,
-                intent: m.intent,
-                valid_until: m.valid_until,
-                scheduled_at: m.scheduled_at.filter(|s| *s > now),
-                expires_at: ttl.map(|t| start.plus_millis(i64::try_from(t).unwrap_or(i64::MAX))),
-            });
+            batch.push(crate::transactions::new_message(&name, policy, m, now)?);
         }
         let results = self.inner.store.enqueue(&name, batch, now).await?;
         let dups = results.iter().filter(|r| r.duplicate).count() as u64;
@@ -770,55 +746,7 @@ impl Broker {
             ));
         }
         for (_, action) in &items {
-            match action {
-                SettleAction::Renew { lock_ms, .. } => {
-                    bounds.check(*lock_ms)?;
-                }
-                SettleAction::DeadLetter {
-                    reason,
-                    description,
-                    by_broker,
-                    classifier,
-                } => {
-                    for (field, value) in [
-                        ("consumer", &classifier.consumer),
-                        ("rule_version", &classifier.rule_version),
-                    ] {
-                        if let Some(v) = value
-                            && let Err(why) = redrive_core::dead_letter::check_classifier(v)
-                        {
-                            return Err(BrokerError::invalid(field, why));
-                        }
-                    }
-                    if reason.is_empty() || reason.len() > 256 {
-                        return Err(BrokerError::invalid(
-                            "reason",
-                            "must be 1 to 256 characters",
-                        ));
-                    }
-                    if !by_broker && BROKER_REASONS.contains(&reason.as_str()) {
-                        return Err(BrokerError::invalid(
-                            "reason",
-                            format!(
-                                "`{reason}` is a reason code the broker writes; \
-                                 an application's dead letter needs a reason of its own"
-                            ),
-                        ));
-                    }
-                    if description.as_ref().is_some_and(|d| d.len() > 4096) {
-                        return Err(BrokerError::invalid(
-                            "description",
-                            "must be at most 4096 characters",
-                        ));
-                    }
-                }
-                SettleAction::Abandon {
-                    delay_ms: Some(d), ..
-                } if *d > policy::MAX_DEDUP_WINDOW_MS => {
-                    return Err(BrokerError::invalid("delay_ms", "must be at most 7 days"));
-                }
-                _ => {}
-            }
+            crate::transactions::check_settlement(action, bounds)?;
         }
         let actions: Vec<Counter> = items
             .iter()

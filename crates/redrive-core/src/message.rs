@@ -29,3 +29,12 @@ pub const DEAD_LETTER_REASON_PROPERTY: &str = "DeadLetterReason";
 pub const DEAD_LETTER_DESCRIPTION_PROPERTY: &str = "DeadLetterErrorDescription";
 /// Property set on a message forwarded to a dead-letter queue: the queue it came from.
 pub const DEAD_LETTER_SOURCE_PROPERTY: &str = "DeadLetterSource";
+/// Property set on a message the broker republishes as a dead letter on another queue:
+/// the entity it came from, unless the message carries one already. The name Pulsar's
+/// Java client gives it, so that a dead-letter queue reads the same whichever side
+/// diverted the message.
+pub const REAL_TOPIC_PROPERTY: &str = "REAL_TOPIC";
+/// Property set on a message the broker republishes as a dead letter on another queue:
+/// the original message id, unless the message carries one already (Pulsar's Java
+/// client's name, as [`REAL_TOPIC_PROPERTY`]).
+pub const ORIGIN_MESSAGE_ID_PROPERTY: &str = "ORIGIN_MESSAGE_ID";

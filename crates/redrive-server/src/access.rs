@@ -62,6 +62,13 @@ pub const ROUTES: &[RouteRule] = {
         ),
         (Method::POST, "/v1/queues/{name}/receive", &[Receive], Q),
         (Method::POST, "/v1/queues/{name}/settle", &[Settle], Q),
+        // Each operation's queue is in the body: the broker checks each one's role on it.
+        (
+            Method::POST,
+            "/v1/transactions",
+            &[Send, Settle, CancelScheduled],
+            None,
+        ),
         (
             Method::POST,
             "/v1/queues/{name}/sessions/accept",

@@ -192,6 +192,8 @@ pub fn router(state: AppState) -> Router {
         .merge(api::cases::payload_router())
         .merge(api::ops::router().layer(small))
         .merge(api::topics::router())
+        // A transaction carries messages, within a bound of its own.
+        .merge(api::transactions::router())
         // Every routed request is authenticated and checked against `access::ROUTES`.
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -113,6 +113,7 @@ macro_rules! store_conformance_tests {
             group_ordering_concurrent_receivers_never_share_a_group,
             // dead letters
             dead_letter_to_another_queue_forwards_copy_and_keeps_evidence,
+            a_forwarded_copy_carries_its_origin_unless_it_has_one,
             application_dead_letter_to_missing_queue_is_refused_and_changes_nothing,
             broker_dead_letter_to_missing_queue_falls_back_to_own_store,
             resubmit_creates_new_sequence_and_archives_record,
@@ -152,6 +153,12 @@ macro_rules! store_conformance_tests {
             duplicate_event_inside_window_is_not_fanned_out_again,
             without_topic_window_duplicates_fan_out,
             delete_topic_and_subscription_need_force,
+            // transactions
+            a_transaction_whose_last_operation_lost_its_lock_applies_nothing,
+            a_good_transaction_applies_every_operation,
+            each_operation_of_a_transaction_sees_the_ones_before_it,
+            a_refused_operation_is_named_with_its_single_counterpart_s_error,
+            a_completion_and_its_follow_up_are_seen_together,
             // access: tokens and the audit log
             tokens_are_created_listed_and_found,
             revoking_a_token_keeps_its_first_revocation_time,

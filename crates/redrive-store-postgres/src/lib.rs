@@ -221,6 +221,7 @@ mod rows;
 mod schema;
 mod sessions;
 mod topics;
+mod transactions;
 mod wakeups;
 
 use std::future::Future;
@@ -646,6 +647,20 @@ impl Store for PostgresStore {
         write_tx!(self, |db| messages::settle(db, queue, &items, now), |out| {
             woken(&out.effects)
         })
+    }
+
+    async fn apply_transaction(
+        &self,
+        operations: Vec<redrive_store::TxOperation>,
+        now: Timestamp,
+    ) -> StoreResult<Result<redrive_store::TransactionOutcome, redrive_store::TransactionRefusal>>
+    {
+        let result = write_tx!(
+            self,
+            |db| transactions::apply(db, &operations, now),
+            |out| out.woken(&operations)
+        );
+        redrive_store::transaction::settle_refusal(result)
     }
 
     async fn next_wake(

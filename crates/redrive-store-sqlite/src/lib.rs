@@ -104,6 +104,7 @@ mod rows;
 mod schema;
 mod sessions;
 mod topics;
+mod transactions;
 mod writer;
 
 use std::path::Path;
@@ -367,6 +368,19 @@ impl Store for SqliteStore {
         self.writer
             .write(move |tx| messages::settle(tx, &queue, items, now))
             .await
+    }
+
+    async fn apply_transaction(
+        &self,
+        operations: Vec<redrive_store::TxOperation>,
+        now: Timestamp,
+    ) -> StoreResult<Result<redrive_store::TransactionOutcome, redrive_store::TransactionRefusal>>
+    {
+        let result = self
+            .writer
+            .write(move |tx| transactions::apply(tx, operations, now))
+            .await;
+        redrive_store::transaction::settle_refusal(result)
     }
 
     async fn next_wake(

@@ -4,6 +4,7 @@
 
 use redrive_core::message::{
     DEAD_LETTER_DESCRIPTION_PROPERTY, DEAD_LETTER_REASON_PROPERTY, DEAD_LETTER_SOURCE_PROPERTY,
+    ORIGIN_MESSAGE_ID_PROPERTY, REAL_TOPIC_PROPERTY,
 };
 use redrive_core::{
     Area, DeadLetterReason, EntityName, EvidenceQuality, MessageMeta, Properties, PropertyValue,
@@ -77,9 +78,12 @@ pub fn broker_description(
 }
 
 /// The properties of the copy forwarded to a dead-letter queue: the message's own, plus
-/// why, the description and the queue it came from.
+/// why, the description and the queue it came from; and, unless the message carries them
+/// already (it was diverted before), its origin under the names Pulsar's Java client
+/// uses: [`REAL_TOPIC_PROPERTY`] (the queue) and [`ORIGIN_MESSAGE_ID_PROPERTY`] (its id).
 pub fn forwarded_properties(
     properties: &Properties,
+    message_id: &str,
     reason: &DeadLetterReason,
     description: Option<&str>,
     source: &EntityName,
@@ -99,6 +103,12 @@ pub fn forwarded_properties(
         DEAD_LETTER_SOURCE_PROPERTY.to_owned(),
         PropertyValue::String(source.to_string()),
     );
+    props
+        .entry(REAL_TOPIC_PROPERTY.to_owned())
+        .or_insert_with(|| PropertyValue::String(source.to_string()));
+    props
+        .entry(ORIGIN_MESSAGE_ID_PROPERTY.to_owned())
+        .or_insert_with(|| PropertyValue::String(message_id.to_owned()));
     props
 }
 
@@ -350,9 +360,35 @@ mod tests {
     fn forwarded_copies_say_why_and_where_from() {
         let p = forwarded_properties(
             &Properties::new(),
+            "m-1",
             &DeadLetterReason::TtlExpired,
             Some("late"),
             &n("orders"),
+        );
+        assert_eq!(p["REAL_TOPIC"], PropertyValue::String("orders".into()));
+        assert_eq!(p["ORIGIN_MESSAGE_ID"], PropertyValue::String("m-1".into()));
+        // A message diverted before keeps the origin it carries.
+        let mut diverted = Properties::new();
+        diverted.insert("REAL_TOPIC".into(), PropertyValue::String("numbers".into()));
+        diverted.insert(
+            "ORIGIN_MESSAGE_ID".into(),
+            PropertyValue::String("3:0:-1".into()),
+        );
+        let again = forwarded_properties(
+            &diverted,
+            "m-1",
+            &DeadLetterReason::TtlExpired,
+            None,
+            &n("orders"),
+        );
+        assert_eq!(again["REAL_TOPIC"], PropertyValue::String("numbers".into()));
+        assert_eq!(
+            again["ORIGIN_MESSAGE_ID"],
+            PropertyValue::String("3:0:-1".into())
+        );
+        assert_eq!(
+            again["DeadLetterSource"],
+            PropertyValue::String("orders".into())
         );
         assert_eq!(
             p["DeadLetterReason"],

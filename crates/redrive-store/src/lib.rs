@@ -11,8 +11,9 @@
 //! broker needs it to, and every change is exercised by `redrive-store-conformance`.
 //!
 //! Writes that the backend acknowledges are durable (committed and synced). Backends are
-//! free to share one commit among concurrent calls (group commit); a later issue adds
-//! multi-operation transactions on top of the same mechanism.
+//! free to share one commit among concurrent calls (group commit);
+//! [`Store::apply_transaction`] applies a group of operations across queues in one
+//! transaction on top of the same mechanism.
 //!
 //! What the backends do alike between reading a row and writing one lives once, in
 //! [`skeleton`]; each backend keeps only its SQL and its transactions.
@@ -25,6 +26,7 @@ mod move_task;
 mod register;
 mod replay_plan;
 pub mod skeleton;
+pub mod transaction;
 mod types;
 
 pub use access::*;
@@ -33,6 +35,7 @@ pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use move_task::*;
 pub use register::*;
 pub use replay_plan::*;
+pub use transaction::{TransactionOutcome, TransactionRefusal, TxApplied, TxOperation};
 pub use types::*;
 
 use async_trait::async_trait;
@@ -154,6 +157,19 @@ pub trait Store: Send + Sync + 'static {
         items: Vec<Settlement>,
         now: Timestamp,
     ) -> StoreResult<SettleOutcome>;
+
+    /// Applies a group of operations — sends, settlements, cancels of scheduled messages,
+    /// on any queues — in one transaction, in order, each decided as its single
+    /// counterpart decides it and seeing what the ones before it wrote (see
+    /// [`transaction`]). `Ok(Ok(..))`: every operation was applied, one result each, in
+    /// one commit. `Ok(Err(refusal))`: the operation it names was refused (a lost lock, an
+    /// unknown queue, a message not scheduled…) and nothing of the group was written.
+    /// `Err`: the storage failed; nothing was acknowledged.
+    async fn apply_transaction(
+        &self,
+        operations: Vec<TxOperation>,
+        now: Timestamp,
+    ) -> StoreResult<Result<TransactionOutcome, TransactionRefusal>>;
 
     /// The earliest time after `now` at which something may become receivable on the
     /// queue (a scheduled or backed-off message, or a lock running out); long polls sleep

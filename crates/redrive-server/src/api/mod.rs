@@ -11,3 +11,4 @@ pub(crate) mod register;
 pub(crate) mod replay;
 pub(crate) mod sessions;
 pub(crate) mod topics;
+pub(crate) mod transactions;

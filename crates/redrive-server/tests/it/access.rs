@@ -25,6 +25,7 @@ fn allowed(role: &str) -> BTreeSet<(&'static str, &'static str)> {
             ("POST", "/v1/topics/{topic}/events"),
             ("POST", "/v1/intents/{id}/cancel"),
             ("POST", "/v1/intents/{id}/supersede"),
+            ("POST", "/v1/transactions"),
         ],
         "consumer" => &[
             ("POST", "/v1/queues/{name}/messages/deferred/receive"),
@@ -33,6 +34,7 @@ fn allowed(role: &str) -> BTreeSet<(&'static str, &'static str)> {
             ("POST", "/v1/queues/{name}/sessions/accept"),
             ("POST", "/v1/queues/{name}/sessions/{session}/renew"),
             ("POST", "/v1/queues/{name}/sessions/{session}/release"),
+            ("POST", "/v1/transactions"),
         ],
         "operator" => &[
             ("GET", "/v1/queues"),

@@ -35,5 +35,6 @@ mod seed_003;
 mod sessions;
 mod tls;
 mod topics;
+mod transactions;
 mod transport;
 mod typed_ids;

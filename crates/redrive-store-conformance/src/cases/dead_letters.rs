@@ -2,7 +2,7 @@
 
 use redrive_core::message::{
     DEAD_LETTER_DESCRIPTION_PROPERTY, DEAD_LETTER_REASON_PROPERTY, DEAD_LETTER_SOURCE_PROPERTY,
-    RESUBMITTED_FROM_PROPERTY,
+    ORIGIN_MESSAGE_ID_PROPERTY, REAL_TOPIC_PROPERTY, RESUBMITTED_FROM_PROPERTY,
 };
 
 use super::prelude::*;
@@ -116,6 +116,8 @@ pub async fn dead_letter_to_another_queue_forwards_copy_and_keeps_evidence(t: &T
     expected.insert(DEAD_LETTER_REASON_PROPERTY.into(), text("Bad"));
     expected.insert(DEAD_LETTER_DESCRIPTION_PROPERTY.into(), text("why"));
     expected.insert(DEAD_LETTER_SOURCE_PROPERTY.into(), text("orders"));
+    expected.insert(REAL_TOPIC_PROPERTY.into(), text("orders"));
+    expected.insert(ORIGIN_MESSAGE_ID_PROPERTY.into(), text("m1"));
     assert_eq!(copy.properties, expected);
     let got = t.take(&dlq, 10, 30_000, secs(3)).await;
     assert_eq!(seqs(&got), [1, 2]);
@@ -542,4 +544,82 @@ pub async fn unknown_dead_letter_is_not_found(t: &TestStore) {
         StoreError::DeadLetterNotFound { .. }
     );
     assert_eq!(t.s().get_dead_letter(&q, &id).await.unwrap().id, id);
+}
+
+pub async fn a_forwarded_copy_carries_its_origin_unless_it_has_one(t: &TestStore) {
+    let dlq = t.queue("numbers-dlq", QueuePolicy::default()).await;
+    let q = t
+        .queue(
+            "numbers",
+            policy(|p| {
+                p.dead_letter_queue = Some(name("numbers-dlq"));
+                p.max_delivery_count = 1;
+            }),
+        )
+        .await;
+    // One message as sent; one diverted before, carrying the origin it was given then.
+    let mut diverted = Properties::new();
+    diverted.insert(REAL_TOPIC_PROPERTY.into(), text("orders"));
+    diverted.insert(ORIGIN_MESSAGE_ID_PROPERTY.into(), text("3:0:-1"));
+    t.send(
+        &q,
+        vec![
+            msg("n1", b"1"),
+            NewMessage {
+                properties: diverted,
+                ..msg("n3", b"3")
+            },
+        ],
+        T0,
+    )
+    .await;
+    // Dead-lettered by the broker (max delivery count, at the abandon) and by the
+    // application: the server's own republish either way.
+    let d = t.take(&q, 2, 30_000, T0).await;
+    t.settle1(
+        &q,
+        &d[0].lock_token,
+        SettleAction::Abandon {
+            delay_ms: None,
+            last_attempt: None,
+        },
+        secs(1),
+    )
+    .await
+    .unwrap();
+    t.settle1(
+        &q,
+        &d[1].lock_token,
+        SettleAction::DeadLetter {
+            reason: "Odd".into(),
+            description: None,
+            by_broker: false,
+            classifier: redrive_core::Classifier::default(),
+        },
+        secs(1),
+    )
+    .await
+    .unwrap();
+    let copies = t.s().peek(&dlq, 1, 10, secs(1)).await.unwrap();
+    let origin: Vec<(&str, &PropertyValue, &PropertyValue)> = copies
+        .iter()
+        .map(|m| {
+            (
+                m.message_id.as_str(),
+                &m.properties[REAL_TOPIC_PROPERTY],
+                &m.properties[ORIGIN_MESSAGE_ID_PROPERTY],
+            )
+        })
+        .collect();
+    assert_eq!(
+        origin,
+        [
+            ("n1", &text("numbers"), &text("n1")),
+            ("n3", &text("orders"), &text("3:0:-1")),
+        ]
+    );
+    // Where this broker took it from is still said, whatever the message carried.
+    for m in &copies {
+        assert_eq!(m.properties[DEAD_LETTER_SOURCE_PROPERTY], text("numbers"));
+    }
 }

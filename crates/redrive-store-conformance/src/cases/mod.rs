@@ -21,6 +21,7 @@ mod sessions;
 mod settle;
 mod sweep;
 mod topics;
+mod transactions;
 
 pub use access::*;
 pub use concurrency::*;
@@ -42,6 +43,7 @@ pub use sessions::*;
 pub use settle::*;
 pub use sweep::*;
 pub use topics::*;
+pub use transactions::*;
 
 /// Imports every case file uses.
 mod prelude {

@@ -150,6 +150,7 @@ impl DeadLetterPlan {
         let row = &self.row;
         let props = forwarded_properties(
             &row.properties,
+            &row.head.message_id,
             &self.cause.reason,
             self.cause.description.as_deref(),
             &self.source,

@@ -10,6 +10,7 @@
 //! - `cli_topics`: the topic, subscription and publish commands end to end.
 //! - `config`: configuration layering and refusal of unknown keys.
 //! - `crash`: SIGKILL under concurrent load, restart, and the durability check.
+//! - `crash_transactions`: SIGKILL while transactions apply; every group all or nothing.
 //! - `docs`: every command block of README.md and docs/*.md, run against a real server.
 //! - `logs`: request and broker-operation spans in the debug log.
 //! - `multinode`: three nodes on one PostgreSQL database through a node crash.
@@ -27,6 +28,7 @@ mod cli_topics;
 mod cli_usage;
 mod config;
 mod crash;
+mod crash_transactions;
 mod docs;
 mod logs;
 mod multinode;
