@@ -446,6 +446,9 @@ pub enum ProcessorError {
 pub struct ProcessorStats {
     /// Deliveries received.
     pub received: u64,
+    /// Deliveries the processor is done with, whatever the outcome (not counting those
+    /// abandoned because it stopped).
+    pub processed: u64,
     /// Deliveries handed to the handler (or the invalid-message handler).
     pub handled: u64,
     /// Deliveries completed by the processor (not counting explicit settlements).

@@ -271,9 +271,11 @@ fn truncate(s: &str, max: usize) -> String {
     s.chars().take(max).collect()
 }
 
-/// How many worker restarts a processor survives: at most `max_restarts` within any
-/// `within` on the client's clock (Elixir's supervisor defaults: 3 in 5 s). One more ends
-/// the processor.
+/// How many worker restarts (a failed divert, a panicking handler) a processor survives:
+/// at most `max_restarts` within any `within` on the client's clock; one more ends the
+/// processor. A restarted worker waits `delay` before it takes another message, so that
+/// a failure that passes (a dead-letter queue being created) is got past on the retry,
+/// and one that stays spends the budget. Defaults: 3 within 10 s, 1 s apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RestartBudget {
@@ -281,23 +283,27 @@ pub struct RestartBudget {
     pub max_restarts: u32,
     /// The period.
     pub within: Duration,
+    /// The pause of a restarted worker.
+    pub delay: Duration,
 }
 
 impl Default for RestartBudget {
     fn default() -> Self {
         RestartBudget {
             max_restarts: 3,
-            within: Duration::from_secs(5),
+            within: Duration::from_secs(10),
+            delay: Duration::from_secs(1),
         }
     }
 }
 
 impl RestartBudget {
-    /// A budget of `max_restarts` within `within`.
-    pub fn new(max_restarts: u32, within: Duration) -> RestartBudget {
+    /// A budget of `max_restarts` within `within`, restarted workers pausing `delay`.
+    pub fn new(max_restarts: u32, within: Duration, delay: Duration) -> RestartBudget {
         RestartBudget {
             max_restarts,
             within,
+            delay,
         }
     }
 }

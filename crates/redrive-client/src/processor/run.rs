@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redrive_core::clock::{Clock, Timestamp};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -80,9 +80,9 @@ impl Setup {
     }
 }
 
-#[derive(Default)]
 struct Counters {
     received: AtomicU64,
+    processed: AtomicU64,
     handled: AtomicU64,
     completed: AtomicU64,
     nacked: AtomicU64,
@@ -95,17 +95,44 @@ struct Counters {
     lock_lost: AtomicU64,
     restarts: AtomicU64,
     abandoned_on_shutdown: AtomicU64,
-}
-
-fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
+    /// The counts, published after every change.
+    watch: watch::Sender<ProcessorStats>,
 }
 
 impl Counters {
+    fn new() -> Counters {
+        let zero = AtomicU64::new;
+        Counters {
+            received: zero(0),
+            processed: zero(0),
+            handled: zero(0),
+            completed: zero(0),
+            nacked: zero(0),
+            redelivery_requested: zero(0),
+            dead_lettered: zero(0),
+            diverted: zero(0),
+            divert_failed: zero(0),
+            invalid: zero(0),
+            lock_renewed: zero(0),
+            lock_lost: zero(0),
+            restarts: zero(0),
+            abandoned_on_shutdown: zero(0),
+            watch: watch::Sender::new(ProcessorStats::default()),
+        }
+    }
+
+    /// Counts one on `c` and publishes the counts (read under the watch's lock, so a
+    /// later publication never shows older counts).
+    fn hit(&self, c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+        self.watch.send_modify(|s| *s = self.snapshot());
+    }
+
     fn snapshot(&self) -> ProcessorStats {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         ProcessorStats {
             received: g(&self.received),
+            processed: g(&self.processed),
             handled: g(&self.handled),
             completed: g(&self.completed),
             nacked: g(&self.nacked),
@@ -238,7 +265,7 @@ impl Shared {
             }
             u32::try_from(r.len()).unwrap_or(u32::MAX)
         };
-        bump(&self.stats.restarts);
+        self.stats.hit(&self.stats.restarts);
         if count <= budget.max_restarts {
             tracing::warn!(
                 target: TARGET, event = "worker_restarted", entity = %self.queue,
@@ -281,7 +308,7 @@ impl Shared {
     /// Releases a message the processor will not handle, at once.
     async fn abandon_on_shutdown(&self, m: &ReceivedMessage) {
         match self.receiver().abandon_after(m, Duration::ZERO).await {
-            Ok(()) => bump(&self.stats.abandoned_on_shutdown),
+            Ok(()) => self.stats.hit(&self.stats.abandoned_on_shutdown),
             Err(e) => self.report(
                 ErrorSource::Abandon,
                 Some(m.message_id()),
@@ -317,6 +344,12 @@ impl ProcessorHandle {
     /// What the processor did so far.
     pub fn stats(&self) -> ProcessorStats {
         self.shared.stats.snapshot()
+    }
+
+    /// The counts as they change: a receiver that sees every update (to wait for a
+    /// condition: `watch.wait_for(|s| s.completed == 10)`).
+    pub fn watch_stats(&self) -> watch::Receiver<ProcessorStats> {
+        self.shared.stats.watch.subscribe()
     }
 
     /// The entity.
@@ -385,7 +418,7 @@ pub(crate) fn start(setup: Setup) -> ProcessorHandle {
         setup,
         queue,
         clock,
-        stats: Counters::default(),
+        stats: Counters::new(),
         stop: CancellationToken::new(),
         abort: CancellationToken::new(),
         shutdown_timeout: Mutex::new(None),
@@ -523,7 +556,7 @@ async fn receive_loop(shared: Arc<Shared>, held: Arc<Semaphore>, tx: mpsc::Unbou
             Ok(messages) => {
                 failures = 0;
                 for message in messages {
-                    bump(&shared.stats.received);
+                    shared.stats.hit(&shared.stats.received);
                     shared.event("received", message.message_id());
                     let Some(permit) = permits.pop() else {
                         // More messages than asked for: never kept unbounded.
@@ -584,8 +617,31 @@ async fn worker(shared: Arc<Shared>, rx: Arc<tokio::sync::Mutex<mpsc::UnboundedR
     }
 }
 
-/// One delivery: diverted, or handled with its lock renewed, then settled.
+/// One delivery, counted as processed once the processor is done with it. A worker that
+/// went down on it (a failed divert, a panicking handler) pauses before its next one,
+/// still holding its place in the concurrency bound.
 async fn process(shared: &Arc<Shared>, message: ReceivedMessage) {
+    let outcome = process_one(shared, message).await;
+    shared.stats.hit(&shared.stats.processed);
+    if outcome == Outcome::Restarted {
+        tokio::select! {
+            biased;
+            () = shared.stop.cancelled() => {}
+            () = shared.sleep(shared.options().restart_budget.delay) => {}
+        }
+    }
+}
+
+/// How a delivery ended for its worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Done,
+    /// The worker went down and is restarted.
+    Restarted,
+}
+
+/// One delivery: diverted, or handled with its lock renewed, then settled.
+async fn process_one(shared: &Arc<Shared>, message: ReceivedMessage) -> Outcome {
     let message = Arc::new(message);
     let id = message.message_id().to_owned();
     if message
@@ -594,20 +650,19 @@ async fn process(shared: &Arc<Shared>, message: ReceivedMessage) {
     {
         // Its lock ran out while it waited in the prefetch buffer: it is the server's
         // again, delivered again without this processor doing anything.
-        bump(&shared.stats.lock_lost);
+        shared.stats.hit(&shared.stats.lock_lost);
         shared.event("lock_lost", &id);
         shared.report(
             ErrorSource::RenewLock,
             Some(&id),
             ProcessingError::LockExpired,
         );
-        return;
+        return Outcome::Done;
     }
     if let Some(policy) = &shared.options().dead_letter_policy
         && message.delivery_count() > policy.max_redelivery
     {
-        divert(shared, policy, &message).await;
-        return;
+        return divert(shared, policy, &message).await;
     }
     let ctx = Arc::new(DeliveryCtx {
         receiver: shared.receiver().clone(),
@@ -616,7 +671,7 @@ async fn process(shared: &Arc<Shared>, message: ReceivedMessage) {
         settled: Mutex::new(false),
         cancel: CancellationToken::new(),
     });
-    bump(&shared.stats.handled);
+    shared.stats.hit(&shared.stats.handled);
     let mut handler = tokio::spawn((shared.setup.dispatch)(ctx.clone()));
     let renewal = renew_message_lock(shared, &message, &ctx);
     tokio::pin!(renewal);
@@ -644,7 +699,7 @@ async fn process(shared: &Arc<Shared>, message: ReceivedMessage) {
                 Ok(p) => panic_text(p.as_ref()),
                 Err(_) => "the handler was cancelled".to_owned(),
             };
-            bump(&shared.stats.nacked);
+            shared.stats.hit(&shared.stats.nacked);
             shared.event("nacked", &id);
             shared.remember_error(&id, format!("handler panicked: {why}"));
             if !ctx.is_settled() {
@@ -656,14 +711,16 @@ async fn process(shared: &Arc<Shared>, message: ReceivedMessage) {
                 ProcessingError::Panicked(why.clone()),
             );
             shared.restart(&format!("handler panicked on message {id}: {why}"));
+            return Outcome::Restarted;
         }
         Some(Ok(Handled { invalid, result })) => {
             if invalid.is_some() {
-                bump(&shared.stats.invalid);
+                shared.stats.hit(&shared.stats.invalid);
             }
             settle_after(shared, &ctx, result).await;
         }
     }
+    Outcome::Done
 }
 
 /// Settles a handled delivery as its handler's result says, unless the handler did.
@@ -683,13 +740,13 @@ async fn settle_after(shared: &Arc<Shared>, ctx: &DeliveryCtx, result: Result<()
             }
             match shared.receiver().complete(message).await {
                 Ok(()) => {
-                    bump(&shared.stats.completed);
+                    shared.stats.hit(&shared.stats.completed);
                     shared.event("completed", id);
                     shared.forget_error(id);
                 }
                 Err(e) => {
                     if e.kind() == ErrorKind::LockLost {
-                        bump(&shared.stats.lock_lost);
+                        shared.stats.hit(&shared.stats.lock_lost);
                         shared.event("lock_lost", id);
                     }
                     shared.report(ErrorSource::Complete, Some(id), ProcessingError::Settle(e));
@@ -697,7 +754,7 @@ async fn settle_after(shared: &Arc<Shared>, ctx: &DeliveryCtx, result: Result<()
             }
         }
         Err(error) => {
-            bump(&shared.stats.nacked);
+            shared.stats.hit(&shared.stats.nacked);
             shared.event("nacked", id);
             let text = error.error.to_string();
             shared.remember_error(id, text.clone());
@@ -714,7 +771,7 @@ async fn settle_after(shared: &Arc<Shared>, ctx: &DeliveryCtx, result: Result<()
                             .consumer(shared.options().consumer.clone());
                         match shared.receiver().dead_letter(message, options).await {
                             Ok(_) => {
-                                bump(&shared.stats.dead_lettered);
+                                shared.stats.hit(&shared.stats.dead_lettered);
                                 shared.event("dead_lettered", id);
                                 shared.forget_error(id);
                             }
@@ -759,12 +816,12 @@ async fn redeliver(shared: &Shared, message: &ReceivedMessage, delay: Option<Dur
     };
     match r {
         Ok(()) => {
-            bump(&shared.stats.redelivery_requested);
+            shared.stats.hit(&shared.stats.redelivery_requested);
             shared.event("redelivery_requested", id);
         }
         Err(e) => {
             if e.kind() == ErrorKind::LockLost {
-                bump(&shared.stats.lock_lost);
+                shared.stats.hit(&shared.stats.lock_lost);
                 shared.event("lock_lost", id);
             }
             shared.report(ErrorSource::Abandon, Some(id), ProcessingError::Settle(e));
@@ -774,10 +831,14 @@ async fn redeliver(shared: &Shared, message: &ReceivedMessage, delay: Option<Dur
 
 /// Publishes the delivery to the policy's dead-letter queue, then acknowledges it; a
 /// failed publish leaves it unacknowledged (released at once) and restarts the worker.
-async fn divert(shared: &Arc<Shared>, policy: &DeadLetterPolicy, message: &ReceivedMessage) {
+async fn divert(
+    shared: &Arc<Shared>,
+    policy: &DeadLetterPolicy,
+    message: &ReceivedMessage,
+) -> Outcome {
     let id = message.message_id();
     let Some(sender) = &shared.setup.dead_letter else {
-        return;
+        return Outcome::Done;
     };
     let last = shared.last_error(id);
     let invalid = (shared.setup.is_invalid)(message);
@@ -791,7 +852,7 @@ async fn divert(shared: &Arc<Shared>, policy: &DeadLetterPolicy, message: &Recei
     match sender.send(copy).await {
         Ok(_) => match shared.receiver().complete(message).await {
             Ok(()) => {
-                bump(&shared.stats.diverted);
+                shared.stats.hit(&shared.stats.diverted);
                 shared.forget_error(id);
                 tracing::info!(
                     target: TARGET,
@@ -811,14 +872,14 @@ async fn divert(shared: &Arc<Shared>, policy: &DeadLetterPolicy, message: &Recei
                 // The copy is stored; the original comes back and is diverted again: the
                 // dead-letter queue's reader tolerates the duplicate (at-least-once).
                 if e.kind() == ErrorKind::LockLost {
-                    bump(&shared.stats.lock_lost);
+                    shared.stats.hit(&shared.stats.lock_lost);
                     shared.event("lock_lost", id);
                 }
                 shared.report(ErrorSource::Complete, Some(id), ProcessingError::Settle(e));
             }
         },
         Err(e) => {
-            bump(&shared.stats.divert_failed);
+            shared.stats.hit(&shared.stats.divert_failed);
             shared.event("divert_failed", id);
             if let Err(a) = shared
                 .receiver()
@@ -830,8 +891,10 @@ async fn divert(shared: &Arc<Shared>, policy: &DeadLetterPolicy, message: &Recei
             let why = format!("divert of message {id} to {} failed: {e}", sender.queue());
             shared.report(ErrorSource::Divert, Some(id), ProcessingError::Divert(e));
             shared.restart(&why);
+            return Outcome::Restarted;
         }
     }
+    Outcome::Done
 }
 
 /// The margin a lock is renewed ahead of its expiry: 10 s, or half the lock when that is
@@ -868,11 +931,11 @@ async fn renew_message_lock(shared: &Shared, message: &ReceivedMessage, ctx: &De
             Ok(u) => {
                 until = u;
                 next = before(u, margin);
-                bump(&shared.stats.lock_renewed);
+                shared.stats.hit(&shared.stats.lock_renewed);
                 shared.event("lock_renewed", id);
             }
             Err(e) if matches!(e.kind(), ErrorKind::LockLost | ErrorKind::NotFound) => {
-                bump(&shared.stats.lock_lost);
+                shared.stats.hit(&shared.stats.lock_lost);
                 shared.event("lock_lost", id);
                 ctx.cancel.cancel();
                 shared.report(ErrorSource::RenewLock, Some(id), ProcessingError::Settle(e));
@@ -882,7 +945,7 @@ async fn renew_message_lock(shared: &Shared, message: &ReceivedMessage, ctx: &De
                 shared.report(ErrorSource::RenewLock, Some(id), ProcessingError::Settle(e));
                 let now = shared.clock.now();
                 if now >= until {
-                    bump(&shared.stats.lock_lost);
+                    shared.stats.hit(&shared.stats.lock_lost);
                     shared.event("lock_lost", id);
                     ctx.cancel.cancel();
                     return;
@@ -945,7 +1008,7 @@ async fn run_session(shared: &Arc<Shared>, session: &SessionReceiver) {
                 Ok(messages) if messages.is_empty() => return,
                 Ok(messages) => {
                     for m in messages {
-                        bump(&shared.stats.received);
+                        shared.stats.hit(&shared.stats.received);
                         shared.event("received", m.message_id());
                         if shared.stop.is_cancelled() || lost.is_cancelled() {
                             shared.abandon_on_shutdown(&m).await;
