@@ -12,3 +12,4 @@ mod retry;
 mod sender;
 mod sessions;
 mod support;
+mod tls;

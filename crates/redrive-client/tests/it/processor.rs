@@ -565,3 +565,66 @@ fn processing_errors_name_their_kind() {
         Some(ErrorKind::LockLost)
     );
 }
+
+#[tokio::test]
+async fn a_session_held_past_its_lock_is_renewed_and_keeps_its_order() {
+    let s = TestServer::start().await;
+    s.queue(
+        "orders",
+        json!({"requires_session": true, "lock_duration_ms": 30_000}),
+    )
+    .await;
+    let c = client(&s);
+    for body in ["a1", "a2"] {
+        c.sender("orders")
+            .send(Message::new(body).with_session_id("a"))
+            .await
+            .unwrap();
+    }
+    let release = Arc::new(Semaphore::new(0));
+    let (started, mut starts) = mpsc::unbounded_channel::<String>();
+    let (on_error, mut errors) = recording();
+    let h = c
+        .processor(
+            "orders",
+            ProcessorOptions::new()
+                .sessions(true)
+                .receive_wait(Duration::from_secs(20))
+                .on_error(on_error),
+            {
+                let release = release.clone();
+                move |d| {
+                    let (release, started) = (release.clone(), started.clone());
+                    async move {
+                        let body = d.message().body_str().unwrap().to_owned();
+                        let _ = started.send(body.clone());
+                        if body == "a1" {
+                            release.acquire().await.unwrap().forget();
+                        }
+                        Ok(())
+                    }
+                }
+            },
+        )
+        .unwrap()
+        .start();
+    assert_eq!(within("a1", starts.recv()).await.unwrap(), "a1");
+    // The session's lock and a1's are both renewed 10 s before they run out.
+    s.until_parked_at(T0.plus_millis(20_000)).await;
+    s.advance(20_000);
+    s.until_parked_at(T0.plus_millis(40_000)).await;
+    s.advance(20_000);
+    release.add_permits(1);
+    // 40 s in, past both first locks: a1 completes and a2 follows in the same session.
+    assert_eq!(within("a2", starts.recv()).await.unwrap(), "a2");
+    let st = stats_until(&h, |st| st.completed == 2).await;
+    assert!(st.lock_renewed >= 1, "{st:?}");
+    assert_eq!(st.lock_lost, 0);
+    assert!(
+        errors.try_recv().is_err(),
+        "no lost lock, session or message"
+    );
+    stop(h, &s).await;
+    assert_eq!(s.counts("orders").await["locked"], 0);
+    s.stop().await;
+}
