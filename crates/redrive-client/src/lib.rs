@@ -13,7 +13,7 @@
 //!
 //! Every operation family has its error type ([`SendError`], [`ReceiveError`],
 //! [`SettleError`], [`SessionError`], [`AdminError`]), each classified by one
-//! [`ErrorKind`] and carrying the server's [`Problem`](redrive_api::Problem) document.
+//! [`ErrorKind`] and carrying the server's [`Problem`] document.
 //! Which failures are retried, and why that differs between a send and a settlement, is
 //! in [`retry`].
 //!

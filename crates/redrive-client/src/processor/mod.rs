@@ -7,9 +7,11 @@
 //!   locked in the processor (their locks are not renewed while they wait; one that runs
 //!   out before its turn is dropped, counted as a lost lock, and delivered again by the
 //!   server).
-//! - **Lock renewal**: while a handler runs, its message's lock is renewed before it runs
-//!   out, up to [`max_auto_lock_renewal`](ProcessorOptions::max_auto_lock_renewal) after
-//!   the message was received, on the client's clock.
+//! - **Lock renewal**: while a handler runs, its message's lock is renewed 10 s (or half
+//!   a lock, when that is shorter) before it runs out, up to
+//!   [`max_auto_lock_renewal`](ProcessorOptions::max_auto_lock_renewal) after the handler
+//!   started, on the client's clock. A renewal the server refuses (the lock is lost) is
+//!   reported, and [`Delivery::cancelled`] tells the handler.
 //! - **Settlement**: explicit through the [`Delivery`], or automatic: completed when the
 //!   handler returns `Ok` (with [`auto_complete`](ProcessorOptions::auto_complete)),
 //!   abandoned when it returns a transient [`HandlerError`] (after the error's delay, the
@@ -71,13 +73,14 @@ pub struct ProcessorOptions {
     /// Handlers running at once (default 1; at least 1, at most 1000). With sessions, the
     /// number of sessions held at once.
     pub max_concurrent_calls: usize,
-    /// Messages received ahead of a free handler (default 0).
+    /// Messages received ahead of a free handler (default 0). Not used with sessions,
+    /// whose messages are received one at a time, in order.
     pub prefetch: usize,
     /// Complete a message whose handler returned `Ok` without settling it (default true;
     /// false leaves it to the handler, and an unsettled message's lock runs out).
     pub auto_complete: bool,
-    /// How long after its receipt a message's lock (and a session's) is still renewed
-    /// (default 5 minutes; zero turns renewal off).
+    /// How long after its handling starts a message's lock (after its acceptance, a
+    /// session's) is still renewed (default 5 minutes; zero turns renewal off).
     pub max_auto_lock_renewal: Duration,
     /// How long each receive waits for messages (default 5 s, at most 20 s). A shutdown
     /// waits for a receive in flight, so that it cannot lock messages nobody handles.
