@@ -32,6 +32,17 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Examples
+//!
+//! Runnable against a local server (`redrive serve`; `REDRIVE_URL` and `REDRIVE_TOKEN` to
+//! point them elsewhere):
+//!
+//! - `cargo run -p redrive-client --example odds_evens`: Pulsar's dead-letter flow — odd
+//!   numbers rejected three times, then diverted to `numbers-billing-DLQ` and read back
+//!   with their origin.
+//! - `cargo run -p redrive-client --example processor`: concurrency, permanent and
+//!   transient failures, the error callback, a graceful shutdown.
+//!
 //! # Layout
 //! - `client`: [`Client`], [`ClientBuilder`] and the one request path.
 //! - [`retry`]: [`RetryOptions`] and what is retried.
