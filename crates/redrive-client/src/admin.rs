@@ -1,0 +1,107 @@
+//! Management of the entities a client sends to and receives from: queues, topics and
+//! pull subscriptions (role `operator`). Reads are retried after any transient failure;
+//! changes only after a failure that proves nothing happened.
+
+use redrive_api::queue::{CreateQueue, QueueInfo, QueuePolicy};
+use redrive_api::topic::{CreateTopic, SubscriptionInfo, TopicInfo, TopicPolicy};
+use reqwest::Method;
+use serde_json::json;
+
+use crate::client::{Client, Req, Retry};
+use crate::error::AdminError;
+use crate::sender::check_name;
+
+/// Management calls; see [`Client::admin`].
+#[derive(Debug, Clone)]
+pub struct Admin {
+    client: Client,
+}
+
+impl Admin {
+    pub(crate) fn new(client: Client) -> Admin {
+        Admin { client }
+    }
+
+    /// Creates a queue (`POST /v1/queues`).
+    pub async fn create_queue(
+        &self,
+        name: &str,
+        policy: QueuePolicy,
+    ) -> Result<QueueInfo, AdminError> {
+        check_name(&format!("create queue {name}"), name)?;
+        let body = CreateQueue {
+            name: name.to_owned(),
+            policy,
+        };
+        let url = self.client.endpoint(&["v1", "queues"]);
+        Ok(self
+            .client
+            .json(Req::new(Method::POST, url).json(&body), Retry::IfUnchanged)
+            .await?)
+    }
+
+    /// A queue with its policy and counts (`GET /v1/queues/{name}`).
+    pub async fn get_queue(&self, name: &str) -> Result<QueueInfo, AdminError> {
+        check_name(&format!("show queue {name}"), name)?;
+        let url = self.client.endpoint(&["v1", "queues", name]);
+        Ok(self
+            .client
+            .json(Req::new(Method::GET, url), Retry::Always)
+            .await?)
+    }
+
+    /// Deletes a queue; without `force`, a queue with messages is refused (`conflict`).
+    pub async fn delete_queue(&self, name: &str, force: bool) -> Result<(), AdminError> {
+        check_name(&format!("delete queue {name}"), name)?;
+        let mut url = self.client.endpoint(&["v1", "queues", name]);
+        if force {
+            url.query_pairs_mut().append_pair("force", "true");
+        }
+        self.client
+            .execute(Req::new(Method::DELETE, url), Retry::IfUnchanged)
+            .await?;
+        Ok(())
+    }
+
+    /// Creates a topic (`POST /v1/topics`).
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        policy: TopicPolicy,
+    ) -> Result<TopicInfo, AdminError> {
+        check_name(&format!("create topic {name}"), name)?;
+        let body = CreateTopic {
+            name: name.to_owned(),
+            policy,
+        };
+        let url = self.client.endpoint(&["v1", "topics"]);
+        Ok(self
+            .client
+            .json(Req::new(Method::POST, url).json(&body), Retry::IfUnchanged)
+            .await?)
+    }
+
+    /// Creates a pull subscription of `topic` taking every event, with this max delivery
+    /// count (default 10); its queue is `<topic>.<name>`.
+    pub async fn create_pull_subscription(
+        &self,
+        topic: &str,
+        name: &str,
+        max_delivery_count: Option<u32>,
+    ) -> Result<SubscriptionInfo, AdminError> {
+        let what = format!("create subscription {name} of {topic}");
+        check_name(&what, topic)?;
+        check_name(&what, name)?;
+        let mut body = json!({"name": name, "type": "pull"});
+        if let Some(n) = max_delivery_count {
+            body["max_delivery_count"] = json!(n);
+        }
+        let url = self
+            .client
+            .endpoint(&["v1", "topics", topic, "subscriptions"]);
+        Ok(self
+            .client
+            .json(Req::new(Method::POST, url).json(&body), Retry::IfUnchanged)
+            .await?)
+    }
+}
