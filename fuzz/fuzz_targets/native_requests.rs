@@ -1,6 +1,7 @@
 //! The native API's request bodies: the server's JSON extractor into each wire type, the
 //! shape dispatch of send and settle, and the pure checks the decoded values go through
-//! (policy, filter and retry validation, the send conversion).
+//! (policy, filter and retry validation, the send conversion), a transaction's operations
+//! among them.
 //!
 //! Input layout: the first byte picks the wire type, the rest is the request body.
 //!
@@ -26,6 +27,7 @@ use redrive_api::message::{
 };
 use redrive_api::queue::{CreateQueue, QueuePolicy, UpdateQueue};
 use redrive_api::topic::{CreateSubscription, CreateTopic, UpdateSubscription};
+use redrive_api::transaction::TransactionRequest;
 use redrive_core::Timestamp;
 use redrive_server::error::{ApiError, ApiJson, from_json};
 use serde::Serialize;
@@ -193,7 +195,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&sel, body)) = data.split_first() else {
         return;
     };
-    match sel % 16 {
+    match sel % 17 {
         0 => send(body),
         1 => settle(body),
         2 => plain::<ReceiveRequest>(body),
@@ -235,6 +237,19 @@ fuzz_target!(|data: &[u8]| {
         12 => plain::<ReceiveDeadLetters>(body),
         13 => plain::<SettleDeadLetter>(body),
         14 => plain::<MoveDeadLetter>(body),
-        _ => plain::<SendRequest>(body),
+        15 => plain::<SendRequest>(body),
+        _ => {
+            // A transaction's sends are checked as single sends are.
+            if let Some(t) = decode::<TransactionRequest>(body) {
+                for op in round_trip(&t).operations {
+                    if let redrive_api::transaction::TransactionOperation::Send {
+                        message, ..
+                    } = op
+                    {
+                        check_send(message);
+                    }
+                }
+            }
+        }
     }
 });
