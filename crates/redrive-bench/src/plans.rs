@@ -18,8 +18,8 @@ use axum::{Json, Router};
 use clap::Args;
 use serde_json::{Value, json};
 
-use crate::client::Client;
 use crate::report::{Report, rate, round2};
+use redrive_client::Client;
 
 /// The bench messages' type.
 const TYPE: &str = "bench.plan";
@@ -87,30 +87,31 @@ async fn serve(ledger: Arc<Ledger>) -> anyhow::Result<String> {
     Ok(format!("http://{addr}"))
 }
 
-/// One request of the native API with the client's token: the JSON answer, or the
-/// status and body of a refusal.
+/// One request of the native API (a set-up call or a poll, not what is measured): the
+/// JSON answer, or the client's error.
 pub(crate) async fn call(
-    http: &reqwest::Client,
     client: &Client,
     method: reqwest::Method,
     path: &[&str],
     query: &[(&str, String)],
     body: Option<Value>,
 ) -> anyhow::Result<Value> {
-    let mut req = http.request(method, client.url(path)).query(query);
-    if let Some(t) = client.token() {
-        req = req.bearer_auth(t);
-    }
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.context("request")?;
-    let status = resp.status();
-    let v: Value = resp.json().await.unwrap_or(Value::Null);
-    if !status.is_success() {
-        bail!("{status}: {v}");
-    }
-    Ok(v)
+    let query = match query {
+        [] => None,
+        [(k, v)] => Some((*k, v.as_str())),
+        _ => bail!("at most one query pair"),
+    };
+    let answer: Option<Value> = client
+        .wire()
+        .request(
+            method,
+            path,
+            query,
+            body.as_ref().map(|b| ("application/json", b)),
+        )
+        .await
+        .context("request")?;
+    Ok(answer.unwrap_or(Value::Null))
 }
 
 /// `plan`: one plan's admissions against its budget.
@@ -120,15 +121,11 @@ pub(crate) async fn run(
     a: PlanArgs,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(300))
-        .build()?;
     let ledger = Arc::new(Ledger::default());
     let base = serve(ledger.clone()).await?;
     let put = reqwest::Method::PUT;
     let postm = reqwest::Method::POST;
     call(
-        &http,
         client,
         put.clone(),
         &["v1", "register", TYPE],
@@ -138,7 +135,6 @@ pub(crate) async fn run(
     .await
     .context("register the bench type")?;
     call(
-        &http,
         client,
         put,
         &["v1", "effect-authorities", TYPE],
@@ -150,7 +146,6 @@ pub(crate) async fn run(
     let sandbox = format!("{queue}-sandbox");
     for q in [queue, sandbox.as_str()] {
         call(
-            &http,
             client,
             postm.clone(),
             &["v1", "queues"],
@@ -179,7 +174,6 @@ pub(crate) async fn run(
             lines.push('\n');
         }
         call(
-            &http,
             client,
             postm.clone(),
             &["v1", "queues", queue, "dead-letters", "import"],
@@ -203,15 +197,7 @@ pub(crate) async fn run(
         if let Some(a) = &after {
             q.push(("cursor", a.clone()));
         }
-        let page = call(
-            &http,
-            client,
-            reqwest::Method::GET,
-            &["v1", "cases"],
-            &q,
-            None,
-        )
-        .await?;
+        let page = call(client, reqwest::Method::GET, &["v1", "cases"], &q, None).await?;
         for c in page["cases"].as_array().into_iter().flatten() {
             ids.push(c["id"].as_str().unwrap_or_default().to_owned());
         }
@@ -227,13 +213,8 @@ pub(crate) async fn run(
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..a.workers {
-        let (ids, next, http, client, sandbox) = (
-            ids.clone(),
-            next.clone(),
-            http.clone(),
-            client.clone(),
-            sandbox.clone(),
-        );
+        let (ids, next, client, sandbox) =
+            (ids.clone(), next.clone(), client.clone(), sandbox.clone());
         workers.spawn(async move {
             loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -247,8 +228,7 @@ pub(crate) async fn run(
                     ("tests", json!({"destination": sandbox, "outcome": "pass", "evidence": "bench"})),
                 ] {
                     call(
-                        &http,
-                        &client,
+        &client,
                         reqwest::Method::POST,
                         &["v1", "cases", id, action],
                         &[],
@@ -277,6 +257,7 @@ pub(crate) async fn run(
         tokio::spawn(async move {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let got = match client
+                    .wire()
                     .receive(
                         &queue,
                         &redrive_api::message::ReceiveRequest {
@@ -306,7 +287,7 @@ pub(crate) async fn run(
                     messages: got,
                 });
                 if !settlements.is_empty() {
-                    let _ = client.settle_batch(&queue, settlements).await;
+                    let _ = client.wire().settle_batch(&queue, settlements).await;
                 }
             }
         })
@@ -315,7 +296,6 @@ pub(crate) async fn run(
     // The plan.
     let items_per_s = if a.rate == 0 { 100_000 } else { a.rate };
     let plan = call(
-        &http,
         client,
         reqwest::Method::POST,
         &["v1", "replay", "plans"],
@@ -336,7 +316,6 @@ pub(crate) async fn run(
     let id = plan["id"].as_str().unwrap_or_default().to_owned();
     let start = Instant::now();
     call(
-        &http,
         client,
         reqwest::Method::POST,
         &["v1", "replay", "plans", &id, "start"],
@@ -350,7 +329,6 @@ pub(crate) async fn run(
     let mut in_flight_max = 0;
     let status = loop {
         let p = call(
-            &http,
             client,
             reqwest::Method::GET,
             &["v1", "replay", "plans", &id],

@@ -223,7 +223,7 @@ fn client_exit_code(err: &Call<'_>) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redrive_api::{ErrorCode, Problem};
+    use redrive_api::ErrorCode;
 
     #[test]
     fn input_errors_exit_2_even_under_context() {
@@ -232,15 +232,45 @@ mod tests {
     }
 
     #[test]
-    fn server_problems_exit_by_kind() {
-        let invalid = ClientError::Problem(Box::new(Problem::new(ErrorCode::InvalidName, "x")));
-        assert_eq!(exit_code(&anyhow::Error::new(invalid)), 2);
-        let missing = ClientError::Problem(Box::new(Problem::new(ErrorCode::QueueNotFound, "x")));
-        assert_eq!(exit_code(&anyhow::Error::new(missing).context("show")), 1);
+    fn classified_causes_set_the_exit_code() {
         assert_eq!(exit_code(&anyhow::anyhow!("other")), 1);
         let partial = anyhow::Error::new(Partial("2 of 5 refused".into())).context("claim");
         assert_eq!(exit_code(&partial), 5);
         let stopped = anyhow::Error::new(Stopped("plan_1 stopped".into())).context("follow");
         assert_eq!(exit_code(&stopped), 4);
+    }
+
+    #[test]
+    fn problems_read_as_one_line() {
+        let p = Problem::new(ErrorCode::QueueNotFound, "queue \"nope\" does not exist");
+        assert_eq!(
+            problem_line(&p),
+            "Queue not found: queue \"nope\" does not exist (queue_not_found)"
+        );
+        let p = Problem::new(ErrorCode::InvalidPolicy, "must be between 1 and 10000")
+            .with("field", "max_delivery_count");
+        assert_eq!(
+            problem_line(&p),
+            "Invalid queue policy: must be between 1 and 10000 (invalid_policy, field max_delivery_count)"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_server_exits_3_and_names_the_url() {
+        // Port 1 on loopback: nothing listens there, the connection is refused.
+        let client = redrive_client::Client::builder("http://127.0.0.1:1")
+            .retry(redrive_client::RetryOptions::none())
+            .build()
+            .unwrap();
+        let err = client.admin().list_queues().await.unwrap_err();
+        let err = anyhow::Error::new(err).context("list queues");
+        assert_eq!(exit_code(&err), 3);
+        let line = render(&err);
+        assert!(
+            line.starts_with(
+                "list queues: cannot reach the server at http://127.0.0.1:1/v1/queues: "
+            ),
+            "{line}"
+        );
     }
 }
