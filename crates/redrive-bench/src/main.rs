@@ -180,9 +180,9 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         let outcome = match args.scenario {
             Scenario::PushBackoff(a) => {
                 let pid = args.server_pid;
-                push::run_backoff(&base, a, topic, args.keep, pid, &mut report).await
+                push::run_backoff(&client, a, topic, args.keep, pid, &mut report).await
             }
-            Scenario::Push(a) => push::run(&base, a, topic, args.keep, &mut report).await,
+            Scenario::Push(a) => push::run(&client, a, topic, args.keep, &mut report).await,
             _ => unreachable!("a push scenario"),
         };
         if let Some(m) = memory {
