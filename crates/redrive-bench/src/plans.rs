@@ -93,20 +93,14 @@ pub(crate) async fn call(
     client: &Client,
     method: reqwest::Method,
     path: &[&str],
-    query: &[(&str, String)],
     body: Option<Value>,
 ) -> anyhow::Result<Value> {
-    let query = match query {
-        [] => None,
-        [(k, v)] => Some((*k, v.as_str())),
-        _ => bail!("at most one query pair"),
-    };
     let answer: Option<Value> = client
         .wire()
         .request(
             method,
             path,
-            query,
+            None,
             body.as_ref().map(|b| ("application/json", b)),
         )
         .await
@@ -129,7 +123,6 @@ pub(crate) async fn run(
         client,
         put.clone(),
         &["v1", "register", TYPE],
-        &[],
         Some(json!({"answer": "not_idempotent"})),
     )
     .await
@@ -138,7 +131,6 @@ pub(crate) async fn run(
         client,
         put,
         &["v1", "effect-authorities", TYPE],
-        &[],
         Some(json!({"url": format!("{base}/effects"), "timeout_ms": 5000})),
     )
     .await
@@ -149,7 +141,6 @@ pub(crate) async fn run(
             client,
             postm.clone(),
             &["v1", "queues"],
-            &[],
             Some(json!({"name": q})),
         )
         .await
@@ -177,7 +168,6 @@ pub(crate) async fn run(
             client,
             postm.clone(),
             &["v1", "queues", queue, "dead-letters", "import"],
-            &[],
             Some(json!({"format": "json", "content": lines})),
         )
         .await
@@ -187,22 +177,23 @@ pub(crate) async fn run(
 
     // Every case worked to replay eligibility.
     let mut ids = Vec::new();
-    let mut after: Option<String> = None;
+    let mut cursor: Option<String> = None;
     loop {
-        let mut q = vec![
-            ("queue", queue.to_owned()),
-            ("open", "true".to_owned()),
-            ("limit", "1000".to_owned()),
-        ];
-        if let Some(a) = &after {
-            q.push(("cursor", a.clone()));
-        }
-        let page = call(client, reqwest::Method::GET, &["v1", "cases"], &q, None).await?;
-        for c in page["cases"].as_array().into_iter().flatten() {
-            ids.push(c["id"].as_str().unwrap_or_default().to_owned());
-        }
-        match page["next_cursor"].as_str() {
-            Some(n) => after = Some(n.to_owned()),
+        let query = redrive_client::CaseQuery {
+            queue: Some(queue.to_owned()),
+            open: Some(true),
+            limit: Some(1000),
+            cursor: cursor.take(),
+            ..redrive_client::CaseQuery::default()
+        };
+        let page = client
+            .recovery()
+            .list_cases(&query)
+            .await
+            .context("list the cases")?;
+        ids.extend(page.cases.into_iter().map(|c| c.id));
+        match page.next_cursor {
+            Some(n) => cursor = Some(n),
             None => break,
         }
     }
@@ -231,7 +222,6 @@ pub(crate) async fn run(
         &client,
                         reqwest::Method::POST,
                         &["v1", "cases", id, action],
-                        &[],
                         Some(body),
                     )
                     .await
@@ -299,7 +289,6 @@ pub(crate) async fn run(
         client,
         reqwest::Method::POST,
         &["v1", "replay", "plans"],
-        &[],
         Some(json!({
             "selection": {"queue": queue},
             "budget": {
@@ -319,7 +308,6 @@ pub(crate) async fn run(
         client,
         reqwest::Method::POST,
         &["v1", "replay", "plans", &id, "start"],
-        &[],
         None,
     )
     .await?;
@@ -332,7 +320,6 @@ pub(crate) async fn run(
             client,
             reqwest::Method::GET,
             &["v1", "replay", "plans", &id],
-            &[],
             None,
         )
         .await?;

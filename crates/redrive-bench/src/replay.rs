@@ -102,7 +102,6 @@ pub(crate) async fn run(
         client,
         reqwest::Method::PUT,
         &["v1", "register", EVENT_TYPE],
-        &[],
         Some(json!({"answer": "idempotent"})),
     )
     .await
@@ -111,7 +110,6 @@ pub(crate) async fn run(
         client,
         reqwest::Method::POST,
         &["v1", "queues"],
-        &[],
         Some(json!({"name": queue, "policy": {
             "auto_replay": {"enabled": true},
             "max_message_size": 1_048_576
@@ -147,7 +145,6 @@ pub(crate) async fn run(
                     &client,
                     reqwest::Method::POST,
                     &["v1", "queues", &queue, "dead-letters", "import"],
-                    &[],
                     Some(body),
                 )
                 .await?;
@@ -164,14 +161,7 @@ pub(crate) async fn run(
     // rather than by counting the queue's messages, which would compete with the replay
     // for the two cores.
     loop {
-        let st = call(
-            client,
-            reqwest::Method::GET,
-            &["v1", "replay", queue],
-            &[],
-            None,
-        )
-        .await?;
+        let st = call(client, reqwest::Method::GET, &["v1", "replay", queue], None).await?;
         if st["live"].as_u64() == Some(0) {
             break;
         }
