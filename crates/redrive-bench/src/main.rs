@@ -5,8 +5,8 @@
 //! the AWS SDK (`sqs`); and push delivery (`push`). A tool for people, never a timed test.
 //!
 //! It is its own crate so that the shipped `redrive` binary carries neither the AWS SDK
-//! nor raw SQL; it talks to the server over HTTP only, through the `redrive` package's
-//! client library, and needs no `redrive` binary of its own (the server it measures is
+//! nor raw SQL; it talks to the server over HTTP only, through `redrive-client` (the
+//! push scenarios' receivers and the SQS SDK aside), and needs no `redrive` binary of its own (the server it measures is
 //! started by whoever runs it, see docs/benchmarks.md). This file only parses arguments
 //! and dispatches.
 
@@ -21,14 +21,12 @@ mod sqlite_floor;
 mod sqs;
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-// The `redrive` package's client library, under the names the scenarios use.
-use redrive::{client, failure, output, units};
+// The `redrive` package's library half, under the names the scenarios use.
+use redrive::{failure, output, units};
 
-use crate::client::Client;
 use crate::failure::input_error;
 use crate::output::print_json;
 use crate::report::{MemorySampler, Report};
@@ -130,9 +128,8 @@ fn main() -> ExitCode {
 
 /// Runs a scenario and prints its report.
 async fn run(args: Cli) -> anyhow::Result<()> {
-    let client = Client::new(&args.url, Duration::from_secs(120))
-        .map_err(|e| input_error(format!("{e:#}")))?
-        .with_token(args.token.clone());
+    let client = native::client(&args.url, args.token.as_deref())
+        .map_err(|e| input_error(format!("{e:#}")))?;
     let json = args.json;
     if let Scenario::Judge(a) = &args.scenario {
         let mut report = Report::new("judge", "");
@@ -161,8 +158,9 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         return print_report(json, &report);
     }
     if let Scenario::Push(_) | Scenario::PushBackoff(_) = args.scenario {
-        let base = client.base().as_str().to_owned();
+        let base = client.url().as_str().to_owned();
         client
+            .wire()
             .healthz()
             .await
             .with_context(|| format!("server at {base}"))?;
@@ -182,9 +180,9 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         let outcome = match args.scenario {
             Scenario::PushBackoff(a) => {
                 let pid = args.server_pid;
-                push::run_backoff(&base, a, topic, args.keep, pid, &mut report).await
+                push::run_backoff(&client, a, topic, args.keep, pid, &mut report).await
             }
-            Scenario::Push(a) => push::run(&base, a, topic, args.keep, &mut report).await,
+            Scenario::Push(a) => push::run(&client, a, topic, args.keep, &mut report).await,
             _ => unreachable!("a push scenario"),
         };
         if let Some(m) = memory {
@@ -194,13 +192,14 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         return print_report(json, &report);
     }
     let nodes = match &args.scenario {
-        Scenario::W1(a) => native::nodes(&client, &a.also)?,
+        Scenario::W1(a) => native::nodes(&client, args.token.as_deref(), &a.also)?,
         _ => native::Nodes::one(client.clone()),
     };
     for node in nodes.clients.iter() {
-        node.healthz()
+        node.wire()
+            .healthz()
             .await
-            .with_context(|| format!("server at {}", node.base()))?;
+            .with_context(|| format!("server at {}", node.url()))?;
     }
     let memory = match args.server_pid {
         Some(pid) => Some(MemorySampler::start(pid)?),
@@ -245,7 +244,7 @@ async fn run(args: Cli) -> anyhow::Result<()> {
     if let Some(m) = memory {
         m.finish(&mut report).await;
     }
-    if !keep && let Err(e) = client.delete_queue(&queue, true).await {
+    if !keep && let Err(e) = client.admin().delete_queue(&queue, true).await {
         eprintln!("warning: could not delete bench queue {queue}: {e}");
     }
     outcome?;

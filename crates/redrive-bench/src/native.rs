@@ -10,16 +10,16 @@ use clap::Args;
 use redrive_api::message::{
     MessageList, ReceiveRequest, SendMessage, SendRequest, Settle, SettleKind,
 };
-use redrive_api::queue::{CreateQueue, QueuePolicy};
+use redrive_api::queue::QueuePolicy;
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::client::Client;
 use crate::cpu::CpuWatch;
 use crate::failure::input_error;
 use crate::report::{Progress, Report, percentile, rate, round2, secs};
 use crate::units::{parse_duration_ms, parse_size};
+use redrive_client::{Client, RetryOptions};
 
 #[derive(Debug, Args)]
 pub(crate) struct PublishArgs {
@@ -134,17 +134,31 @@ impl Nodes {
     }
 }
 
+/// A client of the server at `url` as the load tool uses it: no retries (a failure is
+/// part of what a run reports, not something to hide), a long timeout for big batches.
+/// The scenarios send the native API's requests through its wire-level calls
+/// ([`Client::wire`]): the same requests a raw HTTP client would send, so what is
+/// measured is the server.
+pub(crate) fn client(url: &str, token: Option<&str>) -> anyhow::Result<Client> {
+    let mut builder = Client::builder(url)
+        .timeout(Duration::from_secs(120))
+        .retry(RetryOptions::none());
+    if let Some(t) = token.filter(|t| !t.trim().is_empty()) {
+        builder = builder.token(t);
+    }
+    Ok(builder.build()?)
+}
+
 /// `--url` plus every `--also` URL, each checked and given once.
-pub(crate) fn nodes(main: &Client, also: &[String]) -> anyhow::Result<Nodes> {
+pub(crate) fn nodes(main: &Client, token: Option<&str>, also: &[String]) -> anyhow::Result<Nodes> {
     let mut clients = vec![main.clone()];
     for url in also {
-        let client = Client::new(url, Duration::from_secs(120))
-            .map_err(|e| input_error(format!("--also {url:?}: {e:#}")))?
-            .with_token(main.token());
-        if clients.iter().any(|c| c.base() == client.base()) {
+        let client =
+            client(url, token).map_err(|e| input_error(format!("--also {url:?}: {e:#}")))?;
+        if clients.iter().any(|c| c.url() == client.url()) {
             return Err(input_error(format!(
                 "--also {url:?}: {} is already a node of this run",
-                client.base()
+                client.url()
             )));
         }
         clients.push(client);
@@ -253,7 +267,7 @@ pub(crate) async fn latency(
                     wait_ms: Some(500),
                     ..ReceiveRequest::default()
                 };
-                let list = match client.receive(&queue, &req).await {
+                let list = match client.wire().receive(&queue, &req).await {
                     Ok(l) => l,
                     Err(e) => {
                         errors.lock().await.push(format!("receive: {e}"));
@@ -273,7 +287,7 @@ pub(crate) async fn latency(
                 if !settlements.is_empty() {
                     let (client, queue, errors) = (client.clone(), queue.clone(), errors.clone());
                     settles.spawn(async move {
-                        if let Err(e) = client.settle_batch(&queue, settlements).await {
+                        if let Err(e) = client.wire().settle_batch(&queue, settlements).await {
                             errors.lock().await.push(format!("settle: {e}"));
                         }
                     });
@@ -312,7 +326,11 @@ pub(crate) async fn latency(
             );
             sends.spawn(async move {
                 let _permit = permit;
-                match client.send(&queue, &SendRequest::Batch { messages }).await {
+                match client
+                    .wire()
+                    .send(&queue, &SendRequest::Batch { messages })
+                    .await
+                {
                     Ok(r) => {
                         acked.fetch_add(r.results.len() as u64, Ordering::SeqCst);
                     }
@@ -384,7 +402,7 @@ pub(crate) async fn w2(
                     wait_ms: Some(200),
                     ..ReceiveRequest::default()
                 };
-                let list = client.receive(&queue, &req).await?;
+                let list = client.wire().receive(&queue, &req).await?;
                 deliveries.fetch_add(list.messages.len() as u64, Ordering::Relaxed);
                 let settlements: Vec<Settle> = list
                     .messages
@@ -393,17 +411,17 @@ pub(crate) async fn w2(
                     .map(|t| settle(t, SettleKind::Abandon))
                     .collect();
                 if !settlements.is_empty() {
-                    client.settle_batch(&queue, settlements).await?;
+                    client.wire().settle_batch(&queue, settlements).await?;
                 }
             }
-            Ok::<(), crate::client::ClientError>(())
+            Ok::<(), anyhow::Error>(())
         });
     }
     // Watch the dead-letter count until every message has arrived there.
     let mut last = (0u64, Instant::now());
     let result = loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let dead = match client.get_queue(queue).await {
+        let dead = match client.admin().get_queue(queue).await {
             Ok(q) => q.counts.dead_lettered,
             Err(e) => break Err(anyhow::Error::new(e).context("read the dead-letter count")),
         };
@@ -419,7 +437,7 @@ pub(crate) async fn w2(
             ));
         }
         if let Some(Ok(Err(e))) = consumers.try_join_next() {
-            break Err(anyhow::Error::new(e).context("consumer"));
+            break Err(e.context("consumer"));
         }
     };
     stop.store(true, Ordering::SeqCst);
@@ -446,6 +464,7 @@ pub(crate) async fn fill(
     report.add("publish_seconds", secs(published), "s");
     report.add("publish_rate", rate(a.messages, published), "msgs/s");
     let waiting = client
+        .admin()
         .get_queue(queue)
         .await
         .context("read the queue's counts")?;
@@ -456,12 +475,9 @@ pub(crate) async fn fill(
 // ---- building blocks ------------------------------------------------------------------
 
 async fn create_queue(client: &Client, queue: &str, policy: QueuePolicy) -> anyhow::Result<()> {
-    let req = CreateQueue {
-        name: queue.to_owned(),
-        policy,
-    };
     client
-        .create_queue(&req)
+        .admin()
+        .create_queue(queue, policy)
         .await
         .with_context(|| format!("create bench queue {queue}"))?;
     Ok(())
@@ -518,7 +534,7 @@ async fn publish_to(
     let window = Arc::new(Semaphore::new(usize::try_from(args.in_flight)?));
     let acked = Arc::new(AtomicU64::new(0));
     let progress = Progress::start("published", total, acked.clone());
-    let mut tasks: JoinSet<Result<(), crate::client::ClientError>> = JoinSet::new();
+    let mut tasks: JoinSet<Result<(), redrive_client::SendError>> = JoinSet::new();
     let start = Instant::now();
     let mut next: u64 = 0;
     let mut failure = None;
@@ -531,6 +547,7 @@ async fn publish_to(
         tasks.spawn(async move {
             let _permit = permit;
             let r = client
+                .wire()
                 .send(&queue, &SendRequest::Batch { messages })
                 .await?;
             acked.fetch_add(r.results.len() as u64, Ordering::Relaxed);
@@ -591,9 +608,10 @@ async fn receive_and_complete(
                 };
                 let node = nodes.pick();
                 let list = node
+                    .wire()
                     .receive(&queue, &req)
                     .await
-                    .with_context(|| format!("receive from {}", node.base()))?;
+                    .with_context(|| format!("receive from {}", node.url()))?;
                 if list.messages.is_empty() {
                     if last_progress.elapsed() > Duration::from_secs(60) {
                         anyhow::bail!("stalled: nothing to receive for 60 s");
@@ -615,9 +633,10 @@ async fn receive_and_complete(
                 settles.spawn(async move {
                     let _permit = permit;
                     let r = client
+                        .wire()
                         .settle_batch(&queue, settlements)
                         .await
-                        .with_context(|| format!("settle on {}", client.base()))?;
+                        .with_context(|| format!("settle on {}", client.url()))?;
                     let ok = r.results.iter().filter(|r| r.error.is_none()).count() as u64;
                     let before = completed.fetch_add(ok, Ordering::SeqCst);
                     if before < total

@@ -18,8 +18,8 @@ use axum::{Json, Router};
 use clap::Args;
 use serde_json::{Value, json};
 
-use crate::client::Client;
 use crate::report::{Report, rate, round2};
+use redrive_client::Client;
 
 /// The bench messages' type.
 const TYPE: &str = "bench.plan";
@@ -87,30 +87,25 @@ async fn serve(ledger: Arc<Ledger>) -> anyhow::Result<String> {
     Ok(format!("http://{addr}"))
 }
 
-/// One request of the native API with the client's token: the JSON answer, or the
-/// status and body of a refusal.
+/// One request of the native API (a set-up call or a poll, not what is measured): the
+/// JSON answer, or the client's error.
 pub(crate) async fn call(
-    http: &reqwest::Client,
     client: &Client,
     method: reqwest::Method,
     path: &[&str],
-    query: &[(&str, String)],
     body: Option<Value>,
 ) -> anyhow::Result<Value> {
-    let mut req = http.request(method, client.url(path)).query(query);
-    if let Some(t) = client.token() {
-        req = req.bearer_auth(t);
-    }
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.context("request")?;
-    let status = resp.status();
-    let v: Value = resp.json().await.unwrap_or(Value::Null);
-    if !status.is_success() {
-        bail!("{status}: {v}");
-    }
-    Ok(v)
+    let answer: Option<Value> = client
+        .wire()
+        .request(
+            method,
+            path,
+            None,
+            body.as_ref().map(|b| ("application/json", b)),
+        )
+        .await
+        .context("request")?;
+    Ok(answer.unwrap_or(Value::Null))
 }
 
 /// `plan`: one plan's admissions against its budget.
@@ -120,29 +115,22 @@ pub(crate) async fn run(
     a: PlanArgs,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(300))
-        .build()?;
     let ledger = Arc::new(Ledger::default());
     let base = serve(ledger.clone()).await?;
     let put = reqwest::Method::PUT;
     let postm = reqwest::Method::POST;
     call(
-        &http,
         client,
         put.clone(),
         &["v1", "register", TYPE],
-        &[],
         Some(json!({"answer": "not_idempotent"})),
     )
     .await
     .context("register the bench type")?;
     call(
-        &http,
         client,
         put,
         &["v1", "effect-authorities", TYPE],
-        &[],
         Some(json!({"url": format!("{base}/effects"), "timeout_ms": 5000})),
     )
     .await
@@ -150,11 +138,9 @@ pub(crate) async fn run(
     let sandbox = format!("{queue}-sandbox");
     for q in [queue, sandbox.as_str()] {
         call(
-            &http,
             client,
             postm.clone(),
             &["v1", "queues"],
-            &[],
             Some(json!({"name": q})),
         )
         .await
@@ -179,11 +165,9 @@ pub(crate) async fn run(
             lines.push('\n');
         }
         call(
-            &http,
             client,
             postm.clone(),
             &["v1", "queues", queue, "dead-letters", "import"],
-            &[],
             Some(json!({"format": "json", "content": lines})),
         )
         .await
@@ -193,30 +177,23 @@ pub(crate) async fn run(
 
     // Every case worked to replay eligibility.
     let mut ids = Vec::new();
-    let mut after: Option<String> = None;
+    let mut cursor: Option<String> = None;
     loop {
-        let mut q = vec![
-            ("queue", queue.to_owned()),
-            ("open", "true".to_owned()),
-            ("limit", "1000".to_owned()),
-        ];
-        if let Some(a) = &after {
-            q.push(("cursor", a.clone()));
-        }
-        let page = call(
-            &http,
-            client,
-            reqwest::Method::GET,
-            &["v1", "cases"],
-            &q,
-            None,
-        )
-        .await?;
-        for c in page["cases"].as_array().into_iter().flatten() {
-            ids.push(c["id"].as_str().unwrap_or_default().to_owned());
-        }
-        match page["next_cursor"].as_str() {
-            Some(n) => after = Some(n.to_owned()),
+        let query = redrive_client::CaseQuery {
+            queue: Some(queue.to_owned()),
+            open: Some(true),
+            limit: Some(1000),
+            cursor: cursor.take(),
+            ..redrive_client::CaseQuery::default()
+        };
+        let page = client
+            .recovery()
+            .list_cases(&query)
+            .await
+            .context("list the cases")?;
+        ids.extend(page.cases.into_iter().map(|c| c.id));
+        match page.next_cursor {
+            Some(n) => cursor = Some(n),
             None => break,
         }
     }
@@ -227,13 +204,8 @@ pub(crate) async fn run(
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..a.workers {
-        let (ids, next, http, client, sandbox) = (
-            ids.clone(),
-            next.clone(),
-            http.clone(),
-            client.clone(),
-            sandbox.clone(),
-        );
+        let (ids, next, client, sandbox) =
+            (ids.clone(), next.clone(), client.clone(), sandbox.clone());
         workers.spawn(async move {
             loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -247,11 +219,9 @@ pub(crate) async fn run(
                     ("tests", json!({"destination": sandbox, "outcome": "pass", "evidence": "bench"})),
                 ] {
                     call(
-                        &http,
-                        &client,
+        &client,
                         reqwest::Method::POST,
                         &["v1", "cases", id, action],
-                        &[],
                         Some(body),
                     )
                     .await
@@ -277,6 +247,7 @@ pub(crate) async fn run(
         tokio::spawn(async move {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let got = match client
+                    .wire()
                     .receive(
                         &queue,
                         &redrive_api::message::ReceiveRequest {
@@ -306,7 +277,7 @@ pub(crate) async fn run(
                     messages: got,
                 });
                 if !settlements.is_empty() {
-                    let _ = client.settle_batch(&queue, settlements).await;
+                    let _ = client.wire().settle_batch(&queue, settlements).await;
                 }
             }
         })
@@ -315,11 +286,9 @@ pub(crate) async fn run(
     // The plan.
     let items_per_s = if a.rate == 0 { 100_000 } else { a.rate };
     let plan = call(
-        &http,
         client,
         reqwest::Method::POST,
         &["v1", "replay", "plans"],
-        &[],
         Some(json!({
             "selection": {"queue": queue},
             "budget": {
@@ -336,11 +305,9 @@ pub(crate) async fn run(
     let id = plan["id"].as_str().unwrap_or_default().to_owned();
     let start = Instant::now();
     call(
-        &http,
         client,
         reqwest::Method::POST,
         &["v1", "replay", "plans", &id, "start"],
-        &[],
         None,
     )
     .await?;
@@ -350,11 +317,9 @@ pub(crate) async fn run(
     let mut in_flight_max = 0;
     let status = loop {
         let p = call(
-            &http,
             client,
             reqwest::Method::GET,
             &["v1", "replay", "plans", &id],
-            &[],
             None,
         )
         .await?;

@@ -29,6 +29,9 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 
+use redrive_client::Client;
+use reqwest::Method;
+
 use crate::failure::input_error;
 use crate::report::{Report, percentile, rate, read_status_kib, round2, secs};
 use crate::units::parse_size;
@@ -204,13 +207,17 @@ async fn receiver(rx: Arc<Received>) -> anyhow::Result<String> {
     Ok(url)
 }
 
-async fn expect(resp: reqwest::Response, what: &str) -> anyhow::Result<()> {
-    let status = resp.status();
-    if status.is_success() {
-        return Ok(());
-    }
-    let body = resp.text().await.unwrap_or_default();
-    anyhow::bail!("{what}: HTTP {status}: {body}")
+/// One set-up call of the native API through the client (not what is measured): the
+/// JSON answer, `null` for an empty one.
+async fn call(
+    client: &Client,
+    method: Method,
+    path: &[&str],
+    query: Option<(&str, &str)>,
+    body: Option<(&'static str, &Value)>,
+) -> anyhow::Result<Value> {
+    let answer: Option<Value> = client.wire().request(method, path, query, body).await?;
+    Ok(answer.unwrap_or(Value::Null))
 }
 
 fn http_client() -> anyhow::Result<reqwest::Client> {
@@ -222,8 +229,7 @@ fn http_client() -> anyhow::Result<reqwest::Client> {
 
 /// Creates the topic, runs `body`, and deletes the topic (unless `keep`).
 async fn with_topic<F>(
-    http: &reqwest::Client,
-    base: &str,
+    http: &Client,
     topic: &str,
     size: usize,
     keep: bool,
@@ -233,32 +239,37 @@ where
     F: std::future::Future<Output = anyhow::Result<()>>,
 {
     let max_event_size = (size + 1_024).max(65_536);
-    let resp = http
-        .post(format!("{base}/v1/topics"))
-        .json(&json!({"name": topic, "policy": {"max_event_size": max_event_size}}))
-        .send()
-        .await?;
-    expect(resp, "creating the topic").await?;
+    let spec = json!({"name": topic, "policy": {"max_event_size": max_event_size}});
+    call(
+        http,
+        Method::POST,
+        &["v1", "topics"],
+        None,
+        Some(("application/json", &spec)),
+    )
+    .await
+    .context("creating the topic")?;
     let outcome = body.await;
     if !keep {
-        let deleted = http
-            .delete(format!("{base}/v1/topics/{topic}?force=true"))
-            .send()
-            .await;
-        if let Err(e) = match deleted {
-            Ok(r) => expect(r, "deleting the topic").await,
-            Err(e) => Err(e.into()),
-        } {
+        let deleted = call(
+            http,
+            Method::DELETE,
+            &["v1", "topics", topic],
+            Some(("force", "true")),
+            None,
+        )
+        .await;
+        if let Err(e) = deleted {
             eprintln!("warning: could not delete bench topic {topic}: {e}");
         }
     }
     outcome
 }
 
-/// Runs the `push` scenario against the server at `base` into `report`; returns the
+/// Runs the `push` scenario against `client`'s server into `report`; returns the
 /// topic name.
 pub async fn run(
-    base: &str,
+    client: &Client,
     a: PushBenchArgs,
     topic: String,
     keep: bool,
@@ -268,39 +279,37 @@ pub async fn run(
         return Err(input_error("--events must be at least 1"));
     }
     let size = usize::try_from(a.size).context("--size is too large")?;
-    let base = base.trim_end_matches('/').to_owned();
-    let http = http_client()?;
+    let base = client.url().as_str().trim_end_matches('/').to_owned();
+    let http = client.clone();
     let rx = Arc::new(Received::new(StatusCode::OK, a.rate.is_some()));
     let url = receiver(rx.clone()).await?;
     let scenario = async {
         match a.rate {
             Some(r) => latency(&http, &base, &topic, &url, &a, r, size, &rx, report).await,
-            None => throughput(&http, &base, &topic, &url, &a, size, &rx, report).await,
+            None => throughput(&http, &topic, &url, &a, size, &rx, report).await,
         }
     };
-    with_topic(&http, &base, &topic, size, keep, scenario).await?;
+    with_topic(&http, &topic, size, keep, scenario).await?;
     Ok(topic)
 }
 
-async fn create_push(
-    http: &reqwest::Client,
-    base: &str,
-    topic: &str,
-    spec: Value,
-) -> anyhow::Result<()> {
-    let resp = http
-        .post(format!("{base}/v1/topics/{topic}/subscriptions"))
-        .json(&spec)
-        .send()
-        .await?;
-    expect(resp, "creating a push subscription").await
+async fn create_push(http: &Client, topic: &str, spec: Value) -> anyhow::Result<()> {
+    call(
+        http,
+        Method::POST,
+        &["v1", "topics", topic, "subscriptions"],
+        None,
+        Some(("application/json", &spec)),
+    )
+    .await
+    .context("creating a push subscription")?;
+    Ok(())
 }
 
 /// Publishes `events` in batches of `per_request`, `in_flight` requests at most;
 /// `event(i)` makes event `i`.
 async fn publish_all(
-    http: &reqwest::Client,
-    base: &str,
+    http: &Client,
     topic: &str,
     events: u64,
     per_request: u32,
@@ -314,18 +323,22 @@ async fn publish_all(
         let n = (events - next).min(u64::from(per_request));
         let batch: Vec<Value> = (next..next + n).map(&event).collect();
         next += n;
-        let body = serde_json::to_vec(&batch)?;
         let permit = permits.clone().acquire_owned().await?;
-        let (http, endpoint) = (http.clone(), format!("{base}/v1/topics/{topic}/events"));
+        let (http, topic) = (http.clone(), topic.to_owned());
         tasks.spawn(async move {
             let _permit = permit;
-            let resp = http
-                .post(endpoint)
-                .header("content-type", "application/cloudevents-batch+json")
-                .body(body)
-                .send()
-                .await?;
-            expect(resp, "publishing").await
+            let batch = Value::Array(batch);
+            let batch = ("application/cloudevents-batch+json", &batch);
+            call(
+                &http,
+                Method::POST,
+                &["v1", "topics", &topic, "events"],
+                None,
+                Some(batch),
+            )
+            .await
+            .context("publishing")?;
+            Ok::<(), anyhow::Error>(())
         });
         while let Some(r) = tasks.try_join_next() {
             r??;
@@ -356,8 +369,7 @@ async fn delivered(rx: &Received, wait_secs: u64) -> anyhow::Result<Instant> {
 
 #[allow(clippy::too_many_arguments)]
 async fn throughput(
-    http: &reqwest::Client,
-    base: &str,
+    http: &Client,
     topic: &str,
     url: &str,
     a: &PushBenchArgs,
@@ -368,7 +380,6 @@ async fn throughput(
     rx.target.store(a.events, Ordering::Release);
     create_push(
         http,
-        base,
         topic,
         json!({
             "name": "push", "type": "push", "endpoint": url,
@@ -384,7 +395,6 @@ async fn throughput(
     let start = Instant::now();
     publish_all(
         http,
-        base,
         topic,
         a.events,
         a.publish_batch,
@@ -398,12 +408,16 @@ async fn throughput(
     let published = start.elapsed();
     let from = if a.backlog {
         let resumed = Instant::now();
-        let resp = http
-            .patch(format!("{base}/v1/topics/{topic}/subscriptions/push"))
-            .json(&json!({"paused": false}))
-            .send()
-            .await?;
-        expect(resp, "resuming the subscription").await?;
+        let resume = json!({"paused": false});
+        call(
+            http,
+            Method::PATCH,
+            &["v1", "topics", topic, "subscriptions", "push"],
+            None,
+            Some(("application/json", &resume)),
+        )
+        .await
+        .context("resuming the subscription")?;
         resumed
     } else {
         start
@@ -433,7 +447,7 @@ async fn throughput(
 
 #[allow(clippy::too_many_arguments)]
 async fn latency(
-    http: &reqwest::Client,
+    http: &Client,
     base: &str,
     topic: &str,
     url: &str,
@@ -445,7 +459,6 @@ async fn latency(
 ) -> anyhow::Result<()> {
     create_push(
         http,
-        base,
         topic,
         json!({
             "name": "push", "type": "push", "endpoint": url,
@@ -456,6 +469,9 @@ async fn latency(
     .await?;
     let data = "x".repeat(size);
     let endpoint = format!("{base}/v1/topics/{topic}/events");
+    // Each publish's latency is measured on the wire: a raw request, nothing of the
+    // client's (retries, its error handling) between the clock and the socket.
+    let raw = http_client()?;
     let publish_us = Arc::new(Mutex::new(Vec::new()));
     let failed = Arc::new(AtomicBool::new(false));
     let window = Arc::new(Semaphore::new(256));
@@ -476,7 +492,7 @@ async fn latency(
             issued += 1;
             let permit = window.clone().acquire_owned().await?;
             let (http, endpoint, rx, data) =
-                (http.clone(), endpoint.clone(), rx.clone(), data.clone());
+                (raw.clone(), endpoint.clone(), rx.clone(), data.clone());
             let (publish_us, failed) = (publish_us.clone(), failed.clone());
             tasks.spawn(async move {
                 let _permit = permit;
@@ -547,7 +563,7 @@ async fn latency(
 
 /// Runs the `push-backoff` scenario; returns the topic name.
 pub async fn run_backoff(
-    base: &str,
+    client: &Client,
     a: PushBackoffArgs,
     topic: String,
     keep: bool,
@@ -558,21 +574,17 @@ pub async fn run_backoff(
         return Err(input_error("--events must be at least 1"));
     }
     let size = usize::try_from(a.size).context("--size is too large")?;
-    let base = base.trim_end_matches('/').to_owned();
-    let http = http_client()?;
+    let http = client.clone();
     let rx = Arc::new(Received::new(StatusCode::INTERNAL_SERVER_ERROR, false));
     let url = receiver(rx.clone()).await?;
-    let scenario = backoff(
-        &http, &base, &topic, &url, &a, size, server_pid, &rx, report,
-    );
-    with_topic(&http, &base, &topic, size, keep, scenario).await?;
+    let scenario = backoff(&http, &topic, &url, &a, size, server_pid, &rx, report);
+    with_topic(&http, &topic, size, keep, scenario).await?;
     Ok(topic)
 }
 
 #[allow(clippy::too_many_arguments)]
 async fn backoff(
-    http: &reqwest::Client,
-    base: &str,
+    http: &Client,
     topic: &str,
     url: &str,
     a: &PushBackoffArgs,
@@ -585,7 +597,6 @@ async fn backoff(
     for s in 0..subs {
         create_push(
             http,
-            base,
             topic,
             json!({
                 "name": format!("s{s}"), "type": "push", "endpoint": url,
@@ -603,7 +614,6 @@ async fn backoff(
     let start = Instant::now();
     publish_all(
         http,
-        base,
         topic,
         a.events,
         a.publish_batch,
@@ -618,13 +628,16 @@ async fn backoff(
     // Wait until every event waits in backoff.
     let deadline = start + Duration::from_secs(a.wait_secs);
     let in_backoff = loop {
-        let list: redrive_api::topic::SubscriptionList = http
-            .get(format!("{base}/v1/topics/{topic}/subscriptions"))
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
+        let list: redrive_api::topic::SubscriptionList = serde_json::from_value(
+            call(
+                http,
+                Method::GET,
+                &["v1", "topics", topic, "subscriptions"],
+                None,
+                None,
+            )
+            .await?,
+        )?;
         let waiting: u64 = list.subscriptions.iter().map(|s| s.stats.in_backoff).sum();
         if waiting >= a.events {
             break waiting;

@@ -17,9 +17,9 @@ use redrive_core::register::{Idempotency, RegisterEntry, RegisterKey, register_o
 use redrive_events::dead_letter_events;
 use serde_json::{Value, json};
 
-use crate::client::Client;
 use crate::plans::call;
 use crate::report::{Report, rate, round2};
+use redrive_client::Client;
 
 /// The register entry every bench event's type has.
 const EVENT_TYPE: &str = "bench.replayed";
@@ -98,25 +98,18 @@ pub(crate) async fn run(
     a: ReplayArgs,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(300))
-        .build()?;
     call(
-        &http,
         client,
         reqwest::Method::PUT,
         &["v1", "register", EVENT_TYPE],
-        &[],
         Some(json!({"answer": "idempotent"})),
     )
     .await
     .context("register the bench event type")?;
     call(
-        &http,
         client,
         reqwest::Method::POST,
         &["v1", "queues"],
-        &[],
         Some(json!({"name": queue, "policy": {
             "auto_replay": {"enabled": true},
             "max_message_size": 1_048_576
@@ -138,12 +131,7 @@ pub(crate) async fn run(
     let mut writers = tokio::task::JoinSet::new();
     let chunk = requests.len().div_ceil(a.writers as usize).max(1);
     for part in requests.chunks(chunk) {
-        let (part, http, client, queue) = (
-            part.to_vec(),
-            http.clone(),
-            client.clone(),
-            queue.to_owned(),
-        );
+        let (part, client, queue) = (part.to_vec(), client.clone(), queue.to_owned());
         let (per_record, size) = (a.per_record, a.size);
         writers.spawn(async move {
             for (first, n) in part {
@@ -154,11 +142,9 @@ pub(crate) async fn run(
                     json!({"format": "eventgrid", "content": content})
                 };
                 call(
-                    &http,
                     &client,
                     reqwest::Method::POST,
                     &["v1", "queues", &queue, "dead-letters", "import"],
-                    &[],
                     Some(body),
                 )
                 .await?;
@@ -175,15 +161,7 @@ pub(crate) async fn run(
     // rather than by counting the queue's messages, which would compete with the replay
     // for the two cores.
     loop {
-        let st = call(
-            &http,
-            client,
-            reqwest::Method::GET,
-            &["v1", "replay", queue],
-            &[],
-            None,
-        )
-        .await?;
+        let st = call(client, reqwest::Method::GET, &["v1", "replay", queue], None).await?;
         if st["live"].as_u64() == Some(0) {
             break;
         }
@@ -193,7 +171,7 @@ pub(crate) async fn run(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let elapsed = start.elapsed();
-    let q = client.get_queue(queue).await?;
+    let q = client.admin().get_queue(queue).await?;
     if q.counts.active < a.events {
         bail!("{} of {} events republished", q.counts.active, a.events);
     }

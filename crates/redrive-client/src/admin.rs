@@ -2,7 +2,9 @@
 //! pull subscriptions (role `operator`). Reads are retried after any transient failure;
 //! changes only after a failure that proves nothing happened.
 
-use redrive_api::queue::{CreateQueue, QueueInfo, QueuePolicy};
+use redrive_api::queue::{
+    CreateQueue, PurgeResult, QueueInfo, QueueList, QueuePolicy, UpdateQueue,
+};
 use redrive_api::topic::{CreateTopic, SubscriptionInfo, TopicInfo, TopicPolicy};
 use reqwest::Method;
 use serde_json::json;
@@ -103,5 +105,37 @@ impl Admin {
             .client
             .json(Req::new(Method::POST, url).json(&body), Retry::IfUnchanged)
             .await?)
+    }
+
+    /// `GET /v1/queues`.
+    pub async fn list_queues(&self) -> Result<QueueList, AdminError> {
+        self.client
+            .must(
+                Method::GET,
+                self.client.endpoint(&["v1", "queues"]),
+                None::<&()>,
+            )
+            .await
+    }
+
+    /// `PATCH /v1/queues/{name}`.
+    pub async fn update_queue(
+        &self,
+        name: &str,
+        req: &UpdateQueue,
+    ) -> Result<QueueInfo, AdminError> {
+        self.client
+            .must(
+                Method::PATCH,
+                self.client.endpoint(&["v1", "queues", name]),
+                Some(req),
+            )
+            .await
+    }
+
+    /// `POST /v1/queues/{name}/purge`: removes every message, locked ones too.
+    pub async fn purge_queue(&self, name: &str) -> Result<PurgeResult, AdminError> {
+        let url = self.client.endpoint(&["v1", "queues", name, "purge"]);
+        self.client.must(Method::POST, url, None::<&()>).await
     }
 }

@@ -152,6 +152,23 @@ impl Failure {
         }
     }
 
+    /// A success whose answer cannot be read (`what` is the request).
+    pub(crate) fn unexpected(what: &str, detail: &str) -> Failure {
+        Failure {
+            kind: ErrorKind::Server,
+            problem: None,
+            status: None,
+            what: what.to_owned(),
+            detail: Some(format!("unexpected answer: {detail}")),
+            source: None,
+            // The server acted on the request; only its answer is unreadable.
+            outcome: Outcome::Unknown,
+            retry_after: None,
+            attempts: 1,
+            tls: false,
+        }
+    }
+
     /// Whether retrying may help: unavailable, rate limited, a connection failure or a
     /// timeout (not a TLS failure).
     pub(crate) fn is_transient(&self) -> bool {
@@ -222,6 +239,13 @@ macro_rules! operation_error {
                 self.0.attempts
             }
 
+            /// What failed, with no problem document to say it: this client's own check
+            /// of the input, an answer that is not a problem (`HTTP 502: …`), or one it
+            /// cannot read.
+            pub fn detail(&self) -> Option<&str> {
+                self.0.detail.as_deref()
+            }
+
             /// The delay the server asked for (`Retry-After`), when it gave one.
             pub fn retry_after(&self) -> Option<std::time::Duration> {
                 self.0.retry_after
@@ -288,6 +312,17 @@ operation_error! {
 operation_error! {
     /// A management call (queues, topics, subscriptions) failed.
     AdminError
+}
+
+operation_error! {
+    /// A recovery call (dead letters, replay, plans, cases, case groups, intents, effect
+    /// authorities) failed.
+    RecoveryError
+}
+
+operation_error! {
+    /// An access call (tokens, the audit log, the register) failed.
+    AccessError
 }
 
 /// Why a [`Client`](crate::Client) could not be built.

@@ -7,6 +7,9 @@
 //! - [`Receiver`] and [`SessionReceiver`]: peek-lock receive, settlement (complete,
 //!   abandon, defer, dead-letter), lock renewal, deferred messages, sessions.
 //! - [`Admin`]: queues, topics and pull subscriptions.
+//! - [`Recovery`]: dead letters, replay plans, recovery cases and groups, intents, effect
+//!   authorities; [`Access`]: tokens, the audit log, the register; [`Wire`]: the queue
+//!   operations with the wire types, for tools that print what the server answered.
 //! - [`processor`]: a [`Processor`] hands each message to a handler with bounded
 //!   concurrency, lock renewal, automatic or explicit settlement, sessions, graceful
 //!   shutdown, and a consumer [`DeadLetterPolicy`] (Pulsar's, seed 003).
@@ -54,6 +57,7 @@
 
 #![deny(missing_docs)]
 
+mod access;
 mod admin;
 mod client;
 mod clock;
@@ -61,14 +65,18 @@ mod error;
 mod message;
 pub mod processor;
 mod receiver;
+mod recovery;
 pub mod retry;
 mod sender;
+mod wire;
 
+pub use access::{Access, AuditQuery};
 pub use admin::Admin;
 pub use client::{Client, ClientBuilder};
 pub use clock::SystemClock;
 pub use error::{
-    AdminError, BuildError, ErrorKind, ReceiveError, SendError, SessionError, SettleError,
+    AccessError, AdminError, BuildError, ErrorKind, ReceiveError, RecoveryError, SendError,
+    SessionError, SettleError,
 };
 pub use message::{MAX_ID_LEN, Message, ReceivedMessage, SendOutcome};
 pub use processor::{
@@ -77,8 +85,10 @@ pub use processor::{
     ProcessorHandle, ProcessorOptions, ProcessorStats, RestartBudget,
 };
 pub use receiver::{DeadLetterOptions, MAX_RECEIVE_BATCH, MAX_WAIT, Receiver, SessionReceiver};
+pub use recovery::{CaseQuery, DeadLetterQuery, RawDeadLetterPage, Recovery};
 pub use retry::{Jitter, RetryOptions};
 pub use sender::{MAX_PUBLISH_BATCH, MAX_SEND_BATCH, PublishOutcome, Publisher, Sender};
+pub use wire::Wire;
 
 pub use redrive_api::Problem;
 pub use redrive_api::queue::QueuePolicy;

@@ -7,7 +7,11 @@
 
 use std::fmt;
 
-use crate::client::ClientError;
+use redrive_api::Problem;
+use redrive_client::{
+    AccessError, AdminError, ErrorKind, ReceiveError, RecoveryError, SendError, SessionError,
+    SettleError,
+};
 
 /// Text for `--help`.
 pub const EXIT_CODES_HELP: &str = "\
@@ -64,6 +68,126 @@ pub fn input_error(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(InputError(msg.into()))
 }
 
+/// What the CLI reads of a failed call of the client, whatever its operation family.
+struct Call<'a> {
+    kind: ErrorKind,
+    problem: Option<&'a Problem>,
+    status: Option<u16>,
+    detail: Option<&'a str>,
+    error: &'a (dyn std::error::Error + 'static),
+}
+
+/// The client's error in `cause`, when it is one.
+fn call<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<Call<'a>> {
+    macro_rules! try_family {
+        ($($t:ty),*) => {$(
+            if let Some(e) = cause.downcast_ref::<$t>() {
+                return Some(Call {
+                    kind: e.kind(),
+                    problem: e.problem(),
+                    status: e.status(),
+                    detail: e.detail(),
+                    error: cause,
+                });
+            }
+        )*};
+    }
+    try_family!(
+        AdminError,
+        RecoveryError,
+        AccessError,
+        SendError,
+        ReceiveError,
+        SettleError,
+        SessionError
+    );
+    None
+}
+
+impl Call<'_> {
+    /// Whether the server could not be reached at all (no answer: refused, reset, timed
+    /// out, a TLS failure).
+    fn unreachable(&self) -> bool {
+        self.status.is_none() && matches!(self.kind, ErrorKind::Transport | ErrorKind::Timeout)
+    }
+
+    /// The failure as one line: the problem's title, detail and code; or what kept the
+    /// server from answering.
+    fn render(&self) -> String {
+        if let Some(p) = self.problem {
+            return problem_line(p);
+        }
+        if self.unreachable() {
+            let transport = self
+                .error
+                .source()
+                .and_then(|s| s.downcast_ref::<reqwest::Error>());
+            let cause = self.error.source().map_or_else(
+                || self.kind.to_string(),
+                |s| {
+                    redrive_tls::tls_failure(s).map_or_else(|| root_cause(s), |tls| tls.to_string())
+                },
+            );
+            return match transport.and_then(reqwest::Error::url) {
+                Some(url) => format!("cannot reach the server at {url}: {cause}"),
+                None => format!("cannot reach the server: {cause}"),
+            };
+        }
+        match (self.status, self.detail) {
+            (Some(_), Some(d)) if d.starts_with("HTTP ") => format!("server answered {d}"),
+            _ => self.error.to_string(),
+        }
+    }
+}
+
+/// A problem document as one line: `Title: detail (code, field f, reason)`.
+fn problem_line(p: &Problem) -> String {
+    let mut line = p.title.clone();
+    if let Some(d) = &p.detail {
+        line.push_str(&format!(": {d}"));
+    }
+    line.push_str(&format!(" ({}", p.code));
+    if let Some(field) = p.extra.get("field").and_then(|v| v.as_str()) {
+        line.push_str(&format!(", field {field}"));
+    }
+    // A case's or plan's conflict reason is a stable code the detail does not repeat.
+    if (p.code == "case_conflict" || p.code == "plan_conflict")
+        && let Some(reason) = p.extra.get("reason").and_then(|v| v.as_str())
+    {
+        line.push_str(&format!(", {reason}"));
+    }
+    line.push(')');
+    line
+}
+
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+/// The error as the CLI prints it: each context, then the cause, joined by `: `; a failed
+/// call of the client is said as its problem document (or why no answer came), and ends
+/// the line.
+pub fn render(err: &anyhow::Error) -> String {
+    let mut parts = Vec::new();
+    for cause in err.chain() {
+        if let Some(c) = call(cause) {
+            parts.push(c.render());
+            break;
+        }
+        parts.push(cause.to_string());
+    }
+    parts.join(": ")
+}
+
+/// A client error as the CLI prints it (see [`render`]).
+pub fn client_line(err: &(dyn std::error::Error + 'static)) -> String {
+    call(err).map_or_else(|| err.to_string(), |c| c.render())
+}
+
 /// The exit code for an error, from the first classified cause in its chain.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     for cause in err.chain() {
@@ -76,20 +200,22 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         if cause.downcast_ref::<Partial>().is_some() {
             return 5;
         }
-        if let Some(c) = cause.downcast_ref::<ClientError>() {
-            return client_exit_code(c);
+        if let Some(c) = call(cause) {
+            return client_exit_code(&c);
         }
     }
     1
 }
 
-fn client_exit_code(err: &ClientError) -> u8 {
-    if err.is_unreachable() {
+fn client_exit_code(err: &Call<'_>) -> u8 {
+    if err.unreachable() {
         return 3;
     }
-    match err.status() {
+    match err.status {
         // Malformed, invalid, too large, unsupported media type: the input was wrong.
         Some(400 | 413 | 415 | 422) => 2,
+        // Refused by the client's own check before it was sent.
+        None if err.kind == ErrorKind::Invalid => 2,
         _ => 1,
     }
 }
@@ -97,7 +223,7 @@ fn client_exit_code(err: &ClientError) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redrive_api::{ErrorCode, Problem};
+    use redrive_api::ErrorCode;
 
     #[test]
     fn input_errors_exit_2_even_under_context() {
@@ -106,15 +232,45 @@ mod tests {
     }
 
     #[test]
-    fn server_problems_exit_by_kind() {
-        let invalid = ClientError::Problem(Box::new(Problem::new(ErrorCode::InvalidName, "x")));
-        assert_eq!(exit_code(&anyhow::Error::new(invalid)), 2);
-        let missing = ClientError::Problem(Box::new(Problem::new(ErrorCode::QueueNotFound, "x")));
-        assert_eq!(exit_code(&anyhow::Error::new(missing).context("show")), 1);
+    fn classified_causes_set_the_exit_code() {
         assert_eq!(exit_code(&anyhow::anyhow!("other")), 1);
         let partial = anyhow::Error::new(Partial("2 of 5 refused".into())).context("claim");
         assert_eq!(exit_code(&partial), 5);
         let stopped = anyhow::Error::new(Stopped("plan_1 stopped".into())).context("follow");
         assert_eq!(exit_code(&stopped), 4);
+    }
+
+    #[test]
+    fn problems_read_as_one_line() {
+        let p = Problem::new(ErrorCode::QueueNotFound, "queue \"nope\" does not exist");
+        assert_eq!(
+            problem_line(&p),
+            "Queue not found: queue \"nope\" does not exist (queue_not_found)"
+        );
+        let p = Problem::new(ErrorCode::InvalidPolicy, "must be between 1 and 10000")
+            .with("field", "max_delivery_count");
+        assert_eq!(
+            problem_line(&p),
+            "Invalid queue policy: must be between 1 and 10000 (invalid_policy, field max_delivery_count)"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_server_exits_3_and_names_the_url() {
+        // Port 1 on loopback: nothing listens there, the connection is refused.
+        let client = redrive_client::Client::builder("http://127.0.0.1:1")
+            .retry(redrive_client::RetryOptions::none())
+            .build()
+            .unwrap();
+        let err = client.admin().list_queues().await.unwrap_err();
+        let err = anyhow::Error::new(err).context("list queues");
+        assert_eq!(exit_code(&err), 3);
+        let line = render(&err);
+        assert!(
+            line.starts_with(
+                "list queues: cannot reach the server at http://127.0.0.1:1/v1/queues: "
+            ),
+            "{line}"
+        );
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 // The package's library half (shared with `redrive-bench`), under the names the commands use.
-use redrive::{client, failure, output, progress, units};
+use redrive::{failure, output, progress, units};
 
 use crate::cmd::Ctx;
 
@@ -132,7 +132,7 @@ fn main() -> ExitCode {
     let code = match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", failure::render(&e));
             ExitCode::from(failure::exit_code(&e))
         }
     };
@@ -308,23 +308,35 @@ fn command_path(args: impl Iterator<Item = String>) -> String {
 /// server did not check).
 async fn run(cli: Cli) -> (anyhow::Result<()>, Option<String>) {
     let url = cli.url.clone();
-    let client: std::sync::OnceLock<client::Client> = std::sync::OnceLock::new();
+    let client: std::sync::OnceLock<redrive_client::Client> = std::sync::OnceLock::new();
     let result = dispatch(cli, &client).await;
     let warning = client
         .get()
-        .is_some_and(client::Client::token_unchecked)
+        .is_some_and(redrive_client::Client::token_unchecked)
         .then(|| format!("the server at {url} runs without authentication: the token sent (--token or REDRIVE_TOKEN) was not checked"));
     (result, warning)
 }
 
 /// Runs the command; `client` keeps the client it made, for what it learnt of the server.
-async fn dispatch(cli: Cli, client: &std::sync::OnceLock<client::Client>) -> anyhow::Result<()> {
+async fn dispatch(
+    cli: Cli,
+    client: &std::sync::OnceLock<redrive_client::Client>,
+) -> anyhow::Result<()> {
     let ctx = || -> anyhow::Result<Ctx> {
         let trust = redrive_tls::Trust::load(cli.ca_file.as_deref())
             .map_err(|e| failure::input_error(format!("--ca-file: {e}")))?;
-        let made = client::Client::trusting(&cli.url, Duration::from_secs(60), &trust)
-            .map_err(|e| failure::input_error(format!("{e:#}")))?
-            .with_token(cli.token.clone());
+        // One attempt per request, as the CLI always made: a script sees each failure
+        // as it happens and decides itself whether to run the command again.
+        let mut builder = redrive_client::Client::builder(cli.url.clone())
+            .timeout(Duration::from_secs(60))
+            .retry(redrive_client::RetryOptions::none())
+            .trust(trust);
+        if let Some(token) = cli.token.as_deref().filter(|t| !t.trim().is_empty()) {
+            builder = builder.token(token);
+        }
+        let made = builder
+            .build()
+            .map_err(|e| failure::input_error(e.to_string()))?;
         Ok(Ctx {
             client: client.get_or_init(|| made).clone(),
             json: cli.json,

@@ -8,6 +8,7 @@
 mod dead_letter_policy;
 mod processor;
 mod receiver;
+mod recovery;
 mod retry;
 mod sender;
 mod sessions;

@@ -7,10 +7,10 @@ use redrive_api::access::{CreateToken, Token};
 use redrive_core::access::Grant;
 
 use super::Ctx;
-use crate::client::AuditQuery;
 use crate::failure::input_error;
 use crate::output::{KeyValues, Table, or_dash, print_json};
 use crate::units::ranged_u32;
+use redrive_client::AuditQuery;
 
 /// `redrive token …`.
 #[derive(Debug, Subcommand)]
@@ -57,6 +57,7 @@ pub async fn run_token(ctx: &Ctx, c: TokenCommand) -> anyhow::Result<()> {
         TokenCommand::Create(a) => {
             let created = ctx
                 .client
+                .access()
                 .create_token(&CreateToken {
                     name: a.name.clone(),
                     grants: a.grants,
@@ -89,7 +90,12 @@ pub async fn run_token(ctx: &Ctx, c: TokenCommand) -> anyhow::Result<()> {
             Ok(())
         }
         TokenCommand::List => {
-            let list = ctx.client.list_tokens().await.context("listing tokens")?;
+            let list = ctx
+                .client
+                .access()
+                .list_tokens()
+                .await
+                .context("listing tokens")?;
             if ctx.json {
                 return print_json(&list);
             }
@@ -103,6 +109,7 @@ pub async fn run_token(ctx: &Ctx, c: TokenCommand) -> anyhow::Result<()> {
         TokenCommand::Revoke { id } => {
             let t = ctx
                 .client
+                .access()
                 .revoke_token(&id)
                 .await
                 .with_context(|| format!("revoking token {id}"))?;
@@ -174,6 +181,7 @@ pub async fn run_audit(ctx: &Ctx, c: AuditCommand) -> anyhow::Result<()> {
             }
             let page = ctx
                 .client
+                .access()
                 .list_audit(&AuditQuery {
                     actor: a.actor,
                     entity: a.entity,
@@ -215,6 +223,7 @@ pub async fn run_audit(ctx: &Ctx, c: AuditCommand) -> anyhow::Result<()> {
         AuditCommand::Verify => {
             let v = ctx
                 .client
+                .access()
                 .verify_audit()
                 .await
                 .context("verifying the audit log")?;

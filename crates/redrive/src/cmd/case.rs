@@ -26,10 +26,10 @@ use redrive_core::dead_letter::EvidenceQuality;
 use super::message::encode_body;
 use super::replay::counts_text;
 use super::{Ctx, queue_name};
-use crate::client::CaseQuery;
 use crate::failure::input_error;
 use crate::output::{KeyValues, Table, or_dash, print_json};
 use crate::units::{format_duration_ms, parse_duration_ms, parse_time, ranged_u32};
+use redrive_client::CaseQuery;
 
 /// `redrive case …`.
 #[derive(Debug, Subcommand)]
@@ -412,7 +412,11 @@ pub async fn run(ctx: &Ctx, cmd: CaseCommand) -> anyhow::Result<()> {
             let mut query = a.filters.query();
             query.cursor = a.cursor;
             query.limit = a.limit;
-            let page = c.list_cases(&query).await.context("list cases")?;
+            let page = c
+                .recovery()
+                .list_cases(&query)
+                .await
+                .context("list cases")?;
             if ctx.json {
                 return print_json(&page);
             }
@@ -426,7 +430,11 @@ pub async fn run(ctx: &Ctx, cmd: CaseCommand) -> anyhow::Result<()> {
             }
         }
         CaseCommand::Counts(f) => {
-            let counts = c.case_counts(&f.query()).await.context("count cases")?;
+            let counts = c
+                .recovery()
+                .case_counts(&f.query())
+                .await
+                .context("count cases")?;
             if ctx.json {
                 return print_json(&counts);
             }
@@ -434,6 +442,7 @@ pub async fn run(ctx: &Ctx, cmd: CaseCommand) -> anyhow::Result<()> {
         }
         CaseCommand::Show { id } => {
             let case = c
+                .recovery()
                 .get_case(&id)
                 .await
                 .with_context(|| format!("show case {id}"))?;
@@ -444,6 +453,7 @@ pub async fn run(ctx: &Ctx, cmd: CaseCommand) -> anyhow::Result<()> {
         }
         CaseCommand::Payload { id, digest, out } => {
             let p = c
+                .recovery()
                 .case_payload(&id, digest.as_deref())
                 .await
                 .with_context(|| format!("read the payload of case {id}"))?;
@@ -475,6 +485,7 @@ pub async fn run(ctx: &Ctx, cmd: CaseCommand) -> anyhow::Result<()> {
         }
         CaseCommand::Claim { id, lease } => {
             let case = c
+                .recovery()
                 .claim_case(&id, lease)
                 .await
                 .with_context(|| format!("claim case {id}"))?;
@@ -488,6 +499,7 @@ pub async fn run(ctx: &Ctx, cmd: CaseCommand) -> anyhow::Result<()> {
         }
         CaseCommand::Release { id } => {
             let case = c
+                .recovery()
                 .release_case(&id)
                 .await
                 .with_context(|| format!("release case {id}"))?;
@@ -495,6 +507,7 @@ pub async fn run(ctx: &Ctx, cmd: CaseCommand) -> anyhow::Result<()> {
         }
         CaseCommand::Note { id, text } => {
             let case = c
+                .recovery()
                 .note_case(&id, &NoteCase { text })
                 .await
                 .with_context(|| format!("note on case {id}"))?;
@@ -502,6 +515,7 @@ pub async fn run(ctx: &Ctx, cmd: CaseCommand) -> anyhow::Result<()> {
         }
         CaseCommand::Diagnose { id, diagnosis } => {
             let case = c
+                .recovery()
                 .diagnose_case(&id, &diagnosis.request())
                 .await
                 .with_context(|| format!("diagnose case {id}"))?;
@@ -509,6 +523,7 @@ pub async fn run(ctx: &Ctx, cmd: CaseCommand) -> anyhow::Result<()> {
         }
         CaseCommand::Correct { id, correction } => {
             let case = c
+                .recovery()
                 .correct_case(&id, &correction.request())
                 .await
                 .with_context(|| format!("record a correction on case {id}"))?;
@@ -526,6 +541,7 @@ pub async fn run(ctx: &Ctx, cmd: CaseCommand) -> anyhow::Result<()> {
                 addresses: a.addresses,
             };
             let case = c
+                .recovery()
                 .transform_case(&a.id, &req)
                 .await
                 .with_context(|| format!("record a transformation on case {}", a.id))?;
@@ -549,6 +565,7 @@ pub async fn run(ctx: &Ctx, cmd: CaseCommand) -> anyhow::Result<()> {
                 evidence: a.evidence,
             };
             let case = c
+                .recovery()
                 .test_case(&a.id, &req)
                 .await
                 .with_context(|| format!("record a test on case {}", a.id))?;
@@ -556,6 +573,7 @@ pub async fn run(ctx: &Ctx, cmd: CaseCommand) -> anyhow::Result<()> {
         }
         CaseCommand::Reconcile { id } => {
             let case = c
+                .recovery()
                 .reconcile_case(&id)
                 .await
                 .with_context(|| format!("reconcile case {id}"))?;
@@ -567,6 +585,7 @@ pub async fn run(ctx: &Ctx, cmd: CaseCommand) -> anyhow::Result<()> {
             evidence,
         } => {
             let case = c
+                .recovery()
                 .close_case(&id, &CloseCase { state, evidence })
                 .await
                 .with_context(|| format!("close case {id}"))?;
@@ -592,6 +611,7 @@ pub async fn run(ctx: &Ctx, cmd: CaseCommand) -> anyhow::Result<()> {
                 extend_ms: extend,
             };
             let case = c
+                .recovery()
                 .review_case(&id, &req)
                 .await
                 .with_context(|| format!("review case {id}"))?;
@@ -599,6 +619,7 @@ pub async fn run(ctx: &Ctx, cmd: CaseCommand) -> anyhow::Result<()> {
         }
         CaseCommand::Replay { id } => {
             let case = c
+                .recovery()
                 .replay_case(&id)
                 .await
                 .with_context(|| format!("replay case {id}"))?;
@@ -760,10 +781,12 @@ pub async fn run_intent(ctx: &Ctx, cmd: IntentCommand) -> anyhow::Result<()> {
     let c = &ctx.client;
     let intent = match cmd {
         IntentCommand::Show { id } => c
+            .recovery()
             .get_intent(&id)
             .await
             .with_context(|| format!("show intent {id}"))?,
         IntentCommand::Cancel { id, reason, queue } => c
+            .recovery()
             .cancel_intent(&id, &CancelIntent { reason, queue })
             .await
             .with_context(|| format!("cancel intent {id}"))?,
@@ -773,6 +796,7 @@ pub async fn run_intent(ctx: &Ctx, cmd: IntentCommand) -> anyhow::Result<()> {
             reason,
             queue,
         } => c
+            .recovery()
             .supersede_intent(&id, &SupersedeIntent { by, reason, queue })
             .await
             .with_context(|| format!("supersede intent {id}"))?,
@@ -814,6 +838,7 @@ pub async fn run_effect_authority(ctx: &Ctx, cmd: EffectAuthorityCommand) -> any
     match cmd {
         EffectAuthorityCommand::List => {
             let list = c
+                .recovery()
                 .list_effect_authorities()
                 .await
                 .context("list effect authorities")?;
@@ -836,6 +861,7 @@ pub async fn run_effect_authority(ctx: &Ctx, cmd: EffectAuthorityCommand) -> any
                 timeout_ms: timeout,
             };
             let a = c
+                .recovery()
                 .set_effect_authority(&message_type, &req)
                 .await
                 .with_context(|| format!("set the effect authority of {message_type}"))?;
@@ -850,7 +876,8 @@ pub async fn run_effect_authority(ctx: &Ctx, cmd: EffectAuthorityCommand) -> any
             );
         }
         EffectAuthorityCommand::Delete { message_type } => {
-            c.delete_effect_authority(&message_type)
+            c.recovery()
+                .delete_effect_authority(&message_type)
                 .await
                 .with_context(|| format!("delete the effect authority of {message_type}"))?;
             if ctx.json {

@@ -145,6 +145,7 @@ pub async fn run(ctx: &Ctx, cmd: GroupCommand) -> anyhow::Result<()> {
                 intent_prefix: a.intent_prefix,
             };
             let g = c
+                .recovery()
                 .create_case_group(&req)
                 .await
                 .context("create a case group")?;
@@ -157,6 +158,7 @@ pub async fn run(ctx: &Ctx, cmd: GroupCommand) -> anyhow::Result<()> {
         }
         GroupCommand::Show { id } => {
             let g = c
+                .recovery()
                 .get_case_group(&id)
                 .await
                 .with_context(|| format!("show case group {id}"))?;
@@ -172,6 +174,7 @@ pub async fn run(ctx: &Ctx, cmd: GroupCommand) -> anyhow::Result<()> {
             limit,
         } => {
             let page = c
+                .recovery()
                 .list_case_groups(queue.as_deref(), cursor.as_deref(), limit)
                 .await
                 .context("list case groups")?;
@@ -200,25 +203,29 @@ pub async fn run(ctx: &Ctx, cmd: GroupCommand) -> anyhow::Result<()> {
             return Ok(());
         }
         GroupCommand::Claim { id, lease } => (
-            c.decide_case_group(&id, "claim", Some(&ClaimCase { lease_ms: lease }))
+            c.recovery()
+                .decide_case_group(&id, "claim", Some(&ClaimCase { lease_ms: lease }))
                 .await
                 .with_context(|| format!("claim case group {id}"))?,
             "claimed",
         ),
         GroupCommand::Release { id } => (
-            c.decide_case_group(&id, "release", None::<&()>)
+            c.recovery()
+                .decide_case_group(&id, "release", None::<&()>)
                 .await
                 .with_context(|| format!("release case group {id}"))?,
             "released",
         ),
         GroupCommand::Diagnose { id, diagnosis } => (
-            c.decide_case_group(&id, "diagnosis", Some(&diagnosis.request()))
+            c.recovery()
+                .decide_case_group(&id, "diagnosis", Some(&diagnosis.request()))
                 .await
                 .with_context(|| format!("diagnose case group {id}"))?,
             "diagnosed",
         ),
         GroupCommand::Correct { id, correction } => (
-            c.decide_case_group(&id, "corrections", Some(&correction.request()))
+            c.recovery()
+                .decide_case_group(&id, "corrections", Some(&correction.request()))
                 .await
                 .with_context(|| format!("correct case group {id}"))?,
             "corrected",
@@ -232,7 +239,8 @@ pub async fn run(ctx: &Ctx, cmd: GroupCommand) -> anyhow::Result<()> {
                 evidence: a.evidence,
             };
             (
-                c.decide_case_group(&a.id, "tests", Some(&req))
+                c.recovery()
+                    .decide_case_group(&a.id, "tests", Some(&req))
                     .await
                     .with_context(|| format!("test case group {}", a.id))?,
                 "tested",
@@ -243,7 +251,8 @@ pub async fn run(ctx: &Ctx, cmd: GroupCommand) -> anyhow::Result<()> {
             state,
             evidence,
         } => (
-            c.decide_case_group(&id, "close", Some(&CloseCase { state, evidence }))
+            c.recovery()
+                .decide_case_group(&id, "close", Some(&CloseCase { state, evidence }))
                 .await
                 .with_context(|| format!("close case group {id}"))?,
             "closed",

@@ -13,11 +13,11 @@ use serde_json::{Map, Value, json};
 
 use super::replay::counts_text;
 use super::{Ctx, area, queue_name};
-use crate::client::DeadLetterQuery;
 use crate::failure::input_error;
 use crate::output::{KeyValues, Table, or_dash, preview, print_json};
 use crate::progress::{Progress, Step};
 use crate::units::{parse_time, ranged_u32};
+use redrive_client::DeadLetterQuery;
 
 /// Largest input `dlq import` sends: the server refuses more in one import (64 MiB, the
 /// import parser's bound), so it is refused before anything is sent.
@@ -154,6 +154,7 @@ pub async fn run(ctx: &Ctx, cmd: DlqCommand) -> anyhow::Result<()> {
             };
             let page = ctx
                 .client
+                .recovery()
                 .dead_letters(&queue, &query)
                 .await
                 .with_context(|| format!("list dead letters of {queue}"))?;
@@ -195,6 +196,7 @@ pub async fn run(ctx: &Ctx, cmd: DlqCommand) -> anyhow::Result<()> {
         DlqCommand::Show { queue, id } => {
             let d = ctx
                 .client
+                .recovery()
                 .dead_letter(&queue, &id)
                 .await
                 .with_context(|| format!("show dead letter {id} of {queue}"))?;
@@ -208,6 +210,7 @@ pub async fn run(ctx: &Ctx, cmd: DlqCommand) -> anyhow::Result<()> {
         DlqCommand::Resubmit { queue, id } => {
             let r = ctx
                 .client
+                .recovery()
                 .resubmit(&queue, &id)
                 .await
                 .with_context(|| format!("resubmit dead letter {id} of {queue}"))?;
@@ -221,6 +224,7 @@ pub async fn run(ctx: &Ctx, cmd: DlqCommand) -> anyhow::Result<()> {
         }
         DlqCommand::Move { queue, id, area } => {
             ctx.client
+                .recovery()
                 .move_dead_letter(&queue, &id, &area)
                 .await
                 .with_context(|| format!("move dead letter {id} of {queue}"))?;
@@ -232,6 +236,7 @@ pub async fn run(ctx: &Ctx, cmd: DlqCommand) -> anyhow::Result<()> {
         DlqCommand::Restore { queue, id, dry_run } => {
             let r = ctx
                 .client
+                .recovery()
                 .restore_dead_letter(&queue, &id, dry_run)
                 .await
                 .with_context(|| format!("restore dead letter {id} of {queue}"))?;
@@ -248,6 +253,7 @@ pub async fn run(ctx: &Ctx, cmd: DlqCommand) -> anyhow::Result<()> {
             let content = read_import(&file)?;
             let r = ctx
                 .client
+                .recovery()
                 .import_dead_letters(&queue, &format, content)
                 .await
                 .with_context(|| format!("import {format} dead letters into {queue}"))?;
@@ -417,6 +423,7 @@ async fn export(
         progress.show(&step(n));
         let page = ctx
             .client
+            .recovery()
             .dead_letters_raw(queue, &query)
             .await
             .with_context(|| format!("export dead letters of {queue}"))?;

@@ -199,6 +199,7 @@ pub struct UnscheduleArgs {
 /// `redrive unschedule`: cancels a scheduled message that is not yet visible.
 pub async fn unschedule(ctx: &Ctx, args: UnscheduleArgs) -> anyhow::Result<()> {
     ctx.client
+        .wire()
         .cancel_scheduled(&args.queue, args.sequence)
         .await
         .with_context(|| {
@@ -248,6 +249,7 @@ pub async fn send(ctx: &Ctx, args: SendArgs) -> anyhow::Result<()> {
     };
     let resp = ctx
         .client
+        .wire()
         .send(&args.queue, &SendRequest::One(Box::new(msg)))
         .await
         .with_context(|| format!("send to {}", args.queue))?;
@@ -295,6 +297,7 @@ pub async fn receive(ctx: &Ctx, args: ReceiveArgs) -> anyhow::Result<()> {
         };
         let lock = ctx
             .client
+            .wire()
             .accept_session(queue, &req)
             .await
             .with_context(|| format!("accept a session on {queue}"))?;
@@ -319,13 +322,13 @@ pub async fn receive(ctx: &Ctx, args: ReceiveArgs) -> anyhow::Result<()> {
             session_id: session.as_ref().map(|s| s.session_id.clone()),
             session_lock_token: session.as_ref().map(|s| s.lock_token.clone()),
         };
-        ctx.client.receive(queue, &req).await
+        ctx.client.wire().receive(queue, &req).await
     } else {
         let req = ReceiveDeferred {
             sequence_numbers: args.deferred.clone(),
             lock_duration_ms: args.lock,
         };
-        ctx.client.receive_deferred(queue, &req).await
+        ctx.client.wire().receive_deferred(queue, &req).await
     }
     .with_context(|| format!("receive from {queue}"))?;
 
@@ -345,6 +348,7 @@ pub async fn receive(ctx: &Ctx, args: ReceiveArgs) -> anyhow::Result<()> {
     let settled = settle_all(ctx, &args, &list.messages, kind).await?;
     if let Some(s) = &session {
         ctx.client
+            .wire()
             .release_session(queue, &s.session_id, &s.lock_token)
             .await
             .with_context(|| format!("release session {}", s.session_id))?;
@@ -400,6 +404,7 @@ async fn settle_all(
         });
     }
     ctx.client
+        .wire()
         .settle_batch(queue, settlements)
         .await
         .with_context(|| format!("settle on {queue}"))
@@ -431,6 +436,7 @@ async fn watch(ctx: &Ctx, args: &ReceiveArgs) -> anyhow::Result<()> {
     let mut received: u64 = 0;
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
+    let wire = ctx.client.wire();
     loop {
         let left = args.count.map(|c| c - received);
         let max = left.map_or(args.max, |l| {
@@ -444,7 +450,7 @@ async fn watch(ctx: &Ctx, args: &ReceiveArgs) -> anyhow::Result<()> {
             session_lock_token: None,
         };
         let list = tokio::select! {
-            list = ctx.client.receive(queue, &req) => {
+            list = wire.receive(queue, &req) => {
                 list.with_context(|| format!("receive from {queue}"))?
             }
             _ = &mut interrupted => return Ok(()),
@@ -608,6 +614,7 @@ pub async fn settle(ctx: &Ctx, args: SettleArgs) -> anyhow::Result<()> {
     };
     let r = ctx
         .client
+        .wire()
         .settle(&args.queue, req)
         .await
         .with_context(|| format!("settle {} on {}", args.lock_token, args.queue))?;
@@ -630,6 +637,7 @@ pub async fn settle(ctx: &Ctx, args: SettleArgs) -> anyhow::Result<()> {
 pub async fn peek(ctx: &Ctx, args: PeekArgs) -> anyhow::Result<()> {
     let list = ctx
         .client
+        .wire()
         .peek(&args.queue, args.from, args.limit)
         .await
         .with_context(|| format!("peek {}", args.queue))?;

@@ -12,8 +12,8 @@ pub mod replay;
 pub mod stats;
 pub mod topic;
 
-use crate::client::Client;
 pub use crate::units::queue_name;
+use redrive_client::Client;
 
 /// What every operator command gets.
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use redrive_api::queue::{Backoff, CreateQueue, QueueInfo, QueuePolicy, UpdateQueue};
+use redrive_api::queue::{Backoff, QueueInfo, QueuePolicy, UpdateQueue};
 use redrive_core::EntityName;
 use serde_json::{Map, Value, json};
 
@@ -223,13 +223,10 @@ pub async fn run(ctx: &Ctx, cmd: QueueCommand) -> anyhow::Result<()> {
             policy
                 .validate()
                 .map_err(|e| input_error(format!("queue {name}: {e}")))?;
-            let req = CreateQueue {
-                name: name.clone(),
-                policy,
-            };
             let info = ctx
                 .client
-                .create_queue(&req)
+                .admin()
+                .create_queue(&name, policy)
                 .await
                 .with_context(|| format!("create queue {name}"))?;
             if ctx.json {
@@ -255,6 +252,7 @@ pub async fn run(ctx: &Ctx, cmd: QueueCommand) -> anyhow::Result<()> {
             };
             let info = ctx
                 .client
+                .admin()
                 .update_queue(&name, &req)
                 .await
                 .with_context(|| format!("update queue {name}"))?;
@@ -270,6 +268,7 @@ pub async fn run(ctx: &Ctx, cmd: QueueCommand) -> anyhow::Result<()> {
         QueueCommand::Show { name } => {
             let info = ctx
                 .client
+                .admin()
                 .get_queue(&name)
                 .await
                 .with_context(|| format!("show queue {name}"))?;
@@ -279,7 +278,12 @@ pub async fn run(ctx: &Ctx, cmd: QueueCommand) -> anyhow::Result<()> {
             print!("{}", describe(&info).render());
         }
         QueueCommand::List => {
-            let list = ctx.client.list_queues().await.context("list queues")?;
+            let list = ctx
+                .client
+                .admin()
+                .list_queues()
+                .await
+                .context("list queues")?;
             if ctx.json {
                 return print_json(&list);
             }
@@ -319,6 +323,7 @@ pub async fn run(ctx: &Ctx, cmd: QueueCommand) -> anyhow::Result<()> {
         }
         QueueCommand::Delete { name, force } => {
             ctx.client
+                .admin()
                 .delete_queue(&name, force)
                 .await
                 .with_context(|| format!("delete queue {name}"))?;
@@ -330,6 +335,7 @@ pub async fn run(ctx: &Ctx, cmd: QueueCommand) -> anyhow::Result<()> {
         QueueCommand::Purge { name } => {
             let out = ctx
                 .client
+                .admin()
                 .purge_queue(&name)
                 .await
                 .with_context(|| format!("purge queue {name}"))?;

@@ -63,6 +63,7 @@ pub async fn run(ctx: &Ctx, c: RegisterCommand) -> anyhow::Result<()> {
             loop {
                 let page = ctx
                     .client
+                    .access()
                     .list_register(cursor.as_deref())
                     .await
                     .context("listing the idempotency register")?;
@@ -85,6 +86,7 @@ pub async fn run(ctx: &Ctx, c: RegisterCommand) -> anyhow::Result<()> {
         RegisterCommand::Set(a) => {
             let set = ctx
                 .client
+                .access()
                 .set_register_entry(
                     &a.key,
                     &SetRegisterEntry {
@@ -115,6 +117,7 @@ pub async fn run(ctx: &Ctx, c: RegisterCommand) -> anyhow::Result<()> {
         RegisterCommand::Delete { key } => {
             let gone = ctx
                 .client
+                .access()
                 .delete_register_entry(&key)
                 .await
                 .with_context(|| format!("deleting register entry {key}"))?;

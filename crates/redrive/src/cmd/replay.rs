@@ -480,6 +480,7 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
         } => {
             let status = ctx
                 .client
+                .recovery()
                 .replay_status(&queue)
                 .await
                 .with_context(|| format!("replay status of {queue}"))?;
@@ -491,6 +492,7 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
         ReplayCommand::Status { queue: None, .. } => {
             let list = ctx
                 .client
+                .recovery()
                 .replay_statuses()
                 .await
                 .context("replay status")?;
@@ -506,6 +508,7 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
         ReplayCommand::Preview(args) => {
             let p = ctx
                 .client
+                .recovery()
                 .preview_plan(&args.spec())
                 .await
                 .with_context(|| format!("preview a replay of {}", args.what()))?;
@@ -517,6 +520,7 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
         ReplayCommand::Plan(args) => {
             let plan = ctx
                 .client
+                .recovery()
                 .create_plan(&args.request())
                 .await
                 .with_context(|| format!("create a replay plan of {}", args.what()))?;
@@ -530,6 +534,7 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
         ReplayCommand::Start { id, follow } => {
             let plan = ctx
                 .client
+                .recovery()
                 .change_plan(&id, "start")
                 .await
                 .with_context(|| format!("start replay plan {id}"))?;
@@ -541,6 +546,7 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
         ReplayCommand::Pause { id } => {
             let plan = ctx
                 .client
+                .recovery()
                 .change_plan(&id, "pause")
                 .await
                 .with_context(|| format!("pause replay plan {id}"))?;
@@ -549,6 +555,7 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
         ReplayCommand::Resume { id } => {
             let plan = ctx
                 .client
+                .recovery()
                 .change_plan(&id, "resume")
                 .await
                 .with_context(|| format!("resume replay plan {id}"))?;
@@ -557,6 +564,7 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
         ReplayCommand::Cancel { id } => {
             let plan = ctx
                 .client
+                .recovery()
                 .change_plan(&id, "cancel")
                 .await
                 .with_context(|| format!("cancel replay plan {id}"))?;
@@ -572,6 +580,7 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
             }
             let list = ctx
                 .client
+                .recovery()
                 .list_plans(&pairs)
                 .await
                 .context("list replay plans")?;
@@ -626,6 +635,7 @@ pub async fn run(ctx: &Ctx, cmd: ReplayCommand) -> anyhow::Result<()> {
             }
             let list = ctx
                 .client
+                .recovery()
                 .plan_items(&id, &pairs)
                 .await
                 .with_context(|| format!("items of replay plan {id}"))?;
@@ -652,6 +662,7 @@ fn changed(ctx: &Ctx, plan: &ReplayPlan, what: &str) -> anyhow::Result<()> {
 async fn plan_status(ctx: &Ctx, id: &str, follow: bool) -> anyhow::Result<()> {
     let plan = ctx
         .client
+        .recovery()
         .get_plan(id)
         .await
         .with_context(|| format!("status of replay plan {id}"))?;
@@ -681,6 +692,7 @@ async fn follow_plan(ctx: &Ctx, mut plan: ReplayPlan) -> anyhow::Result<()> {
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         plan = ctx
             .client
+            .recovery()
             .get_plan(&plan.id)
             .await
             .with_context(|| format!("status of replay plan {}", plan.id))?;

@@ -76,6 +76,7 @@ async fn once(ctx: &Ctx, args: &StatsArgs, line: bool) -> anyhow::Result<()> {
         Some(name) => {
             let q = ctx
                 .client
+                .admin()
                 .get_queue(name)
                 .await
                 .with_context(|| format!("stats of {name}"))?;
@@ -85,7 +86,7 @@ async fn once(ctx: &Ctx, args: &StatsArgs, line: bool) -> anyhow::Result<()> {
             vec![q]
         }
         None => {
-            let list = ctx.client.list_queues().await.context("stats")?;
+            let list = ctx.client.admin().list_queues().await.context("stats")?;
             if ctx.json {
                 return emit(&list, line);
             }

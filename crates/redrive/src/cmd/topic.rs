@@ -5,7 +5,6 @@ use std::io::Read as _;
 use std::path::PathBuf;
 
 use clap::Subcommand;
-use redrive_api::Problem;
 use redrive_api::topic::{
     AutoReplay, CreateSubscription, CreateTopic, DeadLetterDestination, Filter, PublishResults,
     PushMode, RetryPolicy, SubscriptionDeleted, SubscriptionInfo, SubscriptionKind,
@@ -18,10 +17,10 @@ use serde_json::{Value, json};
 
 use super::replay::{self, ReplayArgs};
 use super::{Ctx, queue_name};
-use crate::client::ClientError;
 use crate::failure::input_error;
 use crate::output::{KeyValues, Table, print_json};
 use crate::units::{format_duration_ms, parse_duration_ms, parse_size_u32, ranged_u32};
+use redrive_client::AdminError;
 
 /// The topic command families, flattened into the top level.
 #[derive(Debug, Subcommand)]
@@ -229,53 +228,17 @@ async fn request<T: DeserializeOwned>(
     segments: &[&str],
     query: Option<(&str, &str)>,
     body: Option<&impl Serialize>,
-) -> Result<Option<T>, ClientError> {
-    let mut url = ctx.client.url(segments);
-    if let Some((k, v)) = query {
-        url.query_pairs_mut().append_pair(k, v);
-    }
-    let what = format!("{method} {}", url.path());
-    let mut req = ctx.client.http().request(method, url.clone());
-    if let Some(b) = body {
-        let bytes = serde_json::to_vec(b).map_err(|source| ClientError::Decode {
-            what: what.clone(),
-            source,
-        })?;
-        // A JSON array of events is a CloudEvents batch; everything else is plain JSON.
-        let ct = if segments.last() == Some(&"events") {
-            "application/cloudevents-batch+json"
-        } else {
-            "application/json"
-        };
-        req = req.header("content-type", ct).body(bytes);
-    }
-    let resp = req.send().await.map_err(|e| {
-        if e.is_connect() || e.is_timeout() {
-            ClientError::Unreachable {
-                url: url.to_string(),
-                source: e,
-            }
-        } else {
-            ClientError::Transport(e)
-        }
-    })?;
-    let status = resp.status();
-    let bytes = resp.bytes().await.map_err(ClientError::Transport)?;
-    if !status.is_success() {
-        return Err(match serde_json::from_slice::<Problem>(&bytes) {
-            Ok(p) => ClientError::Problem(Box::new(p)),
-            Err(_) => ClientError::Status {
-                status: status.as_u16(),
-                body: String::from_utf8_lossy(&bytes).chars().take(200).collect(),
-            },
-        });
-    }
-    if bytes.is_empty() {
-        return Ok(None);
-    }
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|source| ClientError::Decode { what, source })
+) -> Result<Option<T>, AdminError> {
+    // A JSON array of events is a CloudEvents batch; everything else is plain JSON.
+    let ct = if segments.last() == Some(&"events") {
+        "application/cloudevents-batch+json"
+    } else {
+        "application/json"
+    };
+    ctx.client
+        .wire()
+        .request(method, segments, query, body.map(|b| (ct, b)))
+        .await
 }
 
 async fn must<T: DeserializeOwned>(
