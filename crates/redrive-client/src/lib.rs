@@ -7,6 +7,8 @@
 //! - [`Receiver`] and [`SessionReceiver`]: peek-lock receive, settlement (complete,
 //!   abandon, defer, dead-letter), lock renewal, deferred messages, sessions.
 //! - [`Admin`]: queues, topics and pull subscriptions.
+//! - [`Transaction`]: sends, settlements and cancels across queues, applied all together
+//!   or not at all ([`Client::transaction`]).
 //! - [`processor`]: a [`Processor`] hands each message to a handler with bounded
 //!   concurrency, lock renewal, automatic or explicit settlement, sessions, graceful
 //!   shutdown, and a consumer [`DeadLetterPolicy`] (Pulsar's, seed 003).
@@ -42,6 +44,8 @@
 //!   with their origin.
 //! - `cargo run -p redrive-client --example processor`: concurrency, permanent and
 //!   transient failures, the error callback, a graceful shutdown.
+//! - `cargo run -p redrive-client --example transaction`: an order's payment sent and the
+//!   order completed in one call, and a refused group applying nothing.
 //!
 //! # Layout
 //! - `client`: [`Client`], [`ClientBuilder`] and the one request path.
@@ -63,6 +67,7 @@ pub mod processor;
 mod receiver;
 pub mod retry;
 mod sender;
+mod transaction;
 
 pub use admin::Admin;
 pub use client::{Client, ClientBuilder};
@@ -77,8 +82,10 @@ pub use processor::{
     ProcessorHandle, ProcessorOptions, ProcessorStats, RestartBudget,
 };
 pub use receiver::{DeadLetterOptions, MAX_RECEIVE_BATCH, MAX_WAIT, Receiver, SessionReceiver};
+pub use redrive_api::transaction::{MAX_TRANSACTION_OPERATIONS, OperationKind, OperationResult};
 pub use retry::{Jitter, RetryOptions};
 pub use sender::{MAX_PUBLISH_BATCH, MAX_SEND_BATCH, PublishOutcome, Publisher, Sender};
+pub use transaction::{Transaction, TransactionError, TransactionOutcome};
 
 pub use redrive_api::Problem;
 pub use redrive_api::queue::QueuePolicy;

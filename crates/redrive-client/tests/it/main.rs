@@ -13,3 +13,4 @@ mod sender;
 mod sessions;
 mod support;
 mod tls;
+mod transactions;
