@@ -77,9 +77,10 @@ pub use error::{
 };
 pub use message::{MAX_ID_LEN, Message, ReceivedMessage, SendOutcome};
 pub use processor::{
-    DeadLetterPolicy, Delivery, Entity, ErrorSource, HandlerError, InvalidMessage, ProcessingError,
-    Processor, ProcessorBuildError, ProcessorBuilder, ProcessorError, ProcessorErrorEvent,
-    ProcessorHandle, ProcessorOptions, ProcessorStats, RestartBudget,
+    BreakerState, CircuitBreaker, DeadLetterPolicy, Delivery, Entity, ErrorSource, HandlerError,
+    InvalidMessage, ProcessingError, Processor, ProcessorBuildError, ProcessorBuilder,
+    ProcessorError, ProcessorErrorEvent, ProcessorHandle, ProcessorOptions, ProcessorStats,
+    RestartBudget,
 };
 pub use receiver::{DeadLetterOptions, MAX_RECEIVE_BATCH, MAX_WAIT, Receiver, SessionReceiver};
 pub use redrive_api::transaction::{MAX_TRANSACTION_OPERATIONS, OperationKind, OperationResult};
