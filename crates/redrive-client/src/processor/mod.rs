@@ -34,7 +34,8 @@
 //! Each stage emits a `tracing` event on target `redrive_client::processor` with `event`
 //! (`received`, `completed`, `nacked`, `redelivery_requested`, `diverted`,
 //! `dead_lettered`, `lock_renewed`, `lock_lost`, `divert_failed`, `worker_restarted`),
-//! `count = 1` (one event per delivery), `entity`, `subscription` (for a subscription),
+//! `count = 1` (one event per delivery), `entity` (the queue received from), `topic` (the
+//! topic, or the queue), `subscription` (for a subscription),
 //! `consumer` and `message_id`; `diverted` adds `dead_letter_queue` and
 //! `redelivery_count`. The circuit breaker adds `breaker_opened` (with `failures` and
 //! `calls`, or `probe_failed`, and `until`), `breaker_half_open` and `breaker_closed`.

@@ -206,19 +206,20 @@ impl Shared {
 
     fn event(&self, event: &'static str, message_id: &str) {
         let sub = self.setup.entity.subscription_name().unwrap_or("");
+        let topic = self.setup.entity.real_topic();
         let consumer = self.options().consumer.as_str();
         match event {
             "received" | "completed" | "lock_renewed" => tracing::debug!(
                 target: TARGET, event, count = 1u64, entity = %self.queue,
-                subscription = sub, consumer, message_id, "{event}"
+                topic, subscription = sub, consumer, message_id, "{event}"
             ),
             "lock_lost" | "divert_failed" => tracing::warn!(
                 target: TARGET, event, count = 1u64, entity = %self.queue,
-                subscription = sub, consumer, message_id, "{event}"
+                topic, subscription = sub, consumer, message_id, "{event}"
             ),
             _ => tracing::info!(
                 target: TARGET, event, count = 1u64, entity = %self.queue,
-                subscription = sub, consumer, message_id, "{event}"
+                topic, subscription = sub, consumer, message_id, "{event}"
             ),
         }
     }
@@ -331,6 +332,7 @@ impl Shared {
         };
         self.stats.breaker.store(code, Ordering::Relaxed);
         let sub = self.setup.entity.subscription_name().unwrap_or("");
+        let topic = self.setup.entity.real_topic();
         let consumer = self.options().consumer.as_str();
         let until = self
             .breaker
@@ -341,7 +343,7 @@ impl Shared {
             Transition::Opened { failures, calls } => {
                 self.stats.hit(&self.stats.breaker_opened);
                 tracing::warn!(target: TARGET, event = "breaker_opened", count = 1u64,
-                    entity = %self.queue, subscription = sub, consumer, failures, calls,
+                    entity = %self.queue, topic, subscription = sub, consumer, failures, calls,
                     until = %until.to_rfc3339(), "circuit breaker opened");
                 self.report(
                     ErrorSource::CircuitBreaker,
@@ -356,7 +358,7 @@ impl Shared {
             Transition::Reopened => {
                 self.stats.hit(&self.stats.breaker_opened);
                 tracing::warn!(target: TARGET, event = "breaker_opened", count = 1u64,
-                    entity = %self.queue, subscription = sub, consumer, probe_failed = true,
+                    entity = %self.queue, topic, subscription = sub, consumer, probe_failed = true,
                     until = %until.to_rfc3339(), "circuit breaker reopened");
                 self.report(
                     ErrorSource::CircuitBreaker,
@@ -371,13 +373,13 @@ impl Shared {
             Transition::HalfOpened => {
                 self.stats.watch.send_modify(|s| *s = self.stats.snapshot());
                 tracing::info!(target: TARGET, event = "breaker_half_open", count = 1u64,
-                    entity = %self.queue, subscription = sub, consumer,
+                    entity = %self.queue, topic, subscription = sub, consumer,
                     "circuit breaker half-open: probing");
             }
             Transition::Closed => {
                 self.stats.hit(&self.stats.breaker_closed);
                 tracing::info!(target: TARGET, event = "breaker_closed", count = 1u64,
-                    entity = %self.queue, subscription = sub, consumer,
+                    entity = %self.queue, topic, subscription = sub, consumer,
                     "circuit breaker closed");
                 self.report(
                     ErrorSource::CircuitBreaker,
@@ -1016,6 +1018,7 @@ async fn divert(
                     event = "diverted",
                     count = 1u64,
                     entity = %shared.queue,
+                    topic = shared.setup.entity.real_topic(),
                     subscription = shared.setup.entity.subscription_name().unwrap_or(""),
                     consumer = %shared.options().consumer,
                     message_id = id,
