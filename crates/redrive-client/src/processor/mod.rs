@@ -51,6 +51,7 @@
 //! the error callback ([`ErrorSource::CircuitBreaker`]).
 
 mod breaker;
+mod complete;
 mod delivery;
 mod policy;
 mod run;

@@ -18,6 +18,7 @@ use tokio_util::task::TaskTracker;
 use crate::error::ErrorKind;
 use crate::message::ReceivedMessage;
 use crate::processor::breaker::{Admit, Breaker, BreakerState, Transition, Verdict};
+use crate::processor::complete::Completer;
 use crate::processor::delivery::{Class, DeliveryCtx};
 use crate::processor::{
     DeadLetterPolicy, Dispatch, Entity, ErrorSource, HandlerError, ProcessingError, ProcessorError,
@@ -187,6 +188,8 @@ struct Shared {
     last_errors: Mutex<LastErrors>,
     /// The circuit breaker, when the options ask for one.
     breaker: Option<Breaker>,
+    /// Automatic completions, batched.
+    completer: Completer,
 }
 
 /// Locks a mutex whose every critical section is a short, panic-free update: a poisoned
@@ -514,6 +517,7 @@ pub(crate) fn start(setup: Setup) -> ProcessorHandle {
     let queue = setup.entity.receive_queue();
     let clock = setup.client.clock().clone();
     let breaker = setup.options.circuit_breaker.map(Breaker::new);
+    let completer = Completer::start(setup.receiver.clone());
     let shared = Arc::new(Shared {
         setup,
         queue,
@@ -526,6 +530,7 @@ pub(crate) fn start(setup: Setup) -> ProcessorHandle {
         restarts: Mutex::new(VecDeque::new()),
         last_errors: Mutex::new(LastErrors::default()),
         breaker,
+        completer,
     });
     let task = tokio::spawn(supervise(shared.clone()));
     ProcessorHandle {
@@ -897,7 +902,7 @@ async fn settle_after(shared: &Arc<Shared>, ctx: &DeliveryCtx, result: Result<()
                     "handled without settlement; auto-complete is off");
                 return;
             }
-            match shared.receiver().complete(message).await {
+            match shared.completer.complete(shared.receiver(), message).await {
                 Ok(()) => {
                     shared.stats.hit(&shared.stats.completed);
                     shared.event("completed", id);
