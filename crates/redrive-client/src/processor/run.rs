@@ -551,8 +551,14 @@ async fn supervise(shared: Arc<Shared>) -> Result<(), ProcessorError> {
             tracker.spawn(session_worker(shared.clone()));
         }
     } else {
-        let held = Arc::new(Semaphore::new(n + shared.options().prefetch));
-        tracker.spawn(receive_loop(shared.clone(), held, tx));
+        let places = n + shared.options().prefetch;
+        let held = Arc::new(Semaphore::new(places));
+        // One receive in flight per 64 places (at most 4): a large processor is not held
+        // to one request's round trip between batches.
+        for _ in 0..(places / 64).clamp(1, 4) {
+            tracker.spawn(receive_loop(shared.clone(), held.clone(), tx.clone()));
+        }
+        drop(tx);
         for _ in 0..n {
             tracker.spawn(worker(shared.clone(), rx.clone()));
         }
