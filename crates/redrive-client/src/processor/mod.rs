@@ -6,14 +6,16 @@
 //!   handlers run at once; [`prefetch`](ProcessorOptions::prefetch) more messages may wait
 //!   locked in the processor (their locks are not renewed while they wait; one that runs
 //!   out before its turn is dropped, counted as a lost lock, and delivered again by the
-//!   server).
+//!   server). A processor with more than 64 places (concurrency plus prefetch) keeps one
+//!   receive in flight per 64 places, at most 4.
 //! - **Lock renewal**: while a handler runs, its message's lock is renewed 10 s (or half
 //!   a lock, when that is shorter) before it runs out, up to
 //!   [`max_auto_lock_renewal`](ProcessorOptions::max_auto_lock_renewal) after the handler
 //!   started, on the client's clock. A renewal the server refuses (the lock is lost) is
 //!   reported, and [`Delivery::cancelled`] tells the handler.
 //! - **Settlement**: explicit through the [`Delivery`], or automatic: completed when the
-//!   handler returns `Ok` (with [`auto_complete`](ProcessorOptions::auto_complete)),
+//!   handler returns `Ok` (with [`auto_complete`](ProcessorOptions::auto_complete); the
+//!   completions of concurrent handlers go out together in one batch settle request),
 //!   abandoned when it returns a transient [`HandlerError`] (after the error's delay, the
 //!   processor's redelivery interval or the queue's backoff), dead-lettered at once with
 //!   its reason when it returns a permanent one.
