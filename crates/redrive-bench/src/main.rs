@@ -14,6 +14,7 @@ mod cpu;
 mod native;
 mod pg;
 mod plans;
+mod processor;
 mod push;
 mod replay;
 mod report;
@@ -103,6 +104,9 @@ enum Scenario {
     /// Push retries: many push subscriptions to a receiver that answers 500, every event
     /// waiting in backoff after its first attempt; the server's memory then.
     PushBackoff(push::PushBackoffArgs),
+    /// A redrive-client processor (64 concurrent calls, no-op handler) against the load
+    /// tool's own receive + complete loop, alternating over rounds; both rates and ratio.
+    Processor(processor::ProcessorArgs),
 }
 
 fn main() -> ExitCode {
@@ -218,6 +222,7 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         Scenario::Judge(_) => "judge",
         Scenario::SqliteFloor(_) => "sqlite-floor",
         Scenario::Plan(_) => "plan",
+        Scenario::Processor(_) => "processor",
     };
     let queue = args
         .queue
@@ -232,6 +237,10 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         Scenario::Fill(a) => native::fill(&client, &queue, a, &mut report).await,
         Scenario::Replay(a) => replay::run(&client, &queue, a, &mut report).await,
         Scenario::Plan(a) => plans::run(&client, &queue, a, &mut report).await,
+        Scenario::Processor(a) => {
+            let token = args.token.as_deref();
+            processor::run(&args.url, token, &client, &queue, a, &mut report).await
+        }
         Scenario::PgBaseline(_)
         | Scenario::Judge(_)
         | Scenario::SqliteFloor(_)

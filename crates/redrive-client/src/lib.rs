@@ -10,6 +10,8 @@
 //! - [`Recovery`]: dead letters, replay plans, recovery cases and groups, intents, effect
 //!   authorities; [`Access`]: tokens, the audit log, the register; [`Wire`]: the queue
 //!   operations with the wire types, for tools that print what the server answered.
+//! - [`Transaction`]: sends, settlements and cancels across queues, applied all together
+//!   or not at all ([`Client::transaction`]).
 //! - [`processor`]: a [`Processor`] hands each message to a handler with bounded
 //!   concurrency, lock renewal, automatic or explicit settlement, sessions, graceful
 //!   shutdown, and a consumer [`DeadLetterPolicy`] (Pulsar's, seed 003).
@@ -45,6 +47,8 @@
 //!   with their origin.
 //! - `cargo run -p redrive-client --example processor`: concurrency, permanent and
 //!   transient failures, the error callback, a graceful shutdown.
+//! - `cargo run -p redrive-client --example transaction`: an order's payment sent and the
+//!   order completed in one call, and a refused group applying nothing.
 //!
 //! # Layout
 //! - `client`: [`Client`], [`ClientBuilder`] and the one request path.
@@ -68,6 +72,7 @@ mod receiver;
 mod recovery;
 pub mod retry;
 mod sender;
+mod transaction;
 mod wire;
 
 pub use access::{Access, AuditQuery};
@@ -80,14 +85,17 @@ pub use error::{
 };
 pub use message::{MAX_ID_LEN, Message, ReceivedMessage, SendOutcome};
 pub use processor::{
-    DeadLetterPolicy, Delivery, Entity, ErrorSource, HandlerError, InvalidMessage, ProcessingError,
-    Processor, ProcessorBuildError, ProcessorBuilder, ProcessorError, ProcessorErrorEvent,
-    ProcessorHandle, ProcessorOptions, ProcessorStats, RestartBudget,
+    BreakerState, CircuitBreaker, DeadLetterPolicy, Delivery, Entity, ErrorSource, HandlerError,
+    InvalidMessage, ProcessingError, Processor, ProcessorBuildError, ProcessorBuilder,
+    ProcessorError, ProcessorErrorEvent, ProcessorHandle, ProcessorOptions, ProcessorStats,
+    RestartBudget,
 };
 pub use receiver::{DeadLetterOptions, MAX_RECEIVE_BATCH, MAX_WAIT, Receiver, SessionReceiver};
 pub use recovery::{CaseQuery, DeadLetterQuery, RawDeadLetterPage, Recovery};
+pub use redrive_api::transaction::{MAX_TRANSACTION_OPERATIONS, OperationKind, OperationResult};
 pub use retry::{Jitter, RetryOptions};
 pub use sender::{MAX_PUBLISH_BATCH, MAX_SEND_BATCH, PublishOutcome, Publisher, Sender};
+pub use transaction::{Transaction, TransactionError, TransactionOutcome};
 pub use wire::Wire;
 
 pub use redrive_api::Problem;

@@ -35,7 +35,7 @@ pub(crate) struct DeliveryCtx {
 }
 
 impl DeliveryCtx {
-    fn mark_settled(&self) {
+    pub(crate) fn mark_settled(&self) {
         *self.settled.lock().unwrap_or_else(|e| e.into_inner()) = true;
     }
 

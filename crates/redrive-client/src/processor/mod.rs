@@ -6,14 +6,16 @@
 //!   handlers run at once; [`prefetch`](ProcessorOptions::prefetch) more messages may wait
 //!   locked in the processor (their locks are not renewed while they wait; one that runs
 //!   out before its turn is dropped, counted as a lost lock, and delivered again by the
-//!   server).
+//!   server). A processor with more than 64 places (concurrency plus prefetch) keeps one
+//!   receive in flight per 64 places, at most 4.
 //! - **Lock renewal**: while a handler runs, its message's lock is renewed 10 s (or half
 //!   a lock, when that is shorter) before it runs out, up to
 //!   [`max_auto_lock_renewal`](ProcessorOptions::max_auto_lock_renewal) after the handler
 //!   started, on the client's clock. A renewal the server refuses (the lock is lost) is
 //!   reported, and [`Delivery::cancelled`] tells the handler.
 //! - **Settlement**: explicit through the [`Delivery`], or automatic: completed when the
-//!   handler returns `Ok` (with [`auto_complete`](ProcessorOptions::auto_complete)),
+//!   handler returns `Ok` (with [`auto_complete`](ProcessorOptions::auto_complete); the
+//!   completions of concurrent handlers go out together in one batch settle request),
 //!   abandoned when it returns a transient [`HandlerError`] (after the error's delay, the
 //!   processor's redelivery interval or the queue's backoff), dead-lettered at once with
 //!   its reason when it returns a permanent one.
@@ -34,10 +36,24 @@
 //! Each stage emits a `tracing` event on target `redrive_client::processor` with `event`
 //! (`received`, `completed`, `nacked`, `redelivery_requested`, `diverted`,
 //! `dead_lettered`, `lock_renewed`, `lock_lost`, `divert_failed`, `worker_restarted`),
-//! `count = 1` (one event per delivery), `entity`, `subscription` (for a subscription),
+//! `count = 1` (one event per delivery), `entity` (the queue received from), `topic` (the
+//! topic, or the queue), `subscription` (for a subscription),
 //! `consumer` and `message_id`; `diverted` adds `dead_letter_queue` and
-//! `redelivery_count`. [`ProcessorHandle::stats`] counts the same.
+//! `redelivery_count`. The circuit breaker adds `breaker_opened` (with `failures` and
+//! `calls`, or `probe_failed`, and `until`), `breaker_half_open` and `breaker_closed`.
+//! [`ProcessorHandle::stats`] and [`ProcessorHandle::watch_stats`] count the same
+//! ([`ProcessorStats`], with the breaker's state).
+//!
+//! # Circuit breaker
+//!
+//! [`circuit_breaker`](ProcessorOptions::circuit_breaker) stops receiving while the
+//! handler's transient failures say a dependency is down, then probes: see
+//! [`CircuitBreaker`] and the `breaker` module's rules (only transient errors and panics
+//! are failures; a permanent error is the message's fault). Its opening and closing reach
+//! the error callback ([`ErrorSource::CircuitBreaker`]).
 
+mod breaker;
+mod complete;
 mod delivery;
 mod policy;
 mod run;
@@ -48,6 +64,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use breaker::{BreakerState, CircuitBreaker};
 pub use delivery::{Delivery, HandlerError, InvalidMessage};
 pub use policy::{
     DeadLetterPolicy, Entity, ORIGIN_MESSAGE_ID, REAL_TOPIC, REDRIVE_DELIVERY_COUNT,
@@ -102,6 +119,9 @@ pub struct ProcessorOptions {
     pub consumer: String,
     /// Receives every processing and infrastructure error.
     pub on_error: Option<ErrorCallback>,
+    /// Stops receiving while the handler's failures say a dependency is down (default:
+    /// none). Not with sessions.
+    pub circuit_breaker: Option<CircuitBreaker>,
 }
 
 impl fmt::Debug for ProcessorOptions {
@@ -119,6 +139,7 @@ impl fmt::Debug for ProcessorOptions {
             .field("restart_budget", &self.restart_budget)
             .field("consumer", &self.consumer)
             .field("on_error", &self.on_error.as_ref().map(|_| "callback"))
+            .field("circuit_breaker", &self.circuit_breaker)
             .finish()
     }
 }
@@ -138,6 +159,7 @@ impl Default for ProcessorOptions {
             restart_budget: RestartBudget::default(),
             consumer: "redrive-client".to_owned(),
             on_error: None,
+            circuit_breaker: None,
         }
     }
 }
@@ -232,7 +254,22 @@ impl ProcessorOptions {
         self
     }
 
+    /// Sets [`circuit_breaker`](ProcessorOptions::circuit_breaker).
+    pub fn circuit_breaker(mut self, breaker: CircuitBreaker) -> Self {
+        self.circuit_breaker = Some(breaker);
+        self
+    }
+
     fn check(&self, entity: &Entity) -> Result<(), ProcessorBuildError> {
+        if let Some(b) = &self.circuit_breaker {
+            b.check()?;
+            if self.sessions {
+                return Err(ProcessorBuildError::InvalidOption {
+                    option: "circuit_breaker",
+                    reason: "not available with sessions".to_owned(),
+                });
+            }
+        }
         if self.max_concurrent_calls == 0 || self.max_concurrent_calls > 1_000 {
             return Err(ProcessorBuildError::InvalidOption {
                 option: "max_concurrent_calls",
@@ -337,6 +374,8 @@ pub enum ErrorSource {
     Configuration,
     /// The processor ended: its restart budget is spent.
     Processor,
+    /// The circuit breaker opened or closed.
+    CircuitBreaker,
 }
 
 /// What went wrong, in a [`ProcessorErrorEvent`].
@@ -365,6 +404,17 @@ pub enum ProcessingError {
         /// Restarts within the budget's period.
         restarts: u32,
     },
+    /// The circuit breaker opened: no receives until `until` (then probes).
+    BreakerOpened {
+        /// Failures in the window (0 when a probe failed and it reopened).
+        failures: u32,
+        /// Outcomes in the window (0 when a probe failed and it reopened).
+        calls: u32,
+        /// When it half-opens.
+        until: redrive_core::clock::Timestamp,
+    },
+    /// The circuit breaker closed: its probes succeeded, receiving resumes.
+    BreakerClosed,
 }
 
 impl ProcessingError {
@@ -399,6 +449,28 @@ impl fmt::Display for ProcessingError {
                     f,
                     "{restarts} worker restarts within the restart budget's period"
                 )
+            }
+            ProcessingError::BreakerOpened {
+                failures,
+                calls,
+                until,
+            } => {
+                if *calls == 0 {
+                    write!(
+                        f,
+                        "circuit breaker reopened: a probe failed; receiving again after {}",
+                        until.to_rfc3339()
+                    )
+                } else {
+                    write!(
+                        f,
+                        "circuit breaker opened: {failures} of {calls} handled messages failed; receiving again after {}",
+                        until.to_rfc3339()
+                    )
+                }
+            }
+            ProcessingError::BreakerClosed => {
+                f.write_str("circuit breaker closed: its probes succeeded; receiving resumed")
             }
         }
     }
@@ -476,6 +548,12 @@ pub struct ProcessorStats {
     pub restarts: u64,
     /// Messages abandoned because the processor stopped.
     pub abandoned_on_shutdown: u64,
+    /// Times the circuit breaker opened (from closed, or again after a failed probe).
+    pub breaker_opened: u64,
+    /// Times the circuit breaker closed after good probes.
+    pub breaker_closed: u64,
+    /// Where the circuit breaker stands now.
+    pub breaker: BreakerState,
 }
 
 type Dispatch = Arc<dyn Fn(Arc<delivery::DeliveryCtx>) -> BoxFuture<run::Handled> + Send + Sync>;

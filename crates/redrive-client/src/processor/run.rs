@@ -17,6 +17,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::error::ErrorKind;
 use crate::message::ReceivedMessage;
+use crate::processor::breaker::{Admit, Breaker, BreakerState, Transition, Verdict};
+use crate::processor::complete::Completer;
 use crate::processor::delivery::{Class, DeliveryCtx};
 use crate::processor::{
     DeadLetterPolicy, Dispatch, Entity, ErrorSource, HandlerError, ProcessingError, ProcessorError,
@@ -95,6 +97,10 @@ struct Counters {
     lock_lost: AtomicU64,
     restarts: AtomicU64,
     abandoned_on_shutdown: AtomicU64,
+    breaker_opened: AtomicU64,
+    breaker_closed: AtomicU64,
+    /// The breaker's state: 0 closed, 1 open, 2 half-open.
+    breaker: std::sync::atomic::AtomicU8,
     /// The counts, published after every change.
     watch: watch::Sender<ProcessorStats>,
 }
@@ -117,6 +123,9 @@ impl Counters {
             lock_lost: zero(0),
             restarts: zero(0),
             abandoned_on_shutdown: zero(0),
+            breaker_opened: zero(0),
+            breaker_closed: zero(0),
+            breaker: std::sync::atomic::AtomicU8::new(0),
             watch: watch::Sender::new(ProcessorStats::default()),
         }
     }
@@ -145,6 +154,13 @@ impl Counters {
             lock_lost: g(&self.lock_lost),
             restarts: g(&self.restarts),
             abandoned_on_shutdown: g(&self.abandoned_on_shutdown),
+            breaker_opened: g(&self.breaker_opened),
+            breaker_closed: g(&self.breaker_closed),
+            breaker: match self.breaker.load(Ordering::Relaxed) {
+                1 => BreakerState::Open,
+                2 => BreakerState::HalfOpen,
+                _ => BreakerState::Closed,
+            },
         }
     }
 }
@@ -170,6 +186,10 @@ struct Shared {
     failure: Mutex<Option<ProcessorError>>,
     restarts: Mutex<VecDeque<Timestamp>>,
     last_errors: Mutex<LastErrors>,
+    /// The circuit breaker, when the options ask for one.
+    breaker: Option<Breaker>,
+    /// Automatic completions, batched.
+    completer: Completer,
 }
 
 /// Locks a mutex whose every critical section is a short, panic-free update: a poisoned
@@ -189,19 +209,20 @@ impl Shared {
 
     fn event(&self, event: &'static str, message_id: &str) {
         let sub = self.setup.entity.subscription_name().unwrap_or("");
+        let topic = self.setup.entity.real_topic();
         let consumer = self.options().consumer.as_str();
         match event {
             "received" | "completed" | "lock_renewed" => tracing::debug!(
                 target: TARGET, event, count = 1u64, entity = %self.queue,
-                subscription = sub, consumer, message_id, "{event}"
+                topic, subscription = sub, consumer, message_id, "{event}"
             ),
             "lock_lost" | "divert_failed" => tracing::warn!(
                 target: TARGET, event, count = 1u64, entity = %self.queue,
-                subscription = sub, consumer, message_id, "{event}"
+                topic, subscription = sub, consumer, message_id, "{event}"
             ),
             _ => tracing::info!(
                 target: TARGET, event, count = 1u64, entity = %self.queue,
-                subscription = sub, consumer, message_id, "{event}"
+                topic, subscription = sub, consumer, message_id, "{event}"
             ),
         }
     }
@@ -298,6 +319,87 @@ impl Shared {
         );
         *lock(&self.shutdown_timeout) = None;
         self.stop.cancel();
+    }
+
+    /// Publishes a change of the breaker's state: counts, state, tracing, and (opened,
+    /// closed) the error callback.
+    fn breaker_changed(&self, t: Transition) {
+        let state = self
+            .breaker
+            .as_ref()
+            .map_or(BreakerState::Closed, Breaker::state);
+        let code = match state {
+            BreakerState::Open => 1,
+            BreakerState::HalfOpen => 2,
+            _ => 0,
+        };
+        self.stats.breaker.store(code, Ordering::Relaxed);
+        let sub = self.setup.entity.subscription_name().unwrap_or("");
+        let topic = self.setup.entity.real_topic();
+        let consumer = self.options().consumer.as_str();
+        let until = self
+            .breaker
+            .as_ref()
+            .and_then(|b| b.open_until())
+            .unwrap_or_default();
+        match t {
+            Transition::Opened { failures, calls } => {
+                self.stats.hit(&self.stats.breaker_opened);
+                tracing::warn!(target: TARGET, event = "breaker_opened", count = 1u64,
+                    entity = %self.queue, topic, subscription = sub, consumer, failures, calls,
+                    until = %until.to_rfc3339(), "circuit breaker opened");
+                self.report(
+                    ErrorSource::CircuitBreaker,
+                    None,
+                    ProcessingError::BreakerOpened {
+                        failures,
+                        calls,
+                        until,
+                    },
+                );
+            }
+            Transition::Reopened => {
+                self.stats.hit(&self.stats.breaker_opened);
+                tracing::warn!(target: TARGET, event = "breaker_opened", count = 1u64,
+                    entity = %self.queue, topic, subscription = sub, consumer, probe_failed = true,
+                    until = %until.to_rfc3339(), "circuit breaker reopened");
+                self.report(
+                    ErrorSource::CircuitBreaker,
+                    None,
+                    ProcessingError::BreakerOpened {
+                        failures: 0,
+                        calls: 0,
+                        until,
+                    },
+                );
+            }
+            Transition::HalfOpened => {
+                self.stats.watch.send_modify(|s| *s = self.stats.snapshot());
+                tracing::info!(target: TARGET, event = "breaker_half_open", count = 1u64,
+                    entity = %self.queue, topic, subscription = sub, consumer,
+                    "circuit breaker half-open: probing");
+            }
+            Transition::Closed => {
+                self.stats.hit(&self.stats.breaker_closed);
+                tracing::info!(target: TARGET, event = "breaker_closed", count = 1u64,
+                    entity = %self.queue, topic, subscription = sub, consumer,
+                    "circuit breaker closed");
+                self.report(
+                    ErrorSource::CircuitBreaker,
+                    None,
+                    ProcessingError::BreakerClosed,
+                );
+            }
+        }
+    }
+
+    /// Tells the breaker what a delivery said about the dependency.
+    fn judge(&self, verdict: Verdict) {
+        if let Some(b) = &self.breaker
+            && let Some(t) = b.record(self.clock.now(), verdict)
+        {
+            self.breaker_changed(t);
+        }
     }
 
     async fn sleep(&self, d: Duration) {
@@ -414,6 +516,8 @@ impl Drop for ProcessorHandle {
 pub(crate) fn start(setup: Setup) -> ProcessorHandle {
     let queue = setup.entity.receive_queue();
     let clock = setup.client.clock().clone();
+    let breaker = setup.options.circuit_breaker.map(Breaker::new);
+    let completer = Completer::start(setup.receiver.clone());
     let shared = Arc::new(Shared {
         setup,
         queue,
@@ -425,6 +529,8 @@ pub(crate) fn start(setup: Setup) -> ProcessorHandle {
         failure: Mutex::new(None),
         restarts: Mutex::new(VecDeque::new()),
         last_errors: Mutex::new(LastErrors::default()),
+        breaker,
+        completer,
     });
     let task = tokio::spawn(supervise(shared.clone()));
     ProcessorHandle {
@@ -445,8 +551,14 @@ async fn supervise(shared: Arc<Shared>) -> Result<(), ProcessorError> {
             tracker.spawn(session_worker(shared.clone()));
         }
     } else {
-        let held = Arc::new(Semaphore::new(n + shared.options().prefetch));
-        tracker.spawn(receive_loop(shared.clone(), held, tx));
+        let places = n + shared.options().prefetch;
+        let held = Arc::new(Semaphore::new(places));
+        // One receive in flight per 64 places (at most 4): a large processor is not held
+        // to one request's round trip between batches.
+        for _ in 0..(places / 64).clamp(1, 4) {
+            tracker.spawn(receive_loop(shared.clone(), held.clone(), tx.clone()));
+        }
+        drop(tx);
         for _ in 0..n {
             tracker.spawn(worker(shared.clone(), rx.clone()));
         }
@@ -538,8 +650,46 @@ async fn receive_loop(shared: Arc<Shared>, held: Arc<Semaphore>, tx: mpsc::Unbou
                 Err(_) => return,
             },
         };
+        // The breaker is asked once a place is free, so that the verdict of the delivery
+        // that held it is in.
+        let mut limit = MAX_RECEIVE_BATCH;
+        let mut probes = 0;
+        if let Some(b) = &shared.breaker {
+            let changed = b.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let (admit, t) = b.admit(shared.clock.now());
+            if let Some(t) = t {
+                shared.breaker_changed(t);
+            }
+            match admit {
+                Admit::Any => {}
+                Admit::Probes(n) => {
+                    limit = n.min(MAX_RECEIVE_BATCH);
+                    probes = n;
+                }
+                Admit::Until(at) => {
+                    drop(first);
+                    tokio::select! {
+                        biased;
+                        () = shared.stop.cancelled() => return,
+                        () = shared.clock.sleep_until(at) => {}
+                    }
+                    continue;
+                }
+                Admit::AwaitProbes => {
+                    drop(first);
+                    tokio::select! {
+                        biased;
+                        () = shared.stop.cancelled() => return,
+                        () = changed => {}
+                    }
+                    continue;
+                }
+            }
+        }
         let mut permits = vec![first];
-        while permits.len() < MAX_RECEIVE_BATCH as usize {
+        while permits.len() < limit as usize {
             match held.clone().try_acquire_owned() {
                 Ok(p) => permits.push(p),
                 Err(_) => break,
@@ -555,6 +705,12 @@ async fn receive_loop(shared: Arc<Shared>, held: Arc<Semaphore>, tx: mpsc::Unbou
         {
             Ok(messages) => {
                 failures = 0;
+                if probes > 0
+                    && let Some(b) = &shared.breaker
+                {
+                    let got = u32::try_from(messages.len()).unwrap_or(u32::MAX);
+                    b.unused_probes(probes.saturating_sub(got));
+                }
                 for message in messages {
                     shared.stats.hit(&shared.stats.received);
                     shared.event("received", message.message_id());
@@ -576,6 +732,9 @@ async fn receive_loop(shared: Arc<Shared>, held: Arc<Semaphore>, tx: mpsc::Unbou
                 }
             }
             Err(e) => {
+                if let Some(b) = &shared.breaker {
+                    b.unused_probes(probes);
+                }
                 failures = failures.saturating_add(1);
                 shared.report(ErrorSource::Receive, None, ProcessingError::Receive(e));
                 let wait = backoff(failures);
@@ -621,7 +780,8 @@ async fn worker(shared: Arc<Shared>, rx: Arc<tokio::sync::Mutex<mpsc::UnboundedR
 /// went down on it (a failed divert, a panicking handler) pauses before its next one,
 /// still holding its place in the concurrency bound.
 async fn process(shared: &Arc<Shared>, message: ReceivedMessage) {
-    let outcome = process_one(shared, message).await;
+    let (outcome, verdict) = process_one(shared, message).await;
+    shared.judge(verdict);
     shared.stats.hit(&shared.stats.processed);
     if outcome == Outcome::Restarted {
         tokio::select! {
@@ -641,7 +801,7 @@ enum Outcome {
 }
 
 /// One delivery: diverted, or handled with its lock renewed, then settled.
-async fn process_one(shared: &Arc<Shared>, message: ReceivedMessage) -> Outcome {
+async fn process_one(shared: &Arc<Shared>, message: ReceivedMessage) -> (Outcome, Verdict) {
     let message = Arc::new(message);
     let id = message.message_id().to_owned();
     if message
@@ -657,12 +817,12 @@ async fn process_one(shared: &Arc<Shared>, message: ReceivedMessage) -> Outcome 
             Some(&id),
             ProcessingError::LockExpired,
         );
-        return Outcome::Done;
+        return (Outcome::Done, Verdict::Ignored);
     }
     if let Some(policy) = &shared.options().dead_letter_policy
         && message.delivery_count() > policy.max_redelivery
     {
-        return divert(shared, policy, &message).await;
+        return (divert(shared, policy, &message).await, Verdict::Ignored);
     }
     let ctx = Arc::new(DeliveryCtx {
         receiver: shared.receiver().clone(),
@@ -688,6 +848,7 @@ async fn process_one(shared: &Arc<Shared>, message: ReceivedMessage) -> Outcome 
             () = &mut renewal, if renewing => renewing = false,
         }
     };
+    let mut verdict = Verdict::Ignored;
     match outcome {
         None => {
             if !ctx.is_settled() {
@@ -711,16 +872,25 @@ async fn process_one(shared: &Arc<Shared>, message: ReceivedMessage) -> Outcome 
                 ProcessingError::Panicked(why.clone()),
             );
             shared.restart(&format!("handler panicked on message {id}: {why}"));
-            return Outcome::Restarted;
+            return (Outcome::Restarted, Verdict::Failure);
         }
         Some(Ok(Handled { invalid, result })) => {
             if invalid.is_some() {
                 shared.stats.hit(&shared.stats.invalid);
+            } else {
+                verdict = match &result {
+                    Ok(()) => Verdict::Success,
+                    Err(e) => match e.class {
+                        Class::Transient { .. } => Verdict::Failure,
+                        // The message's fault: the dependency answered.
+                        Class::Permanent { .. } => Verdict::Success,
+                    },
+                };
             }
             settle_after(shared, &ctx, result).await;
         }
     }
-    Outcome::Done
+    (Outcome::Done, verdict)
 }
 
 /// Settles a handled delivery as its handler's result says, unless the handler did.
@@ -738,7 +908,7 @@ async fn settle_after(shared: &Arc<Shared>, ctx: &DeliveryCtx, result: Result<()
                     "handled without settlement; auto-complete is off");
                 return;
             }
-            match shared.receiver().complete(message).await {
+            match shared.completer.complete(shared.receiver(), message).await {
                 Ok(()) => {
                     shared.stats.hit(&shared.stats.completed);
                     shared.event("completed", id);
@@ -859,6 +1029,7 @@ async fn divert(
                     event = "diverted",
                     count = 1u64,
                     entity = %shared.queue,
+                    topic = shared.setup.entity.real_topic(),
                     subscription = shared.setup.entity.subscription_name().unwrap_or(""),
                     consumer = %shared.options().consumer,
                     message_id = id,

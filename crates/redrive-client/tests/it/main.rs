@@ -5,6 +5,7 @@
 // Test code: a failed setup step should panic the test.
 #![allow(clippy::unwrap_used)]
 
+mod breaker;
 mod dead_letter_policy;
 mod processor;
 mod receiver;
@@ -14,3 +15,4 @@ mod sender;
 mod sessions;
 mod support;
 mod tls;
+mod transactions;
