@@ -128,8 +128,9 @@ pub enum Settle {
 }
 
 impl Settle {
-    /// The store's action, with a renewal's duration filled in.
-    fn action(self, default_lock_ms: u64) -> SettleAction {
+    /// The store's action, with a renewal's duration filled in (a single settle's and a
+    /// transaction's).
+    pub(crate) fn action(self, default_lock_ms: u64) -> SettleAction {
         match self {
             Settle::Complete => SettleAction::Complete,
             Settle::Abandon { delay_ms } => SettleAction::Abandon {

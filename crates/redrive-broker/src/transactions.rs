@@ -220,33 +220,6 @@ pub(crate) fn check_settlement(action: &SettleAction, bounds: LockBounds) -> Bro
     Ok(())
 }
 
-/// The store's settlement for an interface's, a renewal's duration filled in from the
-/// queue's lock duration.
-fn settle_action(s: Settle, queue_lock_ms: u64) -> SettleAction {
-    match s {
-        Settle::Complete => SettleAction::Complete,
-        Settle::Abandon { delay_ms } => SettleAction::Abandon {
-            delay_ms,
-            last_attempt: None,
-        },
-        Settle::Defer => SettleAction::Defer,
-        Settle::DeadLetter {
-            reason,
-            description,
-            classifier,
-        } => SettleAction::DeadLetter {
-            reason,
-            description,
-            by_broker: false,
-            classifier,
-        },
-        Settle::Renew { lock_ms } => SettleAction::Renew {
-            lock_ms: lock_ms.unwrap_or(queue_lock_ms),
-            cap_from_receive_ms: None,
-        },
-    }
-}
-
 /// The message to store for `m` on `queue`, alone ([`Broker::send`]) or in a transaction:
 /// bounds and the queue's size limit, its session rule, a generated id, the expiry from
 /// the message's time to live or the queue's default.
@@ -488,7 +461,7 @@ impl Broker {
             TxOp::Settle {
                 lock_token, action, ..
             } => {
-                let action = settle_action(action, policy.lock_duration_ms);
+                let action = action.action(policy.lock_duration_ms);
                 check_settlement(&action, LockBounds::Native)?;
                 // A string no lock can have (over-long, a NUL) never reaches the store: it
                 // is the lost lock a single settle answers for it.
