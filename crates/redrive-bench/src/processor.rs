@@ -28,15 +28,26 @@ pub(crate) struct ProcessorArgs {
     /// The processor's concurrent calls.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1_000))]
     concurrency: u64,
-    /// The processor's prefetch.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(0..=10_000))]
-    prefetch: u64,
+    /// The processor's prefetch; by default, so many that the processor holds as many
+    /// messages as the loop has in flight (`receivers` × `receive_batch`).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    prefetch: Option<u64>,
     /// The load tool's loop: receives in flight.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     receivers: u32,
     /// The load tool's loop: messages per receive.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     receive_batch: u32,
+}
+
+impl ProcessorArgs {
+    /// The prefetch asked for, or the loop's messages in flight less the handlers'.
+    fn prefetch(&self) -> u64 {
+        self.prefetch.unwrap_or_else(|| {
+            (u64::from(self.receivers) * u64::from(self.receive_batch))
+                .saturating_sub(self.concurrency)
+        })
+    }
 }
 
 /// Runs the rounds on `queue`.
@@ -86,7 +97,7 @@ pub(crate) async fn run(
     let (pr, lr) = (rate(total, p_total), rate(total, l_total));
     report.add("messages_per_drain", a.messages, "messages");
     report.add("processor_concurrency", a.concurrency, "calls");
-    report.add("processor_prefetch", a.prefetch, "messages");
+    report.add("processor_prefetch", a.prefetch(), "messages");
     report.add("processor_rate", pr, "messages/s");
     report.add("loop_rate", lr, "messages/s");
     #[allow(clippy::cast_precision_loss)] // rates far below 2^52
@@ -116,7 +127,7 @@ async fn drain_with_processor(
 ) -> anyhow::Result<Duration> {
     let options = ProcessorOptions::new()
         .max_concurrent_calls(usize::try_from(a.concurrency)?)
-        .prefetch(usize::try_from(a.prefetch)?)
+        .prefetch(usize::try_from(a.prefetch())?)
         .receive_wait(Duration::from_millis(200))
         .on_error(|e| eprintln!("processor: {:?}: {}", e.source, e.error));
     let start = Instant::now();

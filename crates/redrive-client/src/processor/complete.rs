@@ -43,7 +43,8 @@ impl Completer {
         Completer { tx }
     }
 
-    /// Completes `message`, batched with others asked for meanwhile.
+    /// Completes `message`, batched with others asked for meanwhile. (A single completion
+    /// is only the fallback: boxed, so that this future stays small in every delivery's.)
     pub(crate) async fn complete(
         &self,
         receiver: &Receiver,
@@ -55,12 +56,12 @@ impl Completer {
             reply,
         };
         if self.tx.send(ask).is_err() {
-            return receiver.complete(message).await;
+            return Box::pin(receiver.complete(message)).await;
         }
         match outcome.await {
             Ok(r) => r,
             // The completer is gone (the runtime is shutting down): complete alone.
-            Err(_) => receiver.complete(message).await,
+            Err(_) => Box::pin(receiver.complete(message)).await,
         }
     }
 }
@@ -71,6 +72,11 @@ async fn run(receiver: Receiver, mut rx: mpsc::UnboundedReceiver<Ask>) {
         let Ok(permit) = window.clone().acquire_owned().await else {
             return;
         };
+        // Completions come in bursts (a received batch handled at once): the tasks ready
+        // to run go first, so that their completions join this request.
+        if rx.is_empty() {
+            tokio::task::yield_now().await;
+        }
         // Everything that gathered while a request slot was taken goes in this one.
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {

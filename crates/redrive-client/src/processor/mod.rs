@@ -7,7 +7,16 @@
 //!   locked in the processor (their locks are not renewed while they wait; one that runs
 //!   out before its turn is dropped, counted as a lost lock, and delivered again by the
 //!   server). A processor with more than 64 places (concurrency plus prefetch) keeps one
-//!   receive in flight per 64 places, at most 4.
+//!   receive in flight per 64 places, at most 4. A handler's slot goes to the next
+//!   message as soon as the handler returns; its message keeps its place until the
+//!   server has answered its automatic completion. While the processor is busy (messages
+//!   wait for a handler, or completions in flight will free the places it lacks) a
+//!   receive waits for its share of the places, so that one request fetches a batch;
+//!   when a handler would otherwise sit idle, it receives with what is free.
+//! - **Handlers** run on the processor's own tasks, polled first (a handler that finishes
+//!   at once costs no timer); a panic is caught and treated as a failed delivery. Work
+//!   that blocks the thread belongs in `tokio::task::spawn_blocking`, as anywhere in
+//!   tokio: a blocked thread also holds back the lock renewal beside the handler.
 //! - **Lock renewal**: while a handler runs, its message's lock is renewed 10 s (or half
 //!   a lock, when that is shorter) before it runs out, up to
 //!   [`max_auto_lock_renewal`](ProcessorOptions::max_auto_lock_renewal) after the handler

@@ -6,12 +6,12 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use redrive_core::clock::{Clock, Timestamp};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -101,8 +101,18 @@ struct Counters {
     breaker_closed: AtomicU64,
     /// The breaker's state: 0 closed, 1 open, 2 half-open.
     breaker: std::sync::atomic::AtomicU8,
-    /// The counts, published after every change.
+    /// The counts, published by [`publish`] after changes (several changes close
+    /// together make one publication).
     watch: watch::Sender<ProcessorStats>,
+    /// Wakes the publisher.
+    changed: Arc<Notify>,
+}
+
+impl Drop for Counters {
+    fn drop(&mut self) {
+        // The publisher finds the counts gone and ends.
+        self.changed.notify_one();
+    }
 }
 
 impl Counters {
@@ -127,13 +137,19 @@ impl Counters {
             breaker_closed: zero(0),
             breaker: std::sync::atomic::AtomicU8::new(0),
             watch: watch::Sender::new(ProcessorStats::default()),
+            changed: Arc::new(Notify::new()),
         }
     }
 
-    /// Counts one on `c` and publishes the counts (read under the watch's lock, so a
-    /// later publication never shows older counts).
+    /// Counts one on `c`; the publisher publishes it.
     fn hit(&self, c: &AtomicU64) {
         c.fetch_add(1, Ordering::Relaxed);
+        self.changed.notify_one();
+    }
+
+    /// Publishes the counts now (read under the watch's lock, so a later publication
+    /// never shows older counts).
+    fn publish_now(&self) {
         self.watch.send_modify(|s| *s = self.snapshot());
     }
 
@@ -165,6 +181,19 @@ impl Counters {
     }
 }
 
+/// Publishes the counts after changes, off the workers' path: a worker counts with one
+/// atomic add and a wake-up, and a burst of changes becomes one publication (watchers see
+/// the latest counts, as a `watch` always promises, not every step).
+async fn publish(stats: Weak<Counters>, changed: Arc<Notify>) {
+    loop {
+        changed.notified().await;
+        let Some(stats) = stats.upgrade() else {
+            return;
+        };
+        stats.publish_now();
+    }
+}
+
 /// The last error per message id, bounded.
 #[derive(Default)]
 struct LastErrors {
@@ -176,7 +205,16 @@ struct Shared {
     setup: Setup,
     queue: String,
     clock: Arc<dyn Clock>,
-    stats: Counters,
+    stats: Arc<Counters>,
+    /// Every task of the processor: workers, receive loops, completions in flight.
+    tracker: TaskTracker,
+    /// Received messages waiting for a handler slot.
+    waiting: AtomicUsize,
+    /// Handled messages whose automatic completion is in flight (each holds a place).
+    completing: AtomicUsize,
+    /// Wakes the receive loops when what [`receive_now`] reads changed: the last waiting
+    /// message taken, a handler slot freed, a completion answered.
+    changed: Notify,
     /// No new receives; workers finish what they hold.
     stop: CancellationToken,
     /// Handlers still running are stopped and their messages abandoned.
@@ -374,7 +412,7 @@ impl Shared {
                 );
             }
             Transition::HalfOpened => {
-                self.stats.watch.send_modify(|s| *s = self.stats.snapshot());
+                self.stats.changed.notify_one();
                 tracing::info!(target: TARGET, event = "breaker_half_open", count = 1u64,
                     entity = %self.queue, topic, subscription = sub, consumer,
                     "circuit breaker half-open: probing");
@@ -402,6 +440,13 @@ impl Shared {
         }
     }
 
+    /// A received message left the waiting line (a worker took it, or it was released).
+    fn took_one(&self) {
+        if self.waiting.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.changed.notify_waiters();
+        }
+    }
+
     async fn sleep(&self, d: Duration) {
         let deadline = self.clock.now().plus(d);
         self.clock.sleep_until(deadline).await;
@@ -423,7 +468,7 @@ impl Shared {
 /// A received message waiting for a worker, with its place in the bound.
 struct Held {
     message: ReceivedMessage,
-    _permit: OwnedSemaphorePermit,
+    place: OwnedSemaphorePermit,
 }
 
 /// A running processor. [`shutdown`](ProcessorHandle::shutdown) stops it; dropping the
@@ -448,8 +493,9 @@ impl ProcessorHandle {
         self.shared.stats.snapshot()
     }
 
-    /// The counts as they change: a receiver that sees every update (to wait for a
-    /// condition: `watch.wait_for(|s| s.completed == 10)`).
+    /// The counts as they change: a receiver that always comes to the latest counts
+    /// (changes close together are published once), to wait for a condition:
+    /// `watch.wait_for(|s| s.completed >= 10)`.
     pub fn watch_stats(&self) -> watch::Receiver<ProcessorStats> {
         self.shared.stats.watch.subscribe()
     }
@@ -518,11 +564,17 @@ pub(crate) fn start(setup: Setup) -> ProcessorHandle {
     let clock = setup.client.clock().clone();
     let breaker = setup.options.circuit_breaker.map(Breaker::new);
     let completer = Completer::start(setup.receiver.clone());
+    let stats = Arc::new(Counters::new());
+    tokio::spawn(publish(Arc::downgrade(&stats), stats.changed.clone()));
     let shared = Arc::new(Shared {
         setup,
         queue,
         clock,
-        stats: Counters::new(),
+        stats,
+        tracker: TaskTracker::new(),
+        waiting: AtomicUsize::new(0),
+        completing: AtomicUsize::new(0),
+        changed: Notify::new(),
         stop: CancellationToken::new(),
         abort: CancellationToken::new(),
         shutdown_timeout: Mutex::new(None),
@@ -541,12 +593,9 @@ pub(crate) fn start(setup: Setup) -> ProcessorHandle {
 
 async fn supervise(shared: Arc<Shared>) -> Result<(), ProcessorError> {
     let check = tokio::spawn(check_config(shared.clone()));
-    let tracker = TaskTracker::new();
+    let tracker = shared.tracker.clone();
     let n = shared.options().max_concurrent_calls;
-    let (tx, rx) = mpsc::unbounded_channel::<Held>();
-    let rx = Arc::new(tokio::sync::Mutex::new(rx));
     if shared.options().sessions {
-        drop(tx);
         for _ in 0..n {
             tracker.spawn(session_worker(shared.clone()));
         }
@@ -555,21 +604,27 @@ async fn supervise(shared: Arc<Shared>) -> Result<(), ProcessorError> {
         let held = Arc::new(Semaphore::new(places));
         // One receive in flight per 64 places (at most 4): a large processor is not held
         // to one request's round trip between batches.
-        for _ in 0..(places / 64).clamp(1, 4) {
-            tracker.spawn(receive_loop(shared.clone(), held.clone(), tx.clone()));
-        }
-        drop(tx);
-        for _ in 0..n {
-            tracker.spawn(worker(shared.clone(), rx.clone()));
+        let loops = (places / 64).clamp(1, 4);
+        let refill = refill_batch(places, loops);
+        // The concurrency bound: a received message waits for one of `n` handler slots,
+        // first come first served.
+        let slots = Arc::new(Semaphore::new(n));
+        for _ in 0..loops {
+            tracker.spawn(receive_loop(
+                shared.clone(),
+                held.clone(),
+                slots.clone(),
+                refill,
+            ));
         }
     }
     tracker.close();
     tracing::info!(target: TARGET, entity = %shared.queue, concurrency = n, "processor started");
 
     shared.stop.cancelled().await;
+    // Prefetched messages release themselves now (each waits for a handler slot or the
+    // stop), not after the handlers finish.
     tracing::info!(target: TARGET, entity = %shared.queue, "processor stopping");
-    // Prefetched messages are released now, not after the handlers finish.
-    drain(&shared, &rx).await;
     let timeout = *lock(&shared.shutdown_timeout);
     match timeout {
         Some(t) => {
@@ -587,26 +642,12 @@ async fn supervise(shared: Arc<Shared>) -> Result<(), ProcessorError> {
             tracker.wait().await;
         }
     }
-    drain(&shared, &rx).await;
     check.abort();
+    shared.stats.publish_now();
     tracing::info!(target: TARGET, entity = %shared.queue, "processor stopped");
     match lock(&shared.failure).take() {
         Some(f) => Err(f),
         None => Ok(()),
-    }
-}
-
-/// Abandons every message waiting for a worker.
-async fn drain(shared: &Shared, rx: &tokio::sync::Mutex<mpsc::UnboundedReceiver<Held>>) {
-    let mut waiting = Vec::new();
-    {
-        let mut rx = rx.lock().await;
-        while let Ok(h) = rx.try_recv() {
-            waiting.push(h);
-        }
-    }
-    for h in waiting {
-        shared.abandon_on_shutdown(&h.message).await;
     }
 }
 
@@ -638,7 +679,33 @@ async fn check_config(shared: Arc<Shared>) {
     }
 }
 
-async fn receive_loop(shared: Arc<Shared>, held: Arc<Semaphore>, tx: mpsc::UnboundedSender<Held>) {
+/// How many free places a receive loop gathers before it receives while the processor is
+/// busy: its share of the places, so that under load one request fetches a batch rather
+/// than the one place the last completion freed.
+fn refill_batch(places: usize, loops: usize) -> usize {
+    (places / loops.max(1)).clamp(1, MAX_RECEIVE_BATCH as usize)
+}
+
+/// Whether a receive loop holding `free` places receives now rather than wait for more:
+/// when it has its batch (`want`), or when a handler slot would otherwise sit idle (no
+/// received message waits for one) and the completions in flight would not bring the
+/// places up to a batch anyway. Otherwise the places it lacks are on their way back.
+fn receive_now(
+    free: usize,
+    want: usize,
+    waiting: usize,
+    idle_slots: usize,
+    completing: usize,
+) -> bool {
+    free >= want || (waiting == 0 && idle_slots > 0 && free + completing < want)
+}
+
+async fn receive_loop(
+    shared: Arc<Shared>,
+    held: Arc<Semaphore>,
+    slots: Arc<Semaphore>,
+    refill: usize,
+) {
     let mut failures: u32 = 0;
     loop {
         let first = tokio::select! {
@@ -689,10 +756,34 @@ async fn receive_loop(shared: Arc<Shared>, held: Arc<Semaphore>, tx: mpsc::Unbou
             }
         }
         let mut permits = vec![first];
-        while permits.len() < limit as usize {
-            match held.clone().try_acquire_owned() {
-                Ok(p) => permits.push(p),
-                Err(_) => break,
+        let want = refill.min(limit as usize);
+        loop {
+            while permits.len() < limit as usize {
+                match held.clone().try_acquire_owned() {
+                    Ok(p) => permits.push(p),
+                    Err(_) => break,
+                }
+            }
+            let changed = shared.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if receive_now(
+                permits.len(),
+                want,
+                shared.waiting.load(Ordering::Acquire),
+                slots.available_permits(),
+                shared.completing.load(Ordering::Acquire),
+            ) {
+                break;
+            }
+            tokio::select! {
+                biased;
+                () = shared.stop.cancelled() => return,
+                p = held.clone().acquire_owned() => match p {
+                    Ok(p) => permits.push(p),
+                    Err(_) => return,
+                },
+                () = changed => {}
             }
         }
         let max = u32::try_from(permits.len()).unwrap_or(MAX_RECEIVE_BATCH);
@@ -723,12 +814,15 @@ async fn receive_loop(shared: Arc<Shared>, held: Arc<Semaphore>, tx: mpsc::Unbou
                         shared.abandon_on_shutdown(&message).await;
                         continue;
                     }
-                    if let Err(mpsc::error::SendError(h)) = tx.send(Held {
-                        message,
-                        _permit: permit,
-                    }) {
-                        shared.abandon_on_shutdown(&h.message).await;
-                    }
+                    shared.waiting.fetch_add(1, Ordering::AcqRel);
+                    shared.tracker.spawn(deliver(
+                        shared.clone(),
+                        slots.clone(),
+                        Held {
+                            message,
+                            place: permit,
+                        },
+                    ));
                 }
             }
             Err(e) => {
@@ -755,39 +849,81 @@ fn backoff(n: u32) -> Duration {
     Duration::from_secs(secs.min(30))
 }
 
-async fn worker(shared: Arc<Shared>, rx: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Held>>>) {
-    loop {
-        let held = {
-            let mut rx = tokio::select! {
-                biased;
-                () = shared.stop.cancelled() => return,
-                g = rx.lock() => g,
-            };
-            tokio::select! {
-                biased;
-                () = shared.stop.cancelled() => return,
-                h = rx.recv() => match h {
-                    Some(h) => h,
-                    None => return,
-                },
-            }
-        };
-        process(&shared, held.message).await;
-    }
+/// A received message: it waits for a handler slot (a prefetched message), then is
+/// processed; one still waiting when the processor stops is released at once.
+async fn deliver(shared: Arc<Shared>, slots: Arc<Semaphore>, held: Held) {
+    let slot = tokio::select! {
+        biased;
+        () = shared.stop.cancelled() => None,
+        s = slots.acquire_owned() => s.ok(),
+    };
+    shared.took_one();
+    let Some(slot) = slot else {
+        // The slots are never closed: only the stop gets here.
+        shared.abandon_on_shutdown(&held.message).await;
+        return;
+    };
+    let Held { message, place } = held;
+    let (outcome, verdict, completion) = process_one(&shared, message).await;
+    shared.judge(verdict);
+    let Some(message) = completion else {
+        shared.stats.hit(&shared.stats.processed);
+        // A handler that went down keeps its slot through the pause.
+        pause_after(&shared, outcome).await;
+        drop((slot, place));
+        shared.changed.notify_waiters();
+        return;
+    };
+    // The handler's call is over: its slot goes to the next message at once, while this
+    // one keeps its place in the bound until the server has answered its completion.
+    drop(slot);
+    shared.completing.fetch_add(1, Ordering::AcqRel);
+    shared.changed.notify_waiters();
+    complete(&shared, &message).await;
+    shared.stats.hit(&shared.stats.processed);
+    shared.completing.fetch_sub(1, Ordering::AcqRel);
+    drop(place);
+    shared.changed.notify_waiters();
 }
 
-/// One delivery, counted as processed once the processor is done with it. A worker that
-/// went down on it (a failed divert, a panicking handler) pauses before its next one,
-/// still holding its place in the concurrency bound.
-async fn process(shared: &Arc<Shared>, message: ReceivedMessage) {
-    let (outcome, verdict) = process_one(shared, message).await;
+/// One delivery of a session, completed before the session's next message is handled,
+/// so that the session is settled in order.
+async fn process_in_order(shared: &Arc<Shared>, message: ReceivedMessage) {
+    let (outcome, verdict, completion) = process_one(shared, message).await;
     shared.judge(verdict);
+    if let Some(message) = completion {
+        complete(shared, &message).await;
+    }
     shared.stats.hit(&shared.stats.processed);
+    pause_after(shared, outcome).await;
+}
+
+/// A worker that went down pauses before its next delivery.
+async fn pause_after(shared: &Shared, outcome: Outcome) {
     if outcome == Outcome::Restarted {
         tokio::select! {
             biased;
             () = shared.stop.cancelled() => {}
             () = shared.sleep(shared.options().restart_budget.delay) => {}
+        }
+    }
+}
+
+/// A handler's future with its panics caught: `Err` carries the panic's payload.
+struct CatchUnwind<F>(F);
+
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn std::any::Any + Send>>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let inner = &mut self.0;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| std::pin::Pin::new(inner).poll(cx))) {
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(panic) => std::task::Poll::Ready(Err(panic)),
         }
     }
 }
@@ -800,8 +936,16 @@ enum Outcome {
     Restarted,
 }
 
-/// One delivery: diverted, or handled with its lock renewed, then settled.
-async fn process_one(shared: &Arc<Shared>, message: ReceivedMessage) -> (Outcome, Verdict) {
+/// What is left of a delivery once its handler returned: the automatic completion, when
+/// the handler accepted it and did not settle it itself.
+type Completion = Option<Arc<ReceivedMessage>>;
+
+/// One delivery: diverted, or handled with its lock renewed, then settled (an automatic
+/// completion is returned to be sent).
+async fn process_one(
+    shared: &Arc<Shared>,
+    message: ReceivedMessage,
+) -> (Outcome, Verdict, Completion) {
     let message = Arc::new(message);
     let id = message.message_id().to_owned();
     if message
@@ -817,12 +961,16 @@ async fn process_one(shared: &Arc<Shared>, message: ReceivedMessage) -> (Outcome
             Some(&id),
             ProcessingError::LockExpired,
         );
-        return (Outcome::Done, Verdict::Ignored);
+        return (Outcome::Done, Verdict::Ignored, None);
     }
     if let Some(policy) = &shared.options().dead_letter_policy
         && message.delivery_count() > policy.max_redelivery
     {
-        return (divert(shared, policy, &message).await, Verdict::Ignored);
+        return (
+            Box::pin(divert(shared, policy, &message)).await,
+            Verdict::Ignored,
+            None,
+        );
     }
     let ctx = Arc::new(DeliveryCtx {
         receiver: shared.receiver().clone(),
@@ -832,7 +980,9 @@ async fn process_one(shared: &Arc<Shared>, message: ReceivedMessage) -> (Outcome
         cancel: CancellationToken::new(),
     });
     shared.stats.hit(&shared.stats.handled);
-    let mut handler = tokio::spawn((shared.setup.dispatch)(ctx.clone()));
+    // The handler runs in this task, polled first: one that finishes at once costs no
+    // lock-renewal timer. A panic is caught here as a spawned task's would be.
+    let mut handler = CatchUnwind((shared.setup.dispatch)(ctx.clone()));
     let renewal = renew_message_lock(shared, &message, &ctx);
     tokio::pin!(renewal);
     let mut renewing = true;
@@ -841,30 +991,29 @@ async fn process_one(shared: &Arc<Shared>, message: ReceivedMessage) -> (Outcome
             biased;
             r = &mut handler => break Some(r),
             () = shared.abort.cancelled() => {
-                handler.abort();
                 ctx.cancel.cancel();
                 break None;
             }
             () = &mut renewal, if renewing => renewing = false,
         }
     };
+    // A stopped handler is dropped before its message is released.
+    drop(handler);
     let mut verdict = Verdict::Ignored;
+    let mut completion = None;
     match outcome {
         None => {
             if !ctx.is_settled() {
-                shared.abandon_on_shutdown(&message).await;
+                Box::pin(shared.abandon_on_shutdown(&message)).await;
             }
         }
-        Some(Err(join)) => {
-            let why = match join.try_into_panic() {
-                Ok(p) => panic_text(p.as_ref()),
-                Err(_) => "the handler was cancelled".to_owned(),
-            };
+        Some(Err(panic)) => {
+            let why = panic_text(panic.as_ref());
             shared.stats.hit(&shared.stats.nacked);
             shared.event("nacked", &id);
             shared.remember_error(&id, format!("handler panicked: {why}"));
             if !ctx.is_settled() {
-                redeliver(shared, &message, Some(Duration::ZERO)).await;
+                Box::pin(redeliver(shared, &message, Some(Duration::ZERO))).await;
             }
             shared.report(
                 ErrorSource::HandlerPanic,
@@ -872,7 +1021,7 @@ async fn process_one(shared: &Arc<Shared>, message: ReceivedMessage) -> (Outcome
                 ProcessingError::Panicked(why.clone()),
             );
             shared.restart(&format!("handler panicked on message {id}: {why}"));
-            return (Outcome::Restarted, Verdict::Failure);
+            return (Outcome::Restarted, Verdict::Failure, None);
         }
         Some(Ok(Handled { invalid, result })) => {
             if invalid.is_some() {
@@ -887,41 +1036,52 @@ async fn process_one(shared: &Arc<Shared>, message: ReceivedMessage) -> (Outcome
                     },
                 };
             }
-            settle_after(shared, &ctx, result).await;
+            completion = settle_after(shared, &ctx, result).await;
         }
     }
-    (Outcome::Done, verdict)
+    (Outcome::Done, verdict, completion)
 }
 
-/// Settles a handled delivery as its handler's result says, unless the handler did.
-async fn settle_after(shared: &Arc<Shared>, ctx: &DeliveryCtx, result: Result<(), HandlerError>) {
+/// Sends a handled message's automatic completion and counts its outcome.
+async fn complete(shared: &Shared, message: &Arc<ReceivedMessage>) {
+    let id = message.message_id();
+    match shared.completer.complete(shared.receiver(), message).await {
+        Ok(()) => {
+            shared.stats.hit(&shared.stats.completed);
+            shared.event("completed", id);
+            shared.forget_error(id);
+        }
+        Err(e) => {
+            if e.kind() == ErrorKind::LockLost {
+                shared.stats.hit(&shared.stats.lock_lost);
+                shared.event("lock_lost", id);
+            }
+            shared.report(ErrorSource::Complete, Some(id), ProcessingError::Settle(e));
+        }
+    }
+}
+
+/// Settles a handled delivery as its handler's result says, unless the handler did; an
+/// automatic completion is returned, to be sent without holding the worker.
+async fn settle_after(
+    shared: &Arc<Shared>,
+    ctx: &DeliveryCtx,
+    result: Result<(), HandlerError>,
+) -> Completion {
     let message = &ctx.message;
     let id = message.message_id();
     match result {
         Ok(()) => {
             if ctx.is_settled() {
                 shared.forget_error(id);
-                return;
+                return None;
             }
             if !shared.options().auto_complete {
                 tracing::debug!(target: TARGET, entity = %shared.queue, message_id = id,
                     "handled without settlement; auto-complete is off");
-                return;
+                return None;
             }
-            match shared.completer.complete(shared.receiver(), message).await {
-                Ok(()) => {
-                    shared.stats.hit(&shared.stats.completed);
-                    shared.event("completed", id);
-                    shared.forget_error(id);
-                }
-                Err(e) => {
-                    if e.kind() == ErrorKind::LockLost {
-                        shared.stats.hit(&shared.stats.lock_lost);
-                        shared.event("lock_lost", id);
-                    }
-                    shared.report(ErrorSource::Complete, Some(id), ProcessingError::Settle(e));
-                }
-            }
+            Some(message.clone())
         }
         Err(error) => {
             shared.stats.hit(&shared.stats.nacked);
@@ -932,14 +1092,14 @@ async fn settle_after(shared: &Arc<Shared>, ctx: &DeliveryCtx, result: Result<()
                 match &error.class {
                     Class::Transient { delay } => {
                         let delay = delay.or(shared.options().redelivery_interval);
-                        redeliver(shared, message, delay).await;
+                        Box::pin(redeliver(shared, message, delay)).await;
                     }
                     Class::Permanent { reason } => {
                         let description: String = text.chars().take(4096).collect();
                         let options = DeadLetterOptions::new(reason.clone())
                             .description(description)
                             .consumer(shared.options().consumer.clone());
-                        match shared.receiver().dead_letter(message, options).await {
+                        match Box::pin(shared.receiver().dead_letter(message, options)).await {
                             Ok(_) => {
                                 shared.stats.hit(&shared.stats.dead_lettered);
                                 shared.event("dead_lettered", id);
@@ -955,11 +1115,11 @@ async fn settle_after(shared: &Arc<Shared>, ctx: &DeliveryCtx, result: Result<()
                                 // A reason the server refuses leaves the message locked:
                                 // released rather than stuck until its lock runs out.
                                 if refused {
-                                    redeliver(
+                                    Box::pin(redeliver(
                                         shared,
                                         message,
                                         shared.options().redelivery_interval,
-                                    )
+                                    ))
                                     .await;
                                 }
                             }
@@ -972,6 +1132,7 @@ async fn settle_after(shared: &Arc<Shared>, ctx: &DeliveryCtx, result: Result<()
                 Some(id),
                 ProcessingError::Handler(error),
             );
+            None
         }
     }
 }
@@ -1098,7 +1259,7 @@ async fn renew_message_lock(shared: &Shared, message: &ReceivedMessage, ctx: &De
             return;
         }
         shared.clock.sleep_until(next).await;
-        match shared.receiver().renew_token(id, token).await {
+        match Box::pin(shared.receiver().renew_token(id, token)).await {
             Ok(u) => {
                 until = u;
                 next = before(u, margin);
@@ -1185,7 +1346,7 @@ async fn run_session(shared: &Arc<Shared>, session: &SessionReceiver) {
                             shared.abandon_on_shutdown(&m).await;
                             continue;
                         }
-                        process(shared, m).await;
+                        process_in_order(shared, m).await;
                     }
                 }
                 Err(e) => {
@@ -1284,6 +1445,32 @@ mod tests {
     fn receive_failures_back_off_from_one_to_thirty_seconds() {
         let secs: Vec<u64> = (1..=8).map(|n| backoff(n).as_secs()).collect();
         assert_eq!(secs, [1, 2, 4, 8, 16, 30, 30, 30]);
+    }
+
+    #[test]
+    fn a_receive_loop_gathers_its_share_of_the_places_up_to_one_request() {
+        assert_eq!(refill_batch(128, 2), 64);
+        assert_eq!(refill_batch(1024, 4), 256);
+        // One request's most, however many places.
+        assert_eq!(refill_batch(10_000, 4), MAX_RECEIVE_BATCH as usize);
+        assert_eq!(refill_batch(1, 1), 1);
+        assert_eq!(refill_batch(3, 0), 3);
+    }
+
+    #[test]
+    fn a_receive_waits_for_a_batch_only_while_the_processor_is_busy() {
+        // (free, want, waiting, idle slots, completing)
+        // A whole batch: now.
+        assert!(receive_now(64, 64, 10, 0, 0));
+        // Messages still wait for a handler: wait for more places.
+        assert!(!receive_now(1, 64, 5, 3, 0));
+        // A handler would sit idle and nothing is on its way back: now, with what is free.
+        assert!(receive_now(1, 64, 0, 1, 0));
+        // A handler would sit idle, but completions in flight will bring a batch: wait.
+        assert!(!receive_now(10, 64, 0, 64, 54));
+        assert!(receive_now(10, 64, 0, 64, 53));
+        // Every handler busy and nothing waiting: the free places gather.
+        assert!(!receive_now(3, 64, 0, 0, 0));
     }
 
     #[test]
