@@ -56,7 +56,10 @@ impl DeadLetterFilter {
     /// The narrower filters, checked: each within its bound, a signature an id.
     fn record_filter(&mut self) -> BrokerResult<RecordFilter> {
         for (field, value) in [("type", &self.message_type), ("source", &self.source)] {
-            if value.as_ref().is_some_and(|v| v.is_empty() || v.len() > MAX_FILTER_LEN) {
+            if value
+                .as_ref()
+                .is_some_and(|v| v.is_empty() || v.len() > MAX_FILTER_LEN)
+            {
                 return Err(BrokerError::invalid(
                     field,
                     format!("must be 1 to {MAX_FILTER_LEN} bytes"),

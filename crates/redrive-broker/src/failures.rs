@@ -5,8 +5,8 @@
 
 use redrive_core::access::{Operation, Scope, permits};
 use redrive_core::{Area, EntityName, Timestamp};
-pub use redrive_store::failure::{FailureShape, FailureSignature, SPARKLINE_HOURS};
 use redrive_store::failure::{FailureQuery, is_signature_id};
+pub use redrive_store::failure::{FailureShape, FailureSignature, SPARKLINE_HOURS};
 
 use crate::{Actor, Broker, BrokerError, BrokerResult};
 
@@ -100,8 +100,12 @@ impl Broker {
             Some(q) => {
                 let name: EntityName = q.parse()?;
                 if !reads_dead_letters(actor, name.as_str()) {
-                    self.authorize(actor, Operation::ReadDeadLetterMetadata, Some(name.as_str()))
-                        .await?;
+                    self.authorize(
+                        actor,
+                        Operation::ReadDeadLetterMetadata,
+                        Some(name.as_str()),
+                    )
+                    .await?;
                 }
                 // Fails with queue_not_found for an unknown queue rather than an empty page.
                 self.inner.store.get_queue(&name).await?;
@@ -153,7 +157,13 @@ mod tests {
             parse_cursor(&format!("fs_42_{id}")).ok(),
             Some((Timestamp(42), id.to_owned()))
         );
-        for bad in ["", "fs_", "fs_x_ab", "dl_1", &format!("fs_1_{}", "g".repeat(32))] {
+        for bad in [
+            "",
+            "fs_",
+            "fs_x_ab",
+            "dl_1",
+            &format!("fs_1_{}", "g".repeat(32)),
+        ] {
             assert!(parse_cursor(bad).is_err(), "{bad}");
         }
     }

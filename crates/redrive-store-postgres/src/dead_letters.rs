@@ -130,10 +130,7 @@ fn values(binds: Vec<Bind>) -> Owned {
 }
 
 /// A page of the failure aggregate, each signature with its sparkline.
-pub(crate) async fn failures(
-    db: &Db<'_>,
-    q: &FailureQuery,
-) -> StoreResult<Vec<FailureSignature>> {
+pub(crate) async fn failures(db: &Db<'_>, q: &FailureQuery) -> StoreResult<Vec<FailureSignature>> {
     let (sql, binds) = failures_sql::<Postgres>(q);
     let rows = db.query_built(&sql, &values(binds)).await?;
     let mut out = rows

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, PoisonError};
 
 use redrive_core::{EntityName, MessageMeta, Timestamp};
+use redrive_store::failure::FailureShape;
 use redrive_store::skeleton::columns::{invariant, millis, props_to_json, to_int};
 use redrive_store::skeleton::entities::{QueueRow, queue_not_found};
 use redrive_store::skeleton::{Columns, Head, MessageRow, NewRow};
 use redrive_store::skeleton::{dead_letters, replay};
-use redrive_store::failure::FailureShape;
 use redrive_store::{DeadLetterRecord, StoreError, StoreResult, UndecodableRecord};
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;

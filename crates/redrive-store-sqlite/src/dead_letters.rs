@@ -3,20 +3,20 @@
 //! dead-letter store.
 
 use redrive_core::{Area, EntityName, Timestamp};
+use redrive_store::failure::{FailureQuery, FailureSignature, sparkline, sparkline_start};
 use redrive_store::skeleton::columns::millis;
 use redrive_store::skeleton::dead_letters::{
     check_lock, check_resubmit, lock_records, not_found, page, resubmitted, undecodable,
 };
 use redrive_store::skeleton::entities::QueueRow;
+use redrive_store::skeleton::failures::{
+    Bind, Dialect, failures_sql, hours_sql, list_sql, signature_row,
+};
 use redrive_store::skeleton::replay::moved;
 use redrive_store::skeleton::{Cause, DeadLetterPlan, Head};
 use redrive_store::{
     DeadLetterDelivery, DeadLetterPage, DeadLetterQuery, DeadLetterRecord, Effects, Enqueued,
     ReplayMark, StoreError, StoreResult,
-};
-use redrive_store::failure::{FailureQuery, FailureSignature, sparkline, sparkline_start};
-use redrive_store::skeleton::failures::{
-    Bind, Dialect, failures_sql, hours_sql, list_sql, signature_row,
 };
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
@@ -132,11 +132,9 @@ pub(crate) fn failures(conn: &Connection, q: &FailureQuery) -> StoreResult<Vec<F
     let mut hours = conn.prepare_cached(&hours_sql::<Sqlite>()).db()?;
     let start = sparkline_start(q.now);
     for f in &mut out {
-        let buckets = query_all(
-            &mut hours,
-            params![f.id, q.area.as_str(), start],
-            |r| Ok((r.get::<_, i64>(0).db()?, r.get::<_, i64>(1).db()?)),
-        )?;
+        let buckets = query_all(&mut hours, params![f.id, q.area.as_str(), start], |r| {
+            Ok((r.get::<_, i64>(0).db()?, r.get::<_, i64>(1).db()?))
+        })?;
         f.sparkline = sparkline(q.now, &buckets);
     }
     Ok(out)

@@ -6,11 +6,11 @@ use std::fmt::Display;
 use std::str::FromStr;
 
 use redrive_core::{EntityName, MessageMeta, Timestamp};
+use redrive_store::failure::FailureShape;
 use redrive_store::skeleton::columns::{bad_value, invariant, millis, props_to_json, to_int};
 use redrive_store::skeleton::entities::{QueueRow, queue_not_found};
 use redrive_store::skeleton::{Columns, Head, MessageRow, NewRow};
 use redrive_store::skeleton::{dead_letters, replay};
-use redrive_store::failure::FailureShape;
 use redrive_store::{DeadLetterRecord, StoreResult, UndecodableRecord};
 use rusqlite::{CachedStatement, Connection, OptionalExtension, Params, Row, Statement, params};
 

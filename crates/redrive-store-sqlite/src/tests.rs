@@ -1578,7 +1578,10 @@ fn failure_queries_use_indexes() {
     })
     .0;
     let p = plan(&by_signature);
-    assert!(p.contains("dead_letters_signature"), "{by_signature}\n  plan: {p}");
+    assert!(
+        p.contains("dead_letters_signature"),
+        "{by_signature}\n  plan: {p}"
+    );
     let query = FailureQuery {
         area: Area::Live,
         queues: None,
@@ -1590,7 +1593,10 @@ fn failure_queries_use_indexes() {
     };
     let recent = failures_sql::<Sqlite>(&query).0;
     let p = plan(&recent);
-    assert!(p.contains("failure_signature_counts_recent"), "{recent}\n  plan: {p}");
+    assert!(
+        p.contains("failure_signature_counts_recent"),
+        "{recent}\n  plan: {p}"
+    );
     assert!(!p.contains("TEMP B-TREE"), "{recent}\n  plan: {p}");
     let some = failures_sql::<Sqlite>(&FailureQuery {
         queues: Some(vec![name("q")]),

@@ -315,8 +315,10 @@ mod tests {
         r.content_type = Some(redrive_events::cloudevent::STRUCTURED.to_owned());
         r.body = br#"{"specversion":"1.0","id":"1","source":"/shop","type":"t"}"#.to_vec();
         assert_eq!(source_of(&r).as_deref(), Some("/shop"));
-        r.properties
-            .insert("source".to_owned(), PropertyValue::String("/billing".into()));
+        r.properties.insert(
+            "source".to_owned(),
+            PropertyValue::String("/billing".into()),
+        );
         assert_eq!(source_of(&r).as_deref(), Some("/billing"));
     }
 

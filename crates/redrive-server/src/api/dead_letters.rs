@@ -14,8 +14,8 @@ use redrive_api::dead_letter::{
 };
 use redrive_api::message::SendResult;
 use redrive_broker::{Actor, BrokerError, DeadLetterFilter};
-use redrive_core::{Area, EvidenceQuality};
 use redrive_core::access::Operation;
+use redrive_core::{Area, EvidenceQuality};
 use redrive_events::import::{ImportFormat, MAX_IMPORT_BYTES};
 use serde::Deserialize;
 

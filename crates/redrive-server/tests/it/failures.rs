@@ -14,7 +14,11 @@ fn on() -> AccessSettings {
 }
 
 async fn server(backend: Backend) -> TestServer {
-    let s = TestServer::builder().backend(backend).auth(on()).start().await;
+    let s = TestServer::builder()
+        .backend(backend)
+        .auth(on())
+        .start()
+        .await;
     for q in ["orders", "billing"] {
         let (st, v) = s
             .admin(
@@ -107,7 +111,14 @@ async fn signatures_scenario(s: &TestServer) {
     )
     .await;
     s.advance(1_000);
-    dead_letter(s, "billing", json!({"body": "4"}), "Declined", "card 4242 declined").await;
+    dead_letter(
+        s,
+        "billing",
+        json!({"body": "4"}),
+        "Declined",
+        "card 4242 declined",
+    )
+    .await;
 
     let (st, page) = get_as(s, ADMIN, "/v1/failures").await;
     assert_eq!(st, StatusCode::OK, "{page}");
@@ -124,7 +135,10 @@ async fn signatures_scenario(s: &TestServer) {
     assert_eq!(grouped["message_type"], "order.created");
     assert_eq!(grouped["outcome_class"], "handler_error");
     assert_eq!(grouped["route_kind"], "application_quarantined");
-    assert_eq!((grouped["count"].as_u64(), grouped["live"].as_u64()), (Some(2), Some(2)));
+    assert_eq!(
+        (grouped["count"].as_u64(), grouped["live"].as_u64()),
+        (Some(2), Some(2))
+    );
     let spark = grouped["sparkline"].as_array().unwrap();
     assert_eq!(spark.len(), 24);
     assert_eq!(spark[23], 2);
@@ -230,8 +244,14 @@ async fn filters_scenario(s: &TestServer) {
         assert_eq!(st, StatusCode::OK, "{q}: {v}");
         v
     };
-    assert_eq!(ids(&list("type=order.paid").await, "dead_letters"), [a.clone(), c.clone()]);
-    assert_eq!(ids(&list("source=%2Fshop").await, "dead_letters"), [a.clone(), b.clone()]);
+    assert_eq!(
+        ids(&list("type=order.paid").await, "dead_letters"),
+        [a.clone(), c.clone()]
+    );
+    assert_eq!(
+        ids(&list("source=%2Fshop").await, "dead_letters"),
+        [a.clone(), b.clone()]
+    );
     assert_eq!(
         ids(&list("text=timeout%20AFTER").await, "dead_letters"),
         [a.clone(), c.clone()]
@@ -239,7 +259,7 @@ async fn filters_scenario(s: &TestServer) {
     assert_eq!(ids(&list("quality=exact").await, "dead_letters").len(), 3);
     assert!(ids(&list("quality=approximate").await, "dead_letters").is_empty());
     let paged = list("type=order.paid&limit=1").await;
-    assert_eq!(ids(&paged, "dead_letters"), [a.clone()]);
+    assert_eq!(ids(&paged, "dead_letters"), [a.as_str()]);
     let cursor = paged["next_cursor"].as_str().unwrap().to_owned();
     let (_, next) = get_as(
         s,
@@ -247,13 +267,19 @@ async fn filters_scenario(s: &TestServer) {
         &format!("/v1/queues/orders/dead-letters?type=order.paid&limit=1&cursor={cursor}"),
     )
     .await;
-    assert_eq!(ids(&next, "dead_letters"), [c.clone()]);
+    assert_eq!(ids(&next, "dead_letters"), [c.as_str()]);
 
     // payload=false: no bodies even for a payload reader, and no payload read audited.
     let reads = s.audit("action=dead_letter.read").await.len();
     let bare = list("payload=false").await;
     assert_eq!(bare["dead_letters"].as_array().unwrap().len(), 3);
-    assert!(bare["dead_letters"].as_array().unwrap().iter().all(|r| r.get("body").is_none()));
+    assert!(
+        bare["dead_letters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r.get("body").is_none())
+    );
     assert_eq!(s.audit("action=dead_letter.read").await.len(), reads);
     let full = list("payload=true").await;
     assert_eq!(full["dead_letters"][0]["body"], "a");

@@ -125,10 +125,16 @@ pub async fn failures_group_dead_letters_by_signature_per_area(t: &TestStore) {
     let bad = &all[0];
     assert_eq!(bad.shape.queue, q);
     assert_eq!(bad.shape.reason, "Bad");
-    assert_eq!(bad.shape.description, "order <id> has no amount (<n> items)");
+    assert_eq!(
+        bad.shape.description,
+        "order <id> has no amount (<n> items)"
+    );
     assert_eq!(bad.shape.message_type.as_deref(), Some("order.created"));
     assert_eq!(bad.shape.outcome_class.as_deref(), Some("handler_error"));
-    assert_eq!(bad.shape.route_kind.as_deref(), Some("application_quarantined"));
+    assert_eq!(
+        bad.shape.route_kind.as_deref(),
+        Some("application_quarantined")
+    );
     assert_eq!((bad.count, bad.live), (2, 2));
     assert_eq!((bad.first_seen, bad.last_seen), (T0, at(2 * HOUR)));
     assert_eq!(bad.id, bad.shape.id());
@@ -147,7 +153,10 @@ pub async fn failures_group_dead_letters_by_signature_per_area(t: &TestStore) {
         signature: Some(bad.id.clone()),
         ..RecordFilter::default()
     };
-    assert_eq!(ids(t, &q, Area::Live, only.clone()).await, [a.clone(), b.clone()]);
+    assert_eq!(
+        ids(t, &q, Area::Live, only.clone()).await,
+        [a.clone(), b.clone()]
+    );
     assert!(ids(t, &other, Area::Live, only.clone()).await.is_empty());
 
     // Only some queues.
@@ -190,7 +199,7 @@ pub async fn failures_group_dead_letters_by_signature_per_area(t: &TestStore) {
     assert_eq!(quarantined.len(), 1);
     assert_eq!(quarantined[0].id, bad.id);
     assert_eq!((quarantined[0].count, quarantined[0].live), (1, 1));
-    assert_eq!(ids(t, &q, Area::Quarantine, only).await, [a.clone()]);
+    assert_eq!(ids(t, &q, Area::Quarantine, only).await, [a.as_str()]);
 
     // A record that is consumed from the dead-letter store leaves it too.
     let got = t
@@ -212,7 +221,11 @@ pub async fn failures_group_dead_letters_by_signature_per_area(t: &TestStore) {
     let left = failures(t, failures_query(Area::Live, now)).await;
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].shape.queue, other);
-    assert!(failures(t, failures_query(Area::Quarantine, now)).await.is_empty());
+    assert!(
+        failures(t, failures_query(Area::Quarantine, now))
+            .await
+            .is_empty()
+    );
 }
 
 pub async fn failure_sparkline_keeps_the_last_day_of_hours(t: &TestStore) {
@@ -319,7 +332,7 @@ pub async fn dead_letter_list_filters_narrow_in_the_store(t: &TestStore) {
             ..RecordFilter::default()
         })
         .await,
-        [c.clone()]
+        [c.as_str()]
     );
     // Keyset paging stays: a page after a cursor, with a filter.
     let page = t
@@ -339,7 +352,10 @@ pub async fn dead_letter_list_filters_narrow_in_the_store(t: &TestStore) {
         })
         .await
         .unwrap();
-    assert_eq!(page.iter().map(|r| r.id.clone()).collect::<Vec<_>>(), [c.clone()]);
+    assert_eq!(
+        page.iter().map(|r| r.id.clone()).collect::<Vec<_>>(),
+        [c.as_str()]
+    );
     // The stored signature of a record is its shape's.
     let r = t.s().get_dead_letter(&q, &b).await.unwrap();
     let sig = FailureShape::of(&r).id();

@@ -52,7 +52,10 @@ impl Built {
 pub fn list_sql<D: Dialect>(q: &DeadLetterQuery) -> (String, Vec<Bind>) {
     let mut b = Built::default();
     b.and::<D>(|p| format!("queue = {p}"), Bind::Text(q.queue.to_string()));
-    b.and::<D>(|p| format!("area = {p}"), Bind::Text(q.area.as_str().to_owned()));
+    b.and::<D>(
+        |p| format!("area = {p}"),
+        Bind::Text(q.area.as_str().to_owned()),
+    );
     if let Some(s) = &q.filter.signature {
         b.and::<D>(|p| format!("signature = {p}"), Bind::Text(s.clone()));
     }
@@ -106,7 +109,10 @@ pub const FAILURE_COLUMNS: &str = "c.signature, c.queue, s.reason, s.route_kind,
 /// `(area, last_seen DESC, signature)` (or, for a list of queues, `(queue, area, …)`).
 pub fn failures_sql<D: Dialect>(q: &FailureQuery) -> (String, Vec<Bind>) {
     let mut b = Built::default();
-    b.and::<D>(|p| format!("c.area = {p}"), Bind::Text(q.area.as_str().to_owned()));
+    b.and::<D>(
+        |p| format!("c.area = {p}"),
+        Bind::Text(q.area.as_str().to_owned()),
+    );
     if let Some(queues) = &q.queues {
         b.and::<D>(
             |p| D::one_of("c.queue", p),

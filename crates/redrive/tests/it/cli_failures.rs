@@ -13,7 +13,8 @@ fn server() -> (Server, tempfile::TempDir) {
 
 /// Sends `body` to `queue` with `message_type` and dead-letters it.
 fn dead_letter(s: &Server, queue: &str, body: &str, reason: &str, description: &str) {
-    s.cli(&["send", queue, body, "--type", "order.created"]).ok();
+    s.cli(&["send", queue, body, "--type", "order.created"])
+        .ok();
     let out = s.cli(&[
         "receive",
         queue,
@@ -31,8 +32,20 @@ fn failures_groups_dead_letters_by_signature_and_dlq_list_filters_by_it() {
     s.cli(&["queue", "create", "billing"]).ok();
     let empty = s.cli(&["failures"]);
     assert!(empty.ok().contains("no failures"), "{}", empty.stdout);
-    dead_letter(&s, "billing", "a", "BadInput", "no amount in order ord_7Hx91KzQ");
-    dead_letter(&s, "billing", "b", "BadInput", "no amount in order ord_3Jd82LpA");
+    dead_letter(
+        &s,
+        "billing",
+        "a",
+        "BadInput",
+        "no amount in order ord_7Hx91KzQ",
+    );
+    dead_letter(
+        &s,
+        "billing",
+        "b",
+        "BadInput",
+        "no amount in order ord_3Jd82LpA",
+    );
     dead_letter(&s, "billing", "c", "Unpriced", "no price for sku 4411");
 
     let page: FailurePage = s.cli(&["--json", "failures"]).json();
@@ -57,7 +70,14 @@ fn failures_groups_dead_letters_by_signature_and_dlq_list_filters_by_it() {
 
     // One signature's records, by the id the table shows.
     let records: DeadLetterPage = s
-        .cli(&["--json", "dlq", "list", "billing", "--signature", &grouped.id])
+        .cli(&[
+            "--json",
+            "dlq",
+            "list",
+            "billing",
+            "--signature",
+            &grouped.id,
+        ])
         .json();
     let bodies: Vec<_> = records
         .dead_letters
@@ -70,7 +90,14 @@ fn failures_groups_dead_letters_by_signature_and_dlq_list_filters_by_it() {
         .json();
     assert_eq!(by_text.dead_letters.len(), 1);
     let by_type: DeadLetterPage = s
-        .cli(&["--json", "dlq", "list", "billing", "--type", "order.created"])
+        .cli(&[
+            "--json",
+            "dlq",
+            "list",
+            "billing",
+            "--type",
+            "order.created",
+        ])
         .json();
     assert_eq!(by_type.dead_letters.len(), 3);
 
