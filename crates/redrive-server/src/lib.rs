@@ -179,6 +179,7 @@ pub fn router(state: AppState) -> Router {
         .merge(api::messages::router())
         .merge(api::sessions::router().layer(small))
         .merge(api::dead_letters::router().layer(small))
+        .merge(api::failures::router().layer(small))
         // An import carries a whole dead-letter file.
         .merge(
             api::dead_letters::import_router().layer(DefaultBodyLimit::max(

@@ -1166,4 +1166,11 @@ impl Store for PostgresStore {
             }
         )
     }
+
+    async fn list_failures(
+        &self,
+        query: &redrive_store::failure::FailureQuery,
+    ) -> StoreResult<Vec<redrive_store::failure::FailureSignature>> {
+        read!(self, |db| dead_letters::failures(db, query))
+    }
 }

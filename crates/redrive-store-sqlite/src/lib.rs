@@ -1008,6 +1008,16 @@ impl Store for SqliteStore {
             .write(move |tx| topics::publish(tx, &topic, events, now))
             .await
     }
+
+    async fn list_failures(
+        &self,
+        query: &redrive_store::failure::FailureQuery,
+    ) -> StoreResult<Vec<redrive_store::failure::FailureSignature>> {
+        let query = query.clone();
+        self.readers
+            .read(move |c| dead_letters::failures(c, &query))
+            .await
+    }
 }
 
 #[cfg(test)]

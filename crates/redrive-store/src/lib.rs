@@ -22,6 +22,7 @@ mod access;
 mod case;
 pub mod dead_letter;
 mod error;
+pub mod failure;
 mod move_task;
 mod register;
 mod replay_plan;
@@ -708,4 +709,15 @@ pub trait Store: Send + Sync + 'static {
         events: Vec<PublishEvent>,
         now: Timestamp,
     ) -> StoreResult<Vec<Published>>;
+
+    // ---- failures by signature ---------------------------------------------------
+
+    /// A page of the failure-signature aggregate ([`failure::FailureQuery`]): signatures
+    /// of one area, newest `last_seen` first then by id, each with its sparkline. Read
+    /// from the aggregate the backend keeps on every dead-letter write, never from the
+    /// records.
+    async fn list_failures(
+        &self,
+        query: &failure::FailureQuery,
+    ) -> StoreResult<Vec<failure::FailureSignature>>;
 }
