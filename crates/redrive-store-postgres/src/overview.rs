@@ -31,11 +31,7 @@ pub(crate) async fn counts(
         )
         .await?;
     let queues = decode(&rows, queue_from_row)?;
-    let by_id: HashMap<i64, usize> = queues
-        .iter()
-        .enumerate()
-        .map(|(i, q)| (q.id, i))
-        .collect();
+    let by_id: HashMap<i64, usize> = queues.iter().enumerate().map(|(i, q)| (q.id, i)).collect();
     let by_name: HashMap<&str, usize> = queues
         .iter()
         .enumerate()
@@ -158,8 +154,5 @@ pub(crate) async fn counts(
             },
         ));
     }
-    Ok(OverviewCounts {
-        queues: out,
-        cases,
-    })
+    Ok(OverviewCounts { queues: out, cases })
 }

@@ -79,9 +79,10 @@ pub(crate) fn counts(
             _ => c.deferred += count,
         }
         if let Some(t) = oldest {
-            c.oldest_enqueued_at = Some(c.oldest_enqueued_at.map_or(Timestamp(t), |o| {
-                o.min(Timestamp(t))
-            }));
+            c.oldest_enqueued_at = Some(
+                c.oldest_enqueued_at
+                    .map_or(Timestamp(t), |o| o.min(Timestamp(t))),
+            );
         }
     }
     // Locks that ran out by now, their release not yet written: where a browse shows them
@@ -156,8 +157,5 @@ pub(crate) fn counts(
             },
         ))
     })?;
-    Ok(OverviewCounts {
-        queues: out,
-        cases,
-    })
+    Ok(OverviewCounts { queues: out, cases })
 }

@@ -91,7 +91,12 @@ pub async fn overview_counts_agree_with_each_queue_s_counts_and_tally_open_cases
     }
     let o = of(&all.queues, "orders");
     assert_eq!(
-        (o.counts.active, o.counts.scheduled, o.counts.locked, o.counts.deferred),
+        (
+            o.counts.active,
+            o.counts.scheduled,
+            o.counts.locked,
+            o.counts.deferred
+        ),
         (3, 1, 1, 1),
         "the expired lock counts where a browse shows it"
     );
