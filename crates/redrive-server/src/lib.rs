@@ -192,6 +192,7 @@ pub fn router(state: AppState) -> Router {
         // A transformation carries a payload.
         .merge(api::cases::payload_router())
         .merge(api::ops::router().layer(small))
+        .merge(api::overview::router().layer(small))
         .merge(api::topics::router())
         // A transaction carries messages, within a bound of its own.
         .merge(api::transactions::router())

@@ -95,6 +95,7 @@ mod error;
 mod files;
 mod leases;
 mod messages;
+mod overview;
 mod queues;
 mod readers;
 mod register;
@@ -1017,6 +1018,21 @@ impl Store for SqliteStore {
         self.readers
             .read(move |c| dead_letters::failures(c, &query))
             .await
+    }
+
+    async fn overview_counts(
+        &self,
+        now: Timestamp,
+        flag_after: u32,
+    ) -> StoreResult<redrive_store::OverviewCounts> {
+        // Two readers at once: the counts of queues and dead letters, and the open cases.
+        let (mut counts, cases) = tokio::try_join!(
+            self.readers
+                .read(move |c| overview::counts(c, now, flag_after)),
+            self.readers.read(move |c| overview::cases(c, now)),
+        )?;
+        counts.cases = cases;
+        Ok(counts)
     }
 }
 
