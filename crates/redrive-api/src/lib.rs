@@ -15,11 +15,13 @@
 //! - [`register`]: the idempotency register of replayable message types.
 //! - [`case`]: recovery cases, intents and effect authorities.
 //! - [`replay`]: where each queue's dead letters stand with automatic replay.
+//! - [`overview`]: who the caller is, the overview of every entity, a queue's series.
 
 pub mod access;
 pub mod case;
 pub mod dead_letter;
 pub mod message;
+pub mod overview;
 pub mod problem;
 pub mod queue;
 pub mod register;

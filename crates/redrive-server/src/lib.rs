@@ -206,6 +206,7 @@ pub fn router(state: AppState, console: bool) -> Router {
         // A transformation carries a payload.
         .merge(api::cases::payload_router())
         .merge(api::ops::router().layer(small))
+        .merge(api::overview::router().layer(small))
         .merge(api::topics::router())
         // A transaction carries messages, within a bound of its own.
         .merge(api::transactions::router())

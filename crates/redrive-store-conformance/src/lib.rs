@@ -59,6 +59,9 @@ macro_rules! store_conformance_tests {
             delete_non_empty_queue_needs_force,
             delete_empty_queue_without_force,
             counts_add_up,
+            // the overview
+            overview_counts_agree_with_each_queue_s_counts_and_tally_open_cases,
+            overview_counts_flag_candidates_that_failed_often_enough,
             ping_answers_and_names_its_backend,
             purge_removes_every_message_in_flight_too_and_keeps_dead_letters,
             purge_releases_the_queue_s_session_locks,

@@ -23,6 +23,7 @@ mod case;
 pub mod dead_letter;
 mod error;
 mod move_task;
+mod overview;
 mod register;
 mod replay_plan;
 pub mod skeleton;
@@ -33,6 +34,7 @@ pub use access::*;
 pub use case::*;
 pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use move_task::*;
+pub use overview::*;
 pub use register::*;
 pub use replay_plan::*;
 pub use transaction::{TransactionOutcome, TransactionRefusal, TxApplied, TxOperation};
@@ -708,4 +710,15 @@ pub trait Store: Send + Sync + 'static {
         events: Vec<PublishEvent>,
         now: Timestamp,
     ) -> StoreResult<Vec<Published>>;
+
+    // ---- the overview ----------------------------------------------------------------
+
+    /// Every queue's counts at `now` (each what [`Store::queue_counts`] answers), the
+    /// quarantined and flagged records of its dead-letter store (`flag_after`: failed
+    /// judgements from which a live candidate counts as flagged), and the open cases of
+    /// every queue: grouped reads over the indexes of messages, dead letters and cases,
+    /// a fixed number of statements whatever the number of queues (the overview of
+    /// `GET /v1/overview`).
+    async fn overview_counts(&self, now: Timestamp, flag_after: u32)
+    -> StoreResult<OverviewCounts>;
 }

@@ -6,6 +6,7 @@ pub(crate) mod cases;
 pub(crate) mod dead_letters;
 pub(crate) mod messages;
 pub(crate) mod ops;
+pub(crate) mod overview;
 pub(crate) mod queues;
 pub(crate) mod register;
 pub(crate) mod replay;

@@ -24,6 +24,7 @@ mod hardening_push;
 mod hardening_replay;
 mod messages;
 mod ops;
+mod overview;
 mod push_fidelity;
 mod push_outcomes;
 mod queues;
