@@ -9,6 +9,7 @@
 //! - [`queue`]: queue create / update / show / list.
 //! - [`message`]: send, receive, peek, settle, sessions.
 //! - [`dead_letter`]: the dead-letter store.
+//! - [`failure`]: failures by signature across dead-letter stores.
 //! - [`topic`]: topics, subscriptions and publishing.
 //! - [`transaction`]: a group of sends and settlements across queues, all or nothing.
 //! - [`access`]: tokens and the audit log.
@@ -20,6 +21,7 @@
 pub mod access;
 pub mod case;
 pub mod dead_letter;
+pub mod failure;
 pub mod message;
 pub mod overview;
 pub mod problem;

@@ -47,6 +47,7 @@ mod context;
 mod dead_letters;
 mod dispatcher;
 mod error;
+mod failures;
 mod forward;
 mod health;
 mod messages;
@@ -82,6 +83,10 @@ pub use clock::SystemClock;
 pub use dead_letters::{DeadLetterFilter, DeadLetterListing};
 pub use dispatcher::Dispatcher;
 pub use error::{BrokerError, BrokerResult, RedeliveryRefusal, Storage};
+pub use failures::{
+    DEFAULT_FAILURE_PAGE, FailureFilter, FailureListing, FailureShape, FailureSignature,
+    MAX_FAILURE_PAGE, SPARKLINE_HOURS,
+};
 pub use health::StoreHealth;
 pub use messages::{
     BROKER_REASONS, HeldSession, LockBounds, MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_SQS_LOCK_MS,

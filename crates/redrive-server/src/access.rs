@@ -100,6 +100,13 @@ pub const ROUTES: &[RouteRule] = {
             &[Session],
             Q,
         ),
+        // Lists only the queues whose dead letters the caller may read.
+        (
+            Method::GET,
+            "/v1/failures",
+            &[ReadDeadLetterMetadata, ReadDeadLetterPayload],
+            None,
+        ),
         (
             Method::GET,
             "/v1/queues/{name}/dead-letters",

@@ -194,6 +194,7 @@ pub fn router(state: AppState, console: bool) -> Router {
         .merge(api::messages::router())
         .merge(api::sessions::router().layer(small))
         .merge(api::dead_letters::router().layer(small))
+        .merge(api::failures::router().layer(small))
         // An import carries a whole dead-letter file.
         .merge(
             api::dead_letters::import_router().layer(DefaultBodyLimit::max(

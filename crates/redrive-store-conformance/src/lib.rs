@@ -229,6 +229,10 @@ macro_rules! store_conformance_tests {
             an_admitted_case_is_held_by_one_plan_item_at_a_time,
             concurrent_updates_of_one_plan_version_succeed_once,
             concurrent_admissions_of_one_case_by_many_plans_succeed_once,
+            // failures by signature
+            failures_group_dead_letters_by_signature_per_area,
+            failure_sparkline_keeps_the_last_day_of_hours,
+            dead_letter_list_filters_narrow_in_the_store,
         }
     };
 }

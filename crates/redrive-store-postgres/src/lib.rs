@@ -1175,4 +1175,11 @@ impl Store for PostgresStore {
     ) -> StoreResult<redrive_store::OverviewCounts> {
         read!(self, |db| overview::counts(db, now, flag_after))
     }
+
+    async fn list_failures(
+        &self,
+        query: &redrive_store::failure::FailureQuery,
+    ) -> StoreResult<Vec<redrive_store::failure::FailureSignature>> {
+        read!(self, |db| dead_letters::failures(db, query))
+    }
 }

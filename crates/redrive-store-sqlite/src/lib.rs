@@ -1019,6 +1019,16 @@ impl Store for SqliteStore {
             .read(move |c| overview::counts(c, now, flag_after))
             .await
     }
+
+    async fn list_failures(
+        &self,
+        query: &redrive_store::failure::FailureQuery,
+    ) -> StoreResult<Vec<redrive_store::failure::FailureSignature>> {
+        let query = query.clone();
+        self.readers
+            .read(move |c| dead_letters::failures(c, &query))
+            .await
+    }
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ mod access;
 mod case;
 pub mod dead_letter;
 mod error;
+pub mod failure;
 mod move_task;
 mod overview;
 mod register;
@@ -721,4 +722,15 @@ pub trait Store: Send + Sync + 'static {
     /// `GET /v1/overview`).
     async fn overview_counts(&self, now: Timestamp, flag_after: u32)
     -> StoreResult<OverviewCounts>;
+
+    // ---- failures by signature ---------------------------------------------------
+
+    /// A page of the failure-signature aggregate ([`failure::FailureQuery`]): signatures
+    /// of one area, newest `last_seen` first then by id, each with its sparkline. Read
+    /// from the aggregate the backend keeps on every dead-letter write, never from the
+    /// records.
+    async fn list_failures(
+        &self,
+        query: &failure::FailureQuery,
+    ) -> StoreResult<Vec<failure::FailureSignature>>;
 }

@@ -4,6 +4,7 @@ pub(crate) mod access;
 pub(crate) mod case_groups;
 pub(crate) mod cases;
 pub(crate) mod dead_letters;
+pub(crate) mod failures;
 pub(crate) mod messages;
 pub(crate) mod ops;
 pub(crate) mod overview;

@@ -15,6 +15,7 @@ mod contract_cases;
 mod contract_doors;
 mod contract_evidence;
 mod dead_letters;
+mod failures;
 mod hardening_access;
 mod hardening_audit;
 mod hardening_http;
