@@ -126,6 +126,8 @@ function renderChrome() {
     const open = shell.menu.getAttribute("aria-expanded") !== "true";
     shell.menu.setAttribute("aria-expanded", String(open));
     shell.nav.classList.toggle("open", open);
+    // The opened navigation is at the top of the page, under the bar.
+    if (open) window.scrollTo(0, 0);
   });
   shell.who = h("span", { class: "who" });
   const signOutButton = h("button", { type: "button", class: "btn btn-quiet", "on:click": signOut }, "Sign out");

@@ -145,7 +145,7 @@ export async function render(root, ctx) {
     reason: h("input", { type: "text", value: filters.reason, maxlength: "200" }),
     type: h("input", { type: "text", value: filters.type, maxlength: "200" }),
     source: h("input", { type: "text", value: filters.source, maxlength: "200" }),
-    quality: ui.select([["", "any"], ["exact", "exact"], ["approximate", "approximate"], ["incomplete", "incomplete"]], filters.quality),
+    quality: ui.select([["", "any"], ["exact", "exact"], ["approximate", "approximate"], ["incomplete", "incomplete"], ["unavailable", "unavailable"]], filters.quality),
     text: h("input", { type: "search", value: filters.text, maxlength: "200" }),
     signature: h("input", { type: "text", value: filters.signature, maxlength: "128" }),
     from: h("input", { type: "datetime-local", value: toLocalInput(filters.from) }),

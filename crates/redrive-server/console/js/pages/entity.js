@@ -62,7 +62,12 @@ function rates(ui, series) {
     ui.dl(
       ["sent", "received", "completed", "abandoned", "dead_lettered"].map((k) => [
         k.replace("_", "-"),
-        h("span", {}, `${(sum(k) / windowS).toFixed(2)}/s `, ui.sparkline(pts.map((p) => p[k] || 0), { label: `${k} per ${sec} s` })),
+        h(
+          "span",
+          {},
+          `${sum(k)} in the last ${ui.formatAge(windowS * 1000)} (${(sum(k) / windowS).toFixed(2)}/s) `,
+          ui.sparkline(pts.map((p) => p[k] || 0), { label: `${k} per ${sec} s` }),
+        ),
       ]),
     ),
     h(

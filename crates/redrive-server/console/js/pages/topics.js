@@ -8,11 +8,12 @@ import { seg } from "../api.js";
 /** Push subscriptions whose rate chart is drawn (one series request each). */
 const MAX_SERIES = 20;
 
+/** `healthy`, `failing` (events wait for a retry) or `paused`, as the overview says. */
 function health(s, pushInfo) {
   if (pushInfo && pushInfo.health) return pushInfo.health;
   if (s.paused) return "paused";
-  if (s.stats.in_backoff > 0) return "retrying";
-  return "ok";
+  if (s.stats.in_backoff > 0) return "failing";
+  return "healthy";
 }
 
 function rateChart(ui, series, name) {
@@ -79,7 +80,7 @@ export async function render(root, ctx) {
             [
               { label: "Subscription", render: (s) => ui.link(`#/entity/${seg(s.queue)}`, s.name) },
               { label: "Delivery", class: "wrap", render: (s) => (s.kind.type === "push" ? `push to ${s.kind.endpoint}` : "pull") },
-              { label: "Health", render: (s) => { const x = health(s, healthBy.get(s.queue)); return ui.badge(x, x === "ok" ? "ok" : "warn"); } },
+              { label: "Health", render: (s) => { if (s.kind.type !== "push") return "—"; const x = health(s, healthBy.get(s.queue)); return ui.badge(x, x === "healthy" ? "ok" : x === "failing" ? "bad" : "warn"); } },
               { label: "Pending", class: "num", render: (s) => String(s.stats.pending) },
               { label: "In backoff", class: "num", render: (s) => String(s.stats.in_backoff) },
               { label: "In flight", class: "num", render: (s) => String(s.stats.in_flight) },
