@@ -46,6 +46,7 @@ fn allowed(role: &str) -> BTreeSet<(&'static str, &'static str)> {
             ("DELETE", q),
             ("POST", "/v1/queues/{name}/purge"),
             ("GET", "/v1/queues/{name}/dead-letters"),
+            ("GET", "/v1/failures"),
             ("GET", "/v1/queues/{name}/dead-letters/{id}"),
             ("POST", "/v1/queues/{name}/dead-letters/{id}/move"),
             ("POST", "/v1/queues/{name}/dead-letters/{id}/restore"),
@@ -109,6 +110,7 @@ fn allowed(role: &str) -> BTreeSet<(&'static str, &'static str)> {
         "payload-reader" => &[
             ("GET", "/v1/queues/{name}/messages"),
             ("GET", "/v1/queues/{name}/dead-letters"),
+            ("GET", "/v1/failures"),
             ("GET", "/v1/queues/{name}/dead-letters/{id}"),
             ("GET", "/v1/cases/{id}/payload"),
         ],
