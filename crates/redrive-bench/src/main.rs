@@ -12,6 +12,7 @@
 
 mod cpu;
 mod native;
+mod overview;
 mod pg;
 mod plans;
 mod processor;
@@ -107,6 +108,9 @@ enum Scenario {
     /// A redrive-client processor (64 concurrent calls, no-op handler) against the load
     /// tool's own receive + complete loop, alternating over rounds; both rates and ratio.
     Processor(processor::ProcessorArgs),
+    /// The console's overview on a large store: N queues and M dead letters written
+    /// through the API, then `GET /v1/overview` timed (median, p90, slowest).
+    Overview(overview::OverviewArgs),
 }
 
 fn main() -> ExitCode {
@@ -223,13 +227,14 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         Scenario::SqliteFloor(_) => "sqlite-floor",
         Scenario::Plan(_) => "plan",
         Scenario::Processor(_) => "processor",
+        Scenario::Overview(_) => "overview",
     };
     let queue = args
         .queue
         .clone()
         .unwrap_or_else(|| format!("bench-{scenario_name}-{}", units::now().0));
     let mut report = Report::new(scenario_name, &queue);
-    let keep = args.keep || matches!(args.scenario, Scenario::Fill(_));
+    let keep = args.keep || matches!(args.scenario, Scenario::Fill(_) | Scenario::Overview(_));
     let outcome = match args.scenario {
         Scenario::W1(a) => native::w1(&nodes, &queue, a, args.server_pid, &mut report).await,
         Scenario::Latency(a) => native::latency(&client, &queue, a, &mut report).await,
@@ -237,6 +242,7 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         Scenario::Fill(a) => native::fill(&client, &queue, a, &mut report).await,
         Scenario::Replay(a) => replay::run(&client, &queue, a, &mut report).await,
         Scenario::Plan(a) => plans::run(&client, &queue, a, &mut report).await,
+        Scenario::Overview(a) => overview::run(&client, &queue, a, &mut report).await,
         Scenario::Processor(a) => {
             let token = args.token.as_deref();
             processor::run(&args.url, token, &client, &queue, a, &mut report).await

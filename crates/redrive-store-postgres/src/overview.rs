@@ -1,6 +1,6 @@
 //! The overview's counts: a fixed number of grouped reads over the indexes of messages
 //! (`messages_due`), dead letters (`dead_letters_area`, `dead_letters_candidates`) and
-//! cases, whatever the number of queues.
+//! cases (`cases_open_by_queue`), whatever the number of queues.
 
 use std::collections::HashMap;
 

@@ -1015,9 +1015,14 @@ impl Store for SqliteStore {
         now: Timestamp,
         flag_after: u32,
     ) -> StoreResult<redrive_store::OverviewCounts> {
-        self.readers
-            .read(move |c| overview::counts(c, now, flag_after))
-            .await
+        // Two readers at once: the counts of queues and dead letters, and the open cases.
+        let (mut counts, cases) = tokio::try_join!(
+            self.readers
+                .read(move |c| overview::counts(c, now, flag_after)),
+            self.readers.read(move |c| overview::cases(c, now)),
+        )?;
+        counts.cases = cases;
+        Ok(counts)
     }
 
     async fn list_failures(
