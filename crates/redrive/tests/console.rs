@@ -3,6 +3,7 @@
 //! authentication on. Part of `cargo test`: without `/usr/bin/chromium` and
 //! `/usr/bin/chromedriver` (Debian's `chromium` and `chromium-driver`) the tests print
 //! that they were skipped and pass, unless `CI` is set, where they fail.
+//! `REDRIVE_TEST_CHROMIUM` and `REDRIVE_TEST_CHROMEDRIVER` name other files.
 //!
 //! # Layout
 //! - `harness`: the browser, the server, and the steps' helpers (sign in, go to a page,

@@ -52,10 +52,21 @@ impl Drop for Proc {
     }
 }
 
+/// The browser and the driver: [`CHROMIUM`] and [`CHROMEDRIVER`], or the files that
+/// `REDRIVE_TEST_CHROMIUM` and `REDRIVE_TEST_CHROMEDRIVER` name.
+fn browser() -> (String, String) {
+    let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());
+    (
+        var("REDRIVE_TEST_CHROMIUM", CHROMIUM),
+        var("REDRIVE_TEST_CHROMEDRIVER", CHROMEDRIVER),
+    )
+}
+
 /// What `start` finds: the browser, or why the test is skipped.
 fn browser_present() -> Result<(), String> {
-    for p in [CHROMIUM, CHROMEDRIVER] {
-        if !Path::new(p).exists() {
+    let (chromium, driver) = browser();
+    for p in [chromium, driver] {
+        if !Path::new(&p).exists() {
             return Err(format!(
                 "{p} is missing (install Debian's chromium and chromium-driver)"
             ));
@@ -183,7 +194,7 @@ pub async fn start(test: &str) -> Option<Console> {
     // chromedriver, and the browser through it.
     let port = free_port();
     let driver = Proc(
-        Command::new(CHROMEDRIVER)
+        Command::new(browser().1)
             .arg(format!("--port={port}"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -211,7 +222,7 @@ pub async fn start(test: &str) -> Option<Console> {
     caps.insert(
         "goog:chromeOptions".into(),
         json!({
-            "binary": CHROMIUM,
+            "binary": browser().0,
             "args": [
                 "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                 "--no-first-run", "--disable-background-networking",
