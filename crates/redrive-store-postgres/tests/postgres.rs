@@ -108,9 +108,10 @@ async fn nodes_starting_at_once_migrate_once() {
     for t in tasks {
         t.await.unwrap().unwrap();
     }
+    // One row per migration (version 19 is reserved for another change).
     assert_eq!(
         scalar(&g, "SELECT count(*) FROM redrive_schema_migrations").await,
-        SCHEMA_VERSION.to_string()
+        (SCHEMA_VERSION - 1).to_string()
     );
     assert_eq!(
         PostgresStore::migrate(&g.url, g.options()).await.unwrap(),
