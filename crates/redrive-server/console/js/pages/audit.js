@@ -22,21 +22,21 @@ function toLocal(iso) {
 export async function render(root, ctx) {
   const { h, table, problem, field, formatTime, link } = ctx.ui;
   const query = ctx.query;
-  root.append(h("h1", {}, "Audit log"));
+  root.append(ctx.ui.header("Audit log"));
   root.append(
-    h("p", { class: "rc-lead" },
+    h("p", {},
       "Every payload read, change and refusal, in one hash chain for all nodes, oldest first."),
   );
 
   // ---- verify --------------------------------------------------------------------
   const verifyOut = h("div", { "aria-live": "polite" });
-  const verify = h("button", { type: "button", class: "primary" }, "Verify chain");
+  const verify = h("button", { type: "button", class: "btn btn-primary" }, "Verify chain");
   verify.addEventListener("click", async () => {
     verify.disabled = true;
     verifyOut.replaceChildren(h("p", { role: "status" }, "Verifying…"));
     try {
       const v = await ctx.api("POST", "/v1/audit/verify");
-      const dl = h("dl", { class: "rc-facts" });
+      const dl = h("dl", { class: "pairs" });
       const add = (k, val) => {
         if (val !== undefined && val !== null) dl.append(h("dt", {}, k), h("dd", {}, String(val)));
       };
@@ -52,7 +52,7 @@ export async function render(root, ctx) {
           v.ok ? "The chain holds: every entry from the first kept one to the head is present, unedited and in order."
             : "The chain is broken."),
         dl,
-        h("p", { class: "rc-muted" }, "Keep the head (number and hash) outside the server: a later head with a lower number, or one no longer in the chain, shows a rewrite."),
+        h("p", { class: "muted" }, "Keep the head (number and hash) outside the server: a later head with a lower number, or one no longer in the chain, shows a rewrite."),
       );
     } catch (err) {
       verifyOut.replaceChildren(problem(err));
@@ -60,11 +60,11 @@ export async function render(root, ctx) {
       verify.disabled = false;
     }
   });
-  root.append(h("section", { "aria-labelledby": "rc-verify-h" }, h("h2", { id: "rc-verify-h" }, "Chain"), verify, verifyOut));
+  root.append(h("section", { class: "panel", "aria-labelledby": "rc-verify-h" }, h("h2", { id: "rc-verify-h" }, "Chain"), verify, verifyOut));
 
   // ---- filters -------------------------------------------------------------------
   const inputs = {};
-  const form = h("form", { class: "rc-filters", "aria-label": "Audit filters" });
+  const form = h("form", { class: "filters", "aria-label": "Audit filters" });
   for (const [name, label] of [
     ["actor", "Actor (token id, e.g. tok_…, system, anonymous)"],
     ["entity", "Entity (queue or topic)"],
@@ -81,9 +81,9 @@ export async function render(root, ctx) {
     inputs[name] = i;
     form.append(field(label, i));
   }
-  form.append(h("div", { class: "rc-actions" },
-    h("button", { type: "submit", class: "primary" }, "Apply filters"),
-    h("button", { type: "reset" }, "Clear filters")));
+  form.append(h("div", { class: "actions" },
+    h("button", { type: "submit", class: "btn btn-primary" }, "Apply filters"),
+    h("button", { type: "reset", class: "btn" }, "Clear filters")));
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
     const q = new URLSearchParams();
@@ -97,7 +97,7 @@ export async function render(root, ctx) {
     ev.preventDefault();
     ctx.navigate("#/audit");
   });
-  root.append(h("section", { "aria-labelledby": "rc-entries-h" }, h("h2", { id: "rc-entries-h" }, "Entries"), form));
+  root.append(h("section", { class: "panel", "aria-labelledby": "rc-entries-h" }, h("h2", { id: "rc-entries-h" }, "Entries"), form));
 
   // ---- entries -------------------------------------------------------------------
   const box = h("div", {});
@@ -125,7 +125,7 @@ export async function render(root, ctx) {
         { caption: "Audit entries, oldest first", empty: "No audit entry matches." },
       ),
     );
-    const nav = h("nav", { class: "rc-actions", "aria-label": "Audit pages" });
+    const nav = h("nav", { class: "actions", "aria-label": "Audit pages" });
     if (query.get("cursor")) {
       const first = new URLSearchParams(query);
       first.delete("cursor");

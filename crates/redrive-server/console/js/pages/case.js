@@ -17,7 +17,7 @@ function show(h, v) {
     if (v.every((x) => x && typeof x === "object" && !Array.isArray(x))) {
       const keys = [];
       for (const row of v) for (const k of Object.keys(row)) if (!keys.includes(k)) keys.push(k);
-      const t = h("table", { class: "rc-record" });
+      const t = h("table", {});
       const head = h("tr", {});
       for (const k of keys) head.append(h("th", { scope: "col" }, k));
       t.append(h("thead", {}, head));
@@ -28,19 +28,19 @@ function show(h, v) {
         body.append(tr);
       }
       t.append(body);
-      return t;
+      return h("div", { class: "table-wrap" }, t);
     }
     return v.map((x) => (typeof x === "object" ? JSON.stringify(x) : String(x))).join(", ");
   }
   const keys = Object.keys(v);
   if (keys.length === 0) return "none";
-  const dl = h("dl", { class: "rc-facts" });
+  const dl = h("dl", { class: "pairs" });
   for (const k of keys) dl.append(h("dt", {}, k), h("dd", {}, show(h, v[k])));
   return dl;
 }
 
 function facts(h, pairs) {
-  const dl = h("dl", { class: "rc-facts" });
+  const dl = h("dl", { class: "pairs" });
   for (const [k, v] of pairs) {
     if (v === undefined || v === null || v === "") continue;
     dl.append(h("dt", {}, k), h("dd", {}, v));
@@ -76,10 +76,10 @@ export async function render(root, ctx) {
   // stays beside the form, readable.
   function action(title, help, controls, submitLabel, call, opts = {}) {
     const errBox = h("div", { class: "rc-error" });
-    const submit = h("button", { type: "submit", class: opts.danger ? "danger" : "primary" }, submitLabel);
+    const submit = h("button", { type: "submit", class: opts.danger ? "btn btn-danger" : "btn btn-primary" }, submitLabel);
     const form = h("form", { class: "rc-action", "aria-label": title },
-      h("fieldset", {}, h("legend", {}, title), help ? h("p", { class: "rc-muted" }, help) : "", ...controls,
-        h("div", { class: "rc-actions" }, submit)),
+      h("fieldset", {}, h("legend", {}, title), help ? h("p", { class: "muted" }, help) : "", ...controls,
+        h("div", { class: "actions" }, submit)),
       errBox);
     form.addEventListener("submit", async (ev) => {
       ev.preventDefault();
@@ -216,10 +216,10 @@ export async function render(root, ctx) {
     const rec = c.record || {};
     const parts = [];
     const marks = [];
-    if (c.overdue) marks.push(h("span", { class: "rc-badge rc-warn" }, "overdue"));
-    if (c.state === "escalated" || c.next.startsWith("escalate:")) marks.push(h("span", { class: "rc-badge rc-bad" }, "escalated"));
+    if (c.overdue) marks.push(h("span", { class: "badge badge-warn" }, "overdue"));
+    if (c.state === "escalated" || c.next.startsWith("escalate:")) marks.push(h("span", { class: "badge badge-bad" }, "escalated"));
     parts.push(
-      h("section", { "aria-label": "Decision", class: "rc-summary" },
+      h("section", { "aria-label": "Decision", class: "panel" },
         h("p", { class: "rc-big" }, "State ", h("strong", {}, c.state), " — next: ", h("strong", {}, c.next), " ", ...marks),
         h("p", {},
           link(`#/cases?queue=${encodeURIComponent(c.queue)}`, `Cases of ${c.queue}`), " · ",
@@ -229,7 +229,7 @@ export async function render(root, ctx) {
             : "")),
     );
     parts.push(
-      h("section", { "aria-labelledby": "rc-ev-h" }, h("h2", { id: "rc-ev-h" }, "Evidence"),
+      h("section", { class: "panel", "aria-labelledby": "rc-ev-h" }, h("h2", { id: "rc-ev-h" }, "Evidence"),
         facts(h, [
           ["Queue", c.queue],
           ["Dead-letter record", c.record_id],
@@ -261,9 +261,9 @@ export async function render(root, ctx) {
           ["Version", String(c.version)],
         ])),
     );
-    if (rec.route) parts.push(h("section", { "aria-labelledby": "rc-route-h" }, h("h2", { id: "rc-route-h" }, "Route evidence"), show(h, rec.route)));
+    if (rec.route) parts.push(h("section", { class: "panel", "aria-labelledby": "rc-route-h" }, h("h2", { id: "rc-route-h" }, "Route evidence"), show(h, rec.route)));
     parts.push(
-      h("section", { "aria-labelledby": "rc-effect-h" }, h("h2", { id: "rc-effect-h" }, "Effect authority"),
+      h("section", { class: "panel", "aria-labelledby": "rc-effect-h" }, h("h2", { id: "rc-effect-h" }, "Effect authority"),
         rec.effect ? show(h, rec.effect) : h("p", {}, "No answer recorded.")),
     );
     for (const [key, title] of [
@@ -271,34 +271,36 @@ export async function render(root, ctx) {
       ["tests", "Isolated tests"], ["replays", "Replays"], ["reviews", "Review decisions"], ["notes", "Notes"],
     ]) {
       const v = rec[key];
-      parts.push(h("section", { "aria-labelledby": `rc-${key}-h` }, h("h2", { id: `rc-${key}-h` }, title),
-        v && (!Array.isArray(v) || v.length) ? show(h, v) : h("p", { class: "rc-muted" }, "None yet.")));
+      parts.push(h("section", { class: "panel", "aria-labelledby": `rc-${key}-h` }, h("h2", { id: `rc-${key}-h` }, title),
+        v && (!Array.isArray(v) || v.length) ? show(h, v) : h("p", { class: "muted" }, "None yet.")));
     }
     if (rec.context && Object.keys(rec.context).length) {
-      parts.push(h("section", { "aria-labelledby": "rc-ctx-h" }, h("h2", { id: "rc-ctx-h" }, "Redacted context"), show(h, rec.context)));
-    }
-    const rows = [];
-    for (const e of c.timeline) {
-      const f = Object.entries(e.fields || {}).map(([k, v]) => `${k} ${v}`).join("; ");
-      rows.push(h("tr", {}, h("td", {}, formatTime(e.at)), h("td", {}, e.actor), h("td", {}, e.state), h("td", {}, e.evidence), h("td", {}, f)));
+      parts.push(h("section", { class: "panel", "aria-labelledby": "rc-ctx-h" }, h("h2", { id: "rc-ctx-h" }, "Redacted context"), show(h, rec.context)));
     }
     parts.push(
-      h("section", { "aria-labelledby": "rc-tl-h" }, h("h2", { id: "rc-tl-h" }, "Timeline"),
-        h("table", { class: "rc-record" },
-          h("caption", {}, "Timeline, oldest first"),
-          h("thead", {}, h("tr", {}, ...["When", "Who", "State", "Evidence", "Fields"].map((x) => h("th", { scope: "col" }, x)))),
-          h("tbody", {}, ...rows))),
+      h("section", { class: "panel", "aria-labelledby": "rc-tl-h" }, h("h2", { id: "rc-tl-h" }, "Timeline"),
+        ctx.ui.table(
+          [
+            { label: "When", render: (e) => formatTime(e.at) },
+            { label: "Who", render: (e) => e.actor },
+            { label: "State", render: (e) => e.state },
+            { label: "Evidence", render: (e) => e.evidence, class: "wrap" },
+            { label: "Fields", render: (e) => Object.entries(e.fields || {}).map(([k, v]) => `${k} ${v}`).join("; "), class: "wrap" },
+          ],
+          c.timeline,
+          { caption: "Timeline, oldest first", empty: "No entries." },
+        )),
     );
-    const acts = h("section", { "aria-labelledby": "rc-act-h", class: "rc-grid" });
-    parts.push(h("h2", { id: "rc-act-h" }, "Decisions"));
+    const acts = h("div", { class: "grid" });
+    parts.push(h("section", { class: "panel", "aria-labelledby": "rc-act-h" }, h("h2", { id: "rc-act-h" }, "Decisions"), acts));
     if (c.closed_at) {
       acts.append(h("p", {}, `Closed ${c.state} at ${formatTime(c.closed_at)}: nothing more is appended.`));
     } else {
       acts.append(...actions(c));
     }
-    const refresh = h("button", { type: "button" }, "Refresh case");
+    const refresh = h("button", { type: "button", class: "btn" }, "Refresh case");
     refresh.addEventListener("click", () => load());
-    parts.push(acts, h("p", {}, refresh));
+    parts.push(h("p", {}, refresh));
     return parts;
   }
 

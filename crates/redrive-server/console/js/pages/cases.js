@@ -54,11 +54,11 @@ function apiQuery(query) {
 
 function caseMarks(h, c) {
   const marks = [];
-  if (c.overdue) marks.push(h("span", { class: "rc-badge rc-warn" }, "overdue"));
+  if (c.overdue) marks.push(h("span", { class: "badge badge-warn" }, "overdue"));
   if (c.state === "escalated" || c.next.startsWith("escalate:")) {
-    marks.push(h("span", { class: "rc-badge rc-bad" }, "escalated"));
+    marks.push(h("span", { class: "badge badge-bad" }, "escalated"));
   }
-  if (c.closed_at) marks.push(h("span", { class: "rc-badge" }, "closed"));
+  if (c.closed_at) marks.push(h("span", { class: "badge" }, "closed"));
   return marks;
 }
 
@@ -66,11 +66,11 @@ export async function render(root, ctx) {
   const { h, table, problem, field, formatTime, link } = ctx.ui;
   const query = ctx.query;
 
-  root.append(h("h1", {}, "Recovery cases"));
+  root.append(ctx.ui.header("Recovery cases"));
   root.append(
     h(
       "p",
-      { class: "rc-lead" },
+      {},
       "Every dead letter is a case: what is known about it and the one decision it waits for. ",
       "Overdue and escalated cases are marked.",
     ),
@@ -78,7 +78,7 @@ export async function render(root, ctx) {
 
   // ---- filters -------------------------------------------------------------------
   const inputs = {};
-  const form = h("form", { class: "rc-filters", "aria-label": "Case filters" });
+  const form = h("form", { class: "filters", "aria-label": "Case filters" });
   const stateSelect = h("select", { name: "state" });
   stateSelect.append(h("option", { value: "" }, "any state"));
   for (const s of STATES) stateSelect.append(h("option", { value: s }, s));
@@ -116,9 +116,9 @@ export async function render(root, ctx) {
   form.append(field("Overdue only", overdue));
 
   form.append(
-    h("div", { class: "rc-actions" },
-      h("button", { type: "submit", class: "primary" }, "Apply filters"),
-      h("button", { type: "reset" }, "Clear filters"),
+    h("div", { class: "actions" },
+      h("button", { type: "submit", class: "btn btn-primary" }, "Apply filters"),
+      h("button", { type: "reset", class: "btn" }, "Clear filters"),
     ),
   );
   form.addEventListener("submit", (ev) => {
@@ -144,7 +144,7 @@ export async function render(root, ctx) {
   if (sel.open === "false") delete sel.open;
 
   // ---- counts --------------------------------------------------------------------
-  const counts = h("section", { "aria-label": "Counts of the selection", class: "rc-counts" });
+  const counts = h("section", { "aria-label": "Counts of the selection" });
   root.append(counts);
   ctx.api("GET", "/v1/cases/counts", { query: sel }).then(
     (c) => {
@@ -160,7 +160,7 @@ export async function render(root, ctx) {
       counts.append(chips);
     },
     // Counts over every queue need an unscoped grant: a scoped operator still gets the list.
-    (err) => counts.append(h("p", { class: "rc-muted" }, `Counts unavailable: ${err.detail || err.title || err.message}`)),
+    (err) => counts.append(h("p", { class: "muted" }, `Counts unavailable: ${err.detail || err.title || err.message}`)),
   );
 
   // ---- the list ------------------------------------------------------------------
@@ -195,7 +195,7 @@ export async function render(root, ctx) {
         { caption: "Cases", empty: "No case matches these filters." },
       ),
     );
-    const nav = h("nav", { class: "rc-actions", "aria-label": "Case pages" });
+    const nav = h("nav", { class: "actions", "aria-label": "Case pages" });
     if (cursor) {
       const q = new URLSearchParams(query);
       q.delete("cursor");
@@ -212,10 +212,10 @@ export async function render(root, ctx) {
   }
 
   // ---- case groups ---------------------------------------------------------------
-  const groups = h("section", { "aria-labelledby": "rc-groups-h" });
+  const groups = h("section", { class: "panel", "aria-labelledby": "rc-groups-h" });
   groups.append(h("h2", { id: "rc-groups-h" }, "Case groups"));
   groups.append(
-    h("p", { class: "rc-muted" },
+    h("p", { class: "muted" },
       "A group is the cases of one queue worked as one: one decision carried out on each member. ",
       "A replay plan can take a group's members as its items."),
   );

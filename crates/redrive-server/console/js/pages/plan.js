@@ -24,18 +24,18 @@ function budgetBars(rows, label) {
   const width = 480;
   const labelW = 170;
   const trackW = width - labelW - 10;
-  const s = svg("svg", { viewBox: `0 0 ${width} ${rows.length * rowH + 4}`, role: "img", "aria-label": label, class: "rc-chart" });
+  const s = svg("svg", { viewBox: `0 0 ${width} ${rows.length * rowH + 4}`, role: "img", "aria-label": label, class: "chart" });
   s.append(svg("title", {}, label));
   rows.forEach((r, i) => {
     const y = i * rowH + 4;
     const share = r.limit > 0 ? r.value / r.limit : 0;
-    s.append(svg("text", { x: 0, y: y + 15, class: "rc-chart-label" }, r.name));
+    s.append(svg("text", { x: 0, y: y + 15, class: "chart-text" }, r.name));
     s.append(svg("rect", { x: labelW, y, width: trackW, height: 18, class: "rc-chart-track" }));
     s.append(svg("rect", {
       x: labelW, y, width: Math.max(0, Math.min(1, share)) * trackW, height: 18,
-      class: share > 1 ? "rc-chart-over" : "rc-chart-bar",
+      class: share > 1 ? "bar s4" : "bar s0",
     }));
-    s.append(svg("text", { x: labelW + 6, y: y + 14, class: "rc-chart-value" }, r.text));
+    s.append(svg("text", { x: labelW + 6, y: y + 14, class: "chart-text" }, r.text));
   });
   return s;
 }
@@ -46,7 +46,7 @@ function progressLine(samples, itemsPerS, total, label) {
   const width = 480;
   const height = 160;
   const pad = 30;
-  const s = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": label, class: "rc-chart" });
+  const s = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": label, class: "chart" });
   s.append(svg("title", {}, label));
   const t0 = samples[0].t;
   const span = Math.max(1, samples[samples.length - 1].t - t0) / 1000;
@@ -54,10 +54,10 @@ function progressLine(samples, itemsPerS, total, label) {
   const top = Math.max(1, total, ...samples.map((x) => x.admitted));
   const X = (sec) => pad + (sec / span) * (width - 2 * pad);
   const Y = (n) => height - pad - (Math.min(n, top) / top) * (height - 2 * pad);
-  s.append(svg("line", { x1: pad, y1: height - pad, x2: width - pad, y2: height - pad, class: "rc-chart-axis" }));
-  s.append(svg("line", { x1: pad, y1: pad, x2: pad, y2: height - pad, class: "rc-chart-axis" }));
-  s.append(svg("text", { x: 2, y: pad, class: "rc-chart-label" }, String(top)));
-  s.append(svg("text", { x: width - pad - 40, y: height - 8, class: "rc-chart-label" }, duration(Math.round(span * 1000))));
+  s.append(svg("line", { x1: pad, y1: height - pad, x2: width - pad, y2: height - pad, class: "axis" }));
+  s.append(svg("line", { x1: pad, y1: pad, x2: pad, y2: height - pad, class: "axis" }));
+  s.append(svg("text", { x: 2, y: pad, class: "chart-text" }, String(top)));
+  s.append(svg("text", { x: width - pad - 40, y: height - 8, class: "chart-text" }, duration(Math.round(span * 1000))));
   if (itemsPerS) {
     const endN = base + 1 + itemsPerS * span;
     s.append(svg("line", { x1: X(0), y1: Y(base + 1), x2: X(span), y2: Y(endN), class: "rc-chart-budget" }));
@@ -68,7 +68,7 @@ function progressLine(samples, itemsPerS, total, label) {
 }
 
 function facts(h, pairs) {
-  const dl = h("dl", { class: "rc-facts" });
+  const dl = h("dl", { class: "pairs" });
   for (const [k, v] of pairs) {
     if (v === undefined || v === null || v === "") continue;
     dl.append(h("dt", {}, k), h("dd", {}, v));
@@ -82,7 +82,7 @@ export async function render(root, ctx) {
   const path = `/v1/replay/plans/${encodeURIComponent(id)}`;
 
   const status = h("p", { role: "status", class: "rc-status", "aria-live": "polite" });
-  const moves = h("div", { class: "rc-actions" });
+  const moves = h("div", { class: "actions" });
   const moveErr = h("div", {});
   const summary = h("div", {});
   const chart = h("div", {});
@@ -91,8 +91,8 @@ export async function render(root, ctx) {
     h("h1", {}, `Replay plan ${id}`),
     h("p", {}, link("#/plans", "All replay plans")),
     status, moves, moveErr, summary,
-    h("section", { "aria-labelledby": "rc-chart-h" }, h("h2", { id: "rc-chart-h" }, "Progress against the budget"), chart),
-    h("section", { "aria-labelledby": "rc-items-h" }, h("h2", { id: "rc-items-h" }, "Items"), itemsBox),
+    h("section", { class: "panel", "aria-labelledby": "rc-chart-h" }, h("h2", { id: "rc-chart-h" }, "Progress against the budget"), chart),
+    h("section", { class: "panel", "aria-labelledby": "rc-items-h" }, h("h2", { id: "rc-items-h" }, "Items"), itemsBox),
   );
 
   const samples = [];
@@ -100,7 +100,7 @@ export async function render(root, ctx) {
   let stop = () => {};
 
   function move(label, action, opts = {}) {
-    const b = h("button", { type: "button", class: opts.danger ? "danger" : "primary" }, label);
+    const b = h("button", { type: "button", class: opts.danger ? "btn btn-danger" : "btn btn-primary" }, label);
     b.addEventListener("click", async () => {
       moveErr.replaceChildren();
       if (opts.confirm && !(await confirm(opts.confirm))) return;
@@ -198,9 +198,9 @@ export async function render(root, ctx) {
   for (const s of ITEM_STATES) stateSel.append(h("option", { value: s }, s));
   const itemsList = h("div", {});
   let after = null;
-  const itemsNav = h("div", { class: "rc-actions" });
-  const filterForm = h("form", { class: "rc-filters", "aria-label": "Item filter" }, field("Item state", stateSel),
-    h("div", { class: "rc-actions" }, h("button", { type: "submit" }, "Show items")));
+  const itemsNav = h("div", { class: "actions" });
+  const filterForm = h("form", { class: "filters", "aria-label": "Item filter" }, field("Item state", stateSel),
+    h("div", { class: "actions" }, h("button", { type: "submit", class: "btn" }, "Show items")));
   filterForm.addEventListener("submit", (ev) => {
     ev.preventDefault();
     after = null;
@@ -210,7 +210,7 @@ export async function render(root, ctx) {
 
   async function loadItems() {
     if (plan && plan.kind === "sqs_move") {
-      itemsList.replaceChildren(h("p", { class: "rc-muted" }, "An SQS move task has no item rows: its messages are counted in the progress above."));
+      itemsList.replaceChildren(h("p", { class: "muted" }, "An SQS move task has no item rows: its messages are counted in the progress above."));
       return;
     }
     try {
@@ -236,12 +236,12 @@ export async function render(root, ctx) {
       );
       const nav = [];
       if (after !== null) {
-        const first = h("button", { type: "button" }, "First items");
+        const first = h("button", { type: "button", class: "btn" }, "First items");
         first.addEventListener("click", () => { after = null; loadItems(); });
         nav.push(first);
       }
       if (page.items.length === ITEMS_PAGE) {
-        const next = h("button", { type: "button" }, "Next items");
+        const next = h("button", { type: "button", class: "btn" }, "Next items");
         const last = page.items[page.items.length - 1].seq;
         next.addEventListener("click", () => { after = last; loadItems(); });
         nav.push(next);

@@ -43,15 +43,15 @@ export function planProgress(p) {
 export async function render(root, ctx) {
   const { h, table, problem, field, formatTime, formatBytes, link } = ctx.ui;
   const query = ctx.query;
-  root.append(h("h1", {}, "Replay plans"));
+  root.append(ctx.ui.header("Replay plans"));
   root.append(
-    h("p", { class: "rc-lead" },
+    h("p", {},
       "A plan replays the open recovery cases of one queue that reached replay_eligible, under a budget that names every limit. ",
       "SQS message move tasks are listed here as plans of kind sqs_move."),
   );
 
   // ---- the list ------------------------------------------------------------------
-  const filters = h("form", { class: "rc-filters", "aria-label": "Plan filters" });
+  const filters = h("form", { class: "filters", "aria-label": "Plan filters" });
   const status = h("select", { name: "status" });
   status.append(h("option", { value: "" }, "any status"));
   for (const s of STATUSES) status.append(h("option", { value: s }, s));
@@ -62,7 +62,7 @@ export async function render(root, ctx) {
   const fqueue = h("input", { type: "text", name: "queue", maxlength: "256" });
   fqueue.value = query.get("list_queue") || "";
   filters.append(field("Plan status", status), field("Plan kind", kind), field("Plans of queue", fqueue),
-    h("div", { class: "rc-actions" }, h("button", { type: "submit" }, "Filter plans")));
+    h("div", { class: "actions" }, h("button", { type: "submit", class: "btn" }, "Filter plans")));
   filters.addEventListener("submit", (ev) => {
     ev.preventDefault();
     const q = new URLSearchParams(query);
@@ -72,7 +72,7 @@ export async function render(root, ctx) {
     q.delete("after");
     ctx.navigate(`#/plans?${q}`);
   });
-  root.append(h("section", { "aria-labelledby": "rc-plans-h" }, h("h2", { id: "rc-plans-h" }, "Plans"), filters));
+  root.append(h("section", { class: "panel", "aria-labelledby": "rc-plans-h" }, h("h2", { id: "rc-plans-h" }, "Plans"), filters));
   const listBox = h("div", {});
   root.append(listBox);
   try {
@@ -99,7 +99,7 @@ export async function render(root, ctx) {
         { caption: "Replay plans", empty: "No replay plans." },
       ),
     );
-    const nav = h("nav", { class: "rc-actions", "aria-label": "Plan pages" });
+    const nav = h("nav", { class: "actions", "aria-label": "Plan pages" });
     if (query.get("after")) {
       const q = new URLSearchParams(query);
       q.delete("after");
@@ -116,7 +116,7 @@ export async function render(root, ctx) {
   }
 
   // ---- a new plan ----------------------------------------------------------------
-  const section = h("section", { "aria-labelledby": "rc-new-h" });
+  const section = h("section", { class: "panel", "aria-labelledby": "rc-new-h" });
   section.append(h("h2", { id: "rc-new-h" }, "New plan"));
   root.append(section);
 
@@ -150,7 +150,7 @@ export async function render(root, ctx) {
   const signature = query.get("signature");
   if (signature) {
     const errBox = h("div", {});
-    const make = h("button", { type: "button" }, "Make a case group of this signature");
+    const make = h("button", { type: "button", class: "btn" }, "Make a case group of this signature");
     make.addEventListener("click", async () => {
       errBox.replaceChildren();
       make.disabled = true;
@@ -195,9 +195,9 @@ export async function render(root, ctx) {
       field("Owner's lease (minutes; empty: 1 hour)", leaseMin),
       field("Observation window (ms; empty: 10 s)", observeMs)),
   );
-  const previewBtn = h("button", { type: "submit", class: "primary" }, "Preview (dry run)");
-  const createBtn = h("button", { type: "button" }, "Create plan");
-  form.append(h("div", { class: "rc-actions" }, previewBtn, createBtn));
+  const previewBtn = h("button", { type: "submit", class: "btn btn-primary" }, "Preview (dry run)");
+  const createBtn = h("button", { type: "button", class: "btn" }, "Create plan");
+  form.append(h("div", { class: "actions" }, previewBtn, createBtn));
   const out = h("div", { "aria-live": "polite" });
   section.append(form, out);
 
@@ -245,8 +245,8 @@ export async function render(root, ctx) {
       h("p", { class: "rc-big" },
         `${p.items} item${p.items === 1 ? "" : "s"}, ${formatBytes(p.bytes)}; ${p.eligible} eligible now; `,
         `at least ${duration(p.lower_bound_ms)} under this budget.`),
-      h("p", { class: "rc-muted" }, "The duration is a lower bound: the slower of items ÷ items/s and bytes ÷ bytes/s, before processing, pauses and reconciliation. Nothing was touched."),
-      h("div", { class: "rc-grid" }, countsTable("Reason", p.by_reason), countsTable("Type", p.by_type)),
+      h("p", { class: "muted" }, "The duration is a lower bound: the slower of items ÷ items/s and bytes ÷ bytes/s, before processing, pauses and reconciliation. Nothing was touched."),
+      h("div", { class: "grid" }, countsTable("Reason", p.by_reason), countsTable("Type", p.by_type)),
       table(
         [
           { label: "Gate", render: (g) => g.gate },

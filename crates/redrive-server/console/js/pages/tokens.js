@@ -12,9 +12,9 @@ function toRfc3339(local) {
 
 export async function render(root, ctx) {
   const { h, table, problem, field, formatTime, confirm } = ctx.ui;
-  root.append(h("h1", {}, "API tokens"));
+  root.append(ctx.ui.header("API tokens"));
   root.append(
-    h("p", { class: "rc-lead" },
+    h("p", {},
       "A token carries grants: a role on every entity, on one queue or topic, or on every name with a prefix (orders.*). ",
       "The server keeps only its hash: the secret is shown once, when it is created."),
   );
@@ -23,7 +23,7 @@ export async function render(root, ctx) {
   const listBox = h("div", {});
 
   // ---- create --------------------------------------------------------------------
-  const name = h("input", { type: "text", name: "name", maxlength: "64", pattern: "[A-Za-z0-9_.\\-]{1,64}" });
+  const name = h("input", { type: "text", name: "name", maxlength: "64" });
   name.required = true;
   const expires = h("input", { type: "datetime-local", name: "expires_at" });
   const sqs = h("input", { type: "checkbox", name: "sqs" });
@@ -38,7 +38,7 @@ export async function render(root, ctx) {
     sel.value = role;
     const ent = h("input", { type: "text", name: `entity_${n}`, maxlength: "256" });
     ent.value = entity;
-    const remove = h("button", { type: "button", "aria-label": `Remove grant ${n}` }, "Remove");
+    const remove = h("button", { type: "button", class: "btn", "aria-label": `Remove grant ${n}` }, "Remove");
     const row = h("fieldset", { class: "rc-grant" }, h("legend", {}, `Grant ${n}`),
       field(`Role of grant ${n}`, sel),
       field(`Entity of grant ${n} (empty: every entity; orders; orders.*)`, ent),
@@ -56,7 +56,7 @@ export async function render(root, ctx) {
   }
   grantRow();
 
-  const addGrant = h("button", { type: "button" }, "Add grant");
+  const addGrant = h("button", { type: "button", class: "btn" }, "Add grant");
   addGrant.addEventListener("click", () => grantRow().focus());
   const createErr = h("div", {});
   const form = h("form", { class: "rc-token-form", "aria-label": "New token" },
@@ -65,7 +65,7 @@ export async function render(root, ctx) {
     field("Also make SQS credentials", sqs),
     h("h3", {}, "Grants"),
     grantRows,
-    h("div", { class: "rc-actions" }, addGrant, h("button", { type: "submit", class: "primary" }, "Create token")),
+    h("div", { class: "actions" }, addGrant, h("button", { type: "submit", class: "btn btn-primary" }, "Create token")),
     createErr);
 
   function secretField(label, value) {
@@ -73,8 +73,8 @@ export async function render(root, ctx) {
     i.readOnly = true;
     i.value = value;
     i.addEventListener("focus", () => i.select());
-    const copy = h("button", { type: "button", "aria-label": `Copy ${label.toLowerCase()}` }, "Copy");
-    const done = h("span", { role: "status", class: "rc-muted" });
+    const copy = h("button", { type: "button", class: "btn", "aria-label": `Copy ${label.toLowerCase()}` }, "Copy");
+    const done = h("span", { role: "status", class: "muted" });
     copy.addEventListener("click", async () => {
       i.focus();
       i.select();
@@ -117,8 +117,8 @@ export async function render(root, ctx) {
     }
   });
 
-  root.append(h("section", { "aria-labelledby": "rc-newtok-h" }, h("h2", { id: "rc-newtok-h" }, "New token"), form, created));
-  root.append(h("section", { "aria-labelledby": "rc-toks-h" }, h("h2", { id: "rc-toks-h" }, "Tokens"), listBox));
+  root.append(h("section", { class: "panel", "aria-labelledby": "rc-newtok-h" }, h("h2", { id: "rc-newtok-h" }, "New token"), form, created));
+  root.append(h("section", { class: "panel", "aria-labelledby": "rc-toks-h" }, h("h2", { id: "rc-toks-h" }, "Tokens"), listBox));
 
   // ---- list and revoke -----------------------------------------------------------
   async function revoke(t, errBox) {
@@ -152,7 +152,7 @@ export async function render(root, ctx) {
               label: "Actions",
               render: (t) => {
                 if (t.status === "revoked") return "—";
-                const b = h("button", { type: "button", class: "danger", "aria-label": `Revoke token ${t.name}` }, "Revoke");
+                const b = h("button", { type: "button", class: "btn btn-danger", "aria-label": `Revoke token ${t.name}` }, "Revoke");
                 b.addEventListener("click", () => revoke(t, errBox));
                 return b;
               },
