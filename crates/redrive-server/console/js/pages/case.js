@@ -55,7 +55,7 @@ export async function render(root, ctx) {
 
   const status = h("p", { role: "status", class: "rc-status", "aria-live": "polite" });
   const body = h("div", {});
-  root.append(h("h1", {}, `Case ${id}`), status, body);
+  root.append(h("h1", { class: "rc-wrap" }, `Case ${id}`), status, body);
 
   let current;
 

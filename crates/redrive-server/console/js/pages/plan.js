@@ -88,7 +88,7 @@ export async function render(root, ctx) {
   const chart = h("div", {});
   const itemsBox = h("div", {});
   root.append(
-    h("h1", {}, `Replay plan ${id}`),
+    h("h1", { class: "rc-wrap" }, `Replay plan ${id}`),
     h("p", {}, link("#/plans", "All replay plans")),
     status, moves, moveErr, summary,
     h("section", { class: "panel", "aria-labelledby": "rc-chart-h" }, h("h2", { id: "rc-chart-h" }, "Progress against the budget"), chart),
