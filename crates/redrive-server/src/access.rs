@@ -34,6 +34,11 @@ pub type RouteRule = (
 /// the row of its `GET` route, here and in [`ROUTES`] (see [`rule`]).
 pub const PUBLIC: &[(Method, &str)] = &[(Method::GET, "/healthz"), (Method::GET, "/openapi.json")];
 
+/// The web console's routes, public too: its page and static files, which hold no data
+/// (the console reads everything through the API with the caller's token). Not part of
+/// the API, so not in its OpenAPI document; absent from the router with `--console off`.
+pub const CONSOLE: &[(Method, &str)] = &[(Method::GET, "/"), (Method::GET, "/console/{*path}")];
+
 /// The permission of every authenticated route.
 pub const ROUTES: &[RouteRule] = {
     use Operation::*;
@@ -352,7 +357,10 @@ pub fn rule(method: &Method, path: &str) -> Option<&'static RouteRule> {
 /// Whether anyone may call the route (a `HEAD` as its `GET` route).
 pub fn is_public(method: &Method, path: &str) -> bool {
     let method = judged_as(method);
-    PUBLIC.iter().any(|(m, p)| m == method && *p == path)
+    PUBLIC
+        .iter()
+        .chain(CONSOLE)
+        .any(|(m, p)| m == method && *p == path)
 }
 
 /// Longest `Authorization` header looked at (a token is 68 characters).

@@ -14,10 +14,14 @@
 //! - `serve`: the accept loop of every listener (timeouts, connection limit, TLS).
 //! - `tls`: the TLS acceptor from PEM files.
 //! - `trace`: the span of every request (method, route, request id, status, latency).
+//! - `console`: the web console's embedded files, served at `/` (`server.console`).
+//! - `etag`: entity tags and `304 Not Modified` on the `GET /v1/…` JSON answers.
 
 pub mod access;
 mod api;
+pub mod console;
 pub mod error;
+mod etag;
 mod guard;
 mod serve;
 mod tls;
@@ -100,6 +104,9 @@ pub struct Settings {
     /// that run it holds its lease and advances every running plan, so the node-wide replay
     /// budget bounds them all together.
     pub plan_worker: bool,
+    /// Whether the web console is served at `/` (default true; `redrive serve --console
+    /// off`). Off, `/` and `/console/…` answer 404.
+    pub console: bool,
 }
 
 impl Default for Settings {
@@ -119,6 +126,7 @@ impl Default for Settings {
             replay_worker: true,
             case_worker: true,
             plan_worker: true,
+            console: true,
         }
     }
 }
@@ -167,12 +175,19 @@ pub struct AppState {
     pub broker: Broker,
 }
 
-/// The whole API as a router, for the server and for socket-less tests.
-pub fn router(state: AppState) -> Router {
+/// The whole API as a router (with the web console when `console`), for the server and
+/// for socket-less tests.
+pub fn router(state: AppState, console: bool) -> Router {
     // Routes that carry no message bodies take small requests; sends, settlements and
     // publishes take up to the largest batch.
     let small = DefaultBodyLimit::max(MAX_CONTROL_REQUEST_BYTES);
+    let console = if console {
+        console::router()
+    } else {
+        Router::new()
+    };
     Router::new()
+        .merge(console)
         .merge(api::access::router().layer(small))
         .merge(api::register::router().layer(small))
         .merge(api::queues::router().layer(small))
@@ -201,6 +216,8 @@ pub fn router(state: AppState) -> Router {
         ))
         // The matched route, on the request span `run_with` opens.
         .route_layer(axum::middleware::from_fn(trace::record_route))
+        // Pollers revalidate `GET /v1/…` answers by their entity tag.
+        .route_layer(axum::middleware::from_fn(etag::layer))
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -288,9 +305,12 @@ pub async fn run_with(
     // The guard is the outermost layer but for the request span: transport rules answer
     // before anything else, inside the span of the request they answer.
     let app = guard::wrap(
-        router(AppState {
-            broker: broker.clone(),
-        }),
+        router(
+            AppState {
+                broker: broker.clone(),
+            },
+            settings.console,
+        ),
         Arc::new(guard::GuardConfig {
             hosts: guard::HostPolicy::new(listen, limits.tls.is_some(), &settings.allowed_hosts),
             max_body: MAX_REQUEST_BYTES,

@@ -339,6 +339,8 @@ pub struct Overrides {
     pub ca_file: Option<PathBuf>,
     /// `replay_plans.failing_path_window`.
     pub failing_path_window: Option<String>,
+    /// `server.console`.
+    pub console: Option<bool>,
 }
 
 impl Overrides {
@@ -392,6 +394,9 @@ impl Overrides {
         if let Some(v) = get("REDRIVE_REPLAY_PLANS_FAILING_PATH_WINDOW") {
             parse_millis(&v).map_err(|e| bad("REDRIVE_REPLAY_PLANS_FAILING_PATH_WINDOW", e))?;
             o.failing_path_window = Some(v);
+        }
+        if let Some(v) = get("REDRIVE_SERVER_CONSOLE") {
+            o.console = Some(parse_on_off(&v).map_err(|e| bad("REDRIVE_SERVER_CONSOLE", e))?);
         }
         o.log_level = get("REDRIVE_LOG");
         if let Some(v) = get("REDRIVE_LOG_FORMAT") {
@@ -463,6 +468,19 @@ impl Overrides {
         if let Some(v) = &self.failing_path_window {
             c.replay_plans.failing_path_window.clone_from(v);
         }
+        if let Some(v) = self.console {
+            c.server.console = v;
+        }
+    }
+}
+
+/// `on` or `off` (also `true`/`false`, `yes`/`no`, `1`/`0`), as a switch flag or variable
+/// takes it.
+pub fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" => Ok(true),
+        "off" | "false" | "no" | "0" => Ok(false),
+        _ => Err(format!("{s:?} is not on or off")),
     }
 }
 
@@ -1633,6 +1651,35 @@ mod tests {
             ..Overrides::default()
         };
         assert!(Config::layered(None, &Overrides::default(), &flags).is_err());
+    }
+
+    #[test]
+    fn the_console_switch_layers_file_environment_and_flag() {
+        let file = "[server]\nconsole = false";
+        let path = Path::new("redrive.toml");
+        let none = Overrides::default();
+        assert!(Config::layered(None, &none, &none).unwrap().server.console);
+        assert!(
+            !Config::layered(Some((path, file)), &none, &none)
+                .unwrap()
+                .server
+                .console
+        );
+        let env = env_of(&[("REDRIVE_SERVER_CONSOLE", "on")]);
+        assert!(
+            Config::layered(Some((path, file)), &env, &none)
+                .unwrap()
+                .server
+                .console
+        );
+        let flags = Overrides {
+            console: Some(false),
+            ..Overrides::default()
+        };
+        assert!(!Config::layered(None, &env, &flags).unwrap().server.console);
+        let e = Overrides::from_env(|k| (k == "REDRIVE_SERVER_CONSOLE").then(|| "maybe".into()))
+            .unwrap_err();
+        assert!(e.to_string().contains("REDRIVE_SERVER_CONSOLE"), "{e}");
     }
 
     #[test]

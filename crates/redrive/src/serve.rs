@@ -24,7 +24,7 @@ use crate::units::parse_duration_ms;
 Environment: REDRIVE_CONFIG, REDRIVE_LISTEN, REDRIVE_DATA_DIR, REDRIVE_STORE, REDRIVE_LOG,
 REDRIVE_LOG_FORMAT, REDRIVE_SERVER_SWEEP_INTERVAL_MS, REDRIVE_SERVER_SHUTDOWN_TIMEOUT_MS,
 REDRIVE_SQS_LISTEN, REDRIVE_SQS_PUBLIC_URL, REDRIVE_SQS_ACCOUNT_ID, REDRIVE_SQS_REGION, REDRIVE_SQS_ACCESS_KEYS,
-REDRIVE_AUTH_ENABLED, REDRIVE_BOOTSTRAP_TOKEN, REDRIVE_CA_FILE (also --ca-file).
+REDRIVE_AUTH_ENABLED, REDRIVE_BOOTSTRAP_TOKEN, REDRIVE_CA_FILE (also --ca-file), REDRIVE_SERVER_CONSOLE.
 Precedence: flags > environment > config file > built-in defaults.")]
 pub struct ServeArgs {
     /// TOML configuration file.
@@ -67,6 +67,9 @@ pub struct ServeArgs {
     /// Require API tokens on every request (auth.enabled).
     #[arg(long)]
     pub auth: bool,
+    /// Serve the web console at / (server.console) [default: on].
+    #[arg(long, value_name = "on|off", value_parser = parse_console_arg)]
+    pub console: Option<bool>,
     /// Print the built-in default configuration file and exit.
     #[arg(long)]
     pub print_default_config: bool,
@@ -94,12 +97,17 @@ impl ServeArgs {
             ca_file: None,
             // A node setting of the file or the environment.
             failing_path_window: None,
+            console: self.console,
         }
     }
 }
 
 fn parse_public_url_arg(s: &str) -> Result<String, String> {
     config::parse_public_url(s).map(|()| s.trim().to_owned())
+}
+
+fn parse_console_arg(s: &str) -> Result<bool, String> {
+    config::parse_on_off(s)
 }
 
 fn parse_sqs_listen_arg(s: &str) -> Result<String, String> {

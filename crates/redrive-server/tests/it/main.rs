@@ -9,6 +9,7 @@ mod access;
 mod auto_replay;
 mod case_groups;
 mod cases;
+mod console;
 mod contract_budgets;
 mod contract_cases;
 mod contract_doors;
