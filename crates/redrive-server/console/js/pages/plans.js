@@ -146,6 +146,21 @@ export async function render(root, ctx) {
   const leaseMin = h("input", { type: "number", name: "lease_minutes", min: "1", max: "10080", step: "1" });
   const observeMs = h("input", { type: "number", name: "observe_ms", min: "100", max: "3600000", step: "1" });
 
+  // A signature from the failures page is its id (hex): the case group selects by the
+  // masked description, so the failure's own description and reason are looked up.
+  async function signatureShape(q, sig) {
+    if (!/^[0-9a-f]{8,}$/.test(sig)) return { description: sig };
+    let cursor = null;
+    for (let pages = 0; pages < 10; pages += 1) {
+      const page = await ctx.api("GET", "/v1/failures", { query: { queue: q, limit: "500", cursor } });
+      const hit = (page.signatures || []).find((f) => f.id === sig);
+      if (hit) return { description: hit.description, reason: hit.reason };
+      cursor = page.next_cursor;
+      if (!cursor) break;
+    }
+    throw new Error(`No failure signature ${sig} on ${q || "any queue"} now.`);
+  }
+
   const sigBox = h("div", {});
   const signature = query.get("signature");
   if (signature) {
@@ -155,7 +170,11 @@ export async function render(root, ctx) {
       errBox.replaceChildren();
       make.disabled = true;
       try {
-        const g = await ctx.api("POST", "/v1/case-groups", { body: { queue: queue.value.trim(), signature } });
+        const body = { queue: queue.value.trim() };
+        const shape = await signatureShape(queue.value.trim(), signature);
+        body.signature = shape.description;
+        if (shape.reason) body.reason = shape.reason;
+        const g = await ctx.api("POST", "/v1/case-groups", { body });
         group.value = g.id;
         errBox.replaceChildren(h("p", { role: "status" }, `Group ${g.id}: ${g.size} open case${g.size === 1 ? "" : "s"} of this shape.`));
       } catch (err) {
