@@ -76,7 +76,8 @@ export async function render(root, ctx) {
   // stays beside the form, readable.
   function action(title, help, controls, submitLabel, call, opts = {}) {
     const errBox = h("div", { class: "rc-error" });
-    const submit = h("button", { type: "submit", class: opts.danger ? "btn btn-danger" : "btn btn-primary" }, submitLabel);
+    const kind = opts.danger ? "btn btn-danger" : opts.plain ? "btn" : "btn btn-primary";
+    const submit = h("button", { type: "submit", class: kind }, submitLabel);
     const form = h("form", { class: "rc-action", "aria-label": title },
       h("fieldset", {}, h("legend", {}, title), help ? h("p", { class: "muted" }, help) : "", ...controls,
         h("div", { class: "actions" }, submit)),
@@ -127,7 +128,7 @@ export async function render(root, ctx) {
         [field("Claim for (minutes; empty: the server's default)", lease)], mine ? "Renew claim" : "Claim",
         () => post("claim", lease.value ? { lease_ms: Math.round(Number(lease.value) * 60000) } : {})),
     );
-    out.push(action("Release", "Give the claim back.", [], "Release", () => post("release")));
+    out.push(action("Release", "Give the claim back.", [], "Release", () => post("release"), { plain: true }));
 
     const hyp = textArea("hypothesis");
     const dis = textArea("disconfirming_evidence");

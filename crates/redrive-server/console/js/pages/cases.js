@@ -78,7 +78,7 @@ export async function render(root, ctx) {
 
   // ---- filters -------------------------------------------------------------------
   const inputs = {};
-  const form = h("form", { class: "filters", "aria-label": "Case filters" });
+  const form = h("form", { class: "filters rc-form", "aria-label": "Case filters" });
   const stateSelect = h("select", { name: "state" });
   stateSelect.append(h("option", { value: "" }, "any state"));
   for (const s of STATES) stateSelect.append(h("option", { value: s }, s));

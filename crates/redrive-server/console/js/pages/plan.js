@@ -21,9 +21,10 @@ function svg(tag, attrs, text) {
 // observed share of it; a share over the limit is drawn full and marked.
 function budgetBars(rows, label) {
   const rowH = 28;
-  const width = 480;
-  const labelW = 170;
-  const trackW = width - labelW - 10;
+  const width = 600;
+  const labelW = 150;
+  const valueW = 150;
+  const trackW = width - labelW - valueW;
   const s = svg("svg", { viewBox: `0 0 ${width} ${rows.length * rowH + 4}`, role: "img", "aria-label": label, class: "chart" });
   s.append(svg("title", {}, label));
   rows.forEach((r, i) => {
@@ -35,7 +36,7 @@ function budgetBars(rows, label) {
       x: labelW, y, width: Math.max(0, Math.min(1, share)) * trackW, height: 18,
       class: share > 1 ? "bar s4" : "bar s0",
     }));
-    s.append(svg("text", { x: labelW + 6, y: y + 14, class: "chart-text" }, r.text));
+    s.append(svg("text", { x: labelW + trackW + 8, y: y + 14, class: "chart-text" }, r.text));
   });
   return s;
 }

@@ -59,7 +59,7 @@ export async function render(root, ctx) {
   const kind = h("select", { name: "kind" });
   for (const [v, t] of [["", "any kind"], ["cases", "cases"], ["sqs_move", "sqs_move (SQS move tasks)"]]) kind.append(h("option", { value: v }, t));
   kind.value = query.get("kind") || "";
-  const fqueue = h("input", { type: "text", name: "queue", maxlength: "256" });
+  const fqueue = h("input", { type: "text", name: "list_queue", maxlength: "256" });
   fqueue.value = query.get("list_queue") || "";
   filters.append(field("Plan status", status), field("Plan kind", kind), field("Plans of queue", fqueue),
     h("div", { class: "actions" }, h("button", { type: "submit", class: "btn" }, "Filter plans")));
@@ -259,8 +259,9 @@ export async function render(root, ctx) {
 
   function drawPreview(p) {
     const items = p.item_list.map((i) => i);
+    const heading = h("h3", { tabindex: "-1" }, "Dry run");
     out.replaceChildren(
-      h("h3", {}, "Dry run"),
+      heading,
       h("p", { class: "rc-big" },
         `${p.items} item${p.items === 1 ? "" : "s"}, ${formatBytes(p.bytes)}; ${p.eligible} eligible now; `,
         `at least ${duration(p.lower_bound_ms)} under this budget.`),
@@ -298,6 +299,8 @@ export async function render(root, ctx) {
     out.replaceChildren(h("p", { role: "status" }, "Running the dry run…"));
     try {
       drawPreview(await ctx.api("POST", "/v1/replay/plans/preview", { body: spec() }));
+      // The answer is below the form: bring it into view, and keyboard focus with it.
+      out.querySelector("h3").focus();
     } catch (err) {
       out.replaceChildren(problem(err));
     } finally {
