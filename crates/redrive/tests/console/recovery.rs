@@ -49,9 +49,13 @@ async fn effects(State(l): State<Ledger>, Json(q): Json<Value>) -> Json<Value> {
     l.asked.fetch_add(1, Ordering::SeqCst);
     let intent = q["intent_id"].as_str().unwrap_or_default().to_owned();
     if l.present.load(Ordering::SeqCst) {
-        Json(json!({"effect": "present", "evidence": format!("ledger entry bound to intent {intent}")}))
+        Json(
+            json!({"effect": "present", "evidence": format!("ledger entry bound to intent {intent}")}),
+        )
     } else {
-        Json(json!({"effect": "absent", "evidence": format!("no ledger entry for intent {intent}")}))
+        Json(
+            json!({"effect": "absent", "evidence": format!("no ledger entry for intent {intent}")}),
+        )
     }
 }
 
@@ -186,13 +190,22 @@ async fn ok(c: &harness::Console, method: Method, path: &str, body: Option<Value
 
 /// Sends `body` to `queue` (as `TYPE`, with an intent) and dead-letters it; returns the
 /// record's id.
-async fn dead_letter(c: &harness::Console, queue: &str, id: &str, body: &str, reason: &str, description: &str) -> String {
+async fn dead_letter(
+    c: &harness::Console,
+    queue: &str,
+    id: &str,
+    body: &str,
+    reason: &str,
+    description: &str,
+) -> String {
     ok(
         c,
         Method::POST,
         &format!("/v1/queues/{queue}/messages"),
-        Some(json!({"body": body, "message_id": id, "type": TYPE, "intent": id,
-                    "content_type": "application/json"})),
+        Some(
+            json!({"body": body, "message_id": id, "type": TYPE, "intent": id,
+                    "content_type": "application/json"}),
+        ),
     )
     .await;
     let v = ok(
@@ -207,8 +220,10 @@ async fn dead_letter(c: &harness::Console, queue: &str, id: &str, body: &str, re
         c,
         Method::POST,
         &format!("/v1/queues/{queue}/settle"),
-        Some(json!({"lock_token": lock, "action": "dead_letter", "reason": reason,
-                    "description": description})),
+        Some(
+            json!({"lock_token": lock, "action": "dead_letter", "reason": reason,
+                    "description": description}),
+        ),
     )
     .await;
     v["dead_letter_id"].as_str().unwrap().to_owned()
@@ -239,7 +254,13 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
     c.url = server.url.clone();
 
     // ---- set-up through the API: the type, its authority, the queues, a dead letter ----
-    ok(&c, Method::PUT, &format!("/v1/register/{TYPE}"), Some(json!({"answer": "not_idempotent"}))).await;
+    ok(
+        &c,
+        Method::PUT,
+        &format!("/v1/register/{TYPE}"),
+        Some(json!({"answer": "not_idempotent"})),
+    )
+    .await;
     ok(
         &c,
         Method::PUT,
@@ -252,9 +273,23 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
         ("orders-sandbox", json!({"test_sandbox": true})),
         ("payments", json!({})),
     ] {
-        ok(&c, Method::POST, "/v1/queues", Some(json!({"name": name, "policy": policy}))).await;
+        ok(
+            &c,
+            Method::POST,
+            "/v1/queues",
+            Some(json!({"name": name, "policy": policy})),
+        )
+        .await;
     }
-    dead_letter(&c, "orders", "cap-1", r#"{"capture": 1, "amount_minor": 1250}"#, "ParseError", "unknown field amount_minor in capture 1").await;
+    dead_letter(
+        &c,
+        "orders",
+        "cap-1",
+        r#"{"capture": 1, "amount_minor": 1250}"#,
+        "ParseError",
+        "unknown field amount_minor in capture 1",
+    )
+    .await;
     let page = ok(&c, Method::GET, "/v1/cases?queue=orders", None).await;
     let case = page["cases"][0]["id"].as_str().unwrap().to_owned();
     // The case worker asks the ledger when the case opens; once it has, the case waits
@@ -288,7 +323,8 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
     // ---- one case, worked to replay_eligible ----
     c.click_link(&case).await;
     c.wait_for_text(&format!("Case {case}")).await;
-    c.wait_for_text("unknown field amount_minor in capture 1").await;
+    c.wait_for_text("unknown field amount_minor in capture 1")
+        .await;
     c.wait_for_text("Timeline").await;
     c.wait_for_text("next: needs_diagnosis").await;
     c.check_page("case").await;
@@ -296,14 +332,30 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
     c.click_button("Claim").await;
     c.wait_for_text("Claim: done.").await;
 
-    c.fill("Hypothesis", "producer schema 4 sends amount_minor; the consumer reads schema 3 only").await;
-    c.fill("Disconfirming evidence", "a schema-3 capture fails the same way").await;
+    c.fill(
+        "Hypothesis",
+        "producer schema 4 sends amount_minor; the consumer reads schema 3 only",
+    )
+    .await;
+    c.fill(
+        "Disconfirming evidence",
+        "a schema-3 capture fails the same way",
+    )
+    .await;
     c.click_button("Record diagnosis").await;
     c.wait_for_text("Diagnose: done.").await;
     c.wait_for_text("next needs_correction").await;
 
-    c.fill("Correction identity (commit, config version, ticket)", "orders-consumer@4f2c1e9").await;
-    c.fill("Failure shape it addresses", "ParseError on schema-4 amount_minor").await;
+    c.fill(
+        "Correction identity (commit, config version, ticket)",
+        "orders-consumer@4f2c1e9",
+    )
+    .await;
+    c.fill(
+        "Failure shape it addresses",
+        "ParseError on schema-4 amount_minor",
+    )
+    .await;
     c.click_button("Record correction").await;
     c.wait_for_text("Correct: done.").await;
     c.wait_for_text("next needs_isolated_test").await;
@@ -313,14 +365,22 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
         .eval("const b = document.querySelector('input[type=checkbox][name=send]'); b.click(); return b.checked")
         .await;
     assert_eq!(checked, Value::Bool(true));
-    c.fill("Test evidence", "consumer 2.4.0 against orders-sandbox parsed the capture").await;
+    c.fill(
+        "Test evidence",
+        "consumer 2.4.0 against orders-sandbox parsed the capture",
+    )
+    .await;
     c.click_button("Record test").await;
-    c.wait_for_text("Isolated test: done. State replay_eligible").await;
+    c.wait_for_text("Isolated test: done. State replay_eligible")
+        .await;
     c.wait_for_text("correction_isolated").await;
     let shown = ok(&c, Method::GET, &format!("/v1/cases/{case}"), None).await;
     assert_eq!(shown["state"], "replay_eligible", "{shown}");
     let sandbox = ok(&c, Method::GET, "/v1/queues/orders-sandbox", None).await;
-    assert_eq!(sandbox["counts"]["active"], 1, "the test sent nothing to the sandbox: {sandbox}");
+    assert_eq!(
+        sandbox["counts"]["active"], 1,
+        "the test sent nothing to the sandbox: {sandbox}"
+    );
     c.check_page("case-eligible").await;
 
     // A decision the case's state refuses is shown with the API's reason.
@@ -347,10 +407,18 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
     let seeded = c
         .eval("return [document.querySelector('.rc-plan-form input[name=queue]').value, document.querySelector('.rc-plan-form input[name=case_ids]').value]")
         .await;
-    assert_eq!(seeded, json!(["orders", case]), "the selection was not seeded from the address");
+    assert_eq!(
+        seeded,
+        json!(["orders", case]),
+        "the selection was not seeded from the address"
+    );
     c.fill("Items per second", "5").await;
     c.fill("Dependency name", "ledger").await;
-    c.fill("Dependency probe URL", &format!("http://{ledger_addr}/health")).await;
+    c.fill(
+        "Dependency probe URL",
+        &format!("http://{ledger_addr}/health"),
+    )
+    .await;
     c.click_button("Preview (dry run)").await;
     c.wait_for_text("Dry run").await;
     c.wait_for_text("1 item, ").await;
@@ -388,7 +456,13 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
         if let Some(m) = v["messages"].as_array().and_then(|a| a.first()) {
             assert_eq!(m["message_id"], "cap-1|1", "{m}");
             let lock = m["lock_token"].as_str().unwrap();
-            ok(&c, Method::POST, "/v1/queues/orders/settle", Some(json!({"lock_token": lock, "action": "complete"}))).await;
+            ok(
+                &c,
+                Method::POST,
+                "/v1/queues/orders/settle",
+                Some(json!({"lock_token": lock, "action": "complete"})),
+            )
+            .await;
             ledger.present.store(true, Ordering::SeqCst);
             break;
         }
@@ -414,13 +488,15 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
     }
     // The page polls every 5 s: it shows the end without a reload.
     c.wait_for_text("The plan completed.").await;
-    c.wait_for_text("1 of 1 settled (1 completed, 0 held)").await;
+    c.wait_for_text("1 of 1 settled (1 completed, 0 held)")
+        .await;
     c.wait_for_text("cap-1|1").await;
     let shown = ok(&c, Method::GET, &format!("/v1/cases/{case}"), None).await;
     assert_eq!(shown["state"], "completed", "{shown}");
     assert!(ledger.asked.load(Ordering::SeqCst) >= 2);
     c.check_page("plan-completed").await;
-    c.eval("document.getElementById('rc-chart-h').scrollIntoView(); return true").await;
+    c.eval("document.getElementById('rc-chart-h').scrollIntoView(); return true")
+        .await;
     c.screenshot("plan-chart").await;
     c.window(NARROW).await;
     assert!(fits(&c).await, "the plan page scrolls sideways on a phone");
@@ -433,7 +509,15 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
     c.check_page("plans").await;
 
     // ---- a payload revealed on the dead-letter page, then its audit entry ----
-    let revealed = dead_letter(&c, "payments", "pay-9", r#"{"payment": 9}"#, "Declined", "card declined for payment 9").await;
+    let revealed = dead_letter(
+        &c,
+        "payments",
+        "pay-9",
+        r#"{"payment": 9}"#,
+        "Declined",
+        "card declined for payment 9",
+    )
+    .await;
     c.goto("dead-letters/payments").await;
     c.wait_for_text("card declined for payment 9").await;
     c.click_button(&format!("Inspect {revealed}")).await;
@@ -441,7 +525,11 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
     c.wait_for_text("recorded in the audit log").await;
     c.goto("audit").await;
     c.wait_for_text("Audit log").await;
-    c.fill("Action (e.g. dead_letter.read, case.claim)", "dead_letter.read").await;
+    c.fill(
+        "Action (e.g. dead_letter.read, case.claim)",
+        "dead_letter.read",
+    )
+    .await;
     c.click_button("Apply filters").await;
     c.wait_for_text(&revealed).await;
     c.wait_for_text("dead_letter.read").await;
@@ -454,7 +542,11 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
     c.goto("tokens").await;
     c.wait_for_text("API tokens").await;
     c.fill("Token name", "night-operator").await;
-    c.fill("Entity of grant 1 (empty: every entity; orders; orders.*)", "orders").await;
+    c.fill(
+        "Entity of grant 1 (empty: every entity; orders; orders.*)",
+        "orders",
+    )
+    .await;
     c.click_button("Create token").await;
     c.wait_for_text("Copy the secret now").await;
     let secret = c
@@ -466,7 +558,9 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
     assert!(secret.starts_with("rdt_"), "{secret}");
     c.wait_for_text("operator:orders").await;
     c.check_page("token-created").await;
-    let (st, _) = c.api_as(&secret, Method::GET, "/v1/cases?queue=orders", None).await;
+    let (st, _) = c
+        .api_as(&secret, Method::GET, "/v1/cases?queue=orders", None)
+        .await;
     assert_eq!(st, 200, "the new token does not work before it is revoked");
 
     c.click_button("Revoke token night-operator").await;
@@ -481,11 +575,14 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
     c.wait_for_text("Sign in to redrive").await;
     c.fill("API token", &secret).await;
     c.click_button("Sign in").await;
-    c.wait_for_text("the token is unknown, revoked or expired").await;
+    c.wait_for_text("the token is unknown, revoked or expired")
+        .await;
     // The refused sign-in is logged by the browser (401): that one is expected.
     c.drain_console_errors(&["401"]).await;
     c.check_page("revoked-sign-in").await;
-    let (st, v) = c.api_as(&secret, Method::GET, "/v1/cases?queue=orders", None).await;
+    let (st, v) = c
+        .api_as(&secret, Method::GET, "/v1/cases?queue=orders", None)
+        .await;
     assert_eq!(st, 401, "{v}");
 
     c.finish().await;
