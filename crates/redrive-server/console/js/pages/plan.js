@@ -97,6 +97,7 @@ export async function render(root, ctx) {
   );
 
   const samples = [];
+  let shownStatus = null;
   let plan;
   let stop = () => {};
 
@@ -138,7 +139,12 @@ export async function render(root, ctx) {
     const b = p.budget;
     samples.push({ t: Date.now(), admitted: g.admitted });
     if (samples.length > 240) samples.shift();
-    drawMoves(p);
+    // The buttons are drawn again only when the status changes, so a poll does not take
+    // the keyboard focus away from one.
+    if (p.status !== shownStatus) {
+      shownStatus = p.status;
+      drawMoves(p);
+    }
     const stopped = p.stop_reason
       ? h("div", { role: "alert", class: "rc-error" }, h("strong", {}, `Stopped: ${p.stop_reason}`), p.stop_detail ? ` — ${p.stop_detail}` : "")
       : "";
