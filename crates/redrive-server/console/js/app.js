@@ -227,8 +227,10 @@ async function boot() {
   shell.app = document.getElementById("app");
   onUnauthenticated((err) => {
     if (shell.started) {
+      // A token that stopped working says why; a first visit just asks for one.
+      const hadToken = Boolean(token());
       setToken(null);
-      signInScreen(err);
+      signInScreen(hadToken ? err : null);
     }
   });
   window.addEventListener("hashchange", () => {

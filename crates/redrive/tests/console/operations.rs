@@ -1,0 +1,270 @@
+//! The operational pages in a browser, one story: sign in; a fresh install's overview
+//! (the empty state with the commands that create a first queue); a queue, a message
+//! sent and dead-lettered (through the API: the console reads and recovers, it does not
+//! create queues or send); the overview's highlight; the entity page; the dead letter
+//! found by a filter, its evidence, its payload revealed (and the audit entry it wrote);
+//! moved to quarantine and restored with its preview; the failures, quarantine and topics
+//! pages; and the narrow layout of a phone. Every page is screenshotted and checked for
+//! accessible names and console errors.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::harness::{self, NARROW, WIDE};
+
+/// Sends `body` to `queue` and dead-letters it with `reason` and `description`; returns
+/// the record's id.
+async fn dead_letter(
+    c: &harness::Console,
+    queue: &str,
+    body: &str,
+    reason: &str,
+    description: &str,
+) -> String {
+    let (st, v) = c
+        .api(
+            Method::POST,
+            &format!("/v1/queues/{queue}/messages"),
+            Some(json!({"body": body, "content_type": "application/json"})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let (st, v) = c
+        .api(
+            Method::POST,
+            &format!("/v1/queues/{queue}/receive"),
+            Some(json!({"max_messages": 1})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let lock = v["messages"][0]["lock_token"].as_str().unwrap().to_owned();
+    let (st, v) = c
+        .api(
+            Method::POST,
+            &format!("/v1/queues/{queue}/settle"),
+            Some(json!({"lock_token": lock, "action": "dead_letter", "reason": reason, "description": description})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    v["dead_letter_id"].as_str().unwrap().to_owned()
+}
+
+async fn area_of(c: &harness::Console, id: &str) -> Value {
+    let (st, v) = c
+        .api(
+            Method::GET,
+            &format!("/v1/queues/orders/dead-letters/{id}"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    v["area"].clone()
+}
+
+#[tokio::test]
+async fn an_operator_finds_inspects_reveals_and_restores_a_dead_letter() {
+    let Some(c) = harness::start("operations").await else {
+        return;
+    };
+
+    // Sign in; a fresh install shows how to create a first queue.
+    c.sign_in().await;
+    c.wait_for_text("No queues yet").await;
+    c.wait_for_text("redrive queue create orders --max-delivery-count 3 --lock-duration 30s")
+        .await;
+    c.check_page("overview-empty").await;
+
+    // A queue, two messages dead-lettered for two reasons (through the API).
+    let (st, v) = c
+        .api(
+            Method::POST,
+            "/v1/queues",
+            Some(json!({"name": "orders", "policy": {"max_delivery_count": 3}})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let wanted = dead_letter(
+        &c,
+        "orders",
+        r#"{"order": 7, "amount": null}"#,
+        "ValidationFailed",
+        "no amount on order 7",
+    )
+    .await;
+    let other = dead_letter(
+        &c,
+        "orders",
+        r#"{"order": 8}"#,
+        "Timeout",
+        "ledger took too long",
+    )
+    .await;
+
+    // The overview lists the queue and highlights its dead letters (it polls: no reload).
+    c.wait_for_text("orders: 2 dead letters").await;
+    c.check_page("overview").await;
+
+    // The entity page: policy, counts, rates.
+    c.goto("entity/orders").await;
+    c.wait_for_text("Max delivery count").await;
+    c.wait_for_text("Live rates").await;
+    c.wait_for_text("Policy versions").await;
+    c.check_page("entity").await;
+
+    // Dead letters: found by a filter on the reason.
+    c.goto("dead-letters/orders").await;
+    c.wait_for_text("ledger took too long").await;
+    c.fill("Reason", "ValidationFailed").await;
+    c.click_button("Apply filters").await;
+    c.wait_for_text("1 record(s) on page 1").await;
+    c.wait_for_text("no amount on order 7").await;
+    c.assert_no_text("ledger took too long").await;
+    c.check_page("dead-letters-filtered").await;
+
+    // Its evidence.
+    c.click_button(&format!("Inspect {wanted}")).await;
+    c.wait_for_text(&format!("Evidence of {wanted}")).await;
+    let (_, rec) = c
+        .api(
+            Method::GET,
+            &format!("/v1/queues/orders/dead-letters?reason=ValidationFailed"),
+            None,
+        )
+        .await;
+    let digest = rec["dead_letters"][0]["body_sha256"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for text in [
+        "Bytes digest (SHA-256)",
+        digest.as_str(),
+        "Attempts",
+        "1 (exact)",
+        "First attempt",
+        "Last attempt",
+        "Last outcome",
+        "Policy version",
+        "Routed by",
+        "application",
+        "Ordering scope",
+    ] {
+        c.wait_for_text(text).await;
+    }
+    // The list was read without payloads: the body is not on the page yet.
+    c.assert_no_text("\"amount\": null").await;
+    c.check_page("evidence").await;
+
+    // Reveal the payload: the audited single-record read.
+    c.click_button("Reveal payload").await;
+    c.wait_for_text("\"amount\": null").await;
+    c.wait_for_text("recorded in the audit log").await;
+    let (st, audit) = c
+        .api(Method::GET, "/v1/audit?action=dead_letter.read", None)
+        .await;
+    assert_eq!(st, 200, "{audit}");
+    assert!(
+        audit["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t == wanted.as_str())),
+        "no dead_letter.read entry for {wanted}: {audit}"
+    );
+    c.check_page("payload-revealed").await;
+
+    // Move it to quarantine from the evidence panel (confirmed in a dialog).
+    c.choose("Move to area", "quarantine").await;
+    c.click_button("Move").await;
+    c.wait_for_text(&format!("Move {wanted} from live to quarantine?"))
+        .await;
+    c.screenshot("move-confirm").await;
+    c.click_button("Move").await;
+    c.wait_for_text(&format!("Moved {wanted} to quarantine."))
+        .await;
+    assert_eq!(area_of(&c, &wanted).await, "quarantine");
+
+    // Quarantine: restore with its preview.
+    c.goto("quarantine").await;
+    c.wait_for_text("Replay status per entity").await;
+    c.wait_for_text("Quarantined in orders").await;
+    c.check_page("quarantine").await;
+    c.click_button(&format!("Restore {wanted}")).await;
+    c.wait_for_text("Events the next judgement republishes")
+        .await;
+    c.screenshot("restore-preview").await;
+    c.click_button("Restore").await;
+    c.wait_for_text(&format!("Restored {wanted} to live."))
+        .await;
+    assert_eq!(area_of(&c, &wanted).await, "live");
+    assert_eq!(area_of(&c, &other).await, "live");
+    c.check_page("quarantine-restored").await;
+
+    // Failures by signature: both shapes, with the link that filters the list.
+    c.goto("failures").await;
+    c.wait_for_text("Failures by signature").await;
+    c.wait_for_text("ValidationFailed").await;
+    c.check_page("failures").await;
+    c.click_link("Show dead letters").await;
+    c.wait_for_text("Dead letters of orders").await;
+    c.check_page("failures-to-dead-letters").await;
+
+    // Topics: a topic with a pull subscription.
+    let (st, v) = c
+        .api(Method::POST, "/v1/topics", Some(json!({"name": "events"})))
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let (st, v) = c
+        .api(
+            Method::POST,
+            "/v1/topics/events/subscriptions",
+            Some(json!({"name": "audit", "type": "pull"})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    c.goto("topics").await;
+    c.wait_for_text("Topic events").await;
+    c.wait_for_text("pull").await;
+    c.check_page("topics").await;
+
+    // A phone: the navigation collapses behind Menu; nothing overflows the page sideways.
+    c.window(NARROW).await;
+    c.goto("dead-letters/orders").await;
+    c.wait_for_text("no amount on order 7").await;
+    let nav_hidden = c
+        .eval("return getComputedStyle(document.querySelector('nav.nav')).display === 'none'")
+        .await;
+    assert_eq!(
+        nav_hidden,
+        Value::Bool(true),
+        "the navigation is shown on a phone"
+    );
+    let fits = c
+        .eval("return document.documentElement.scrollWidth <= window.innerWidth + 1")
+        .await;
+    assert_eq!(
+        fits,
+        Value::Bool(true),
+        "the page scrolls sideways on a phone"
+    );
+    c.check_page("narrow-dead-letters").await;
+    c.click_button("Menu").await;
+    c.wait_for_text("Quarantine").await;
+    c.click_link("Overview").await;
+    c.wait_for_text("orders: 2 dead letters").await;
+    c.check_page("narrow-overview").await;
+    c.window(WIDE).await;
+
+    // Signing out forgets the token: the sign-in screen again.
+    c.click_button("Sign out").await;
+    c.wait_for_text("Sign in to redrive").await;
+    let kept = c
+        .eval("return sessionStorage.getItem('redrive.token')")
+        .await;
+    assert_eq!(kept, Value::Null);
+    c.check_page("signed-out").await;
+    c.finish().await;
+}
