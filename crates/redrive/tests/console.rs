@@ -17,3 +17,5 @@
 mod harness;
 #[path = "console/operations.rs"]
 mod operations;
+#[path = "console/recovery.rs"]
+mod recovery;
