@@ -331,6 +331,13 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
     c.wait_for_text("next: needs_diagnosis").await;
     c.check_page("case").await;
 
+    // The exact bytes only on request: an audited read.
+    c.assert_no_text("\"amount_minor\": 1250").await;
+    c.click_button("Reveal case payload").await;
+    c.wait_for_text("\"amount_minor\": 1250").await;
+    c.wait_for_text("this read is recorded in the audit log")
+        .await;
+
     c.click_button("Claim").await;
     c.wait_for_text("Claim: done.").await;
 
@@ -538,6 +545,22 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
     c.click_button("Apply filters").await;
     c.wait_for_text(&revealed).await;
     c.wait_for_text("dead_letter.read").await;
+    let (st, reads) = c
+        .api(Method::GET, "/v1/audit?action=case.payload_read", None)
+        .await;
+    assert_eq!(st, 200, "{reads}");
+    assert!(
+        reads["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t == case.as_str())),
+        "no case.payload_read entry for {case}: {reads}"
+    );
     c.click_button("Verify chain").await;
     c.wait_for_text("The chain holds").await;
     c.wait_for_text("Entries checked").await;

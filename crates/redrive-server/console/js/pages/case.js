@@ -213,6 +213,37 @@ export async function render(root, ctx) {
     return out;
   }
 
+  // The exact payload is a separate read: payload-reader on the case's queue, written to
+  // the audit log (case.payload_read) before the bytes come back. Never part of the view.
+  function payloadReveal(c) {
+    if (c.payload_deleted_at) return h("p", { class: "muted" }, "The payload bytes were deleted under the retention rule; the digest stays.");
+    const box = h("div", {});
+    const reveal = h("button", { type: "button", class: "btn" }, "Reveal case payload");
+    reveal.addEventListener("click", async () => {
+      reveal.disabled = true;
+      try {
+        const p = await ctx.api("GET", `${path}/payload`);
+        let text = p.body;
+        if (p.body_encoding === "utf8") {
+          try {
+            text = JSON.stringify(JSON.parse(p.body), null, 2);
+          } catch {
+            // Not JSON: shown as it is.
+          }
+        }
+        box.replaceChildren(
+          h("p", { class: "muted" }, `Payload (${p.body_encoding}, SHA-256 ${p.sha256}); this read is recorded in the audit log.`),
+          h("pre", { class: "payload", tabindex: "0", "aria-label": "Case payload" }, text),
+        );
+        reveal.remove();
+      } catch (err) {
+        box.replaceChildren(problem(err));
+        reveal.disabled = false;
+      }
+    });
+    return h("div", {}, h("p", { class: "muted" }, "The payload is shown only when asked for (role payload-reader; the read is audited)."), reveal, box);
+  }
+
   function view(c) {
     const rec = c.record || {};
     const parts = [];
@@ -260,7 +291,8 @@ export async function render(root, ctx) {
           ["Opened", formatTime(c.opened_at)],
           ["Closed", c.closed_at ? formatTime(c.closed_at) : undefined],
           ["Version", String(c.version)],
-        ])),
+        ]),
+        payloadReveal(c)),
     );
     if (rec.route) parts.push(h("section", { class: "panel", "aria-labelledby": "rc-route-h" }, h("h2", { id: "rc-route-h" }, "Route evidence"), show(h, rec.route)));
     parts.push(
