@@ -9,17 +9,21 @@
 //! - [`queue`]: queue create / update / show / list.
 //! - [`message`]: send, receive, peek, settle, sessions.
 //! - [`dead_letter`]: the dead-letter store.
+//! - [`failure`]: failures by signature across dead-letter stores.
 //! - [`topic`]: topics, subscriptions and publishing.
 //! - [`transaction`]: a group of sends and settlements across queues, all or nothing.
 //! - [`access`]: tokens and the audit log.
 //! - [`register`]: the idempotency register of replayable message types.
 //! - [`case`]: recovery cases, intents and effect authorities.
 //! - [`replay`]: where each queue's dead letters stand with automatic replay.
+//! - [`overview`]: who the caller is, the overview of every entity, a queue's series.
 
 pub mod access;
 pub mod case;
 pub mod dead_letter;
+pub mod failure;
 pub mod message;
+pub mod overview;
 pub mod problem;
 pub mod queue;
 pub mod register;

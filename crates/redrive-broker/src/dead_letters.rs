@@ -5,11 +5,12 @@
 use redrive_core::access::Operation;
 use redrive_core::case::by_hand::HandOperation;
 use redrive_core::id::{DeadLetterId, LockToken, Named, given};
-use redrive_core::{Area, EntityName, RecordFormat, Timestamp};
+use redrive_core::{Area, EntityName, EvidenceQuality, RecordFormat, Timestamp};
+use redrive_store::failure::is_signature_id;
 use redrive_store::skeleton::dead_letters::not_found;
 use redrive_store::{
-    DeadLetterDelivery, DeadLetterPage, DeadLetterQuery, DeadLetterRecord, Enqueued, StoreError,
-    StoreResult, UndecodableRecord,
+    DeadLetterDelivery, DeadLetterPage, DeadLetterQuery, DeadLetterRecord, Enqueued,
+    MAX_TEXT_FILTER, RecordFilter, StoreError, StoreResult, UndecodableRecord,
 };
 
 use crate::cases::by_hand::{HandPass, HandTarget};
@@ -32,6 +33,63 @@ pub struct DeadLetterFilter {
     pub cursor: Option<String>,
     /// Page size (1 to 1000, default 100).
     pub limit: Option<u32>,
+    /// Only this message type (at most [`MAX_FILTER_LEN`] bytes).
+    pub message_type: Option<String>,
+    /// Only this source (at most [`MAX_FILTER_LEN`] bytes).
+    pub source: Option<String>,
+    /// Only this delivery-count quality.
+    pub quality: Option<EvidenceQuality>,
+    /// Only descriptions containing this text, ASCII letters compared without case (at
+    /// most [`MAX_TEXT_FILTER`] characters).
+    pub text: Option<String>,
+    /// Only records of this failure signature (an id of `GET /v1/failures`).
+    pub signature: Option<String>,
+    /// The page is shown without payloads even to a payload reader (so it is no payload
+    /// read and is not audited as one).
+    pub without_payloads: bool,
+}
+
+/// The longest type or source filter of a dead-letter listing, bytes.
+pub const MAX_FILTER_LEN: usize = 512;
+
+impl DeadLetterFilter {
+    /// The narrower filters, checked: each within its bound, a signature an id.
+    fn record_filter(&mut self) -> BrokerResult<RecordFilter> {
+        for (field, value) in [("type", &self.message_type), ("source", &self.source)] {
+            if value
+                .as_ref()
+                .is_some_and(|v| v.is_empty() || v.len() > MAX_FILTER_LEN)
+            {
+                return Err(BrokerError::invalid(
+                    field,
+                    format!("must be 1 to {MAX_FILTER_LEN} bytes"),
+                ));
+            }
+        }
+        if let Some(t) = &self.text
+            && (t.is_empty() || t.chars().count() > MAX_TEXT_FILTER)
+        {
+            return Err(BrokerError::invalid(
+                "text",
+                format!("must be 1 to {MAX_TEXT_FILTER} characters"),
+            ));
+        }
+        if let Some(s) = &self.signature
+            && !is_signature_id(s)
+        {
+            return Err(BrokerError::invalid(
+                "signature",
+                "not a signature id (32 hex digits from GET /v1/failures)",
+            ));
+        }
+        Ok(RecordFilter {
+            message_type: self.message_type.take(),
+            source: self.source.take(),
+            quality: self.quality,
+            text: self.text.take(),
+            signature: self.signature.take(),
+        })
+    }
 }
 
 /// A page of a dead-letter listing.
@@ -88,10 +146,12 @@ impl Broker {
     pub async fn list_dead_letter_page(
         &self,
         queue: &str,
-        filter: DeadLetterFilter,
+        mut filter: DeadLetterFilter,
         actor: &Actor,
     ) -> BrokerResult<DeadLetterListing> {
         let name: EntityName = queue.parse()?;
+        let narrow = filter.record_filter()?;
+        let without_payloads = filter.without_payloads;
         let limit = filter.limit.unwrap_or(100);
         if limit == 0 || limit > MAX_RECEIVE_BATCH {
             return Err(BrokerError::invalid("limit", "must be between 1 and 1000"));
@@ -117,6 +177,7 @@ impl Broker {
                 to: filter.to,
                 after: filter.cursor,
                 limit,
+                filter: narrow,
             })
             .await?;
         // A full page (rows that cannot be read count) has a next one, after its last id.
@@ -127,7 +188,8 @@ impl Broker {
             records,
             undecodable,
         } = page;
-        if actor.permits(Operation::ReadDeadLetterPayload, Some(name.as_str()))
+        if !without_payloads
+            && actor.permits(Operation::ReadDeadLetterPayload, Some(name.as_str()))
             && !records.is_empty()
         {
             let ids = records.iter().map(|r| r.id.clone()).collect();

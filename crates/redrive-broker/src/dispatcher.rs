@@ -812,13 +812,27 @@ impl Attempter {
         let stats = &self.broker.inner.topics.push;
         let (topic, name) = (sub.topic.as_str(), sub.name.as_str());
         match crate::push_stats::failure_class(&result.outcome) {
-            Some(class) => stats.failed(topic, name, class, deliveries.len() as u64),
+            Some(class) => {
+                stats.failed(topic, name, class, deliveries.len() as u64);
+                (self.broker.inner.series).record(
+                    sub.queue.as_str(),
+                    crate::SeriesEvent::PushFailed,
+                    deliveries.len() as u64,
+                    now,
+                );
+            }
             None => {
                 let latencies: Vec<f64> = deliveries
                     .iter()
                     .map(|d| now.0.saturating_sub(d.message.enqueued_at.0).max(0) as f64 / 1000.0)
                     .collect();
                 stats.delivered(topic, name, &latencies);
+                (self.broker.inner.series).record(
+                    sub.queue.as_str(),
+                    crate::SeriesEvent::PushDelivered,
+                    deliveries.len() as u64,
+                    now,
+                );
             }
         }
         deliveries

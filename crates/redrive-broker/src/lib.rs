@@ -33,6 +33,8 @@
 //! - `transactions`: a group of sends, settlements and cancels across queues, applied
 //!   all or nothing ([`Broker::transaction`]).
 //! - `push_stats`: per-subscription delivery counters and the latency histogram.
+//! - `series`: each queue's ten-second points over the last hour, in memory, bounded.
+//! - `overview`: who the caller is and every entity it may see with what needs a person.
 //! - `metrics`: counters and the Prometheus rendering.
 //! - `health`: whether the store answers, for `/healthz`.
 //! - [`model`]: the records and errors operations take and answer.
@@ -45,18 +47,21 @@ mod context;
 mod dead_letters;
 mod dispatcher;
 mod error;
+mod failures;
 mod forward;
 mod health;
 mod messages;
 mod metrics;
 pub mod model;
 mod mover;
+mod overview;
 mod push_stats;
 mod queues;
 mod register;
 mod relay;
 mod replay_plans;
 mod replayer;
+mod series;
 mod sessions;
 mod sweeper;
 #[cfg(test)]
@@ -78,6 +83,10 @@ pub use clock::SystemClock;
 pub use dead_letters::{DeadLetterFilter, DeadLetterListing};
 pub use dispatcher::Dispatcher;
 pub use error::{BrokerError, BrokerResult, RedeliveryRefusal, Storage};
+pub use failures::{
+    DEFAULT_FAILURE_PAGE, FailureFilter, FailureListing, FailureShape, FailureSignature,
+    MAX_FAILURE_PAGE, SPARKLINE_HOURS,
+};
 pub use health::StoreHealth;
 pub use messages::{
     BROKER_REASONS, HeldSession, LockBounds, MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_SQS_LOCK_MS,
@@ -86,6 +95,10 @@ pub use messages::{
 pub use mover::{
     AUTHORIZATION_REVOKED, MAX_MOVE_RATE, MOVE_BATCH, MoveError, MoveSpec, MoveStatus, MoveTask,
     is_move_task_handle, move_budget, move_rate,
+};
+pub use overview::{
+    HighlightView, MAX_HIGHLIGHTS_PER_KIND, OverviewView, PushHealth, QueueOverview,
+    SubscriptionOverview, TopicOverview,
 };
 pub use push_stats::{LATENCY_BUCKETS_S, PushCounters};
 pub use queues::QueueView;
@@ -101,6 +114,10 @@ pub use replay_plans::{
 pub use replayer::{
     REPLAY_BATCH, REPLAY_LEASE, Replay, ReplayPass, ReplaySettings, ReplayStatus, Replayer,
     RestorePreview,
+};
+pub use series::{
+    MAX_REASONS, MAX_SERIES_ENTITIES, OTHER_REASON, SERIES_INTERVAL_MS, SERIES_POINTS, SeriesEvent,
+    SeriesPointView,
 };
 pub use sweeper::{DEAD_LETTER_RETENTION_INTERVAL, DEFAULT_LEASE_TTL, SWEEP_LEASE, Sweeper};
 pub use topics::{
@@ -152,6 +169,8 @@ struct Inner {
     plans: Arc<replay_plans::PlanState>,
     /// The finished passes of each leased worker ([`Broker::passes`]).
     passes: worker::PassCounters,
+    /// Each queue's recent activity on this node.
+    series: series::Series,
 }
 
 impl Broker {
@@ -238,6 +257,7 @@ impl Broker {
                 cases: Arc::default(),
                 plans: Arc::default(),
                 passes: worker::PassCounters::default(),
+                series: series::Series::default(),
             }),
         }
     }
@@ -284,6 +304,11 @@ impl Broker {
     fn apply_effects(&self, effects: &redrive_store::Effects) {
         self.inner.metrics.effects(effects);
         for d in &effects.dead_lettered {
+            (self.inner.series).dead_lettered(
+                d.message.queue.as_str(),
+                d.reason.as_str(),
+                self.now(),
+            );
             tracing::info!(
                 queue = %d.message.queue,
                 message_id = %d.message.message_id,

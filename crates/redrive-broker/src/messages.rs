@@ -415,6 +415,12 @@ impl Broker {
         self.inner
             .metrics
             .add(Counter::Sent, name.as_str(), results.len() as u64 - dups);
+        (self.inner.series).record(
+            name.as_str(),
+            crate::SeriesEvent::Sent,
+            results.len() as u64 - dups,
+            now,
+        );
         self.inner
             .metrics
             .add(Counter::Duplicates, name.as_str(), dups);
@@ -521,6 +527,12 @@ impl Broker {
         self.inner
             .metrics
             .add(Counter::Received, name.as_str(), deliveries.len() as u64);
+        (self.inner.series).record(
+            name.as_str(),
+            crate::SeriesEvent::Received,
+            deliveries.len() as u64,
+            self.now(),
+        );
         for d in deliveries {
             tracing::debug!(queue = %name, message_id = %d.message.message_id,
                 sequence = d.message.sequence, delivery_count = d.message.delivery_count,
@@ -790,6 +802,7 @@ impl Broker {
                 match counter {
                     Counter::Completed | Counter::Abandoned | Counter::Deferred => {
                         self.inner.metrics.add(*counter, name.as_str(), 1);
+                        self.record_series(name.as_str(), *counter);
                     }
                     _ => {}
                 }

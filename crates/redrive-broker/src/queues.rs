@@ -335,6 +335,7 @@ impl Broker {
             .await?;
         self.inner.waiters.forget(name.as_str());
         self.inner.metrics.forget_queue(name.as_str());
+        self.forget_series(name.as_str());
         tracing::info!(queue = %name, force, "queue deleted");
         Ok(())
     }
@@ -354,6 +355,7 @@ impl Broker {
         crate::metrics::render_replay(&mut out, &replay);
         self.cases().render_case_metrics(&mut out).await?;
         self.render_plan_metrics(&mut out).await?;
+        self.render_series_metrics(&mut out);
         let head = self.inner.store.audit_head().await?;
         crate::metrics::render_audit_head(&mut out, head.as_ref());
         Ok(out)

@@ -864,6 +864,12 @@ impl Broker {
                 state.add(PUBLISHED, topic.as_str(), "", 1);
                 for s in to.iter().map(|&i| &subs[i]) {
                     state.add(FANNED_OUT, topic.as_str(), s.name.as_str(), 1);
+                    (self.inner.series).record(
+                        s.queue.as_str(),
+                        crate::SeriesEvent::Sent,
+                        1,
+                        self.now(),
+                    );
                     woken.insert(s.queue.as_str());
                     push |= matches!(s.spec.kind, SubscriptionKind::Push { .. });
                 }

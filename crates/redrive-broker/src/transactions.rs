@@ -496,6 +496,7 @@ impl Broker {
                         Counter::Sent
                     };
                     metrics.add(counter, queue, 1);
+                    self.record_series(queue, counter);
                     tracing::debug!(queue, message_id = %e.message_id, sequence = e.sequence,
                         duplicate = e.duplicate, "message sent");
                 }
@@ -508,6 +509,7 @@ impl Broker {
                     };
                     if let Some(c) = counter {
                         metrics.add(c, queue, 1);
+                        self.record_series(queue, c);
                     }
                     if matches!(action, Settle::Abandon { .. }) {
                         self.inner.waiters.wake(queue);

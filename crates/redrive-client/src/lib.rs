@@ -91,7 +91,7 @@ pub use processor::{
     RestartBudget,
 };
 pub use receiver::{DeadLetterOptions, MAX_RECEIVE_BATCH, MAX_WAIT, Receiver, SessionReceiver};
-pub use recovery::{CaseQuery, DeadLetterQuery, RawDeadLetterPage, Recovery};
+pub use recovery::{CaseQuery, DeadLetterQuery, FailureQuery, RawDeadLetterPage, Recovery};
 pub use redrive_api::transaction::{MAX_TRANSACTION_OPERATIONS, OperationKind, OperationResult};
 pub use retry::{Jitter, RetryOptions};
 pub use sender::{MAX_PUBLISH_BATCH, MAX_SEND_BATCH, PublishOutcome, Publisher, Sender};

@@ -16,6 +16,7 @@ use redrive_api::dead_letter::{
     DeadLetter, DeadLetterPage, ImportDeadLetters, ImportResult, MoveDeadLetter, RestoreDeadLetter,
     RestoreResult,
 };
+use redrive_api::failure::FailurePage;
 use redrive_api::message::SendResult;
 use redrive_api::replay::{
     CreatePlan, PlanItemList, ReplayPlan, ReplayPlanList, ReplayStatus, ReplayStatusList,
@@ -47,6 +48,47 @@ pub struct DeadLetterQuery {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
     /// Page size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// Message type.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub message_type: Option<String>,
+    /// The message's source.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Delivery-count quality (`exact`, `approximate`, `incomplete`, `unavailable`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quality: Option<String>,
+    /// Text in the description (ASCII letters without case; at most 200 characters).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// A failure signature's id (from [`Recovery::failures`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// `Some(false)`: no payload bodies, even for a payload reader.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload: Option<bool>,
+}
+
+/// Query of `GET /v1/failures`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FailureQuery {
+    /// Only this queue's signatures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// `live` (the server's default), `archived` or `quarantine`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub area: Option<String>,
+    /// RFC 3339: only signatures last seen at or after.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// RFC 3339: only signatures first seen before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Page cursor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// Page size (1 to 500).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
 }
@@ -166,6 +208,13 @@ impl Recovery {
                 .endpoint(&["v1", "queues", queue, "dead-letters"]),
             query,
         );
+        self.client.must(Method::GET, url, None::<&()>).await
+    }
+
+    /// `GET /v1/failures?...`: dead letters across the queues the token may read,
+    /// grouped by failure signature, newest `last_seen` first.
+    pub async fn failures(&self, query: &FailureQuery) -> Result<FailurePage, RecoveryError> {
+        let url = failures_url(self.client.endpoint(&["v1", "failures"]), query);
         self.client.must(Method::GET, url, None::<&()>).await
     }
 
@@ -636,6 +685,34 @@ pub(crate) fn dead_letters_url(mut url: Url, query: &DeadLetterQuery) -> Url {
         let pairs = [
             ("area", query.area.clone()),
             ("reason", query.reason.clone()),
+            ("from", query.from.clone()),
+            ("to", query.to.clone()),
+            ("cursor", query.cursor.clone()),
+            ("limit", query.limit.map(|l| l.to_string())),
+            ("type", query.message_type.clone()),
+            ("source", query.source.clone()),
+            ("quality", query.quality.clone()),
+            ("text", query.text.clone()),
+            ("signature", query.signature.clone()),
+            ("payload", query.payload.map(|p| p.to_string())),
+        ];
+        for (k, v) in pairs {
+            if let Some(v) = v {
+                q.append_pair(k, &v);
+            }
+        }
+    }
+    strip_empty_query(&mut url);
+    url
+}
+
+/// The URL of `GET /v1/failures` with `query`.
+pub(crate) fn failures_url(mut url: Url, query: &FailureQuery) -> Url {
+    {
+        let mut q = url.query_pairs_mut();
+        let pairs = [
+            ("queue", query.queue.clone()),
+            ("area", query.area.clone()),
             ("from", query.from.clone()),
             ("to", query.to.clone()),
             ("cursor", query.cursor.clone()),

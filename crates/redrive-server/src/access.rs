@@ -39,6 +39,11 @@ pub const PUBLIC: &[(Method, &str)] = &[(Method::GET, "/healthz"), (Method::GET,
 /// the API, so not in its OpenAPI document; absent from the router with `--console off`.
 pub const CONSOLE: &[(Method, &str)] = &[(Method::GET, "/"), (Method::GET, "/console/{*path}")];
 
+/// Routes any authenticated caller may call, whatever its grants (a token without any
+/// role on an entity too): who the caller is. They need a valid token where
+/// authentication is on, and no row in [`ROUTES`].
+pub const AUTHENTICATED: &[(Method, &str)] = &[(Method::GET, "/v1/whoami")];
+
 /// The permission of every authenticated route.
 pub const ROUTES: &[RouteRule] = {
     use Operation::*;
@@ -48,6 +53,9 @@ pub const ROUTES: &[RouteRule] = {
         (Method::GET, "/v1/queues", &[ReadMetadata], None),
         (Method::POST, "/v1/queues", &[CreateEntity], None),
         (Method::GET, "/v1/queues/{name}", &[ReadMetadata], Q),
+        (Method::GET, "/v1/queues/{name}/series", &[ReadMetadata], Q),
+        // Lists only what the caller may see (the broker filters each entity).
+        (Method::GET, "/v1/overview", &[ReadMetadata], None),
         (Method::PATCH, "/v1/queues/{name}", &[UpdatePolicy], Q),
         (Method::DELETE, "/v1/queues/{name}", &[DeleteEntity], Q),
         (Method::POST, "/v1/queues/{name}/purge", &[Purge], Q),
@@ -91,6 +99,13 @@ pub const ROUTES: &[RouteRule] = {
             "/v1/queues/{name}/sessions/{session}/release",
             &[Session],
             Q,
+        ),
+        // Lists only the queues whose dead letters the caller may read.
+        (
+            Method::GET,
+            "/v1/failures",
+            &[ReadDeadLetterMetadata, ReadDeadLetterPayload],
+            None,
         ),
         (
             Method::GET,
@@ -363,6 +378,12 @@ pub fn is_public(method: &Method, path: &str) -> bool {
         .any(|(m, p)| m == method && *p == path)
 }
 
+/// Whether any authenticated caller may call the route (a `HEAD` as its `GET` route).
+pub fn is_authenticated_only(method: &Method, path: &str) -> bool {
+    let method = judged_as(method);
+    AUTHENTICATED.iter().any(|(m, p)| m == method && *p == path)
+}
+
 /// Longest `Authorization` header looked at (a token is 68 characters).
 const MAX_AUTHORIZATION_LEN: usize = 256;
 
@@ -441,6 +462,11 @@ async fn guarded(
         Ok(a) => a,
         Err(e) => return ApiError::from(e).into_response(),
     };
+    if is_authenticated_only(&method, &path) {
+        let (mut parts, body) = req.into_parts();
+        parts.extensions.insert(actor);
+        return next.run(Request::from_parts(parts, body)).await;
+    }
     let Some((_, _, ops, param)) = rule(&method, &path) else {
         tracing::error!(%method, path, "route without a permission row: refused");
         return ApiError::from(BrokerError::Forbidden {
@@ -505,6 +531,18 @@ mod tests {
                 "{m} {p} twice"
             );
         }
+    }
+
+    #[test]
+    fn routes_for_any_authenticated_caller_have_no_row_and_are_not_public() {
+        for (m, p) in AUTHENTICATED {
+            assert!(rule(m, p).is_none(), "{m} {p} also has a permission row");
+            assert!(!is_public(m, p), "{m} {p} is also public");
+            assert!(is_authenticated_only(m, p));
+        }
+        assert!(is_authenticated_only(&Method::HEAD, "/v1/whoami"));
+        assert!(!is_authenticated_only(&Method::GET, "/v1/queues"));
+        assert!(!is_authenticated_only(&Method::POST, "/v1/whoami"));
     }
 
     #[test]

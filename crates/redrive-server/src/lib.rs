@@ -194,6 +194,7 @@ pub fn router(state: AppState, console: bool) -> Router {
         .merge(api::messages::router())
         .merge(api::sessions::router().layer(small))
         .merge(api::dead_letters::router().layer(small))
+        .merge(api::failures::router().layer(small))
         // An import carries a whole dead-letter file.
         .merge(
             api::dead_letters::import_router().layer(DefaultBodyLimit::max(
@@ -206,6 +207,7 @@ pub fn router(state: AppState, console: bool) -> Router {
         // A transformation carries a payload.
         .merge(api::cases::payload_router())
         .merge(api::ops::router().layer(small))
+        .merge(api::overview::router().layer(small))
         .merge(api::topics::router())
         // A transaction carries messages, within a bound of its own.
         .merge(api::transactions::router())

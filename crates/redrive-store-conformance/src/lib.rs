@@ -59,6 +59,9 @@ macro_rules! store_conformance_tests {
             delete_non_empty_queue_needs_force,
             delete_empty_queue_without_force,
             counts_add_up,
+            // the overview
+            overview_counts_agree_with_each_queue_s_counts_and_tally_open_cases,
+            overview_counts_flag_candidates_that_failed_often_enough,
             ping_answers_and_names_its_backend,
             purge_removes_every_message_in_flight_too_and_keeps_dead_letters,
             purge_releases_the_queue_s_session_locks,
@@ -226,6 +229,10 @@ macro_rules! store_conformance_tests {
             an_admitted_case_is_held_by_one_plan_item_at_a_time,
             concurrent_updates_of_one_plan_version_succeed_once,
             concurrent_admissions_of_one_case_by_many_plans_succeed_once,
+            // failures by signature
+            failures_group_dead_letters_by_signature_per_area,
+            failure_sparkline_keeps_the_last_day_of_hours,
+            dead_letter_list_filters_narrow_in_the_store,
         }
     };
 }

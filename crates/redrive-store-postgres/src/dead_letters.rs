@@ -14,9 +14,16 @@ use redrive_store::{
     StoreError, StoreResult,
 };
 
-use crate::pool::Db;
+use redrive_store::failure::{FailureQuery, FailureSignature, sparkline, sparkline_start};
+use redrive_store::skeleton::Columns;
+use redrive_store::skeleton::failures::{
+    Bind, Dialect, failures_sql, hours_sql, list_sql, signature_row,
+};
+use tokio_postgres::types::ToSql;
+
+use crate::pool::{Db, Owned};
 use crate::rows::{
-    QueueInfo, Writes, allocate_one, checked_record, delete_rows, get, insert_messages,
+    Cols, QueueInfo, Writes, allocate_one, checked_record, delete_rows, get, insert_messages,
     insert_record, load_row, queue, queue_id, queue_opt,
 };
 
@@ -85,33 +92,67 @@ pub(crate) async fn load_record(
 /// One statement (one snapshot); an empty page is told apart from a missing queue by a
 /// second look (records are deleted with their queue, in one transaction).
 pub(crate) async fn list(db: &Db<'_>, q: &DeadLetterQuery) -> StoreResult<DeadLetterPage> {
-    let rows = db
-        .query(
-            concat!(
-                "SELECT ",
-                redrive_store::columns!(dead_letter),
-                " FROM dead_letters WHERE queue = $1 AND area = $2 \
-                  AND ($3::text IS NULL OR reason = $3) \
-                  AND ($4::bigint IS NULL OR dead_lettered_at >= $4) \
-                  AND ($5::bigint IS NULL OR dead_lettered_at < $5) \
-                  AND ($6::text IS NULL OR id > $6) \
-                 ORDER BY id LIMIT $7"
-            ),
-            &[
-                &q.queue.as_str(),
-                &q.area.as_str(),
-                &q.reason,
-                &q.from.map(|t| t.0),
-                &q.to.map(|t| t.0),
-                &q.after,
-                &i64::from(q.limit),
-            ],
-        )
-        .await?;
+    let (sql, binds) = list_sql::<Postgres>(q);
+    let rows = db.query_built(&sql, &values(binds)).await?;
     if rows.is_empty() {
         queue_id(db, &q.queue).await?;
     }
     Ok(page(rows.iter().map(checked_record).collect()))
+}
+
+/// This backend's SQL for the shared statements of [`redrive_store::skeleton::failures`].
+pub(crate) struct Postgres;
+
+impl Dialect for Postgres {
+    fn placeholder(n: usize) -> String {
+        format!("${n}")
+    }
+    fn contains(column: &str, p: &str) -> String {
+        format!("strpos(lower({column}), {p}::text) > 0")
+    }
+    fn one_of(column: &str, p: &str) -> String {
+        format!("{column} = ANY({p}::text[])")
+    }
+}
+
+/// The values of a built statement.
+fn values(binds: Vec<Bind>) -> Owned {
+    binds
+        .into_iter()
+        .map(|b| -> Box<dyn ToSql + Sync + Send> {
+            match b {
+                Bind::Text(s) => Box::new(s),
+                Bind::Int(i) => Box::new(i),
+                Bind::List(l) => Box::new(l),
+            }
+        })
+        .collect()
+}
+
+/// A page of the failure aggregate, each signature with its sparkline.
+pub(crate) async fn failures(db: &Db<'_>, q: &FailureQuery) -> StoreResult<Vec<FailureSignature>> {
+    let (sql, binds) = failures_sql::<Postgres>(q);
+    let rows = db.query_built(&sql, &values(binds)).await?;
+    let mut out = rows
+        .iter()
+        .map(|r| signature_row(&Cols(r), q.area))
+        .collect::<StoreResult<Vec<_>>>()?;
+    let hours = hours_sql::<Postgres>();
+    let start = sparkline_start(q.now);
+    for f in &mut out {
+        let params: Owned = vec![
+            Box::new(f.id.clone()),
+            Box::new(q.area.as_str().to_owned()),
+            Box::new(start),
+        ];
+        let rows = db.query_built(&hours, &params).await?;
+        let buckets = rows
+            .iter()
+            .map(|r| Ok((Cols(r).int(0)?, Cols(r).int(1)?)))
+            .collect::<StoreResult<Vec<_>>>()?;
+        f.sparkline = sparkline(q.now, &buckets);
+    }
+    Ok(out)
 }
 
 pub(crate) async fn get_one(

@@ -212,6 +212,7 @@ mod dead_letters;
 mod error;
 mod leases;
 mod messages;
+mod overview;
 mod pool;
 mod queues;
 mod register;
@@ -1165,5 +1166,20 @@ impl Store for PostgresStore {
                 }
             }
         )
+    }
+
+    async fn overview_counts(
+        &self,
+        now: Timestamp,
+        flag_after: u32,
+    ) -> StoreResult<redrive_store::OverviewCounts> {
+        read!(self, |db| overview::counts(db, now, flag_after))
+    }
+
+    async fn list_failures(
+        &self,
+        query: &redrive_store::failure::FailureQuery,
+    ) -> StoreResult<Vec<redrive_store::failure::FailureSignature>> {
+        read!(self, |db| dead_letters::failures(db, query))
     }
 }

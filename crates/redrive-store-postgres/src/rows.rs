@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, PoisonError};
 
 use redrive_core::{EntityName, MessageMeta, Timestamp};
+use redrive_store::failure::FailureShape;
 use redrive_store::skeleton::columns::{invariant, millis, props_to_json, to_int};
 use redrive_store::skeleton::entities::{QueueRow, queue_not_found};
 use redrive_store::skeleton::{Columns, Head, MessageRow, NewRow};
@@ -644,7 +645,8 @@ macro_rules! insert_records_sql {
              first_delivered_at, last_delivered_at, enqueued_at, dead_lettered_at, \
              policy_version, route, forwarded_queue, forwarded_sequence, dlq_delivery_count, \
              format, replay_due_at, replay_failures, last_replay_error, judgement, replay_cause, \
-             route_target, missing_target, route_kind, route_rule, consumer, rule_version) \
+             route_target, missing_target, route_kind, route_rule, consumer, rule_version, \
+             signature, source) \
              SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], \
                $5::bigint[], $6::text[], $7::bytea[], $8::text[], $9::text[], $10::text[], \
                $11::text[], $12::text[], $13::text[], $14::bigint[], $15::text[], $16::text[], \
@@ -652,7 +654,7 @@ macro_rules! insert_records_sql {
                $22::bigint[], $23::bigint[], $24::text[], $25::text[], $26::bigint[], \
                $27::bigint[], $28::text[], $29::bigint[], $30::bigint[], $31::text[], \
                $32::text[], $33::text[], $34::text[], $35::text[], $36::text[], $37::text[], \
-               $38::text[], $39::text[])",
+               $38::text[], $39::text[], $40::text[], $41::text[])",
             $tail
         )
     };
@@ -761,7 +763,15 @@ async fn insert_batch(
     let mut route_rule = Vec::with_capacity(n);
     let mut consumer = Vec::with_capacity(n);
     let mut rule_version = Vec::with_capacity(n);
+    let mut signature = Vec::with_capacity(n);
+    let mut source = Vec::with_capacity(n);
+    let mut shapes: Vec<(String, FailureShape)> = Vec::with_capacity(n);
     for d in records {
+        let shape = FailureShape::of(d);
+        let signature_id = shape.id();
+        signature.push(signature_id.clone());
+        source.push(shape.source.clone());
+        shapes.push((signature_id, shape));
         id.push(d.id.clone());
         queue.push(d.queue.as_str().to_owned());
         area.push(d.area.as_str());
@@ -803,6 +813,7 @@ async fn insert_batch(
         consumer.push(d.consumer.clone());
         rule_version.push(d.rule_version.clone());
     }
+    insert_signatures(db, &shapes).await?;
     let sql = match on_conflict {
         OnConflict::Fail => insert_records_sql!(""),
         OnConflict::Skip => insert_records_sql!(" ON CONFLICT (id) DO NOTHING"),
@@ -849,7 +860,50 @@ async fn insert_batch(
             &route_rule,
             &consumer,
             &rule_version,
+            &signature,
+            &source,
         ],
     )
     .await
+}
+
+/// Keeps the fields of the failure signatures of a batch (once each; an id is a hash of
+/// its fields), before the records that name them are inserted.
+async fn insert_signatures(db: &Db<'_>, shapes: &[(String, FailureShape)]) -> StoreResult<()> {
+    let mut id = Vec::with_capacity(shapes.len());
+    let mut queue = Vec::with_capacity(shapes.len());
+    let mut reason = Vec::with_capacity(shapes.len());
+    let mut route_kind = Vec::with_capacity(shapes.len());
+    let mut outcome_class = Vec::with_capacity(shapes.len());
+    let mut message_type = Vec::with_capacity(shapes.len());
+    let mut source = Vec::with_capacity(shapes.len());
+    let mut description = Vec::with_capacity(shapes.len());
+    for (i, s) in shapes {
+        id.push(i.clone());
+        queue.push(s.queue.as_str().to_owned());
+        reason.push(s.reason.clone());
+        route_kind.push(s.route_kind.clone());
+        outcome_class.push(s.outcome_class.clone());
+        message_type.push(s.message_type.clone());
+        source.push(s.source.clone());
+        description.push(s.description.clone());
+    }
+    db.execute(
+        "INSERT INTO failure_signatures (id, queue, reason, route_kind, outcome_class, \
+         message_type, source, description) \
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+           $6::text[], $7::text[], $8::text[]) ON CONFLICT (id) DO NOTHING",
+        &[
+            &id,
+            &queue,
+            &reason,
+            &route_kind,
+            &outcome_class,
+            &message_type,
+            &source,
+            &description,
+        ],
+    )
+    .await?;
+    Ok(())
 }

@@ -36,10 +36,11 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (16, include_str!("migrations/0016_message_last_attempt.sql")),
     (17, include_str!("migrations/0017_route_evidence.sql")),
     (18, include_str!("migrations/0018_case_groups.sql")),
+    (19, include_str!("migrations/0019_failure_signatures.sql")),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: u32 = 18;
+pub const LATEST_VERSION: u32 = 19;
 
 /// First key of the advisory lock that serialises migrations ("rdrv"); the second key is
 /// a hash of the schema name, so that migrations of different schemas do not wait on

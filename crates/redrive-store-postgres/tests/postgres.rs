@@ -1006,7 +1006,21 @@ async fn one_node_wins_a_token_name() {
 /// Takes a schema back to version 7, as a build of that version left it: the case tables
 /// and the route columns of version 8, and the replay plans of version 10 (with the move
 /// plans version 11 made of the move tasks of version 9) gone.
-const BACK_TO_VERSION_7: &str = "DROP TABLE case_groups; \
+/// Undoes version 19 (failure signatures): the start of every way back below it.
+const UNDO_VERSION_19: &str = "DROP TRIGGER dead_letters_signature ON dead_letters; \
+     DROP TRIGGER queues_signatures_drop ON queues; \
+     DROP FUNCTION redrive_dead_letters_signature(), redrive_queue_signatures_drop(), \
+       redrive_signature_enter(text, text, text, bigint); \
+     DROP TABLE failure_signatures, failure_signature_counts, failure_signature_hours; \
+     ALTER TABLE dead_letters DROP COLUMN signature, DROP COLUMN source;";
+
+const BACK_TO_VERSION_7: &str = "DROP TRIGGER dead_letters_signature ON dead_letters; \
+     DROP TRIGGER queues_signatures_drop ON queues; \
+     DROP FUNCTION redrive_dead_letters_signature(), redrive_queue_signatures_drop(), \
+       redrive_signature_enter(text, text, text, bigint); \
+     DROP TABLE failure_signatures, failure_signature_counts, failure_signature_hours; \
+     ALTER TABLE dead_letters DROP COLUMN signature, DROP COLUMN source; \
+     DROP TABLE case_groups; \
      ALTER TABLE dead_letters DROP COLUMN route_kind, \
        DROP COLUMN route_rule, DROP COLUMN consumer, DROP COLUMN rule_version; \
      ALTER TABLE cases DROP COLUMN route_rule, DROP COLUMN consumer, \
@@ -1022,7 +1036,13 @@ const BACK_TO_VERSION_7: &str = "DROP TABLE case_groups; \
 
 /// Takes a schema back to version 6, as a build of that version left it: version 8
 /// to 11 undone, then the replay columns and indexes of version 7 gone.
-const BACK_TO_VERSION_6: &str = "DROP TABLE IF EXISTS case_groups; \
+const BACK_TO_VERSION_6: &str = "DROP TRIGGER dead_letters_signature ON dead_letters; \
+     DROP TRIGGER queues_signatures_drop ON queues; \
+     DROP FUNCTION redrive_dead_letters_signature(), redrive_queue_signatures_drop(), \
+       redrive_signature_enter(text, text, text, bigint); \
+     DROP TABLE failure_signatures, failure_signature_counts, failure_signature_hours; \
+     ALTER TABLE dead_letters DROP COLUMN signature, DROP COLUMN source; \
+     DROP TABLE IF EXISTS case_groups; \
      ALTER TABLE dead_letters DROP COLUMN route_kind, \
        DROP COLUMN route_rule, DROP COLUMN consumer, DROP COLUMN rule_version; \
      ALTER TABLE cases DROP COLUMN route_rule, DROP COLUMN consumer, \
@@ -1064,10 +1084,10 @@ async fn a_version_4_schema_gains_the_access_tables() {
         "4"
     );
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 18);
+    assert_eq!(SCHEMA_VERSION, 19);
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "18"
+        "19"
     );
     assert_eq!(store.list_queues().await.unwrap().len(), 1);
     let appended = store
@@ -1937,7 +1957,7 @@ async fn version_10_move_tasks_become_sqs_move_plans() {
     raw(
         &g,
         &format!(
-            "ALTER TABLE dead_letters DROP COLUMN route_kind, DROP COLUMN route_rule, \
+            "{UNDO_VERSION_19}ALTER TABLE dead_letters DROP COLUMN route_kind, DROP COLUMN route_rule, \
                DROP COLUMN consumer, DROP COLUMN rule_version; \
              ALTER TABLE cases DROP COLUMN route_rule, DROP COLUMN consumer, \
                DROP COLUMN rule_version; \
@@ -2072,7 +2092,7 @@ async fn version_12_intents_hold_for_every_entity_after_the_migration() {
     raw(
         &g,
         &format!(
-            "ALTER TABLE dead_letters DROP COLUMN route_kind, DROP COLUMN route_rule, \
+            "{UNDO_VERSION_19}ALTER TABLE dead_letters DROP COLUMN route_kind, DROP COLUMN route_rule, \
                DROP COLUMN consumer, DROP COLUMN rule_version; \
              ALTER TABLE cases DROP COLUMN route_rule, DROP COLUMN consumer, \
                DROP COLUMN rule_version; \

@@ -3,23 +3,28 @@
 //! dead-letter store.
 
 use redrive_core::{Area, EntityName, Timestamp};
+use redrive_store::failure::{FailureQuery, FailureSignature, sparkline, sparkline_start};
 use redrive_store::skeleton::columns::millis;
 use redrive_store::skeleton::dead_letters::{
     check_lock, check_resubmit, lock_records, not_found, page, resubmitted, undecodable,
 };
 use redrive_store::skeleton::entities::QueueRow;
+use redrive_store::skeleton::failures::{
+    Bind, Dialect, failures_sql, hours_sql, list_sql, signature_row,
+};
 use redrive_store::skeleton::replay::moved;
 use redrive_store::skeleton::{Cause, DeadLetterPlan, Head};
 use redrive_store::{
     DeadLetterDelivery, DeadLetterPage, DeadLetterQuery, DeadLetterRecord, Effects, Enqueued,
     ReplayMark, StoreError, StoreResult,
 };
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
 use crate::error::Db;
 use crate::rows::{
-    allocate_sequences, delete_row, insert_message, insert_record, load_row, query_records,
-    queue_id,
+    Cols, allocate_sequences, delete_row, insert_message, insert_record, load_row, query_all,
+    query_records, queue_id,
 };
 use crate::writer::Tx;
 
@@ -78,31 +83,61 @@ pub(crate) fn load_record(
 
 pub(crate) fn list(conn: &Connection, q: &DeadLetterQuery) -> StoreResult<DeadLetterPage> {
     queue_id(conn, &q.queue)?;
-    let mut stmt = conn
-        .prepare_cached(concat!(
-            "SELECT ",
-            redrive_store::columns!(dead_letter),
-            " FROM dead_letters WHERE queue = ?1 AND area = ?2 \
-              AND (?3 IS NULL OR reason = ?3) \
-              AND (?4 IS NULL OR dead_lettered_at >= ?4) \
-              AND (?5 IS NULL OR dead_lettered_at < ?5) \
-              AND (?6 IS NULL OR id > ?6) \
-             ORDER BY id LIMIT ?7"
-        ))
-        .db()?;
-    let rows = query_records(
-        &mut stmt,
-        params![
-            q.queue.as_str(),
-            q.area.as_str(),
-            q.reason,
-            q.from.map(|t| t.0),
-            q.to.map(|t| t.0),
-            q.after,
-            i64::from(q.limit),
-        ],
-    )?;
+    let (sql, binds) = list_sql::<Sqlite>(q);
+    let mut stmt = conn.prepare_cached(&sql).db()?;
+    let rows = query_records(&mut stmt, params_from_iter(values(binds)?))?;
     Ok(page(rows))
+}
+
+/// This backend's SQL for the shared statements of [`redrive_store::skeleton::failures`].
+pub(crate) struct Sqlite;
+
+impl Dialect for Sqlite {
+    fn placeholder(n: usize) -> String {
+        format!("?{n}")
+    }
+    fn contains(column: &str, p: &str) -> String {
+        // lower() folds ASCII letters only, as the filter promises.
+        format!("instr(lower({column}), {p}) > 0")
+    }
+    fn one_of(column: &str, p: &str) -> String {
+        format!("{column} IN (SELECT value FROM json_each({p}))")
+    }
+}
+
+/// The values of a built statement (a list as a JSON array, for `json_each`).
+fn values(binds: Vec<Bind>) -> StoreResult<Vec<Value>> {
+    binds
+        .into_iter()
+        .map(|b| {
+            Ok(match b {
+                Bind::Text(s) => Value::Text(s),
+                Bind::Int(i) => Value::Integer(i),
+                Bind::List(l) => Value::Text(
+                    serde_json::to_string(&l)
+                        .map_err(|e| redrive_store::skeleton::columns::bad_value("queues", e))?,
+                ),
+            })
+        })
+        .collect()
+}
+
+/// A page of the failure aggregate, each signature with its sparkline.
+pub(crate) fn failures(conn: &Connection, q: &FailureQuery) -> StoreResult<Vec<FailureSignature>> {
+    let (sql, binds) = failures_sql::<Sqlite>(q);
+    let mut stmt = conn.prepare_cached(&sql).db()?;
+    let mut out = query_all(&mut stmt, params_from_iter(values(binds)?), |r| {
+        signature_row(&Cols(r), q.area)
+    })?;
+    let mut hours = conn.prepare_cached(&hours_sql::<Sqlite>()).db()?;
+    let start = sparkline_start(q.now);
+    for f in &mut out {
+        let buckets = query_all(&mut hours, params![f.id, q.area.as_str(), start], |r| {
+            Ok((r.get::<_, i64>(0).db()?, r.get::<_, i64>(1).db()?))
+        })?;
+        f.sparkline = sparkline(q.now, &buckets);
+    }
+    Ok(out)
 }
 
 pub(crate) fn get(

@@ -95,6 +95,7 @@ mod error;
 mod files;
 mod leases;
 mod messages;
+mod overview;
 mod queues;
 mod readers;
 mod register;
@@ -1006,6 +1007,26 @@ impl Store for SqliteStore {
         let topic = topic.clone();
         self.writer
             .write(move |tx| topics::publish(tx, &topic, events, now))
+            .await
+    }
+
+    async fn overview_counts(
+        &self,
+        now: Timestamp,
+        flag_after: u32,
+    ) -> StoreResult<redrive_store::OverviewCounts> {
+        self.readers
+            .read(move |c| overview::counts(c, now, flag_after))
+            .await
+    }
+
+    async fn list_failures(
+        &self,
+        query: &redrive_store::failure::FailureQuery,
+    ) -> StoreResult<Vec<redrive_store::failure::FailureSignature>> {
+        let query = query.clone();
+        self.readers
+            .read(move |c| dead_letters::failures(c, &query))
             .await
     }
 }

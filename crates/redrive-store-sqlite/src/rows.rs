@@ -6,6 +6,7 @@ use std::fmt::Display;
 use std::str::FromStr;
 
 use redrive_core::{EntityName, MessageMeta, Timestamp};
+use redrive_store::failure::FailureShape;
 use redrive_store::skeleton::columns::{bad_value, invariant, millis, props_to_json, to_int};
 use redrive_store::skeleton::entities::{QueueRow, queue_not_found};
 use redrive_store::skeleton::{Columns, Head, MessageRow, NewRow};
@@ -460,6 +461,9 @@ pub(crate) fn insert_record(
     let judgement = replay::judgement_column(d.judgement.as_ref())?;
     // 0: no version is known (policy versions start at 1).
     let version = to_int(d.policy_version.unwrap_or(0), "policy_version")?;
+    let shape = FailureShape::of(d);
+    let signature = shape.id();
+    insert_signature(conn, &signature, &shape)?;
     conn.prepare_cached(
         "INSERT INTO dead_letters (id, queue, area, message_id, sequence, session_id, body, \
          body_sha256, content_type, properties, correlation_id, message_type, intent, \
@@ -467,10 +471,10 @@ pub(crate) fn insert_record(
          last_delivered_at, enqueued_at, dead_lettered_at, policy_version, route, \
          forwarded_queue, forwarded_sequence, dlq_delivery_count, format, replay_due_at, \
          replay_failures, last_replay_error, judgement, replay_cause, route_target, \
-         missing_target, route_kind, route_rule, consumer, rule_version) \
+         missing_target, route_kind, route_rule, consumer, rule_version, signature, source) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
          ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, \
-         ?35, ?36, ?37, ?38, ?39)",
+         ?35, ?36, ?37, ?38, ?39, ?40, ?41)",
     )
     .db()?
     .execute(params![
@@ -513,7 +517,31 @@ pub(crate) fn insert_record(
         d.route_rule.map(|r| r.as_str()),
         d.consumer,
         d.rule_version,
+        signature,
+        shape.source,
     ])
     .db()?;
     crate::cases::open(conn, &d.id, now)
+}
+
+/// Keeps the fields of failure signature `id` (once; the id is a hash of them).
+fn insert_signature(conn: &Connection, id: &str, s: &FailureShape) -> StoreResult<()> {
+    conn.prepare_cached(
+        "INSERT INTO failure_signatures (id, queue, reason, route_kind, outcome_class, \
+         message_type, source, description) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+         ON CONFLICT (id) DO NOTHING",
+    )
+    .db()?
+    .execute(params![
+        id,
+        s.queue.as_str(),
+        s.reason,
+        s.route_kind,
+        s.outcome_class,
+        s.message_type,
+        s.source,
+        s.description,
+    ])
+    .db()?;
+    Ok(())
 }

@@ -33,10 +33,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (16, include_str!("migrations/0016_message_last_attempt.sql")),
     (17, include_str!("migrations/0017_route_evidence.sql")),
     (18, include_str!("migrations/0018_case_groups.sql")),
+    (19, include_str!("migrations/0019_failure_signatures.sql")),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: i64 = 18;
+pub const LATEST_VERSION: i64 = 19;
 
 /// How long a connection waits for a lock held by another connection before giving up
 /// with SQLITE_BUSY (mapped to `Unavailable`).

@@ -864,7 +864,13 @@ async fn version_4_database_migrates_to_the_access_tables() {
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
-            "DROP TABLE tokens; DROP TABLE audit_log; DROP TABLE audit_head; \
+            "DROP TRIGGER dead_letters_signature_enter; DROP TRIGGER dead_letters_signature_move; \
+             DROP TRIGGER dead_letters_signature_leave; DROP TRIGGER queues_signatures_drop; \
+             DROP TABLE failure_signatures; DROP TABLE failure_signature_counts; \
+             DROP TABLE failure_signature_hours; DROP INDEX dead_letters_signature; \
+             ALTER TABLE dead_letters DROP COLUMN signature; \
+             ALTER TABLE dead_letters DROP COLUMN source; \
+             DROP TABLE tokens; DROP TABLE audit_log; DROP TABLE audit_head; \
              ALTER TABLE dead_letters DROP COLUMN undecodable; \
              ALTER TABLE messages DROP COLUMN last_attempt; \
              ALTER TABLE dead_letters DROP COLUMN route_kind; \
@@ -895,7 +901,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (18, 18));
+    assert_eq!((version, SCHEMA_VERSION), (19, 19));
     assert_eq!(store.peek(&name("q"), 1, 10, T0).await.unwrap().len(), 1);
     let token = NewToken {
         id: "tok_000000000000000a".to_owned(),
@@ -1527,4 +1533,79 @@ async fn version_12_intents_hold_for_every_entity_after_the_migration() {
     assert_eq!(store.put_intent(&billing).await.unwrap(), billing);
     assert_eq!(store.intent_words("i-1").await.unwrap(), vec![old, billing]);
     store.close();
+}
+
+/// The failure aggregate is read by its indexes, and a dead-letter listing by signature
+/// by `(queue, area, signature, id)`: neither scans the dead letters (nor the aggregate,
+/// when no queue list narrows it).
+#[test]
+fn failure_queries_use_indexes() {
+    use redrive_core::Area;
+    use redrive_store::failure::FailureQuery;
+    use redrive_store::skeleton::failures::{failures_sql, hours_sql, list_sql};
+    use redrive_store::{DeadLetterQuery, RecordFilter};
+
+    use crate::dead_letters::Sqlite;
+
+    let dir = tempfile::tempdir().unwrap();
+    let conn = schema::open_writer(&dir.path().join("plan.db")).unwrap();
+    schema::migrate(&conn).unwrap();
+    let plan = |sql: &str| -> String {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let unbound = rusqlite::params_from_iter(std::iter::repeat_n(
+            rusqlite::types::Null,
+            stmt.parameter_count(),
+        ));
+        stmt.query_map(unbound, |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let by_signature = list_sql::<Sqlite>(&DeadLetterQuery {
+        queue: name("q"),
+        area: Area::Live,
+        reason: None,
+        from: None,
+        to: None,
+        after: Some("dl_1".into()),
+        limit: 10,
+        filter: RecordFilter {
+            signature: Some("0".repeat(32)),
+            text: Some("x".into()),
+            ..RecordFilter::default()
+        },
+    })
+    .0;
+    let p = plan(&by_signature);
+    assert!(
+        p.contains("dead_letters_signature"),
+        "{by_signature}\n  plan: {p}"
+    );
+    let query = FailureQuery {
+        area: Area::Live,
+        queues: None,
+        from: None,
+        to: None,
+        after: Some((T0, "0".repeat(32))),
+        limit: 100,
+        now: T0,
+    };
+    let recent = failures_sql::<Sqlite>(&query).0;
+    let p = plan(&recent);
+    assert!(
+        p.contains("failure_signature_counts_recent"),
+        "{recent}\n  plan: {p}"
+    );
+    assert!(!p.contains("TEMP B-TREE"), "{recent}\n  plan: {p}");
+    let some = failures_sql::<Sqlite>(&FailureQuery {
+        queues: Some(vec![name("q")]),
+        ..query
+    })
+    .0;
+    let p = plan(&some);
+    assert!(!p.contains("SCAN c"), "{some}\n  plan: {p}");
+    let hours = hours_sql::<Sqlite>();
+    let p = plan(&hours);
+    assert!(!p.contains("SCAN"), "{hours}\n  plan: {p}");
 }

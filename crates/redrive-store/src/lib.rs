@@ -22,7 +22,9 @@ mod access;
 mod case;
 pub mod dead_letter;
 mod error;
+pub mod failure;
 mod move_task;
+mod overview;
 mod register;
 mod replay_plan;
 pub mod skeleton;
@@ -33,6 +35,7 @@ pub use access::*;
 pub use case::*;
 pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use move_task::*;
+pub use overview::*;
 pub use register::*;
 pub use replay_plan::*;
 pub use transaction::{TransactionOutcome, TransactionRefusal, TxApplied, TxOperation};
@@ -708,4 +711,26 @@ pub trait Store: Send + Sync + 'static {
         events: Vec<PublishEvent>,
         now: Timestamp,
     ) -> StoreResult<Vec<Published>>;
+
+    // ---- the overview ----------------------------------------------------------------
+
+    /// Every queue's counts at `now` (each what [`Store::queue_counts`] answers), the
+    /// quarantined and flagged records of its dead-letter store (`flag_after`: failed
+    /// judgements from which a live candidate counts as flagged), and the open cases of
+    /// every queue: grouped reads over the indexes of messages, dead letters and cases,
+    /// a fixed number of statements whatever the number of queues (the overview of
+    /// `GET /v1/overview`).
+    async fn overview_counts(&self, now: Timestamp, flag_after: u32)
+    -> StoreResult<OverviewCounts>;
+
+    // ---- failures by signature ---------------------------------------------------
+
+    /// A page of the failure-signature aggregate ([`failure::FailureQuery`]): signatures
+    /// of one area, newest `last_seen` first then by id, each with its sparkline. Read
+    /// from the aggregate the backend keeps on every dead-letter write, never from the
+    /// records.
+    async fn list_failures(
+        &self,
+        query: &failure::FailureQuery,
+    ) -> StoreResult<Vec<failure::FailureSignature>>;
 }

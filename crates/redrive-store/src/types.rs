@@ -630,7 +630,28 @@ pub struct DeadLetterQuery {
     pub after: Option<String>,
     /// Page size.
     pub limit: u32,
+    /// The narrower filters (type, source, evidence quality, text, signature).
+    pub filter: RecordFilter,
 }
+
+/// The filters of a dead-letter listing beyond reason and time, each pushed into the
+/// store's query (with keyset paging kept). Every one is bounded by the caller.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordFilter {
+    /// Only this message type.
+    pub message_type: Option<String>,
+    /// Only this source ([`crate::failure::source_of`], as stored).
+    pub source: Option<String>,
+    /// Only this delivery-count quality.
+    pub quality: Option<redrive_core::EvidenceQuality>,
+    /// Only descriptions containing this text, ASCII letters compared without case.
+    pub text: Option<String>,
+    /// Only records of this failure signature ([`crate::failure::FailureShape::id`]).
+    pub signature: Option<String>,
+}
+
+/// The longest `text` filter of a dead-letter listing, characters.
+pub const MAX_TEXT_FILTER: usize = 200;
 
 /// A locked dead-letter record.
 #[derive(Debug, Clone, PartialEq)]

@@ -83,6 +83,9 @@ enum Command {
     /// Inspect and recover dead letters.
     #[command(subcommand)]
     Dlq(cmd::dlq::DlqCommand),
+    /// Dead letters across queues grouped by failure signature (reason, outcome, type,
+    /// source and the description with ids and numbers masked), newest first.
+    Failures(cmd::failures::FailuresArgs),
     /// Replaying dead letters: automatic replay's standing per queue, and bounded replay
     /// plans over recovery cases (preview, plan, start, pause, resume, cancel, follow,
     /// items); SQS move tasks show here as plans too.
@@ -352,6 +355,7 @@ async fn dispatch(
         Command::Unschedule(a) => cmd::message::unschedule(&ctx()?, a).await,
         Command::Peek(a) => cmd::message::peek(&ctx()?, a).await,
         Command::Dlq(c) => cmd::dlq::run(&ctx()?, c).await,
+        Command::Failures(a) => cmd::failures::run(&ctx()?, a).await,
         Command::Replay(c) => cmd::replay::run(&ctx()?, c).await,
         Command::Stats(a) => cmd::stats::run(&ctx()?, a).await,
         Command::Token(c) => cmd::access::run_token(&ctx()?, c).await,

@@ -168,6 +168,7 @@ async function route() {
   if (!shell.started) return;
   runCleanups();
   ui.clearError();
+  ui.clearNotice();
   const generation = ++shell.generation;
   const { route: r, params, query, path } = parseHash(location.hash);
   const main = h("main", { id: "main", tabindex: "-1" });

@@ -167,6 +167,11 @@ export function clearError() {
   if (alertRegion) alertRegion.replaceChildren();
 }
 
+/** Clears the shared status region (a page change does). */
+export function clearNotice() {
+  if (statusRegion) statusRegion.replaceChildren();
+}
+
 /** A short notice in the shared status region (role=status). */
 export function notice(text) {
   if (statusRegion) statusRegion.replaceChildren(h("p", { class: "notice" }, text));

@@ -14,8 +14,8 @@ use redrive_api::dead_letter::{
 };
 use redrive_api::message::SendResult;
 use redrive_broker::{Actor, BrokerError, DeadLetterFilter};
-use redrive_core::Area;
 use redrive_core::access::Operation;
+use redrive_core::{Area, EvidenceQuality};
 use redrive_events::import::{ImportFormat, MAX_IMPORT_BYTES};
 use serde::Deserialize;
 
@@ -33,6 +33,24 @@ struct ListQuery {
     to: Option<String>,
     cursor: Option<String>,
     limit: Option<u32>,
+    #[serde(rename = "type")]
+    message_type: Option<String>,
+    source: Option<String>,
+    quality: Option<String>,
+    text: Option<String>,
+    signature: Option<String>,
+    /// `false`: no payload bodies, even for a payload reader (and no payload read to
+    /// audit).
+    payload: Option<bool>,
+}
+
+fn quality(s: &str) -> Result<EvidenceQuality, ApiError> {
+    s.parse().map_err(|_| {
+        ApiError::from(BrokerError::invalid(
+            "quality",
+            format!("{s:?} is not one of exact, approximate, incomplete, unavailable"),
+        ))
+    })
 }
 
 fn area(s: &str) -> Result<Area, ApiError> {
@@ -57,12 +75,18 @@ async fn list(
         to: time_in("to", q.to)?,
         cursor: q.cursor,
         limit: q.limit,
+        message_type: q.message_type,
+        source: q.source,
+        quality: q.quality.as_deref().map(quality).transpose()?,
+        text: q.text,
+        signature: q.signature,
+        without_payloads: q.payload == Some(false),
     };
+    let payloads = !filter.without_payloads && payload_reader(&actor, &queue);
     let page = s
         .broker
         .list_dead_letter_page(&queue, filter, &actor)
         .await?;
-    let payloads = payload_reader(&actor, &queue);
     Ok(Json(DeadLetterPage {
         dead_letters: page
             .records

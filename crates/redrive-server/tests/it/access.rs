@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redrive_broker::AccessSettings;
 use redrive_core::Timestamp;
-use redrive_server::access::{PUBLIC, ROUTES};
+use redrive_server::access::{AUTHENTICATED, PUBLIC, ROUTES};
 use redrive_testkit::recovery::{Letter, dead_letter};
 use redrive_testkit::{Backend, T0, TestServer};
 use reqwest::{Method, StatusCode};
@@ -40,6 +40,8 @@ fn allowed(role: &str) -> BTreeSet<(&'static str, &'static str)> {
             ("GET", "/v1/queues"),
             ("POST", "/v1/queues"),
             ("GET", q),
+            ("GET", "/v1/queues/{name}/series"),
+            ("GET", "/v1/overview"),
             ("PATCH", q),
             ("DELETE", q),
             ("POST", "/v1/queues/{name}/purge"),
@@ -216,6 +218,11 @@ fn the_permission_table_covers_exactly_the_documented_routes() {
         .map(|(m, p, _, _)| (m.to_string(), (*p).to_owned()))
         .collect();
     table.extend(PUBLIC.iter().map(|(m, p)| (m.to_string(), (*p).to_owned())));
+    table.extend(
+        AUTHENTICATED
+            .iter()
+            .map(|(m, p)| (m.to_string(), (*p).to_owned())),
+    );
     // The API description documents itself only by being served.
     documented.insert(("GET".into(), "/openapi.json".into()));
     assert_eq!(table, documented);

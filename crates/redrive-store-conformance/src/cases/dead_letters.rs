@@ -16,6 +16,7 @@ fn query(q: &redrive_core::EntityName, area: Area) -> DeadLetterQuery {
         to: None,
         after: None,
         limit: 100,
+        filter: Default::default(),
     }
 }
 

@@ -77,6 +77,7 @@ pub async fn unknown_queue_is_queue_not_found(t: &TestStore) {
             to: None,
             after: None,
             limit: 10,
+            filter: Default::default(),
         })
         .await,
         StoreError::QueueNotFound { .. }
@@ -215,6 +216,7 @@ pub async fn delete_non_empty_queue_needs_force(t: &TestStore) {
             to: None,
             after: None,
             limit: 100,
+            filter: Default::default(),
         })
         .await
         .unwrap();

@@ -1471,6 +1471,7 @@ pub async fn the_opening_rule_agrees_with_the_cases_the_store_opened(t: &TestSto
                     to: None,
                     after: None,
                     limit: 100,
+                    filter: Default::default(),
                 })
                 .await
                 .unwrap();

@@ -129,6 +129,7 @@ pub async fn a_transaction_whose_last_operation_lost_its_lock_applies_nothing(t:
                 to: None,
                 after: None,
                 limit: 100,
+                filter: Default::default(),
             })
             .await
             .unwrap()

@@ -46,6 +46,7 @@ pub mod cases;
 pub mod columns;
 pub mod dead_letters;
 pub mod entities;
+pub mod failures;
 pub mod messages;
 pub mod move_tasks;
 pub mod register;

@@ -55,6 +55,22 @@ pub enum DlqCommand {
         /// Continue after a previous page.
         #[arg(long, value_name = "CURSOR")]
         cursor: Option<String>,
+        /// Only this message type.
+        #[arg(long = "type", value_name = "TYPE")]
+        message_type: Option<String>,
+        /// Only this source (the message's `source` property or CloudEvent source).
+        #[arg(long, value_name = "SOURCE")]
+        source: Option<String>,
+        /// Only this delivery-count quality: exact, approximate, incomplete or unavailable.
+        #[arg(long, value_name = "QUALITY",
+              value_parser = ["exact", "approximate", "incomplete", "unavailable"])]
+        quality: Option<String>,
+        /// Only descriptions containing this text (ASCII letters without case).
+        #[arg(long, value_name = "TEXT")]
+        text: Option<String>,
+        /// Only records of this failure signature (an id `redrive failures` prints).
+        #[arg(long, value_name = "ID")]
+        signature: Option<String>,
     },
     /// Show one dead letter with its evidence and body.
     Show {
@@ -143,6 +159,11 @@ pub async fn run(ctx: &Ctx, cmd: DlqCommand) -> anyhow::Result<()> {
             to,
             limit,
             cursor,
+            message_type,
+            source,
+            quality,
+            text,
+            signature,
         } => {
             let query = DeadLetterQuery {
                 area,
@@ -151,6 +172,12 @@ pub async fn run(ctx: &Ctx, cmd: DlqCommand) -> anyhow::Result<()> {
                 to,
                 cursor,
                 limit,
+                message_type,
+                source,
+                quality,
+                text,
+                signature,
+                payload: None,
             };
             let page = ctx
                 .client

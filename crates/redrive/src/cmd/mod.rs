@@ -5,6 +5,7 @@ pub mod access;
 pub mod case;
 pub mod case_group;
 pub mod dlq;
+pub mod failures;
 pub mod message;
 pub mod queue;
 pub mod register;

@@ -127,7 +127,7 @@ async fn an_operator_finds_inspects_reveals_and_restores_a_dead_letter() {
     let (_, rec) = c
         .api(
             Method::GET,
-            &format!("/v1/queues/orders/dead-letters?reason=ValidationFailed"),
+            "/v1/queues/orders/dead-letters?reason=ValidationFailed",
             None,
         )
         .await;

@@ -6,6 +6,7 @@
 //! - `cli`: the operator commands end to end.
 //! - `cli_cases`: recovery cases, intents and effect authorities end to end.
 //! - `cli_access`: tokens, roles, revocation and the audit log end to end.
+//! - `cli_failures`: failures by signature and the dead-letter list's filters.
 //! - `cli_replay`: dead-letter import, export and restore, replay status, retention.
 //! - `cli_topics`: the topic, subscription and publish commands end to end.
 //! - `config`: configuration layering and refusal of unknown keys.
@@ -22,6 +23,7 @@
 mod cli;
 mod cli_access;
 mod cli_cases;
+mod cli_failures;
 mod cli_groups;
 mod cli_replay;
 mod cli_topics;

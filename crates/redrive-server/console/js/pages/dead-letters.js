@@ -53,14 +53,20 @@ function lastOutcome(rec) {
     const parts = [d.lastDeliveryOutcome, d.lastHttpStatusCode ? `HTTP ${d.lastHttpStatusCode}` : null, d.lastDeliveryError].filter(Boolean);
     if (parts.length) return parts.join(" · ");
   }
-  if (rec.judgement && rec.judgement.cause) return `automatic replay: ${rec.judgement.cause}`;
-  return rec.description || rec.reason;
+  if (rec.judgement && rec.judgement.cause) return `automatic replay quarantined it: ${rec.judgement.cause}`;
+  if (rec.routed_by === "application") {
+    return `the consumer dead-lettered it (${rec.reason}) at delivery ${rec.delivery_count}`;
+  }
+  if (rec.routed_by === "broker") return `the broker dead-lettered it (${rec.reason}${rec.route_rule ? `, rule ${rec.route_rule}` : ""})`;
+  return `imported (${rec.reason})`;
 }
 
 function evidence(ui, rec) {
   const { h } = ui;
   const attempts = `${rec.delivery_count} (${rec.delivery_count_quality})`;
-  const routed = [rec.routed_by, rec.route, rec.route_rule].filter(Boolean).join(" · ");
+  const routed = [rec.routed_by, rec.route ? `route ${rec.route}` : null, rec.route_rule ? `rule ${rec.route_rule}` : null]
+    .filter(Boolean)
+    .join(", ");
   const appRule = rec.consumer ? `${rec.consumer}${rec.rule_version ? ` rule ${rec.rule_version}` : ""}` : null;
   const ordering = rec.session_id ? `session ${rec.session_id}` : "none (no session or group)";
   const pairs = [

@@ -89,14 +89,14 @@ export async function render(root, ctx) {
                   h(
                     "div",
                     { class: "actions" },
-                    ui.button(`Restore ${d.id}`, async () => {
+                    ui.button("Restore", async () => {
                       const base = `/v1/queues/${seg(e.queue)}/dead-letters/${seg(d.id)}/restore`;
                       const p = await api("POST", base, { body: { dry_run: true } });
                       if (!(await ui.confirm(`Restore ${d.id} from quarantine to live?`, { confirmLabel: "Restore", body: preview(ui, p) }))) return;
                       await api("POST", base, { body: {} });
                       ui.notice(`Restored ${d.id} to live.`);
                       await refresh();
-                    }),
+                    }, { attrs: { "aria-label": `Restore ${d.id}` } }),
                     ui.link(withQuery(`#/dead-letters/${seg(e.queue)}`, { area: "quarantine" }), "Evidence"),
                   ),
               },
