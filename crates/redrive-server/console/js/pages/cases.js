@@ -43,11 +43,18 @@ function toLocal(iso) {
   return `${t.getFullYear()}-${p(t.getMonth() + 1)}-${p(t.getDate())}T${p(t.getHours())}:${p(t.getMinutes())}`;
 }
 
+// The parameters GET /v1/cases and /v1/cases/counts take (they refuse any other).
+const API_PARAMS = [
+  "queue", "reason", "type", "source", "subject", "state", "open", "owner", "overdue",
+  "from", "to", "evidence_quality", "q", "intent",
+];
+
 // The query the API gets: only the filters that are set.
 function apiQuery(query) {
   const out = {};
-  for (const [k, v] of query.entries()) {
-    if (v !== "" && k !== "cursor") out[k] = v;
+  for (const k of API_PARAMS) {
+    const v = query.get(k);
+    if (v) out[k] = v;
   }
   return out;
 }
