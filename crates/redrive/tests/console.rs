@@ -18,3 +18,5 @@
 mod harness;
 #[path = "console/operations.rs"]
 mod operations;
+#[path = "console/recovery.rs"]
+mod recovery;
