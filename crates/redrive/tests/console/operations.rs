@@ -1,7 +1,7 @@
 //! The operational pages in a browser, one story: sign in; a fresh install's overview
-//! (the empty state with the commands that create a first queue); a queue, a message
-//! sent and dead-lettered (through the API: the console reads and recovers, it does not
-//! create queues or send); the overview's highlight; the entity page; the dead letter
+//! (the empty state with the commands that create a first queue); a queue created and a
+//! message sent in the console, dead-lettered by a consumer (through the API); the
+//! overview's highlight; the entity page; the dead letter
 //! found by a filter, its evidence, its payload revealed (and the audit entry it wrote);
 //! moved to quarantine and restored with its preview; the failures, quarantine and topics
 //! pages; and the narrow layout of a phone. Every page is screenshotted and checked for
@@ -12,23 +12,26 @@ use serde_json::{Value, json};
 
 use crate::harness::{self, NARROW, WIDE};
 
-/// Sends `body` to `queue` and dead-letters it with `reason` and `description`; returns
-/// the record's id.
+/// Sends `body` to `queue` (unless the message is already there: `None`), receives the
+/// next message and dead-letters it with `reason` and `description`; returns the record's
+/// id.
 async fn dead_letter(
     c: &harness::Console,
     queue: &str,
-    body: &str,
+    body: Option<&str>,
     reason: &str,
     description: &str,
 ) -> String {
-    let (st, v) = c
-        .api(
-            Method::POST,
-            &format!("/v1/queues/{queue}/messages"),
-            Some(json!({"body": body, "content_type": "application/json"})),
-        )
-        .await;
-    assert_eq!(st, 201, "{v}");
+    if let Some(body) = body {
+        let (st, v) = c
+            .api(
+                Method::POST,
+                &format!("/v1/queues/{queue}/messages"),
+                Some(json!({"body": body, "content_type": "application/json"})),
+            )
+            .await;
+        assert_eq!(st, 201, "{v}");
+    }
     let (st, v) = c
         .api(
             Method::POST,
@@ -74,19 +77,27 @@ async fn an_operator_finds_inspects_reveals_and_restores_a_dead_letter() {
         .await;
     c.check_page("overview-empty").await;
 
-    // A queue, two messages dead-lettered for two reasons (through the API).
-    let (st, v) = c
-        .api(
-            Method::POST,
-            "/v1/queues",
-            Some(json!({"name": "orders", "policy": {"max_delivery_count": 3}})),
-        )
+    // A queue created and a message sent in the console.
+    c.fill("Queue name", "orders").await;
+    c.fill("Max delivery count", "3").await;
+    c.click_button("Create queue").await;
+    c.wait_for_text("Send a message").await;
+    let (st, v) = c.api(Method::GET, "/v1/queues/orders", None).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["policy"]["max_delivery_count"], 3, "{v}");
+    c.fill("Message body", r#"{"order": 7, "amount": null}"#)
         .await;
-    assert_eq!(st, 201, "{v}");
+    c.click_button("Send message").await;
+    c.wait_for_text("Sent message").await;
+    c.check_page("entity-sent").await;
+    let (_, v) = c.api(Method::GET, "/v1/queues/orders", None).await;
+    assert_eq!(v["counts"]["active"], 1, "{v}");
+
+    // Two messages dead-lettered for two reasons (the consumer's side, through the API).
     let wanted = dead_letter(
         &c,
         "orders",
-        r#"{"order": 7, "amount": null}"#,
+        None,
         "ValidationFailed",
         "no amount on order 7",
     )
@@ -94,13 +105,14 @@ async fn an_operator_finds_inspects_reveals_and_restores_a_dead_letter() {
     let other = dead_letter(
         &c,
         "orders",
-        r#"{"order": 8}"#,
+        Some(r#"{"order": 8}"#),
         "Timeout",
         "ledger took too long",
     )
     .await;
 
-    // The overview lists the queue and highlights its dead letters (it polls: no reload).
+    // The overview lists the queue and highlights its dead letters.
+    c.goto("overview").await;
     c.wait_for_text("orders: 2 dead letters").await;
     c.check_page("overview").await;
 

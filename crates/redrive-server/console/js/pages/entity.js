@@ -1,6 +1,7 @@
 // One queue or subscription: its policy and the history of its versions (who changed it
 // when, from the audit log), its counts, live rates from the server's time series
-// (sent, completed, dead-lettered, dead letters by reason), and its sessions setting.
+// (sent, completed, dead-lettered, dead letters by reason), its sessions setting, and a
+// form that sends a message.
 // Polls every 5 s while the tab is visible.
 
 import { seg, withQuery } from "../api.js";
@@ -90,6 +91,33 @@ function rates(ui, series) {
   );
 }
 
+/** A form that sends one message with `POST /v1/queues/{name}/messages` (role producer). */
+function sendForm(ctx, name) {
+  const { ui, api } = ctx;
+  const { h } = ui;
+  const body = h("textarea", { name: "body", rows: "4", maxlength: "262144" });
+  const contentType = h("input", { type: "text", name: "content_type", value: "application/json", autocomplete: "off" });
+  const messageId = h("input", { type: "text", name: "message_id", autocomplete: "off", maxlength: "128" });
+  const send = async () => {
+    const req = { body: body.value, content_type: contentType.value.trim() || undefined };
+    if (messageId.value.trim()) req.message_id = messageId.value.trim();
+    const r = await api("POST", `/v1/queues/${seg(name)}/messages`, { body: req });
+    ui.notice(r.duplicate ? `Message ${r.message_id} was a duplicate: dropped.` : `Sent message ${r.message_id} to ${name}.`);
+    body.value = "";
+    messageId.value = "";
+  };
+  const form = h(
+    "form",
+    { class: "form", "aria-label": `Send a message to ${name}` },
+    ui.field("Message body", body),
+    ui.field("Content type", contentType),
+    ui.field("Message id (optional; repeats are dropped within the duplicate window)", messageId),
+    h("div", { class: "actions" }, ui.button("Send message", send, { kind: "primary", type: "submit" })),
+  );
+  form.addEventListener("submit", (e) => e.preventDefault());
+  return form;
+}
+
 export async function render(root, ctx) {
   const { ui, api, params } = ctx;
   const { h } = ui;
@@ -116,7 +144,11 @@ export async function render(root, ctx) {
     : q0.policy.group_ordering
       ? "Group ordering: messages of one group (session id) are delivered in order, one in flight, without session locks."
       : "This queue does not use sessions.";
-  root.append(ui.section("Sessions", h("p", {}, sessions)), ui.section("Policy versions", await history(ctx, name)));
+  root.append(
+    ui.section("Send a message", sendForm(ctx, name)),
+    ui.section("Sessions", h("p", {}, sessions)),
+    ui.section("Policy versions", await history(ctx, name)),
+  );
   const draw = async () => {
     const q = await api("GET", `/v1/queues/${seg(name)}`, { signal: ctx.signal });
     const c = q.counts;

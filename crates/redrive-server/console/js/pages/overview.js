@@ -1,7 +1,7 @@
 // Overview: every queue, topic and subscription with its counts and the oldest message's
 // age; what needs a look (dead letters, quarantine, flagged replays, overdue or escalated
 // cases, unhealthy push endpoints) first; on a fresh install, the commands that create a
-// first queue. Polls every 5 s while the tab is visible.
+// first queue, and a form that creates one. Polls every 5 s while the tab is visible.
 
 import { seg } from "../api.js";
 
@@ -140,12 +140,39 @@ function topicTable(ui, topics) {
   );
 }
 
+/** A form that creates a queue with `POST /v1/queues` (role create-entity), then opens it. */
+function createQueueForm(ctx) {
+  const { ui, api } = ctx;
+  const { h } = ui;
+  const name = h("input", { type: "text", name: "name", required: "", autocomplete: "off", maxlength: "260" });
+  const maxDeliveries = h("input", { type: "number", name: "max_delivery_count", min: "1", max: "1000", value: "10" });
+  const lockSeconds = h("input", { type: "number", name: "lock_seconds", min: "1", max: "300", value: "30" });
+  const create = async () => {
+    const policy = {
+      max_delivery_count: Number(maxDeliveries.value),
+      lock_duration_ms: Number(lockSeconds.value) * 1000,
+    };
+    const q = await api("POST", "/v1/queues", { body: { name: name.value.trim(), policy } });
+    ctx.navigate(`#/entity/${seg(q.name)}`);
+  };
+  const form = h(
+    "form",
+    { class: "form", "aria-label": "Create a queue" },
+    ui.field("Queue name", name),
+    ui.field("Max delivery count", maxDeliveries),
+    ui.field("Lock duration (seconds)", lockSeconds),
+    h("div", { class: "actions" }, ui.button("Create queue", create, { kind: "primary", type: "submit" })),
+  );
+  form.addEventListener("submit", (e) => e.preventDefault());
+  return ui.section("Create a queue", form);
+}
+
 export async function render(root, ctx) {
   const { ui, api } = ctx;
   const { h } = ui;
   const stamp = h("span", { class: "muted" });
   const body = h("div", { class: "overview" });
-  root.append(ui.header("Overview", stamp), body);
+  root.append(ui.header("Overview", stamp), body, createQueueForm(ctx));
   const draw = async () => {
     const o = await load(api, ctx.signal);
     const parts = [];
