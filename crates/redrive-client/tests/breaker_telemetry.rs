@@ -6,9 +6,8 @@
 // Test code: a failed setup step should panic the test.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redrive_client::{
@@ -18,43 +17,10 @@ use redrive_testkit::{T0, TestServer, within};
 use serde_json::json;
 use tracing_subscriber::layer::SubscriberExt;
 
+mod events;
+use events::Events;
+
 const OPEN_FOR: Duration = Duration::from_secs(30);
-
-/// The processor's events, each as its fields, in order.
-#[derive(Clone, Default)]
-struct Events(Arc<Mutex<Vec<BTreeMap<String, String>>>>);
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Events {
-    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        if event.metadata().target() != "redrive_client::processor" {
-            return;
-        }
-        struct Fields<'a>(&'a mut BTreeMap<String, String>);
-        impl tracing::field::Visit for Fields<'_> {
-            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
-                let text = format!("{v:?}");
-                self.0
-                    .insert(f.name().to_owned(), text.trim_matches('"').to_owned());
-            }
-        }
-        let mut fields = BTreeMap::new();
-        event.record(&mut Fields(&mut fields));
-        self.0.lock().unwrap().push(fields);
-    }
-}
-
-impl Events {
-    /// The breaker's events, by name, in order.
-    fn breaker(&self) -> Vec<BTreeMap<String, String>> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|f| f.get("event").is_some_and(|e| e.starts_with("breaker_")))
-            .cloned()
-            .collect()
-    }
-}
 
 /// A CloudEvent numbered `n`.
 fn event(n: u32) -> serde_json::Value {
@@ -132,7 +98,7 @@ async fn each_change_of_the_breaker_is_an_event_with_its_subscription_and_consum
     .unwrap();
     assert_eq!(st.breaker, BreakerState::Closed);
 
-    let seen = events.breaker();
+    let seen = events.matching(|e| e.starts_with("breaker_"));
     let names: Vec<&str> = seen.iter().map(|e| e["event"].as_str()).collect();
     assert_eq!(
         names,

@@ -6,8 +6,7 @@
 // Test code: a failed setup step should panic the test.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redrive_client::{
@@ -17,40 +16,8 @@ use redrive_testkit::{TestServer, within};
 use serde_json::json;
 use tracing_subscriber::layer::SubscriberExt;
 
-/// The processor's events, each as its fields.
-#[derive(Clone, Default)]
-struct Events(Arc<Mutex<Vec<BTreeMap<String, String>>>>);
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Events {
-    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        if event.metadata().target() != "redrive_client::processor" {
-            return;
-        }
-        struct Fields<'a>(&'a mut BTreeMap<String, String>);
-        impl tracing::field::Visit for Fields<'_> {
-            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
-                let text = format!("{v:?}");
-                self.0
-                    .insert(f.name().to_owned(), text.trim_matches('"').to_owned());
-            }
-        }
-        let mut fields = BTreeMap::new();
-        event.record(&mut Fields(&mut fields));
-        self.0.lock().unwrap().push(fields);
-    }
-}
-
-impl Events {
-    fn named(&self, name: &str) -> Vec<BTreeMap<String, String>> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|f| f.get("event").map(String::as_str) == Some(name))
-            .cloned()
-            .collect()
-    }
-}
+mod events;
+use events::Events;
 
 #[tokio::test]
 async fn every_stage_of_giving_up_on_a_message_is_an_event_per_delivery() {
@@ -118,13 +85,7 @@ async fn every_stage_of_giving_up_on_a_message_is_an_event_per_delivery() {
 
     let received = events.named("received");
     assert_eq!(received.len(), 4);
-    for e in events
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|e| e.contains_key("event"))
-    {
+    for e in &events.matching(|_| true) {
         if e["event"] == "worker_restarted" {
             continue;
         }
