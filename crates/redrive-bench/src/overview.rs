@@ -8,7 +8,9 @@
 //! (client-side latency; the server's own time is at most that).
 //!
 //! The fill is kept (a million records take a while to write): `--skip-fill` times a
-//! store filled before.
+//! store filled before. `--list-pages N` then walks the first queue's dead-letter list
+//! by its keyset cursor, 100 records a page, timing every page (the last as the first:
+//! no offset), and a page filtered by reason and one by text.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +23,7 @@ use serde_json::{Value, json};
 use crate::plans::call;
 use crate::report::{Progress, Report, percentile, rate, secs};
 use redrive_client::Client;
+use redrive_client::DeadLetterQuery;
 
 /// Records per import request (the import's own bound is 10,000).
 const PER_REQUEST: u64 = 10_000;
@@ -53,6 +56,11 @@ pub(crate) struct OverviewArgs {
     /// Time the overview of a store filled before (same `--queue`, nothing written).
     #[arg(long)]
     skip_fill: bool,
+    /// Then walk the first queue's dead-letter list, 100 records a page without
+    /// payloads, following each page's cursor, for at most this many pages (0: no walk),
+    /// and time a page filtered by reason and one by text in the description.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    list_pages: u32,
 }
 
 /// `n` records numbered from `first`, as JSON Lines of redrive's export.
@@ -152,6 +160,107 @@ async fn fill(
     Ok(())
 }
 
+/// Round trips in microseconds: median, 90th percentile, slowest, in milliseconds.
+fn add_times(report: &mut Report, name: &str, took: &mut [u64]) {
+    took.sort_unstable();
+    let ms = |us: Option<u64>| us.map_or(0.0, |u| Duration::from_micros(u).as_secs_f64() * 1000.0);
+    let round = |x: f64| (x * 10.0).round() / 10.0;
+    report.add(
+        &format!("{name}_p50_ms"),
+        round(ms(percentile(took, 0.5))),
+        "ms",
+    );
+    report.add(
+        &format!("{name}_p90_ms"),
+        round(ms(percentile(took, 0.9))),
+        "ms",
+    );
+    report.add(
+        &format!("{name}_max_ms"),
+        round(ms(took.last().copied())),
+        "ms",
+    );
+}
+
+/// Walks the dead-letter list of `queue` by keyset (100 a page, no payloads) for at most
+/// `pages` pages, timing each page; then times ten first pages filtered by reason and ten
+/// by text in the description.
+async fn walk_list(
+    client: &Client,
+    queue: &str,
+    pages: u32,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let recovery = client.recovery();
+    let mut took = Vec::new();
+    let mut records = 0u64;
+    let mut cursor = None;
+    let (mut first_ms, mut last_ms) = (0.0, 0.0);
+    for _ in 0..pages {
+        let q = DeadLetterQuery {
+            limit: Some(100),
+            payload: Some(false),
+            cursor: cursor.take(),
+            ..DeadLetterQuery::default()
+        };
+        let start = Instant::now();
+        let page = recovery
+            .dead_letters(queue, &q)
+            .await
+            .context("GET dead-letters")?;
+        let t = start.elapsed();
+        took.push(u64::try_from(t.as_micros()).unwrap_or(u64::MAX));
+        last_ms = t.as_secs_f64() * 1000.0;
+        if took.len() == 1 {
+            first_ms = last_ms;
+        }
+        records += page.dead_letters.len() as u64;
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    let round = |x: f64| (x * 10.0).round() / 10.0;
+    report.add("list_pages", took.len() as u64, "pages");
+    report.add("list_records", records, "records");
+    report.add("list_first_page_ms", round(first_ms), "ms");
+    report.add("list_last_page_ms", round(last_ms), "ms");
+    add_times(report, "list_page", &mut took);
+    for (name, q) in [
+        (
+            "list_by_reason",
+            DeadLetterQuery {
+                reason: Some(REASONS[1].to_owned()),
+                ..DeadLetterQuery::default()
+            },
+        ),
+        (
+            "list_by_text",
+            DeadLetterQuery {
+                text: Some("order 9".to_owned()),
+                ..DeadLetterQuery::default()
+            },
+        ),
+    ] {
+        let q = DeadLetterQuery {
+            limit: Some(100),
+            payload: Some(false),
+            ..q
+        };
+        let mut took = Vec::new();
+        for _ in 0..10 {
+            let start = Instant::now();
+            recovery
+                .dead_letters(queue, &q)
+                .await
+                .context(name)?;
+            took.push(u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX));
+        }
+        add_times(report, name, &mut took);
+    }
+    Ok(())
+}
+
 /// `overview`: fill (unless told not to), then time the overview.
 pub(crate) async fn run(
     client: &Client,
@@ -175,7 +284,6 @@ pub(crate) async fn run(
             .context("GET /v1/overview")?;
         took.push(u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX));
     }
-    took.sort_unstable();
     let ours: Vec<&Value> = last["queues"]
         .as_array()
         .map(|qs| {
@@ -200,8 +308,6 @@ pub(crate) async fn run(
             a.dead_letters
         );
     }
-    let ms = |us: Option<u64>| us.map_or(0.0, |u| Duration::from_micros(u).as_secs_f64() * 1000.0);
-    let round = |x: f64| (x * 10.0).round() / 10.0;
     report.add("overview_queues", ours.len() as u64, "queues");
     report.add("overview_dead_letters", dead, "records");
     report.add(
@@ -210,8 +316,9 @@ pub(crate) async fn run(
         "cases",
     );
     report.add("overview_calls", u64::from(a.calls), "calls");
-    report.add("overview_p50_ms", round(ms(percentile(&took, 0.5))), "ms");
-    report.add("overview_p90_ms", round(ms(percentile(&took, 0.9))), "ms");
-    report.add("overview_max_ms", round(ms(took.last().copied())), "ms");
+    add_times(report, "overview", &mut took);
+    if a.list_pages > 0 {
+        walk_list(client, &queue_name(prefix, 0), a.list_pages, report).await?;
+    }
     Ok(())
 }

@@ -10,6 +10,7 @@ export const routes = [
   { path: "entity", module: "./pages/entity.js", title: "Entity", nav: false, param: "name" },
   { path: "cases", module: "./pages/cases.js", title: "Cases", nav: true },
   { path: "case", module: "./pages/case.js", title: "Case", nav: false, param: "id" },
+  { path: "case-group", module: "./pages/case-group.js", title: "Case group", nav: false, param: "id" },
   { path: "plans", module: "./pages/plans.js", title: "Replay plans", nav: true },
   { path: "plan", module: "./pages/plan.js", title: "Replay plan", nav: false, param: "id" },
   { path: "audit", module: "./pages/audit.js", title: "Audit", nav: true },
@@ -17,7 +18,7 @@ export const routes = [
 ];
 
 /** The route a nav link marks as current for `path` (a detail page marks its list). */
-export const navParent = { entity: "overview", case: "cases", plan: "plans" };
+export const navParent = { entity: "overview", case: "cases", "case-group": "cases", plan: "plans" };
 
 /** The default page. */
 export const home = "overview";

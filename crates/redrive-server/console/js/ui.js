@@ -209,6 +209,22 @@ export function formatTime(iso) {
   return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
 }
 
+/** A datetime-local input's value (local time) as RFC 3339, or "" when empty or invalid. */
+export function fromLocalInput(v) {
+  if (!v) return "";
+  const d = new Date(v);
+  return Number.isNaN(d.getTime()) ? "" : d.toISOString();
+}
+
+/** An RFC 3339 time as the value of a datetime-local input (local time), or "". */
+export function toLocalInput(iso) {
+  if (!iso) return "";
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return "";
+  const p = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
+}
+
 /** A duration in milliseconds as `850ms`, `12s`, `3m 4s`, `2h 5m`, `3d 4h`. */
 export function formatAge(ms) {
   if (ms === null || ms === undefined || Number.isNaN(Number(ms))) return "—";

@@ -132,6 +132,12 @@ pub struct Console {
 /// Starts everything for `test`, or `None` (after printing why) when no browser is
 /// installed and `CI` is unset. Under `CI` a missing browser fails the test.
 pub async fn start(test: &str) -> Option<Console> {
+    start_with_env(test, &[]).await
+}
+
+/// [`start`], with the server's environment extended by `env` (settings a test needs,
+/// such as loopback push targets or a shorter window).
+pub async fn start_with_env(test: &str, env: &[(&str, &str)]) -> Option<Console> {
     if let Err(why) = browser_present() {
         if std::env::var_os("CI").is_some() {
             panic!("{test}: {why}; CI must run the browser tests (.ci/run installs them)");
@@ -163,6 +169,7 @@ pub async fn start(test: &str) -> Option<Console> {
     .arg(data.path())
     .env("REDRIVE_BOOTSTRAP_TOKEN", ADMIN)
     .env("REDRIVE_SERVER_SWEEP_INTERVAL_MS", "200")
+    .envs(env.iter().copied())
     .stdin(Stdio::null())
     .stdout(Stdio::null())
     .stderr(std::fs::File::create(&server_log).unwrap())
@@ -323,6 +330,11 @@ const scope = () => document.querySelector('dialog[open]') || document;
 "#;
 
 impl Console {
+    /// The server's log so far.
+    pub fn server_log(&self) -> String {
+        read(&self.server_log)
+    }
+
     /// Saves a screenshot of the page as `<n>-<name>.png`.
     pub async fn screenshot(&self, name: &str) {
         let n = self
@@ -439,6 +451,14 @@ impl Console {
             self.fail(what, &format!("no enabled control named {name:?}"))
                 .await
         };
+        // In the middle of the window, clear of the sticky header and the footer.
+        let _ = self
+            .client
+            .execute(
+                "document.querySelector(arguments[0]).scrollIntoView({block: 'center'}); return true",
+                vec![json!(css)],
+            )
+            .await;
         let r = async { self.client.find(Locator::Css(&css)).await?.click().await }.await;
         if let Err(e) = r {
             self.fail(what, &e.to_string()).await;
@@ -626,6 +646,37 @@ impl Console {
         body: Option<Value>,
     ) -> (u16, Value) {
         self.api_as(ADMIN, method, path, body).await
+    }
+
+    /// [`Console::api`], asserting a 2xx answer; returns its body.
+    pub async fn ok(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let (st, v) = self.api(method.clone(), path, body).await;
+        assert!((200..300).contains(&st), "{method} {path}: {st} {v}");
+        v
+    }
+
+    /// Receives the next message of `queue` and dead-letters it with `reason` and
+    /// `description` (as a consumer would, through the API); returns the record's id.
+    pub async fn dead_letter_next(&self, queue: &str, reason: &str, description: &str) -> String {
+        let v = self
+            .ok(
+                reqwest::Method::POST,
+                &format!("/v1/queues/{queue}/receive"),
+                Some(json!({"max_messages": 1})),
+            )
+            .await;
+        let lock = v["messages"][0]["lock_token"].as_str().unwrap().to_owned();
+        let v = self
+            .ok(
+                reqwest::Method::POST,
+                &format!("/v1/queues/{queue}/settle"),
+                Some(
+                    json!({"lock_token": lock, "action": "dead_letter", "reason": reason,
+                            "description": description}),
+                ),
+            )
+            .await;
+        v["dead_letter_id"].as_str().unwrap().to_owned()
     }
 
     /// Ends the browser session (the processes end when `self` drops).

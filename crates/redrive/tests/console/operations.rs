@@ -3,8 +3,8 @@
 //! message sent in the console, dead-lettered by a consumer (through the API); the
 //! overview's highlight; the entity page; the dead letter
 //! found by a filter, its evidence, its payload revealed (and the audit entry it wrote);
-//! moved to quarantine and restored with its preview; the failures, quarantine and topics
-//! pages; and the narrow layout of a phone. Every page is screenshotted and checked for
+//! moved to quarantine and restored with its preview; the failures page, and a case
+//! group made from it and claimed; the quarantine and topics pages; and the narrow layout of a phone. Every page is screenshotted and checked for
 //! accessible names and console errors.
 
 use reqwest::Method;
@@ -32,24 +32,7 @@ async fn dead_letter(
             .await;
         assert_eq!(st, 201, "{v}");
     }
-    let (st, v) = c
-        .api(
-            Method::POST,
-            &format!("/v1/queues/{queue}/receive"),
-            Some(json!({"max_messages": 1})),
-        )
-        .await;
-    assert_eq!(st, 200, "{v}");
-    let lock = v["messages"][0]["lock_token"].as_str().unwrap().to_owned();
-    let (st, v) = c
-        .api(
-            Method::POST,
-            &format!("/v1/queues/{queue}/settle"),
-            Some(json!({"lock_token": lock, "action": "dead_letter", "reason": reason, "description": description})),
-        )
-        .await;
-    assert_eq!(st, 200, "{v}");
-    v["dead_letter_id"].as_str().unwrap().to_owned()
+    c.dead_letter_next(queue, reason, description).await
 }
 
 async fn area_of(c: &harness::Console, id: &str) -> Value {
@@ -223,6 +206,24 @@ async fn an_operator_finds_inspects_reveals_and_restores_a_dead_letter() {
     c.click_link("Show dead letters").await;
     c.wait_for_text("Dead letters of orders").await;
     c.check_page("failures-to-dead-letters").await;
+
+    // A shape's open cases worked as one: a case group made from the failures page, then
+    // claimed as a group on its page (one decision, each member's outcome shown).
+    c.goto("failures").await;
+    c.wait_for_text("ValidationFailed").await;
+    c.click_button("Work as a case group").await;
+    c.wait_for_text("Case group grp_").await;
+    c.wait_for_text("Members as they are now").await;
+    c.check_page("case-group").await;
+    c.click_button("Claim the group").await;
+    c.wait_for_text("Claim: 1 of 1 member took it").await;
+    c.wait_for_text("Each member's outcome").await;
+    let (st, groups) = c.api(Method::GET, "/v1/case-groups", None).await;
+    assert_eq!(st, 200, "{groups}");
+    let group = &groups["groups"][0];
+    assert_eq!(group["size"], 1, "{groups}");
+    assert_eq!(group["decisions"], 1, "{groups}");
+    c.check_page("case-group-claimed").await;
 
     // Topics: a topic with a pull subscription.
     let (st, v) = c

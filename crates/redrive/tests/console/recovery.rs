@@ -11,13 +11,10 @@
 //! The effect authority and the plan's dependency probe are a small HTTP server of the
 //! test's own on loopback, so the server must allow loopback addresses
 //! (`REDRIVE_PUSH_ALLOWED_NETWORKS`), and its failing-path window is one second so that
-//! a plan may replay to the queue that dead-lettered the item a moment ago. The harness
-//! starts its server with a fixed environment; this test starts one of its own with the
-//! same flags plus those two and points the browser and the API helpers at it.
+//! a plan may replay to the queue that dead-lettered the item a moment ago: the harness
+//! starts the server with those two settings added.
 
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt as _;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -28,7 +25,7 @@ use axum::routing::{get, post};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::harness::{self, ADMIN, NARROW, WIDE};
+use crate::harness::{self, NARROW, WIDE};
 
 /// How long the server may take to start, or a plan to finish, on a busy machine before
 /// the test gives up: a bound on waiting for real processes, not a timing rule.
@@ -77,115 +74,8 @@ async fn serve_ledger(ledger: Ledger) -> SocketAddr {
     addr
 }
 
-/// A `redrive serve` of this test's own, killed with its process group when dropped.
-struct OwnServer {
-    child: Child,
-    url: String,
-    log: std::path::PathBuf,
-    _dirs: Vec<tempfile::TempDir>,
-}
-
-impl Drop for OwnServer {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg("-KILL")
-            .arg("--")
-            .arg(format!("-{}", self.child.id()))
-            .stderr(Stdio::null())
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl OwnServer {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-fn listen_addr(log: &str) -> Option<SocketAddr> {
-    log.lines()
-        .filter(|l| l.contains("store opened"))
-        .find_map(|l| {
-            l.split_whitespace()
-                .find_map(|w| w.strip_prefix("listen="))
-                .and_then(|a| a.parse().ok())
-        })
-}
-
-/// Starts the server as the harness does (authentication on, the harness's admin token),
-/// with loopback allowed for the ledger and a one-second failing-path window.
-async fn start_server(http: &reqwest::Client) -> OwnServer {
-    let data = tempfile::tempdir().unwrap();
-    let logs = tempfile::tempdir().unwrap();
-    let log = logs.path().join("server.log");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redrive"));
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("REDRIVE_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.args([
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--sqs-listen",
-        "off",
-        "--auth",
-    ])
-    .arg("--data-dir")
-    .arg(data.path())
-    .env("REDRIVE_BOOTSTRAP_TOKEN", ADMIN)
-    .env("REDRIVE_SERVER_SWEEP_INTERVAL_MS", "200")
-    .env("REDRIVE_PUSH_ALLOWED_NETWORKS", "127.0.0.0/8")
-    .env("REDRIVE_REPLAY_PLANS_FAILING_PATH_WINDOW", "1s")
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(std::fs::File::create(&log).unwrap())
-    .process_group(0);
-    let mut server = OwnServer {
-        child: cmd.spawn().unwrap(),
-        url: String::new(),
-        log,
-        _dirs: vec![data, logs],
-    };
-    let started = Instant::now();
-    let addr = loop {
-        if let Some(a) = listen_addr(&server.log()) {
-            break a;
-        }
-        assert!(
-            started.elapsed() < BOUND,
-            "the server did not start:\n{}",
-            server.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    server.url = format!("http://{addr}");
-    loop {
-        let ok = http
-            .get(format!("{}/healthz", server.url))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success());
-        if ok {
-            break;
-        }
-        assert!(
-            started.elapsed() < BOUND,
-            "the server never answered /healthz:\n{}",
-            server.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    server
-}
-
 async fn ok(c: &harness::Console, method: Method, path: &str, body: Option<Value>) -> Value {
-    let (st, v) = c.api(method.clone(), path, body).await;
-    assert!((200..300).contains(&st), "{method} {path}: {st} {v}");
-    v
+    c.ok(method, path, body).await
 }
 
 /// Sends `body` to `queue` (of `message_type`, with an intent) and dead-letters it;
@@ -209,25 +99,7 @@ async fn dead_letter(
         ),
     )
     .await;
-    let v = ok(
-        c,
-        Method::POST,
-        &format!("/v1/queues/{queue}/receive"),
-        Some(json!({"max_messages": 1})),
-    )
-    .await;
-    let lock = v["messages"][0]["lock_token"].as_str().unwrap().to_owned();
-    let v = ok(
-        c,
-        Method::POST,
-        &format!("/v1/queues/{queue}/settle"),
-        Some(
-            json!({"lock_token": lock, "action": "dead_letter", "reason": reason,
-                    "description": description}),
-        ),
-    )
-    .await;
-    v["dead_letter_id"].as_str().unwrap().to_owned()
+    c.dead_letter_next(queue, reason, description).await
 }
 
 /// Whether the page fits a phone's width (nothing scrolls sideways but tables inside
@@ -246,13 +118,15 @@ async fn top(c: &harness::Console) {
 
 #[tokio::test]
 async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refused() {
-    let Some(mut c) = harness::start("recovery").await else {
+    let env = [
+        ("REDRIVE_PUSH_ALLOWED_NETWORKS", "127.0.0.0/8"),
+        ("REDRIVE_REPLAY_PLANS_FAILING_PATH_WINDOW", "1s"),
+    ];
+    let Some(c) = harness::start_with_env("recovery", &env).await else {
         return;
     };
     let ledger = Ledger::default();
     let ledger_addr = serve_ledger(ledger.clone()).await;
-    let server = start_server(&c.http).await;
-    c.url = server.url.clone();
 
     // ---- set-up through the API: the type, its authority, the queues, a dead letter ----
     ok(
@@ -305,7 +179,7 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
         assert!(
             started.elapsed() < BOUND,
             "the case never came to wait for a diagnosis: {shown}\n{}",
-            server.log()
+            c.server_log()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -479,7 +353,7 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
             started.elapsed() < BOUND,
             "the plan never replayed the case: {}\n{}",
             ok(&c, Method::GET, &format!("/v1/replay/plans/{plan}"), None).await,
-            server.log()
+            c.server_log()
         );
     }
     let started = Instant::now();
@@ -491,7 +365,7 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
         assert!(
             started.elapsed() < BOUND && p["status"] == "running",
             "the plan did not complete: {p}\n{}",
-            server.log()
+            c.server_log()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -614,5 +488,4 @@ async fn a_case_is_worked_replayed_under_a_plan_audited_and_a_revoked_token_refu
     assert_eq!(st, 401, "{v}");
 
     c.finish().await;
-    drop(server);
 }

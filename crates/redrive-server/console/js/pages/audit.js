@@ -5,20 +5,6 @@
 
 const PAGE_SIZE = 100;
 
-function toRfc3339(local) {
-  if (!local) return "";
-  const t = new Date(local);
-  return Number.isNaN(t.getTime()) ? "" : t.toISOString();
-}
-
-function toLocal(iso) {
-  if (!iso) return "";
-  const t = new Date(iso);
-  if (Number.isNaN(t.getTime())) return "";
-  const p = (n) => String(n).padStart(2, "0");
-  return `${t.getFullYear()}-${p(t.getMonth() + 1)}-${p(t.getDate())}T${p(t.getHours())}:${p(t.getMinutes())}`;
-}
-
 export async function render(root, ctx) {
   const { h, table, problem, field, formatTime, link } = ctx.ui;
   const query = ctx.query;
@@ -77,7 +63,7 @@ export async function render(root, ctx) {
   }
   for (const [name, label] of [["from", "From (local time)"], ["to", "Before (local time)"]]) {
     const i = h("input", { type: "datetime-local", name });
-    i.value = toLocal(query.get(name));
+    i.value = ctx.ui.toLocalInput(query.get(name));
     inputs[name] = i;
     form.append(field(label, i));
   }
@@ -88,7 +74,7 @@ export async function render(root, ctx) {
     ev.preventDefault();
     const q = new URLSearchParams();
     for (const [name, i] of Object.entries(inputs)) {
-      const v = name === "from" || name === "to" ? toRfc3339(i.value) : i.value.trim();
+      const v = name === "from" || name === "to" ? ctx.ui.fromLocalInput(i.value) : i.value.trim();
       if (v) q.set(name, v);
     }
     ctx.navigate(`#/audit?${q}`);

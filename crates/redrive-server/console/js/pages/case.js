@@ -149,6 +149,35 @@ export async function render(root, ctx) {
         () => post("corrections", { kind: kind.value, identity: identity.value, addresses: addresses.value })),
     );
 
+    // A deterministic transformation of the payload (a data correction): the new bytes,
+    // what changed and who permits it. A non-equivalent one is a new intent and is never
+    // replayed (the API says so on the case).
+    const tBody = h("textarea", { name: "body", maxlength: String(256 * 1024), rows: "5", required: true });
+    const tEncoding = h("select", { name: "body_encoding" });
+    for (const e of ["utf8", "base64"]) tEncoding.append(h("option", { value: e }, e));
+    const tVersion = textInput("transformation_version");
+    const tFields = textInput("changed_fields");
+    const tAuthority = textInput("authority");
+    const tEquivalent = h("input", { type: "checkbox", name: "equivalent", checked: true });
+    const tAddresses = textArea("addresses");
+    out.push(
+      action("Transform", "Record transformed bytes for this case: a deterministic change under a named authority. The exact original stays; a test or replay then uses the latest transformation.",
+        [field("Transformed payload", tBody), field("Transformed payload encoding", tEncoding),
+          field("Transformation version", tVersion), field("Changed fields (comma-separated)", tFields),
+          field("Authority that permits the change", tAuthority),
+          field("The intent stays equivalent", tEquivalent),
+          field("Failure shape the transformation addresses", tAddresses)], "Record transformation",
+        () => post("transformations", {
+          body: tBody.value,
+          body_encoding: tEncoding.value,
+          transformation_version: tVersion.value.trim(),
+          changed_fields: tFields.value.split(",").map((x) => x.trim()).filter((x) => x),
+          authority: tAuthority.value.trim(),
+          equivalent: tEquivalent.checked,
+          addresses: tAddresses.value,
+        })),
+    );
+
     const dest = textInput("destination");
     const outcome = h("select", { name: "outcome" });
     for (const o of ["pass", "fail"]) outcome.append(h("option", { value: o }, o));

@@ -27,22 +27,6 @@ const TEXT_FILTERS = [
 
 const PAGE_SIZE = 50;
 
-// A datetime-local input's value (local time) as RFC 3339, or "" when empty or invalid.
-function toRfc3339(local) {
-  if (!local) return "";
-  const t = new Date(local);
-  return Number.isNaN(t.getTime()) ? "" : t.toISOString();
-}
-
-// An RFC 3339 time as a datetime-local value (local time), or "".
-function toLocal(iso) {
-  if (!iso) return "";
-  const t = new Date(iso);
-  if (Number.isNaN(t.getTime())) return "";
-  const p = (n) => String(n).padStart(2, "0");
-  return `${t.getFullYear()}-${p(t.getMonth() + 1)}-${p(t.getDate())}T${p(t.getHours())}:${p(t.getMinutes())}`;
-}
-
 // The parameters GET /v1/cases and /v1/cases/counts take (they refuse any other).
 const API_PARAMS = [
   "queue", "reason", "type", "source", "subject", "state", "open", "owner", "overdue",
@@ -109,7 +93,7 @@ export async function render(root, ctx) {
 
   for (const [name, label] of [["from", "Dead-lettered from (local time)"], ["to", "Dead-lettered before (local time)"]]) {
     const i = h("input", { type: "datetime-local", name });
-    i.value = toLocal(query.get(name));
+    i.value = ctx.ui.toLocalInput(query.get(name));
     inputs[name] = i;
     form.append(field(label, i));
   }
@@ -132,7 +116,7 @@ export async function render(root, ctx) {
     ev.preventDefault();
     const q = new URLSearchParams();
     for (const [name, i] of Object.entries(inputs)) {
-      const v = name === "from" || name === "to" ? toRfc3339(i.value) : i.value.trim();
+      const v = name === "from" || name === "to" ? ctx.ui.fromLocalInput(i.value) : i.value.trim();
       if (v) q.set(name, v);
     }
     q.set("open", open.checked ? "true" : "false");
@@ -234,7 +218,7 @@ export async function render(root, ctx) {
     groups.append(
       table(
         [
-          { label: "Group", render: (g) => g.id },
+          { label: "Group", render: (g) => link(`#/case-group/${encodeURIComponent(g.id)}`, g.id) },
           { label: "Queue", render: (g) => link(`#/cases?queue=${encodeURIComponent(g.queue)}`, g.queue) },
           {
             label: "Selection",

@@ -11,21 +11,6 @@ const PAGE = 50;
 const EXPORT_MAX = 10000;
 const FILTERS = ["area", "reason", "type", "source", "quality", "text", "signature", "from", "to"];
 
-/** ISO time → the value of a datetime-local input (local time), or "". */
-function toLocalInput(iso) {
-  if (!iso) return "";
-  const d = new Date(iso);
-  if (Number.isNaN(d.getTime())) return "";
-  const p = (n) => String(n).padStart(2, "0");
-  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
-}
-
-function fromLocalInput(v) {
-  if (!v) return "";
-  const d = new Date(v);
-  return Number.isNaN(d.getTime()) ? "" : d.toISOString();
-}
-
 function decodeBody(rec) {
   if (rec.body === undefined || rec.body === null) return null;
   if (rec.body_encoding === "base64") {
@@ -148,8 +133,8 @@ export async function render(root, ctx) {
     quality: ui.select([["", "any"], ["exact", "exact"], ["approximate", "approximate"], ["incomplete", "incomplete"], ["unavailable", "unavailable"]], filters.quality),
     text: h("input", { type: "search", value: filters.text, maxlength: "200" }),
     signature: h("input", { type: "text", value: filters.signature, maxlength: "128" }),
-    from: h("input", { type: "datetime-local", value: toLocalInput(filters.from) }),
-    to: h("input", { type: "datetime-local", value: toLocalInput(filters.to) }),
+    from: h("input", { type: "datetime-local", value: ctx.ui.toLocalInput(filters.from) }),
+    to: h("input", { type: "datetime-local", value: ctx.ui.toLocalInput(filters.to) }),
   };
   const labels = {
     area: "Area",
@@ -177,7 +162,7 @@ export async function render(root, ctx) {
     ev.preventDefault();
     const q = {};
     for (const k of FILTERS) {
-      const v = k === "from" || k === "to" ? fromLocalInput(inputs[k].value) : inputs[k].value.trim();
+      const v = k === "from" || k === "to" ? ctx.ui.fromLocalInput(inputs[k].value) : inputs[k].value.trim();
       if (v) q[k] = v;
     }
     ctx.navigate(withQuery(`#/dead-letters/${seg(queue)}`, q));

@@ -1,6 +1,7 @@
 // Failures by signature: dead letters across every queue the caller may read, grouped by
 // the server (`GET /v1/failures`) by failure shape, with counts, first and last seen and
-// a 24-hour sparkline; one click filters the dead-letter list or seeds a replay plan.
+// a 24-hour sparkline; one click filters the dead-letter list, seeds a replay plan's
+// selection, or makes a case group of the shape's open cases.
 
 import { seg, withQuery } from "../api.js";
 
@@ -78,6 +79,15 @@ export async function render(root, ctx) {
                 { class: "actions" },
                 ui.link(withQuery(`#/dead-letters/${seg(s.queue)}`, { signature: s.id, area: filters.area }), "Show dead letters"),
                 ui.link(withQuery("#/plans", { queue: s.queue, signature: s.id }), "Plan a replay"),
+                ui.button("Work as a case group", async () => {
+                  // The open cases of this shape, worked as one (POST /v1/case-groups):
+                  // a group selects by reason and masked description within its queue.
+                  const body = { queue: s.queue, reason: s.reason };
+                  if (s.description) body.signature = s.description;
+                  if (s.message_type) body.message_type = s.message_type;
+                  const g = await api("POST", "/v1/case-groups", { body });
+                  ctx.navigate(`#/case-group/${seg(g.id)}`);
+                }),
               ),
           },
         ],

@@ -3,16 +3,10 @@
 // (POST /v1/replay/plans/preview: what would be replayed, grouped, each item's blocking
 // gate and when it clears, the lower bound of the time it takes), then "Create plan".
 // The hash query seeds the selection: #/plans?queue=orders&group=grp_…&case=case_…,
-// and `signature` (from the failures page) offers to make a case group of that shape.
+// or &signature=… (from the failures page: the open cases of one failure shape).
 
 const STATUSES = ["planned", "running", "paused", "stopped", "completed", "cancelled", "cancelling"];
 const PAGE_SIZE = 50;
-
-function toRfc3339(local) {
-  if (!local) return "";
-  const t = new Date(local);
-  return Number.isNaN(t.getTime()) ? "" : t.toISOString();
-}
 
 function list(s) {
   return s.split(",").map((x) => x.trim()).filter((x) => x);
@@ -146,53 +140,15 @@ export async function render(root, ctx) {
   const leaseMin = h("input", { type: "number", name: "lease_minutes", min: "1", max: "10080", step: "1" });
   const observeMs = h("input", { type: "number", name: "observe_ms", min: "100", max: "3600000", step: "1" });
 
-  // A signature from the failures page is its id (hex): the case group selects by the
-  // masked description, so the failure's own description and reason are looked up.
-  async function signatureShape(q, sig) {
-    if (!/^[0-9a-f]{8,}$/.test(sig)) return { description: sig };
-    let cursor = null;
-    for (let pages = 0; pages < 10; pages += 1) {
-      const page = await ctx.api("GET", "/v1/failures", { query: { queue: q, limit: "500", cursor } });
-      const hit = (page.signatures || []).find((f) => f.id === sig);
-      if (hit) return { description: hit.description, reason: hit.reason };
-      cursor = page.next_cursor;
-      if (!cursor) break;
-    }
-    throw new Error(`No failure signature ${sig} on ${q || "any queue"} now.`);
-  }
-
-  const sigBox = h("div", {});
-  const signature = query.get("signature");
-  if (signature) {
-    const errBox = h("div", {});
-    const make = h("button", { type: "button", class: "btn" }, "Make a case group of this signature");
-    make.addEventListener("click", async () => {
-      errBox.replaceChildren();
-      make.disabled = true;
-      try {
-        const body = { queue: queue.value.trim() };
-        const shape = await signatureShape(queue.value.trim(), signature);
-        body.signature = shape.description;
-        if (shape.reason) body.reason = shape.reason;
-        const g = await ctx.api("POST", "/v1/case-groups", { body });
-        group.value = g.id;
-        errBox.replaceChildren(h("p", { role: "status" }, `Group ${g.id}: ${g.size} open case${g.size === 1 ? "" : "s"} of this shape.`));
-      } catch (err) {
-        errBox.replaceChildren(problem(err));
-      } finally {
-        make.disabled = false;
-      }
-    });
-    sigBox.append(
-      h("p", {}, "Failure signature: ", h("code", {}, signature),
-        ". A plan selects by group, reason, type, time or case ids: make a group of the open cases of this shape first."),
-      make, errBox);
-  }
+  // A signature from the failures page (its id, hex) selects the cases of that failure
+  // shape; its queue is the selection's queue.
+  const signature = inp("signature", { maxlength: "128", pattern: "[0-9a-f]*" });
+  signature.value = query.get("signature") || "";
 
   const form = h("form", { class: "rc-plan-form", "aria-label": "New plan" },
-    sigBox,
     h("fieldset", {}, h("legend", {}, "Selection: the open cases of one queue"),
-      field("Queue", queue),
+      field("Queue (may be empty with a failure signature)", queue),
+      field("Failure signature (from the failures page; not with a group or case ids)", signature),
       field("Case group (grp_…)", group),
       field("Reasons (comma-separated; empty: any)", reasons),
       field("Message types (comma-separated; empty: any)", types),
@@ -224,10 +180,11 @@ export async function render(root, ctx) {
     const sel = { queue: queue.value.trim() };
     if (reasons.value.trim()) sel.reasons = list(reasons.value);
     if (types.value.trim()) sel.types = list(types.value);
-    if (toRfc3339(from.value)) sel.from = toRfc3339(from.value);
-    if (toRfc3339(to.value)) sel.to = toRfc3339(to.value);
+    if (ctx.ui.fromLocalInput(from.value)) sel.from = ctx.ui.fromLocalInput(from.value);
+    if (ctx.ui.fromLocalInput(to.value)) sel.to = ctx.ui.fromLocalInput(to.value);
     if (caseIds.value.trim()) sel.case_ids = list(caseIds.value);
     if (group.value.trim()) sel.group = group.value.trim();
+    if (signature.value.trim()) sel.signature = signature.value.trim();
     const budget = {};
     const num = (i) => (i.value === "" ? undefined : Number(i.value));
     if (num(itemsPerS) !== undefined) budget.items_per_s = num(itemsPerS);

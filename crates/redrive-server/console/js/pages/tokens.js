@@ -4,12 +4,6 @@
 
 const ROLES = ["producer", "consumer", "operator", "replayer", "payload-reader", "admin"];
 
-function toRfc3339(local) {
-  if (!local) return "";
-  const t = new Date(local);
-  return Number.isNaN(t.getTime()) ? "" : t.toISOString();
-}
-
 export async function render(root, ctx) {
   const { h, table, problem, field, formatTime, confirm } = ctx.ui;
   root.append(ctx.ui.header("API tokens"));
@@ -94,7 +88,7 @@ export async function render(root, ctx) {
     createErr.replaceChildren();
     const grants = [...grantRows.children].map((r) => r.grant());
     const body = { name: name.value.trim(), grants };
-    if (toRfc3339(expires.value)) body.expires_at = toRfc3339(expires.value);
+    if (ctx.ui.fromLocalInput(expires.value)) body.expires_at = ctx.ui.fromLocalInput(expires.value);
     if (sqs.checked) body.sqs = true;
     try {
       const t = await ctx.api("POST", "/v1/tokens", { body });

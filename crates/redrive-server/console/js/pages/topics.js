@@ -5,7 +5,7 @@
 
 import { seg } from "../api.js";
 
-/** Push subscriptions whose rate chart is drawn (one series request each). */
+/** Subscriptions whose rate chart is drawn (one series request each). */
 const MAX_SERIES = 20;
 
 /** `healthy`, `failing` (events wait for a retry) or `paused`, as the overview says. */
@@ -16,16 +16,25 @@ function health(s, pushInfo) {
   return "healthy";
 }
 
-function rateChart(ui, series, name) {
+// Delivery and failure rates of one subscription from its time series: a push
+// subscription's deliveries and failed attempts; a pull subscription's completions and
+// its failures (abandoned or dead-lettered).
+function rateChart(ui, series, s) {
   const pts = (series && series.points) || [];
-  if (!pts.length) return ui.h("p", { class: "muted" }, "No delivery in the recent window.");
+  if (!pts.length) return ui.h("p", { class: "muted" }, `No delivery to ${s.name} in the recent window.`);
+  const push = s.kind.type === "push";
   return ui.barChart(
-    [
-      { label: "delivered", values: pts.map((p) => p.push_delivered || 0) },
-      { label: "failed", values: pts.map((p) => p.push_failed || 0) },
-    ],
+    push
+      ? [
+          { label: "delivered", values: pts.map((p) => p.push_delivered || 0) },
+          { label: "failed", values: pts.map((p) => p.push_failed || 0) },
+        ]
+      : [
+          { label: "completed", values: pts.map((p) => p.completed || 0) },
+          { label: "failed", values: pts.map((p) => (p.abandoned || 0) + (p.dead_lettered || 0)) },
+        ],
     {
-      label: `Push deliveries and failures of ${name} per ${Math.round((series.interval_ms || 10000) / 1000)} s`,
+      label: `${push ? "Push deliveries" : "Completions"} and failures of ${s.name} per ${Math.round((series.interval_ms || 10000) / 1000)} s`,
       xLabels: [ui.formatTime(pts[0].at), ui.formatTime(pts[pts.length - 1].at)],
     },
   );
@@ -67,9 +76,9 @@ export async function render(root, ctx) {
       Promise.all(topics.map((t) => api("GET", `/v1/topics/${seg(t.name)}/subscriptions`, { signal: ctx.signal }).then((r) => r.subscriptions))),
       pushHealth(api, ctx.signal),
     ]);
-    const push = lists.flat().filter((s) => s.kind.type === "push").slice(0, MAX_SERIES);
+    const charted = lists.flat().slice(0, MAX_SERIES);
     const series = new Map(
-      await Promise.all(push.map(async (s) => [s.queue, await seriesOf(api, s.queue, ctx.signal)])),
+      await Promise.all(charted.map(async (s) => [s.queue, await seriesOf(api, s.queue, ctx.signal)])),
     );
     body.replaceChildren(
       ...topics.map((t, i) => {
@@ -91,10 +100,10 @@ export async function render(root, ctx) {
             subs,
             { caption: `Subscriptions of ${t.name}`, empty: "No subscriptions." },
           ),
-          subs
-            .filter((s) => s.kind.type === "push")
-            .map((s) =>
-              h(
+          subs.map((s) =>
+            s.kind.type !== "push"
+              ? series.has(s.queue) ? h("div", { class: "grid" }, rateChart(ui, series.get(s.queue), s)) : null
+              : h(
                 "div",
                 { class: "grid" },
                 ui.barChart(
@@ -105,7 +114,7 @@ export async function render(root, ctx) {
                   Object.entries(s.stats.dead_lettered_by_reason || {}).map(([label, value]) => ({ label, value })),
                   { label: `Dead letters of ${s.name} by reason` },
                 ),
-                series.has(s.queue) ? rateChart(ui, series.get(s.queue), s.name) : null,
+                series.has(s.queue) ? rateChart(ui, series.get(s.queue), s) : null,
               ),
             ),
         );
