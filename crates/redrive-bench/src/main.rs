@@ -2,7 +2,9 @@
 //! throughput, latency, w2 dead-lettering, fill; `native`), with optional sampling of the
 //! server's resident memory and CPU (`report`, `cpu`); `pg-baseline`, a raw PostgreSQL
 //! queue to compare the PostgreSQL store with (`pg`); `sqs` through the SQS endpoint with
-//! the AWS SDK (`sqs`); and push delivery (`push`). A tool for people, never a timed test.
+//! the AWS SDK (`sqs`); push delivery (`push`); and `nats-baseline`, the same scenarios
+//! against NATS JetStream (`nats`), which `--compare nats` alternates with redrive's own
+//! runs round by round (`compare`). A tool for people, never a timed test.
 //!
 //! It is its own crate so that the shipped `redrive` binary carries neither the AWS SDK
 //! nor raw SQL; it talks to the server over HTTP only, through `redrive-client` (the
@@ -10,8 +12,10 @@
 //! started by whoever runs it, see docs/benchmarks.md). This file only parses arguments
 //! and dispatches.
 
+mod compare;
 mod cpu;
 mod native;
+mod nats;
 mod overview;
 mod pg;
 mod plans;
@@ -66,9 +70,18 @@ struct Cli {
     /// Use this queue name instead of a fresh `bench-…` one.
     #[arg(long, global = true, value_name = "NAME", value_parser = units::queue_name)]
     queue: Option<String>,
-    /// Keep the queue afterwards (fill always keeps it).
+    /// Keep the queue afterwards (fill always keeps it); for NATS, the stream.
     #[arg(long, global = true)]
     keep: bool,
+    /// NATS server for `nats-baseline` and `--compare nats`.
+    #[arg(
+        long,
+        global = true,
+        env = nats::URL_VAR,
+        default_value = nats::DEFAULT_URL,
+        value_name = "URL"
+    )]
+    nats_url: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -111,6 +124,9 @@ enum Scenario {
     /// The console's overview on a large store: N queues and M dead letters written
     /// through the API, then `GET /v1/overview` timed (median, p90, slowest).
     Overview(overview::OverviewArgs),
+    /// NATS JetStream as the baseline (no redrive server): w1, latency or w2 on a fresh
+    /// file-storage work-queue stream, through a durable pull consumer.
+    NatsBaseline(nats::NatsBaselineArgs),
 }
 
 fn main() -> ExitCode {
@@ -151,6 +167,17 @@ async fn run(args: Cli) -> anyhow::Result<()> {
     }
     if let Scenario::PgBaseline(a) = args.scenario {
         return run_pg_baseline(json, a, args.server_pid, args.queue.is_some(), args.keep).await;
+    }
+    if let Scenario::NatsBaseline(a) = args.scenario {
+        return run_nats_baseline(
+            json,
+            a,
+            &args.nats_url,
+            args.server_pid,
+            args.queue.is_some(),
+            args.keep,
+        )
+        .await;
     }
     if let Scenario::Sqs(a) = args.scenario {
         let memory = match args.server_pid {
@@ -209,6 +236,9 @@ async fn run(args: Cli) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("server at {}", node.url()))?;
     }
+    if let Some(scenario) = comparison(&args.scenario) {
+        return run_comparison(json, &args, &nodes, &client, scenario).await;
+    }
     let memory = match args.server_pid {
         Some(pid) => Some(MemorySampler::start(pid)?),
         None => None,
@@ -228,6 +258,7 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         Scenario::Plan(_) => "plan",
         Scenario::Processor(_) => "processor",
         Scenario::Overview(_) => "overview",
+        Scenario::NatsBaseline(_) => "nats-baseline",
     };
     let queue = args
         .queue
@@ -252,7 +283,8 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         | Scenario::SqliteFloor(_)
         | Scenario::Sqs(_)
         | Scenario::Push(_)
-        | Scenario::PushBackoff(_) => {
+        | Scenario::PushBackoff(_)
+        | Scenario::NatsBaseline(_) => {
             unreachable!("handled above")
         }
     };
@@ -300,6 +332,85 @@ async fn run_pg_baseline(
     }
     report.queue = outcome?;
     print_report(json, &report)
+}
+
+/// `nats-baseline`: no redrive server involved; `--server-pid` may still sample a process
+/// (e.g. the NATS server).
+async fn run_nats_baseline(
+    json: bool,
+    a: nats::NatsBaselineArgs,
+    nats_url: &str,
+    server_pid: Option<u32>,
+    queue_given: bool,
+    keep: bool,
+) -> anyhow::Result<()> {
+    if queue_given {
+        return Err(input_error(
+            "--queue does not apply to nats-baseline (use --stream NAME)",
+        ));
+    }
+    let nats = nats::Nats::connect(nats_url).await?;
+    let stream = a
+        .stream
+        .clone()
+        .unwrap_or_else(|| nats::fresh_stream(a.scenario.name()));
+    let memory = match server_pid {
+        Some(pid) => Some(MemorySampler::start(pid)?),
+        None => None,
+    };
+    let mut report = Report::new(&format!("nats-baseline {}", a.scenario.name()), &stream);
+    let outcome = nats::run(&nats, &a.scenario, &stream, keep, &mut report).await;
+    if let Some(m) = memory {
+        m.finish(&mut report).await;
+    }
+    outcome?;
+    print_report(json, &report)
+}
+
+/// The scenario with its arguments when it was given `--compare`.
+fn comparison(scenario: &Scenario) -> Option<compare::Scenario> {
+    match scenario {
+        Scenario::W1(a) if a.compare.compare.is_some() => Some(compare::Scenario::W1(a.clone())),
+        Scenario::Latency(a) if a.compare.compare.is_some() => {
+            Some(compare::Scenario::Latency(a.clone()))
+        }
+        Scenario::W2(a) if a.compare.compare.is_some() => Some(compare::Scenario::W2(a.clone())),
+        _ => None,
+    }
+}
+
+/// `--compare nats`: the NATS server is checked before the first round, so that a missing
+/// one fails the run at once.
+async fn run_comparison(
+    json: bool,
+    args: &Cli,
+    nodes: &native::Nodes,
+    client: &redrive_client::Client,
+    scenario: compare::Scenario,
+) -> anyhow::Result<()> {
+    if args.queue.is_some() {
+        return Err(input_error(
+            "--queue does not apply to --compare: every round runs on a fresh queue",
+        ));
+    }
+    if args.server_pid.is_some() {
+        return Err(input_error(
+            "--server-pid does not apply to --compare: the rounds measure two servers",
+        ));
+    }
+    let rounds = match &scenario {
+        compare::Scenario::W1(a) => a.compare.rounds(),
+        compare::Scenario::Latency(a) => a.compare.rounds(),
+        compare::Scenario::W2(a) => a.compare.rounds(),
+    };
+    let nats = nats::Nats::connect(&args.nats_url).await?;
+    let outcome = compare::run(nodes, client, &nats, scenario, rounds, args.keep).await?;
+    if json {
+        print_json(&outcome.json())
+    } else {
+        print!("{}", outcome.render());
+        Ok(())
+    }
 }
 
 #[cfg(test)]

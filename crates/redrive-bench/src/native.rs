@@ -15,41 +15,42 @@ use serde_json::{Value, json};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::task::JoinSet;
 
+use crate::compare::CompareArgs;
 use crate::cpu::CpuWatch;
 use crate::failure::input_error;
 use crate::report::{Progress, Report, percentile, rate, round2, secs};
 use crate::units::{parse_duration_ms, parse_size};
 use redrive_client::{Client, RetryOptions};
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct PublishArgs {
     /// Body size (e.g. 256, 1KiB).
     #[arg(long, default_value = "256", value_parser = parse_size)]
-    size: u64,
+    pub(crate) size: u64,
     /// Messages per send request.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    batch: u32,
+    pub(crate) batch: u32,
     /// Send requests in flight at most.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=4_096))]
-    in_flight: u32,
+    pub(crate) in_flight: u32,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct W1Args {
     /// Messages to publish and consume.
     #[arg(long, short = 'n', default_value_t = 200_000)]
-    messages: u64,
+    pub(crate) messages: u64,
     #[command(flatten)]
-    publish: PublishArgs,
+    pub(crate) publish: PublishArgs,
     /// max_messages of each receive.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1_000))]
-    receive_batch: u32,
+    pub(crate) receive_batch: u32,
     /// Receive requests in flight at once (the one consumer pipelines its receives).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=256))]
-    receive_in_flight: u32,
+    pub(crate) receive_in_flight: u32,
     /// Settle requests in flight at most (pipelined behind the receives).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
-    settle_in_flight: u32,
+    pub(crate) settle_in_flight: u32,
     /// Another node of the same cluster (repeatable): sends, receives and settles go
     /// round-robin over --url and these.
     #[arg(long, value_name = "URL")]
@@ -57,44 +58,53 @@ pub(crate) struct W1Args {
     /// Also report the CPU time of every `postgres` process on this machine, per message
     /// and phase (next to the load tool's and, with --server-pid, the server's).
     #[arg(long)]
-    postgres_cpu: bool,
+    pub(crate) postgres_cpu: bool,
+    // `--compare SYSTEM` and `--rounds`: this scenario against another system.
+    #[command(flatten)]
+    pub(crate) compare: CompareArgs,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct LatencyArgs {
     /// Messages per second to publish.
     #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
-    rate: u64,
+    pub(crate) rate: u64,
     /// How long to publish (e.g. 20s).
     #[arg(long, default_value = "20s", value_parser = parse_duration_ms)]
-    duration: u64,
+    pub(crate) duration: u64,
     /// Body size (at least 24 bytes: the body carries the send time).
     #[arg(long, default_value = "256", value_parser = parse_size)]
-    size: u64,
+    pub(crate) size: u64,
     /// Publish tick: each tick sends what is due since the last one in one request.
     #[arg(long, default_value = "5ms", value_parser = parse_duration_ms)]
-    tick: u64,
+    pub(crate) tick: u64,
     /// Long-polling consumers.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
-    consumers: u32,
+    pub(crate) consumers: u32,
     /// max_messages of each receive.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1_000))]
-    receive_batch: u32,
+    pub(crate) receive_batch: u32,
+    // `--compare SYSTEM` and `--rounds`: this scenario against another system.
+    #[command(flatten)]
+    pub(crate) compare: CompareArgs,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct W2Args {
     /// Messages to publish (each is delivered 3 times, then dead-lettered).
     #[arg(long, short = 'n', default_value_t = 50_000)]
-    messages: u64,
+    pub(crate) messages: u64,
     #[command(flatten)]
-    publish: PublishArgs,
+    pub(crate) publish: PublishArgs,
     /// Consumers that receive and abandon.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
-    consumers: u32,
+    pub(crate) consumers: u32,
     /// max_messages of each receive.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1_000))]
-    receive_batch: u32,
+    pub(crate) receive_batch: u32,
+    // `--compare SYSTEM` and `--rounds`: this scenario against another system.
+    #[command(flatten)]
+    pub(crate) compare: CompareArgs,
 }
 
 #[derive(Debug, Args)]
@@ -678,7 +688,7 @@ async fn receive_and_complete(
 }
 
 /// A body of `size` bytes that starts with the send time in microseconds.
-fn stamped_body(micros: u128, size: usize) -> String {
+pub(crate) fn stamped_body(micros: u128, size: usize) -> String {
     let mut s = format!("t={micros:020};");
     while s.len() < size {
         s.push('x');
@@ -686,7 +696,7 @@ fn stamped_body(micros: u128, size: usize) -> String {
     s
 }
 
-fn sent_micros(body: &str) -> Option<u128> {
+pub(crate) fn sent_micros(body: &str) -> Option<u128> {
     body.strip_prefix("t=")?.get(..20)?.parse().ok()
 }
 
