@@ -88,7 +88,12 @@ pub(crate) fn open_writer(path: &Path) -> StoreResult<Connection> {
     conn.pragma_update(None, "foreign_keys", "OFF").db()?;
     // 16 MiB of page cache for the writer.
     conn.pragma_update(None, "cache_size", -16_384).db()?;
-    conn.pragma_update(None, "temp_store", "MEMORY").db()?;
+    // temp_store stays SQLite's default (files, kept in memory up to 64 KiB each): a
+    // statement journal held wholly in memory is a list of 1 KiB chunks that SQLite walks
+    // from its start each time a statement inside a savepoint ends, so with every job of
+    // a group in its own savepoint and triggers on dead letters and message bodies, that
+    // walk grew with the job and took 40 % of the writer's time when dead-lettering
+    // (docs/benchmarks.md, "Statement journals").
     Ok(conn)
 }
 
