@@ -1084,10 +1084,10 @@ async fn a_version_4_schema_gains_the_access_tables() {
         "4"
     );
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 20);
+    assert_eq!(SCHEMA_VERSION, 21);
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "20"
+        "21"
     );
     assert_eq!(store.list_queues().await.unwrap().len(), 1);
     let appended = store

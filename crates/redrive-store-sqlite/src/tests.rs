@@ -901,7 +901,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (20, 20));
+    assert_eq!((version, SCHEMA_VERSION), (21, 21));
     assert_eq!(store.peek(&name("q"), 1, 10, T0).await.unwrap().len(), 1);
     let token = NewToken {
         id: "tok_000000000000000a".to_owned(),
