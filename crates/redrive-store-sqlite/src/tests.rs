@@ -908,10 +908,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
         .list_policy_versions(&name("q"), None, 10)
         .await
         .unwrap();
-    assert_eq!(
-        versions.iter().map(|v| v.version).collect::<Vec<_>>(),
-        [1]
-    );
+    assert_eq!(versions.iter().map(|v| v.version).collect::<Vec<_>>(), [1]);
     assert_eq!(store.peek(&name("q"), 1, 10, T0).await.unwrap().len(), 1);
     let token = NewToken {
         id: "tok_000000000000000a".to_owned(),
