@@ -1,5 +1,6 @@
 //! Queue management: `POST /v1/queues`, `GET|PATCH|DELETE /v1/queues/{name}`,
-//! `GET /v1/queues`, `POST /v1/queues/{name}/purge`.
+//! `GET /v1/queues`, `POST /v1/queues/{name}/purge`, and a queue's policy history,
+//! `GET /v1/queues/{name}/policy/versions`.
 
 pub use redrive_core::policy::{Backoff, QueuePolicy};
 use serde::{Deserialize, Serialize};
@@ -75,4 +76,26 @@ pub struct PurgeResult {
     /// Messages removed, whatever their state (locked by a receiver, deferred and
     /// scheduled ones included).
     pub removed: u64,
+}
+
+/// One version of a queue's policy (`GET /v1/queues/{name}/policy/versions`). Who
+/// changed it is in the audit log.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PolicyVersion {
+    /// The policy version (1 at creation, +1 on every change).
+    pub version: u64,
+    /// The policy in force from this version on.
+    pub policy: QueuePolicy,
+    /// When this version was written (RFC 3339).
+    pub changed_at: String,
+}
+
+/// `GET /v1/queues/{name}/policy/versions`: a page of a queue's policy history, newest
+/// version first.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PolicyVersionList {
+    /// The versions, newest first.
+    pub versions: Vec<PolicyVersion>,
+    /// The `before` of the next page; `None` on the last.
+    pub next: Option<u64>,
 }

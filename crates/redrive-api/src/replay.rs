@@ -84,8 +84,8 @@ pub struct PlanBudget {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct PlanSelection {
-    /// The queue whose dead letters are replayed (may be left out when `group` is given:
-    /// the group's queue).
+    /// The queue whose dead letters are replayed (may be left out when `group` or
+    /// `signature` is given: the group's or the signature's queue).
     #[serde(default)]
     pub queue: String,
     /// Only these reason codes (any when empty).
@@ -106,6 +106,22 @@ pub struct PlanSelection {
     /// The members of this case group (`grp_…`) are the cases (not with `case_ids`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// Only the cases whose dead-letter record carries this failure signature (an id of
+    /// `GET /v1/failures`, 32 hex digits); not with `group` or `case_ids`. A signature
+    /// belongs to one queue: `queue` may be left out, and another queue is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+}
+
+impl PlanSelection {
+    /// The open cases whose dead-letter record carries `signature` (an id of
+    /// `GET /v1/failures`), on the signature's queue.
+    pub fn by_signature(signature: impl Into<String>) -> PlanSelection {
+        PlanSelection {
+            signature: Some(signature.into()),
+            ..PlanSelection::default()
+        }
+    }
 }
 
 /// `POST /v1/replay/plans/preview`: a plan as it would be created.
@@ -235,6 +251,9 @@ pub struct ReplayPlanSelection {
     /// The case group the cases are the members of, if the plan was made from one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// The failure signature the cases' records carry, if the plan selected by one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
 }
 
 /// A plan's budget, every limit named.

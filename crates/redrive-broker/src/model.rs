@@ -12,3 +12,4 @@ pub use redrive_store::{
     SqsCredentials, StoredMessage, SubscriptionRecord, SubscriptionSpec, SubscriptionUpdate,
     TokenRecord, TopicRecord,
 };
+pub use redrive_store::{MAX_POLICY_VERSION_PAGE, PolicyVersionRecord};

@@ -2,7 +2,9 @@
 
 use redrive_core::access::Operation;
 use redrive_core::{AutoReplay, EntityName, QueuePolicy};
-use redrive_store::{QueueCounts, QueueRecord, StoreError};
+use redrive_store::{
+    MAX_POLICY_VERSION_PAGE, PolicyVersionRecord, QueueCounts, QueueRecord, StoreError,
+};
 
 use crate::{Actor, Broker, BrokerError, BrokerResult};
 
@@ -287,6 +289,38 @@ impl Broker {
     pub async fn queue_record(&self, name: &str) -> BrokerResult<QueueRecord> {
         let name: EntityName = name.parse()?;
         Ok(self.inner.store.get_queue(&name).await?)
+    }
+
+    /// A page of a queue's policy history, newest version first: the versions below
+    /// `before` (from the newest when `None`), at most `limit`. `InvalidRequest` naming
+    /// the field for a `before` that is no version or a `limit` out of 1 to
+    /// [`MAX_POLICY_VERSION_PAGE`].
+    /// `QueueNotFound` for an unknown queue.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %name))]
+    pub async fn policy_versions(
+        &self,
+        name: &str,
+        before: Option<u64>,
+        limit: u32,
+    ) -> BrokerResult<Vec<PolicyVersionRecord>> {
+        let name: EntityName = name.parse()?;
+        if before.is_some_and(|b| b == 0 || i64::try_from(b).is_err()) {
+            return Err(BrokerError::invalid(
+                "before",
+                "must be a policy version (from 1)",
+            ));
+        }
+        if limit == 0 || limit > MAX_POLICY_VERSION_PAGE {
+            return Err(BrokerError::invalid(
+                "limit",
+                format!("must be between 1 and {MAX_POLICY_VERSION_PAGE}"),
+            ));
+        }
+        Ok(self
+            .inner
+            .store
+            .list_policy_versions(&name, before, limit)
+            .await?)
     }
 
     async fn view(&self, record: QueueRecord) -> BrokerResult<QueueView> {

@@ -3,7 +3,7 @@
 //! changes only after a failure that proves nothing happened.
 
 use redrive_api::queue::{
-    CreateQueue, PurgeResult, QueueInfo, QueueList, QueuePolicy, UpdateQueue,
+    CreateQueue, PolicyVersionList, PurgeResult, QueueInfo, QueueList, QueuePolicy, UpdateQueue,
 };
 use redrive_api::topic::{CreateTopic, SubscriptionInfo, TopicInfo, TopicPolicy};
 use reqwest::Method;
@@ -137,5 +137,33 @@ impl Admin {
     pub async fn purge_queue(&self, name: &str) -> Result<PurgeResult, AdminError> {
         let url = self.client.endpoint(&["v1", "queues", name, "purge"]);
         self.client.must(Method::POST, url, None::<&()>).await
+    }
+
+    /// `GET /v1/queues/{name}/policy/versions`: a page of the queue's policy history,
+    /// newest version first; `before` is the previous page's `next`, `limit` 1 to 100
+    /// (the server's default, 20, when `None`).
+    pub async fn policy_versions(
+        &self,
+        queue: &str,
+        before: Option<u64>,
+        limit: Option<u32>,
+    ) -> Result<PolicyVersionList, AdminError> {
+        check_name(&format!("list the policy versions of queue {queue}"), queue)?;
+        let mut url = self
+            .client
+            .endpoint(&["v1", "queues", queue, "policy", "versions"]);
+        {
+            let mut pairs = url.query_pairs_mut();
+            if let Some(b) = before {
+                pairs.append_pair("before", &b.to_string());
+            }
+            if let Some(l) = limit {
+                pairs.append_pair("limit", &l.to_string());
+            }
+        }
+        Ok(self
+            .client
+            .json(Req::new(Method::GET, url), Retry::Always)
+            .await?)
     }
 }

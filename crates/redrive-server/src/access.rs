@@ -54,6 +54,12 @@ pub const ROUTES: &[RouteRule] = {
         (Method::POST, "/v1/queues", &[CreateEntity], None),
         (Method::GET, "/v1/queues/{name}", &[ReadMetadata], Q),
         (Method::GET, "/v1/queues/{name}/series", &[ReadMetadata], Q),
+        (
+            Method::GET,
+            "/v1/queues/{name}/policy/versions",
+            &[ReadMetadata],
+            Q,
+        ),
         // Lists only what the caller may see (the broker filters each entity).
         (Method::GET, "/v1/overview", &[ReadMetadata], None),
         (Method::PATCH, "/v1/queues/{name}", &[UpdatePolicy], Q),

@@ -59,6 +59,7 @@ macro_rules! store_conformance_tests {
             delete_non_empty_queue_needs_force,
             delete_empty_queue_without_force,
             counts_add_up,
+            policy_versions_are_kept_newest_first_and_go_with_the_queue,
             // the overview
             overview_counts_agree_with_each_queue_s_counts_and_tally_open_cases,
             overview_counts_flag_candidates_that_failed_often_enough,

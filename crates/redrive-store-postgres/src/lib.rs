@@ -231,6 +231,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redrive_core::register::{RegisterEntry, RegisterKey};
 use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
+use redrive_store::PolicyVersionRecord;
 use redrive_store::{
     AuditEntry, AuditFields, AuditQuery, ChainHead, NewToken, RegisterRecord, TokenRecord,
 };
@@ -567,6 +568,15 @@ impl Store for PostgresStore {
 
     async fn queue_counts(&self, name: &EntityName, now: Timestamp) -> StoreResult<QueueCounts> {
         read!(self, |db| queues::counts(db, name, now))
+    }
+
+    async fn list_policy_versions(
+        &self,
+        queue: &EntityName,
+        before: Option<u64>,
+        limit: u32,
+    ) -> StoreResult<Vec<PolicyVersionRecord>> {
+        read!(self, |db| queues::policy_versions(db, queue, before, limit))
     }
 
     async fn enqueue(

@@ -6,12 +6,14 @@ use redrive_store::skeleton::entities::{
     QueueRow, check_queue_delete, mirror_subscription, queue_exists, queue_not_found,
 };
 use redrive_store::skeleton::messages::count_expired_locks;
-use redrive_store::{QueueCounts, QueueRecord, StoreError, StoreResult, SubscriptionSpec};
+use redrive_store::{
+    PolicyVersionRecord, QueueCounts, QueueRecord, StoreError, StoreResult, SubscriptionSpec,
+};
 
 use crate::pool::Db;
 use crate::rows::{
-    LOCK_QUEUE_EXCLUSIVE, QueueInfo, count_u64, decode, forget_queue, get, head, head_cols, queue,
-    queue_from_row,
+    Cols, LOCK_QUEUE_EXCLUSIVE, QueueInfo, count_u64, decode, forget_queue, get, head, head_cols,
+    queue, queue_from_row,
 };
 
 pub(crate) async fn create(
@@ -32,8 +34,10 @@ pub(crate) async fn create(
     let Some(row) = row else {
         return Err(queue_exists(name));
     };
+    let id = get(&row, 0)?;
+    write_version(db, id, 1, policy, now).await?;
     forget_queue(db, name.as_str());
-    Ok(QueueRow::created(get(&row, 0)?, name, policy, now).record())
+    Ok(QueueRow::created(id, name, policy, now).record())
 }
 
 /// The queue locked `FOR UPDATE` and its guard taken exclusively (policy change,
@@ -77,6 +81,7 @@ pub(crate) async fn update(
         ],
     )
     .await?;
+    write_version(db, next.id, next.version, policy, now).await?;
     forget_queue(db, name.as_str());
     Ok(next.record())
 }
@@ -112,6 +117,7 @@ pub(crate) async fn mirror(
         ],
     )
     .await?;
+    write_version(db, next.id, next.version, &policy, now).await?;
     forget_queue(db, name.as_str());
     Ok(())
 }
@@ -134,6 +140,11 @@ pub(crate) async fn delete(db: &Db<'_>, name: &EntityName, force: bool) -> Store
         .await?;
     db.execute("DELETE FROM sessions WHERE queue_id = $1", &[&q.id])
         .await?;
+    db.execute(
+        "DELETE FROM queue_policy_versions WHERE queue_id = $1",
+        &[&q.id],
+    )
+    .await?;
     db.execute("DELETE FROM queues WHERE id = $1", &[&q.id])
         .await?;
     db.execute(
@@ -145,7 +156,57 @@ pub(crate) async fn delete(db: &Db<'_>, name: &EntityName, force: bool) -> Store
     Ok(())
 }
 
+/// Records `policy` as version `version` of queue `queue_id` (written with the change).
+async fn write_version(
+    db: &Db<'_>,
+    queue_id: i64,
+    version: u64,
+    policy: &QueuePolicy,
+    now: Timestamp,
+) -> StoreResult<()> {
+    db.execute(
+        "INSERT INTO queue_policy_versions (queue_id, version, policy, changed_at) \
+         VALUES ($1, $2, $3, $4)",
+        &[
+            &queue_id,
+            &to_int(version, "queue_policy_versions.version")?,
+            &to_json(policy)?,
+            &now.0,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
 // ---- reads ----------------------------------------------------------------------------
+
+/// A page of a queue's policy versions below `before`, newest first.
+pub(crate) async fn policy_versions(
+    db: &Db<'_>,
+    name: &EntityName,
+    before: Option<u64>,
+    limit: u32,
+) -> StoreResult<Vec<PolicyVersionRecord>> {
+    let row = db
+        .query_opt("SELECT id FROM queues WHERE name = $1", &[&name.as_str()])
+        .await?
+        .ok_or_else(|| queue_not_found(name))?;
+    let id: i64 = get(&row, 0)?;
+    let before = match before {
+        Some(v) => to_int(v, "before")?,
+        None => i64::MAX,
+    };
+    let rows = db
+        .query(
+            "SELECT version, policy, changed_at FROM queue_policy_versions \
+             WHERE queue_id = $1 AND version < $2 ORDER BY version DESC LIMIT $3",
+            &[&id, &before, &i64::from(limit)],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| PolicyVersionRecord::decode(&Cols(r)))
+        .collect()
+}
 
 pub(crate) async fn get_one(db: &Db<'_>, name: &EntityName) -> StoreResult<QueueRecord> {
     let row = db

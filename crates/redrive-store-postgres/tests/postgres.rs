@@ -1036,7 +1036,8 @@ const BACK_TO_VERSION_7: &str = "DROP TRIGGER dead_letters_signature ON dead_let
 
 /// Takes a schema back to version 6, as a build of that version left it: version 8
 /// to 11 undone, then the replay columns and indexes of version 7 gone.
-const BACK_TO_VERSION_6: &str = "DROP TRIGGER dead_letters_signature ON dead_letters; \
+const BACK_TO_VERSION_6: &str = "DROP TABLE queue_policy_versions; \
+     DROP TRIGGER dead_letters_signature ON dead_letters; \
      DROP TRIGGER queues_signatures_drop ON queues; \
      DROP FUNCTION redrive_dead_letters_signature(), redrive_queue_signatures_drop(), \
        redrive_signature_enter(text, text, text, bigint); \
@@ -1084,12 +1085,24 @@ async fn a_version_4_schema_gains_the_access_tables() {
         "4"
     );
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 20);
+    assert_eq!(SCHEMA_VERSION, 21);
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "20"
+        "21"
     );
     assert_eq!(store.list_queues().await.unwrap().len(), 1);
+    // The queue's current policy is its one version (schema 21's backfill).
+    let versions = store
+        .list_policy_versions(&name("orders"), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        versions
+            .iter()
+            .map(|v| (v.version, v.changed_at))
+            .collect::<Vec<_>>(),
+        [(1, T0)]
+    );
     let appended = store
         .append_audit(&[audit_fields("a", 1), audit_fields("a", 2)])
         .await

@@ -115,6 +115,7 @@ use async_trait::async_trait;
 use redrive_core::case::TimelineEntry;
 use redrive_core::register::{RegisterEntry, RegisterKey};
 use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
+use redrive_store::PolicyVersionRecord;
 use redrive_store::{
     AuditEntry, AuditFields, AuditQuery, ChainHead, NewToken, RegisterRecord, TokenRecord,
 };
@@ -293,6 +294,18 @@ impl Store for SqliteStore {
         let name = name.clone();
         self.readers
             .read(move |c| queues::counts(c, &name, now))
+            .await
+    }
+
+    async fn list_policy_versions(
+        &self,
+        queue: &EntityName,
+        before: Option<u64>,
+        limit: u32,
+    ) -> StoreResult<Vec<PolicyVersionRecord>> {
+        let queue = queue.clone();
+        self.readers
+            .read(move |c| queues::policy_versions(c, &queue, before, limit))
             .await
     }
 

@@ -6,7 +6,7 @@ use redrive_store::skeleton::entities::{
     QueueRow, check_queue_delete, queue_exists, queue_not_found,
 };
 use redrive_store::skeleton::messages::count_expired_locks;
-use redrive_store::{QueueCounts, QueueRecord, StoreResult};
+use redrive_store::{PolicyVersionRecord, QueueCounts, QueueRecord, StoreResult};
 use rusqlite::{Connection, params};
 
 use crate::error::Db;
@@ -33,6 +33,7 @@ pub(crate) fn create(
             r.get(0)
         })
         .db()?;
+    write_version(tx.conn, id, 1, policy, now)?;
     tx.forget_queue(name.as_str());
     Ok(QueueRow::created(id, name, policy, now).record())
 }
@@ -57,6 +58,7 @@ pub(crate) fn update(
             now.0
         ])
         .db()?;
+    write_version(tx.conn, next.id, next.version, policy, now)?;
     tx.forget_queue(name.as_str());
     Ok(next.record())
 }
@@ -81,6 +83,7 @@ pub(crate) fn delete(tx: &mut Tx<'_>, name: &EntityName, force: bool) -> StoreRe
         "DELETE FROM messages WHERE queue_id = ?1",
         "DELETE FROM dedup WHERE queue_id = ?1",
         "DELETE FROM sessions WHERE queue_id = ?1",
+        "DELETE FROM queue_policy_versions WHERE queue_id = ?1",
         "DELETE FROM queues WHERE id = ?1",
     ] {
         conn.prepare_cached(sql).db()?.execute([q.id]).db()?;
@@ -90,6 +93,29 @@ pub(crate) fn delete(tx: &mut Tx<'_>, name: &EntityName, force: bool) -> StoreRe
         .execute([name.as_str()])
         .db()?;
     tx.forget_queue(name.as_str());
+    Ok(())
+}
+
+/// Records `policy` as version `version` of queue `queue_id` (written with the change).
+fn write_version(
+    conn: &Connection,
+    queue_id: i64,
+    version: u64,
+    policy: &QueuePolicy,
+    now: Timestamp,
+) -> StoreResult<()> {
+    conn.prepare_cached(
+        "INSERT INTO queue_policy_versions (queue_id, version, policy, changed_at) \
+         VALUES (?1, ?2, ?3, ?4)",
+    )
+    .db()?
+    .execute(params![
+        queue_id,
+        to_int(version, "queue_policy_versions.version")?,
+        to_json(policy)?,
+        now.0
+    ])
+    .db()?;
     Ok(())
 }
 
@@ -108,6 +134,29 @@ pub(crate) fn count(
 
 pub(crate) fn get(conn: &Connection, name: &EntityName) -> StoreResult<QueueRow> {
     load_queue(conn, name.as_str())?.ok_or_else(|| queue_not_found(name))
+}
+
+/// A page of a queue's policy versions below `before`, newest first.
+pub(crate) fn policy_versions(
+    conn: &Connection,
+    name: &EntityName,
+    before: Option<u64>,
+    limit: u32,
+) -> StoreResult<Vec<PolicyVersionRecord>> {
+    let q = get(conn, name)?;
+    let before = match before {
+        Some(v) => to_int(v, "before")?,
+        None => i64::MAX,
+    };
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT version, policy, changed_at FROM queue_policy_versions \
+             WHERE queue_id = ?1 AND version < ?2 ORDER BY version DESC LIMIT ?3",
+        )
+        .db()?;
+    query_all(&mut stmt, params![q.id, before, i64::from(limit)], |r| {
+        PolicyVersionRecord::decode(&Cols(r))
+    })
 }
 
 pub(crate) fn list(conn: &Connection) -> StoreResult<Vec<QueueRecord>> {

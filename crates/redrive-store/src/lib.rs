@@ -45,6 +45,31 @@ use async_trait::async_trait;
 use redrive_core::register::{RegisterEntry, RegisterKey};
 use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
 
+/// One version of a queue's policy, as it was written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyVersionRecord {
+    /// The policy version (1 at creation, +1 on every update).
+    pub version: u64,
+    /// The policy in force from this version on.
+    pub policy: QueuePolicy,
+    /// When this version was written.
+    pub changed_at: Timestamp,
+}
+
+impl PolicyVersionRecord {
+    /// A row of `queue_policy_versions` selected as `version, policy, changed_at`.
+    pub fn decode(c: &impl skeleton::columns::Columns) -> StoreResult<PolicyVersionRecord> {
+        Ok(PolicyVersionRecord {
+            version: c.unsigned(0, "queue_policy_versions.version")?,
+            policy: c.json(1, "queue_policy_versions.policy")?,
+            changed_at: c.time(2)?,
+        })
+    }
+}
+
+/// The largest page of [`Store::list_policy_versions`].
+pub const MAX_POLICY_VERSION_PAGE: u32 = 100;
+
 /// The storage backend. Object-safe: the broker holds an `Arc<dyn Store>`.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -93,6 +118,18 @@ pub trait Store: Send + Sync + 'static {
     /// where a browse at `now` shows it (never as `locked`), whether or not the sweep has
     /// written its release yet.
     async fn queue_counts(&self, name: &EntityName, now: Timestamp) -> StoreResult<QueueCounts>;
+
+    /// A page of a queue's policy history, newest version first: the versions below
+    /// `before` (every version when `None`), at most `limit` of them. Each
+    /// [`Store::create_queue`] and [`Store::update_queue`] writes its version in the same
+    /// transaction; [`Store::delete_queue`] removes them. `QueueNotFound` for an unknown
+    /// queue.
+    async fn list_policy_versions(
+        &self,
+        queue: &EntityName,
+        before: Option<u64>,
+        limit: u32,
+    ) -> StoreResult<Vec<PolicyVersionRecord>>;
 
     // ---- messages -----------------------------------------------------------------
 

@@ -58,7 +58,7 @@ impl Plans {
         if let Some(c) = &input.correction {
             plan::check_correction(c).map_err(budget_refusal)?;
         }
-        let sel = &input.selection;
+        let sel = &self.of_signature(&input.selection).await?;
         let (queue, destination, destination_exists) = self.resolve_selection(sel).await?;
         if !destination_exists {
             return Err(plan_conflict(
@@ -100,6 +100,7 @@ impl Plans {
             to_ms: sel.to.map(|t| t.as_millis()),
             case_ids: sel.case_ids.clone(),
             group: sel.group.clone(),
+            signature: sel.signature.clone(),
             budget,
             correction: input.correction.clone(),
             lease_ms,

@@ -27,6 +27,7 @@ mod probe;
 mod requests;
 mod run;
 mod service;
+mod signature;
 mod view;
 mod worker;
 
@@ -108,6 +109,10 @@ pub struct PlanSelectionInput {
     /// The cases of this case group (`grp_…`): its queue is the selection's queue (named
     /// or left empty), and its members are the plan's case ids.
     pub group: Option<String>,
+    /// Only the cases whose dead-letter record carries this failure signature (an id of
+    /// `GET /v1/failures`): its queue is the selection's queue (named or left empty); not
+    /// with `group` or `case_ids`.
+    pub signature: Option<String>,
     /// Where the items go: the queue they came from when `None`.
     pub destination: Option<String>,
 }
@@ -276,6 +281,7 @@ impl Plans {
         budget: &BudgetSpec,
     ) -> BrokerResult<PlanPreview> {
         let budget = checked_budget(budget)?;
+        let selection = &self.of_signature(selection).await?;
         let (queue, destination, destination_exists) = self.resolve_selection(selection).await?;
         let cases = self.select(&queue, selection).await?;
         let now = self.now();
@@ -405,14 +411,20 @@ impl Plans {
         Ok((queue, destination, destination_exists))
     }
 
-    /// The open cases a selection names, by id, at most [`MAX_PLAN_ITEMS`].
+    /// The open cases a selection names, by id, at most [`MAX_PLAN_ITEMS`] (with a
+    /// signature: those whose record carries it).
     pub(crate) async fn select(
         &self,
         queue: &EntityName,
         s: &PlanSelectionInput,
     ) -> BrokerResult<Vec<CaseRecord>> {
+        let records = match &s.signature {
+            Some(sig) => Some(self.signature_records(queue, sig).await?),
+            None => None,
+        };
         let wanted = |c: &CaseRecord| {
             c.queue == *queue
+                && records.as_ref().is_none_or(|r| r.contains(&c.record_id))
                 && c.m.closed_at.is_none()
                 && (s.reasons.is_empty() || s.reasons.contains(&c.reason))
                 && (s.types.is_empty()

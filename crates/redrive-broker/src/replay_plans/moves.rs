@@ -66,6 +66,7 @@ pub(crate) fn move_plan_view(plan: ReplayPlanRecord) -> BrokerResult<PlanView> {
         to_ms: None,
         case_ids: Vec::new(),
         group: None,
+        signature: None,
         budget: budget.clone(),
         correction: None,
         lease_ms: 0,

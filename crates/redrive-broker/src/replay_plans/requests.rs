@@ -19,6 +19,7 @@ impl Plans {
     pub async fn create(&self, input: &PlanInput, actor: &Actor) -> BrokerResult<PlanView> {
         let mut input = input.clone();
         input.selection = self.of_group(&input.selection).await?;
+        input.selection = self.of_signature(&input.selection).await?;
         let queue = input.selection.queue.as_str();
         self.broker
             .authorize(actor, Operation::ReplayCase, Some(queue))
@@ -70,6 +71,7 @@ impl Plans {
         actor: &Actor,
     ) -> BrokerResult<PlanPreview> {
         let selection = self.of_group(selection).await?;
+        let selection = self.of_signature(&selection).await?;
         self.broker
             .authorize(actor, Operation::ReplayCase, Some(selection.queue.as_str()))
             .await?;

@@ -57,6 +57,9 @@ pub struct PlanSpec {
     /// The case group whose members are its cases, if it was made from one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// The failure signature its cases' records carry, if it selected by one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
     /// The budget (stored as [`Budget`] is: one shape from the request to the pacer).
     pub budget: Budget,
     /// The correction every item's case must carry, if named.
@@ -432,6 +435,24 @@ mod tests {
             },
         };
         assert_eq!(PlanSpec::of(&record).unwrap(), spec);
+    }
+
+    /// A plan selected by signature keeps it; a spec without one writes no such key.
+    #[test]
+    fn a_spec_s_signature_is_kept_and_left_out_when_absent() {
+        let mut spec: PlanSpec = serde_json::from_str(STORED).unwrap();
+        assert_eq!(spec.signature, None);
+        assert!(
+            serde_json::to_value(&spec)
+                .unwrap()
+                .get("signature")
+                .is_none()
+        );
+        spec.signature = Some("0f".repeat(16));
+        let value = serde_json::to_value(&spec).unwrap();
+        assert_eq!(value["signature"], "0f".repeat(16));
+        let back: PlanSpec = serde_json::from_value(value).unwrap();
+        assert_eq!(back, spec);
     }
 
     /// A row written before the optional fields existed still decodes (they default).

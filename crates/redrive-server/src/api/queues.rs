@@ -1,5 +1,5 @@
 //! `/v1/queues`: create, list, show, update (JSON merge patch of the policy), delete,
-//! purge.
+//! purge, and the policy's version history.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -7,7 +7,9 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use redrive_api::ErrorCode;
-use redrive_api::queue::{CreateQueue, PurgeResult, QueueList, QueuePolicy};
+use redrive_api::queue::{
+    CreateQueue, PolicyVersion, PolicyVersionList, PurgeResult, QueueList, QueuePolicy,
+};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -155,11 +157,48 @@ async fn purge(
     Ok(Json(PurgeResult { removed }))
 }
 
+/// Versions a page of the policy history holds when the caller names no limit.
+const DEFAULT_POLICY_VERSION_PAGE: u32 = 20;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VersionsQuery {
+    before: Option<u64>,
+    limit: Option<u32>,
+}
+
+/// `GET /v1/queues/{name}/policy/versions`: a page of the queue's policy history, newest
+/// first, and the `before` of the next page (`null` on the last).
+async fn policy_versions(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    ApiQuery(q): ApiQuery<VersionsQuery>,
+) -> Result<Json<PolicyVersionList>, ApiError> {
+    let limit = q.limit.unwrap_or(DEFAULT_POLICY_VERSION_PAGE);
+    let page = s.broker.policy_versions(&name, q.before, limit).await?;
+    let next = (page.len() == limit as usize)
+        .then(|| page.last().map(|v| v.version))
+        .flatten()
+        .filter(|&v| v > 1);
+    Ok(Json(PolicyVersionList {
+        versions: page
+            .into_iter()
+            .map(|v| PolicyVersion {
+                version: v.version,
+                policy: v.policy,
+                changed_at: v.changed_at.to_rfc3339(),
+            })
+            .collect(),
+        next,
+    }))
+}
+
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/v1/queues", get(list).post(create))
         .route("/v1/queues/{name}", get(show).patch(update).delete(delete))
         .route("/v1/queues/{name}/purge", post(purge))
+        .route("/v1/queues/{name}/policy/versions", get(policy_versions))
 }
 
 #[cfg(test)]

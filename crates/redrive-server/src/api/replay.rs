@@ -180,6 +180,7 @@ pub(crate) fn plan_out(v: &PlanView) -> ReplayPlan {
             to: spec.to_ms.map(|ms| t(Timestamp(ms))),
             case_ids: spec.case_ids.clone(),
             group: spec.group.clone(),
+            signature: spec.signature.clone(),
         },
         correction: spec.correction.clone(),
         budget: cases.then(|| ReplayPlanBudget {
@@ -262,6 +263,7 @@ fn selection_in(
         to: time_in("to", sel.to)?,
         case_ids: sel.case_ids,
         group: sel.group,
+        signature: text("selection.signature", sel.signature)?,
         destination,
     })
 }

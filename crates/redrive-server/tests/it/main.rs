@@ -26,6 +26,8 @@ mod hardening_replay;
 mod messages;
 mod ops;
 mod overview;
+mod plan_signature;
+mod policy_versions;
 mod push_fidelity;
 mod push_outcomes;
 mod queues;

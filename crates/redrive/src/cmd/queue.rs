@@ -1,4 +1,4 @@
-//! `redrive queue create|update|show|list|delete|purge`: queues and their policies.
+//! `redrive queue create|update|show|list|delete|purge|history`: queues and their policies.
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
@@ -58,6 +58,19 @@ pub enum QueueCommand {
         /// Queue name.
         #[arg(value_parser = queue_name)]
         name: String,
+    },
+    /// Show a queue's policy history, newest version first: each version, when it was
+    /// written and its policy as JSON (who changed it is in `redrive audit`).
+    History {
+        /// Queue name.
+        #[arg(value_parser = queue_name)]
+        name: String,
+        /// At most this many versions (1 to 100) [server default: 20].
+        #[arg(long, value_name = "N", value_parser = ranged_u32(1, 100))]
+        limit: Option<u32>,
+        /// Only versions below this one (from an earlier page's `more:` line).
+        #[arg(long, value_name = "VERSION", value_parser = ranged(1, i64::MAX as u64))]
+        before: Option<u64>,
     },
 }
 
@@ -344,6 +357,37 @@ pub async fn run(ctx: &Ctx, cmd: QueueCommand) -> anyhow::Result<()> {
             }
             let s = if out.removed == 1 { "" } else { "s" };
             println!("purged queue {name}: {} message{s} removed", out.removed);
+        }
+        QueueCommand::History {
+            name,
+            limit,
+            before,
+        } => {
+            let page = ctx
+                .client
+                .admin()
+                .policy_versions(&name, before, limit)
+                .await
+                .with_context(|| format!("show the policy history of queue {name}"))?;
+            if ctx.json {
+                return print_json(&page);
+            }
+            if page.versions.is_empty() {
+                println!("no policy versions");
+                return Ok(());
+            }
+            let mut t = Table::new(["VERSION", "CHANGED", "POLICY"]);
+            for v in &page.versions {
+                t.row([
+                    v.version.to_string(),
+                    v.changed_at.clone(),
+                    serde_json::to_string(&v.policy)?,
+                ]);
+            }
+            print!("{}", t.render());
+            if let Some(b) = page.next {
+                println!("more: --before {b}");
+            }
         }
     }
     Ok(())

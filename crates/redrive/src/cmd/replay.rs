@@ -208,9 +208,9 @@ fn is_move_task_handle(s: &str) -> bool {
 /// `redrive replay preview`.
 #[derive(Debug, Args)]
 pub struct PreviewArgs {
-    /// The queue whose dead letters (open cases) are replayed (with --group, the group's
-    /// queue when left out).
-    #[arg(value_parser = queue_name, required_unless_present = "group")]
+    /// The queue whose dead letters (open cases) are replayed (with --group or
+    /// --signature, the group's or the signature's queue when left out).
+    #[arg(value_parser = queue_name, required_unless_present_any = ["group", "signature"])]
     pub queue: Option<String>,
     /// What is selected, and where it goes.
     #[command(flatten)]
@@ -220,19 +220,21 @@ pub struct PreviewArgs {
     pub budget: BudgetArgs,
 }
 
-/// What a plan replays, in words: its queue, or its case group.
-fn what(queue: Option<&str>, group: Option<&str>) -> String {
-    match (queue, group) {
-        (_, Some(g)) => format!("case group {g}"),
-        (Some(q), None) => q.to_owned(),
-        (None, None) => "(no queue)".to_owned(),
+/// What a plan replays, in words: its queue, its case group, or its failure signature.
+fn what(queue: Option<&str>, selection: &SelectionArgs) -> String {
+    match (queue, &selection.group, &selection.signature) {
+        (_, Some(g), _) => format!("case group {g}"),
+        (Some(q), None, Some(sig)) => format!("{q} (failure signature {sig})"),
+        (None, None, Some(sig)) => format!("failure signature {sig}"),
+        (Some(q), None, None) => q.to_owned(),
+        (None, None, None) => "(no queue)".to_owned(),
     }
 }
 
 impl PreviewArgs {
     /// What the preview replays, in words.
     fn what(&self) -> String {
-        what(self.queue.as_deref(), self.selection.group.as_deref())
+        what(self.queue.as_deref(), &self.selection)
     }
 }
 
@@ -251,6 +253,10 @@ pub struct SelectionArgs {
     /// The cases of this case group (grp_…; `redrive case group create`).
     #[arg(long, value_name = "GROUP")]
     pub group: Option<String>,
+    /// Only the cases whose dead letter has this failure signature (32 hex digits; see
+    /// `redrive failures`).
+    #[arg(long, value_name = "SIG", conflicts_with_all = ["group", "cases"])]
+    pub signature: Option<String>,
     /// Dead-lettered at or after (RFC 3339).
     #[arg(long)]
     pub from: Option<String>,
@@ -272,6 +278,7 @@ impl SelectionArgs {
             from: self.from.clone(),
             to: self.to.clone(),
             case_ids: self.cases.clone(),
+            signature: self.signature.clone(),
         }
     }
 }
@@ -422,9 +429,9 @@ impl PreviewArgs {
 /// `redrive replay plan`.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// The queue whose dead letters (open cases) are replayed (with --group, the group's
-    /// queue when left out).
-    #[arg(value_parser = queue_name, required_unless_present = "group")]
+    /// The queue whose dead letters (open cases) are replayed (with --group or
+    /// --signature, the group's or the signature's queue when left out).
+    #[arg(value_parser = queue_name, required_unless_present_any = ["group", "signature"])]
     pub queue: Option<String>,
     /// What is selected, and where it goes.
     #[command(flatten)]
@@ -445,9 +452,9 @@ pub struct PlanArgs {
 }
 
 impl PlanArgs {
-    /// What the plan replays, in words: its queue, or its case group.
+    /// What the plan replays, in words: its queue, its case group or its signature.
     fn what(&self) -> String {
-        what(self.queue.as_deref(), self.selection.group.as_deref())
+        what(self.queue.as_deref(), &self.selection)
     }
 
     /// The plan as the API takes it.

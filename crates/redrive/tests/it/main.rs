@@ -25,6 +25,7 @@ mod cli_access;
 mod cli_cases;
 mod cli_failures;
 mod cli_groups;
+mod cli_history;
 mod cli_replay;
 mod cli_topics;
 mod cli_usage;
