@@ -1,7 +1,8 @@
 //! The operational pages in a browser, one story: sign in; a fresh install's overview
 //! (the empty state with the commands that create a first queue); a queue created and a
 //! message sent in the console, dead-lettered by a consumer (through the API); the
-//! overview's highlight; the entity page; the dead letter
+//! overview's highlight; the entity page with the policy's versions, and a session
+//! queue's sessions; the dead letter
 //! found by a filter, its evidence, its payload revealed (and the audit entry it wrote);
 //! moved to quarantine and restored with its preview; the failures page, and a case
 //! group made from it and claimed; the quarantine and topics pages; and the narrow layout of a phone. Every page is screenshotted and checked for
@@ -99,12 +100,56 @@ async fn an_operator_finds_inspects_reveals_and_restores_a_dead_letter() {
     c.wait_for_text("orders: 2 dead letters").await;
     c.check_page("overview").await;
 
-    // The entity page: policy, counts, rates.
+    // The entity page: policy, counts, rates, and the policy's versions with what each
+    // changed (a change made through the API: version 2).
+    let (st, v) = c
+        .api(
+            Method::PATCH,
+            "/v1/queues/orders",
+            Some(json!({"max_delivery_count": 5})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
     c.goto("entity/orders").await;
     c.wait_for_text("Max delivery count").await;
     c.wait_for_text("Live rates").await;
-    c.wait_for_text("Policy versions").await;
+    c.wait_for_text("Policy versions, newest first").await;
+    c.wait_for_text("max_delivery_count: 3 → 5").await;
+    c.wait_for_text("This queue does not use sessions.").await;
     c.check_page("entity").await;
+
+    // A session queue's page lists its sessions: one waiting, one held by a consumer.
+    let (st, v) = c
+        .api(
+            Method::POST,
+            "/v1/queues",
+            Some(json!({"name": "carts", "policy": {"requires_session": true}})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    for session in ["cart-1", "cart-2"] {
+        let (st, v) = c
+            .api(
+                Method::POST,
+                "/v1/queues/carts/messages",
+                Some(json!({"body": "{}", "session_id": session})),
+            )
+            .await;
+        assert_eq!(st, 201, "{v}");
+    }
+    let (st, v) = c
+        .api(
+            Method::POST,
+            "/v1/queues/carts/sessions/accept",
+            Some(json!({"session_id": "cart-2"})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    c.goto("entity/carts").await;
+    c.wait_for_text("Sessions of carts").await;
+    c.wait_for_text("cart-1").await;
+    c.wait_for_text("held until").await;
+    c.check_page("entity-sessions").await;
 
     // Dead letters: found by a filter on the reason.
     c.goto("dead-letters/orders").await;

@@ -1,7 +1,7 @@
-// One queue or subscription: its policy and the history of its versions (who changed it
-// when, from the audit log), its counts, live rates from the server's time series
-// (sent, completed, dead-lettered, dead letters by reason), its sessions setting, and a
-// form that sends a message.
+// One queue or subscription: its policy and its versions (what each changed; who changed
+// it from the audit log, for an admin), its counts, live rates from the server's time
+// series (sent, completed, dead-lettered, dead letters by reason), its sessions (for a
+// session or group-ordered queue), and a form that sends a message.
 // Polls every 5 s while the tab is visible.
 
 import { seg, withQuery } from "../api.js";
@@ -24,27 +24,97 @@ function policyPairs(ui, p) {
   ]);
 }
 
+/** What changed between two versions of a policy: `key: old → new` for each top-level key. */
+function changes(before, after) {
+  if (!before) return "created";
+  const keys = new Set([...Object.keys(before), ...Object.keys(after)]);
+  const out = [];
+  for (const k of keys) {
+    const a = JSON.stringify(before[k] ?? null);
+    const b = JSON.stringify(after[k] ?? null);
+    if (a !== b) out.push(`${k}: ${a} → ${b}`);
+  }
+  return out.length ? out.join("; ") : "no field changed";
+}
+
+/**
+ * The policy's versions (`GET /v1/queues/{name}/policy/versions`, newest first), each
+ * with what it changed from the one before; who changed it is in the audit log (admin),
+ * shown below when the token may read it.
+ */
 async function history(ctx, name) {
   const { ui, api } = ctx;
-  try {
-    const r = await api("GET", "/v1/audit", { query: { entity: name, limit: 100 }, signal: ctx.signal });
-    const changes = (r.entries || []).filter((e) => /^(queue|subscription|topic)\.(create|update)/.test(e.action));
-    return ui.table(
+  const { h } = ui;
+  const r = await api("GET", `/v1/queues/${seg(name)}/policy/versions`, { query: { limit: 20 }, signal: ctx.signal });
+  const versions = r.versions || [];
+  const rows = versions.map((v, i) => ({ ...v, change: changes(versions[i + 1] ? versions[i + 1].policy : null, v.policy) }));
+  // The oldest version listed may not be the first: its change is unknown here.
+  if (r.next && rows.length) rows[rows.length - 1].change = "(earlier versions not shown)";
+  const parts = [
+    ui.table(
       [
-        { label: "When", render: (e) => ui.formatTime(e.at) },
-        { label: "Change", render: (e) => e.action },
-        { label: "By", render: (e) => e.actor_name },
-        { label: "Outcome", render: (e) => e.outcome },
+        { label: "Version", class: "num", render: (v) => String(v.version) },
+        { label: "Changed", render: (v) => ui.formatTime(v.changed_at) },
+        { label: "What changed", class: "wrap", render: (v) => v.change },
       ],
-      changes,
-      { caption: "Policy changes (audit log)", empty: "No policy change in the latest audit entries of this entity." },
+      rows,
+      { caption: "Policy versions, newest first", empty: "No versions recorded." },
+    ),
+  ];
+  try {
+    const a = await api("GET", "/v1/audit", { query: { entity: name, limit: 100 }, signal: ctx.signal });
+    const who = (a.entries || []).filter((e) => /^(queue|subscription|topic)\.(create|update)/.test(e.action));
+    parts.push(
+      ui.table(
+        [
+          { label: "When", render: (e) => ui.formatTime(e.at) },
+          { label: "Change", render: (e) => e.action },
+          { label: "By", render: (e) => e.actor_name },
+          { label: "Outcome", render: (e) => e.outcome },
+        ],
+        who,
+        { caption: "Who changed it (audit log)", empty: "No policy change in the latest audit entries of this entity." },
+      ),
     );
   } catch (e) {
-    if (e.status === 403) {
-      return ui.h("p", { class: "muted" }, "Who changed the policy and when is read from the audit log, which needs the admin role.");
-    }
-    throw e;
+    if (e.status !== 403) throw e;
+    parts.push(h("p", { class: "muted" }, "Who changed the policy is in the audit log, which needs the admin role."));
   }
+  return h("div", {}, ...parts);
+}
+
+/**
+ * The queue's sessions (`GET /v1/queues/{name}/sessions`, by session id, 50 a page):
+ * messages waiting, in flight and deferred, whether a consumer holds the session's lock
+ * and until when, and the size of its state. Never a lock token.
+ */
+function sessionsView(ctx, name) {
+  const { ui, api } = ctx;
+  const { h } = ui;
+  const box = h("div");
+  const after = [null];
+  let page = 0;
+  const load = async () => {
+    const r = await api("GET", `/v1/queues/${seg(name)}/sessions`, { query: { limit: 50, after: after[page] }, signal: ctx.signal });
+    const prev = page > 0 ? ui.button("Previous sessions", async () => { page -= 1; await load(); }) : null;
+    const next = r.next ? ui.button("Next sessions", async () => { after[page + 1] = r.next; page += 1; await load(); }) : null;
+    box.replaceChildren(
+      ui.table(
+        [
+          { label: "Session", class: "wrap", render: (x) => x.session_id },
+          { label: "Waiting", class: "num", render: (x) => String(x.active ?? 0) },
+          { label: "In flight", class: "num", render: (x) => String(x.in_flight ?? x.locked_messages ?? 0) },
+          { label: "Deferred", class: "num", render: (x) => String(x.deferred ?? 0) },
+          { label: "Lock", render: (x) => (x.locked ? `held until ${ui.formatTime(x.locked_until)}` : "free") },
+          { label: "State", render: (x) => (x.state_bytes ? ui.formatBytes(x.state_bytes) : "none") },
+        ],
+        r.sessions || [],
+        { caption: `Sessions of ${name}`, empty: "No session has messages, a lock or state." },
+      ),
+      h("div", { class: "actions" }, ...[prev, next].filter(Boolean)),
+    );
+  };
+  return { box, load, first: () => page === 0 };
 }
 
 function rates(ui, series) {
@@ -139,14 +209,15 @@ export async function render(root, ctx) {
     h("p", {}, `Version ${q0.policy_version}, created ${ui.formatTime(q0.created_at)}, last changed ${ui.formatTime(q0.updated_at)}.`),
     policyPairs(ui, q0.policy),
   );
-  const sessions = q0.policy.requires_session
-    ? "Messages are received by session: a consumer accepts a session and holds its lock (POST …/sessions/accept). The API does not list open sessions."
+  const sessionText = q0.policy.requires_session
+    ? "Messages are received by session: a consumer accepts a session and holds its lock (POST …/sessions/accept)."
     : q0.policy.group_ordering
       ? "Group ordering: messages of one group (session id) are delivered in order, one in flight, without session locks."
       : "This queue does not use sessions.";
+  const sessions = q0.policy.requires_session || q0.policy.group_ordering ? sessionsView(ctx, name) : null;
   root.append(
     ui.section("Send a message", sendForm(ctx, name)),
-    ui.section("Sessions", h("p", {}, sessions)),
+    ui.section("Sessions", h("p", {}, sessionText), sessions ? sessions.box : null),
     ui.section("Policy versions", await history(ctx, name)),
   );
   const draw = async () => {
@@ -169,6 +240,7 @@ export async function render(root, ctx) {
       if (e.status !== 404 || e.code === "queue_not_found") throw e;
     }
     live.replaceChildren(series ? rates(ui, series) : h("p", { class: "muted" }, "This server keeps no time series."));
+    if (sessions && sessions.first()) await sessions.load();
   };
   await draw();
   ctx.onCleanup(ui.poll(draw, 5000));
