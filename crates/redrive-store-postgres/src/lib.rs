@@ -711,6 +711,16 @@ impl Store for PostgresStore {
         )
     }
 
+    async fn list_sessions(
+        &self,
+        queue: &EntityName,
+        after: Option<&str>,
+        limit: u32,
+        now: Timestamp,
+    ) -> StoreResult<Vec<redrive_store::SessionSummary>> {
+        read!(self, |db| sessions::list(db, queue, after, limit, now))
+    }
+
     async fn sweep(&self, now: Timestamp, limit: u32) -> StoreResult<SweepOutcome> {
         write_tx!(self, |db| messages::sweep(db, now, limit), |out| woken(
             &out.effects

@@ -437,6 +437,19 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn list_sessions(
+        &self,
+        queue: &EntityName,
+        after: Option<&str>,
+        limit: u32,
+        now: Timestamp,
+    ) -> StoreResult<Vec<redrive_store::SessionSummary>> {
+        let (queue, after) = (queue.clone(), after.map(str::to_owned));
+        self.readers
+            .read(move |c| sessions::list(c, &queue, after.as_deref(), limit, now))
+            .await
+    }
+
     async fn sweep(&self, now: Timestamp, limit: u32) -> StoreResult<SweepOutcome> {
         self.writer
             .write(move |tx| messages::sweep(tx, now, limit))
