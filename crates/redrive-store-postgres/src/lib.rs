@@ -206,6 +206,7 @@
 //! - `error`: [`PostgresError`] and the mapping into [`StoreError`].
 
 mod access;
+mod backfill;
 mod cases;
 mod clock;
 mod dead_letters;
@@ -397,12 +398,14 @@ impl PostgresStore {
             pool::on_connect_sql(schema),
             wakeups::channel_for(in_schema.as_deref().unwrap_or("public")),
         );
-        Ok(PostgresStore {
+        let store = PostgresStore {
             pool: Pool::new(config, schema, options.pool_size, statement_timeout),
             op_timeout: statement_timeout + OPERATION_MARGIN,
             wakeups,
             queues: QueueCache::default(),
-        })
+        };
+        store.backfill_signatures().await?;
+        Ok(store)
     }
 
     /// Applies pending migrations to the database at `url` without opening a store, and
@@ -510,6 +513,33 @@ macro_rules! read {
             })
             .await
     }};
+}
+
+impl PostgresStore {
+    /// Fills in the failure signatures of dead letters written before schema 19, a
+    /// batch per transaction, and logs how many (see `backfill`). An error stops it
+    /// after the batches already committed; the next connect resumes.
+    async fn backfill_signatures(&self) -> StoreResult<()> {
+        let mut done = backfill::Backfilled::default();
+        let mut after = String::new();
+        loop {
+            let batch = write_tx!(self, |db| backfill::batch(db, &after))?;
+            done.signed += batch.done.signed;
+            done.unreadable += batch.done.unreadable;
+            match batch.last {
+                Some(last) => after = last,
+                None => break,
+            }
+        }
+        if done != backfill::Backfilled::default() {
+            tracing::info!(
+                signed = done.signed,
+                unreadable = done.unreadable,
+                "backfilled the failure signatures of dead letters written before schema 19"
+            );
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]

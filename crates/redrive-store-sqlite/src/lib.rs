@@ -88,6 +88,7 @@
 //! WAL hold tens of messages rather than the few that fit with large bodies.
 
 mod access;
+mod backfill;
 mod cache;
 mod cases;
 mod dead_letters;
@@ -188,6 +189,7 @@ impl SqliteStore {
         files::create_db_file(path).map_err(StoreError::backend)?;
         let conn = schema::open_writer(path)?;
         schema::migrate(&conn)?;
+        backfill::run(&conn)?;
         files::restrict_files(path).map_err(StoreError::backend)?;
         let readers = ReadPool::open(path.to_path_buf(), options.readers)?;
         let queues = Arc::new(QueueCache::default());

@@ -864,7 +864,8 @@ async fn version_4_database_migrates_to_the_access_tables() {
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
-            "DROP TRIGGER dead_letters_signature_enter; DROP TRIGGER dead_letters_signature_move; \
+            "DROP TRIGGER dead_letters_signature_backfill; DROP INDEX dead_letters_unsigned; \
+             DROP TRIGGER dead_letters_signature_enter; DROP TRIGGER dead_letters_signature_move; \
              DROP TRIGGER dead_letters_signature_leave; DROP TRIGGER queues_signatures_drop; \
              DROP TABLE failure_signatures; DROP TABLE failure_signature_counts; \
              DROP TABLE failure_signature_hours; DROP INDEX dead_letters_signature; \
@@ -901,7 +902,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (20, 20));
+    assert_eq!((version, SCHEMA_VERSION), (22, 22));
     assert_eq!(store.peek(&name("q"), 1, 10, T0).await.unwrap().len(), 1);
     let token = NewToken {
         id: "tok_000000000000000a".to_owned(),
