@@ -38,6 +38,11 @@ pub(crate) const BATCH: i64 = 500;
 #[cfg(test)]
 pub(crate) const BATCH: i64 = 2;
 
+/// The next records without a signature, with their body sizes: `(after, limit)`.
+/// Read through the partial index `dead_letters_unsigned`.
+const UNSIGNED: &str = "SELECT queue, id, length(body) FROM dead_letters \
+     WHERE signature IS NULL AND id > ?1 ORDER BY id LIMIT ?2";
+
 /// What a backfill did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Backfilled {
@@ -81,12 +86,7 @@ pub(crate) fn run(conn: &Connection) -> StoreResult<Backfilled> {
 /// looked at, `None` when there was none left.
 fn batch(conn: &Connection, after: &str, done: &mut Backfilled) -> StoreResult<Option<String>> {
     let order: Vec<(String, String, u64)> = {
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT queue, id, length(body) FROM dead_letters \
-                 WHERE signature IS NULL AND id > ?1 ORDER BY id LIMIT ?2",
-            )
-            .db()?;
+        let mut stmt = conn.prepare_cached(UNSIGNED).db()?;
         let rows = stmt
             .query_map(params![after, BATCH], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get::<_, Option<i64>>(2)?))
@@ -320,6 +320,29 @@ mod tests {
         let live = failures(&store, Area::Live).await;
         assert_eq!((live[0].count, live[0].live), (3, 3));
         assert_eq!(failures(&store, Area::Archived).await[0].count, 1);
+    }
+
+    #[test]
+    fn the_records_left_are_found_through_the_partial_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = crate::schema::open_writer(&dir.path().join("plan.db")).unwrap();
+        crate::schema::migrate(&conn).unwrap();
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {}", super::UNSIGNED))
+            .unwrap()
+            .query_map(
+                rusqlite::params![rusqlite::types::Null, rusqlite::types::Null],
+                |r| r.get::<_, String>(3),
+            )
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let plan = plan.join(" | ");
+        assert!(plan.contains("dead_letters_unsigned"), "{plan}");
+        assert!(
+            !plan.contains("TEMP B-TREE"),
+            "ordered by the index: {plan}"
+        );
     }
 
     #[test]

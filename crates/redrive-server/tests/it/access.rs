@@ -41,6 +41,7 @@ fn allowed(role: &str) -> BTreeSet<(&'static str, &'static str)> {
             ("POST", "/v1/queues"),
             ("GET", q),
             ("GET", "/v1/queues/{name}/series"),
+            ("GET", "/v1/queues/{name}/sessions"),
             ("GET", "/v1/overview"),
             ("PATCH", q),
             ("DELETE", q),
