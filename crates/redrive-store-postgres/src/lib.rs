@@ -373,7 +373,8 @@ pub(crate) fn parse_url_with(
 
 impl PostgresStore {
     /// Connects to the database at `url` (a `postgres://` URL or a `key=value` string),
-    /// applies pending migrations, and returns a store with a pool of
+    /// applies pending migrations, gives the dead letters written before schema 19 their
+    /// failure signatures (`backfill`), and returns a store with a pool of
     /// [`PostgresOptions::pool_size`] connections (opened as needed).
     pub async fn connect(url: &str, options: PostgresOptions) -> Result<PostgresStore, StoreError> {
         if options.pool_size == 0 {

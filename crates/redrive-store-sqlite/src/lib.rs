@@ -22,7 +22,7 @@
 //!
 //! # Reads: a pool of read-only connections
 //!
-//! `get_queue`, `list_queues`, `queue_counts`, `peek`, `list_dead_letters`,
+//! `get_queue`, `list_queues`, `queue_counts`, `list_sessions`, `peek`, `list_dead_letters`,
 //! `get_dead_letter`, `replay_counts`, `next_wake`, the token lookups, `list_audit` and the
 //! case reads (`get_case`, `case_timeline`, `list_cases`, `case_counts`, `case_payload`,
 //! `due_cases`, `intent_words`, `list_effect_authorities`) run on a small pool ([`SqliteOptions::readers`]) of
@@ -181,7 +181,7 @@ impl std::fmt::Debug for SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path` (parent directories
-    /// created; the directory 0700, the database and its WAL files 0600), in WAL mode with `synchronous=FULL`, and applies migrations.
+    /// created; the directory 0700, the database and its WAL files 0600), in WAL mode with `synchronous=FULL`, applies migrations, and gives the dead letters written before schema 19 their failure signatures (`backfill`).
     pub fn open(path: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             files::prepare_dir(dir).map_err(StoreError::backend)?;
