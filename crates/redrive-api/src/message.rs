@@ -300,3 +300,33 @@ pub struct SessionLock {
     /// RFC 3339.
     pub locked_until: String,
 }
+
+/// One session of `GET /v1/queues/{name}/sessions`: its messages by state and whether a
+/// receiver holds it. Never the lock token.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SessionSummary {
+    /// The session.
+    pub session_id: String,
+    /// Messages available and visible now.
+    pub active: u64,
+    /// Messages visible only later (scheduled, or a redelivery's backoff).
+    pub scheduled: u64,
+    /// Messages under a live message lock.
+    pub in_flight: u64,
+    /// Deferred messages.
+    pub deferred: u64,
+    /// Whether a receiver holds the session now.
+    pub locked: bool,
+    /// When the session's lock runs out (RFC 3339), while it holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locked_until: Option<String>,
+}
+
+/// `GET /v1/queues/{name}/sessions`: a page of a queue's sessions, by id.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SessionPage {
+    /// The sessions.
+    pub sessions: Vec<SessionSummary>,
+    /// `after` for the next page; `null` on the last.
+    pub next: Option<String>,
+}

@@ -119,6 +119,7 @@ pub use series::{
     MAX_REASONS, MAX_SERIES_ENTITIES, OTHER_REASON, SERIES_INTERVAL_MS, SERIES_POINTS, SeriesEvent,
     SeriesPointView,
 };
+pub use sessions::{DEFAULT_SESSION_PAGE, MAX_SESSION_PAGE, SessionPage, SessionSummary};
 pub use sweeper::{DEAD_LETTER_RETENTION_INTERVAL, DEFAULT_LEASE_TTL, SWEEP_LEASE, Sweeper};
 pub use topics::{
     EventInput, MAX_PUBLISH_BATCH, PUBLISH_MEDIA_TYPES, PUSH_MAX_DELIVERY_COUNT, PublishedEvent,

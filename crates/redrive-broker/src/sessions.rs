@@ -1,15 +1,70 @@
-//! Session locks: one receiver holds a session at a time.
+//! Session locks: one receiver holds a session at a time; the listing of a queue's
+//! sessions.
 
 use std::pin::pin;
 
 use redrive_core::EntityName;
 use redrive_core::id::{LockToken, Named, given};
+pub use redrive_store::{MAX_SESSION_PAGE, SessionSummary};
 use redrive_store::{SessionLock, StoreError};
 
-use crate::messages::check_lock_ms;
+use crate::messages::{MAX_ID_LEN, check_lock_ms};
 use crate::{Broker, BrokerError, BrokerResult, MAX_WAIT_MS};
 
+/// The page size of a listing of sessions when none is asked for.
+pub const DEFAULT_SESSION_PAGE: u32 = 50;
+
+/// A page of a queue's sessions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionPage {
+    /// The sessions, by id.
+    pub sessions: Vec<SessionSummary>,
+    /// What to ask for as `after` for the next page: the last id of a full page, `None`
+    /// after a shorter one (the last). A full last page is followed by an empty one.
+    pub next: Option<String>,
+}
+
 impl Broker {
+    /// A page of the queue's sessions as they stand now, by id, those after `after`:
+    /// each with its messages by state and, while a receiver holds it, when its lock
+    /// runs out (never the token). `limit` is 1 to [`MAX_SESSION_PAGE`] (default
+    /// [`DEFAULT_SESSION_PAGE`]); `after` a session id (1 to 128 bytes). A queue without
+    /// sessions answers an empty page.
+    #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue))]
+    pub async fn list_sessions(
+        &self,
+        queue: &str,
+        after: Option<&str>,
+        limit: Option<u32>,
+    ) -> BrokerResult<SessionPage> {
+        let name: EntityName = queue.parse()?;
+        let limit = limit.unwrap_or(DEFAULT_SESSION_PAGE);
+        if limit == 0 || limit > MAX_SESSION_PAGE {
+            return Err(BrokerError::invalid(
+                "limit",
+                format!("must be between 1 and {MAX_SESSION_PAGE}"),
+            ));
+        }
+        if let Some(a) = after
+            && (a.is_empty() || a.len() > MAX_ID_LEN)
+        {
+            return Err(BrokerError::invalid(
+                "after",
+                format!("must be a session id of 1 to {MAX_ID_LEN} bytes"),
+            ));
+        }
+        let sessions = self
+            .inner
+            .store
+            .list_sessions(&name, after, limit, self.now())
+            .await?;
+        let full = sessions.len() >= usize::try_from(limit).unwrap_or(usize::MAX);
+        let next = full
+            .then(|| sessions.last().map(|s| s.session_id.clone()))
+            .flatten();
+        Ok(SessionPage { sessions, next })
+    }
+
     /// Locks a session: the named one, or the next with a visible message. Waits up to
     /// `wait_ms` for one to become available; `None` when none did.
     #[tracing::instrument(level = "debug", skip_all, fields(queue = %queue, session_id))]

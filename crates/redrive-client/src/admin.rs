@@ -1,7 +1,8 @@
 //! Management of the entities a client sends to and receives from: queues, topics and
-//! pull subscriptions (role `operator`). Reads are retried after any transient failure;
+//! pull subscriptions, and the listing of a queue's sessions (role `operator`). Reads are retried after any transient failure;
 //! changes only after a failure that proves nothing happened.
 
+use redrive_api::message::SessionPage;
 use redrive_api::queue::{
     CreateQueue, PolicyVersionList, PurgeResult, QueueInfo, QueueList, QueuePolicy, UpdateQueue,
 };
@@ -159,6 +160,33 @@ impl Admin {
             }
             if let Some(l) = limit {
                 pairs.append_pair("limit", &l.to_string());
+            }
+        }
+        Ok(self
+            .client
+            .json(Req::new(Method::GET, url), Retry::Always)
+            .await?)
+    }
+
+    /// A page of a queue's sessions by id, as they stand now
+    /// (`GET /v1/queues/{name}/sessions`): those after `after` (the `next` of the page
+    /// before), at most `limit` (1 to 100; the server's default 50). Each has its
+    /// messages by state and, while a receiver holds it, when its lock runs out.
+    pub async fn list_sessions(
+        &self,
+        name: &str,
+        after: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<SessionPage, AdminError> {
+        check_name(&format!("list sessions of {name}"), name)?;
+        let mut url = self.client.endpoint(&["v1", "queues", name, "sessions"]);
+        if after.is_some() || limit.is_some() {
+            let mut q = url.query_pairs_mut();
+            if let Some(a) = after {
+                q.append_pair("after", a);
+            }
+            if let Some(n) = limit {
+                q.append_pair("limit", &n.to_string());
             }
         }
         Ok(self

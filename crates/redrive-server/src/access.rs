@@ -89,6 +89,12 @@ pub const ROUTES: &[RouteRule] = {
             None,
         ),
         (
+            Method::GET,
+            "/v1/queues/{name}/sessions",
+            &[ReadMetadata],
+            Q,
+        ),
+        (
             Method::POST,
             "/v1/queues/{name}/sessions/accept",
             &[Session],

@@ -110,6 +110,7 @@ macro_rules! store_conformance_tests {
             receive_with_lost_session_lock_is_session_lock_lost,
             renew_and_release_session,
             accept_session_on_plain_queue_is_session_not_allowed,
+            list_sessions_pages_by_id_with_counts_and_live_locks,
             // group ordering
             group_ordering_delivers_each_group_in_order_one_in_flight,
             group_ordering_lets_other_groups_pass_a_blocked_one,

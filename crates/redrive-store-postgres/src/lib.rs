@@ -206,6 +206,7 @@
 //! - `error`: [`PostgresError`] and the mapping into [`StoreError`].
 
 mod access;
+mod backfill;
 mod cases;
 mod clock;
 mod dead_letters;
@@ -373,7 +374,8 @@ pub(crate) fn parse_url_with(
 
 impl PostgresStore {
     /// Connects to the database at `url` (a `postgres://` URL or a `key=value` string),
-    /// applies pending migrations, and returns a store with a pool of
+    /// applies pending migrations, gives the dead letters written before schema 19 their
+    /// failure signatures (`backfill`), and returns a store with a pool of
     /// [`PostgresOptions::pool_size`] connections (opened as needed).
     pub async fn connect(url: &str, options: PostgresOptions) -> Result<PostgresStore, StoreError> {
         if options.pool_size == 0 {
@@ -398,12 +400,14 @@ impl PostgresStore {
             pool::on_connect_sql(schema),
             wakeups::channel_for(in_schema.as_deref().unwrap_or("public")),
         );
-        Ok(PostgresStore {
+        let store = PostgresStore {
             pool: Pool::new(config, schema, options.pool_size, statement_timeout),
             op_timeout: statement_timeout + OPERATION_MARGIN,
             wakeups,
             queues: QueueCache::default(),
-        })
+        };
+        store.backfill_signatures().await?;
+        Ok(store)
     }
 
     /// Applies pending migrations to the database at `url` without opening a store, and
@@ -511,6 +515,33 @@ macro_rules! read {
             })
             .await
     }};
+}
+
+impl PostgresStore {
+    /// Fills in the failure signatures of dead letters written before schema 19, a
+    /// batch per transaction, and logs how many (see `backfill`). An error stops it
+    /// after the batches already committed; the next connect resumes.
+    async fn backfill_signatures(&self) -> StoreResult<()> {
+        let mut done = backfill::Backfilled::default();
+        let mut after = String::new();
+        loop {
+            let batch = write_tx!(self, |db| backfill::batch(db, &after))?;
+            done.signed += batch.done.signed;
+            done.unreadable += batch.done.unreadable;
+            match batch.last {
+                Some(last) => after = last,
+                None => break,
+            }
+        }
+        if done != backfill::Backfilled::default() {
+            tracing::info!(
+                signed = done.signed,
+                unreadable = done.unreadable,
+                "backfilled the failure signatures of dead letters written before schema 19"
+            );
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -719,6 +750,16 @@ impl Store for PostgresStore {
             |db| sessions::release(db, queue, session_id, lock_token),
             |_released| vec![queue.as_str()]
         )
+    }
+
+    async fn list_sessions(
+        &self,
+        queue: &EntityName,
+        after: Option<&str>,
+        limit: u32,
+        now: Timestamp,
+    ) -> StoreResult<Vec<redrive_store::SessionSummary>> {
+        read!(self, |db| sessions::list(db, queue, after, limit, now))
     }
 
     async fn sweep(&self, now: Timestamp, limit: u32) -> StoreResult<SweepOutcome> {

@@ -869,7 +869,10 @@ async fn insert_batch(
 
 /// Keeps the fields of the failure signatures of a batch (once each; an id is a hash of
 /// its fields), before the records that name them are inserted.
-async fn insert_signatures(db: &Db<'_>, shapes: &[(String, FailureShape)]) -> StoreResult<()> {
+pub(crate) async fn insert_signatures(
+    db: &Db<'_>,
+    shapes: &[(String, FailureShape)],
+) -> StoreResult<()> {
     let mut id = Vec::with_capacity(shapes.len());
     let mut queue = Vec::with_capacity(shapes.len());
     let mut reason = Vec::with_capacity(shapes.len());

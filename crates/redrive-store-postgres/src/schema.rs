@@ -39,10 +39,11 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (19, include_str!("migrations/0019_failure_signatures.sql")),
     (20, include_str!("migrations/0020_open_cases_by_queue.sql")),
     (21, include_str!("migrations/0021_policy_versions.sql")),
+    (22, include_str!("migrations/0022_signature_backfill.sql")),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: u32 = 21;
+pub const LATEST_VERSION: u32 = 22;
 
 /// First key of the advisory lock that serialises migrations ("rdrv"); the second key is
 /// a hash of the schema name, so that migrations of different schemas do not wait on

@@ -1,4 +1,5 @@
-//! Session locks: one receiver holds a session at a time, across every node.
+//! Session locks: one receiver holds a session at a time, across every node; the listing
+//! of a queue's sessions.
 //!
 //! Taking a lock is one `INSERT ... ON CONFLICT DO UPDATE ... WHERE the old lock ran out`
 //! statement: PostgreSQL locks the conflicting row and re-checks the condition on its
@@ -9,10 +10,13 @@ use redrive_store::skeleton::columns::after;
 use redrive_store::skeleton::entities::{
     check_session_queue, renewed_session, session_held, session_lock, session_locked,
 };
-use redrive_store::{SessionLock, SessionRef, StoreResult};
+use redrive_store::{
+    QueueCounts, SessionLock, SessionRef, SessionSummary, StoreResult, session_page_limit,
+    session_summaries,
+};
 
 use crate::pool::Db;
-use crate::rows::{get, queue};
+use crate::rows::{count_u64, decode, get, head, head_cols, queue};
 
 /// How many sessions an unnamed accept tries when others take its candidates first.
 const ACCEPT_ATTEMPTS: usize = 16;
@@ -155,4 +159,91 @@ pub(crate) async fn forget_expired(db: &Db<'_>, now: Timestamp) -> StoreResult<(
     db.execute("DELETE FROM sessions WHERE locked_until <= $1", &[&now.0])
         .await?;
     Ok(())
+}
+
+/// A page of the queue's sessions at `now` (see `Store::list_sessions`).
+///
+/// The page's ids come from the `messages_session` index (distinct session ids of the
+/// queue after `after`, in order) merged with the live locks of the `sessions` table, at
+/// most `limit` of each before the merge; each session's counts are one indexed read of
+/// its messages. Like the queue's counts, the counts and locks are one statement and the
+/// messages whose lock ran out by `now` a second one.
+pub(crate) async fn list(
+    db: &Db<'_>,
+    name: &EntityName,
+    after: Option<&str>,
+    limit: u32,
+    now: Timestamp,
+) -> StoreResult<Vec<SessionSummary>> {
+    let q = queue(db, name).await?;
+    let limit = i64::from(session_page_limit(limit));
+    // Session ids are never empty (the broker refuses an empty one), so "" is before all.
+    let after = after.unwrap_or("");
+    let rows = db
+        .query(
+            "WITH ids AS ( \
+               (SELECT DISTINCT session_id FROM messages \
+                WHERE queue_id = $1 AND session_id IS NOT NULL AND session_id > $2 \
+                ORDER BY session_id LIMIT $3) \
+               UNION \
+               (SELECT session_id FROM sessions \
+                WHERE queue_id = $1 AND session_id > $2 AND locked_until > $4 \
+                ORDER BY session_id LIMIT $3) \
+               ORDER BY session_id LIMIT $3) \
+             SELECT i.session_id, c.active, c.scheduled, c.locked, c.deferred, s.locked_until \
+             FROM ids i \
+             CROSS JOIN LATERAL ( \
+               SELECT count(*) FILTER (WHERE m.state = 'available' AND m.due_at <= $4) \
+                        AS active, \
+                      count(*) FILTER (WHERE m.state = 'available' AND m.due_at > $4) \
+                        AS scheduled, \
+                      count(*) FILTER (WHERE m.state = 'locked' AND m.due_at > $4) \
+                        AS locked, \
+                      count(*) FILTER (WHERE m.state = 'deferred') AS deferred \
+               FROM messages m \
+               WHERE m.queue_id = $1 AND m.session_id = i.session_id) c \
+             LEFT JOIN sessions s ON s.queue_id = $1 AND s.session_id = i.session_id \
+               AND s.locked_until > $4 \
+             ORDER BY i.session_id",
+            &[&q.id, &after, &limit, &now.0],
+        )
+        .await?;
+    let mut ids = Vec::with_capacity(rows.len());
+    let mut counts = Vec::with_capacity(rows.len());
+    let mut locks = Vec::new();
+    for row in &rows {
+        let id: String = get(row, 0)?;
+        counts.push((
+            id.clone(),
+            QueueCounts {
+                active: count_u64(row, 1)?,
+                scheduled: count_u64(row, 2)?,
+                locked: count_u64(row, 3)?,
+                deferred: count_u64(row, 4)?,
+                ..QueueCounts::default()
+            },
+        ));
+        if let Some(until) = get::<Option<i64>>(row, 5)? {
+            locks.push((id.clone(), Timestamp(until)));
+        }
+        ids.push(id);
+    }
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let expired = db
+        .query(
+            concat!(
+                "SELECT ",
+                head_cols!(),
+                " FROM messages WHERE queue_id = $1 AND state = 'locked' AND due_at <= $3 \
+                 AND session_id = ANY($2::text[])"
+            ),
+            &[&q.id, &ids, &now.0],
+        )
+        .await?;
+    let expired = decode(&expired, head)?;
+    Ok(session_summaries(
+        ids, counts, &expired, locks, &q.policy, now,
+    ))
 }

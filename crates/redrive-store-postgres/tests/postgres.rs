@@ -1006,15 +1006,22 @@ async fn one_node_wins_a_token_name() {
 /// Takes a schema back to version 7, as a build of that version left it: the case tables
 /// and the route columns of version 8, and the replay plans of version 10 (with the move
 /// plans version 11 made of the move tasks of version 9) gone.
-/// Undoes version 19 (failure signatures): the start of every way back below it.
-const UNDO_VERSION_19: &str = "DROP TRIGGER dead_letters_signature ON dead_letters; \
+/// Undoes version 22 (the backfill's index and trigger) and version 19 (failure
+/// signatures): the start of every way back below it.
+const UNDO_VERSION_19: &str = "DROP TRIGGER dead_letters_signature_backfill ON dead_letters; \
+     DROP FUNCTION redrive_dead_letters_signature_backfill(); \
+     DROP INDEX dead_letters_unsigned; \
+     DROP TRIGGER dead_letters_signature ON dead_letters; \
      DROP TRIGGER queues_signatures_drop ON queues; \
      DROP FUNCTION redrive_dead_letters_signature(), redrive_queue_signatures_drop(), \
        redrive_signature_enter(text, text, text, bigint); \
      DROP TABLE failure_signatures, failure_signature_counts, failure_signature_hours; \
      ALTER TABLE dead_letters DROP COLUMN signature, DROP COLUMN source;";
 
-const BACK_TO_VERSION_7: &str = "DROP TRIGGER dead_letters_signature ON dead_letters; \
+const BACK_TO_VERSION_7: &str = "DROP TRIGGER dead_letters_signature_backfill ON dead_letters; \
+     DROP FUNCTION redrive_dead_letters_signature_backfill(); \
+     DROP INDEX dead_letters_unsigned; \
+     DROP TRIGGER dead_letters_signature ON dead_letters; \
      DROP TRIGGER queues_signatures_drop ON queues; \
      DROP FUNCTION redrive_dead_letters_signature(), redrive_queue_signatures_drop(), \
        redrive_signature_enter(text, text, text, bigint); \
@@ -1036,7 +1043,10 @@ const BACK_TO_VERSION_7: &str = "DROP TRIGGER dead_letters_signature ON dead_let
 
 /// Takes a schema back to version 6, as a build of that version left it: version 8
 /// to 11 undone, then the replay columns and indexes of version 7 gone.
-const BACK_TO_VERSION_6: &str = "DROP TABLE queue_policy_versions; \
+const BACK_TO_VERSION_6: &str = "DROP TRIGGER dead_letters_signature_backfill ON dead_letters; \
+     DROP FUNCTION redrive_dead_letters_signature_backfill(); \
+     DROP INDEX dead_letters_unsigned; \
+     DROP TABLE queue_policy_versions; \
      DROP TRIGGER dead_letters_signature ON dead_letters; \
      DROP TRIGGER queues_signatures_drop ON queues; \
      DROP FUNCTION redrive_dead_letters_signature(), redrive_queue_signatures_drop(), \
@@ -1085,10 +1095,10 @@ async fn a_version_4_schema_gains_the_access_tables() {
         "4"
     );
     let store = PostgresStore::connect(&g.url, g.options()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 21);
+    assert_eq!(SCHEMA_VERSION, 22);
     assert_eq!(
         scalar(&g, "SELECT max(version) FROM redrive_schema_migrations").await,
-        "21"
+        "22"
     );
     assert_eq!(store.list_queues().await.unwrap().len(), 1);
     // The queue's current policy is its one version (schema 21's backfill).

@@ -22,7 +22,7 @@
 //!
 //! # Reads: a pool of read-only connections
 //!
-//! `get_queue`, `list_queues`, `queue_counts`, `peek`, `list_dead_letters`,
+//! `get_queue`, `list_queues`, `queue_counts`, `list_sessions`, `peek`, `list_dead_letters`,
 //! `get_dead_letter`, `replay_counts`, `next_wake`, the token lookups, `list_audit` and the
 //! case reads (`get_case`, `case_timeline`, `list_cases`, `case_counts`, `case_payload`,
 //! `due_cases`, `intent_words`, `list_effect_authorities`) run on a small pool ([`SqliteOptions::readers`]) of
@@ -88,6 +88,7 @@
 //! WAL hold tens of messages rather than the few that fit with large bodies.
 
 mod access;
+mod backfill;
 mod cache;
 mod cases;
 mod dead_letters;
@@ -181,7 +182,7 @@ impl std::fmt::Debug for SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path` (parent directories
-    /// created; the directory 0700, the database and its WAL files 0600), in WAL mode with `synchronous=FULL`, and applies migrations.
+    /// created; the directory 0700, the database and its WAL files 0600), in WAL mode with `synchronous=FULL`, applies migrations, and gives the dead letters written before schema 19 their failure signatures (`backfill`).
     pub fn open(path: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             files::prepare_dir(dir).map_err(StoreError::backend)?;
@@ -189,6 +190,7 @@ impl SqliteStore {
         files::create_db_file(path).map_err(StoreError::backend)?;
         let conn = schema::open_writer(path)?;
         schema::migrate(&conn)?;
+        backfill::run(&conn)?;
         files::restrict_files(path).map_err(StoreError::backend)?;
         let readers = ReadPool::open(path.to_path_buf(), options.readers)?;
         let queues = Arc::new(QueueCache::default());
@@ -447,6 +449,19 @@ impl Store for SqliteStore {
             (queue.clone(), session_id.to_owned(), lock_token.to_owned());
         self.writer
             .write(move |tx| sessions::release(tx, &queue, &session_id, &lock_token))
+            .await
+    }
+
+    async fn list_sessions(
+        &self,
+        queue: &EntityName,
+        after: Option<&str>,
+        limit: u32,
+        now: Timestamp,
+    ) -> StoreResult<Vec<redrive_store::SessionSummary>> {
+        let (queue, after) = (queue.clone(), after.map(str::to_owned));
+        self.readers
+            .read(move |c| sessions::list(c, &queue, after.as_deref(), limit, now))
             .await
     }
 

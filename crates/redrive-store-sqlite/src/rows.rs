@@ -525,7 +525,7 @@ pub(crate) fn insert_record(
 }
 
 /// Keeps the fields of failure signature `id` (once; the id is a hash of them).
-fn insert_signature(conn: &Connection, id: &str, s: &FailureShape) -> StoreResult<()> {
+pub(crate) fn insert_signature(conn: &Connection, id: &str, s: &FailureShape) -> StoreResult<()> {
     conn.prepare_cached(
         "INSERT INTO failure_signatures (id, queue, reason, route_kind, outcome_class, \
          message_type, source, description) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \

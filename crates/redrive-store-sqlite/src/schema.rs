@@ -36,10 +36,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (19, include_str!("migrations/0019_failure_signatures.sql")),
     (20, include_str!("migrations/0020_open_cases_by_queue.sql")),
     (21, include_str!("migrations/0021_policy_versions.sql")),
+    (22, include_str!("migrations/0022_signature_backfill.sql")),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: i64 = 21;
+pub const LATEST_VERSION: i64 = 22;
 
 /// How long a connection waits for a lock held by another connection before giving up
 /// with SQLITE_BUSY (mapped to `Unavailable`).

@@ -1,14 +1,20 @@
-//! Session locks: one receiver holds a session at a time.
+//! Session locks: one receiver holds a session at a time; the listing of a queue's
+//! sessions.
 
 use redrive_core::{EntityName, Timestamp};
 use redrive_store::skeleton::columns::after;
+use redrive_store::skeleton::entities::queue_not_found;
 use redrive_store::skeleton::entities::{
     check_session_queue, renewed_session, session_held, session_lock, session_locked,
 };
-use redrive_store::{SessionLock, SessionRef, StoreResult};
+use redrive_store::{
+    QueueCounts, SessionLock, SessionRef, SessionSummary, StoreResult, session_page_limit,
+    session_summaries,
+};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::Db;
+use crate::rows::{head, head_cols, load_queue, query_all};
 use crate::writer::Tx;
 
 /// The queue's id, if it uses sessions.
@@ -151,4 +157,128 @@ pub(crate) fn forget_expired(conn: &Connection, now: Timestamp) -> StoreResult<(
         .execute([now.0])
         .db()?;
     Ok(())
+}
+
+/// The ids of a page of sessions: `(queue_id, after, limit, now)`.
+const IDS: &str = "SELECT session_id FROM ( \
+       SELECT DISTINCT session_id FROM messages \
+       WHERE queue_id = ?1 AND session_id IS NOT NULL AND session_id > ?2 \
+       ORDER BY session_id LIMIT ?3) \
+     UNION \
+     SELECT session_id FROM ( \
+       SELECT session_id FROM sessions \
+       WHERE queue_id = ?1 AND session_id > ?2 AND locked_until > ?4 \
+       ORDER BY session_id LIMIT ?3) \
+     ORDER BY session_id LIMIT ?3";
+
+/// Each session's messages by state at `now`, for sessions between two ids:
+/// `(queue_id, first, last, now)`.
+const COUNTS: &str = "SELECT session_id, \
+       coalesce(sum(state = 'available' AND due_at <= ?4), 0), \
+       coalesce(sum(state = 'available' AND due_at > ?4), 0), \
+       coalesce(sum(state = 'locked' AND due_at > ?4), 0), \
+       coalesce(sum(state = 'deferred'), 0) \
+     FROM messages \
+     WHERE queue_id = ?1 AND session_id IS NOT NULL \
+       AND session_id >= ?2 AND session_id <= ?3 \
+     GROUP BY session_id";
+
+/// The session locks that hold at `now`, between two ids: `(queue_id, first, last, now)`.
+const LOCKS: &str = "SELECT session_id, locked_until FROM sessions \
+     WHERE queue_id = ?1 AND session_id >= ?2 AND session_id <= ?3 \
+       AND locked_until > ?4";
+
+/// A page of the queue's sessions at `now` (see `Store::list_sessions`), in one read
+/// transaction.
+///
+/// The page's ids come from the `messages_session` index (distinct session ids of the
+/// queue after `after`, in order) merged with the live locks of the `sessions` table, at
+/// most `limit` of each before the merge. Every session with messages between the
+/// page's first and last id is on the page, so its counts, its expired message locks
+/// and its session locks are each one range read over that span.
+pub(crate) fn list(
+    conn: &Connection,
+    queue: &EntityName,
+    after: Option<&str>,
+    limit: u32,
+    now: Timestamp,
+) -> StoreResult<Vec<SessionSummary>> {
+    let q = load_queue(conn, queue.as_str())?.ok_or_else(|| queue_not_found(queue))?;
+    let limit = session_page_limit(limit);
+    // Session ids are never empty (the broker refuses an empty one), so "" is before all.
+    let after = after.unwrap_or("");
+    let mut stmt = conn.prepare_cached(IDS).db()?;
+    let ids: Vec<String> = query_all(&mut stmt, params![q.id, after, limit, now.0], |r| {
+        r.get(0).db()
+    })?;
+    let (Some(first), Some(last)) = (ids.first().cloned(), ids.last().cloned()) else {
+        return Ok(Vec::new());
+    };
+    let mut stmt = conn.prepare_cached(COUNTS).db()?;
+    let counts = query_all(&mut stmt, params![q.id, first, last, now.0], |r| {
+        let n = |i: usize| -> StoreResult<u64> {
+            let v: i64 = r.get(i).db()?;
+            u64::try_from(v).map_err(|e| redrive_store::skeleton::columns::bad_value("count", e))
+        };
+        Ok((
+            r.get::<_, String>(0).db()?,
+            QueueCounts {
+                active: n(1)?,
+                scheduled: n(2)?,
+                locked: n(3)?,
+                deferred: n(4)?,
+                ..QueueCounts::default()
+            },
+        ))
+    })?;
+    let mut stmt = conn
+        .prepare_cached(concat!(
+            "SELECT ",
+            head_cols!(),
+            " FROM messages WHERE queue_id = ?1 AND state = 'locked' AND due_at <= ?4 \
+             AND session_id IS NOT NULL AND session_id >= ?2 AND session_id <= ?3"
+        ))
+        .db()?;
+    let expired = query_all(&mut stmt, params![q.id, first, last, now.0], head)?;
+    let mut stmt = conn.prepare_cached(LOCKS).db()?;
+    let locks = query_all(&mut stmt, params![q.id, first, last, now.0], |r| {
+        Ok((r.get::<_, String>(0).db()?, Timestamp(r.get(1).db()?)))
+    })?;
+    Ok(session_summaries(
+        ids, counts, &expired, locks, &q.policy, now,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{COUNTS, IDS, LOCKS};
+    use crate::schema;
+
+    /// The plan of `sql` on a new database, its details joined.
+    fn plan(sql: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = schema::open_writer(&dir.path().join("plan.db")).unwrap();
+        schema::migrate(&conn).unwrap();
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let unbound = rusqlite::params_from_iter(std::iter::repeat_n(
+            rusqlite::types::Null,
+            stmt.parameter_count(),
+        ));
+        stmt.query_map(unbound, |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+
+    #[test]
+    fn the_listing_of_sessions_reads_through_indexes() {
+        let ids = plan(IDS);
+        assert!(ids.contains("messages_session"), "{ids}");
+        assert!(ids.contains("sqlite_autoindex_sessions_1"), "{ids}");
+        let counts = plan(COUNTS);
+        assert!(counts.contains("messages_session"), "{counts}");
+        let locks = plan(LOCKS);
+        assert!(locks.contains("sqlite_autoindex_sessions_1"), "{locks}");
+    }
 }

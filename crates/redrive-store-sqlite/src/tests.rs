@@ -864,7 +864,8 @@ async fn version_4_database_migrates_to_the_access_tables() {
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
-            "DROP TABLE queue_policy_versions; \
+            "DROP TRIGGER dead_letters_signature_backfill; DROP INDEX dead_letters_unsigned; \
+             DROP TABLE queue_policy_versions; \
              DROP TRIGGER dead_letters_signature_enter; DROP TRIGGER dead_letters_signature_move; \
              DROP TRIGGER dead_letters_signature_leave; DROP TRIGGER queues_signatures_drop; \
              DROP TABLE failure_signatures; DROP TABLE failure_signature_counts; \
@@ -902,7 +903,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (21, 21));
+    assert_eq!((version, SCHEMA_VERSION), (22, 22));
     // The queue's current policy is its one version (schema 21's backfill).
     let versions = store
         .list_policy_versions(&name("q"), None, 10)

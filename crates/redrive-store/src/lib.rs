@@ -44,6 +44,7 @@ pub use types::*;
 use async_trait::async_trait;
 use redrive_core::register::{RegisterEntry, RegisterKey};
 use redrive_core::{Area, EntityName, QueuePolicy, Timestamp};
+use skeleton::Head;
 
 /// One version of a queue's policy, as it was written.
 #[derive(Debug, Clone, PartialEq)]
@@ -248,6 +249,21 @@ pub trait Store: Send + Sync + 'static {
         lock_token: &str,
         now: Timestamp,
     ) -> StoreResult<()>;
+
+    /// A page of the queue's sessions as they stand at `now`, by session id, those after
+    /// `after`, at most `limit` (0 or more than [`MAX_SESSION_PAGE`] means
+    /// [`MAX_SESSION_PAGE`]). A session is listed while it has messages or a live lock.
+    /// Each summary counts its messages as [`Store::queue_counts`] counts a queue's (a
+    /// message lock that ran out by `now` counts where a browse shows it) and names its
+    /// lock's end while the lock holds; it never carries the lock token. A queue without
+    /// sessions answers an empty page. `QueueNotFound`.
+    async fn list_sessions(
+        &self,
+        queue: &EntityName,
+        after: Option<&str>,
+        limit: u32,
+        now: Timestamp,
+    ) -> StoreResult<Vec<SessionSummary>>;
 
     // ---- background work ----------------------------------------------------------
 
@@ -770,4 +786,81 @@ pub trait Store: Send + Sync + 'static {
     /// `GET /v1/overview`).
     async fn overview_counts(&self, now: Timestamp, flag_after: u32)
     -> StoreResult<OverviewCounts>;
+}
+
+/// The largest page of [`Store::list_sessions`].
+pub const MAX_SESSION_PAGE: u32 = 100;
+
+/// One session of a queue as a browse sees it at a given time: what waits in it and
+/// whether a receiver holds it. Never the lock token, which proves the hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSummary {
+    /// The session id.
+    pub session_id: String,
+    /// Messages of the session available and visible now.
+    pub active: u64,
+    /// Messages of the session visible only later (scheduled, or a redelivery's backoff).
+    pub scheduled: u64,
+    /// Messages of the session under a live message lock (in flight).
+    pub in_flight: u64,
+    /// Deferred messages of the session.
+    pub deferred: u64,
+    /// When the session's lock runs out, while a receiver holds it; `None` when no lock
+    /// holds at the time of the listing.
+    pub locked_until: Option<Timestamp>,
+}
+
+impl SessionSummary {
+    /// Whether a receiver holds the session.
+    pub fn locked(&self) -> bool {
+        self.locked_until.is_some()
+    }
+}
+
+/// The limit a backend applies to a page of sessions asked with `limit`.
+pub fn session_page_limit(limit: u32) -> u32 {
+    if limit == 0 || limit > MAX_SESSION_PAGE {
+        MAX_SESSION_PAGE
+    } else {
+        limit
+    }
+}
+
+/// What a backend read for one page of sessions, put together in session id order.
+///
+/// `ids` is the page (ascending); `counts` each session's messages by state at `now` as
+/// the rows stand, a lock that ran out by `now` left out of `locked` (as
+/// [`Store::queue_counts`] leaves it); `expired` the heads of the page's messages whose
+/// lock ran out by `now`, counted where a browse shows them
+/// ([`skeleton::messages::count_expired_locks`]); `locks` the sessions whose lock holds
+/// at `now`, with its end.
+pub fn session_summaries(
+    ids: Vec<String>,
+    counts: Vec<(String, QueueCounts)>,
+    expired: &[Head],
+    locks: Vec<(String, Timestamp)>,
+    policy: &QueuePolicy,
+    now: Timestamp,
+) -> Vec<SessionSummary> {
+    let mut counts: std::collections::HashMap<String, QueueCounts> = counts.into_iter().collect();
+    for head in expired {
+        if let Some(id) = &head.session_id {
+            let c = counts.entry(id.clone()).or_default();
+            skeleton::messages::count_expired_locks(c, std::slice::from_ref(head), policy, now);
+        }
+    }
+    let locks: std::collections::HashMap<String, Timestamp> = locks.into_iter().collect();
+    ids.into_iter()
+        .map(|session_id| {
+            let c = counts.get(&session_id).copied().unwrap_or_default();
+            SessionSummary {
+                locked_until: locks.get(&session_id).copied(),
+                active: c.active,
+                scheduled: c.scheduled,
+                in_flight: c.locked,
+                deferred: c.deferred,
+                session_id,
+            }
+        })
+        .collect()
 }

@@ -91,6 +91,9 @@ enum Command {
     /// items); SQS move tasks show here as plans too.
     #[command(subcommand)]
     Replay(cmd::replay::ReplayCommand),
+    /// A queue's sessions: what waits in each and who holds it.
+    #[command(subcommand)]
+    Session(cmd::session::SessionCommand),
     /// Show live counts of one queue or of all.
     Stats(cmd::stats::StatsArgs),
     /// Manage API tokens (admin).
@@ -357,6 +360,7 @@ async fn dispatch(
         Command::Dlq(c) => cmd::dlq::run(&ctx()?, c).await,
         Command::Failures(a) => cmd::failures::run(&ctx()?, a).await,
         Command::Replay(c) => cmd::replay::run(&ctx()?, c).await,
+        Command::Session(c) => cmd::session::run(&ctx()?, c).await,
         Command::Stats(a) => cmd::stats::run(&ctx()?, a).await,
         Command::Token(c) => cmd::access::run_token(&ctx()?, c).await,
         Command::Audit(c) => cmd::access::run_audit(&ctx()?, c).await,

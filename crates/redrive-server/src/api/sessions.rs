@@ -1,14 +1,18 @@
-//! `/v1/queues/{name}/sessions`: accept (named or next available), renew, release.
+//! `/v1/queues/{name}/sessions`: the queue's sessions, by id; accept (named or next
+//! available), renew, release.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
-use redrive_api::message::{AcceptSession, SessionLock, SessionTokenRequest};
+use redrive_api::message::{
+    AcceptSession, SessionLock, SessionPage, SessionSummary, SessionTokenRequest,
+};
+use serde::Deserialize;
 
 use crate::AppState;
-use crate::error::{ApiError, ApiJson};
+use crate::error::{ApiError, ApiJson, ApiQuery};
 
 fn lock_out(l: redrive_broker::model::SessionLock) -> SessionLock {
     SessionLock {
@@ -16,6 +20,40 @@ fn lock_out(l: redrive_broker::model::SessionLock) -> SessionLock {
         lock_token: l.lock_token,
         locked_until: l.locked_until.to_rfc3339(),
     }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    after: Option<String>,
+    limit: Option<u32>,
+}
+
+fn summary_out(s: redrive_broker::SessionSummary) -> SessionSummary {
+    SessionSummary {
+        locked: s.locked(),
+        locked_until: s.locked_until.map(|t| t.to_rfc3339()),
+        session_id: s.session_id,
+        active: s.active,
+        scheduled: s.scheduled,
+        in_flight: s.in_flight,
+        deferred: s.deferred,
+    }
+}
+
+async fn list(
+    State(s): State<AppState>,
+    Path(queue): Path<String>,
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> Result<Json<SessionPage>, ApiError> {
+    let page = s
+        .broker
+        .list_sessions(&queue, q.after.as_deref(), q.limit)
+        .await?;
+    Ok(Json(SessionPage {
+        sessions: page.sessions.into_iter().map(summary_out).collect(),
+        next: page.next,
+    }))
 }
 
 async fn accept(
@@ -68,6 +106,7 @@ async fn release(
 
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
+        .route("/v1/queues/{name}/sessions", get(list))
         .route("/v1/queues/{name}/sessions/accept", post(accept))
         .route("/v1/queues/{name}/sessions/{session}/renew", post(renew))
         .route(

@@ -42,6 +42,7 @@ fn allowed(role: &str) -> BTreeSet<(&'static str, &'static str)> {
             ("GET", q),
             ("GET", "/v1/queues/{name}/series"),
             ("GET", "/v1/queues/{name}/policy/versions"),
+            ("GET", "/v1/queues/{name}/sessions"),
             ("GET", "/v1/overview"),
             ("PATCH", q),
             ("DELETE", q),

@@ -37,6 +37,7 @@ mod replay_api;
 mod replay_moves;
 mod replay_plans;
 mod seed_003;
+mod session_list;
 mod sessions;
 mod tls;
 mod topics;

@@ -333,3 +333,158 @@ pub async fn accept_session_on_plain_queue_is_session_not_allowed(t: &TestStore)
         StoreError::SessionNotAllowed { .. }
     );
 }
+
+/// The summary of `id` in `page`.
+fn summary<'a>(
+    page: &'a [redrive_store::SessionSummary],
+    id: &str,
+) -> &'a redrive_store::SessionSummary {
+    page.iter()
+        .find(|s| s.session_id == id)
+        .unwrap_or_else(|| panic!("session {id} listed"))
+}
+
+pub async fn list_sessions_pages_by_id_with_counts_and_live_locks(t: &TestStore) {
+    let q = session_queue(t).await;
+    let later = redrive_store::NewMessage {
+        scheduled_at: Some(secs(300)),
+        ..session_msg("c1", "s3")
+    };
+    t.send(
+        &q,
+        vec![
+            session_msg("a1", "s1"),
+            session_msg("b1", "s2"),
+            session_msg("a2", "s1"),
+            later,
+            session_msg("b2", "s2"),
+        ],
+        T0,
+    )
+    .await;
+    // s1: a1 deferred, a2 waiting, its lock released.
+    let l1 = t
+        .s()
+        .accept_session(&q, Some("s1"), 60_000, T0)
+        .await
+        .unwrap()
+        .unwrap();
+    let d = t
+        .s()
+        .receive(params(&q, 1, 30_000, T0, Some(sref(&l1))))
+        .await
+        .unwrap()
+        .deliveries;
+    assert_eq!(d[0].message.message_id, "a1");
+    t.settle1(&q, &d[0].lock_token, SettleAction::Defer, T0)
+        .await
+        .unwrap();
+    t.s()
+        .release_session(&q, "s1", &l1.lock_token, T0)
+        .await
+        .unwrap();
+    // s2: held for 60 s, b1 in flight for 30 s, b2 waiting.
+    let l2 = t
+        .s()
+        .accept_session(&q, Some("s2"), 60_000, T0)
+        .await
+        .unwrap()
+        .unwrap();
+    let d = t
+        .s()
+        .receive(params(&q, 1, 30_000, T0, Some(sref(&l2))))
+        .await
+        .unwrap()
+        .deliveries;
+    assert_eq!(d[0].message.message_id, "b1");
+    // s4: held, without messages.
+    t.s()
+        .accept_session(&q, Some("s4"), 20_000, T0)
+        .await
+        .unwrap()
+        .unwrap();
+
+    let page = t.s().list_sessions(&q, None, 100, secs(1)).await.unwrap();
+    let ids: Vec<&str> = page.iter().map(|s| s.session_id.as_str()).collect();
+    assert_eq!(ids, ["s1", "s2", "s3", "s4"]);
+    let s1 = summary(&page, "s1");
+    assert_eq!(
+        (s1.active, s1.scheduled, s1.in_flight, s1.deferred),
+        (1, 0, 0, 1)
+    );
+    assert!(!s1.locked());
+    assert_eq!(s1.locked_until, None, "a released lock is not shown");
+    let s2 = summary(&page, "s2");
+    assert_eq!(
+        (s2.active, s2.scheduled, s2.in_flight, s2.deferred),
+        (1, 0, 1, 0)
+    );
+    assert!(s2.locked());
+    assert_eq!(s2.locked_until, Some(secs(60)));
+    let s3 = summary(&page, "s3");
+    assert_eq!(
+        (s3.active, s3.scheduled, s3.in_flight, s3.deferred),
+        (0, 1, 0, 0)
+    );
+    let s4 = summary(&page, "s4");
+    assert_eq!(
+        (s4.active, s4.scheduled, s4.in_flight, s4.deferred),
+        (0, 0, 0, 0)
+    );
+    assert_eq!(s4.locked_until, Some(secs(20)));
+
+    // Pages of two, each after the last id of the one before.
+    let first = t.s().list_sessions(&q, None, 2, secs(1)).await.unwrap();
+    let ids: Vec<&str> = first.iter().map(|s| s.session_id.as_str()).collect();
+    assert_eq!(ids, ["s1", "s2"]);
+    assert_eq!(first[1], *s2, "a page shows what the whole listing shows");
+    let second = t
+        .s()
+        .list_sessions(&q, Some("s2"), 2, secs(1))
+        .await
+        .unwrap();
+    let ids: Vec<&str> = second.iter().map(|s| s.session_id.as_str()).collect();
+    assert_eq!(ids, ["s3", "s4"]);
+    assert!(
+        t.s()
+            .list_sessions(&q, Some("s4"), 2, secs(1))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let between = t
+        .s()
+        .list_sessions(&q, Some("s1a"), 1, secs(1))
+        .await
+        .unwrap();
+    assert_eq!(between.len(), 1);
+    assert_eq!(between[0].session_id, "s2", "after need not be a listed id");
+
+    // At 61 s the locks have run out, whether or not a sweep wrote it: s2's is shown
+    // unheld and b1 waiting again; s4, with no messages, is gone.
+    let page = t.s().list_sessions(&q, None, 100, secs(61)).await.unwrap();
+    let ids: Vec<&str> = page.iter().map(|s| s.session_id.as_str()).collect();
+    assert_eq!(ids, ["s1", "s2", "s3"]);
+    let s2 = summary(&page, "s2");
+    assert!(!s2.locked());
+    assert_eq!(s2.locked_until, None);
+    assert_eq!(
+        (s2.active, s2.scheduled, s2.in_flight, s2.deferred),
+        (2, 0, 0, 0)
+    );
+
+    assert_err!(
+        t.s().list_sessions(&name("nope"), None, 10, T0).await,
+        StoreError::QueueNotFound { .. }
+    );
+    let plain = t.queue("plain", QueuePolicy::default()).await;
+    t.send1(&plain, "p1", T0).await;
+    assert!(
+        t.s()
+            .list_sessions(&plain, None, 10, T0)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a queue without sessions lists none"
+    );
+}

@@ -10,6 +10,7 @@ pub mod message;
 pub mod queue;
 pub mod register;
 pub mod replay;
+pub mod session;
 pub mod stats;
 pub mod topic;
 

@@ -4,8 +4,8 @@
 //! overview's highlight; the entity page with the policy's versions, and a session
 //! queue's sessions; the dead letter
 //! found by a filter, its evidence, its payload revealed (and the audit entry it wrote);
-//! moved to quarantine and restored with its preview; the failures page, and a case
-//! group made from it and claimed; the quarantine and topics pages; and the narrow layout of a phone. Every page is screenshotted and checked for
+//! moved to quarantine and restored with its preview; the failures page, a replay
+//! plan's dry run seeded with a signature, and a case group made from it and claimed; the quarantine and topics pages; and the narrow layout of a phone. Every page is screenshotted and checked for
 //! accessible names and console errors.
 
 use reqwest::Method;
@@ -251,6 +251,27 @@ async fn an_operator_finds_inspects_reveals_and_restores_a_dead_letter() {
     c.click_link("Show dead letters").await;
     c.wait_for_text("Dead letters of orders").await;
     c.check_page("failures-to-dead-letters").await;
+
+    // "Plan a replay" seeds a plan's selection with the signature: its dry run holds the
+    // one open case of that shape.
+    c.goto("failures").await;
+    c.wait_for_text("ValidationFailed").await;
+    c.click_link("Plan a replay").await;
+    c.wait_for_text("New plan").await;
+    let seeded = c
+        .eval("return document.querySelector('input[name=signature]').value")
+        .await;
+    assert!(
+        seeded.as_str().is_some_and(|s| s.len() == 32),
+        "the signature was not seeded: {seeded}"
+    );
+    c.fill("Dependency name", "ledger").await;
+    c.fill("Dependency probe URL", "http://127.0.0.1:9/health")
+        .await;
+    c.click_button("Preview (dry run)").await;
+    c.wait_for_text("Dry run").await;
+    c.wait_for_text("1 item,").await;
+    c.check_page("plan-by-signature").await;
 
     // A shape's open cases worked as one: a case group made from the failures page, then
     // claimed as a group on its page (one decision, each member's outcome shown).

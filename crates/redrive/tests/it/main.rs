@@ -8,6 +8,7 @@
 //! - `cli_access`: tokens, roles, revocation and the audit log end to end.
 //! - `cli_failures`: failures by signature and the dead-letter list's filters.
 //! - `cli_replay`: dead-letter import, export and restore, replay status, retention.
+//! - `cli_sessions`: a queue's sessions listed, as a table and as JSON.
 //! - `cli_topics`: the topic, subscription and publish commands end to end.
 //! - `config`: configuration layering and refusal of unknown keys.
 //! - `crash`: SIGKILL under concurrent load, restart, and the durability check.
@@ -27,6 +28,7 @@ mod cli_failures;
 mod cli_groups;
 mod cli_history;
 mod cli_replay;
+mod cli_sessions;
 mod cli_topics;
 mod cli_usage;
 mod config;
