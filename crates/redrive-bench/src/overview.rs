@@ -250,10 +250,7 @@ async fn walk_list(
         let mut took = Vec::new();
         for _ in 0..10 {
             let start = Instant::now();
-            recovery
-                .dead_letters(queue, &q)
-                .await
-                .context(name)?;
+            recovery.dead_letters(queue, &q).await.context(name)?;
             took.push(u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX));
         }
         add_times(report, name, &mut took);

@@ -85,8 +85,8 @@ async function history(ctx, name) {
 
 /**
  * The queue's sessions (`GET /v1/queues/{name}/sessions`, by session id, 50 a page):
- * messages waiting, in flight and deferred, whether a consumer holds the session's lock
- * and until when, and the size of its state. Never a lock token.
+ * messages waiting, in flight, deferred and scheduled, and whether a consumer holds the
+ * session's lock and until when. Never a lock token.
  */
 function sessionsView(ctx, name) {
   const { ui, api } = ctx;
@@ -103,13 +103,13 @@ function sessionsView(ctx, name) {
         [
           { label: "Session", class: "wrap", render: (x) => x.session_id },
           { label: "Waiting", class: "num", render: (x) => String(x.active ?? 0) },
-          { label: "In flight", class: "num", render: (x) => String(x.in_flight ?? x.locked_messages ?? 0) },
+          { label: "In flight", class: "num", render: (x) => String(x.in_flight ?? 0) },
           { label: "Deferred", class: "num", render: (x) => String(x.deferred ?? 0) },
+          { label: "Scheduled", class: "num", render: (x) => String(x.scheduled ?? 0) },
           { label: "Lock", render: (x) => (x.locked ? `held until ${ui.formatTime(x.locked_until)}` : "free") },
-          { label: "State", render: (x) => (x.state_bytes ? ui.formatBytes(x.state_bytes) : "none") },
         ],
         r.sessions || [],
-        { caption: `Sessions of ${name}`, empty: "No session has messages, a lock or state." },
+        { caption: `Sessions of ${name}`, empty: "No session has messages or a live lock." },
       ),
       h("div", { class: "actions" }, ...[prev, next].filter(Boolean)),
     );
