@@ -200,6 +200,38 @@ export function button(label, onClick, { kind, type = "button", attrs = {} } = {
   return b;
 }
 
+/**
+ * One decision as a form: a fieldset with its legend (`title`), help and controls, and a
+ * submit button (`submitLabel`; `danger` or `plain` for its kind). Submitting asks
+ * `confirm()` first when it gives a text, then awaits `call()` and hands the answer to
+ * `done`; a refusal stays beside the form as a readable problem and `refused()` is called.
+ */
+export function actionForm({ title, label = title, help, controls, submitLabel, call, done, refused, danger, plain, confirm: ask }) {
+  const errBox = h("div", { class: "rc-error" });
+  const kind = danger ? "btn btn-danger" : plain ? "btn" : "btn btn-primary";
+  const submit = h("button", { type: "submit", class: kind }, submitLabel);
+  const form = h("form", { class: "rc-action", "aria-label": label },
+    h("fieldset", {}, h("legend", {}, title), help ? h("p", { class: "muted" }, help) : "", ...controls,
+      h("div", { class: "actions" }, submit)),
+    errBox);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    errBox.replaceChildren();
+    const text = ask ? ask() : "";
+    if (text && !(await confirm(text))) return;
+    submit.disabled = true;
+    try {
+      done(await call());
+    } catch (err) {
+      errBox.replaceChildren(problem(err));
+      if (refused) refused(err);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  return form;
+}
+
 /** `2026-01-02 03:04:05` in local time, or "—". */
 export function formatTime(iso) {
   if (!iso) return "—";

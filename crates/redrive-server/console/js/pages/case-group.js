@@ -10,7 +10,7 @@ const CORRECTION_KINDS = ["code", "config", "data", "permission", "dependency", 
 const MAX_TEXT = 4096;
 
 export async function render(root, ctx) {
-  const { h, table, problem, field, formatTime, link, confirm } = ctx.ui;
+  const { h, table, problem, field, formatTime, link } = ctx.ui;
   const id = ctx.params.id;
   const path = `/v1/case-groups/${encodeURIComponent(id)}`;
 
@@ -40,33 +40,16 @@ export async function render(root, ctx) {
   // One decision on every member: a form whose submit makes the call and draws the
   // answer; a refusal of the call stays beside the form.
   function action(title, help, controls, submitLabel, call, opts = {}) {
-    const errBox = h("div", { class: "rc-error" });
-    const kind = opts.danger ? "btn btn-danger" : opts.plain ? "btn" : "btn btn-primary";
-    const submit = h("button", { type: "submit", class: kind }, submitLabel);
-    const form = h("form", { class: "rc-action", "aria-label": `Group: ${title}` },
-      h("fieldset", {}, h("legend", {}, title), help ? h("p", { class: "muted" }, help) : "", ...controls,
-        h("div", { class: "actions" }, submit)),
-      errBox);
-    form.addEventListener("submit", async (ev) => {
-      ev.preventDefault();
-      errBox.replaceChildren();
-      if (opts.confirm) {
-        const text = typeof opts.confirm === "function" ? opts.confirm() : opts.confirm;
-        if (text && !(await confirm(text))) return;
-      }
-      submit.disabled = true;
-      try {
-        const g = await call();
+    return ctx.ui.actionForm({
+      title, label: `Group: ${title}`, help, controls, submitLabel, call, ...opts,
+      done: (g) => {
         draw(g);
         status.textContent = `${title}: ${outcomeText(g)}.`;
-      } catch (err) {
-        errBox.replaceChildren(problem(err));
+      },
+      refused: () => {
         status.textContent = `${title}: refused.`;
-      } finally {
-        submit.disabled = false;
-      }
+      },
     });
-    return form;
   }
 
   const post = (suffix, payload) => ctx.api("POST", `${path}/${suffix}`, payload === undefined ? {} : { body: payload });

@@ -75,33 +75,17 @@ export async function render(root, ctx) {
   // One decision: a form whose submit makes the call and draws the answer; a refusal
   // stays beside the form, readable.
   function action(title, help, controls, submitLabel, call, opts = {}) {
-    const errBox = h("div", { class: "rc-error" });
-    const kind = opts.danger ? "btn btn-danger" : opts.plain ? "btn" : "btn btn-primary";
-    const submit = h("button", { type: "submit", class: kind }, submitLabel);
-    const form = h("form", { class: "rc-action", "aria-label": title },
-      h("fieldset", {}, h("legend", {}, title), help ? h("p", { class: "muted" }, help) : "", ...controls,
-        h("div", { class: "actions" }, submit)),
-      errBox);
-    form.addEventListener("submit", async (ev) => {
-      ev.preventDefault();
-      errBox.replaceChildren();
-      if (opts.confirm) {
-        const text = typeof opts.confirm === "function" ? opts.confirm() : opts.confirm;
-        if (text && !(await confirm(text))) return;
-      }
-      submit.disabled = true;
-      try {
-        const c = await call();
+    return ctx.ui.actionForm({
+      title, help, controls, submitLabel, call, ...opts,
+      confirm: typeof opts.confirm === "string" ? () => opts.confirm : opts.confirm,
+      done: (c) => {
         draw(c);
         status.textContent = `${title}: done. State ${c.state}; next ${c.next}.`;
-      } catch (err) {
-        errBox.replaceChildren(problem(err));
+      },
+      refused: () => {
         status.textContent = `${title}: refused.`;
-      } finally {
-        submit.disabled = false;
-      }
+      },
     });
-    return form;
   }
 
   const post = (suffix, payload) => ctx.api("POST", `${path}/${suffix}`, payload === undefined ? {} : { body: payload });
