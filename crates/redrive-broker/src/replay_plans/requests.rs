@@ -18,6 +18,7 @@ impl Plans {
     #[tracing::instrument(level = "debug", skip_all, fields(queue = %input.selection.queue))]
     pub async fn create(&self, input: &PlanInput, actor: &Actor) -> BrokerResult<PlanView> {
         let mut input = input.clone();
+        self.authorize_named(&input.selection, actor).await?;
         input.selection = self.of_group(&input.selection).await?;
         input.selection = self.of_signature(&input.selection).await?;
         let queue = input.selection.queue.as_str();
@@ -25,6 +26,23 @@ impl Plans {
             .authorize(actor, Operation::ReplayCase, Some(queue))
             .await?;
         self.create_plan(&input, actor).await
+    }
+
+    /// Refuses `actor` on the queue the selection names, if it names one, before its case
+    /// group or failure signature is looked up: a caller without `replayer` there learns
+    /// nothing of the queue, the group or the signature from the refusal. The queue a
+    /// group or signature resolves to is checked again once known.
+    async fn authorize_named(
+        &self,
+        selection: &PlanSelectionInput,
+        actor: &Actor,
+    ) -> BrokerResult<()> {
+        if selection.queue.is_empty() {
+            return Ok(());
+        }
+        self.broker
+            .authorize(actor, Operation::ReplayCase, Some(selection.queue.as_str()))
+            .await
     }
 
     /// The selection with its case group, if it names one, made its queue and case ids:
@@ -70,6 +88,7 @@ impl Plans {
         budget: &BudgetSpec,
         actor: &Actor,
     ) -> BrokerResult<PlanPreview> {
+        self.authorize_named(selection, actor).await?;
         let selection = self.of_group(selection).await?;
         let selection = self.of_signature(&selection).await?;
         self.broker

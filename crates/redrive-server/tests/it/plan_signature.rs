@@ -181,3 +181,58 @@ async fn a_plan_selects_the_open_cases_of_one_failure_signature() {
         s.stop().await;
     }
 }
+
+/// A caller refused on the queue a selection names learns nothing from the refusal:
+/// the named queue is checked before its signature or case group is looked up, so a
+/// queue that does not exist and one that does are refused alike (403, not 404), and
+/// each refusal is an audit entry.
+#[tokio::test]
+async fn a_named_queue_is_authorized_before_its_signature_or_group_is_looked_up() {
+    let s = TestServer::builder()
+        .settings(crate::replay_plans::settings())
+        .auth(redrive_broker::AccessSettings {
+            enabled: true,
+            ..redrive_broker::AccessSettings::default()
+        })
+        .start()
+        .await;
+    let (st, v) = s
+        .admin(
+            reqwest::Method::POST,
+            "/v1/queues",
+            Some(json!({"name": "payroll"})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let probe = Probe::start().await;
+    let b = budget(&probe, 1.0, 1, 10);
+    let (_, secret) = s.token("narrow", &["operator:*", "replayer:orders"]).await;
+    let signature = "0".repeat(32);
+    for queue in ["payroll", "ghost"] {
+        for selection in [
+            json!({"queue": queue, "signature": signature}),
+            json!({"queue": queue, "group": "grp_00000000000000000000000000"}),
+        ] {
+            for path in ["/v1/replay/plans/preview", "/v1/replay/plans"] {
+                let (st, v) = s
+                    .call_as(
+                        Some(&secret),
+                        reqwest::Method::POST,
+                        path,
+                        Some(json!({"selection": selection, "budget": b})),
+                    )
+                    .await;
+                assert_eq!(st, 403, "{path} {selection}: {v}");
+                assert_eq!(v["entity"], queue, "{v}");
+            }
+        }
+    }
+    let denied: Vec<Value> = s
+        .audit("action=denied%3AReplayCase&limit=100")
+        .await
+        .into_iter()
+        .filter(|e| e["actor_name"] == "narrow")
+        .collect();
+    assert_eq!(denied.len(), 8, "{denied:?}");
+    s.stop().await;
+}

@@ -655,6 +655,25 @@ impl Console {
         v
     }
 
+    /// Asserts the audit log has an `action` entry whose targets include `target`.
+    pub async fn assert_audited(&self, action: &str, target: &str) {
+        let v = self
+            .ok(
+                reqwest::Method::GET,
+                &format!("/v1/audit?action={action}"),
+                None,
+            )
+            .await;
+        let found = v["entries"].as_array().is_some_and(|es| {
+            es.iter().any(|e| {
+                e["targets"]
+                    .as_array()
+                    .is_some_and(|ts| ts.iter().any(|t| t == target))
+            })
+        });
+        assert!(found, "no {action} entry for {target}: {v}");
+    }
+
     /// Receives the next message of `queue` and dead-letters it with `reason` and
     /// `description` (as a consumer would, through the API); returns the record's id.
     pub async fn dead_letter_next(&self, queue: &str, reason: &str, description: &str) -> String {

@@ -198,22 +198,7 @@ async fn an_operator_finds_inspects_reveals_and_restores_a_dead_letter() {
     c.click_button("Reveal payload").await;
     c.wait_for_text("\"amount\": null").await;
     c.wait_for_text("recorded in the audit log").await;
-    let (st, audit) = c
-        .api(Method::GET, "/v1/audit?action=dead_letter.read", None)
-        .await;
-    assert_eq!(st, 200, "{audit}");
-    assert!(
-        audit["entries"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["targets"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|t| t == wanted.as_str())),
-        "no dead_letter.read entry for {wanted}: {audit}"
-    );
+    c.assert_audited("dead_letter.read", &wanted).await;
     c.check_page("payload-revealed").await;
 
     // Move it to quarantine from the evidence panel (confirmed in a dialog).
