@@ -56,6 +56,10 @@ pub enum SqliteError {
     /// The operation panicked inside the writer; its changes were rolled back.
     #[error("the storage operation panicked and was rolled back")]
     Panicked,
+    /// Another operation of the same transaction failed after writing; the transaction
+    /// was rolled back whole, this operation with it. Nothing of it happened: try again.
+    #[error("the storage transaction was rolled back by another operation in it; retry")]
+    RolledBack,
 }
 
 /// Maps a SQLite error: busy and locked are transient, everything else is a backend error.

@@ -344,7 +344,7 @@ impl Store for SqliteStore {
 
     async fn receive(&self, params: ReceiveParams) -> StoreResult<ReceiveOutcome> {
         self.writer
-            .write(move |tx| messages::receive(tx, params))
+            .write_decided(move |tx| messages::receive(tx, params))
             .await
     }
 
@@ -382,7 +382,7 @@ impl Store for SqliteStore {
     ) -> StoreResult<SettleOutcome> {
         let queue = queue.clone();
         self.writer
-            .write(move |tx| messages::settle(tx, &queue, items, now))
+            .write_decided(move |tx| messages::settle(tx, &queue, items, now))
             .await
     }
 

@@ -256,6 +256,116 @@ async fn a_failing_first_job_rolls_back_only_itself() {
     ));
 }
 
+/// A job that decides its refusals before writing runs without a savepoint: refused, it
+/// leaves the jobs around it in the group as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decided_job_refused_before_writing_leaves_its_group_whole() {
+    let (_dir, _path, store) = open(SqliteOptions::default());
+    let q = queue(&store, "q", QueuePolicy::default()).await;
+    let (jobs, commits) = store.writer.counters();
+    let release = hold_writer(&store);
+    let s = Arc::clone(&store);
+    let q1 = q.clone();
+    let group = tokio::spawn(async move {
+        let ok1 = s.enqueue(&q1, vec![msg("a")], T0);
+        let refused = s.writer.write_decided(|tx| -> StoreResult<()> {
+            tx.queue(&name("nowhere"))?;
+            Ok(())
+        });
+        let received = s.writer.write_decided({
+            let q = q1.clone();
+            move |tx| {
+                messages::receive(
+                    tx,
+                    ReceiveParams {
+                        queue: q,
+                        max: 10,
+                        lock_ms: 30_000,
+                        now: T0,
+                        session: None,
+                    },
+                )
+            }
+        });
+        let ok2 = s.enqueue(&q1, vec![msg("b")], T0);
+        tokio::join!(ok1, refused, received, ok2)
+    });
+    submitted(&store, jobs + 4).await;
+    drop(release);
+    let (ok1, refused, received, ok2) = group.await.unwrap();
+    assert_eq!(ok1.unwrap()[0].sequence, 1);
+    assert!(matches!(refused, Err(StoreError::QueueNotFound { .. })));
+    let got: Vec<String> = received
+        .unwrap()
+        .deliveries
+        .into_iter()
+        .map(|d| d.message.message_id)
+        .collect();
+    assert_eq!(got, ["a"], "the receive saw the group's earlier write");
+    assert_eq!(ok2.unwrap()[0].sequence, 2);
+    assert_eq!(store.writer.counters().1, commits + 1, "one group");
+    assert!(!store.is_poisoned());
+    let states: Vec<(String, bool)> = store
+        .peek(&q, 1, 10, T0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.message_id, m.locked_until.is_some()))
+        .collect();
+    assert_eq!(
+        states,
+        [("a".to_owned(), true), ("b".to_owned(), false)],
+        "the receive's lock was committed with the rest"
+    );
+}
+
+/// A job that promised to refuse before writing but wrote and then failed: without a
+/// savepoint of its own only the whole transaction can be undone, so it is, and the jobs
+/// that ran in it are answered `unavailable` (nothing of them happened); the jobs after
+/// it begin a new transaction, and the store stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decided_job_that_writes_then_fails_rolls_back_its_transaction() {
+    let (_dir, _path, store) = open(SqliteOptions::default());
+    let q = queue(&store, "q", QueuePolicy::default()).await;
+    let (jobs, commits) = store.writer.counters();
+    let release = hold_writer(&store);
+    let s = Arc::clone(&store);
+    let q1 = q.clone();
+    let group = tokio::spawn(async move {
+        let before = s.enqueue(&q1, vec![msg("before")], T0);
+        let broken = s.writer.write_decided({
+            let q = q1.clone();
+            move |tx| {
+                messages::enqueue(tx, &q, vec![msg("ghost")], T0)?;
+                Err::<(), _>(StoreError::LockLost)
+            }
+        });
+        let after = s.enqueue(&q1, vec![msg("after")], T0);
+        tokio::join!(before, broken, after)
+    });
+    submitted(&store, jobs + 3).await;
+    drop(release);
+    let (before, broken, after) = group.await.unwrap();
+    let e = before.unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e:?}");
+    assert!(matches!(broken, Err(StoreError::LockLost)));
+    assert_eq!(
+        after.unwrap()[0].sequence,
+        1,
+        "nothing before it in the group survived"
+    );
+    assert_eq!(store.writer.counters().1, commits + 1);
+    assert!(!store.is_poisoned());
+    let ids: Vec<String> = store
+        .peek(&q, 1, 10, T0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.message_id)
+        .collect();
+    assert_eq!(ids, ["after"]);
+}
+
 /// Makes the next COMMIT on the writer fail: a deferred foreign key (on TEMP tables of
 /// the write connection only) that every message insert violates. SQLite checks deferred
 /// constraints at COMMIT, so the commit itself is refused, as a failing disk would.

@@ -65,12 +65,16 @@ impl Tx<'_> {
 trait Job: Send {
     /// Runs the work inside the job's savepoint; false if it failed (roll it back).
     fn run(&mut self, tx: &mut Tx<'_>) -> bool;
+    /// Whether the job decides every refusal before it writes ([`Writer::write_decided`]):
+    /// it then runs without a savepoint of its own.
+    fn decided(&self) -> bool;
     /// Delivers the result once the group's fate is known; `failure` overrides it.
     fn finish(self: Box<Self>, failure: Option<GroupFailure>);
 }
 
 struct TypedJob<F, T> {
     work: Option<F>,
+    decided: bool,
     result: Option<StoreResult<T>>,
     reply: oneshot::Sender<StoreResult<T>>,
 }
@@ -89,6 +93,10 @@ where
         let ok = result.is_ok();
         self.result = Some(result);
         ok
+    }
+
+    fn decided(&self) -> bool {
+        self.decided
     }
 
     fn finish(self: Box<Self>, failure: Option<GroupFailure>) {
@@ -110,6 +118,9 @@ enum GroupFailure {
     Poisoned,
     /// The transaction could not start (locked by another process); nothing happened.
     Busy(String),
+    /// A job of the transaction that promised to fail before writing wrote and then failed:
+    /// the transaction was rolled back whole, and this job's work with it.
+    RolledBack,
 }
 
 impl GroupFailure {
@@ -117,6 +128,7 @@ impl GroupFailure {
         match self {
             GroupFailure::Poisoned => StoreError::Poisoned,
             GroupFailure::Busy(m) => StoreError::unavailable(SqliteError::Busy(m.clone())),
+            GroupFailure::RolledBack => StoreError::unavailable(SqliteError::RolledBack),
         }
     }
 }
@@ -179,12 +191,34 @@ impl Writer {
         F: FnOnce(&mut Tx<'_>) -> StoreResult<T> + Send + 'static,
         T: Send + 'static,
     {
+        self.submit(work, false).await
+    }
+
+    /// As [`Writer::write`], for work that decides every refusal before it writes (an
+    /// error after its first write is a storage failure): it runs without a savepoint of
+    /// its own, which spares the savepoint's copy of every page it touches. Should it write
+    /// and then fail all the same, the writer rolls the whole transaction back and answers
+    /// the transaction's other jobs `unavailable` (nothing of them was acknowledged).
+    pub(crate) async fn write_decided<T, F>(&self, work: F) -> StoreResult<T>
+    where
+        F: FnOnce(&mut Tx<'_>) -> StoreResult<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.submit(work, true).await
+    }
+
+    async fn submit<T, F>(&self, work: F, decided: bool) -> StoreResult<T>
+    where
+        F: FnOnce(&mut Tx<'_>) -> StoreResult<T> + Send + 'static,
+        T: Send + 'static,
+    {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(StoreError::Poisoned);
         }
         let (reply, rx) = oneshot::channel();
         let job = Box::new(TypedJob {
             work: Some(work),
+            decided,
             result: None,
             reply,
         });
@@ -349,8 +383,10 @@ impl WriterThread {
 
     /// Runs the group. The first job of a transaction runs without a savepoint: if it
     /// fails, the whole transaction holds nothing else, so it is rolled back instead (and
-    /// the next job begins a new one). Every later job runs in its own savepoint. This
-    /// saves the savepoint's page copies for the common group of one or two jobs.
+    /// the next job begins a new one). Every later job runs in its own savepoint, but for
+    /// a job that decides its refusals before it writes ([`Writer::write_decided`]): its
+    /// failure left nothing to roll back. This saves the savepoint's page copies for the
+    /// common group of one or two jobs, and for the receives and settlements of a busy one.
     fn commit_group(&mut self, group: &mut Vec<Box<dyn Job>>) {
         if group.is_empty() {
             return;
@@ -359,8 +395,12 @@ impl WriterThread {
             Self::fail_all(group, &GroupFailure::Poisoned);
             return;
         }
-        // Whether a transaction is open and holds at least one job that succeeded.
+        // A job answered with a failure of the group's rather than its own result.
+        let mut overrides: Vec<Option<GroupFailure>> = vec![None; group.len()];
+        // Whether a transaction is open, where it began and whether it holds at least one
+        // job that succeeded.
         let mut in_tx = false;
+        let mut tx_from = 0;
         let mut holds_work = false;
         for i in 0..group.len() {
             if !in_tx {
@@ -368,32 +408,57 @@ impl WriterThread {
                     return;
                 }
                 in_tx = true;
+                tx_from = i;
             }
             if !holds_work {
-                let ok = {
-                    let mut tx = Tx {
-                        conn: &self.conn,
-                        cache: &self.cache,
-                        queues: &mut self.queues,
-                    };
-                    group[i].run(&mut tx)
-                };
-                if ok {
+                if self.run_job(group, i) {
                     holds_work = true;
                     continue;
                 }
                 // The transaction held only this job: nothing of it remains.
                 self.queues.reset();
-                // SQLite may already have rolled the transaction back on its own (for
-                // example after SQLITE_FULL); it held only this job either way.
-                if !self.conn.is_autocommit()
-                    && let Err(e) = self.exec("ROLLBACK")
-                {
-                    self.poison("ROLLBACK", &e);
-                    Self::fail_all(group, &GroupFailure::Poisoned);
+                if !self.rollback(group) {
                     return;
                 }
                 in_tx = false;
+                continue;
+            }
+            if group[i].decided() {
+                let before = self.conn.total_changes();
+                if self.run_job(group, i) {
+                    continue;
+                }
+                if self.conn.is_autocommit() {
+                    // SQLite rolled the whole transaction back on its own (for example
+                    // after SQLITE_FULL): as when a savepoint cannot be released.
+                    let e = rusqlite::Error::SqliteFailure(
+                        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+                        Some("the transaction was rolled back under a write".into()),
+                    );
+                    self.poison("write", &e);
+                    Self::fail_all(group, &GroupFailure::Poisoned);
+                    return;
+                }
+                if self.conn.total_changes() == before {
+                    // Refused before it wrote: nothing to undo.
+                    self.queues.job_rolled_back();
+                    continue;
+                }
+                // It wrote, then failed: only the whole transaction can be undone. The
+                // jobs that succeeded in it are answered as not done.
+                tracing::warn!(
+                    "a write that promised to fail before writing wrote first; its \
+                     transaction was rolled back and its other writes answered unavailable"
+                );
+                self.queues.reset();
+                if !self.rollback(group) {
+                    return;
+                }
+                for o in &mut overrides[tx_from..i] {
+                    *o = Some(GroupFailure::RolledBack);
+                }
+                in_tx = false;
+                holds_work = false;
                 continue;
             }
             if let Err(e) = self.exec("SAVEPOINT job") {
@@ -401,14 +466,7 @@ impl WriterThread {
                 Self::fail_all(group, &GroupFailure::Poisoned);
                 return;
             }
-            let ok = {
-                let mut tx = Tx {
-                    conn: &self.conn,
-                    cache: &self.cache,
-                    queues: &mut self.queues,
-                };
-                group[i].run(&mut tx)
-            };
+            let ok = self.run_job(group, i);
             let end = if ok {
                 self.exec("RELEASE job")
             } else {
@@ -436,8 +494,32 @@ impl WriterThread {
             #[cfg(test)]
             self.test.commits.fetch_add(1, Ordering::SeqCst);
         }
-        for job in group.drain(..) {
-            job.finish(None);
+        for (job, failure) in group.drain(..).zip(overrides) {
+            job.finish(failure);
         }
+    }
+
+    /// Runs job `i` of the group in the open transaction; false if it failed.
+    fn run_job(&mut self, group: &mut [Box<dyn Job>], i: usize) -> bool {
+        let mut tx = Tx {
+            conn: &self.conn,
+            cache: &self.cache,
+            queues: &mut self.queues,
+        };
+        group[i].run(&mut tx)
+    }
+
+    /// Rolls the open transaction back (SQLite may already have done so on its own, for
+    /// example after SQLITE_FULL); false, with the group failed and the store poisoned, if
+    /// that failed.
+    fn rollback(&mut self, group: &mut Vec<Box<dyn Job>>) -> bool {
+        if !self.conn.is_autocommit()
+            && let Err(e) = self.exec("ROLLBACK")
+        {
+            self.poison("ROLLBACK", &e);
+            Self::fail_all(group, &GroupFailure::Poisoned);
+            return false;
+        }
+        true
     }
 }
