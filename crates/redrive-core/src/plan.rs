@@ -43,6 +43,15 @@
 //! is not a whole number of milliseconds is waited out to the next one (at 3 items/s the
 //! items go 334 ms apart). The property test `no_interval_exceeds_either_rate` states
 //! the bound this way, over arbitrary look times and item sizes.
+//!
+//! A look need not come at every slot: it admits, each at its own slot
+//! ([`Pacer::slot`]), the items whose slots fall within [`LEAD_MS`] after it — each at
+//! the time, and in the order, that a look at its slot would have admitted it, and its
+//! replay is scheduled for that time (not delivered before it). So the bound above holds
+//! over the admission times, whatever the looks (`a_look_ahead_admits_at_the_slots_a_look_at_each_would`,
+//! `no_interval_exceeds_either_rate_with_a_lead`), and a plan at 1,000 items/s needs a
+//! look every [`LEAD_MS`], not every millisecond. Nothing is caught up: a slot that came
+//! due before the look is taken at the look's time, one item, as before.
 
 //! # Windows ([`Window`])
 //!
@@ -77,6 +86,10 @@ pub mod look;
 /// How far behind a look may catch up on slots that came due since the last one, ms:
 /// none (a catch-up would admit several items at one instant, over the bound).
 pub const CATCH_UP_MS: f64 = 0.0;
+
+/// How far ahead of its own time a look admits items, each at its own slot, ms (see
+/// "Pacing" above): a look admits what looks at every slot of the next 50 ms would have.
+pub const LEAD_MS: i64 = 50;
 
 /// The admission window of a plan that does not name one.
 pub const DEFAULT_WINDOW: u32 = 10;
@@ -542,6 +555,26 @@ impl Pacer {
         } else {
             Admission::At(Timestamp(at.ceil() as i64))
         }
+    }
+
+    /// The time the next item is admitted at by a look at `now` that lets it go: the
+    /// first whole millisecond at which [`Pacer::check`] answers [`Admission::Now`] (`now`
+    /// itself when it does already). A look admits it there ([`Pacer::admit`] at the slot)
+    /// when the slot is at most [`LEAD_MS`] after `now`.
+    pub fn slot(&self, now: Timestamp) -> Timestamp {
+        let at = self.next_item_ms.max(self.bytes_until_ms).ceil();
+        if at <= now.as_millis() as f64 {
+            now
+        } else {
+            Timestamp(at as i64)
+        }
+    }
+
+    /// Whether an item of `bytes` may be admitted by a look at `now` at its slot
+    /// ([`Pacer::slot`], at most [`LEAD_MS`] ahead): [`Pacer::check`] at the end of the
+    /// look's lead.
+    pub fn check_ahead(&self, budget: &Budget, bytes: u64, now: Timestamp) -> Admission {
+        self.check(budget, bytes, now.plus_millis(LEAD_MS))
     }
 
     /// Records the admission of an item of `bytes` at `now` (after [`Pacer::check`]
@@ -1459,5 +1492,110 @@ mod tests {
                 }
             }
         }
+
+        /// The same bound over the admission times when each look admits ahead, at their
+        /// slots, every item whose slot is within its lead; and no item is admitted before
+        /// the look that admits it, nor more than the lead after it.
+        #[test]
+        fn no_interval_exceeds_either_rate_with_a_lead(
+            rate in 0.5f64..100_000.0,
+            byte_rate in 1_024u64..10_000_000,
+            gaps in proptest::collection::vec(0i64..400, 1..300),
+            sizes in proptest::collection::vec(1u64..1_024, 1..400),
+        ) {
+            let b = BudgetSpec {
+                items_per_s: Some(rate),
+                bytes_per_s: Some(byte_rate),
+                max_concurrent: Some(1_000),
+                window: None,
+                dependency: Some(dep()),
+            }
+            .check()
+            .unwrap();
+            let mut p = Pacer::default();
+            let mut now = Timestamp(0);
+            let mut admitted: Vec<(i64, u64)> = Vec::new();
+            let mut next = sizes.iter().copied().peekable();
+            for gap in gaps {
+                now = now.plus_millis(gap);
+                while let Some(&size) = next.peek() {
+                    if p.check_ahead(&b, size, now) != Admission::Now {
+                        break;
+                    }
+                    let at = p.slot(now);
+                    prop_assert!(at >= now && at <= now.plus_millis(LEAD_MS));
+                    prop_assert_eq!(p.check(&b, size, at), Admission::Now);
+                    p.admit(&b, size, at);
+                    admitted.push((at.as_millis(), size));
+                    next.next();
+                }
+            }
+            for i in 0..admitted.len() {
+                let mut bytes = 0u64;
+                for j in i..admitted.len() {
+                    let t = (admitted[j].0 - admitted[i].0) as f64 / 1000.0;
+                    let items = (j - i + 1) as f64;
+                    bytes += admitted[j].1;
+                    prop_assert!(items <= 1.0 + rate * t + 1e-9,
+                        "{items} items in {t} s at {rate}/s");
+                    prop_assert!(
+                        bytes as f64 <= byte_rate as f64 * t + admitted[j].1 as f64 + 1e-6,
+                        "{bytes} bytes in {t} s at {byte_rate}/s");
+                }
+            }
+        }
+    }
+
+    /// A look that admits ahead admits at the slots, in the order, that a look at each
+    /// slot would have: at 1,000 items/s a look at t takes t, t+1 … t+50, one a
+    /// millisecond; at 4 items/s it takes one (the next slot is past its lead).
+    #[test]
+    fn a_look_ahead_admits_at_the_slots_a_look_at_each_would() {
+        let budget = |rate: f64| {
+            BudgetSpec {
+                items_per_s: Some(rate),
+                bytes_per_s: Some(1 << 30),
+                max_concurrent: Some(1_000),
+                window: None,
+                dependency: Some(dep()),
+            }
+            .check()
+            .unwrap()
+        };
+        let t = Timestamp(10_000);
+        let look = |b: &Budget, p: &mut Pacer, now: Timestamp| {
+            let mut at = Vec::new();
+            while p.check_ahead(b, 100, now) == Admission::Now {
+                let slot = p.slot(now);
+                p.admit(b, 100, slot);
+                at.push(slot.as_millis());
+            }
+            at
+        };
+        let fast = budget(1_000.0);
+        let mut p = Pacer::default();
+        let ahead = look(&fast, &mut p, t);
+        assert_eq!(ahead, (10_000..=10_050).collect::<Vec<i64>>());
+        // Looks at every one of those slots admit the same items at the same times.
+        let mut q = Pacer::default();
+        let each: Vec<i64> = (10_000..=10_050)
+            .map(|ms| {
+                let now = Timestamp(ms);
+                assert_eq!(q.check(&fast, 100, now), Admission::Now);
+                q.admit(&fast, 100, now);
+                ms
+            })
+            .collect();
+        assert_eq!(ahead, each);
+        assert_eq!(p, q, "the same pacer after");
+        // The next look, at the next slot, goes on from there.
+        assert_eq!(p.slot(t), Timestamp(10_051));
+        let slow = budget(4.0);
+        let mut p = Pacer::default();
+        assert_eq!(look(&slow, &mut p, t), [10_000]);
+        assert_eq!(look(&slow, &mut p, t.plus_millis(199)), Vec::<i64>::new());
+        assert_eq!(look(&slow, &mut p, t.plus_millis(200)), [10_250]);
+        // Nothing is caught up: a look long after its slot admits at its own time.
+        assert_eq!(look(&slow, &mut p, t.plus_millis(5_000)), [15_000]);
     }
 }

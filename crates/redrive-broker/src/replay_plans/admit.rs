@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use redrive_core::case::{self, Lease};
 use redrive_core::plan::gates::{self, Predecessor, Verdict};
-use redrive_core::plan::{Pacer, StopReason};
+use redrive_core::plan::{self, Pacer, StopReason};
 use redrive_core::{EntityName, Timestamp};
 use redrive_store::{
     AuditFields, CaseRecord, DeadLetterRecord, PlanItemQuery, PlanItemRecord, PlanItemState,
@@ -47,7 +47,9 @@ impl Plans {
             };
         }
         gate!(gates::pacing(&a.pacer, &a.budget, item.bytes, now));
-        gate!(gates::node(self.node_check(item.bytes, now)));
+        gate!(gates::node(
+            self.node_check(item.bytes, now.plus_millis(plan::LEAD_MS))
+        ));
         let pre = match pre {
             Some(p) => p,
             None => self.prefetch_one(&item.case_id, &look.ctx).await?,
@@ -189,7 +191,7 @@ impl Plans {
             owner: a.plan.owner_name.clone(),
             until: a.plan.m.owner_until,
         };
-        let (step, message_id, outgoing) = self
+        let (step, message_id, mut outgoing) = self
             .cases
             .prepare_replay_onto(
                 step,
@@ -205,12 +207,18 @@ impl Plans {
                 },
             )
             .await?;
-        a.pacer.admit(&a.budget, item.bytes, now);
-        self.node_admit(item.bytes, now);
+        // Its slot, in the plan's budget and the node's: at most a look's lead ahead, and
+        // its replay is not delivered before it (`redrive_core::plan`, "Pacing").
+        let at = a.pacer.slot(now).max(self.node_slot(now));
+        if at > now {
+            outgoing.scheduled_at = Some(at);
+        }
+        a.pacer.admit(&a.budget, item.bytes, at);
+        self.node_admit(item.bytes, at);
         a.run.admitted += 1;
         a.run.bytes_admitted += item.bytes;
         a.run.window_admitted += 1;
-        a.run.last_admit_ms = Some(now.as_millis());
+        a.run.last_admit_ms = Some(at.as_millis());
         item.state = PlanItemState::Admitted;
         item.window = Some(a.run.window);
         item.message_id = Some(message_id.clone());

@@ -25,6 +25,12 @@ impl Plans {
         }
     }
 
+    /// The node budget's next slot for a look at `now` ([`redrive_core::plan::Pacer::slot`]).
+    pub(super) fn node_slot(&self, now: Timestamp) -> Timestamp {
+        let node = self.state.node.lock().unwrap_or_else(|p| p.into_inner());
+        node.1.slot(now)
+    }
+
     pub(super) fn node_admit(&self, bytes: u64, now: Timestamp) {
         let mut node = self.state.node.lock().unwrap_or_else(|p| p.into_inner());
         let b = node_budget(&node.0, bytes);

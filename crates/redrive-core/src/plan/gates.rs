@@ -41,9 +41,10 @@ pub enum Verdict {
     Stop(StopReason),
 }
 
-/// Gate 1: the plan's pacer for an item of `bytes` at `now`.
+/// Gate 1: the plan's pacer for an item of `bytes` by a look at `now`: whether its slot
+/// is within the look's lead ([`Pacer::check_ahead`]; it is then admitted at its slot).
 pub fn pacing(pacer: &Pacer, budget: &Budget, bytes: u64, now: Timestamp) -> Verdict {
-    match pacer.check(budget, bytes, now) {
+    match pacer.check_ahead(budget, bytes, now) {
         Admission::Now => Verdict::Pass,
         Admission::At(t) => Verdict::Later(Some(t)),
         Admission::Concurrency => Verdict::Later(None),

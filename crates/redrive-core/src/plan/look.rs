@@ -146,13 +146,15 @@ pub fn probe_now(
     running && due && !obs.lease_lost && !obs.authorization_changed
 }
 
-/// How many items the pacer's item and concurrency budgets let go at `now` (at most
-/// `limit`); the byte budget is checked item by item.
+/// How many items the pacer's item and concurrency budgets let a look at `now` go, each
+/// at its slot within the look's lead ([`Pacer::check_ahead`]; at most `limit`); the byte
+/// budget is checked item by item.
 pub fn slots_now(pacer: &Pacer, budget: &Budget, now: Timestamp, limit: usize) -> usize {
     let mut p = *pacer;
     let mut n = 0;
-    while n < limit && p.check(budget, 0, now) == Admission::Now {
-        p.admit(budget, 0, now);
+    while n < limit && p.check_ahead(budget, 0, now) == Admission::Now {
+        let at = p.slot(now);
+        p.admit(budget, 0, at);
         n += 1;
     }
     n
@@ -164,7 +166,8 @@ pub fn admit_limit(pacer: &Pacer, budget: &Budget, room: u32, now: Timestamp) ->
     (slots_now(pacer, budget, now, ADMIT_BATCH) + 1).min(room as usize)
 }
 
-/// How many items of `bytes`, in order, the pacer lets go at `now` (at most `limit`).
+/// How many items of `bytes`, in order, the pacer lets a look at `now` go, each at its
+/// slot within the look's lead (at most `limit`).
 pub fn admissible(
     pacer: &Pacer,
     budget: &Budget,
@@ -175,10 +178,11 @@ pub fn admissible(
     let mut p = *pacer;
     let mut n = 0;
     for b in bytes {
-        if n >= limit || p.check(budget, b, now) != Admission::Now {
+        if n >= limit || p.check_ahead(budget, b, now) != Admission::Now {
             break;
         }
-        p.admit(budget, b, now);
+        let at = p.slot(now);
+        p.admit(budget, b, at);
         n += 1;
     }
     n
@@ -485,9 +489,12 @@ mod tests {
                 let end = (next + limit).min(sizes.len());
                 let n = admissible(&p, &b, sizes[next..end].iter().copied(), now, room as usize);
                 for &bytes in &sizes[next..next + n] {
-                    p.admit(&b, bytes, now);
+                    // Each at its slot, within the look's lead.
+                    let at = p.slot(now);
+                    prop_assert!(at >= now && at <= now.plus_millis(crate::plan::LEAD_MS));
+                    p.admit(&b, bytes, at);
                     w.record(ItemState::Waiting, ItemState::Admitted);
-                    admitted.push((now.as_millis(), bytes));
+                    admitted.push((at.as_millis(), bytes));
                 }
                 next += n;
                 prop_assert!(w.admitted <= b.window);
