@@ -38,6 +38,11 @@ pub(crate) struct CompareArgs {
     /// Rounds of --compare (default 3).
     #[arg(long, requires = "compare", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub(crate) rounds: Option<u32>,
+    /// `w1` and `w2` with --compare: NATS publish acks in flight. By default the same
+    /// number as --in-flight (K acks against K send requests of --batch messages);
+    /// --in-flight × --batch matches them message for message.
+    #[arg(long, requires = "compare", value_parser = clap::value_parser!(u32).range(1..=4_096))]
+    pub(crate) nats_in_flight: Option<u32>,
 }
 
 impl CompareArgs {
@@ -185,9 +190,21 @@ impl Scenario {
     /// The same scenario with the same arguments for `nats-baseline`.
     fn nats(&self) -> NatsScenario {
         match self {
-            Scenario::W1(a) => NatsScenario::W1(a.into()),
+            Scenario::W1(a) => {
+                let mut n: nats::W1Args = a.into();
+                if let Some(k) = a.compare.nats_in_flight {
+                    n.publish.in_flight = k;
+                }
+                NatsScenario::W1(n)
+            }
             Scenario::Latency(a) => NatsScenario::Latency(a.into()),
-            Scenario::W2(a) => NatsScenario::W2(a.into()),
+            Scenario::W2(a) => {
+                let mut n: nats::W2Args = a.into();
+                if let Some(k) = a.compare.nats_in_flight {
+                    n.publish.in_flight = k;
+                }
+                NatsScenario::W2(n)
+            }
         }
     }
 
@@ -446,6 +463,47 @@ impl Comparison {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct W1Cli {
+        #[command(flatten)]
+        a: native::W1Args,
+    }
+
+    fn w1(args: &[&str]) -> Result<native::W1Args, clap::Error> {
+        use clap::Parser;
+        let mut v = vec!["w1"];
+        v.extend_from_slice(args);
+        W1Cli::try_parse_from(v).map(|c| c.a)
+    }
+
+    #[test]
+    fn nats_acks_in_flight_follow_the_send_requests_unless_given() {
+        let acks = |a: native::W1Args| match Scenario::W1(a).nats() {
+            NatsScenario::W1(n) => n.publish.in_flight,
+            other => panic!("w1 became {other:?}"),
+        };
+        assert_eq!(
+            acks(w1(&["--compare", "nats", "--in-flight", "16"]).unwrap()),
+            16
+        );
+        let matched = w1(&[
+            "--compare",
+            "nats",
+            "--in-flight",
+            "16",
+            "--batch",
+            "256",
+            "--nats-in-flight",
+            "4096",
+        ])
+        .unwrap();
+        assert_eq!(matched.publish.in_flight, 16, "redrive's own unchanged");
+        assert_eq!(acks(matched), 4_096);
+        assert!(w1(&["--nats-in-flight", "64"]).is_err(), "needs --compare");
+        assert!(w1(&["--compare", "nats", "--nats-in-flight", "4097"]).is_err());
+        assert!(w1(&["--compare", "nats", "--nats-in-flight", "0"]).is_err());
+    }
 
     #[test]
     fn ratios_read_above_one_as_redrive_ahead() {

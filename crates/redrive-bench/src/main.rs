@@ -21,6 +21,7 @@ mod pg;
 mod plans;
 mod processor;
 mod push;
+mod queue_floor;
 mod replay;
 mod report;
 mod sqlite_floor;
@@ -115,6 +116,9 @@ enum Scenario {
     /// The SQLite writer's ceiling for a replay plan (no server): per item the rows a plan
     /// writes, on a fresh file with the store's settings; items per second.
     SqliteFloor(sqlite_floor::SqliteFloorArgs),
+    /// The SQLite writer's ceiling for receive + complete (no server), with the lock in
+    /// the message's row (the store's design) or in memory; messages per second.
+    SqliteQueueFloor(queue_floor::QueueFloorArgs),
     /// Push retries: many push subscriptions to a receiver that answers 500, every event
     /// waiting in backoff after its first attempt; the server's memory then.
     PushBackoff(push::PushBackoffArgs),
@@ -163,6 +167,11 @@ async fn run(args: Cli) -> anyhow::Result<()> {
     if let Scenario::SqliteFloor(a) = &args.scenario {
         let mut report = Report::new("sqlite-floor", "");
         sqlite_floor::run(a, &mut report)?;
+        return print_report(json, &report);
+    }
+    if let Scenario::SqliteQueueFloor(a) = &args.scenario {
+        let mut report = Report::new("sqlite-queue-floor", "");
+        queue_floor::run(a, &mut report)?;
         return print_report(json, &report);
     }
     if let Scenario::PgBaseline(a) = args.scenario {
@@ -255,6 +264,7 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         Scenario::Replay(_) => "replay",
         Scenario::Judge(_) => "judge",
         Scenario::SqliteFloor(_) => "sqlite-floor",
+        Scenario::SqliteQueueFloor(_) => "sqlite-queue-floor",
         Scenario::Plan(_) => "plan",
         Scenario::Processor(_) => "processor",
         Scenario::Overview(_) => "overview",
@@ -281,6 +291,7 @@ async fn run(args: Cli) -> anyhow::Result<()> {
         Scenario::PgBaseline(_)
         | Scenario::Judge(_)
         | Scenario::SqliteFloor(_)
+        | Scenario::SqliteQueueFloor(_)
         | Scenario::Sqs(_)
         | Scenario::Push(_)
         | Scenario::PushBackoff(_)
