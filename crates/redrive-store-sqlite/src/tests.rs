@@ -1727,3 +1727,56 @@ fn failure_queries_use_indexes() {
     let p = plan(&hours);
     assert!(!p.contains("SCAN"), "{hours}\n  plan: {p}");
 }
+
+/// A statement whose journal outgrows memory (`SQLITE_STMTJRNL_SPILL`, .cargo/config.toml)
+/// moves it to a temporary file and goes on: deleting a queue with thousands of dead
+/// letters and their cases journals far more than 1 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_journal_larger_than_memory_spills_to_a_file() {
+    use redrive_store::{SettleAction, Settlement};
+    let (_dir, _path, store) = open(SqliteOptions::default());
+    let q = queue(&store, "q", QueuePolicy::default()).await;
+    let n = 3_000;
+    for chunk in 0..n / 500 {
+        let batch: Vec<NewMessage> = (0..500)
+            .map(|i| msg(&format!("m{chunk}-{i}")))
+            .collect();
+        store.enqueue(&q, batch, T0).await.unwrap();
+    }
+    loop {
+        let got = store
+            .receive(ReceiveParams {
+                queue: q.clone(),
+                max: 500,
+                lock_ms: 30_000,
+                now: T0,
+                session: None,
+            })
+            .await
+            .unwrap();
+        if got.deliveries.is_empty() {
+            break;
+        }
+        let items = got
+            .deliveries
+            .into_iter()
+            .map(|d| Settlement {
+                lock_token: d.lock_token,
+                action: SettleAction::DeadLetter {
+                    reason: "bad".to_owned(),
+                    description: None,
+                    by_broker: false,
+                    classifier: redrive_core::Classifier::default(),
+                },
+            })
+            .collect();
+        let settled = store.settle(&q, items, T0).await.unwrap();
+        assert!(settled.results.iter().all(Result::is_ok));
+    }
+    store.delete_queue(&q, true).await.unwrap();
+    assert!(matches!(
+        store.get_queue(&q).await,
+        Err(StoreError::QueueNotFound { .. })
+    ));
+    assert!(!store.is_poisoned());
+}
