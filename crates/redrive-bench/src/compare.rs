@@ -621,6 +621,7 @@ mod tests {
         let a = CompareArgs {
             compare: Some(System::Nats),
             rounds: None,
+            nats_in_flight: None,
         };
         assert_eq!(a.rounds(), DEFAULT_ROUNDS);
         assert_eq!(DEFAULT_ROUNDS, 3);

@@ -86,11 +86,33 @@ CREATE INDEX messages_session ON messages (queue_id, session_id, sequence)
 ";
 
 /// What one run did.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) struct Done {
     pub(crate) received: u64,
     pub(crate) completed: u64,
     pub(crate) transactions: u64,
+    /// How long each commit took (its WAL sync), µs, in order.
+    pub(crate) commits_us: Vec<u64>,
+}
+
+/// Commits `tx`, noting how long the commit (its sync) took.
+fn commit(tx: rusqlite::Transaction<'_>, done: &mut Done) -> anyhow::Result<()> {
+    let start = Instant::now();
+    tx.commit()?;
+    done.commits_us
+        .push(u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX));
+    done.transactions += 1;
+    Ok(())
+}
+
+/// The `p`-th percentile of `sorted` (nearest rank), ms.
+fn percentile_ms(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    let i = rank.clamp(1, sorted.len()) - 1;
+    round2(sorted[i] as f64 / 1000.0)
 }
 
 fn open(path: &Path, a: &QueueFloorArgs) -> anyhow::Result<Connection> {
@@ -121,6 +143,7 @@ pub(crate) fn run_batches(conn: &Connection, a: &QueueFloorArgs) -> anyhow::Resu
         received: 0,
         completed: 0,
         transactions: 0,
+        commits_us: Vec::new(),
     };
     let now = 1_000i64;
     let lock_until = now + 30_000;
@@ -156,8 +179,7 @@ pub(crate) fn run_batches(conn: &Connection, a: &QueueFloorArgs) -> anyhow::Resu
                     }
                     got
                 };
-                tx.commit()?;
-                done.transactions += 1;
+                commit(tx, &mut done)?;
                 got
             }
             Locks::Memory => {
@@ -187,8 +209,7 @@ pub(crate) fn run_batches(conn: &Connection, a: &QueueFloorArgs) -> anyhow::Resu
                 anyhow::ensure!(delete.execute([seq])? == 1, "message {seq} missing");
             }
         }
-        tx.commit()?;
-        done.transactions += 1;
+        commit(tx, &mut done)?;
         done.completed += got.len() as u64;
     }
     Ok(done)
@@ -232,6 +253,11 @@ pub(crate) fn run(a: &QueueFloorArgs, report: &mut Report) -> anyhow::Result<()>
         report.add("transactions", d.transactions, "");
         report.add("consume_s", round2(secs(took)), "s");
         report.add("receive_complete_rate", rate(d.completed, took), "msgs/s");
+        let mut commits = d.commits_us.clone();
+        commits.sort_unstable();
+        report.add("commit_p50", percentile_ms(&commits, 50.0), "ms");
+        report.add("commit_p99", percentile_ms(&commits, 99.0), "ms");
+        report.add("commit_max", percentile_ms(&commits, 100.0), "ms");
         anyhow::Ok(())
     })();
     if temporary {
@@ -245,6 +271,16 @@ pub(crate) fn run(a: &QueueFloorArgs, report: &mut Report) -> anyhow::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn percentiles_take_the_nearest_rank() {
+        let us: Vec<u64> = (1..=100).map(|i| i * 1_000).collect();
+        assert_eq!(percentile_ms(&us, 50.0), 50.0);
+        assert_eq!(percentile_ms(&us, 99.0), 99.0);
+        assert_eq!(percentile_ms(&us, 100.0), 100.0);
+        assert_eq!(percentile_ms(&[1_500], 50.0), 1.5);
+        assert_eq!(percentile_ms(&[], 99.0), 0.0);
+    }
 
     fn args(locks: Locks) -> QueueFloorArgs {
         QueueFloorArgs {
@@ -281,14 +317,11 @@ mod tests {
             // transaction each, and the last receive that finds nothing; memory: the
             // completions only.
             assert_eq!(
-                d,
-                Done {
-                    received: 1_000,
-                    completed: 1_000,
-                    transactions
-                },
+                (d.received, d.completed, d.transactions),
+                (1_000, 1_000, transactions),
                 "{locks:?}"
             );
+            assert_eq!(d.commits_us.len() as u64, transactions, "each commit timed");
             let left: i64 = conn
                 .query_row("SELECT count(*) FROM messages", [], |r| r.get(0))
                 .unwrap();

@@ -1578,14 +1578,13 @@ mod tests {
         assert_eq!(ahead, (10_000..=10_050).collect::<Vec<i64>>());
         // Looks at every one of those slots admit the same items at the same times.
         let mut q = Pacer::default();
-        let each: Vec<i64> = (10_000..=10_050)
-            .map(|ms| {
-                let now = Timestamp(ms);
-                assert_eq!(q.check(&fast, 100, now), Admission::Now);
-                q.admit(&fast, 100, now);
-                ms
-            })
-            .collect();
+        let mut each: Vec<i64> = Vec::new();
+        for ms in 10_000..=10_050 {
+            let now = Timestamp(ms);
+            assert_eq!(q.check(&fast, 100, now), Admission::Now);
+            q.admit(&fast, 100, now);
+            each.push(ms);
+        }
         assert_eq!(ahead, each);
         assert_eq!(p, q, "the same pacer after");
         // The next look, at the next slot, goes on from there.

@@ -1738,9 +1738,7 @@ async fn a_statement_journal_larger_than_memory_spills_to_a_file() {
     let q = queue(&store, "q", QueuePolicy::default()).await;
     let n = 3_000;
     for chunk in 0..n / 500 {
-        let batch: Vec<NewMessage> = (0..500)
-            .map(|i| msg(&format!("m{chunk}-{i}")))
-            .collect();
+        let batch: Vec<NewMessage> = (0..500).map(|i| msg(&format!("m{chunk}-{i}"))).collect();
         store.enqueue(&q, batch, T0).await.unwrap();
     }
     loop {
