@@ -23,7 +23,6 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use rusqlite::{Connection, params};
 
-use crate::failure::input_error;
 use crate::report::{Report, rate, round2, secs};
 
 /// Where a receive keeps its lock.
@@ -217,25 +216,8 @@ pub(crate) fn run_batches(conn: &Connection, a: &QueueFloorArgs) -> anyhow::Resu
 
 /// `sqlite-queue-floor`: sets the file up, times the receives and completions, reports.
 pub(crate) fn run(a: &QueueFloorArgs, report: &mut Report) -> anyhow::Result<()> {
-    let (path, temporary) = match &a.file {
-        Some(p) => {
-            if p.exists() {
-                return Err(input_error(format!(
-                    "{} exists: name a new file",
-                    p.display()
-                )));
-            }
-            (p.clone(), false)
-        }
-        None => (
-            std::env::temp_dir().join(format!(
-                "redrive-queue-floor-{}-{}.db",
-                std::process::id(),
-                crate::units::now().0
-            )),
-            true,
-        ),
-    };
+    let (path, temporary) =
+        crate::sqlite_floor::scratch_file(a.file.as_deref(), "redrive-queue-floor")?;
     let outcome = (|| {
         let conn = open(&path, a)?;
         let start = Instant::now();
@@ -261,9 +243,7 @@ pub(crate) fn run(a: &QueueFloorArgs, report: &mut Report) -> anyhow::Result<()>
         anyhow::Ok(())
     })();
     if temporary {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-        }
+        crate::sqlite_floor::remove_db(&path);
     }
     outcome
 }
@@ -299,17 +279,11 @@ mod tests {
         ))
     }
 
-    fn clean(path: &Path) {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-        }
-    }
-
     #[test]
     fn both_designs_receive_and_complete_every_message_once() {
         for (locks, transactions) in [(Locks::Rows, 9), (Locks::Memory, 4)] {
             let path = tmp(locks.as_str());
-            clean(&path);
+            crate::sqlite_floor::remove_db(&path);
             let a = args(locks);
             let conn = open(&path, &a).unwrap();
             let d = run_batches(&conn, &a).unwrap();
@@ -327,7 +301,7 @@ mod tests {
                 .unwrap();
             assert_eq!(left, 0, "{locks:?}");
             drop(conn);
-            clean(&path);
+            crate::sqlite_floor::remove_db(&path);
         }
     }
 }

@@ -173,27 +173,36 @@ pub(crate) fn write(conn: &Connection, a: &SqliteFloorArgs) -> anyhow::Result<Wr
     })
 }
 
-/// `sqlite-floor`: sets the file up, times the writes, reports.
-pub(crate) fn run(a: &SqliteFloorArgs, report: &mut Report) -> anyhow::Result<()> {
-    let (path, temporary) = match &a.file {
-        Some(p) => {
-            if p.exists() {
-                return Err(input_error(format!(
-                    "{} exists: name a new file",
-                    p.display()
-                )));
-            }
-            (p.clone(), false)
-        }
-        None => (
+/// The SQLite file of a floor run: `file` if given (it must not exist), else a fresh one
+/// in the temporary directory named after `prefix`; and whether to remove it afterwards.
+pub(crate) fn scratch_file(file: Option<&Path>, prefix: &str) -> anyhow::Result<(PathBuf, bool)> {
+    match file {
+        Some(p) if p.exists() => Err(input_error(format!(
+            "{} exists: name a new file",
+            p.display()
+        ))),
+        Some(p) => Ok((p.to_path_buf(), false)),
+        None => Ok((
             std::env::temp_dir().join(format!(
-                "redrive-sqlite-floor-{}-{}.db",
+                "{prefix}-{}-{}.db",
                 std::process::id(),
                 crate::units::now().0
             )),
             true,
-        ),
-    };
+        )),
+    }
+}
+
+/// Removes a SQLite file and its WAL and shared-memory files, if there.
+pub(crate) fn remove_db(path: &Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
+/// `sqlite-floor`: sets the file up, times the writes, reports.
+pub(crate) fn run(a: &SqliteFloorArgs, report: &mut Report) -> anyhow::Result<()> {
+    let (path, temporary) = scratch_file(a.file.as_deref(), "redrive-sqlite-floor")?;
     let outcome = (|| {
         let conn = open(&path, a.items)?;
         let start = Instant::now();
@@ -208,9 +217,7 @@ pub(crate) fn run(a: &SqliteFloorArgs, report: &mut Report) -> anyhow::Result<()
         anyhow::Ok(())
     })();
     if temporary {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-        }
+        remove_db(&path);
     }
     outcome
 }
@@ -255,8 +262,6 @@ mod tests {
             25
         );
         drop(conn);
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-        }
+        remove_db(&path);
     }
 }

@@ -1442,6 +1442,46 @@ mod tests {
         assert_eq!(n, 10_000);
     }
 
+    /// A budget of `rate` items/s and `byte_rate` bytes/s, the rest out of the way.
+    fn rates(rate: f64, byte_rate: u64) -> Budget {
+        BudgetSpec {
+            items_per_s: Some(rate),
+            bytes_per_s: Some(byte_rate),
+            max_concurrent: Some(1_000),
+            window: None,
+            dependency: Some(dep()),
+        }
+        .check()
+        .unwrap()
+    }
+
+    /// The pacing bound over admissions `(ms, bytes)` in time order: over any interval
+    /// [a, b], items ≤ 1 + rate × (b − a) and bytes ≤ byte_rate × (b − a) + the bytes of
+    /// the last item admitted in it.
+    pub(crate) fn within_bound(
+        admitted: &[(i64, u64)],
+        rate: f64,
+        byte_rate: u64,
+    ) -> Result<(), TestCaseError> {
+        for i in 0..admitted.len() {
+            let mut bytes = 0u64;
+            for j in i..admitted.len() {
+                let t = (admitted[j].0 - admitted[i].0) as f64 / 1000.0;
+                let items = (j - i + 1) as f64;
+                bytes += admitted[j].1;
+                prop_assert!(
+                    items <= 1.0 + rate * t + 1e-9,
+                    "{items} items in {t} s at {rate}/s"
+                );
+                prop_assert!(
+                    bytes as f64 <= byte_rate as f64 * t + admitted[j].1 as f64 + 1e-6,
+                    "{bytes} bytes in {t} s at {byte_rate}/s"
+                );
+            }
+        }
+        Ok(())
+    }
+
     proptest! {
         /// The bound, over looks at arbitrary times (each look admits every item the
         /// pacer lets go then) and arbitrary item sizes: over any interval [a, b],
@@ -1454,15 +1494,7 @@ mod tests {
             gaps in proptest::collection::vec(0i64..400, 1..300),
             sizes in proptest::collection::vec(1u64..1_024, 1..200),
         ) {
-            let b = BudgetSpec {
-                items_per_s: Some(rate),
-                bytes_per_s: Some(byte_rate),
-                max_concurrent: Some(1_000),
-                window: None,
-                dependency: Some(dep()),
-            }
-            .check()
-            .unwrap();
+            let b = rates(rate, byte_rate);
             let mut p = Pacer::default();
             let mut now = Timestamp(0);
             let mut admitted: Vec<(i64, u64)> = Vec::new();
@@ -1478,19 +1510,7 @@ mod tests {
                     next.next();
                 }
             }
-            for i in 0..admitted.len() {
-                let mut bytes = 0u64;
-                for j in i..admitted.len() {
-                    let t = (admitted[j].0 - admitted[i].0) as f64 / 1000.0;
-                    let items = (j - i + 1) as f64;
-                    bytes += admitted[j].1;
-                    prop_assert!(items <= 1.0 + rate * t + 1e-9,
-                        "{items} items in {t} s at {rate}/s");
-                    prop_assert!(
-                        bytes as f64 <= byte_rate as f64 * t + admitted[j].1 as f64 + 1e-6,
-                        "{bytes} bytes in {t} s at {byte_rate}/s");
-                }
-            }
+            within_bound(&admitted, rate, byte_rate)?;
         }
 
         /// The same bound over the admission times when each look admits ahead, at their
@@ -1503,15 +1523,7 @@ mod tests {
             gaps in proptest::collection::vec(0i64..400, 1..300),
             sizes in proptest::collection::vec(1u64..1_024, 1..400),
         ) {
-            let b = BudgetSpec {
-                items_per_s: Some(rate),
-                bytes_per_s: Some(byte_rate),
-                max_concurrent: Some(1_000),
-                window: None,
-                dependency: Some(dep()),
-            }
-            .check()
-            .unwrap();
+            let b = rates(rate, byte_rate);
             let mut p = Pacer::default();
             let mut now = Timestamp(0);
             let mut admitted: Vec<(i64, u64)> = Vec::new();
@@ -1530,19 +1542,7 @@ mod tests {
                     next.next();
                 }
             }
-            for i in 0..admitted.len() {
-                let mut bytes = 0u64;
-                for j in i..admitted.len() {
-                    let t = (admitted[j].0 - admitted[i].0) as f64 / 1000.0;
-                    let items = (j - i + 1) as f64;
-                    bytes += admitted[j].1;
-                    prop_assert!(items <= 1.0 + rate * t + 1e-9,
-                        "{items} items in {t} s at {rate}/s");
-                    prop_assert!(
-                        bytes as f64 <= byte_rate as f64 * t + admitted[j].1 as f64 + 1e-6,
-                        "{bytes} bytes in {t} s at {byte_rate}/s");
-                }
-            }
+            within_bound(&admitted, rate, byte_rate)?;
         }
     }
 

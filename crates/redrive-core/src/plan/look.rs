@@ -500,16 +500,7 @@ mod tests {
                 prop_assert!(w.admitted <= b.window);
                 prop_assert!(p.in_flight <= b.max_concurrent);
             }
-            for i in 0..admitted.len() {
-                let mut bytes = 0u64;
-                for j in i..admitted.len() {
-                    let t = (admitted[j].0 - admitted[i].0) as f64 / 1000.0;
-                    let items = (j - i + 1) as f64;
-                    bytes += admitted[j].1;
-                    prop_assert!(items <= 1.0 + rate * t + 1e-9);
-                    prop_assert!(bytes as f64 <= byte_rate as f64 * t + admitted[j].1 as f64 + 1e-6);
-                }
-            }
+            crate::plan::tests::within_bound(&admitted, rate, byte_rate)?;
         }
     }
 }
