@@ -333,6 +333,11 @@ async fn a_decided_job_that_writes_then_fails_rolls_back_its_transaction() {
     let q1 = q.clone();
     let group = tokio::spawn(async move {
         let before = s.enqueue(&q1, vec![msg("before")], T0);
+        // Refused on its own before the broken job: its refusal stands.
+        let refused = s.writer.write_decided(|tx| -> StoreResult<()> {
+            tx.queue(&name("nowhere"))?;
+            Ok(())
+        });
         let broken = s.writer.write_decided({
             let q = q1.clone();
             move |tx| {
@@ -341,13 +346,17 @@ async fn a_decided_job_that_writes_then_fails_rolls_back_its_transaction() {
             }
         });
         let after = s.enqueue(&q1, vec![msg("after")], T0);
-        tokio::join!(before, broken, after)
+        tokio::join!(before, refused, broken, after)
     });
-    submitted(&store, jobs + 3).await;
+    submitted(&store, jobs + 4).await;
     drop(release);
-    let (before, broken, after) = group.await.unwrap();
+    let (before, refused, broken, after) = group.await.unwrap();
     let e = before.unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e:?}");
+    assert!(
+        matches!(refused, Err(StoreError::QueueNotFound { .. })),
+        "{refused:?}"
+    );
     assert!(matches!(broken, Err(StoreError::LockLost)));
     assert_eq!(
         after.unwrap()[0].sequence,

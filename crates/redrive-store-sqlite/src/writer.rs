@@ -397,6 +397,9 @@ impl WriterThread {
         }
         // A job answered with a failure of the group's rather than its own result.
         let mut overrides: Vec<Option<GroupFailure>> = vec![None; group.len()];
+        // Which jobs ran to success (only those are undone by a rollback of the whole
+        // transaction: a refused job's own refusal stands).
+        let mut succeeded = vec![false; group.len()];
         // Whether a transaction is open, where it began and whether it holds at least one
         // job that succeeded.
         let mut in_tx = false;
@@ -412,6 +415,7 @@ impl WriterThread {
             }
             if !holds_work {
                 if self.run_job(group, i) {
+                    succeeded[i] = true;
                     holds_work = true;
                     continue;
                 }
@@ -426,6 +430,7 @@ impl WriterThread {
             if group[i].decided() {
                 let before = self.conn.total_changes();
                 if self.run_job(group, i) {
+                    succeeded[i] = true;
                     continue;
                 }
                 if self.conn.is_autocommit() {
@@ -454,8 +459,10 @@ impl WriterThread {
                 if !self.rollback(group) {
                     return;
                 }
-                for o in &mut overrides[tx_from..i] {
-                    *o = Some(GroupFailure::RolledBack);
+                for j in tx_from..i {
+                    if succeeded[j] {
+                        overrides[j] = Some(GroupFailure::RolledBack);
+                    }
                 }
                 in_tx = false;
                 holds_work = false;
@@ -467,6 +474,7 @@ impl WriterThread {
                 return;
             }
             let ok = self.run_job(group, i);
+            succeeded[i] = ok;
             let end = if ok {
                 self.exec("RELEASE job")
             } else {
