@@ -525,7 +525,19 @@ async fn a_cancelled_or_superseded_intent_closes_without_execution() {
 #[tokio::test]
 async fn an_expired_item_is_closed_expired_not_diagnosed() {
     for backend in Backend::all("the expiry test") {
-        let s = server(backend).await;
+        // The test sweeps itself: the background sweep, on its real-time interval, could
+        // otherwise hold the expired row (PostgreSQL's SKIP LOCKED) while `sweep_once`
+        // passes it by, and the case would be listed before it was committed.
+        let s = TestServer::builder()
+            .backend(backend)
+            .settings(redrive_server::Settings {
+                replay_worker: false,
+                case_worker: false,
+                sweep_interval_ms: 3_600_000,
+                ..default_settings()
+            })
+            .start()
+            .await;
         s.queue("orders", json!({"dead_letter_on_expiry": true}))
             .await;
         let (st, v) = s
