@@ -63,6 +63,94 @@ pub(crate) fn open(conn: &Connection, record_id: &str, now: Timestamp) -> StoreR
     Ok(())
 }
 
+/// [`open`] for a record just inserted, from the record as written rather than from its
+/// row: one row from values, which SQLite writes without a statement journal (the
+/// `INSERT … SELECT` of [`OPEN_CASE`] may write many rows, so each one keeps a journal of
+/// every page it touches, a page per index of `cases`). The same rule
+/// ([`skeleton::opens_case`]) and the same columns as [`OPEN_CASE`]; a case that exists
+/// already is kept, and gets its first timeline entry from [`OPEN_TIMELINE`] if it has
+/// none, as [`open`] would.
+pub(crate) fn open_inserted(
+    conn: &Connection,
+    d: &redrive_store::DeadLetterRecord,
+    policy_version: i64,
+    now: Timestamp,
+) -> StoreResult<()> {
+    if !skeleton::opens_case(d) {
+        return Ok(());
+    }
+    let id = redrive_store::case_id_of(&d.id);
+    let intent = d
+        .intent
+        .as_deref()
+        .filter(|i| !i.is_empty())
+        .unwrap_or(&d.message_id);
+    let count = d.count_quality.as_str();
+    let quality =
+        if d.route_target.as_str() != "written" && matches!(count, "exact" | "approximate") {
+            "incomplete"
+        } else {
+            count
+        };
+    let body_size = i64::try_from(d.body.len()).map_err(|e| bad_value("body_size", e))?;
+    let opened = conn
+        .prepare_cached(OPEN_CASE_VALUES)
+        .db()?
+        .execute(params![
+            id,
+            d.id,
+            d.queue.as_str(),
+            d.message_id,
+            intent,
+            d.message_type,
+            d.session_id,
+            d.reason,
+            d.description,
+            i64::from(d.delivery_count),
+            policy_version,
+            d.body_sha256,
+            body_size,
+            d.valid_until.map(|t| t.0),
+            d.dead_lettered_at.0,
+            now.0,
+            d.route_kind.as_str(),
+            quality,
+            default_review_deadline(now),
+            d.route_rule.map(|r| r.as_str()),
+            d.consumer,
+            d.rule_version,
+        ])
+        .db()?;
+    if opened == 0 {
+        conn.prepare_cached(OPEN_TIMELINE)
+            .db()?
+            .execute(named_params! { "$1": d.id, "$2": now.0 })
+            .db()?;
+        return Ok(());
+    }
+    conn.prepare_cached(
+        "INSERT INTO case_timeline (case_id, seq, at, actor, state, evidence, fields) \
+         VALUES (?1, 1, ?2, 'broker', 'route_observed', ?3, '{}') ON CONFLICT DO NOTHING",
+    )
+    .db()?
+    .execute(params![
+        id,
+        now.0,
+        format!("dead-lettered ({}): {}", d.route_kind.as_str(), d.reason)
+    ])
+    .db()?;
+    Ok(())
+}
+
+/// [`OPEN_CASE`]'s insert from values (`open_inserted`).
+const OPEN_CASE_VALUES: &str = "INSERT INTO cases (id, record_id, queue, message_id, intent_id, \
+     message_type, session_id, reason, description, delivery_count, policy_version, \
+     body_sha256, body_size, valid_until, dead_lettered_at, opened_at, version, state, route, \
+     evidence_quality, review_deadline, next_check_at, data, route_rule, consumer, \
+     rule_version) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, 1, \
+     'route_observed', ?17, ?18, ?19, ?16, '{}', ?20, ?21, ?22) ON CONFLICT DO NOTHING";
+
 // ---- reads ------------------------------------------------------------------------------
 
 fn case(r: &Row<'_>) -> StoreResult<CaseRecord> {

@@ -72,7 +72,10 @@
 //! (`redrive_store::skeleton::cases::OPEN_CASE`, `OPEN_TIMELINE`) in its own transaction,
 //! right after that write (see `cases::open`); the statements check whether the record
 //! stands for a case, so a record that is none opens nothing and one that has a case keeps
-//! it. A case update is one writer job, conditional on the version its caller read.
+//! it. A record just inserted opens its case from the record as written instead, by the
+//! same rule and into the same columns, as one row from values that SQLite writes without
+//! a statement journal (`cases::open_inserted`). A case update is one writer job,
+//! conditional on the version its caller read.
 //!
 //! Bounded replay plans (schema version 10) are written by writer jobs: an update checks
 //! the version its caller read and the item lease (the admitted items of the cases it

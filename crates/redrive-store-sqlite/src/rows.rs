@@ -451,7 +451,7 @@ pub(crate) fn insert_message(
 }
 
 /// Inserts a dead-letter record (unlocked), with its replay bookkeeping and judgement, and
-/// opens its case at `now` if it stands for one ([`crate::cases::open`]).
+/// opens its case at `now` if it stands for one ([`crate::cases::open_inserted`]).
 pub(crate) fn insert_record(
     conn: &Connection,
     d: &DeadLetterRecord,
@@ -521,7 +521,7 @@ pub(crate) fn insert_record(
         shape.source,
     ])
     .db()?;
-    crate::cases::open(conn, &d.id, now)
+    crate::cases::open_inserted(conn, d, version, now)
 }
 
 /// Keeps the fields of failure signature `id` (once; the id is a hash of them).

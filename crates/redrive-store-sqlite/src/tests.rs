@@ -1787,3 +1787,118 @@ async fn a_statement_journal_larger_than_memory_spills_to_a_file() {
     ));
     assert!(!store.is_poisoned());
 }
+
+/// A dead letter's case opened from the record as written (`cases::open_inserted`, one row
+/// from values) is, column for column, the case `OPEN_CASE` and `OPEN_TIMELINE` open from
+/// its row, for records with and without an intent, a type, a session, a description and
+/// a validity.
+#[tokio::test]
+async fn a_case_opened_from_the_inserted_record_is_the_one_its_row_opens() {
+    let (_dir, _path, store) = open(SqliteOptions::default());
+    let q = queue(&store, "q", QueuePolicy::default()).await;
+    let mut plain = msg("m-plain");
+    plain.body = "é and ü: not one byte a character".as_bytes().to_vec();
+    let mut rich = msg("m-rich");
+    rich.intent = Some("order-42".into());
+    rich.message_type = Some("order.placed".into());
+    rich.valid_until = Some(Timestamp(T0.0 + 3_600_000));
+    let mut empty_intent = msg("m-empty-intent");
+    empty_intent.intent = Some(String::new());
+    let mut session = msg("m-session");
+    session.session_id = Some("s-1".into());
+    let q_sessions = queue(
+        &store,
+        "qs",
+        QueuePolicy {
+            group_ordering: true,
+            ..QueuePolicy::default()
+        },
+    )
+    .await;
+    store
+        .enqueue(&q, vec![plain, rich, empty_intent], T0)
+        .await
+        .unwrap();
+    store.enqueue(&q_sessions, vec![session], T0).await.unwrap();
+    let mut ids = Vec::new();
+    for (queue, n, description) in [(&q, 3, Some("parse error")), (&q_sessions, 1, None)] {
+        let params = redrive_store_conformance::params(queue, n, 30_000, T0, None);
+        let deliveries = store.receive(params).await.unwrap().deliveries;
+        assert_eq!(deliveries.len(), n as usize);
+        let items = deliveries
+            .iter()
+            .map(|d| redrive_store::Settlement {
+                lock_token: d.lock_token.clone(),
+                action: redrive_store::SettleAction::DeadLetter {
+                    reason: "Bad".into(),
+                    description: description.map(str::to_owned),
+                    by_broker: false,
+                    classifier: redrive_core::Classifier::default(),
+                },
+            })
+            .collect();
+        let out = store
+            .settle(queue, items, Timestamp(T0.0 + 5))
+            .await
+            .unwrap();
+        ids.extend(
+            out.effects
+                .dead_lettered
+                .iter()
+                .map(|d| d.dead_letter_id.clone()),
+        );
+    }
+    assert_eq!(ids.len(), 4);
+    let (done, wait) = std::sync::mpsc::channel();
+    store.writer.raw(move |conn| {
+        let rows = |table: &str, key: &str, id: &str| -> Vec<Vec<rusqlite::types::Value>> {
+            let mut stmt = conn
+                .prepare(&format!("SELECT * FROM {table} WHERE {key} = ?1"))
+                .unwrap();
+            let n = stmt.column_count();
+            stmt.query_map([id], |r| {
+                (0..n)
+                    .map(|i| r.get::<_, rusqlite::types::Value>(i))
+                    .collect()
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+        };
+        let mut compared = Vec::new();
+        for id in &ids {
+            let case_id = redrive_store::case_id_of(id);
+            let inserted = (
+                rows("cases", "id", &case_id),
+                rows("case_timeline", "case_id", &case_id),
+            );
+            assert_eq!(inserted.0.len(), 1, "{id} opened a case");
+            assert_eq!(inserted.1.len(), 1, "{id}'s case has its first entry");
+            let opened_at: i64 = conn
+                .query_row(
+                    "SELECT opened_at FROM cases WHERE id = ?1",
+                    [&case_id],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            conn.execute("DELETE FROM case_timeline WHERE case_id = ?1", [&case_id])
+                .unwrap();
+            conn.execute("DELETE FROM cases WHERE id = ?1", [&case_id])
+                .unwrap();
+            crate::cases::open(conn, id, Timestamp(opened_at)).unwrap();
+            let from_row = (
+                rows("cases", "id", &case_id),
+                rows("case_timeline", "case_id", &case_id),
+            );
+            compared.push((
+                id.clone(),
+                inserted == from_row,
+                format!("{inserted:?}\n{from_row:?}"),
+            ));
+        }
+        done.send(compared).unwrap();
+    });
+    for (id, same, rows) in wait.recv().unwrap() {
+        assert!(same, "{id}:\n{rows}");
+    }
+}
