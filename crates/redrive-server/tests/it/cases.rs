@@ -1348,3 +1348,44 @@ async fn a_value_window_that_ends_while_the_case_waits_expires_it() {
         assert_eq!(last["fields"]["deadline"], "2027-01-15T10:00:00.000Z");
     }
 }
+
+/// A mass dead-lettering is worked a batch at a time: a pass advances at most
+/// `CASE_BATCH` due cases (read together, written together), the next pass takes the
+/// rest, and each case's decision is recorded, counted and audited exactly once.
+#[tokio::test]
+async fn a_burst_of_dead_letters_is_worked_a_batch_at_a_time() {
+    let batch = u64::from(redrive_broker::cases::CASE_BATCH);
+    let n = batch + 30;
+    for backend in Backend::all("the case batch test") {
+        let s = server(backend).await;
+        s.queue("burst", json!({})).await;
+        for i in 0..n {
+            dead_letter(&s, "burst", Letter::order(&format!("b-{i}"))).await;
+        }
+        let first = s.broker.cases_once().await.unwrap();
+        assert_eq!(first.advanced, batch, "{first:?}");
+        let second = s.broker.cases_once().await.unwrap();
+        assert_eq!(second.advanced, n - batch, "{second:?}");
+        let third = s.broker.cases_once().await.unwrap();
+        assert_eq!(third.advanced, 0, "nothing is due again at once: {third:?}");
+        let (st, v) = s.get("/v1/cases?state=escalated&limit=1000").await;
+        assert_eq!(st, 200, "{v}");
+        let escalated = v["cases"].as_array().unwrap();
+        assert_eq!(escalated.len() as u64, n, "{v}");
+        assert!(
+            escalated
+                .iter()
+                .all(|c| c["next"] == "escalate:repeat_safety"),
+            "{v}"
+        );
+        let metrics = s.metrics().await;
+        assert!(
+            metrics.contains(&format!(
+                "redrive_cases_escalated_total{{queue=\"burst\",missing=\"repeat_safety\"}} {n}"
+            )),
+            "{metrics}"
+        );
+        let decided = s.audit("action=case.decide&limit=1000").await;
+        assert_eq!(decided.len() as u64, n, "one audit entry per decision");
+    }
+}
