@@ -9,8 +9,8 @@
 //! each batch its own transaction. A batch computes each record's shape with
 //! [`FailureShape::of`], as the insert path does, keeps the shape's fields in
 //! `failure_signatures`, and sets the record's `signature` and `source`; the trigger of
-//! schema 22 counts it into its area's aggregate as the insert trigger counts a new
-//! record.
+//! schema 22 counts it into its area's aggregate as a new record is counted on insert
+//! (`rows::count_signature`).
 //!
 //! Completion is not recorded apart: the records left to do are those of the partial
 //! index `dead_letters_unsigned`, so once none is left, every later open costs one probe

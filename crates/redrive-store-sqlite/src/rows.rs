@@ -521,7 +521,45 @@ pub(crate) fn insert_record(
         shape.source,
     ])
     .db()?;
+    count_signature(conn, &signature, d)?;
     crate::cases::open_inserted(conn, d, version, now)
+}
+
+/// Counts a record just inserted into its signature's aggregate in its area: count, live,
+/// first and last seen, the hour of its dead-lettering (the latest 24 hours kept). What
+/// the insert trigger of schema 19 did (schema 23 dropped it; see its migration).
+fn count_signature(conn: &Connection, signature: &str, d: &DeadLetterRecord) -> StoreResult<()> {
+    let (area, queue, at) = (d.area.as_str(), d.queue.as_str(), d.dead_lettered_at.0);
+    conn.prepare_cached(
+        "INSERT INTO failure_signature_counts \
+         (signature, area, queue, count, live, first_seen, last_seen) \
+         VALUES (?1, ?2, ?3, 1, 1, ?4, ?4) \
+         ON CONFLICT (signature, area) DO UPDATE SET \
+         count = count + 1, live = live + 1, \
+         first_seen = min(first_seen, excluded.first_seen), \
+         last_seen = max(last_seen, excluded.last_seen)",
+    )
+    .db()?
+    .execute(params![signature, area, queue, at])
+    .db()?;
+    let hour = at / 3_600_000;
+    conn.prepare_cached(
+        "INSERT INTO failure_signature_hours (signature, area, queue, hour, count) \
+         VALUES (?1, ?2, ?3, ?4, 1) \
+         ON CONFLICT (signature, area, hour) DO UPDATE SET count = count + 1",
+    )
+    .db()?
+    .execute(params![signature, area, queue, hour])
+    .db()?;
+    conn.prepare_cached(
+        "DELETE FROM failure_signature_hours WHERE signature = ?1 AND area = ?2 \
+         AND hour < (SELECT max(hour) FROM failure_signature_hours \
+                     WHERE signature = ?1 AND area = ?2) - 23",
+    )
+    .db()?
+    .execute(params![signature, area])
+    .db()?;
+    Ok(())
 }
 
 /// Keeps the fields of failure signature `id` (once; the id is a hash of them).

@@ -37,10 +37,14 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (20, include_str!("migrations/0020_open_cases_by_queue.sql")),
     (21, include_str!("migrations/0021_policy_versions.sql")),
     (22, include_str!("migrations/0022_signature_backfill.sql")),
+    (
+        23,
+        include_str!("migrations/0023_signature_counts_on_insert.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: i64 = 22;
+pub const LATEST_VERSION: i64 = 23;
 
 /// How long a connection waits for a lock held by another connection before giving up
 /// with SQLITE_BUSY (mapped to `Unavailable`).

@@ -985,7 +985,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
         conn.execute_batch(
             "DROP TRIGGER dead_letters_signature_backfill; DROP INDEX dead_letters_unsigned; \
              DROP TABLE queue_policy_versions; \
-             DROP TRIGGER dead_letters_signature_enter; DROP TRIGGER dead_letters_signature_move; \
+             DROP TRIGGER dead_letters_signature_move; \
              DROP TRIGGER dead_letters_signature_leave; DROP TRIGGER queues_signatures_drop; \
              DROP TABLE failure_signatures; DROP TABLE failure_signature_counts; \
              DROP TABLE failure_signature_hours; DROP INDEX dead_letters_signature; \
@@ -1022,7 +1022,7 @@ async fn version_4_database_migrates_to_the_access_tables() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (22, 22));
+    assert_eq!((version, SCHEMA_VERSION), (23, 23));
     // The queue's current policy is its one version (schema 21's backfill).
     let versions = store
         .list_policy_versions(&name("q"), None, 10)
