@@ -1350,8 +1350,8 @@ async fn a_value_window_that_ends_while_the_case_waits_expires_it() {
 }
 
 /// A mass dead-lettering is worked a batch at a time: a pass advances at most
-/// `CASE_BATCH` due cases (read together, written together), the next pass takes the
-/// rest, and each case's decision is recorded, counted and audited exactly once.
+/// `CASE_BATCH` due cases, the next pass takes the rest, none is due again at once, and
+/// each case's decision is recorded, counted and audited exactly once.
 #[tokio::test]
 async fn a_burst_of_dead_letters_is_worked_a_batch_at_a_time() {
     let batch = u64::from(redrive_broker::cases::CASE_BATCH);
