@@ -2,7 +2,7 @@
 //! plan is the skeleton's, the statements are here), and the operations on a queue's
 //! dead-letter store.
 
-use redrive_core::{Area, EntityName, Timestamp};
+use redrive_core::{Area, EntityName, EvidenceQuality, Timestamp};
 use redrive_store::failure::{FailureQuery, FailureSignature, sparkline, sparkline_start};
 use redrive_store::skeleton::columns::millis;
 use redrive_store::skeleton::dead_letters::{
@@ -23,8 +23,7 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
 use crate::error::Db;
 use crate::rows::{
-    Cols, allocate_sequences, delete_row, insert_message, insert_record, load_row, query_all,
-    query_records, queue_id,
+    Cols, allocate_sequences, insert_record, load_row, query_all, query_records, queue_id,
 };
 use crate::writer::Tx;
 
@@ -39,7 +38,11 @@ pub(crate) fn dead_letter(
     now: Timestamp,
     effects: &mut Effects,
 ) -> StoreResult<String> {
-    let row = load_row(tx.conn, head.key)?;
+    // The row as it is (its lock may be held in memory), and whether a crash left its
+    // delivery count approximate (`crate::locks::recover`).
+    let mut row = load_row(tx.conn, head.key)?;
+    row.head.meta = head.meta.clone();
+    let approximate = crate::locks::count_approximate(tx.conn, head.key)?;
     let target = match &q.policy.dead_letter_queue {
         Some(t) => tx.queue_opt(t.as_str())?,
         None => None,
@@ -48,14 +51,17 @@ pub(crate) fn dead_letter(
     let forwarded = match plan.target() {
         Some(t) => {
             let sequence = allocate_sequences(tx.conn, t.id, 1)?;
-            insert_message(tx.conn, t.id, now, &plan.copy(sequence)?)?;
+            crate::messages::insert(tx, t.id, now, &plan.copy(sequence)?)?;
             Some(sequence)
         }
         None => None,
     };
-    let record = plan.finish(forwarded, effects);
+    let mut record = plan.finish(forwarded, effects);
+    if approximate {
+        record.count_quality = EvidenceQuality::Approximate;
+    }
     insert_record(tx.conn, &record, now)?;
-    delete_row(tx.conn, head.key)?;
+    crate::messages::remove_row(tx, head.key)?;
     Ok(record.id)
 }
 
@@ -239,7 +245,7 @@ pub(crate) fn resubmit(
     let record = check_resubmit(&q, id, load_record(tx.conn, queue, id)?)?;
     let sequence = allocate_sequences(tx.conn, q.id, 1)?;
     let (row, enqueued) = resubmitted(&q, &record, sequence, now)?;
-    insert_message(tx.conn, q.id, now, &row)?;
+    crate::messages::insert(tx, q.id, now, &row)?;
     let mark = moved(&q.policy, &record.replay, record.area, Area::Archived, now);
     set_area(tx.conn, &record.id, Area::Archived, &mark, now)?;
     Ok(enqueued)

@@ -98,6 +98,7 @@ mod dead_letters;
 mod error;
 mod files;
 mod leases;
+mod locks;
 mod messages;
 mod overview;
 mod queues;
@@ -173,6 +174,8 @@ pub struct SqliteStore {
     readers: ReadPool,
     /// The queue records, shared with the writer (see `cache`).
     queues: Arc<QueueCache>,
+    /// The message locks held in memory, shared with the writer (see `locks`).
+    locks: Arc<locks::Locks>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -194,14 +197,22 @@ impl SqliteStore {
         let conn = schema::open_writer(path)?;
         schema::migrate(&conn)?;
         backfill::run(&conn)?;
+        locks::recover(&conn)?;
         files::restrict_files(path).map_err(StoreError::backend)?;
         let readers = ReadPool::open(path.to_path_buf(), options.readers)?;
         let queues = Arc::new(QueueCache::default());
-        let writer = Writer::start(conn, options.max_batch, Arc::clone(&queues))?;
+        let locks = Arc::new(locks::Locks::default());
+        let writer = Writer::start(
+            conn,
+            options.max_batch,
+            Arc::clone(&queues),
+            Arc::clone(&locks),
+        )?;
         Ok(SqliteStore {
             writer,
             readers,
             queues,
+            locks,
         })
     }
 
@@ -296,9 +307,9 @@ impl Store for SqliteStore {
     }
 
     async fn queue_counts(&self, name: &EntityName, now: Timestamp) -> StoreResult<QueueCounts> {
-        let name = name.clone();
+        let (name, locks) = (name.clone(), Arc::clone(&self.locks));
         self.readers
-            .read(move |c| queues::counts(c, &name, now))
+            .read(move |c| queues::counts(c, &name, now, &locks))
             .await
     }
 
@@ -371,9 +382,9 @@ impl Store for SqliteStore {
         limit: u32,
         now: Timestamp,
     ) -> StoreResult<Vec<StoredMessage>> {
-        let queue = queue.clone();
+        let (queue, locks) = (queue.clone(), Arc::clone(&self.locks));
         self.readers
-            .read(move |c| messages::peek(c, &queue, from_sequence, limit, now))
+            .read(move |c| messages::peek(c, &queue, from_sequence, limit, now, &locks))
             .await
     }
 
@@ -407,9 +418,9 @@ impl Store for SqliteStore {
         queue: &EntityName,
         now: Timestamp,
     ) -> StoreResult<Option<Timestamp>> {
-        let queue = queue.clone();
+        let (queue, locks) = (queue.clone(), Arc::clone(&self.locks));
         self.readers
-            .read(move |c| messages::next_wake(c, &queue, now))
+            .read(move |c| messages::next_wake(c, &queue, now, &locks))
             .await
     }
 
@@ -1057,9 +1068,10 @@ impl Store for SqliteStore {
         flag_after: u32,
     ) -> StoreResult<redrive_store::OverviewCounts> {
         // Two readers at once: the counts of queues and dead letters, and the open cases.
+        let locks = Arc::clone(&self.locks);
         let (mut counts, cases) = tokio::try_join!(
             self.readers
-                .read(move |c| overview::counts(c, now, flag_after)),
+                .read(move |c| overview::counts(c, now, flag_after, &locks)),
             self.readers.read(move |c| overview::cases(c, now)),
         )?;
         counts.cases = cases;
@@ -1067,5 +1079,7 @@ impl Store for SqliteStore {
     }
 }
 
+#[cfg(test)]
+mod memory_locks_tests;
 #[cfg(test)]
 mod tests;

@@ -1,13 +1,17 @@
 //! Message operations: enqueue, receive, settle, sweep (writer) and peek, next_wake
 //! (readers). Every state decision is a call into `redrive_core::machine`; the SQL only
-//! finds candidate rows and stores the outcome.
+//! finds candidate rows and stores the outcome. A row read here is seen through the locks
+//! held in memory ([`crate::locks`]), and a decision is written through them: a plain
+//! receive holds its lock there, and a write of a held message's row starts from what
+//! the row stores.
 
 use std::collections::HashSet;
 
 use redrive_core::machine::Refusal;
-use redrive_core::{EntityName, Timestamp};
+use redrive_core::{EntityName, MessageMeta, MessageState, Timestamp};
 use redrive_store::skeleton::columns::{bad_value, limit};
 use redrive_store::skeleton::entities::{QueueRow, queue_not_found};
+use redrive_store::skeleton::messages::NewRow;
 use redrive_store::skeleton::messages::{
     self as skeleton, ReceiveMode, cancellable, check_sessions, dead_letter_target, dedup_window,
     distinct, earliest, fresh, message_not_found, place, slots, token_key,
@@ -21,9 +25,10 @@ use rusqlite::{CachedStatement, Connection, OptionalExtension, params};
 
 use crate::dead_letters;
 use crate::error::Db;
+use crate::locks::{self, Held, Locks, MAX_HELD};
 use crate::rows::{
     DELETE_ROW, MetaWriter, allocate_sequences, delete_row, head, head_cols, insert_message,
-    load_queue, message, msg_cols, msg_from, query_all, queue_id, write_meta,
+    load_queue, message, msg_cols, msg_from, query_all, query_opt, queue_id,
 };
 use crate::sessions;
 use crate::writer::Tx;
@@ -43,13 +48,93 @@ fn apply(
     effects: &mut Effects,
 ) -> StoreResult<Option<String>> {
     match write {
-        Write::Meta(meta) => write_meta(tx.conn, head.key, &meta)?,
-        Write::Delete => delete_row(tx.conn, head.key)?,
+        Write::Meta(meta) => {
+            let mut update = MetaWriter::new(tx.conn);
+            write_row(tx, &mut update, q.id, head, &meta, None)?;
+        }
+        Write::Delete => remove_row(tx, head.key)?,
         Write::DeadLetter(cause) => {
             return dead_letters::dead_letter(tx, q, head, cause, now, effects).map(Some);
         }
     }
     Ok(None)
+}
+
+/// Stores `new` for the message `head` of queue `queue_id` (as it is: through its lock
+/// held in memory, if any). A held lock renewed stays in memory; otherwise the lock is
+/// dropped from memory and the row written from what it stores, with `attempt` as the
+/// evidence of a failed push attempt.
+pub(crate) fn write_row(
+    tx: &Tx<'_>,
+    update: &mut MetaWriter<'_>,
+    queue_id: i64,
+    head: &Head,
+    new: &MessageMeta,
+    attempt: Option<&str>,
+) -> StoreResult<()> {
+    let stored = {
+        let mut locks = tx.locks();
+        if new.state == MessageState::Locked
+            && let Some(held) = locks.get(head.key)
+        {
+            let held = Held {
+                meta: new.clone(),
+                ..held.clone()
+            };
+            locks.hold(head.key, held);
+            return Ok(());
+        }
+        locks.release(head.key).map(|h| h.stored)
+    };
+    match attempt {
+        Some(attempt) => update.write_with_attempt(head.key, new, attempt)?,
+        None => update.write(head.key, stored.as_ref().unwrap_or(&head.meta), new)?,
+    }
+    if new.state == MessageState::Available {
+        tx.locks()
+            .written_available(queue_id, new.visible_at.0, head.sequence);
+    }
+    Ok(())
+}
+
+/// Deletes the message at `key` and any lock held for it.
+pub(crate) fn remove_row(tx: &Tx<'_>, key: i64) -> StoreResult<()> {
+    tx.locks().release(key);
+    delete_row(tx.conn, key)
+}
+
+/// Inserts a new message of queue `queue_id` (see [`insert_message`]), which a receive
+/// must find even if it is due before the rows held in memory.
+pub(crate) fn insert(
+    tx: &Tx<'_>,
+    queue_id: i64,
+    now: Timestamp,
+    row: &NewRow<'_>,
+) -> StoreResult<()> {
+    insert_message(tx.conn, queue_id, now, row)?;
+    tx.locks()
+        .written_available(queue_id, row.visible_at.0, row.sequence);
+    Ok(())
+}
+
+/// Shows heads read from the rows as they are: locked, when their lock is held in memory.
+fn overlay_heads(tx: &Tx<'_>, heads: &mut [Head]) {
+    let locks = tx.locks();
+    if locks.len() > 0 {
+        for h in heads {
+            locks.overlay(h);
+        }
+    }
+}
+
+/// As [`overlay_heads`], for whole rows.
+fn overlay_rows(locks: &Locks, rows: &mut [MessageRow]) {
+    let locks = locks.lock();
+    if locks.len() > 0 {
+        for r in rows {
+            locks.overlay(&mut r.head);
+        }
+    }
 }
 
 /// Applies the sweep's rule to one message if anything is due; true if it was.
@@ -67,18 +152,20 @@ fn sweep_one(
     Ok(true)
 }
 
-fn heads(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> StoreResult<Vec<Head>> {
-    let mut stmt = conn.prepare_cached(sql).db()?;
-    query_all(&mut stmt, params, head)
+/// Heads read on the write connection, as they are ([`overlay_heads`]).
+fn heads(tx: &Tx<'_>, sql: &str, params: impl rusqlite::Params) -> StoreResult<Vec<Head>> {
+    let mut stmt = tx.conn.prepare_cached(sql).db()?;
+    let mut found = query_all(&mut stmt, params, head)?;
+    overlay_heads(tx, &mut found);
+    Ok(found)
 }
 
-fn rows(
-    conn: &Connection,
-    sql: &str,
-    params: impl rusqlite::Params,
-) -> StoreResult<Vec<MessageRow>> {
-    let mut stmt = conn.prepare_cached(sql).db()?;
-    query_all(&mut stmt, params, message)
+/// Rows read on the write connection, as they are ([`overlay_rows`]).
+fn rows(tx: &Tx<'_>, sql: &str, params: impl rusqlite::Params) -> StoreResult<Vec<MessageRow>> {
+    let mut stmt = tx.conn.prepare_cached(sql).db()?;
+    let mut found = query_all(&mut stmt, params, message)?;
+    overlay_rows(tx.locks, &mut found);
+    Ok(found)
 }
 
 /// Settles up to `budget` due rows of one queue: expired locks first, then expired
@@ -90,16 +177,19 @@ fn sweep_queue(
     budget: usize,
     effects: &mut Effects,
 ) -> StoreResult<(usize, bool)> {
-    let locks = heads(
-        tx.conn,
+    // Locks held in memory that ran out, then those in rows.
+    let mut locks = tx.locks().expired(q.id, now, budget.saturating_add(1));
+    let rows_wanted = budget.saturating_add(1) - locks.len();
+    locks.extend(heads(
+        tx,
         concat!(
             "SELECT ",
             head_cols!(),
             " FROM messages WHERE queue_id = ?1 AND state = 'locked' AND due_at <= ?2 \
              ORDER BY due_at LIMIT ?3"
         ),
-        params![q.id, now.0, limit(budget.saturating_add(1))],
-    )?;
+        params![q.id, now.0, limit(rows_wanted)],
+    )?);
     let mut done = 0;
     if locks.len() > budget {
         for head in locks.iter().take(budget) {
@@ -111,16 +201,24 @@ fn sweep_queue(
         done += usize::from(sweep_one(tx, q, head, now, effects)?);
     }
     let rest = budget - locks.len();
-    let expired = heads(
-        tx.conn,
+    // A message locked in memory shows Available in its row: read past those (their locks
+    // hold: the ones that ran out were released above).
+    let held = tx.locks().held_in(q.id);
+    let mut expired = heads(
+        tx,
         concat!(
             "SELECT ",
             head_cols!(),
             " FROM messages WHERE queue_id = ?1 AND expires_at <= ?2 AND state <> 'locked' \
              ORDER BY expires_at LIMIT ?3"
         ),
-        params![q.id, now.0, limit(rest.saturating_add(1))],
+        params![
+            q.id,
+            now.0,
+            limit(rest.saturating_add(1).saturating_add(held))
+        ],
     )?;
+    expired.retain(|h| h.meta.state != MessageState::Locked);
     let more = expired.len() > rest;
     for head in expired.iter().take(rest) {
         done += usize::from(sweep_one(tx, q, head, now, effects)?);
@@ -162,7 +260,7 @@ pub(crate) fn enqueue(
     };
     let (out, rows) = place(&messages, &slots, first..first + limit(n), now)?;
     for row in &rows {
-        insert_message(tx.conn, q.id, now, row)?;
+        insert(tx, q.id, now, row)?;
         if window > 0 {
             tx.conn
                 .prepare_cached(
@@ -198,11 +296,15 @@ pub(crate) fn cancel_scheduled(
             ", scheduled_at FROM messages WHERE queue_id = ?1 AND sequence = ?2"
         ))
         .db()?;
-    let found = crate::rows::query_opt(&mut stmt, params![q.id, sequence], |r| {
+    let mut found = query_opt(&mut stmt, params![q.id, sequence], |r| {
         Ok((head(r)?, r.get::<_, Option<i64>>(13).db()?.map(Timestamp)))
     })?;
+    drop(stmt);
+    if let Some((h, _)) = &mut found {
+        overlay_heads(tx, std::slice::from_mut(h));
+    }
     match found {
-        Some((h, scheduled)) if cancellable(&h, scheduled, now) => delete_row(tx.conn, h.key),
+        Some((h, scheduled)) if cancellable(&h, scheduled, now) => remove_row(tx, h.key),
         _ => Err(message_not_found(queue, sequence)),
     }
 }
@@ -222,10 +324,20 @@ pub(crate) fn purge(tx: &mut Tx<'_>, queue: &EntityName) -> StoreResult<u64> {
         .db()?
         .execute([q.id])
         .db()?;
+    tx.locks().drop_queue(q.id);
     u64::try_from(removed).map_err(|e| bad_value("removed", e))
 }
 
 // ---- receive ----------------------------------------------------------------------------
+
+/// Where a receive may keep its lock.
+#[derive(Clone, Copy, PartialEq)]
+enum LockIn {
+    /// In memory, for a message without a session (a plain receive).
+    Memory,
+    /// In the row (sessions, groups, deferred messages).
+    Row,
+}
 
 /// Receives one candidate; returns the delivery if it was locked.
 #[allow(clippy::too_many_arguments)]
@@ -236,11 +348,32 @@ fn receive_one(
     lock_ms: u64,
     now: Timestamp,
     by_sequence: bool,
+    lock_in: LockIn,
     update: &mut MetaWriter<'_>,
     effects: &mut Effects,
 ) -> StoreResult<Result<Option<Delivery>, Refusal>> {
+    let (conn, table) = (tx.conn, tx.locks);
+    let in_memory = lock_in == LockIn::Memory && row.head.session_id.is_none();
+    let (sequence, message_id) = (row.head.sequence, row.head.message_id.clone());
     let received = skeleton::receive(q, row, now, lock_ms, by_sequence, effects, |k, o, n| {
-        update.write(k, o, n)
+        let mut locks = table.lock();
+        // What the row stores: `o`, unless the message was seen through a lock held here.
+        let stored = locks.get(k).map(|h| h.stored.clone());
+        if in_memory && (stored.is_some() || locks.len() < MAX_HELD) {
+            locks::mark(conn, &mut locks, q.id)?;
+            let held = Held {
+                queue_id: q.id,
+                sequence,
+                message_id,
+                meta: n.clone(),
+                stored: stored.unwrap_or_else(|| o.clone()),
+            };
+            locks.hold(k, held);
+            return Ok(());
+        }
+        locks.release(k);
+        drop(locks);
+        update.write(k, stored.as_ref().unwrap_or(o), n)
     })?;
     match received {
         Ok(Received::Locked(d)) => Ok(Ok(Some(d))),
@@ -274,6 +407,14 @@ pub(crate) fn receive(tx: &mut Tx<'_>, p: ReceiveParams) -> StoreResult<ReceiveO
     Ok(out)
 }
 
+/// Keys read per page by a plain receive, at least.
+const PLAIN_PAGE: usize = 64;
+
+/// A plain receive: the visible messages oldest first, each locked in memory. Candidates
+/// are read as keys from `messages_due` alone, past the queue's hint (every waiting row
+/// before it is held in memory already) and past the rows held; only the rows received
+/// are read whole. The hint moves on to the last row read while every row read so far is
+/// held (or gone), and goes whenever a row is written Available at or before it.
 fn receive_plain(
     tx: &mut Tx<'_>,
     q: &QueueRow,
@@ -284,21 +425,59 @@ fn receive_plain(
 ) -> StoreResult<()> {
     // Statements held across the loop: no statement-cache round trip per row.
     let conn = tx.conn;
-    let mut select = conn
+    let mut keys = conn
+        .prepare_cached(
+            "SELECT rowid FROM messages \
+             WHERE queue_id = ?1 AND state = 'available' AND due_at <= ?2 \
+               AND (due_at, sequence) > (?3, ?4) \
+             ORDER BY due_at, sequence LIMIT ?5",
+        )
+        .db()?;
+    let mut load = conn
         .prepare_cached(concat!(
             "SELECT ",
             msg_cols!(),
             msg_from!(),
-            " WHERE queue_id = ?1 AND state = 'available' AND due_at <= ?2 \
-             ORDER BY due_at, sequence LIMIT ?3"
+            " WHERE m.id = ?1"
         ))
         .db()?;
     let mut update = MetaWriter::new(conn);
-    while out.deliveries.len() < max {
-        let want = max - out.deliveries.len();
-        let candidates = query_all(&mut select, params![q.id, now.0, limit(want)], message)?;
-        let found = candidates.len();
-        for row in candidates {
+    let start = tx.locks().hint(q.id);
+    let mut after = start.unwrap_or((i64::MIN, i64::MIN));
+    let mut hint = start;
+    // Whether every row read so far is held in memory or no longer waiting, and whether a
+    // candidate was settled instead (its row written: the hint stays).
+    let (mut prefix, mut settled) = (true, false);
+    'pages: while out.deliveries.len() < max {
+        let page = (max - out.deliveries.len()).max(PLAIN_PAGE);
+        let found = query_all(
+            &mut keys,
+            params![q.id, now.0, after.0, after.1, limit(page)],
+            |r| r.get::<_, i64>(0).db(),
+        )?;
+        let n = found.len();
+        for key in found {
+            if out.deliveries.len() >= max {
+                break 'pages;
+            }
+            // A held row's position from what its row stores (an Available row is due at
+            // its visibility time), so that only the rows received are read.
+            let held = tx
+                .locks()
+                .get(key)
+                .map(|h| (h.stored.visible_at.0, h.sequence));
+            if let Some(at) = held {
+                after = at;
+                hint = if prefix { Some(at) } else { hint };
+                continue;
+            }
+            let Some(row) = query_opt(&mut load, [key], message)? else {
+                // Gone under this very receive: cannot be; stop here rather than guess.
+                settled = true;
+                break 'pages;
+            };
+            let at = (row.head.meta.visible_at.0, row.head.sequence);
+            after = at;
             let got = receive_one(
                 tx,
                 q,
@@ -306,16 +485,26 @@ fn receive_plain(
                 lock_ms,
                 now,
                 false,
+                LockIn::Memory,
                 &mut update,
                 &mut out.effects,
             )?;
-            if let Ok(Some(d)) = got {
-                out.deliveries.push(d);
+            match got {
+                // Held here, or locked in its row: either way no longer waiting.
+                Ok(Some(d)) => {
+                    out.deliveries.push(d);
+                    hint = if prefix { Some(at) } else { hint };
+                }
+                _ => (prefix, settled) = (false, true),
             }
         }
-        if found < want {
+        if n < page {
             break;
         }
+    }
+    // A write during this receive that cleared the hint stands.
+    if !settled && hint != start && tx.locks().hint(q.id) == start {
+        tx.locks().set_hint(q.id, hint);
     }
     Ok(())
 }
@@ -351,11 +540,12 @@ fn receive_grouped(
     let mut seen: HashSet<String> = HashSet::new();
     let (mut after_due, mut after_seq) = (i64::MIN, i64::MIN);
     while out.deliveries.len() < max {
-        let candidates = query_all(
+        let mut candidates = query_all(
             &mut select,
             params![q.id, now.0, after_due, after_seq, limit(GROUP_PAGE)],
             message,
         )?;
+        overlay_rows(tx.locks, &mut candidates);
         let found = candidates.len();
         for row in candidates {
             if out.deliveries.len() >= max {
@@ -373,6 +563,7 @@ fn receive_grouped(
                         lock_ms,
                         now,
                         false,
+                        LockIn::Row,
                         &mut update,
                         &mut out.effects,
                     )?;
@@ -410,7 +601,7 @@ fn deliver_in_order(
     // Nothing is delivered while any message of the session is locked; locks that ran out
     // are released first.
     let locked = heads(
-        tx.conn,
+        tx,
         concat!(
             "SELECT ",
             head_cols!(),
@@ -433,7 +624,7 @@ fn deliver_in_order(
     loop {
         let want = max - out.deliveries.len();
         let page = rows(
-            tx.conn,
+            tx,
             concat!(
                 "SELECT ",
                 msg_cols!(),
@@ -462,6 +653,7 @@ fn deliver_in_order(
                 lock_ms,
                 now,
                 false,
+                LockIn::Row,
                 &mut update,
                 &mut out.effects,
             )?;
@@ -487,7 +679,7 @@ pub(crate) fn receive_deferred(
     for sequence in distinct(sequences) {
         let not_found = || message_not_found(queue, sequence);
         let row = rows(
-            tx.conn,
+            tx,
             concat!(
                 "SELECT ",
                 msg_cols!(),
@@ -506,6 +698,7 @@ pub(crate) fn receive_deferred(
             lock_ms,
             now,
             true,
+            LockIn::Row,
             &mut update,
             &mut out.effects,
         )? {
@@ -580,10 +773,13 @@ fn settle_one(
     effects: &mut Effects,
 ) -> StoreResult<StoreResult<Settled>> {
     // The machine compares the whole token: a reused rowid or a forged suffix is refused.
-    let found = match token_key(&item.lock_token) {
-        Some(rowid) => crate::rows::query_opt(&mut stmts.lookup, params![rowid, q.id], head)?,
+    let mut found = match token_key(&item.lock_token) {
+        Some(rowid) => query_opt(&mut stmts.lookup, params![rowid, q.id], head)?,
         None => None,
     };
+    if let Some(h) = &mut found {
+        overlay_heads(tx, std::slice::from_mut(h));
+    }
     let Settling {
         head,
         write,
@@ -594,11 +790,16 @@ fn settle_one(
         Err(refusal) => return Ok(Err(refusal)),
     };
     match write {
-        Write::Meta(meta) => match &last_attempt {
-            Some(attempt) => stmts.update.write_with_attempt(head.key, &meta, attempt)?,
-            None => stmts.update.write(head.key, &head.meta, &meta)?,
-        },
+        Write::Meta(meta) => write_row(
+            tx,
+            &mut stmts.update,
+            q.id,
+            &head,
+            &meta,
+            last_attempt.as_deref(),
+        )?,
         Write::Delete => {
+            tx.locks().release(head.key);
             stmts.delete.execute([head.key]).db()?;
         }
         dead => settled.dead_letter_id = apply(tx, q, &head, dead, now, effects)?,
@@ -650,6 +851,8 @@ pub(crate) fn sweep(tx: &mut Tx<'_>, now: Timestamp, max: u32) -> StoreResult<Sw
         out.more |= left;
     }
     sessions::forget_expired(tx.conn, now)?;
+    let conn = tx.conn;
+    locks::unmark_idle(conn, &mut tx.locks())?;
     Ok(out)
 }
 
@@ -661,19 +864,24 @@ pub(crate) fn peek(
     from_sequence: i64,
     max: u32,
     now: Timestamp,
+    locks: &Locks,
 ) -> StoreResult<Vec<StoredMessage>> {
     let q = load_queue(conn, queue.as_str())?.ok_or_else(|| queue_not_found(queue))?;
     let qid = q.id;
-    let found = rows(
-        conn,
-        concat!(
+    let mut stmt = conn
+        .prepare_cached(concat!(
             "SELECT ",
             msg_cols!(),
             msg_from!(),
             " WHERE queue_id = ?1 AND sequence >= ?2 ORDER BY sequence LIMIT ?3"
-        ),
+        ))
+        .db()?;
+    let mut found = query_all(
+        &mut stmt,
         params![qid, from_sequence, i64::from(max)],
+        message,
     )?;
+    overlay_rows(locks, &mut found);
     Ok(found
         .into_iter()
         .map(|r| r.into_view(queue, &q.policy, now))
@@ -684,6 +892,7 @@ pub(crate) fn next_wake(
     conn: &Connection,
     queue: &EntityName,
     now: Timestamp,
+    locks: &Locks,
 ) -> StoreResult<Option<Timestamp>> {
     let qid = queue_id(conn, queue)?;
     let visible: Option<i64> = conn
@@ -699,5 +908,9 @@ pub(crate) fn next_wake(
         .db()?
         .query_row([qid], |r| r.get(0))
         .db()?;
+    let unlocked = match (unlocked, locks.lock().next_unlock(qid)) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     Ok(earliest(visible, unlocked))
 }

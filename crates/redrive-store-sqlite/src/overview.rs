@@ -12,6 +12,7 @@ use redrive_store::{CaseTally, EntityCounts, OverviewCounts, QueueCounts, StoreR
 use rusqlite::{Connection, params};
 
 use crate::error::Db;
+use crate::locks::Locks;
 use crate::rows::{Cols, head, head_cols, query_all};
 
 fn n(v: i64) -> StoreResult<u64> {
@@ -25,6 +26,7 @@ pub(crate) fn counts(
     conn: &Connection,
     now: Timestamp,
     flag_after: u32,
+    locks: &Locks,
 ) -> StoreResult<OverviewCounts> {
     let mut stmt = conn
         .prepare_cached(concat!(
@@ -97,6 +99,13 @@ pub(crate) fn counts(
     for i in expired_locks {
         let expired = query_all(&mut stmt, params![rows[i].id, now.0], head)?;
         count_expired_locks(&mut out[i].counts, &expired, &rows[i].policy, now);
+    }
+    // Locks held in memory: their rows were counted as the rows show them.
+    {
+        let locks = locks.lock();
+        for (q, entry) in rows.iter().zip(out.iter_mut()) {
+            locks.correct_counts(q.id, &q.policy, &mut entry.counts, now);
+        }
     }
     // Dead letters by queue and area: `dead_letters_area` alone.
     let mut stmt = conn

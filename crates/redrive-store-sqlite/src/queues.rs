@@ -10,6 +10,7 @@ use redrive_store::{PolicyVersionRecord, QueueCounts, QueueRecord, StoreResult};
 use rusqlite::{Connection, params};
 
 use crate::error::Db;
+use crate::locks::Locks;
 use crate::rows::{Cols, head, head_cols, load_queue, query_all};
 use crate::writer::Tx;
 
@@ -92,6 +93,15 @@ pub(crate) fn delete(tx: &mut Tx<'_>, name: &EntityName, force: bool) -> StoreRe
         .db()?
         .execute([name.as_str()])
         .db()?;
+    conn.prepare_cached("DELETE FROM memory_locks WHERE queue_id = ?1")
+        .db()?
+        .execute([q.id])
+        .db()?;
+    {
+        let mut locks = tx.locks();
+        locks.drop_queue(q.id);
+        locks.set_marked(q.id, false);
+    }
     tx.forget_queue(name.as_str());
     Ok(())
 }
@@ -176,6 +186,7 @@ pub(crate) fn counts(
     conn: &Connection,
     name: &EntityName,
     now: Timestamp,
+    locks: &Locks,
 ) -> StoreResult<QueueCounts> {
     let row = load_queue(conn, name.as_str())?.ok_or_else(|| queue_not_found(name))?;
     let q = row.id;
@@ -225,5 +236,8 @@ pub(crate) fn counts(
         .db()?;
     let expired = query_all(&mut stmt, params![q, now.0], head)?;
     count_expired_locks(&mut counts, &expired, &row.policy, now);
+    locks
+        .lock()
+        .correct_counts(q, &row.policy, &mut counts, now);
     Ok(counts)
 }

@@ -41,10 +41,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
         23,
         include_str!("migrations/0023_signature_counts_on_insert.sql"),
     ),
+    (24, include_str!("migrations/0024_memory_locks.sql")),
 ];
 
 /// The newest schema version this build knows (re-exported as `SCHEMA_VERSION`).
-pub const LATEST_VERSION: i64 = 23;
+pub const LATEST_VERSION: i64 = 24;
 
 /// How long a connection waits for a lock held by another connection before giving up
 /// with SQLITE_BUSY (mapped to `Unavailable`).

@@ -24,6 +24,7 @@ use tokio::sync::oneshot;
 
 use crate::cache::{QueueCache, TxQueues};
 use crate::error::{SqliteError, backend, is_busy};
+use crate::locks::{self, LockTable, Locks};
 use crate::rows::load_queue;
 
 /// What a job sees: the write connection inside the group's transaction, and the queue
@@ -32,9 +33,16 @@ pub(crate) struct Tx<'c> {
     pub conn: &'c Connection,
     cache: &'c QueueCache,
     queues: &'c mut TxQueues,
+    /// The message locks held in memory (see [`crate::locks`]).
+    pub locks: &'c Locks,
 }
 
 impl Tx<'_> {
+    /// The locks held in memory, for one step (the read pool waits while it is held).
+    pub(crate) fn locks(&self) -> std::sync::MutexGuard<'_, LockTable> {
+        self.locks.lock()
+    }
+
     /// The queue, or `QueueNotFound`.
     pub(crate) fn queue(&mut self, name: &EntityName) -> StoreResult<Arc<QueueRow>> {
         self.queue_opt(name.as_str())?
@@ -157,6 +165,7 @@ impl Writer {
         conn: Connection,
         max_batch: usize,
         cache: Arc<QueueCache>,
+        locks: Arc<Locks>,
     ) -> StoreResult<Writer> {
         let (sender, receiver) = channel();
         let poisoned = Arc::new(AtomicBool::new(false));
@@ -169,6 +178,7 @@ impl Writer {
             poisoned: Arc::clone(&poisoned),
             cache,
             queues: TxQueues::default(),
+            locks,
             #[cfg(test)]
             test: Arc::clone(&test),
         };
@@ -285,6 +295,8 @@ struct WriterThread {
     cache: Arc<QueueCache>,
     /// What the open transaction loaded and changed.
     queues: TxQueues,
+    /// The message locks held in memory; their journal follows the transaction's.
+    locks: Arc<Locks>,
     #[cfg(test)]
     test: Arc<TestCounters>,
 }
@@ -328,6 +340,12 @@ impl WriterThread {
         if self.poisoned.load(Ordering::Acquire) {
             return;
         }
+        // Locks held in memory go to their rows, as if they had been written there.
+        let held = self.locks.lock().take_all();
+        if let Err(e) = locks::flush(&self.conn, &held) {
+            tracing::error!(error = %e, "writing the locks held in memory at close failed");
+            return;
+        }
         if let Err(e) = self
             .conn
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
@@ -343,6 +361,7 @@ impl WriterThread {
         );
         self.poisoned.store(true, Ordering::Release);
         self.queues.reset();
+        self.locks.lock().rolled_back();
         self.cache.clear();
         if !self.conn.is_autocommit() {
             let _ = self.conn.execute_batch("ROLLBACK");
@@ -421,6 +440,7 @@ impl WriterThread {
                 }
                 // The transaction held only this job: nothing of it remains.
                 self.queues.reset();
+                self.locks.lock().rolled_back();
                 if !self.rollback(group) {
                     return;
                 }
@@ -445,8 +465,10 @@ impl WriterThread {
                     return;
                 }
                 if self.conn.total_changes() == before {
-                    // Refused before it wrote: nothing to undo.
+                    // Refused before it wrote a row: only its locks held in memory (if
+                    // any) to undo.
                     self.queues.job_rolled_back();
+                    self.locks.lock().job_rolled_back();
                     continue;
                 }
                 // It wrote, then failed: only the whole transaction can be undone. The
@@ -456,6 +478,7 @@ impl WriterThread {
                      transaction was rolled back and its other writes answered unavailable"
                 );
                 self.queues.reset();
+                self.locks.lock().rolled_back();
                 if !self.rollback(group) {
                     return;
                 }
@@ -479,6 +502,7 @@ impl WriterThread {
                 self.exec("RELEASE job")
             } else {
                 self.queues.job_rolled_back();
+                self.locks.lock().job_rolled_back();
                 self.exec("ROLLBACK TO job")
                     .and_then(|()| self.exec("RELEASE job"))
             };
@@ -499,6 +523,7 @@ impl WriterThread {
             }
             // Before anyone is answered: a caller that reads after its answer sees it.
             self.cache.commit(&mut self.queues);
+            self.locks.lock().committed();
             #[cfg(test)]
             self.test.commits.fetch_add(1, Ordering::SeqCst);
         }
@@ -509,10 +534,12 @@ impl WriterThread {
 
     /// Runs job `i` of the group in the open transaction; false if it failed.
     fn run_job(&mut self, group: &mut [Box<dyn Job>], i: usize) -> bool {
+        self.locks.lock().begin_job();
         let mut tx = Tx {
             conn: &self.conn,
             cache: &self.cache,
             queues: &mut self.queues,
+            locks: &self.locks,
         };
         group[i].run(&mut tx)
     }
