@@ -45,6 +45,13 @@
 //! (expired locks, then expired messages); the background sweep takes any rest, and an
 //! expired message is never delivered either way.
 //!
+//! # Locks held in memory
+//!
+//! A receive on a queue without sessions keeps the message's lock (token, expiry,
+//! delivery count) in the writer's memory and writes nothing; what it must not lose is
+//! kept honest by a marker per queue and by a clean close writing every lock to its row.
+//! See `locks`.
+//!
 //! # Schema
 //!
 //! Versioned migrations (embedded SQL, `schema_migrations(version)`) are applied in order at
