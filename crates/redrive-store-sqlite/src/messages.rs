@@ -407,14 +407,16 @@ pub(crate) fn receive(tx: &mut Tx<'_>, p: ReceiveParams) -> StoreResult<ReceiveO
     Ok(out)
 }
 
-/// Keys read per page by a plain receive, at least.
-const PLAIN_PAGE: usize = 64;
+/// Keys read per page while a plain receive skips the rows held in memory.
+const SKIP_PAGE: usize = 256;
 
-/// A plain receive: the visible messages oldest first, each locked in memory. Candidates
-/// are read as keys from `messages_due` alone, past the queue's hint (every waiting row
-/// before it is held in memory already) and past the rows held; only the rows received
-/// are read whole. The hint moves on to the last row read while every row read so far is
-/// held (or gone), and goes whenever a row is written Available at or before it.
+/// A plain receive: the visible messages oldest first, each locked in memory. The rows
+/// held in memory still show Available in `messages_due`, oldest first: the receive
+/// starts after the queue's hint (every waiting row before it is held already), skips
+/// the held rows that follow by their keys alone (the index holds every column read),
+/// and reads whole rows from the first one not held on. The hint moves on to the last row
+/// passed while every row passed is held (or locked now), and goes whenever a row is
+/// written Available at or before it.
 fn receive_plain(
     tx: &mut Tx<'_>,
     q: &QueueRow,
@@ -425,59 +427,70 @@ fn receive_plain(
 ) -> StoreResult<()> {
     // Statements held across the loop: no statement-cache round trip per row.
     let conn = tx.conn;
-    let mut keys = conn
-        .prepare_cached(
-            "SELECT rowid FROM messages \
-             WHERE queue_id = ?1 AND state = 'available' AND due_at <= ?2 \
-               AND (due_at, sequence) > (?3, ?4) \
-             ORDER BY due_at, sequence LIMIT ?5",
-        )
-        .db()?;
-    let mut load = conn
+    let start = tx.locks().hint(q.id);
+    let mut after = start.unwrap_or((i64::MIN, i64::MIN));
+    let mut hint = start;
+    if tx.locks().held_in(q.id) > 0 {
+        let mut keys = conn
+            .prepare_cached(
+                "SELECT rowid FROM messages \
+                 WHERE queue_id = ?1 AND state = 'available' AND due_at <= ?2 \
+                   AND (due_at, sequence) > (?3, ?4) \
+                 ORDER BY due_at, sequence LIMIT ?5",
+            )
+            .db()?;
+        'skip: loop {
+            let found = query_all(
+                &mut keys,
+                params![q.id, now.0, after.0, after.1, limit(SKIP_PAGE)],
+                |r| r.get::<_, i64>(0).db(),
+            )?;
+            let locks = tx.locks();
+            for &key in &found {
+                // A held row's position from what its row stores (an Available row is
+                // due at its visibility time).
+                let Some(h) = locks.get(key) else {
+                    break 'skip;
+                };
+                after = (h.stored.visible_at.0, h.sequence);
+                hint = Some(after);
+            }
+            if found.len() < SKIP_PAGE {
+                break;
+            }
+        }
+    }
+    let mut select = conn
         .prepare_cached(concat!(
             "SELECT ",
             msg_cols!(),
             msg_from!(),
-            " WHERE m.id = ?1"
+            " WHERE queue_id = ?1 AND state = 'available' AND due_at <= ?2 \
+             AND (due_at, sequence) > (?3, ?4) ORDER BY due_at, sequence LIMIT ?5"
         ))
         .db()?;
     let mut update = MetaWriter::new(conn);
-    let start = tx.locks().hint(q.id);
-    let mut after = start.unwrap_or((i64::MIN, i64::MIN));
-    let mut hint = start;
-    // Whether every row read so far is held in memory or no longer waiting, and whether a
+    // Whether every row passed so far is held in memory or locked now, and whether a
     // candidate was settled instead (its row written: the hint stays).
     let (mut prefix, mut settled) = (true, false);
     'pages: while out.deliveries.len() < max {
-        let page = (max - out.deliveries.len()).max(PLAIN_PAGE);
-        let found = query_all(
-            &mut keys,
-            params![q.id, now.0, after.0, after.1, limit(page)],
-            |r| r.get::<_, i64>(0).db(),
+        let want = max - out.deliveries.len();
+        let page = query_all(
+            &mut select,
+            params![q.id, now.0, after.0, after.1, limit(want)],
+            message,
         )?;
-        let n = found.len();
-        for key in found {
+        let n = page.len();
+        for row in page {
             if out.deliveries.len() >= max {
                 break 'pages;
             }
-            // A held row's position from what its row stores (an Available row is due at
-            // its visibility time), so that only the rows received are read.
-            let held = tx
-                .locks()
-                .get(key)
-                .map(|h| (h.stored.visible_at.0, h.sequence));
-            if let Some(at) = held {
-                after = at;
+            let at = (row.head.meta.visible_at.0, row.head.sequence);
+            after = at;
+            if tx.locks().get(row.head.key).is_some() {
                 hint = if prefix { Some(at) } else { hint };
                 continue;
             }
-            let Some(row) = query_opt(&mut load, [key], message)? else {
-                // Gone under this very receive: cannot be; stop here rather than guess.
-                settled = true;
-                break 'pages;
-            };
-            let at = (row.head.meta.visible_at.0, row.head.sequence);
-            after = at;
             let got = receive_one(
                 tx,
                 q,
@@ -498,7 +511,7 @@ fn receive_plain(
                 _ => (prefix, settled) = (false, true),
             }
         }
-        if n < page {
+        if n < want {
             break;
         }
     }
@@ -773,13 +786,20 @@ fn settle_one(
     effects: &mut Effects,
 ) -> StoreResult<StoreResult<Settled>> {
     // The machine compares the whole token: a reused rowid or a forged suffix is refused.
-    let mut found = match token_key(&item.lock_token) {
-        Some(rowid) => query_opt(&mut stmts.lookup, params![rowid, q.id], head)?,
+    // A lock held in memory has its row's head: no read before the write.
+    let held = token_key(&item.lock_token).map(|rowid| {
+        let locks = tx.locks();
+        let head = locks
+            .get(rowid)
+            .filter(|h| h.queue_id == q.id)
+            .map(|h| h.head(rowid));
+        (rowid, head)
+    });
+    let found = match held {
+        Some((_, Some(head))) => Some(head),
+        Some((rowid, None)) => query_opt(&mut stmts.lookup, params![rowid, q.id], head)?,
         None => None,
     };
-    if let Some(h) = &mut found {
-        overlay_heads(tx, std::slice::from_mut(h));
-    }
     let Settling {
         head,
         write,

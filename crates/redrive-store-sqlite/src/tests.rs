@@ -643,6 +643,16 @@ fn hot_queries_use_indexes() {
                 "SELECT ",
                 rows::msg_cols!(),
                 rows::msg_from!(),
+                " WHERE queue_id = ?1 AND state = 'available' AND due_at <= ?2 \
+                 AND (due_at, sequence) > (?3, ?4) ORDER BY due_at, sequence LIMIT ?5"
+            ),
+            "USING INDEX messages_due (queue_id=? AND state=? AND (due_at,sequence)>(?,?)",
+        ),
+        (
+            concat!(
+                "SELECT ",
+                rows::msg_cols!(),
+                rows::msg_from!(),
                 " WHERE queue_id = ?1 AND sequence >= ?2 ORDER BY sequence LIMIT ?3"
             ),
             "sqlite_autoindex_messages_1",
