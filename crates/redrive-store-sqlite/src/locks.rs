@@ -92,6 +92,11 @@ struct QueueLocks {
 
 /// One journaled change, with the value it replaced.
 #[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "the journal is a vector kept across transactions: a boxed lock would cost an \
+              allocation per change"
+)]
 enum Undo {
     Held(i64, Option<Held>),
     Hint(i64, Option<Position>),
