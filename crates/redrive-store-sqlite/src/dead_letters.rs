@@ -42,7 +42,8 @@ pub(crate) fn dead_letter(
     // delivery count approximate (`crate::locks::recover`).
     let mut row = load_row(tx.conn, head.key)?;
     row.head.meta = head.meta.clone();
-    let approximate = crate::locks::count_approximate(tx.conn, head.key)?;
+    let approximate =
+        tx.locks().approximate_rows() && crate::locks::count_approximate(tx.conn, head.key)?;
     let target = match &q.policy.dead_letter_queue {
         Some(t) => tx.queue_opt(t.as_str())?,
         None => None,

@@ -204,11 +204,11 @@ impl SqliteStore {
         let conn = schema::open_writer(path)?;
         schema::migrate(&conn)?;
         backfill::run(&conn)?;
-        locks::recover(&conn)?;
+        let approximate_rows = locks::recover(&conn)?;
         files::restrict_files(path).map_err(StoreError::backend)?;
         let readers = ReadPool::open(path.to_path_buf(), options.readers)?;
         let queues = Arc::new(QueueCache::default());
-        let locks = Arc::new(locks::Locks::default());
+        let locks = Arc::new(locks::Locks::new(approximate_rows));
         let writer = Writer::start(
             conn,
             options.max_batch,

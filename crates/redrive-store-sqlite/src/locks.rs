@@ -110,13 +110,23 @@ pub(crate) struct LockTable {
     queues: HashMap<i64, QueueLocks>,
     journal: Vec<Undo>,
     job_from: usize,
+    /// Whether any row's count is approximate ([`recover`]), as found at open.
+    approximate_rows: bool,
 }
 
 /// The table as the store shares it between the writer and the read pool.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Locks(Mutex<LockTable>);
 
 impl Locks {
+    /// The table of a store just opened: `approximate_rows` as [`recover`] found it.
+    pub(crate) fn new(approximate_rows: bool) -> Locks {
+        Locks(Mutex::new(LockTable {
+            approximate_rows,
+            ..LockTable::default()
+        }))
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, LockTable> {
         // The table is consistent after every call: a panic elsewhere cannot leave it
         // half-changed.
@@ -125,6 +135,11 @@ impl Locks {
 }
 
 impl LockTable {
+    /// Whether a row may have an approximate count (see [`count_approximate`]).
+    pub(crate) fn approximate_rows(&self) -> bool {
+        self.approximate_rows
+    }
+
     /// How many locks are held.
     pub(crate) fn len(&self) -> usize {
         self.held.len()
@@ -364,8 +379,9 @@ pub(crate) fn unmark_idle(conn: &Connection, table: &mut LockTable) -> StoreResu
 /// At open, before any write: a marker left means the process stopped without closing
 /// while locks of that queue may have been held in memory. Every Available message of such
 /// a queue counts one delivery more, marked approximate: which of them were delivered is
-/// not known, and a delivery must not go uncounted. Returns how many messages were raised.
-pub(crate) fn recover(conn: &Connection) -> StoreResult<usize> {
+/// not known, and a delivery must not go uncounted. Returns whether any message's count is
+/// approximate now (raised now or by an earlier crash).
+pub(crate) fn recover(conn: &Connection) -> StoreResult<bool> {
     let tx = conn.unchecked_transaction().db()?;
     let raised = tx
         .execute(
@@ -376,6 +392,13 @@ pub(crate) fn recover(conn: &Connection) -> StoreResult<usize> {
         )
         .db()?;
     tx.execute("DELETE FROM memory_locks", []).db()?;
+    let approximate = tx
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM messages WHERE count_approximate = 1)",
+            [],
+            |r| r.get(0),
+        )
+        .db()?;
     tx.commit().db()?;
     if raised > 0 {
         tracing::warn!(
@@ -384,7 +407,7 @@ pub(crate) fn recover(conn: &Connection) -> StoreResult<usize> {
              delivery counts of the queues concerned were raised by one and marked approximate"
         );
     }
-    Ok(raised)
+    Ok(approximate)
 }
 
 /// At a clean close: writes every held lock to its row, as a lock in the row would have

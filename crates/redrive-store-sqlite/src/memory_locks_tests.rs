@@ -1,7 +1,7 @@
 //! Locks held in memory (`crate::locks`): what the rows store meanwhile, a clean close, a
 //! crash, and receives that must find messages due before the rows held.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use redrive_core::{EvidenceQuality, MessageState, QueuePolicy};
 use redrive_store::{Delivery, SettleAction, Settlement, Store, StoreError};
@@ -11,6 +11,19 @@ use super::*;
 
 fn open(path: &Path) -> SqliteStore {
     SqliteStore::open(path, SqliteOptions::default()).unwrap()
+}
+
+/// A store in a new directory, with queue `q` (default policy).
+async fn with_queue() -> (tempfile::TempDir, PathBuf, SqliteStore, EntityName) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("redrive.db");
+    let store = open(&path);
+    let q = name("q");
+    store
+        .create_queue(&q, &QueuePolicy::default(), T0)
+        .await
+        .unwrap();
+    (dir, path, store, q)
 }
 
 /// `(state, delivery_count, count_approximate)` of the row of `sequence` of queue `q`,
@@ -82,14 +95,7 @@ fn ids(d: &[Delivery]) -> Vec<&str> {
 
 #[tokio::test]
 async fn a_plain_receive_locks_in_memory_and_writes_no_row() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("redrive.db");
-    let store = open(&path);
-    let q = name("q");
-    store
-        .create_queue(&q, &QueuePolicy::default(), T0)
-        .await
-        .unwrap();
+    let (_dir, path, store, q) = with_queue().await;
     send(&store, &q, &["a", "b"], T0).await;
     let got = take(&store, &q, 1, T0).await;
     assert_eq!(ids(&got), ["a"]);
@@ -132,14 +138,7 @@ async fn a_plain_receive_locks_in_memory_and_writes_no_row() {
 
 #[tokio::test]
 async fn an_abandon_writes_the_row_from_what_it_stores() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("redrive.db");
-    let store = open(&path);
-    let q = name("q");
-    store
-        .create_queue(&q, &QueuePolicy::default(), T0)
-        .await
-        .unwrap();
+    let (_dir, path, store, q) = with_queue().await;
     send(&store, &q, &["a"], T0).await;
     let d = take(&store, &q, 1, T0).await;
     settle(&store, &q, &d[0], abandon(), T0).await;
@@ -152,14 +151,7 @@ async fn an_abandon_writes_the_row_from_what_it_stores() {
 
 #[tokio::test]
 async fn locks_held_in_memory_outlive_a_clean_close() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("redrive.db");
-    let store = open(&path);
-    let q = name("q");
-    store
-        .create_queue(&q, &QueuePolicy::default(), T0)
-        .await
-        .unwrap();
+    let (_dir, path, store, q) = with_queue().await;
     send(&store, &q, &["a", "b"], T0).await;
     let got = take(&store, &q, 1, T0).await;
     store.close();
@@ -222,14 +214,7 @@ async fn a_crash_with_locks_held_counts_their_deliveries_approximate() {
 
 #[tokio::test]
 async fn a_message_due_before_the_locks_held_is_received() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("redrive.db");
-    let store = open(&path);
-    let q = name("q");
-    store
-        .create_queue(&q, &QueuePolicy::default(), T0)
-        .await
-        .unwrap();
+    let (_dir, _path, store, q) = with_queue().await;
     send(&store, &q, &["a", "b", "c"], at(10)).await;
     let held = take(&store, &q, 3, at(10)).await;
     assert_eq!(ids(&held), ["a", "b", "c"]);
@@ -250,14 +235,7 @@ async fn a_message_due_before_the_locks_held_is_received() {
 
 #[tokio::test]
 async fn purging_or_deleting_a_queue_drops_its_locks() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("redrive.db");
-    let store = open(&path);
-    let q = name("q");
-    store
-        .create_queue(&q, &QueuePolicy::default(), T0)
-        .await
-        .unwrap();
+    let (_dir, path, store, q) = with_queue().await;
     send(&store, &q, &["a"], T0).await;
     let d = take(&store, &q, 1, T0).await;
     assert_eq!(store.purge_messages(&q, T0).await.unwrap(), 1);

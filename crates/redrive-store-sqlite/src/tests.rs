@@ -1006,7 +1006,8 @@ async fn version_4_database_migrates_to_the_access_tables() {
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
-            "DROP TABLE memory_locks; ALTER TABLE messages DROP COLUMN count_approximate; \
+            "DROP TABLE memory_locks; DROP INDEX messages_approximate; \
+             ALTER TABLE messages DROP COLUMN count_approximate; \
              DROP TRIGGER dead_letters_signature_backfill; DROP INDEX dead_letters_unsigned; \
              DROP TABLE queue_policy_versions; \
              DROP TRIGGER dead_letters_signature_move; \

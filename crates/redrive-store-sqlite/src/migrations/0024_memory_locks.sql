@@ -10,3 +10,6 @@ CREATE TABLE memory_locks (
     queue_id INTEGER PRIMARY KEY
 );
 ALTER TABLE messages ADD COLUMN count_approximate INTEGER NOT NULL DEFAULT 0;
+-- Empty unless a crash left approximate counts: tells at open whether a dead letter must
+-- look at its row's flag at all.
+CREATE INDEX messages_approximate ON messages (queue_id) WHERE count_approximate = 1;

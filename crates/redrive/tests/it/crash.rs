@@ -342,3 +342,83 @@ async fn peek_all(http: &reqwest::Client, url: &str) -> HashMap<String, String> 
         }
     }
 }
+
+/// The lock of a plain receive is held in the server's memory: a SIGKILL loses which
+/// messages were delivered, never that they may have been. After the restart the message
+/// received before the kill counts that delivery, and the dead letter made of it says its
+/// count is approximate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_lost_with_the_process_still_counts_approximate() {
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let mut server = Server::start(dir.path());
+    let url = server.url.clone();
+    let created = http
+        .post(format!("{url}/v1/queues"))
+        .json(&json!({"name": "counted", "policy": {"max_delivery_count": 2}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
+    let sent = http
+        .post(format!("{url}/v1/queues/counted/messages"))
+        .json(&json!({"messages": [{"message_id": "a", "body": "a"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), 201, "{}", sent.text().await.unwrap());
+    let receive = |url: String| {
+        let http = http.clone();
+        async move {
+            let list: serde_json::Value = http
+                .post(format!("{url}/v1/queues/counted/receive"))
+                .json(&json!({"max_messages": 1}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            list["messages"][0].clone()
+        }
+    };
+    let first = receive(url).await;
+    assert_eq!(first["delivery_count"], 1, "{first}");
+    server.kill();
+
+    let server = Server::start(dir.path());
+    let url = server.url.clone();
+    let again = receive(url.clone()).await;
+    assert_eq!(again["message_id"], "a", "{again}\n{}", server.log());
+    assert_eq!(
+        again["delivery_count"], 2,
+        "the lost delivery counts: {again}"
+    );
+    let settled = http
+        .post(format!("{url}/v1/queues/counted/settle"))
+        .json(&json!({"settlements": [
+            {"lock_token": again["lock_token"], "action": "abandon"}
+        ]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(settled.status(), 200, "{}", settled.text().await.unwrap());
+    let records: serde_json::Value = http
+        .get(format!("{url}/v1/queues/counted/dead-letters"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let record = &records["dead_letters"][0];
+    assert_eq!(record["delivery_count"], 2, "{records}");
+    assert_eq!(record["delivery_count_quality"], "approximate", "{records}");
+    assert!(
+        server
+            .log()
+            .contains("raised by one and marked approximate"),
+        "the restart says what it did\n{}",
+        server.log()
+    );
+}
