@@ -175,8 +175,17 @@ pub(crate) fn append_audit(
     tx: &mut Tx<'_>,
     entries: &[AuditFields],
 ) -> StoreResult<Vec<AuditEntry>> {
-    let head = head_for_append(tx.conn)?;
-    append_after(tx.conn, head.seq, head.hash, entries)
+    append_on(tx.conn, entries)
+}
+
+/// Appends `entries` at the chain's head inside the transaction open on `conn` (the
+/// writer's, or the open's before the writer starts).
+pub(crate) fn append_on(
+    conn: &Connection,
+    entries: &[AuditFields],
+) -> StoreResult<Vec<AuditEntry>> {
+    let head = head_for_append(conn)?;
+    append_after(conn, head.seq, head.hash, entries)
 }
 
 pub(crate) fn list_audit(conn: &Connection, q: &AuditQuery) -> StoreResult<Vec<AuditEntry>> {

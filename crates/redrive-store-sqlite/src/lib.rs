@@ -204,7 +204,12 @@ impl SqliteStore {
         let conn = schema::open_writer(path)?;
         schema::migrate(&conn)?;
         backfill::run(&conn)?;
-        let approximate_rows = locks::recover(&conn)?;
+        // The system clock, as the one process on this file decides time by: the time of
+        // the recovery's audit entries.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let approximate_rows = locks::recover(&conn, Timestamp(now))?;
         files::restrict_files(path).map_err(StoreError::backend)?;
         let readers = ReadPool::open(path.to_path_buf(), options.readers)?;
         let queues = Arc::new(QueueCache::default());

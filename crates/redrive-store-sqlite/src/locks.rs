@@ -38,7 +38,7 @@ use redrive_core::Timestamp;
 use redrive_core::{MessageMeta, MessageState, QueuePolicy};
 use redrive_store::skeleton::Head;
 use redrive_store::skeleton::messages::count_expired_locks;
-use redrive_store::{QueueCounts, StoreResult};
+use redrive_store::{AuditFields, QueueCounts, StoreResult};
 use rusqlite::{Connection, params};
 
 use crate::error::Db;
@@ -376,13 +376,47 @@ pub(crate) fn unmark_idle(conn: &Connection, table: &mut LockTable) -> StoreResu
     Ok(())
 }
 
+/// The audit action of [`recover`]'s decision, one entry per queue concerned.
+pub(crate) const RAISED_ACTION: &str = "messages.count_raised";
+
 /// At open, before any write: a marker left means the process stopped without closing
 /// while locks of that queue may have been held in memory. Every Available message of such
 /// a queue counts one delivery more, marked approximate: which of them were delivered is
-/// not known, and a delivery must not go uncounted. Returns whether any message's count is
-/// approximate now (raised now or by an earlier crash).
-pub(crate) fn recover(conn: &Connection) -> StoreResult<bool> {
+/// not known, and a delivery must not go uncounted. The decision is an audit entry per
+/// queue (by `system`, at `now`, the queue as its entity and the number of messages raised
+/// as its target). Returns whether any message's count is approximate now (raised now or
+/// by an earlier crash).
+pub(crate) fn recover(conn: &Connection, now: Timestamp) -> StoreResult<bool> {
     let tx = conn.unchecked_transaction().db()?;
+    let per_queue: Vec<(String, i64)> = {
+        let mut stmt = tx
+            .prepare(
+                "SELECT q.name, count(*) FROM memory_locks k \
+                 JOIN queues q ON q.id = k.queue_id \
+                 JOIN messages m ON m.queue_id = k.queue_id \
+                   AND m.state = 'available' AND m.session_id IS NULL \
+                 GROUP BY q.name ORDER BY q.name",
+            )
+            .db()?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).db()?;
+        rows.collect::<rusqlite::Result<_>>().db()?
+    };
+    let entries: Vec<AuditFields> = per_queue
+        .into_iter()
+        .map(|(queue, n)| AuditFields {
+            at: now,
+            actor_id: "system".into(),
+            actor_name: "recovery".into(),
+            action: RAISED_ACTION.into(),
+            entity: Some(queue),
+            targets: vec![format!("messages={n}")],
+            outcome: "ok".into(),
+            client: None,
+        })
+        .collect();
+    if !entries.is_empty() {
+        crate::access::append_on(&tx, &entries)?;
+    }
     let raised = tx
         .execute(
             "UPDATE messages SET delivery_count = delivery_count + 1, count_approximate = 1 \

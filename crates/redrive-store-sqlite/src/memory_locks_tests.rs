@@ -194,6 +194,20 @@ async fn a_crash_with_locks_held_counts_their_deliveries_approximate() {
         Some(("available".into(), 1, false))
     );
     assert_eq!(markers(&path), 0);
+    // The decision is audited: one entry for `q`, none for `other`.
+    let audit = store
+        .list_audit(&redrive_store::AuditQuery {
+            action: Some(crate::locks::RAISED_ACTION.into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let audited: Vec<_> = audit
+        .iter()
+        .map(|e| (e.fields.entity.as_deref(), e.fields.targets.clone()))
+        .collect();
+    assert_eq!(audited, [(Some("q"), vec!["messages=2".to_owned()])]);
     // `a` is received again at its second delivery, abandoned past the maximum, and its
     // dead letter says its count is approximate.
     let again = take(&store, &q, 1, at(1)).await;

@@ -107,14 +107,7 @@ async fn acknowledged_work_survives_sigkill_and_restart() {
         assert!(rounds < 10_000, "the drain does not end\n{}", server.log());
     }
     let present = peek_all(&http, &server.url).await;
-    let info: QueueInfo = http
-        .get(format!("{}/v1/queues/{QUEUE}", server.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let info: QueueInfo = json_of(http.get(format!("{}/v1/queues/{QUEUE}", server.url))).await;
 
     let ledger = ledger.lock().unwrap();
     let mut seen = HashSet::new();
@@ -317,21 +310,20 @@ async fn receive_and_complete(
     Some(list.messages.len())
 }
 
+/// Sends `request` and reads its answer's JSON body (the test fails on either).
+async fn json_of<T: serde::de::DeserializeOwned>(request: reqwest::RequestBuilder) -> T {
+    request.send().await.unwrap().json().await.unwrap()
+}
+
 /// Every message on the queue, whatever its state: id → state.
 async fn peek_all(http: &reqwest::Client, url: &str) -> HashMap<String, String> {
     let mut out = HashMap::new();
     let mut from = 0i64;
     loop {
-        let list: MessageList = http
-            .get(format!(
-                "{url}/v1/queues/{QUEUE}/messages?from_sequence={from}&limit=100"
-            ))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let list: MessageList = json_of(http.get(format!(
+            "{url}/v1/queues/{QUEUE}/messages?from_sequence={from}&limit=100"
+        )))
+        .await;
         let Some(last) = list.messages.last() else {
             return out;
         };
@@ -370,15 +362,11 @@ async fn a_delivery_lost_with_the_process_still_counts_approximate() {
     let receive = |url: String| {
         let http = http.clone();
         async move {
-            let list: serde_json::Value = http
-                .post(format!("{url}/v1/queues/counted/receive"))
-                .json(&json!({"max_messages": 1}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let list: serde_json::Value = json_of(
+                http.post(format!("{url}/v1/queues/counted/receive"))
+                    .json(&json!({"max_messages": 1})),
+            )
+            .await;
             list["messages"][0].clone()
         }
     };
@@ -403,14 +391,8 @@ async fn a_delivery_lost_with_the_process_still_counts_approximate() {
         .await
         .unwrap();
     assert_eq!(settled.status(), 200, "{}", settled.text().await.unwrap());
-    let records: serde_json::Value = http
-        .get(format!("{url}/v1/queues/counted/dead-letters"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let records: serde_json::Value =
+        json_of(http.get(format!("{url}/v1/queues/counted/dead-letters"))).await;
     let record = &records["dead_letters"][0];
     assert_eq!(record["delivery_count"], 2, "{records}");
     assert_eq!(record["delivery_count_quality"], "approximate", "{records}");
