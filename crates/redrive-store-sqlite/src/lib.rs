@@ -370,7 +370,7 @@ impl Store for SqliteStore {
 
     async fn receive(&self, params: ReceiveParams) -> StoreResult<ReceiveOutcome> {
         self.writer
-            .write_decided(move |tx| messages::receive(tx, params))
+            .read_first(move |tx| messages::receive(tx, params))
             .await
     }
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use redrive_core::{EntityName, QueuePolicy, Timestamp};
+use redrive_core::{EntityName, MessageState, QueuePolicy, Timestamp};
 use redrive_store::{NewMessage, Store, StoreError, StoreErrorKind};
 
 use super::*;
@@ -373,6 +373,138 @@ async fn a_decided_job_that_writes_then_fails_rolls_back_its_transaction() {
         .map(|m| m.message_id)
         .collect();
     assert_eq!(ids, ["after"]);
+}
+
+/// A receive of queue `q` of at most `max` messages at `T0`, through the store.
+async fn take(store: &SqliteStore, q: &EntityName, max: u32) -> StoreResult<Vec<String>> {
+    let params = redrive_store_conformance::params(q, max, 30_000, T0, None);
+    Ok(store
+        .receive(params)
+        .await?
+        .deliveries
+        .into_iter()
+        .map(|d| d.message.message_id)
+        .collect())
+}
+
+/// A receive that writes no row (its locks held in memory) runs before the writes of its
+/// group and is answered before their commit: a commit that then fails does not take its
+/// answer back, and its lock and delivery stay counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_that_writes_no_row_is_answered_before_its_groups_commit() {
+    let (_dir, _path, store) = open(SqliteOptions::default());
+    let q = queue(&store, "q", QueuePolicy::default()).await;
+    store
+        .enqueue(&q, vec![msg("first"), msg("a")], T0)
+        .await
+        .unwrap();
+    // The queue's first lock in memory writes its crash marker: that receive commits.
+    assert_eq!(take(&store, &q, 1).await.unwrap(), ["first"]);
+    fail_next_commits(&store);
+
+    let (jobs, _) = store.writer.counters();
+    let release = hold_writer(&store);
+    let s = Arc::clone(&store);
+    let q1 = q.clone();
+    let group = tokio::spawn(async move {
+        tokio::join!(s.enqueue(&q1, vec![msg("b")], T0), take(&s, &q1, 10),)
+    });
+    submitted(&store, jobs + 2).await;
+    drop(release);
+    let (sent, received) = group.await.unwrap();
+    assert_eq!(
+        sent.unwrap_err().kind(),
+        StoreErrorKind::Poisoned,
+        "the group's commit failed"
+    );
+    assert_eq!(
+        received.unwrap(),
+        ["a"],
+        "answered before the commit, without the send that arrived before it"
+    );
+    assert!(store.is_poisoned());
+    let peeked: Vec<(String, MessageState, u32)> = store
+        .peek(&q, 1, 10, T0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.message_id, m.state, m.delivery_count))
+        .collect();
+    assert_eq!(
+        peeked,
+        [
+            ("first".to_owned(), MessageState::Locked, 1),
+            ("a".to_owned(), MessageState::Locked, 1)
+        ],
+        "both deliveries still counted"
+    );
+}
+
+/// A receive answered before its group's commit keeps its lock when a later job of the
+/// group rolls the whole transaction back: the lock completes with its token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_answered_early_outlives_its_transactions_rollback() {
+    let (_dir, _path, store) = open(SqliteOptions::default());
+    let q = queue(&store, "q", QueuePolicy::default()).await;
+    store
+        .enqueue(&q, vec![msg("first"), msg("a")], T0)
+        .await
+        .unwrap();
+    assert_eq!(take(&store, &q, 1).await.unwrap(), ["first"]);
+
+    let (jobs, commits) = store.writer.counters();
+    let release = hold_writer(&store);
+    let s = Arc::clone(&store);
+    let q1 = q.clone();
+    let group = tokio::spawn(async move {
+        let before = s.enqueue(&q1, vec![msg("before")], T0);
+        let broken = s.writer.write_decided({
+            let q = q1.clone();
+            move |tx| {
+                messages::enqueue(tx, &q, vec![msg("ghost")], T0)?;
+                Err::<(), _>(StoreError::LockLost)
+            }
+        });
+        let received = s.receive(redrive_store_conformance::params(&q1, 10, 30_000, T0, None));
+        tokio::join!(before, broken, received)
+    });
+    submitted(&store, jobs + 3).await;
+    drop(release);
+    let (before, broken, received) = group.await.unwrap();
+    assert_eq!(
+        before.unwrap_err().kind(),
+        StoreErrorKind::Unavailable,
+        "rolled back with the broken job"
+    );
+    assert!(matches!(broken, Err(StoreError::LockLost)));
+    let received = received.unwrap().deliveries;
+    let got: Vec<&str> = received
+        .iter()
+        .map(|d| d.message.message_id.as_str())
+        .collect();
+    assert_eq!(got, ["a"]);
+    assert_eq!(store.writer.counters().1, commits);
+    assert!(!store.is_poisoned());
+    let locked = store.queue_counts(&q, T0).await.unwrap().locked;
+    assert_eq!(locked, 2, "the rollback did not take the early lock back");
+    let item = redrive_store::Settlement {
+        lock_token: received[0].lock_token.clone(),
+        action: redrive_store::SettleAction::Complete,
+    };
+    let out = store.settle(&q, vec![item], T0).await.unwrap();
+    assert!(out.results[0].is_ok(), "{:?}", out.results[0]);
+    let ids: Vec<String> = store
+        .peek(&q, 1, 10, T0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.message_id)
+        .collect();
+    assert_eq!(
+        ids,
+        ["first"],
+        "\"a\" completed; nothing of the broken group stayed"
+    );
 }
 
 /// Makes the next COMMIT on the writer fail: a deferred foreign key (on TEMP tables of

@@ -9,6 +9,12 @@
 //! (one WAL sync under `synchronous=FULL`) every caller gets its result. If the commit
 //! fails, nobody's result is acknowledged and the store poisons itself: the state on disk
 //! is unknown, so every later write is refused with `Poisoned` until a restart.
+//!
+//! Receives ([`Writer::read_first`]) run first in their group, in their order of arrival,
+//! so they see only what earlier groups committed. One that wrote no row (its locks are
+//! held in memory, see [`crate::locks`]) is answered at once: it has nothing to sync, and
+//! its locks are kept whatever becomes of the transaction after it. A receive that wrote
+//! (a crash marker, a row lock, a dead letter) waits for the commit like any other job.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -76,6 +82,9 @@ trait Job: Send {
     /// Whether the job decides every refusal before it writes ([`Writer::write_decided`]):
     /// it then runs without a savepoint of its own.
     fn decided(&self) -> bool;
+    /// Whether the job may be answered before the commit when it wrote no row
+    /// ([`Writer::read_first`]): it then runs before the group's other jobs.
+    fn early(&self) -> bool;
     /// Delivers the result once the group's fate is known; `failure` overrides it.
     fn finish(self: Box<Self>, failure: Option<GroupFailure>);
 }
@@ -83,6 +92,7 @@ trait Job: Send {
 struct TypedJob<F, T> {
     work: Option<F>,
     decided: bool,
+    early: bool,
     result: Option<StoreResult<T>>,
     reply: oneshot::Sender<StoreResult<T>>,
 }
@@ -107,6 +117,10 @@ where
         self.decided
     }
 
+    fn early(&self) -> bool {
+        self.early
+    }
+
     fn finish(self: Box<Self>, failure: Option<GroupFailure>) {
         let result = match failure {
             Some(f) => Err(f.error()),
@@ -117,6 +131,22 @@ where
         // The caller may have given up waiting (its future was dropped); nothing to do.
         let _ = self.reply.send(result);
     }
+}
+
+/// The place of a job answered before its group's commit.
+struct Answered;
+
+impl Job for Answered {
+    fn run(&mut self, _: &mut Tx<'_>) -> bool {
+        true
+    }
+    fn decided(&self) -> bool {
+        true
+    }
+    fn early(&self) -> bool {
+        true
+    }
+    fn finish(self: Box<Self>, _: Option<GroupFailure>) {}
 }
 
 /// Why a whole group failed.
@@ -201,7 +231,7 @@ impl Writer {
         F: FnOnce(&mut Tx<'_>) -> StoreResult<T> + Send + 'static,
         T: Send + 'static,
     {
-        self.submit(work, false).await
+        self.submit(work, false, false).await
     }
 
     /// As [`Writer::write`], for work that decides every refusal before it writes (an
@@ -214,10 +244,22 @@ impl Writer {
         F: FnOnce(&mut Tx<'_>) -> StoreResult<T> + Send + 'static,
         T: Send + 'static,
     {
-        self.submit(work, true).await
+        self.submit(work, true, false).await
     }
 
-    async fn submit<T, F>(&self, work: F, decided: bool) -> StoreResult<T>
+    /// As [`Writer::write_decided`], for work that mostly reads (a receive whose locks are
+    /// held in memory): it runs before the group's other jobs, and if it wrote no row it is
+    /// answered at once, before the group commits. Its locks in memory are then kept
+    /// whatever becomes of the transaction, as if it had committed on its own.
+    pub(crate) async fn read_first<T, F>(&self, work: F) -> StoreResult<T>
+    where
+        F: FnOnce(&mut Tx<'_>) -> StoreResult<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.submit(work, true, true).await
+    }
+
+    async fn submit<T, F>(&self, work: F, decided: bool, early: bool) -> StoreResult<T>
     where
         F: FnOnce(&mut Tx<'_>) -> StoreResult<T> + Send + 'static,
         T: Send + 'static,
@@ -229,6 +271,7 @@ impl Writer {
         let job = Box::new(TypedJob {
             work: Some(work),
             decided,
+            early,
             result: None,
             reply,
         });
@@ -414,6 +457,9 @@ impl WriterThread {
             Self::fail_all(group, &GroupFailure::Poisoned);
             return;
         }
+        // Reads first ([`Writer::read_first`]); the sort is stable, so each kind keeps its
+        // order of arrival.
+        group.sort_by_key(|job| !job.early());
         // A job answered with a failure of the group's rather than its own result.
         let mut overrides: Vec<Option<GroupFailure>> = vec![None; group.len()];
         // Which jobs ran to success (only those are undone by a rollback of the whole
@@ -424,6 +470,7 @@ impl WriterThread {
         let mut in_tx = false;
         let mut tx_from = 0;
         let mut holds_work = false;
+        let mut tx_changes = 0;
         for i in 0..group.len() {
             if !in_tx {
                 if !self.begin(group, i) {
@@ -431,9 +478,17 @@ impl WriterThread {
                 }
                 in_tx = true;
                 tx_from = i;
+                tx_changes = self.conn.total_changes();
             }
             if !holds_work {
                 if self.run_job(group, i) {
+                    if group[i].early() && self.conn.total_changes() == tx_changes {
+                        // It wrote no row: nothing of it waits for the commit, and its
+                        // locks in memory stay whatever becomes of the transaction.
+                        self.locks.lock().committed();
+                        std::mem::replace(&mut group[i], Box::new(Answered)).finish(None);
+                        continue;
+                    }
                     succeeded[i] = true;
                     holds_work = true;
                     continue;

@@ -28,6 +28,22 @@ pub(crate) async fn server(backend: Backend) -> TestServer {
         .await
 }
 
+/// As [`server`], for a test that sweeps itself (`sweep_once`): the background sweep, on
+/// its real-time interval, could otherwise hold an expired row (PostgreSQL's SKIP LOCKED)
+/// while `sweep_once` passes it by, and the test would look before it was committed.
+pub(crate) async fn hand_swept_server(backend: Backend) -> TestServer {
+    TestServer::builder()
+        .backend(backend)
+        .settings(redrive_server::Settings {
+            replay_worker: false,
+            case_worker: false,
+            sweep_interval_ms: 3_600_000,
+            ..default_settings()
+        })
+        .start()
+        .await
+}
+
 /// An effect authority whose answer the test changes as it goes; it records each
 /// question.
 pub(crate) struct Authority {
@@ -525,19 +541,7 @@ async fn a_cancelled_or_superseded_intent_closes_without_execution() {
 #[tokio::test]
 async fn an_expired_item_is_closed_expired_not_diagnosed() {
     for backend in Backend::all("the expiry test") {
-        // The test sweeps itself: the background sweep, on its real-time interval, could
-        // otherwise hold the expired row (PostgreSQL's SKIP LOCKED) while `sweep_once`
-        // passes it by, and the case would be listed before it was committed.
-        let s = TestServer::builder()
-            .backend(backend)
-            .settings(redrive_server::Settings {
-                replay_worker: false,
-                case_worker: false,
-                sweep_interval_ms: 3_600_000,
-                ..default_settings()
-            })
-            .start()
-            .await;
+        let s = hand_swept_server(backend).await;
         s.queue("orders", json!({"dead_letter_on_expiry": true}))
             .await;
         let (st, v) = s

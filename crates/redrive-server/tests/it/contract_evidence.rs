@@ -96,7 +96,7 @@ async fn import(s: &TestServer, queue: &str, format: &str, content: String) -> V
 async fn a_case_keeps_the_policy_version_that_routed_it() {
     for backend in Backend::all("the routing policy version test") {
         let name = backend.name();
-        let s = server(backend).await;
+        let s = crate::cases::hand_swept_server(backend).await;
         s.queue(
             "orders",
             json!({"max_delivery_count": 1, "dead_letter_on_expiry": true}),
