@@ -46,6 +46,27 @@ pub enum SqliteError {
         #[source]
         source: std::io::Error,
     },
+    /// Another process (or another store in this one) has the database open: one process
+    /// serves a database file at a time.
+    #[error(
+        "the database {path} is open in another process (it holds {lock}); one process \
+         serves a data directory at a time: stop it first"
+    )]
+    InUse {
+        /// The database file.
+        path: String,
+        /// The lock file held.
+        lock: String,
+    },
+    /// The lock file beside the database could not be created or locked.
+    #[error("could not lock {path}: {source}")]
+    LockFile {
+        /// The lock file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// The store was closed: no more work is accepted.
     #[error("the store is closed")]
     Closed,

@@ -1,5 +1,6 @@
-//! Owner-only files: the database directory (0700) and the database with its `-wal` and
-//! `-shm` files (0600). Messages are application data; no other local user reads them.
+//! Owner-only files: the database directory (0700) and the database with its `-wal`,
+//! `-shm` and `.lock` files (0600). Messages are application data; no other local user
+//! reads them. The lock file ([`lock`]) keeps a second process off a database in use.
 
 use std::path::Path;
 
@@ -77,13 +78,13 @@ pub(crate) fn create_db_file(_path: &Path) -> Result<(), SqliteError> {
     Ok(())
 }
 
-/// Sets mode 0600 on the database and on its `-wal` and `-shm` files where they exist
+/// Sets mode 0600 on the database and on its `-wal`, `-shm` and `.lock` files where they exist
 /// (SQLite creates these with the database's mode; an older file may be wider).
 #[cfg(unix)]
 pub(crate) fn restrict_files(path: &Path) -> Result<(), SqliteError> {
     use std::os::unix::fs::PermissionsExt;
     let mut names = vec![path.to_path_buf()];
-    for suffix in ["-wal", "-shm"] {
+    for suffix in ["-wal", "-shm", ".lock"] {
         let mut s = path.as_os_str().to_owned();
         s.push(suffix);
         names.push(s.into());
@@ -117,4 +118,40 @@ pub(crate) fn restrict_files(path: &Path) -> Result<(), SqliteError> {
 #[cfg(not(unix))]
 pub(crate) fn restrict_files(_path: &Path) -> Result<(), SqliteError> {
     Ok(())
+}
+
+/// The lock file of the database at `path`: `<path>.lock`.
+pub(crate) fn lock_path(path: &Path) -> std::path::PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".lock");
+    s.into()
+}
+
+/// Takes the exclusive lock of the database at `path`: an advisory lock on its lock file
+/// (created 0600 if missing), held as long as the returned file is open, and released by
+/// the operating system when the process ends, however it ends. Refused with
+/// [`SqliteError::InUse`] while another process (or another store of this one) holds it.
+///
+/// The store keeps message locks in memory and reads a crash from markers that the
+/// process holding them removes (`crate::locks`), and it caches committed queue records:
+/// both hold only while one process writes the file.
+pub(crate) fn lock(path: &Path) -> Result<std::fs::File, SqliteError> {
+    let lock = lock_path(path);
+    let err = |source| SqliteError::LockFile {
+        path: lock.display().to_string(),
+        source,
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, FILE_MODE);
+    let file = options.open(&lock).map_err(err)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(SqliteError::InUse {
+            path: path.display().to_string(),
+            lock: lock.display().to_string(),
+        }),
+        Err(std::fs::TryLockError::Error(source)) => Err(err(source)),
+    }
 }

@@ -183,6 +183,9 @@ pub struct SqliteStore {
     queues: Arc<QueueCache>,
     /// The message locks held in memory, shared with the writer (see `locks`).
     locks: Arc<locks::Locks>,
+    /// The database's lock file, held open (and so locked) until the store is closed
+    /// (`files::lock`).
+    lock_file: std::sync::Mutex<Option<std::fs::File>>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -195,11 +198,18 @@ impl std::fmt::Debug for SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path` (parent directories
-    /// created; the directory 0700, the database and its WAL files 0600), in WAL mode with `synchronous=FULL`, applies migrations, and gives the dead letters written before schema 19 their failure signatures (`backfill`).
+    /// created; the directory 0700, the database and its WAL files 0600), in WAL mode with
+    /// `synchronous=FULL`, applies migrations, and gives the dead letters written before
+    /// schema 19 their failure signatures (`backfill`). The store holds the lock file
+    /// `<path>.lock` until it is closed: while another process (or another store of this
+    /// one) has the file open, this fails with [`SqliteError::InUse`].
     pub fn open(path: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             files::prepare_dir(dir).map_err(StoreError::backend)?;
         }
+        // Before anything reads the file: a crash marker is only a crash's if no other
+        // process holds the locks it marks.
+        let lock_file = files::lock(path).map_err(StoreError::backend)?;
         files::create_db_file(path).map_err(StoreError::backend)?;
         let conn = schema::open_writer(path)?;
         schema::migrate(&conn)?;
@@ -225,15 +235,38 @@ impl SqliteStore {
             readers,
             queues,
             locks,
+            lock_file: std::sync::Mutex::new(Some(lock_file)),
         })
     }
 
-    /// Stops the writer thread after it finishes the work already queued, and checkpoints
-    /// the WAL. Later calls fail with `Unavailable` ([`SqliteError::Closed`]). Idempotent.
-    /// Blocks while the queued work finishes.
+    /// Stops the writer thread after it finishes the work already queued, checkpoints
+    /// the WAL and releases the database's lock file. Later calls fail with
+    /// `Unavailable` ([`SqliteError::Closed`]). Idempotent. Blocks while the queued work
+    /// finishes.
     pub fn close(&self) {
         self.writer.close();
         self.readers.close();
+        drop(
+            self.lock_file
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
+    }
+
+    /// Leaves the store as a process that died would: nothing more is written, nothing
+    /// is closed or flushed, and only the lock file is released (as the operating system
+    /// releases it when a process ends), so that the file can be opened again as after
+    /// a crash. For crash tests.
+    #[doc(hidden)]
+    pub fn abandon_as_crashed(self) {
+        drop(
+            self.lock_file
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
+        std::mem::forget(self);
     }
 
     /// Whether a failed commit has poisoned the store (all writes refused).

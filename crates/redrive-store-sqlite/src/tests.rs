@@ -661,13 +661,55 @@ async fn acknowledged_writes_are_visible_to_a_new_instance_without_checkpoint() 
         .enqueue(&q, vec![msg("a"), msg("b")], T0)
         .await
         .unwrap();
+    Arc::into_inner(first).unwrap().abandon_as_crashed();
     let second = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
     assert_eq!(second.peek(&q, 1, 10, T0).await.unwrap().len(), 2);
     assert_eq!(
         second.enqueue(&q, vec![msg("c")], T0).await.unwrap()[0].sequence,
         3
     );
-    drop(first);
+}
+
+/// One process serves a database file at a time: a second open while the first store
+/// holds the file is refused, names the lock file, and changes nothing (not even the
+/// crash markers of the locks the first holds in memory); once the first is closed, the
+/// file opens again.
+#[tokio::test]
+async fn a_second_store_on_a_file_in_use_is_refused() {
+    let (_dir, path, first) = open(SqliteOptions::default());
+    let q = queue(&first, "q", QueuePolicy::default()).await;
+    first.enqueue(&q, vec![msg("a")], T0).await.unwrap();
+    let params = redrive_store_conformance::params(&q, 1, 30_000, T0, None);
+    let held = first.receive(params).await.unwrap().deliveries;
+    assert_eq!(held.len(), 1);
+
+    let e = SqliteStore::open(&path, SqliteOptions::default()).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("open in another process") && text.contains("redrive.db.lock"),
+        "{text}"
+    );
+    let StoreError::Backend { source } = &e else {
+        panic!("{e:?}")
+    };
+    assert!(
+        matches!(
+            source.downcast_ref::<SqliteError>(),
+            Some(SqliteError::InUse { .. })
+        ),
+        "{e:?}"
+    );
+    // The first store is as it was: its lock completes, the message counted once.
+    let peeked = first.peek(&q, 1, 10, T0).await.unwrap();
+    assert_eq!(peeked[0].delivery_count, 1);
+    let item = redrive_store::Settlement {
+        lock_token: held[0].lock_token.clone(),
+        action: redrive_store::SettleAction::Complete,
+    };
+    assert!(first.settle(&q, vec![item], T0).await.unwrap().results[0].is_ok());
+    first.close();
+    let again = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    assert!(again.peek(&q, 1, 10, T0).await.unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -1,7 +1,8 @@
 //! `redrive migrate`: brings the store's schema to this build's version without starting
-//! the server (`serve` also migrates at start). Safe to run while nodes are serving: the
-//! PostgreSQL migrations take an advisory lock, and both backends refuse a schema newer
-//! than this build.
+//! the server (`serve` also migrates at start). Safe to run while PostgreSQL nodes are
+//! serving: its migrations take an advisory lock. An SQLite file in use by a running
+//! server is refused (one process per file; the server migrated it at its start). Both
+//! backends refuse a schema newer than this build.
 
 use std::path::PathBuf;
 

@@ -401,6 +401,52 @@ fn migrate_brings_a_new_store_to_the_current_schema_and_is_idempotent() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unsupported store"));
 }
 
+/// One process per SQLite file: while a server runs on a data directory, `redrive
+/// migrate` and a second `redrive serve` on it are refused, naming the lock file, and the
+/// server goes on; once it has stopped, the directory is free again.
+#[test]
+fn a_data_directory_in_use_is_refused_to_a_second_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut s = crate::support::Server::start(&data);
+    s.cli(&["queue", "create", "q"]).ok();
+    s.cli(&["send", "q", "kept"]).ok();
+    let migrate = || {
+        crate::support::command()
+            .args(["migrate", "--data-dir"])
+            .arg(&data)
+            .output()
+            .unwrap()
+    };
+    let out = migrate();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("open in another process") && err.contains("redrive.db.lock"),
+        "{err}"
+    );
+    let out = crate::support::command()
+        .args(["serve", "--listen", "127.0.0.1:0", "--sqs-listen", "off"])
+        .arg("--data-dir")
+        .arg(&data)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("open in another process"), "{err}");
+    // The first server is as it was.
+    let peeked = s.cli(&["--json", "peek", "q"]).ok().to_owned();
+    assert!(peeked.contains("kept"), "{peeked}");
+    assert!(s.terminate().success());
+    let out = migrate();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn auto_replay_flags_set_the_policy_and_show_prints_it() {
     let (s, _dir) = server();
