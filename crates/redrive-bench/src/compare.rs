@@ -247,6 +247,19 @@ fn figure(report: &Value, key: &str) -> Option<f64> {
     report.get(key).and_then(Value::as_f64)
 }
 
+/// Writes every dirty page and commits the file system's journal (`sync`) between two
+/// runs, so that one run's leftovers are not timed in the next: the pages a JetStream file
+/// store leaves unsynced, and the blocks of a deleted stream, which a file system mounted
+/// with `discard` trims in its next journal commit while every `fsync` waits for it.
+async fn settle_disk() {
+    let done = tokio::task::spawn_blocking(|| std::process::Command::new("sync").status()).await;
+    if !matches!(done, Ok(Ok(s)) if s.success()) {
+        eprintln!(
+            "warning: `sync` between runs failed; the next run may pay for this one's writes"
+        );
+    }
+}
+
 /// Runs `rounds` rounds of `scenario`, redrive first in each, on a fresh queue and a fresh
 /// stream per round; each is deleted after its run unless `keep`.
 pub(crate) async fn run(
@@ -275,12 +288,14 @@ pub(crate) async fn run(
             eprintln!("warning: could not delete bench queue {queue}: {e}");
         }
         outcome.with_context(|| format!("round {round}: redrive"))?;
+        settle_disk().await;
 
         let stream = format!("bench_{name}_{stamp}_r{round}");
         let mut other = Report::new(&format!("nats-baseline {name}"), &stream);
         nats::run(nats, &nats_scenario, &stream, keep, &mut other)
             .await
             .with_context(|| format!("round {round}: NATS"))?;
+        settle_disk().await;
 
         let (redrive, other) = (redrive.json(), other.json());
         let ratios: Vec<Option<f64>> = metrics
