@@ -387,19 +387,26 @@ async fn take(store: &SqliteStore, q: &EntityName, max: u32) -> StoreResult<Vec<
         .collect())
 }
 
-/// A receive that writes no row (its locks held in memory) runs before the writes of its
-/// group and is answered before their commit: a commit that then fails does not take its
-/// answer back, and its lock and delivery stay counted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_receive_that_writes_no_row_is_answered_before_its_groups_commit() {
-    let (_dir, _path, store) = open(SqliteOptions::default());
+/// A store with queue `q` holding "first" (received, its lock in memory) and "a"
+/// (waiting). The queue's first lock in memory wrote its crash marker, so that receive
+/// committed; later receives of `q` write no row.
+async fn first_held() -> (tempfile::TempDir, Arc<SqliteStore>, EntityName) {
+    let (dir, _path, store) = open(SqliteOptions::default());
     let q = queue(&store, "q", QueuePolicy::default()).await;
     store
         .enqueue(&q, vec![msg("first"), msg("a")], T0)
         .await
         .unwrap();
-    // The queue's first lock in memory writes its crash marker: that receive commits.
     assert_eq!(take(&store, &q, 1).await.unwrap(), ["first"]);
+    (dir, store, q)
+}
+
+/// A receive that writes no row (its locks held in memory) runs before the writes of its
+/// group and is answered before their commit: a commit that then fails does not take its
+/// answer back, and its lock and delivery stay counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_that_writes_no_row_is_answered_before_its_groups_commit() {
+    let (_dir, store, q) = first_held().await;
     fail_next_commits(&store);
 
     let (jobs, _) = store.writer.counters();
@@ -444,13 +451,7 @@ async fn a_receive_that_writes_no_row_is_answered_before_its_groups_commit() {
 /// group rolls the whole transaction back: the lock completes with its token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receive_answered_early_outlives_its_transactions_rollback() {
-    let (_dir, _path, store) = open(SqliteOptions::default());
-    let q = queue(&store, "q", QueuePolicy::default()).await;
-    store
-        .enqueue(&q, vec![msg("first"), msg("a")], T0)
-        .await
-        .unwrap();
-    assert_eq!(take(&store, &q, 1).await.unwrap(), ["first"]);
+    let (_dir, store, q) = first_held().await;
 
     let (jobs, commits) = store.writer.counters();
     let release = hold_writer(&store);
