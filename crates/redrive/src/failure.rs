@@ -170,15 +170,20 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// The error as the CLI prints it: each context, then the cause, joined by `: `; a failed
 /// call of the client is said as its problem document (or why no answer came), and ends
-/// the line.
+/// the line. A cause that its wrapper's message already ends with (an error that shows
+/// its source, as the store's do) is said once.
 pub fn render(err: &anyhow::Error) -> String {
-    let mut parts = Vec::new();
+    let mut parts: Vec<String> = Vec::new();
     for cause in err.chain() {
         if let Some(c) = call(cause) {
             parts.push(c.render());
             break;
         }
-        parts.push(cause.to_string());
+        let text = cause.to_string();
+        if parts.last().is_some_and(|p| p.ends_with(&text)) {
+            continue;
+        }
+        parts.push(text);
     }
     parts.join(": ")
 }
@@ -224,6 +229,30 @@ fn client_exit_code(err: &Call<'_>) -> u8 {
 mod tests {
     use super::*;
     use redrive_api::ErrorCode;
+
+    #[test]
+    fn a_cause_its_wrapper_already_shows_is_said_once() {
+        #[derive(Debug)]
+        struct Shows(std::io::Error);
+        impl std::fmt::Display for Shows {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "storage error: {}", self.0)
+            }
+        }
+        impl std::error::Error for Shows {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = anyhow::Error::new(Shows(std::io::Error::other("the file is in use")))
+            .context("cannot open the store");
+        assert_eq!(
+            render(&e),
+            "cannot open the store: storage error: the file is in use"
+        );
+        let plain = anyhow::Error::new(std::io::Error::other("disk full")).context("write");
+        assert_eq!(render(&plain), "write: disk full");
+    }
 
     #[test]
     fn input_errors_exit_2_even_under_context() {

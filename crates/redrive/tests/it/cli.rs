@@ -425,6 +425,11 @@ fn a_data_directory_in_use_is_refused_to_a_second_process() {
         err.contains("open in another process") && err.contains("redrive.db.lock"),
         "{err}"
     );
+    assert_eq!(
+        err.matches("open in another process").count(),
+        1,
+        "said once: {err}"
+    );
     let out = crate::support::command()
         .args(["serve", "--listen", "127.0.0.1:0", "--sqs-listen", "off"])
         .arg("--data-dir")
