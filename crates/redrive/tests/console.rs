@@ -18,5 +18,7 @@
 mod harness;
 #[path = "console/operations.rs"]
 mod operations;
+#[path = "common/ports.rs"]
+mod ports;
 #[path = "console/recovery.rs"]
 mod recovery;

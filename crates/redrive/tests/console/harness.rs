@@ -4,7 +4,7 @@
 //! that fails saves a screenshot of the page as it was before it panics. Screenshots go
 //! to `<target>/console-screenshots/<test>/`.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -73,11 +73,6 @@ fn browser_present() -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 /// The build's target directory: the binary is `<target>/<profile>/redrive`.
@@ -199,7 +194,7 @@ pub async fn start_with_env(test: &str, env: &[(&str, &str)]) -> Option<Console>
     );
 
     // chromedriver, and the browser through it.
-    let port = free_port();
+    let port = crate::ports::free_port();
     let driver = Proc(
         Command::new(browser().1)
             .arg(format!("--port={port}"))
