@@ -258,8 +258,8 @@ impl SqliteStore {
     /// is closed or flushed, and only the lock file is released (as the operating system
     /// releases it when a process ends), so that the file can be opened again as after
     /// a crash. For crash tests.
-    #[doc(hidden)]
-    pub fn abandon_as_crashed(self) {
+    #[cfg(test)]
+    pub(crate) fn abandon_as_crashed(self) {
         drop(
             self.lock_file
                 .lock()

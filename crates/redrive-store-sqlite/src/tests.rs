@@ -39,6 +39,17 @@ fn hold_writer(store: &SqliteStore) -> std::sync::mpsc::Sender<()> {
     tx
 }
 
+/// The message ids of queue `q` in sequence order, as a peek reads them.
+async fn peeked_ids(store: &SqliteStore, q: &EntityName) -> Vec<String> {
+    store
+        .peek(q, 1, 10, T0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.message_id)
+        .collect()
+}
+
 /// Waits (by yielding, not sleeping) until `n` jobs in total have been submitted.
 async fn submitted(store: &SqliteStore, n: usize) {
     while store.writer.counters().0 < n {
@@ -167,13 +178,7 @@ async fn a_failing_job_rolls_back_only_itself() {
     assert_eq!(store.writer.counters().1, commits + 1, "still one group");
     assert!(!store.is_poisoned());
 
-    let ids: Vec<String> = store
-        .peek(&q, 1, 10, T0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.message_id)
-        .collect();
+    let ids = peeked_ids(&store, &q).await;
     assert_eq!(ids, ["a", "b"]);
     assert!(matches!(
         store.get_queue(&name("ghost")).await,
@@ -242,13 +247,7 @@ async fn a_failing_first_job_rolls_back_only_itself() {
     );
     assert_eq!(store.writer.counters().1, commits + 1);
     assert!(!store.is_poisoned());
-    let ids: Vec<String> = store
-        .peek(&q, 1, 10, T0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.message_id)
-        .collect();
+    let ids = peeked_ids(&store, &q).await;
     assert_eq!(ids, ["a"]);
     assert!(matches!(
         store.get_queue(&name("ghost")).await,
@@ -365,13 +364,7 @@ async fn a_decided_job_that_writes_then_fails_rolls_back_its_transaction() {
     );
     assert_eq!(store.writer.counters().1, commits + 1);
     assert!(!store.is_poisoned());
-    let ids: Vec<String> = store
-        .peek(&q, 1, 10, T0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.message_id)
-        .collect();
+    let ids = peeked_ids(&store, &q).await;
     assert_eq!(ids, ["after"]);
 }
 
@@ -494,13 +487,7 @@ async fn a_receive_answered_early_outlives_its_transactions_rollback() {
     };
     let out = store.settle(&q, vec![item], T0).await.unwrap();
     assert!(out.results[0].is_ok(), "{:?}", out.results[0]);
-    let ids: Vec<String> = store
-        .peek(&q, 1, 10, T0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.message_id)
-        .collect();
+    let ids = peeked_ids(&store, &q).await;
     assert_eq!(
         ids,
         ["first"],
@@ -570,13 +557,7 @@ async fn a_failed_commit_fails_the_group_and_poisons_the_store() {
         Err(StoreError::Poisoned)
     ));
     // Reads still answer, and show that nothing of the failed group was committed.
-    let ids: Vec<String> = store
-        .peek(&q, 1, 10, T0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.message_id)
-        .collect();
+    let ids = peeked_ids(&store, &q).await;
     assert_eq!(ids, ["before"]);
     assert_eq!(store.get_queue(&q).await.unwrap().policy_version, 1);
 
